@@ -1,0 +1,70 @@
+"""ament_python package `teleop_flywheel`; also pip-installable into a plain venv.
+
+`pip install -e ".[standalone,dev]"` brings the ROS 2 Kilted wheels for machines without a ROS
+install; a real ROS install (colcon build) uses only the base dependencies.
+"""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "teleop_flywheel"
+
+NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder"]
+
+ROS_WHEELS = [
+    "ros-kilted-rclpy",
+    "ros-kilted-rmw-fastrtps-cpp",
+    "ros-kilted-builtin-interfaces",
+    "ros-kilted-std-msgs",
+    "ros-kilted-std-srvs",
+    "ros-kilted-sensor-msgs",
+    "ros-kilted-diagnostic-msgs",
+]
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*", "bench"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
+    ],
+    package_data={PACKAGE: ["py.typed"]},
+    python_requires=">=3.10",
+    install_requires=[
+        "numpy",
+        "pyyaml",
+        "pyserial",
+        "mcap",
+        "mcap-ros2-support",
+        "zstandard",
+        "lz4",
+        "av",
+        "pyarrow",
+        "pandas",
+        "opencv-python-headless",
+        "matplotlib",
+        "tqdm",
+        "evdev; platform_system == 'Linux'",
+        "foxglove-sdk",
+    ],
+    extras_require={
+        "standalone": ROS_WHEELS,
+        "dev": ["pytest", "pytest-timeout", "hypothesis", "rosbags", "feetech-servo-sdk", "websockets",
+                "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package"],
+        "ray": ["ray"],
+    },
+    zip_safe=True,
+    maintainer="teleop_flywheel developers",
+    description="SO-101 teleoperation, blended takeover, raw MCAP recording and a LeRobot data engine.",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES]
+        + [f"teleop-flywheel = {PACKAGE}.cli:main"],
+        "teleop_flywheel.policies": [
+            f"lerobot = {PACKAGE}.policies.lerobot_adapter:LeRobotPolicy",
+        ],
+    },
+)
