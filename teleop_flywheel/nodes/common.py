@@ -1,0 +1,101 @@
+"""Small rclpy helpers every node shares: stamped messages, QoS, diagnostics, entry points.
+
+Kept deliberately thin: nodes translate between topics and the ROS-free core, nothing more.
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+
+from teleop_flywheel.clock import fill_stamp, now_ns, stamp_to_ns
+
+# Reliable everywhere data is recorded: a dataset must not silently lose samples.
+STREAM_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=50, reliability=ReliabilityPolicy.RELIABLE
+)
+IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# Late joiners (recorder, console) still get the last event/state.
+LATCHED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=20,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+
+LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": DiagnosticStatus.ERROR,
+          "STALE": DiagnosticStatus.STALE}
+
+
+def joint_state(
+    names: Sequence[str],
+    positions: Sequence[float],
+    stamp_ns: int,
+    velocities: Sequence[float] = (),
+    efforts: Sequence[float] = (),
+    frame_id: str = "",
+) -> JointState:
+    """A JointState stamped with a source time (monotonic ns)."""
+    msg = JointState()
+    fill_stamp(msg.header.stamp, stamp_ns)
+    msg.header.frame_id = frame_id
+    msg.name = list(names)
+    msg.position = [float(p) for p in positions]
+    msg.velocity = [float(v) for v in velocities]
+    msg.effort = [float(e) for e in efforts]
+    return msg
+
+
+def positions_by_name(msg: JointState) -> dict[str, float]:
+    return dict(zip(msg.name, msg.position))
+
+
+def msg_stamp_ns(msg: object) -> int:
+    """The source stamp of a stamped message, as monotonic ns."""
+    return stamp_to_ns(msg.header.stamp)  # type: ignore[attr-defined]
+
+
+def diag_status(
+    name: str, level: str, message: str, values: Mapping[str, object] | None = None, hardware_id: str = ""
+) -> DiagnosticStatus:
+    status = DiagnosticStatus()
+    status.level = LEVELS[level]
+    status.name = name
+    status.message = message
+    status.hardware_id = hardware_id
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in (values or {}).items()]
+    return status
+
+
+def diag_array(statuses: Sequence[DiagnosticStatus]) -> DiagnosticArray:
+    arr = DiagnosticArray()
+    fill_stamp(arr.header.stamp, now_ns())
+    arr.status = list(statuses)
+    return arr
+
+
+def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None) -> int:
+    """Console-script body shared by every node: init, spin until Ctrl-C, clean shutdown."""
+    rclpy.init(args=list(sys.argv if args is None else args))
+    node = factory()
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        close = getattr(node, "close", None)
+        if callable(close):
+            close()
+        executor.remove_node(node)
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
