@@ -53,7 +53,7 @@ setup(
     extras_require={
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "rosbags", "feetech-servo-sdk", "websockets",
-                "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package"],
+                "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
     },
     zip_safe=True,
