@@ -1,0 +1,170 @@
+"""`teleop-flywheel info BAG [--json]`: what `ros2 bag info` prints, plus our episode metadata.
+
+Reads `metadata.yaml` (as `ros2 bag info` does), checks it against the MCAP summary (a bag whose
+two disagree, or whose MCAP has no summary, is reported, not hidden), and adds the episode
+metadata record and the per-topic drop counts the recorder measured from publication
+sequence numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mcap.exceptions import McapError
+from mcap.reader import make_reader
+
+from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.recording.metadata import read_metadata_yaml
+from teleop_flywheel.recording.recover import RecoverError, find_mcap
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    type: str
+    count: int
+    serialization_format: str
+    drops: int | None
+
+
+@dataclass
+class BagInfo:
+    path: str
+    files: list[str]
+    size_bytes: int
+    storage_identifier: str
+    ros_distro: str
+    duration_ns: int
+    start_ns: int
+    end_ns: int
+    message_count: int
+    topics: list[TopicInfo]
+    episode: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _mcap_check(path: Path, info: BagInfo) -> dict[str, str] | None:
+    """Compare with the MCAP summary; return the episode metadata record if present."""
+    try:
+        with open(path, "rb") as f:
+            reader = make_reader(f)
+            summary = reader.get_summary()
+            if summary is None or summary.statistics is None:
+                info.warnings.append(f"{path.name}: no MCAP summary (crashed recording? run `teleop-flywheel recover`)")
+                return None
+            if summary.statistics.message_count != info.message_count:
+                info.warnings.append(
+                    f"metadata.yaml says {info.message_count} messages, {path.name} holds "
+                    f"{summary.statistics.message_count}")
+            if not summary.chunk_indexes:
+                info.warnings.append(f"{path.name}: not chunk-indexed (Foxglove cannot seek in it)")
+            for record in reader.iter_metadata():
+                if record.name == METADATA_RECORD:
+                    return dict(record.metadata)
+    except (McapError, OSError, ValueError) as exc:
+        info.warnings.append(f"{path.name}: unreadable MCAP ({exc})")
+    return None
+
+
+def bag_info(bag: Path) -> BagInfo:
+    bag_dir, mcap_path = find_mcap(Path(bag))
+    meta = read_metadata_yaml(bag_dir)
+    files = [str(p) for p in meta.get("relative_file_paths", [])]
+    size = sum((bag_dir / p).stat().st_size for p in files if (bag_dir / p).exists())
+    start = int(meta["starting_time"]["nanoseconds_since_epoch"])
+    duration = int(meta["duration"]["nanoseconds"])
+    custom = meta.get("custom_data") or {}
+    info = BagInfo(
+        path=str(bag_dir), files=files, size_bytes=size, storage_identifier=str(meta["storage_identifier"]),
+        ros_distro=str(meta.get("ros_distro", "")), duration_ns=duration, start_ns=start, end_ns=start + duration,
+        message_count=int(meta["message_count"]), topics=[], episode=None)
+    record = _mcap_check(mcap_path, info)
+    strings = record or ({k: str(v) for k, v in custom.items()} if custom else None)
+    episode = EpisodeMeta.from_strings(strings) if strings and "episode_name" in strings else None
+    if record and custom and dict(record) != {k: str(v) for k, v in custom.items()}:
+        info.warnings.append("episode metadata differs between the MCAP record and metadata.yaml custom_data")
+    drops = episode.drops if episode else {}
+    for t in meta.get("topics_with_message_count", []):
+        tm = t["topic_metadata"]
+        info.topics.append(TopicInfo(tm["name"], tm["type"], int(t["message_count"]), tm["serialization_format"],
+                                     drops.get(tm["name"]) if episode else None))
+    if episode is not None:
+        info.episode = asdict(episode)
+        if episode.outcome == "unset":
+            info.warnings.append("outcome is unset (nobody labelled this episode)")
+        if episode.unlabelled_interventions:
+            info.warnings.append(f"{len(episode.unlabelled_interventions)} intervention(s) without a trigger label")
+    return info
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _stamp(ns: int) -> str:
+    sec, nsec = divmod(ns, 1_000_000_000)
+    return f"{time.strftime('%b %e %Y %H:%M:%S', time.localtime(sec))}.{nsec:09d} ({sec}.{nsec:09d})"
+
+
+def format_info(info: BagInfo) -> str:
+    label = 19
+    lines = [
+        f"{'Files:':<{label}}" + ("\n" + " " * label).join(info.files),
+        f"{'Bag size:':<{label}}{_size(info.size_bytes)}",
+        f"{'Storage id:':<{label}}{info.storage_identifier}",
+        f"{'ROS Distro:':<{label}}{info.ros_distro}",
+        f"{'Duration:':<{label}}{info.duration_ns / 1e9:.9f}s",
+        f"{'Start:':<{label}}{_stamp(info.start_ns)}",
+        f"{'End:':<{label}}{_stamp(info.end_ns)}",
+        f"{'Messages:':<{label}}{info.message_count}",
+    ]
+    topic_lines = [
+        f"Topic: {t.name} | Type: {t.type} | Count: {t.count} | Serialization Format: {t.serialization_format}"
+        + (f" | Drops: {t.drops}" if t.drops is not None else "")
+        for t in info.topics
+    ]
+    lines.append(f"{'Topic information:':<{label}}" + ("\n" + " " * label).join(topic_lines))
+    lines += [f"{'Service:':<{label}}0", f"{'Service information:':<{label}}"]
+    if info.episode:
+        e = info.episode
+        lines.append("Episode:")
+        for key in ("episode_name", "task", "operator", "rig_id", "robot_type", "session_kind", "outcome",
+                    "attempts", "failure_label", "policy_checkpoint", "cameras", "ptp_offset_ns",
+                    "software_version"):
+            lines.append(f"  {key + ':':<{label - 2}}{e.get(key)}")
+        lines.append(f"  {'interventions:':<{label - 2}}" + (", ".join(
+            f"#{i['id']} {i.get('trigger') or 'UNLABELLED'}" for i in e["interventions"]) or "none"))
+        lines.append(f"  {'drops:':<{label - 2}}" + (", ".join(f"{k}={v}" for k, v in e["drops"].items()) or "none"))
+        if e.get("clock_start") and e.get("clock_end"):
+            drift = (e["clock_end"]["wall_ns"] - e["clock_end"]["mono_ns"]) - (
+                e["clock_start"]["wall_ns"] - e["clock_start"]["mono_ns"])
+            lines.append(f"  {'clock drift:':<{label - 2}}{drift / 1e6:.3f} ms (wall vs monotonic over the episode)")
+    for w in info.warnings:
+        lines.append(f"WARNING: {w}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bag", type=Path, help="bag directory (or its .mcap file)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        info = bag_info(args.bag)
+    except KeyError as exc:
+        print(f"info: {args.bag}: metadata.yaml lacks the key {exc}")
+        return 1
+    except (RecoverError, OSError, ValueError) as exc:
+        print(f"info: {exc}")
+        return 1
+    print(json.dumps(asdict(info), indent=2) if args.json else format_info(info))
+    return 0
