@@ -1,0 +1,316 @@
+"""Read any LeRobot v3.0 dataset on disk: metadata, the episodes table and numeric data columns.
+
+The reports (audit, curate, manifest, card, stats) must work on anyone's dataset, not only ours,
+and must stay fast at a million frames, so this reader touches only what LeRobot 0.4.x writes and
+only the columns asked for: `meta/info.json` (fps, features, data_path), `meta/episodes/*/*.parquet`
+(one row per episode; the flattened `stats/...` columns are skipped unless asked for),
+`meta/tasks.parquet`, and the `data/*/*.parquet` files read with pyarrow column projection.
+Video is never opened. Vector features come back as (frames, dims) numpy arrays whatever their
+Arrow list flavour (`fixed_size_list` from `datasets>=4`, `list` from older writers).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+INFO_PATH = "meta/info.json"
+EPISODES_DIR = "meta/episodes"
+TASKS_PATH = "meta/tasks.parquet"
+DATA_DIR = "data"
+SUPPORTED_VERSIONS = ("v3.0",)
+STATE = "observation.state"
+ACTION = "action"
+# Columns LeRobot adds to every frame; not robot signals.
+BOOKKEEPING = ("index", "episode_index", "frame_index", "timestamp", "task_index")
+
+
+class DatasetError(ValueError):
+    """The dataset on disk is not what its metadata says; the message names file and episode."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    names: tuple[str, ...] | None
+
+    @property
+    def is_visual(self) -> bool:
+        return self.dtype in ("video", "image")
+
+    @property
+    def width(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+def _feature_names(raw: Any) -> tuple[str, ...] | None:
+    """LeRobot writes names as a list, or (older robots) as {"motors": [...]}; flatten both."""
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        flat: list[str] = []
+        for value in raw.values():
+            flat.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+        return tuple(flat)
+    if isinstance(raw, list):
+        return tuple(str(v) for v in raw)
+    return None
+
+
+@dataclass
+class LeRobotDataset:
+    """A v3.0 dataset directory, opened lazily: metadata at once, data columns on request."""
+
+    root: Path
+    info: dict[str, Any]
+    features: dict[str, Feature]
+    episodes: pd.DataFrame
+    tasks: dict[int, str]
+    _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def open(cls, root: str | Path, episode_stats: bool = False) -> "LeRobotDataset":
+        root = Path(root)
+        info_path = root / INFO_PATH
+        if not info_path.is_file():
+            raise DatasetError(f"{root}: not a LeRobot dataset (no {INFO_PATH})")
+        try:
+            info = json.loads(info_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{info_path}: invalid JSON: {exc}") from None
+        version = info.get("codebase_version")
+        if version not in SUPPORTED_VERSIONS:
+            raise DatasetError(
+                f"{info_path}: codebase_version {version!r} is not supported (expected {SUPPORTED_VERSIONS})"
+            )
+        for key in ("fps", "features"):
+            if key not in info:
+                raise DatasetError(f"{info_path}: missing key {key!r}")
+        features = {
+            name: Feature(name, str(spec.get("dtype")), tuple(int(s) for s in spec.get("shape", ())),
+                          _feature_names(spec.get("names")))
+            for name, spec in info["features"].items()
+        }
+        return cls(root, info, features, _read_episodes(root, episode_stats), _read_tasks(root))
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
+
+    @property
+    def robot_type(self) -> str:
+        return str(self.info.get("robot_type") or "")
+
+    @property
+    def numeric_features(self) -> list[str]:
+        return [n for n, f in self.features.items() if not f.is_visual and f.dtype not in ("string",)]
+
+    def joint_names(self, feature: str) -> list[str]:
+        f = self.features[feature]
+        if f.names and len(f.names) == f.width:
+            return list(f.names)
+        return [f"{feature}[{i}]" for i in range(f.width)]
+
+    def data_files(self) -> list[Path]:
+        """Data parquet files in (chunk, file) order, which is frame `index` order for LeRobot."""
+        files = sorted((self.root / DATA_DIR).glob("chunk-*/file-*.parquet"))
+        if not files:
+            files = sorted((self.root / DATA_DIR).rglob("*.parquet"))
+        if not files:
+            raise DatasetError(f"{self.root / DATA_DIR}: no data parquet files")
+        return files
+
+    def episode_tasks(self) -> list[list[str]]:
+        """Each episode's task strings (the `tasks` column), in episode order."""
+        if "tasks" not in self.episodes.columns:
+            return [[] for _ in range(len(self.episodes))]
+        out = []
+        for value in self.episodes["tasks"]:
+            if value is None:
+                out.append([])
+            elif isinstance(value, str):
+                out.append([value])
+            else:
+                out.append([str(v) for v in value])
+        return out
+
+    # ------------------------------------------------------------------ data
+    def read_table(self, columns: list[str]) -> pa.Table:
+        """The named data columns over all data files, concatenated in file order."""
+        missing = [c for c in columns if c not in self._data_schema().names]
+        if missing:
+            raise DatasetError(f"{self.root}: data files have no column(s) {', '.join(missing)}")
+        tables = []
+        for path in self.data_files():
+            try:
+                tables.append(pq.read_table(path, columns=columns))
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+        return pa.concat_tables(tables)
+
+    def _data_schema(self) -> pa.Schema:
+        path = self.data_files()[0]
+        try:
+            return pq.read_schema(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+
+    def has_column(self, name: str) -> bool:
+        return name in self._data_schema().names
+
+    def column(self, name: str) -> np.ndarray:
+        """One data column as numpy: (frames,) for scalars, (frames, dims) for vectors. Cached."""
+        if name not in self._cache:
+            self._cache.update(self.columns([name]))
+        return self._cache[name]
+
+    def columns(self, names: list[str]) -> dict[str, np.ndarray]:
+        """Several columns in one pass over the files (one projection read per file)."""
+        todo = [n for n in names if n not in self._cache]
+        if todo:
+            table = self.read_table(todo)
+            for name in todo:
+                self._cache[name] = to_numpy(table.column(name), name)
+        return {n: self._cache[n] for n in names}
+
+
+def to_numpy(column: pa.ChunkedArray, name: str = "") -> np.ndarray:
+    """An Arrow column as numpy; list columns of a fixed width become a 2-D array."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = arr.type
+    if pa.types.is_fixed_size_list(kind):
+        values = arr.flatten().to_numpy(zero_copy_only=False)
+        return values.reshape(len(arr), kind.list_size)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if len(lengths) and (lengths.min() != lengths.max()):
+            raise DatasetError(f"column {name!r}: rows of different lengths ({lengths.min()}..{lengths.max()})")
+        width = int(lengths[0]) if len(lengths) else 0
+        return arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), width)
+    if pa.types.is_boolean(kind):
+        return arr.to_numpy(zero_copy_only=False).astype(bool)
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def _read_episodes(root: Path, with_stats: bool) -> pd.DataFrame:
+    files = sorted((root / EPISODES_DIR).rglob("*.parquet"))
+    if not files:
+        raise DatasetError(f"{root / EPISODES_DIR}: no episodes parquet files")
+    frames = []
+    for path in files:
+        try:
+            schema = pq.read_schema(path)
+            cols = [c for c in schema.names if with_stats or not c.startswith("stats/")]
+            frames.append(pq.read_table(path, columns=cols).to_pandas())
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+    episodes = pd.concat(frames, ignore_index=True)
+    for key in ("episode_index", "length"):
+        if key not in episodes.columns:
+            raise DatasetError(f"{root / EPISODES_DIR}: episodes table has no {key!r} column")
+    if episodes["episode_index"].duplicated().any():
+        dup = episodes.loc[episodes["episode_index"].duplicated(), "episode_index"].tolist()
+        raise DatasetError(f"{root / EPISODES_DIR}: episode_index listed twice: {dup[:10]}")
+    return episodes.sort_values("episode_index", kind="stable").reset_index(drop=True)
+
+
+def _read_tasks(root: Path) -> dict[int, str]:
+    path = root / TASKS_PATH
+    if not path.is_file():
+        return {}
+    table = pq.read_table(path).to_pandas()
+    if "task_index" not in table.columns:
+        raise DatasetError(f"{path}: no task_index column")
+    names = table["task"] if "task" in table.columns else table.index
+    return {int(i): str(t) for i, t in zip(table["task_index"], names)}
+
+
+@dataclass(frozen=True)
+class EpisodeSpans:
+    """Where each episode's rows are in the concatenated data: rows [start[i], stop[i])."""
+
+    episode_index: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    order: np.ndarray | None  # row permutation that made episodes contiguous (None: already were)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.stop - self.start
+
+    def take(self, values: np.ndarray) -> np.ndarray:
+        """values re-ordered so every episode's rows are contiguous, in frame order."""
+        return values if self.order is None else values[self.order]
+
+
+def episode_spans(episode_index: np.ndarray, frame_index: np.ndarray | None = None) -> EpisodeSpans:
+    """Contiguous row ranges per episode from the data's own episode_index column.
+
+    LeRobot writes episodes contiguously in frame order; if a foreign writer did not, rows are
+    stably sorted by (episode_index, frame_index) once and the permutation is kept.
+    """
+    ep = np.asarray(episode_index)
+    order = None
+    if len(ep) and (np.any(np.diff(ep) < 0) or (frame_index is not None and not _frames_ascending(ep, frame_index))):
+        keys = (frame_index, ep) if frame_index is not None else (ep,)
+        order = np.lexsort(keys)
+        ep = ep[order]
+    if len(ep) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return EpisodeSpans(empty, empty, empty, None)
+    change = np.flatnonzero(np.diff(ep)) + 1
+    start = np.concatenate(([0], change)).astype(np.int64)
+    stop = np.concatenate((change, [len(ep)])).astype(np.int64)
+    return EpisodeSpans(ep[start].astype(np.int64), start, stop, order)
+
+
+def _frames_ascending(ep: np.ndarray, frame_index: np.ndarray) -> bool:
+    same = ep[1:] == ep[:-1]
+    return bool(np.all(np.diff(frame_index)[same] > 0))
+
+
+def check_lengths(ds: LeRobotDataset, spans: EpisodeSpans, index: np.ndarray | None = None) -> list[str]:
+    """Every disagreement between the episodes table and the data rows, one message each.
+
+    A cross-check that cannot fire is not a check: metadata `length` (and dataset_from/to_index
+    where present, against the data's global `index` column) versus the rows actually carrying
+    that episode_index, plus the info.json totals.
+    """
+    problems: list[str] = []
+    meta = ds.episodes
+    counted = dict(zip(spans.episode_index.tolist(), spans.lengths.tolist()))
+    firsts = spans.take(index)[spans.start] if index is not None else spans.start
+    first_row = dict(zip(spans.episode_index.tolist(), np.asarray(firsts).tolist()))
+    has_bounds = {"dataset_from_index", "dataset_to_index"} <= set(meta.columns) and spans.order is None
+    for row in meta.itertuples(index=False):
+        ep = int(row.episode_index)
+        declared = int(row.length)
+        actual = counted.pop(ep, 0)
+        if actual != declared:
+            problems.append(f"episode {ep}: metadata length {declared} but {actual} data rows")
+            continue
+        if has_bounds:
+            lo, hi = int(getattr(row, "dataset_from_index")), int(getattr(row, "dataset_to_index"))
+            if hi - lo != declared:
+                problems.append(f"episode {ep}: dataset_from/to_index [{lo}, {hi}) spans {hi - lo}, length {declared}")
+            elif lo != first_row[ep]:
+                problems.append(f"episode {ep}: dataset_from_index {lo} but its first row has index {first_row[ep]}")
+    for ep, n in sorted(counted.items()):
+        problems.append(f"episode {ep}: {n} data rows but no entry in the episodes table")
+    total_frames = ds.info.get("total_frames")
+    if total_frames is not None and int(total_frames) != int(spans.lengths.sum()):
+        problems.append(f"info.json total_frames {total_frames} but {int(spans.lengths.sum())} data rows")
+    total_episodes = ds.info.get("total_episodes")
+    if total_episodes is not None and int(total_episodes) != len(meta):
+        problems.append(f"info.json total_episodes {total_episodes} but {len(meta)} rows in the episodes table")
+    return problems
