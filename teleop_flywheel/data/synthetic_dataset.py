@@ -53,6 +53,7 @@ class SyntheticSpec:
     days_between_episodes: float = 0.5
     episode_metadata: bool = True
     list_type: str = "fixed"  # "fixed" (datasets>=4) or "list" (older writers)
+    lengths: tuple[int, ...] | None = None  # explicit episode lengths (overrides min/max_length)
     extra_info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,6 +85,10 @@ def generate(spec: SyntheticSpec) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(spec.seed)
     n = spec.episodes
     lengths = rng.integers(spec.min_length, spec.max_length + 1, size=n)
+    if spec.lengths is not None:
+        if len(spec.lengths) != n:
+            raise ValueError(f"{len(spec.lengths)} lengths for {n} episodes")
+        lengths = np.asarray(spec.lengths, dtype=np.int64)
     lead = rng.integers(0, spec.max_lead_dead + 1, size=n)
     starts = HOME + rng.normal(0.0, 1.0, size=(n, 6)) * START_SPREAD
     goals = GOAL_LOW + rng.random((n, 6)) * (GOAL_HIGH - GOAL_LOW)
@@ -190,7 +195,10 @@ def _episodes_table(spec: SyntheticSpec, g: dict[str, np.ndarray], lengths: np.n
         day = 86_400 * 10**9
         cols["recorded_wall_ns"] = pa.array(
             (spec.start_wall_ns + np.arange(n) * spec.days_between_episodes * day).astype(np.int64))
-        cols["num_interventions"] = pa.array(g["has_intervention"].astype(np.int64))
+        labels = ("wrong_grasp", "too_slow", "about_to_collide", "wrong_object")
+        cols["interventions"] = pa.array([
+            json.dumps([{"id": 1, "trigger": labels[e % len(labels)]}] if g["has_intervention"][e] else [])
+            for e in range(n)])
     return pa.table(cols)
 
 

@@ -1,0 +1,133 @@
+"""Per-episode facts the reports need (who, what, when, how it went), from any dataset's episodes table.
+
+Our converter stores each episode's recorded metadata (`EpisodeMeta`) as columns of the LeRobot
+episodes parquet. Foreign datasets have none of it, so every field here is optional and a report
+says "unknown" rather than inventing a value. This is the one place that knows the column names.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from teleop_flywheel.data.dataset import LeRobotDataset
+from teleop_flywheel.episode import EpisodeMeta
+
+ID_COLUMNS = ("episode_id",)
+# Flat columns the converter writes (first match wins).
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "operator": ("operator",),
+    "outcome": ("outcome",),
+    "attempts": ("attempts",),
+    "checkpoint": ("policy_checkpoint", "checkpoint"),
+    "session_kind": ("session_kind",),
+    "rig_id": ("rig_id",),
+    "recorded_wall_ns": ("recorded_wall_ns", "start_wall_ns"),
+    "interventions": ("interventions",),
+    "triggers": ("intervention_triggers", "triggers"),
+}
+# A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
+META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
+
+
+@dataclass
+class EpisodeRecord:
+    episode_index: int
+    length: int
+    tasks: list[str]
+    episode_id: str | None = None
+    operator: str | None = None
+    outcome: str | None = None
+    attempts: int | None = None
+    checkpoint: str | None = None
+    session_kind: str | None = None
+    rig_id: str | None = None
+    recorded_wall_ns: int | None = None
+    triggers: list[str | None] | None = None  # one entry per intervention (None = unlabelled)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return self.tasks[0] if self.tasks else ""
+
+    @property
+    def num_interventions(self) -> int | None:
+        return None if self.triggers is None else len(self.triggers)
+
+
+def _clean(value: Any) -> Any:
+    """pandas/arrow nulls and empty strings → None; numpy scalars → Python."""
+    if value is None:
+        return None
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, str) and value.strip() in ("", "None", "null"):
+        return None
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _json_list(value: Any) -> list[Any] | None:
+    value = _clean(value)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = json.loads(value)
+    return list(value)
+
+
+def _from_meta(meta: EpisodeMeta) -> dict[str, Any]:
+    wall = None
+    if meta.clock_start and meta.started_mono_ns:
+        wall = int(meta.started_mono_ns + meta.clock_start["wall_ns"] - meta.clock_start["mono_ns"])
+    return {
+        "operator": meta.operator or None, "outcome": meta.outcome, "attempts": meta.attempts,
+        "checkpoint": meta.policy_checkpoint or None, "session_kind": meta.session_kind or None,
+        "rig_id": meta.rig_id or None, "recorded_wall_ns": wall,
+        "triggers": [i.trigger for i in meta.interventions],
+    }
+
+
+def record_from_meta(meta: EpisodeMeta, episode_index: int = -1, length: int = 0,
+                     episode_id: str | None = None) -> EpisodeRecord:
+    """An EpisodeRecord straight from a bag's metadata (for reports that read bags)."""
+    return EpisodeRecord(episode_index, length, [meta.task] if meta.task else [], episode_id, **_from_meta(meta))
+
+
+def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
+    table = ds.episodes
+    cols = set(table.columns)
+    pick = {key: next((c for c in names if c in cols), None) for key, names in COLUMNS.items()}
+    id_col = next((c for c in ID_COLUMNS if c in cols), None)
+    meta_col = next((c for c in META_JSON_COLUMNS if c in cols), None)
+    out = []
+    for i, (row, tasks) in enumerate(zip(table.to_dict("records"), ds.episode_tasks())):
+        rec = EpisodeRecord(int(row["episode_index"]), int(row["length"]), tasks,
+                            _clean(row[id_col]) if id_col else None)
+        if meta_col and _clean(row[meta_col]) is not None:
+            for key, value in _from_meta(EpisodeMeta.from_strings(json.loads(row[meta_col]))).items():
+                setattr(rec, key, value)
+        for key in ("operator", "outcome", "checkpoint", "session_kind", "rig_id"):
+            if pick[key]:
+                setattr(rec, key, _clean(row[pick[key]]))
+        for key in ("attempts", "recorded_wall_ns"):
+            if pick[key] and _clean(row[pick[key]]) is not None:
+                setattr(rec, key, int(_clean(row[pick[key]])))
+        rec.triggers = _triggers(row, pick, rec.triggers)
+        out.append(rec)
+    return out
+
+
+def _triggers(row: dict[str, Any], pick: dict[str, str | None], current: list[str | None] | None
+              ) -> list[str | None] | None:
+    if pick["interventions"] and (items := _json_list(row[pick["interventions"]])) is not None:
+        return [(i.get("trigger") if isinstance(i, dict) else i) or None for i in items]
+    if pick["triggers"] and (labels := _json_list(row[pick["triggers"]])) is not None:
+        return [_clean(x) for x in labels]
+    return current
