@@ -317,6 +317,11 @@ class BagWriter:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def error(self) -> OSError | None:
+        """The write error that stopped this bag (e.g. DiskFullError from the flusher thread)."""
+        return self._failed
+
     def __enter__(self) -> "BagWriter":
         return self
 

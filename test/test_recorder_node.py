@@ -1,0 +1,394 @@
+"""Real rclpy publishers → real RecorderNode (and CameraNode) → bags read by independent readers."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import rclpy
+from mcap.reader import make_reader
+from mcap_ros2.decoder import DecoderFactory
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+from rclpy.qos import QoSProfile
+from rosbags.highlevel import AnyReader
+from sensor_msgs.msg import CompressedImage, JointState, Joy
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from teleop_flywheel.camera import timecode
+from teleop_flywheel.clock import fill_stamp, now_ns
+from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.nodes.camera import CameraNode
+from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state
+from teleop_flywheel.nodes.recorder import RecorderNode
+from teleop_flywheel.recording.metadata import read_metadata_yaml
+from teleop_flywheel.recording.recover import recover
+
+JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Graph:
+    """Nodes in one MultiThreadedExecutor (like the runner) plus a client node for services."""
+
+    def __init__(self) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self.nodes: list[Node] = []
+        self.client = self.add(Node("test_client", context=self.context))
+        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self._thread.start()
+
+    def add(self, node: Node) -> Any:
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def call(self, service: str, timeout: float = 20.0) -> Trigger.Response:
+        cli = self.client.create_client(Trigger, service)
+        assert cli.wait_for_service(timeout_sec=timeout), f"{service} not available"
+        future = cli.call_async(Trigger.Request())
+        wait_for(future.done, timeout, f"{service} response")
+        self.client.destroy_client(cli)
+        return future.result()
+
+    def set_params(self, node: str, **values: Any) -> None:
+        client = AsyncParameterClient(self.client, node)
+        assert client.wait_for_services(timeout_sec=20)
+        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        wait_for(future.done, 20, "set_parameters")
+        results = future.result().results
+        assert all(r.successful for r in results), [r.reason for r in results]
+
+    def close(self) -> None:
+        for node in reversed(self.nodes):
+            close = getattr(node, "close", None)
+            if callable(close):
+                close()
+        self.executor.shutdown()
+        for node in self.nodes:
+            node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.fixture
+def graph() -> Iterator[Graph]:
+    g = Graph()
+    try:
+        yield g
+    finally:
+        g.close()
+
+
+def recorder(graph: Graph, out: Path, topics: list[str], **params: Any) -> RecorderNode:
+    overrides = [Parameter("output_dir", value=str(out)), Parameter("topics", value=topics),
+                 Parameter("discovery_period_s", value=0.1), Parameter("status_period_s", value=0.2)]
+    assert topics, "name the topics: the default set includes /diagnostics, which every node publishes"
+    overrides += [Parameter(k, value=v) for k, v in params.items()]
+    return graph.add(RecorderNode(context=graph.context, parameter_overrides=overrides))
+
+
+def subscribed(rec: RecorderNode, *topics: str) -> Callable[[], bool]:
+    return lambda: all(t in rec.status()["topics"] for t in topics)
+
+
+def only_bag(out: Path) -> Path:
+    bags = [p for p in out.iterdir() if p.is_dir()]
+    assert len(bags) == 1, bags
+    return bags[0]
+
+
+def read_mcap(bag: Path) -> tuple[dict[str, list[tuple[Any, Any]]], dict[str, dict[str, str]], dict[str, Any]]:
+    """topic → [(mcap Message, decoded)], metadata records, channels by topic (mcap_ros2)."""
+    out: dict[str, list[tuple[Any, Any]]] = {}
+    with open(bag / f"{bag.name}_0.mcap", "rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        for _s, ch, m, decoded in reader.iter_decoded_messages():
+            out.setdefault(ch.topic, []).append((m, decoded))
+        records = {r.name: dict(r.metadata) for r in reader.iter_metadata()}
+        channels = {c.topic: c for c in reader.get_summary().channels.values()}  # type: ignore[union-attr]
+    return out, records, channels
+
+
+def same_fields(ros_msg: Any, other: Any) -> bool:
+    """rclpy message vs a decoded message (mcap_ros2 / rosbags), recursively by field name."""
+    if hasattr(ros_msg, "get_fields_and_field_types"):
+        return all(same_fields(getattr(ros_msg, f), getattr(other, f)) for f in ros_msg.get_fields_and_field_types())
+    if isinstance(ros_msg, (list, tuple, np.ndarray)) or hasattr(ros_msg, "tolist"):
+        a, b = list(ros_msg), list(other)
+        return len(a) == len(b) and all(same_fields(x, y) for x, y in zip(a, b))
+    if isinstance(ros_msg, (bytes, bytearray)):
+        return bytes(ros_msg) == bytes(other)
+    return bool(ros_msg == other)
+
+
+def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> None:
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    pol = pubs.create_publisher(JointState, "/policy/joint_command", STREAM_QOS)
+    joy = pubs.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+    iv = pubs.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
+    topics = ["/follower/joint_states", "/policy/joint_command", "/pedal/joy", "/teleop/intervention"]
+    rec = recorder(graph, tmp_path, topics, task="pick mug", operator="ana", rig_id="rig-7")
+    wait_for(subscribed(rec, *topics), what="recorder subscriptions")
+    for p in (js, pol, joy, iv):
+        wait_for(lambda p=p: p.get_subscription_count() >= 1, what="matched")
+    assert graph.call("/recorder/start").success
+    sent: dict[str, list[Any]] = {t: [] for t in topics}
+    t0 = now_ns()
+    start_iv = String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": None, "trigger": None}))
+    iv.publish(start_iv)
+    sent["/teleop/intervention"].append(start_iv)
+    for i in range(200):
+        m = joint_state(JOINTS, [0.01 * i] * 6, now_ns(), velocities=[0.1] * 6, efforts=[0.0] * 6)
+        js.publish(m)
+        sent["/follower/joint_states"].append(m)
+        if i % 4 == 0:
+            c = joint_state(JOINTS, [0.02 * i] * 6, now_ns(), frame_id="ckpt-abc123")
+            pol.publish(c)
+            sent["/policy/joint_command"].append(c)
+        if i % 20 == 0:
+            j = Joy(axes=[0.5], buttons=[1, 0, 0, 1, 0, 0])
+            fill_stamp(j.header.stamp, now_ns())
+            joy.publish(j)
+            sent["/pedal/joy"].append(j)
+        time.sleep(0.002)
+    end_iv = String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": now_ns(), "trigger": "wrong_grasp"}))
+    iv.publish(end_iv)
+    sent["/teleop/intervention"].append(end_iv)
+    total = sum(len(v) for v in sent.values())
+    wait_for(lambda: rec.status()["messages"] >= total, what=f"{total} messages recorded")
+    graph.set_params("recorder", outcome="success", attempts=2)
+    stop = graph.call("/recorder/stop")
+    assert stop.success and "outcome success" in stop.message
+    bag = only_bag(tmp_path)
+
+    # Reader 1: mcap + mcap_ros2.
+    got, records, channels = read_mcap(bag)
+    for topic in topics:
+        assert len(got[topic]) == len(sent[topic]), topic
+        for ros_msg, (m, decoded) in zip(sent[topic], got[topic]):
+            assert same_fields(ros_msg, decoded), topic
+            if hasattr(ros_msg, "header"):
+                assert m.publish_time == ros_msg.header.stamp.sec * 10**9 + ros_msg.header.stamp.nanosec
+            assert abs(m.log_time - time.time_ns()) < 120 * 10**9  # receive time, wall clock
+    assert [m.sequence for m, _ in got["/follower/joint_states"]] == list(range(1, 201))
+    assert "transient_local" in channels["/teleop/intervention"].metadata["offered_qos_profiles"]
+    # Reader 2: rosbags AnyReader.
+    with AnyReader([bag]) as reader:
+        by_topic: dict[str, list[Any]] = {}
+        for conn, _t, raw in reader.messages():
+            by_topic.setdefault(conn.topic, []).append(reader.deserialize(raw, conn.msgtype))
+    for topic in topics:
+        assert all(same_fields(a, b) for a, b in zip(sent[topic], by_topic[topic]))
+        assert len(by_topic[topic]) == len(sent[topic])
+    # Metadata: MCAP record == metadata.yaml custom_data; SPEC §6 fields.
+    info = read_metadata_yaml(bag)
+    assert info["custom_data"] == records[METADATA_RECORD]
+    assert info["message_count"] == total
+    meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
+    assert (meta.task, meta.operator, meta.rig_id, meta.outcome, meta.attempts) == ("pick mug", "ana", "rig-7",
+                                                                                  "success", 2)
+    assert meta.policy_checkpoint == "ckpt-abc123"
+    assert [(i.id, i.trigger) for i in meta.interventions] == [(1, "wrong_grasp")]
+    assert meta.drops == {t: 0 for t in topics}
+    assert meta.clock_start and meta.clock_end and meta.stopped_mono_ns > meta.started_mono_ns
+    assert meta.software_version.startswith("teleop_flywheel")
+    # Labels are cleared for the next episode, never carried over.
+    assert rec.get_parameter("outcome").value == "" and rec.get_parameter("attempts").value == 0
+
+
+def test_outcome_unset_and_discard_leaves_nothing(graph: Graph, tmp_path: Path) -> None:
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    rec = recorder(graph, tmp_path, ["/follower/joint_states"])
+    wait_for(subscribed(rec, "/follower/joint_states"))
+    assert graph.call("/recorder/start").success
+    for _ in range(20):
+        js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+    wait_for(lambda: rec.status()["messages"] >= 20)
+    assert graph.call("/recorder/stop").success
+    first = only_bag(tmp_path)
+    assert EpisodeMeta.from_strings(read_metadata_yaml(first)["custom_data"]).outcome == "unset"
+    assert not graph.call("/recorder/stop").success  # not recording: refused, says why
+
+    graph.set_params("recorder", outcome="failure")
+    assert graph.call("/recorder/start").success
+    for _ in range(20):
+        js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+    wait_for(lambda: rec.status()["messages"] >= 20)
+    discard = graph.call("/recorder/discard")
+    assert discard.success
+    assert [p for p in tmp_path.iterdir()] == [first]  # nothing else left behind
+    assert rec.get_parameter("outcome").value == ""  # the label did not leak to the next episode
+    client = AsyncParameterClient(graph.client, "recorder")
+    assert client.wait_for_services(timeout_sec=20)
+    future = client.set_parameters([Parameter("outcome", value="great")])
+    wait_for(future.done)
+    assert not future.result().results[0].successful
+
+
+def test_sequence_gaps_are_counted_as_drops(graph: Graph, tmp_path: Path) -> None:
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", QoSProfile(depth=500))
+    rec = recorder(graph, tmp_path, ["/follower/joint_states"], queue_depth=1)
+    wait_for(subscribed(rec, "/follower/joint_states"))
+    wait_for(lambda: js.get_subscription_count() >= 1)
+    assert graph.call("/recorder/start").success
+    js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))  # sequence 1: the baseline
+    wait_for(lambda: rec.status()["topics"]["/follower/joint_states"]["count"] == 1)
+    with rec._lock:  # the recorder stalls; its 1-deep queue overflows like an overloaded recorder
+        for _ in range(100):
+            js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+        time.sleep(1.0)
+    js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))  # sequence 102
+    wait_for(lambda: (t := rec.status()["topics"]["/follower/joint_states"])["count"] + t["drops"] == 102,
+             what="every sequence number accounted for")
+    assert graph.call("/recorder/stop").success
+    info = read_metadata_yaml(only_bag(tmp_path))
+    drops = EpisodeMeta.from_strings(info["custom_data"]).drops["/follower/joint_states"]
+    assert drops > 0 and info["message_count"] + drops == 102
+
+
+def _decode_pixels(data: bytes) -> int:
+    return timecode.decode(cv2.imdecode(np.frombuffer(bytes(data), np.uint8), cv2.IMREAD_COLOR))
+
+
+def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Path) -> None:
+    cam = graph.add(CameraNode(context=graph.context, parameter_overrides=[
+        Parameter("name", value="wrist"), Parameter("width", value=320), Parameter("height", value=240),
+        Parameter("fps", value=30.0), Parameter("latency_ms", value=80.0)]))
+    pubs = graph.add(Node("arm", context=graph.context))
+    arm = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    arm.publish(joint_state(JOINTS, [0.3] * 6, now_ns()))
+    rec = recorder(graph, tmp_path, ["/cameras/wrist/image/compressed"], cameras=["wrist"])
+    wait_for(subscribed(rec, "/cameras/wrist/image/compressed"))
+    assert graph.call("/recorder/start").success
+    wait_for(lambda: rec.status()["messages"] >= 30, what="30 frames")
+    assert graph.call("/recorder/stop").success
+    got, records, _ = read_mcap(only_bag(tmp_path))
+    frames = got["/cameras/wrist/image/compressed"]
+    assert len(frames) >= 30
+    offset = EpisodeMeta.from_strings(records[METADATA_RECORD]).clock_start["wall_ns"] - \
+        EpisodeMeta.from_strings(records[METADATA_RECORD]).clock_start["mono_ns"]
+    for m, decoded in frames:
+        stamp = decoded.header.stamp.sec * 10**9 + decoded.header.stamp.nanosec
+        assert abs(stamp - _decode_pixels(decoded.data)) <= 1_000_000  # within 1 ms of true capture
+        assert m.publish_time == stamp
+        assert (m.log_time - offset) - stamp >= 75_000_000  # received ≥ the pipeline latency later
+    assert cam.drops.dropped == 0
+
+
+def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp_path: Path) -> None:
+    small = [Parameter("width", value=320), Parameter("height", value=240), Parameter("fps", value=20.0)]
+    stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [
+        Parameter("name", value="stall"), Parameter("stall_at_s", value=1.0), Parameter("stall_s", value=1.5)]))
+    graph.add(CameraNode("camera_skew", context=graph.context, parameter_overrides=small + [
+        Parameter("name", value="skew"), Parameter("stamp_offset_ms", value=-40.0)]))
+    rec = recorder(graph, tmp_path, ["/cameras/stall/image/compressed", "/cameras/skew/image/compressed"],
+                   cameras=["stall", "skew"])
+    wait_for(subscribed(rec, "/cameras/stall/image/compressed", "/cameras/skew/image/compressed"))
+    assert graph.call("/recorder/start").success
+    wait_for(lambda: stall.drops.dropped > 0 and stall.drops.frames > stall.drops.dropped // 2 + 10,
+             timeout=40, what="frames after the stall")
+    assert graph.call("/recorder/stop").success
+    got, _, _ = read_mcap(only_bag(tmp_path))
+    stamps = [m.publish_time for m, _ in got["/cameras/stall/image/compressed"]]
+    assert max(np.diff(stamps)) >= 1.4e9  # the 1.5 s stall is a visible gap in the recorded stamps
+    assert stall.drops.dropped >= 25  # 1.5 s at 20 fps ≈ 29 frames never captured
+    for m, decoded in got["/cameras/skew/image/compressed"]:
+        assert abs((m.publish_time - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
+
+
+_RECORDER_CMD = [sys.executable, "-c", "from teleop_flywheel.nodes.recorder import main; main()"]
+
+
+def test_kill_9_recorder_then_recover_loses_at_most_one_second(graph: Graph, tmp_path: Path) -> None:
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    proc = subprocess.Popen(_RECORDER_CMD + ["--ros-args", "-p", f"output_dir:={tmp_path}",
+                                             "-p", "topics:=[/follower/joint_states]", "-p", "auto_start:=true",
+                                             "-p", "discovery_period_s:=0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    try:
+        wait_for(lambda: js.get_subscription_count() >= 1, timeout=60, what="recorder process subscribed")
+        last_stamp = 0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            last_stamp = now_ns()
+            js.publish(joint_state(JOINTS, [0.0] * 6, last_stamp))
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    bag = only_bag(tmp_path)
+    assert not (bag / "metadata.yaml").exists()
+    report = recover(bag)
+    assert report.messages > 100
+    got, records, _ = read_mcap(bag)
+    last_recorded = max(m.publish_time for m, _ in got["/follower/joint_states"])
+    assert (last_stamp - last_recorded) / 1e9 <= 1.0
+    assert EpisodeMeta.from_strings(records[METADATA_RECORD]).extra["recovered"]["from"] == "start record"
+
+
+def test_full_disk_stops_episode_with_path_and_keeps_earlier_bag(graph: Graph, tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN): {res.stderr.strip()}")
+    try:
+        pubs = graph.add(Node("publishers", context=graph.context))
+        img = pubs.create_publisher(CompressedImage, "/cameras/noise/image/compressed", STREAM_QOS)
+        rec = recorder(graph, disk, ["/cameras/noise/image/compressed"], cameras=["noise"], max_chunk_age_s=0.1)
+        wait_for(subscribed(rec, "/cameras/noise/image/compressed"))
+
+        def burst(n: int) -> None:
+            for _ in range(n):
+                m = CompressedImage(format="jpeg", data=os.urandom(30_000))
+                fill_stamp(m.header.stamp, now_ns())
+                img.publish(m)
+                time.sleep(0.002)
+
+        assert graph.call("/recorder/start").success
+        burst(5)
+        wait_for(lambda: rec.status()["messages"] >= 5)
+        assert graph.call("/recorder/stop").success
+        first = only_bag(disk)
+        first_bytes = {p.name: p.read_bytes() for p in first.iterdir()}
+        assert graph.call("/recorder/start").success
+        second = Path(rec.status()["bag"])
+        burst(150)  # 4.5 MB of incompressible images into what is left of 2 MB
+        status = wait_for(lambda: (s := rec.status())["state"] == "error" and s, what="disk-full error")
+        assert "disk full" in status["error"] and str(second) in status["error"]
+        assert {p.name: p.read_bytes() for p in first.iterdir()} == first_bytes
+        with AnyReader([first]) as reader:
+            assert reader.message_count == 5
+        assert not graph.call("/recorder/stop").success  # the episode was already stopped by the error
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
