@@ -147,7 +147,7 @@ class LeRobotDataset:
     # ------------------------------------------------------------------ data
     def read_table(self, columns: list[str]) -> pa.Table:
         """The named data columns over all data files, concatenated in file order."""
-        missing = [c for c in columns if c not in self._data_schema().names]
+        missing = [c for c in columns if c not in self.data_schema().names]
         if missing:
             raise DatasetError(f"{self.root}: data files have no column(s) {', '.join(missing)}")
         tables = []
@@ -158,7 +158,7 @@ class LeRobotDataset:
                 raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
         return pa.concat_tables(tables)
 
-    def _data_schema(self) -> pa.Schema:
+    def data_schema(self) -> pa.Schema:
         path = self.data_files()[0]
         try:
             return pq.read_schema(path)
@@ -166,7 +166,7 @@ class LeRobotDataset:
             raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
 
     def has_column(self, name: str) -> bool:
-        return name in self._data_schema().names
+        return name in self.data_schema().names
 
     def column(self, name: str) -> np.ndarray:
         """One data column as numpy: (frames,) for scalars, (frames, dims) for vectors. Cached."""
