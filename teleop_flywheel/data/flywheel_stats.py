@@ -198,9 +198,10 @@ def format_text(s: FlywheelStats) -> str:
                      f"{100 * share:>5.0f}%  {r.by_trigger or '-'} / {r.by_operator or '-'}")
     if s.current_checkpoint:
         c = s.current
+        week_rate = c["latest_week_interventions_per_episode"]
         lines += ["", f"current checkpoint {s.current_checkpoint}: {c['interventions_per_episode']:.2f} interventions"
                   f"/episode over {c['episodes']} episodes ({100 * c['share_with_intervention']:.0f} % with one);"
-                  f" week {c['latest_week']}: {c['latest_week_interventions_per_episode']}"]
+                  f" week {c['latest_week']}: " + ("?" if week_rate is None else f"{week_rate:.2f}/episode")]
     lines += ["", "episodes per task: " + ", ".join(f"{t}: {n}" for t, n in s.episodes_per_task.items()),
               "episodes per operator: " + ", ".join(f"{t}: {n}" for t, n in s.episodes_per_operator.items()),
               f"start-state clusters ({s.cluster_rule}):"]

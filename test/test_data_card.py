@@ -1,0 +1,71 @@
+"""card: counts equal the validator report's and the dataset's; foreign READMEs are kept."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from data_fixtures import read_episodes
+from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.card import MARKER, read_validation
+from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+
+REPORT = {
+    "episodes": [
+        {"id": "e0", "status": "PASS", "reasons": []},
+        {"id": "e1", "status": "FAIL", "reasons": [{"code": "FRAME_GAP", "detail": "4.1 s"},
+                                                   {"code": "DEAD_AIR", "detail": "40 s"}]},
+        {"id": "e2", "status": "FAIL", "reasons": [{"code": "DEAD_AIR"}]},
+        {"id": "e3", "status": "FAIL", "reasons": [{"code": "OUTCOME_UNSET"}]},
+        {"id": "e4", "status": "PASS", "reasons": []},
+    ],
+}
+
+
+def test_card_counts_equal_the_validators(tmp_path: Path) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=12, min_length=20, max_length=30, seed=9)).root
+    entries = REPORT["episodes"] * 3
+    (tmp_path / "val.json").write_text(json.dumps({"episodes": entries}))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    card = (root / "README.md").read_text()
+    failed = [e for e in entries if e["status"] == "FAIL"]
+    reasons = Counter(r["code"] for e in failed for r in e["reasons"])
+    assert f"| {len(entries)} | {len(failed)} | {len(entries) - len(failed)} | 12 |" in card
+    for code, n in reasons.items():
+        assert f"| {code} | {n} |" in card
+    assert f"Rejection rate {100 * len(failed) / len(entries):.1f} %" in card
+    eps = read_episodes(root)
+    for op, n in eps["operator"].value_counts().items():
+        assert f"| {op} | {n} |" in card
+    assert "| pick the brick | 12 |" in card
+    assert "must not be used for" in card
+    summary = read_validation(tmp_path / "val.json")
+    assert (summary.recorded, summary.rejected, summary.reasons) == (15, 9, dict(reasons))
+
+
+def test_no_rejections_is_said_loudly(tmp_path: Path) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30)).root
+    (tmp_path / "val.json").write_text(json.dumps([{"id": "x", "passed": True}] * 3))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    assert "the checks are not checking" in (root / "README.md").read_text()
+
+
+def test_foreign_readme_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30, episode_metadata=False)).root
+    (root / "README.md").write_text("# somebody's card\n")
+    assert cli_main(["card", str(root)]) == 1
+    assert "was not written by" in capsys.readouterr().err
+    assert cli_main(["card", str(root), "--force"]) == 0
+    text = (root / "README.md").read_text()
+    assert text.startswith(MARKER) and "recorded and rejected counts are unknown" in text
+    assert "Collection method not recorded" in text
+    assert cli_main(["card", str(root)]) == 0  # our own card is regenerated
+
+
+def test_bad_report_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30)).root
+    (tmp_path / "val.json").write_text(json.dumps({"summary": {}}))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 1
+    assert "no per-episode list" in capsys.readouterr().err
