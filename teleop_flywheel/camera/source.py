@@ -9,6 +9,7 @@ import cv2
 import numpy as np
 
 SOURCES = ("synthetic", "v4l2")
+DROP_GAP_PERIODS = 1.5
 
 
 class CameraError(RuntimeError):
@@ -86,3 +87,27 @@ def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float
     from teleop_flywheel.camera.v4l2 import V4L2Source
 
     return V4L2Source(config)
+
+
+class DropCounter:
+    """Frames missing between consecutive stamps (gap > 1.5 periods → round(gap/period) − 1)."""
+
+    def __init__(self, period_ns: int) -> None:
+        self.period_ns = period_ns
+        self.last_ns: int | None = None
+        self.dropped = 0
+        self.frames = 0
+        self.max_gap_ns = 0
+
+    def add(self, stamp_ns: int) -> int:
+        """Count one frame; returns how many were dropped right before it."""
+        self.frames += 1
+        lost = 0
+        if self.last_ns is not None:
+            gap = stamp_ns - self.last_ns
+            self.max_gap_ns = max(self.max_gap_ns, gap)
+            if gap > DROP_GAP_PERIODS * self.period_ns:
+                lost = max(1, round(gap / self.period_ns) - 1)
+                self.dropped += lost
+        self.last_ns = stamp_ns
+        return lost

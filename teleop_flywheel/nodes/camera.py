@@ -16,38 +16,12 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
 
 from teleop_flywheel.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source
+from teleop_flywheel.camera.source import DropCounter
 from teleop_flywheel.clock import fill_stamp, now_ns
 from teleop_flywheel.nodes.common import IMAGE_QOS, STREAM_QOS, diag_array, diag_status, spin_node
 
-DROP_GAP_PERIODS = 1.5
-
-
 def image_topic(name: str) -> str:
     return f"/cameras/{name}/image/compressed"
-
-
-class DropCounter:
-    """Frames missing between consecutive stamps (gap > 1.5 periods → gap/period − 1 dropped)."""
-
-    def __init__(self, period_ns: int) -> None:
-        self.period_ns = period_ns
-        self.last_ns: int | None = None
-        self.dropped = 0
-        self.frames = 0
-        self.max_gap_ns = 0
-
-    def add(self, stamp_ns: int) -> int:
-        """Count one frame; returns how many were dropped right before it."""
-        self.frames += 1
-        lost = 0
-        if self.last_ns is not None:
-            gap = stamp_ns - self.last_ns
-            self.max_gap_ns = max(self.max_gap_ns, gap)
-            if gap > DROP_GAP_PERIODS * self.period_ns:
-                lost = max(1, round(gap / self.period_ns) - 1)
-                self.dropped += lost
-        self.last_ns = stamp_ns
-        return lost
 
 
 class CameraNode(Node):

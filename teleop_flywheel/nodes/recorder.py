@@ -28,8 +28,10 @@ from typing import Any
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.subscription import Subscription
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -128,6 +130,13 @@ class RecorderNode(Node):
         self.add_on_set_parameters_callback(self._check_params)
 
         self._lock = threading.RLock()
+        # Raw subscriptions live on a private node that no executor spins: one thread waits on
+        # them and drains every ready queue (3–4× less CPU per message than executor dispatch).
+        self._sub_node: Node | None = Node(f"{self.get_name()}_raw", namespace=self.get_namespace(), context=self.context,
+                              start_parameter_services=False)
+        self._subs: list[tuple[Subscription, _Topic]] = []
+        self._stop = threading.Event()
+        self._take_thread = threading.Thread(target=self._take_loop, name="recorder-take", daemon=True)
         self._topics: dict[str, _Topic] = {}
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
         self._bag: BagWriter | None = None
@@ -148,6 +157,7 @@ class RecorderNode(Node):
         self.create_service(Trigger, "~/discard", self._srv_discard)
         self.create_timer(float(param("discovery_period_s", 0.5, "graph discovery period")), self._discover)
         self.create_timer(float(param("status_period_s", 0.5, "status/diagnostics period")), self._publish_status)
+        self._take_thread.start()
         self._discover()
         if bool(param("auto_start", False, "start an episode as soon as the node is up")):
             self.start_episode()
@@ -206,8 +216,10 @@ class RecorderNode(Node):
             self._topics[topic] = entry
             if self._bag is not None:
                 self._add_to_bag(self._bag, entry)
-        self.create_subscription(msg_class, topic, lambda data, info, e=entry: self._on_message(e, data, info),
-                                 qos, raw=True)
+        if self._sub_node is None:  # closed
+            return
+        sub = self._sub_node.create_subscription(msg_class, topic, lambda _d, _i: None, qos, raw=True)
+        self._subs = self._subs + [(sub, entry)]
         self.get_logger().info(f"recording {topic} [{type_name}] {'reliable' if reliable else 'best_effort'}"
                                f"{' transient_local' if latched else ''}")
 
@@ -215,6 +227,33 @@ class RecorderNode(Node):
         bag.add_topic(entry.name, entry.type, qos=entry.offered)
 
     # -- the hot path -----------------------------------------------------------------------------
+
+    def _take_loop(self) -> None:
+        wait_set = None
+        size = 0
+        while not self._stop.is_set():
+            subs = self._subs
+            if not subs:
+                self._stop.wait(0.05)
+                continue
+            try:
+                if wait_set is None or size != len(subs):
+                    wait_set, size = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, self.context.handle), len(subs)
+                wait_set.clear_entities()
+                for sub, _entry in subs:
+                    wait_set.add_subscription(sub.handle)
+                wait_set.wait(100_000_000)
+                ready = wait_set.get_ready_entities("subscription")
+                for sub, entry in subs:
+                    if sub.handle.pointer not in ready:
+                        continue
+                    while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
+                        self._on_message(entry, taken[0], taken[1])
+            except Exception as exc:  # context shut down under us (process exit): stop quietly
+                if self._stop.is_set() or not self.context.ok():
+                    return
+                self.get_logger().error(f"recorder take loop: {exc!r}")
+                self._stop.wait(0.1)
 
     def _on_message(self, entry: _Topic, data: bytes, info: dict[str, Any]) -> None:
         gid = info.get("publisher_gid") or {}
@@ -475,12 +514,19 @@ class RecorderNode(Node):
              "missing_topics": ",".join(s["missing_topics"]), "disk_free_bytes": s["disk_free_bytes"]})]))
 
     def close(self) -> None:
-        """Stop cleanly: an open episode is saved (outcome as set, else unset)."""
+        """Stop cleanly: an open episode is saved (outcome as set, else unset). Idempotent."""
+        self._stop.set()
+        if self._take_thread.is_alive() and self._take_thread is not threading.current_thread():
+            self._take_thread.join(timeout=5.0)
         if self._bag is not None:
             try:
                 self.stop_episode()
             except RuntimeError as exc:
                 self.get_logger().error(str(exc))
+        if self._sub_node is not None:
+            self._subs = []
+            self._sub_node.destroy_node()
+            self._sub_node = None
 
 
 def main() -> int:

@@ -1,0 +1,123 @@
+"""Camera sources without ROS: pixel timecode through JPEG/AV1/h264, synthetic timing and faults."""
+from __future__ import annotations
+
+import io
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from teleop_flywheel.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
+from teleop_flywheel.camera.source import DropCounter
+from teleop_flywheel.camera.synthetic import SyntheticSource
+from teleop_flywheel.clock import now_ns
+
+
+def _jpeg_round_trip(image: np.ndarray, quality: int) -> np.ndarray:
+    return cv2.imdecode(np.frombuffer(encode_jpeg(image, quality), np.uint8), cv2.IMREAD_COLOR)
+
+
+def _source(**kw: object) -> SyntheticSource:
+    return SyntheticSource(CameraConfig(width=320, height=240, **kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("quality", [30, 75, 95])
+def test_timecode_survives_jpeg(quality: int) -> None:
+    src = _source()
+    src.close()
+    for value in (0, 1, 123_456_789_012, 2**63 - 1):
+        assert timecode.decode(_jpeg_round_trip(src.render(value), quality)) == value
+
+
+@pytest.mark.parametrize("codec,options", [("libsvtav1", {"crf": "30", "g": "2"}), ("libx264", {"crf": "30", "g": "2"})])
+def test_timecode_survives_lossy_video(codec: str, options: dict[str, str]) -> None:
+    src = SyntheticSource(CameraConfig(width=640, height=480))
+    src.close()
+    values = [9_876_543_210 + i * 33_333_333 for i in range(8)]
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream(codec, rate=30)
+        stream.width, stream.height, stream.pix_fmt, stream.options = 640, 480, "yuv420p", options
+        for i, value in enumerate(values):
+            src._arm_state = lambda i=i: {"shoulder_lift": 0.1 * i, "elbow_flex": -0.05 * i}
+            for packet in stream.encode(av.VideoFrame.from_ndarray(src.render(value), format="bgr24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    buf.seek(0)
+    with av.open(buf) as inp:
+        decoded = [timecode.decode(f.to_ndarray(format="bgr24")) for f in inp.decode(video=0)]
+    assert decoded == values
+
+
+def test_damaged_or_missing_timecode_is_refused() -> None:
+    src = _source()
+    src.close()
+    image = src.render(42)
+    block = timecode.DEFAULT_BLOCK
+    image[:block, 10 * block:11 * block] = 255 - image[:block, 10 * block:11 * block]  # flip one value bit
+    with pytest.raises(timecode.TimecodeError, match="CRC"):
+        timecode.decode(image)
+    with pytest.raises(timecode.TimecodeError, match="sync"):
+        timecode.decode(np.full((240, 320, 3), 128, np.uint8))
+    with pytest.raises(ValueError, match="too small"):
+        timecode.encode(np.zeros((16, 64, 3), np.uint8), 1)
+
+
+def test_scene_shows_the_arm_pose() -> None:
+    src = _source()
+    src.close()
+    src._arm_state = lambda: {"shoulder_lift": 0.0}
+    a = src.render(1)
+    src._arm_state = lambda: {"shoulder_lift": 1.0, "gripper": 1.5}
+    b = src.render(1)
+    top = timecode.strip_height(320, 240)
+    assert np.abs(a[top:].astype(int) - b[top:].astype(int)).sum() > 10_000
+    assert np.array_equal(a[:top], b[:top])  # same capture time: same code
+
+
+def test_synthetic_latency_stamps_capture_not_delivery() -> None:
+    src = _source(fps=30.0, latency_ms=60.0)
+    try:
+        for _ in range(5):
+            frame = src.read(timeout_s=5)
+            delivered = now_ns()
+            assert frame is not None
+            assert timecode.decode(_jpeg_round_trip(frame.image, 90)) == frame.stamp_ns
+            assert delivered - frame.stamp_ns >= 59_000_000  # the stamp says captured, not delivered
+    finally:
+        src.close()
+
+
+def test_synthetic_stall_and_offset_faults() -> None:
+    src = _source(fps=30.0, stall_at_s=0.3, stall_s=0.6, stamp_offset_ms=25.0)
+    counter = DropCounter(src.config.period_ns)
+    stamps = []
+    try:
+        while len(stamps) < 40:
+            frame = src.read(timeout_s=5)
+            assert frame is not None
+            assert frame.stamp_ns - timecode.decode(frame.image) == 25_000_000
+            stamps.append(frame.stamp_ns)
+            counter.add(frame.stamp_ns)
+    finally:
+        src.close()
+    assert max(np.diff(stamps)) >= 0.55e9
+    assert counter.dropped >= 14  # ≈ 0.6 s × 30 fps never captured
+    assert counter.max_gap_ns >= 0.55e9
+
+
+def test_drop_counter() -> None:
+    c = DropCounter(33_333_333)
+    assert [c.add(t) for t in (0, 33_333_333, 66_666_666, 100_000_000 + 33_333_333 * 3)] == [0, 0, 0, 3]
+    assert c.dropped == 3 and c.frames == 4
+
+
+def test_config_and_v4l2_errors_name_the_problem() -> None:
+    with pytest.raises(ValueError, match="source"):
+        CameraConfig(source="usb")
+    with pytest.raises(ValueError, match="jpeg_quality"):
+        CameraConfig(jpeg_quality=0)
+    with pytest.raises(CameraError, match="/dev/video97"):
+        open_source(CameraConfig(source="v4l2", device="/dev/video97"))
