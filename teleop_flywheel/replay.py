@@ -313,11 +313,17 @@ def serve_foxglove(
 
 # -- ROS --------------------------------------------------------------------------------
 
-def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False) -> int:
-    """Publish every message of the bag onto the ROS graph with original timing."""
+def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False, wait_for_subscribers: int = 0,
+                  wait_timeout_s: float = 30.0) -> int:
+    """Publish every message of the bag onto the ROS graph with original timing.
+
+    With `wait_for_subscribers=N`, playback starts only once every topic has N matched
+    subscriptions (or after `wait_timeout_s`), so nothing is sent before discovery.
+    """
     import importlib
 
     import rclpy
+    from rclpy.duration import Duration
     from rclpy.node import Node
 
     from teleop_flywheel.nodes.common import STREAM_QOS
@@ -334,6 +340,11 @@ def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False) -> 
             publishers[cid] = node.create_publisher(msg_class(ch.schema_name), ch.topic, STREAM_QOS)
         except (ImportError, AttributeError, ValueError) as exc:
             print(f"replay: skipping {ch.topic}: message type {ch.schema_name} not installed ({exc})", file=sys.stderr)
+    deadline = time.monotonic() + wait_timeout_s
+    while wait_for_subscribers > 0 and time.monotonic() < deadline and any(
+        pub.get_subscription_count() < wait_for_subscribers for pub in publishers.values()
+    ):
+        time.sleep(0.05)
     player = Player(source, lambda m: publishers[m.channel_id].publish(m.data) if m.channel_id in publishers else None,
                     speed=speed, loop=loop)
     try:
@@ -345,6 +356,8 @@ def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False) -> 
         pass
     finally:
         player.stop()
+        for pub in publishers.values():  # let reliable subscribers receive the tail
+            pub.wait_for_all_acked(Duration(seconds=2))
         node.destroy_node()
         rclpy.shutdown()
     print(f"replay: published {player.emitted} of {source.message_count} messages from {source.path}")
@@ -362,6 +375,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8765, help="Foxglove port (default 8765)")
     parser.add_argument("--loop", action="store_true", help="start over at the end")
     parser.add_argument("--paused", action="store_true", help="(Foxglove) start paused; press play in the app")
+    parser.add_argument("--wait-for-subscribers", type=int, default=0, metavar="N",
+                        help="(ROS) start once every topic has N subscribers (at most 30 s)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -382,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
               f"(Foxglove: Open connection → Foxglove WebSocket); Ctrl-C to stop", flush=True)
         try:
             if args.ros:
-                republish_ros(source, args.rate, args.loop)
+                republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)
             while session.thread.is_alive():
                 session.thread.join(0.2)
         except KeyboardInterrupt:
@@ -390,4 +405,4 @@ def run(args: argparse.Namespace) -> int:
         finally:
             session.stop()
         return 0
-    return republish_ros(source, args.rate, args.loop)
+    return republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)
