@@ -28,8 +28,6 @@ DATA_DIR = "data"
 SUPPORTED_VERSIONS = ("v3.0",)
 STATE = "observation.state"
 ACTION = "action"
-# Columns LeRobot adds to every frame; not robot signals.
-BOOKKEEPING = ("index", "episode_index", "frame_index", "timestamp", "task_index")
 
 
 class DatasetError(ValueError):
@@ -110,10 +108,6 @@ class LeRobotDataset:
     @property
     def robot_type(self) -> str:
         return str(self.info.get("robot_type") or "")
-
-    @property
-    def numeric_features(self) -> list[str]:
-        return [n for n, f in self.features.items() if not f.is_visual and f.dtype not in ("string",)]
 
     def joint_names(self, feature: str) -> list[str]:
         f = self.features[feature]
