@@ -84,7 +84,8 @@ class CameraNode(Node):
             msg.data = encode_jpeg(frame.image, self.config.jpeg_quality)
             lost = self.drops.add(frame.stamp_ns)
             if lost:
-                self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}")
+                self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}",
+                                          throttle_duration_sec=1.0)
             self._pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:
