@@ -37,7 +37,7 @@ setup(
         "numpy",
         "pyyaml",
         "pyserial",
-        "mcap",
+        "mcap>=1.6",  # Writer.flush(): chunks closed on time (crash safety)
         "mcap-ros2-support",
         "zstandard",
         "lz4",
