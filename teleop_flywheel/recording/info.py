@@ -136,17 +136,18 @@ def format_info(info: BagInfo) -> str:
     if info.episode:
         e = info.episode
         lines.append("Episode:")
-        for key in ("episode_name", "task", "operator", "rig_id", "robot_type", "session_kind", "outcome",
-                    "attempts", "failure_label", "policy_checkpoint", "cameras", "ptp_offset_ns",
-                    "software_version"):
-            lines.append(f"  {key + ':':<{label - 2}}{e.get(key)}")
-        lines.append(f"  {'interventions:':<{label - 2}}" + (", ".join(
+        keys = ("episode_name", "task", "operator", "rig_id", "robot_type", "session_kind", "outcome",
+                "attempts", "failure_label", "policy_checkpoint", "cameras", "ptp_offset_ns", "software_version")
+        w = max(len(k) for k in keys) + 2
+        for key in keys:
+            lines.append(f"  {key + ':':<{w}}{e.get(key)}")
+        lines.append(f"  {'interventions:':<{w}}" + (", ".join(
             f"#{i['id']} {i.get('trigger') or 'UNLABELLED'}" for i in e["interventions"]) or "none"))
-        lines.append(f"  {'drops:':<{label - 2}}" + (", ".join(f"{k}={v}" for k, v in e["drops"].items()) or "none"))
+        lines.append(f"  {'drops:':<{w}}" + (", ".join(f"{k}={v}" for k, v in e["drops"].items()) or "none"))
         if e.get("clock_start") and e.get("clock_end"):
             drift = (e["clock_end"]["wall_ns"] - e["clock_end"]["mono_ns"]) - (
                 e["clock_start"]["wall_ns"] - e["clock_start"]["mono_ns"])
-            lines.append(f"  {'clock drift:':<{label - 2}}{drift / 1e6:.3f} ms (wall vs monotonic over the episode)")
+            lines.append(f"  {'clock drift:':<{w}}{drift / 1e6:.3f} ms (wall vs monotonic over the episode)")
     for w in info.warnings:
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
