@@ -5,7 +5,9 @@ import os
 
 import pytest
 
-from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
+import argparse
+
+from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 
 
 def square_with_pid(x: int) -> tuple[int, int]:
@@ -74,3 +76,14 @@ def test_ray_gives_identical_results(monkeypatch: pytest.MonkeyPatch) -> None:
             parallel_map(fail_on_three, ITEMS, executor="ray")
     finally:
         ray.shutdown()
+
+
+def test_cli_arguments_feed_parallel_map() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments_to(parser)
+    args = parser.parse_args(["--workers", "2"])
+    assert (args.workers, args.executor) == (2, "local")
+    out = parallel_map(square_with_pid, ITEMS, workers=args.workers, executor=args.executor)
+    assert [v for v, _ in out] == EXPECTED
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--executor", "dask"])

@@ -7,6 +7,7 @@ so a report never depends on which executor produced it. Ray is imported only wh
 """
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -31,6 +32,14 @@ class ParallelJobError(RuntimeError):
 
 def default_workers() -> int:
     return os.cpu_count() or 1
+
+
+def add_arguments_to(parser: argparse.ArgumentParser) -> None:
+    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags."""
+    parser.add_argument("--workers", type=int, default=None,
+                        help="parallel jobs (default: one per CPU; 1 runs inline)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="local process pool (default) or Ray tasks on the cluster at $RAY_ADDRESS")
 
 
 def parallel_map(
