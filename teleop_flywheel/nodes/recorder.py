@@ -39,7 +39,7 @@ from std_srvs.srv import Trigger
 from teleop_flywheel import __version__
 from teleop_flywheel.clock import ClockMapping, now_ns, sample_mapping
 from teleop_flywheel.episode import EpisodeMeta, Intervention
-from teleop_flywheel.nodes.common import LATCHED_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.nodes.common import diag_array, diag_status, spin_node
 from teleop_flywheel.recording import msgdefs
 from teleop_flywheel.recording.bag_writer import BagExistsError, BagError, BagWriter, DiskFullError
 from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
