@@ -30,6 +30,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
+        (f"share/{PACKAGE}/config/calibration", glob("config/calibration/*.yaml")),
     ],
     package_data={PACKAGE: ["py.typed"]},
     python_requires=">=3.10",
