@@ -143,6 +143,20 @@ class _Framer:
     def clear(self) -> None:
         self._buf.clear()
 
+    def _complete_frame_after(self, start: int) -> int | None:
+        """Offset of the first complete, checksum-valid frame at or after `start`, if any."""
+        buf = self._buf
+        pos = buf.find(HEADER, start)
+        while pos >= 0:
+            if pos + 4 <= len(buf):
+                length = buf[pos + 3]
+                end = pos + length + 4
+                if buf[pos + 2] != 0xFF and 2 <= length <= MAX_PACKET_LEN and end <= len(buf) \
+                        and buf[end - 1] == checksum(buf[pos + 2:end - 1]):
+                    return pos
+            pos = buf.find(HEADER, pos + 1)
+        return None
+
     def _next_frame(self) -> tuple[int, int, bytes] | None:
         """(id, byte 4 = INST/ERR, params) of the next valid frame, or None if incomplete."""
         buf = self._buf
@@ -167,7 +181,14 @@ class _Framer:
                 continue
             total = length + 4
             if len(buf) < total:
-                return None
+                # Noise that looks like a header with a long length must not swallow a real
+                # packet behind it: if a complete valid frame starts later, skip to it.
+                later = self._complete_frame_after(1)
+                if later is None:
+                    return None
+                self.skipped_bytes += later
+                del buf[:later]
+                continue
             frame = bytes(buf[:total])
             if frame[-1] != checksum(frame[2:-1]):
                 self.bad_checksums += 1

@@ -1,0 +1,231 @@
+"""Feetech codec, bus and simulator — against the vendor SDK and through real pseudo-terminals."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from teleop_flywheel.feetech import protocol as p
+from teleop_flywheel.feetech.bus import BusTimeout, FeetechBus, PortUnavailable, ServoError
+from teleop_flywheel.feetech.control_table import register
+from teleop_flywheel.feetech.sim import Faults, SimulatedArm, parse_fault
+
+scs = pytest.importorskip("scservo_sdk")
+
+
+# -- codec ----------------------------------------------------------------------------------
+
+def test_spec_example_read_packet() -> None:
+    assert p.read(1, 56, 2) == bytes.fromhex("FF FF 01 04 02 38 02 BE")
+
+
+class _CapturePort:
+    """A vendor-SDK PortHandler stand-in that keeps the bytes the SDK writes."""
+
+    def __init__(self) -> None:
+        self.sent = bytearray()
+        self.is_using = False
+        self.tx_time_per_byte = 0.01
+
+    def clearPort(self) -> None:  # noqa: N802 - vendor SDK interface
+        pass
+
+    def writePort(self, packet: list[int]) -> int:  # noqa: N802
+        self.sent += bytes(packet)
+        return len(packet)
+
+    def readPort(self, length: int) -> list[int]:  # noqa: N802
+        return []
+
+    def setPacketTimeout(self, n: int) -> None:  # noqa: N802
+        pass
+
+    def isPacketTimeout(self) -> bool:  # noqa: N802
+        return True
+
+
+def _sdk_bytes(call) -> bytes:
+    port = _CapturePort()
+    call(scs.PacketHandler(0), port)
+    return bytes(port.sent)
+
+
+def test_codec_bytes_equal_vendor_sdk() -> None:
+    assert p.ping(3) == _sdk_bytes(lambda ph, port: ph.ping(port, 3))
+    assert p.read(2, 56, 2) == _sdk_bytes(lambda ph, port: ph.readTx(port, 2, 56, 2))
+    assert p.write(4, 42, p.encode_value(3000, 2)) == _sdk_bytes(
+        lambda ph, port: ph.writeTxOnly(port, 4, 42, 2, [3000 & 0xFF, 3000 >> 8]))
+    assert p.reg_write(5, 40, b"\x01") == _sdk_bytes(lambda ph, port: ph.regWriteTxOnly(port, 5, 40, 1, [1]))
+    assert p.action(p.BROADCAST_ID) == _sdk_bytes(lambda ph, port: ph.action(port, p.BROADCAST_ID))
+    assert p.sync_read(56, 2, [1, 2, 3]) == _sdk_bytes(lambda ph, port: ph.syncReadTx(port, 56, 2, [1, 2, 3], 3))
+    values = {1: 100, 2: 4000}
+    param = [b for sid, v in values.items() for b in (sid, v & 0xFF, v >> 8)]
+    assert p.sync_write(42, 2, values) == _sdk_bytes(lambda ph, port: ph.syncWriteTxOnly(port, 42, 2, param, len(param)))
+
+
+def test_sign_magnitude_matches_vendor_sdk() -> None:
+    for value in (-2047, -1, 0, 1, 2047):
+        assert p.to_sign_magnitude(value, 11) == scs.SCS_TOSCS(value, 11)
+        assert p.from_sign_magnitude(scs.SCS_TOSCS(value, 15), 15) == value
+
+
+@given(st.binary(max_size=200), st.integers(1, 6), st.binary(max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_parser_never_raises_and_finds_the_next_valid_packet(noise: bytes, sid: int, data: bytes) -> None:
+    parser = p.StatusParser()
+    parser.feed(noise)
+    while parser.next() is not None:  # whatever the noise happens to contain
+        pass
+    good = p.status(sid, 0, data)
+    parser.feed(good)
+    found = []
+    while (s := parser.next()) is not None:
+        found.append(s)
+    assert p.Status(sid, 0, data) in found
+
+
+def test_parser_reports_skipped_bytes_and_bad_checksums() -> None:
+    parser = p.StatusParser()
+    bad = bytearray(p.status(2, 0, b"\x10\x20"))
+    bad[-1] ^= 0xFF
+    parser.feed(b"\x00\x13\x37" + bytes(bad) + p.status(3, 0x20, b"\x01\x02"))
+    assert parser.next() == p.Status(3, 0x20, b"\x01\x02")
+    assert parser.bad_checksums == 1 and parser.skipped_bytes >= 3
+
+
+def test_truncated_packet_waits_for_the_rest() -> None:
+    parser = p.StatusParser()
+    pkt = p.status(1, 0, b"\xaa\xbb")
+    parser.feed(pkt[:5])
+    assert parser.next() is None
+    parser.feed(pkt[5:])
+    assert parser.next() == p.Status(1, 0, b"\xaa\xbb")
+
+
+# -- vendor SDK against the simulator ------------------------------------------------------
+
+def test_vendor_sdk_drives_the_simulator() -> None:
+    with SimulatedArm("follower") as arm:
+        port = scs.PortHandler(arm.port)
+        assert port.openPort() and port.setBaudRate(1_000_000)
+        ph = scs.PacketHandler(0)
+        model, result, error = ph.ping(port, 1)
+        assert (model, result, error) == (777, scs.COMM_SUCCESS, 0)
+        assert ph.write1ByteTxRx(port, 3, register("Torque_Enable").address, 1)[0] == scs.COMM_SUCCESS
+        writer = scs.GroupSyncWrite(port, ph, register("Goal_Position").address, 2)
+        for sid in range(1, 7):
+            writer.addParam(sid, [3000 & 0xFF, 3000 >> 8])
+        assert writer.txPacket() == scs.COMM_SUCCESS
+        time.sleep(0.5)
+        reader = scs.GroupSyncRead(port, ph, register("Present_Position").address, 2)
+        for sid in range(1, 7):
+            reader.addParam(sid)
+        assert reader.txRxPacket() == scs.COMM_SUCCESS
+        positions = {sid: reader.getData(sid, register("Present_Position").address, 2) for sid in range(1, 7)}
+        assert abs(positions[3] - 3000) < 30  # torque on: moved to the goal
+        assert abs(positions[1] - 3000) > 500  # torque off: did not move
+        value, result, _ = ph.read2ByteTxRx(port, 1, register("Model_Number").address)
+        assert (value, result) == (777, scs.COMM_SUCCESS)
+        port.closePort()
+
+
+# -- our bus against the simulator ---------------------------------------------------------
+
+def test_bus_reads_with_source_stamps_and_moves_servos() -> None:
+    with SimulatedArm("follower") as arm, FeetechBus(arm.port) as bus:
+        assert bus.ping(1) == 777
+        for sid in range(1, 7):
+            bus.write_register(sid, "Torque_Enable", 1)
+        bus.sync_write_register("Goal_Position", {sid: 2500 for sid in range(1, 7)})
+        time.sleep(0.4)
+        before = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        reading = bus.sync_read_register("Present_Position", range(1, 7))
+        after = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        assert before <= reading.stamp_ns <= after
+        assert all(abs(v - 2500) < 25 for v in reading.values.values())
+        bus.write_register(2, "Homing_Offset", -100)
+        assert bus.read_register(2, "Homing_Offset")[0] == -100
+        # Present = shaft - offset: the same shaft position now reads 100 steps higher.
+        assert abs(bus.read_register(2, "Present_Position")[0] - 2600) < 25
+
+
+def test_error_bits_are_typed_errors_naming_servo_and_fault() -> None:
+    faults = Faults()
+    parse_fault("error:4:0x24", faults)
+    with SimulatedArm("follower", faults=faults) as arm, FeetechBus(arm.port) as bus:
+        with pytest.raises(ServoError, match=r"servo 4 reports overheat, overload") as info:
+            bus.read_register(4, "Present_Position")
+        assert info.value.port == arm.port
+        assert bus.sync_read_register("Present_Position", range(1, 7)).errors == {4: 0x24}
+
+
+def test_retries_recover_dropped_and_corrupted_replies() -> None:
+    faults = Faults(drop=0.05, corrupt=0.03, noise=0.2)
+    with SimulatedArm("follower", faults=faults, seed=7) as arm, FeetechBus(arm.port, retries=10) as bus:
+        for _ in range(40):
+            assert len(bus.sync_read_register("Present_Position", range(1, 7)).values) == 6
+        assert bus.stats.retries > 0 and bus.stats.bad_checksums > 0 and bus.stats.skipped_bytes > 0
+
+
+def test_stall_is_a_timeout_naming_the_port() -> None:
+    with SimulatedArm("follower", faults=Faults(stall_at=0.0, stall_for=60)) as arm, FeetechBus(arm.port) as bus:
+        with pytest.raises(BusTimeout, match=arm.port):
+            bus.ping(1)
+
+
+def test_unplug_then_replug(tmp_path: Path) -> None:
+    link = tmp_path / "follower"
+    with SimulatedArm("follower", faults=Faults(unplug_at=0.5, replug_after=0.5), link=link) as arm:
+        bus = FeetechBus(str(link))
+        bus.open()
+        assert bus.ping(1) == 777
+        with pytest.raises(PortUnavailable, match=str(link)):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                bus.ping(1)
+                time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while not (arm.plugged.is_set() and link.exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bus.open()
+        assert bus.ping(1) == 777
+        bus.close()
+
+
+def test_leader_moves_by_itself_and_follows_when_torqued() -> None:
+    with SimulatedArm("leader") as arm, FeetechBus(arm.port) as bus:
+        first = bus.sync_read_register("Present_Position", range(1, 7)).values
+        time.sleep(1.0)
+        second = bus.sync_read_register("Present_Position", range(1, 7)).values
+        assert any(abs(first[s] - second[s]) > 20 for s in range(1, 7)), "the scripted human should move the leader"
+        bus.write_register(1, "Torque_Enable", 1)
+        bus.write_register(1, "Goal_Position", 1500)
+        time.sleep(0.6)
+        assert abs(bus.read_register(1, "Present_Position")[0] - 1500) < 30
+
+
+def test_sim_bus_command_prints_the_pty_first(tmp_path: Path) -> None:
+    link = tmp_path / "leader"
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", "leader",
+                             "--link", str(link)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = proc.stdout.readline().strip()  # type: ignore[union-attr]
+        assert port.startswith("/dev/pts/") and link.resolve() == Path(port)
+        with FeetechBus(str(link)) as bus:
+            assert bus.ping(6) == 777
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+
+
+def test_bad_fault_spec_is_rejected() -> None:
+    with pytest.raises(ValueError, match="bad fault"):
+        parse_fault("drop:2", Faults())
+    result = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", "leader",
+                             "--fault", "explode"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "bad fault" in result.stderr
