@@ -182,3 +182,15 @@ def test_available_range_comes_from_limits_metadata(tmp_path: Path) -> None:
     assert (ranges["shoulder_pan.pos"].available, ranges["shoulder_pan.pos"].available_source) == (220.0, "metadata")
     assert ranges["gripper.pos"].share == pytest.approx(ranges["gripper.pos"].visited / 50.0)
     assert ranges["elbow_flex.pos"].available_source == "so101-default"
+
+
+def test_available_range_comes_from_the_calibration(tmp_path: Path) -> None:
+    from teleop_flywheel.calibration import load_calibration, sim_calibration_file
+    arm = load_calibration(sim_calibration_file("follower"))
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30,
+                                                extra_info={"calibration": {"follower": arm.to_dict()}})).root
+    ranges = {j.joint: j for j in audit(LeRobotDataset.open(root)).joint_ranges}
+    pan = arm["shoulder_pan"]
+    assert ranges["shoulder_pan.pos"].available_source == "calibration"
+    assert ranges["shoulder_pan.pos"].available == pytest.approx((pan.range_max - pan.range_min) * 360 / 4095)
+    assert (ranges["gripper.pos"].available_min, ranges["gripper.pos"].available_max) == (0.0, 100.0)

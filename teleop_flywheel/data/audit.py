@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.calibration import CalibrationError, parse_calibration
 from teleop_flywheel.data.dataset import (
     ACTION,
     STATE,
@@ -38,6 +39,7 @@ SO101_FALLBACK = {
     "wrist_flex": (-100.0, 100.0), "wrist_roll": (-100.0, 100.0), "gripper": (0.0, 100.0),
 }
 LIMITS_KEYS = ("joint_limits",)  # info.json key: {"<joint>.pos" or "<joint>": [lo, hi]}
+CALIBRATION_KEY = "calibration"  # info.json key: the follower's calibration (range_min/max in raw steps)
 OUTLIER_IQR = 1.5  # Tukey's fence on distances from the mean start: > Q3 + 1.5 * IQR
 
 
@@ -48,7 +50,7 @@ class JointRange:
     visited_max: float
     available_min: float | None
     available_max: float | None
-    available_source: str  # "metadata", "so101-default" or "unknown"
+    available_source: str  # "metadata", "calibration", "so101-default" or "unknown"
 
     @property
     def visited(self) -> float:
@@ -143,18 +145,42 @@ def _leading_dead(same: np.ndarray, spans: EpisodeSpans) -> np.ndarray:
     return (first_change - spans.start - 1).astype(np.int64)
 
 
+def _calibration_limits(ds: LeRobotDataset) -> dict[str, tuple[float, float]]:
+    """The follower's calibrated range in LeRobot units, from info.json `calibration` if present.
+
+    Accepts `ArmCalibration.to_dict()` (or LeRobot's calibration JSON), or {"follower": that}.
+    """
+    doc = ds.info.get(CALIBRATION_KEY)
+    if isinstance(doc, dict) and isinstance(doc.get("follower"), dict):
+        doc = doc["follower"]
+    if not isinstance(doc, dict):
+        return {}
+    try:
+        arm = parse_calibration(doc, f"{ds.root / 'meta/info.json'}: {CALIBRATION_KEY}", default_arm_id="follower")
+    except CalibrationError as exc:
+        raise DatasetError(str(exc)) from None
+    out = {}
+    for j in arm.joints:
+        a, b = float(j.raw_to_lerobot(j.range_min)), float(j.raw_to_lerobot(j.range_max))
+        out[j.name] = (min(a, b), max(a, b))
+    return out
+
+
 def available_ranges(ds: LeRobotDataset, feature: str) -> list[tuple[float | None, float | None, str]]:
-    """(lo, hi, source) per joint: dataset limits metadata, else the SO-101 default, else unknown."""
+    """(lo, hi, source) per joint: limits metadata, else calibration, else the SO-101 default, else unknown."""
     limits: dict[str, Any] = {}
     for key in LIMITS_KEYS:
         if isinstance(ds.info.get(key), dict):
             limits = ds.info[key]
+    calibrated = _calibration_limits(ds)
     out: list[tuple[float | None, float | None, str]] = []
     for name in ds.joint_names(feature):
         joint = name.removesuffix(".pos")
         found = limits.get(name, limits.get(joint))
         if found is not None and len(found) == 2:
             out.append((float(found[0]), float(found[1]), "metadata"))
+        elif joint in calibrated:
+            out.append((*calibrated[joint], "calibration"))
         elif joint in SO101_FALLBACK:
             lo, hi = SO101_FALLBACK[joint]
             out.append((lo, hi, "so101-default"))
