@@ -24,6 +24,7 @@ from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile
 from rosbags.highlevel import AnyReader
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from sensor_msgs.msg import CompressedImage, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -308,6 +309,9 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
         Parameter("name", value="stall"), Parameter("stall_at_s", value=1.0), Parameter("stall_s", value=1.5)]))
     graph.add(CameraNode("camera_skew", context=graph.context, parameter_overrides=small + [
         Parameter("name", value="skew"), Parameter("stamp_offset_ms", value=-40.0)]))
+    diags: list[Any] = []
+    listener = graph.add(Node("diag_listener", context=graph.context))
+    listener.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diags.extend(m.status), 50)
     rec = recorder(graph, tmp_path, ["/cameras/stall/image/compressed", "/cameras/skew/image/compressed"],
                    cameras=["stall", "skew"])
     wait_for(subscribed(rec, "/cameras/stall/image/compressed", "/cameras/skew/image/compressed"))
@@ -319,6 +323,9 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
     stamps = [m.publish_time for m, _ in got["/cameras/stall/image/compressed"]]
     assert max(np.diff(stamps)) >= 1.4e9  # the 1.5 s stall is a visible gap in the recorded stamps
     assert stall.drops.dropped >= 25  # 1.5 s at 20 fps ≈ 29 frames never captured
+    reported = wait_for(lambda: [d for d in diags if d.name == "camera/stall" and d.level == DiagnosticStatus.WARN
+                                 and int({kv.key: kv.value for kv in d.values}["dropped"]) >= 25], what="drop diagnostics")
+    assert "frames dropped" in reported[-1].message
     for m, decoded in got["/cameras/skew/image/compressed"]:
         assert abs((m.publish_time - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
 
