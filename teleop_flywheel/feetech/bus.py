@@ -75,6 +75,7 @@ class FeetechBus:
         self.stats = BusStats()
         self._serial: serial.Serial | None = None
         self._parser = p.StatusParser()
+        self._dirty = False
 
     # -- connection ---------------------------------------------------------------------
     def open(self) -> None:
@@ -111,8 +112,10 @@ class FeetechBus:
 
     def _send(self, packet: bytes) -> None:
         fd = self._fd()
-        # Drop stale bytes (late replies of a timed-out request) before a new transaction.
-        self._drain(fd)
+        if self._dirty:
+            # A previous exchange failed: late replies may still arrive; drop them first.
+            self._drain(fd)
+            self._dirty = False
         self._parser.clear()
         try:
             os.write(fd, packet)
@@ -150,7 +153,7 @@ class FeetechBus:
                 data = os.read(fd, 4096)
             except OSError as exc:
                 self._lost(exc)
-            if not data:
+            if not data:  # readable but empty: the other end hung up (unplugged)
                 self._lost(EOFError("end of file on serial port"))
             arrived = now_ns()
             self._parser.feed(data)
@@ -169,6 +172,7 @@ class FeetechBus:
             self._send(packet)
             got, arrived = self._receive(len(expect))
             by_id = {s.servo_id: s for s in got if s.servo_id in expect}
+            self._dirty = len(got) < len(expect) or self._parser.pending > 0
             if len(by_id) == len(expect) and all(len(s.data) == reply_size for s in by_id.values()):
                 # The last status finished arriving at `arrived`; the sample was latched one
                 # status-packet wire time before that.
