@@ -72,7 +72,7 @@ class CameraSpec:
     device: str = "/dev/video0"
     width: int = 640
     height: int = 480
-    fps: int = 30
+    fps: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def _arm(role: str, port: str, calibration: str, rate_hz: float) -> NodeSpec:
     )
 
 
-def _record_nodes(cfg: SessionConfig) -> list[NodeSpec]:
+def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     nodes = [
         NodeSpec("camera", f"camera_{cam.name}", {
             "name": cam.name, "source": cam.source, "device": cam.device,
@@ -195,7 +195,8 @@ def _record_nodes(cfg: SessionConfig) -> list[NodeSpec]:
     ] + [f"/cameras/{cam.name}/image/compressed" for cam in cfg.cameras]
     nodes.append(NodeSpec("recorder", "recorder", {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
-        "cameras": [cam.name for cam in cfg.cameras],
+        "cameras": [cam.name for cam in cfg.cameras], "session_kind": kind,
+        "calibration_files": [cfg.leader_calibration, cfg.follower_calibration],
     }))
     return nodes
 
@@ -219,7 +220,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
         )
     if kind == "record":
-        return Graph(kind, tuple(_record_nodes(cfg)))
+        return Graph(kind, tuple(_record_nodes(cfg, kind)))
 
     human_only = kind == "teleop"
     nodes = [
@@ -237,7 +238,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         }))
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
-        nodes += _record_nodes(cfg)
+        nodes += _record_nodes(cfg, kind)
     return Graph(kind, tuple(nodes), sim_arms, pedal_fifo)
 
 
