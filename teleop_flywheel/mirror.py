@@ -1,7 +1,7 @@
 """`teleop-flywheel mirror`: leader→follower mirroring on two simulated SO-101 arms, in one process.
 
-Starts two simulated arms (`feetech.sim.SimulatedArm`, real pseudo-terminals, wire-time
-emulation at 1 Mbaud), a leader and a follower `ArmDriverNode`, and remaps the follower's
+Starts two simulated arms (`sim-bus` subprocesses by default, or `feetech.sim.SimulatedArm`
+threads; real pseudo-terminals, wire-time emulation at 1 Mbaud), a leader and a follower `ArmDriverNode`, and remaps the follower's
 `/follower/joint_command` to `/leader/joint_states` (direct mirroring; the teleop node sits there
 in a full session). Prints the bus loop rates and the tracking error (follower − leader joint
 state at the follower's sample, degrees) every `--report-every` seconds and at the end.
@@ -10,15 +10,19 @@ Exit 0 when both drivers ran and the follower tracked; 1 otherwise (the reason i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import subprocess
+import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -26,6 +30,7 @@ from sensor_msgs.msg import JointState
 from teleop_flywheel.calibration import sim_calibration_file
 from teleop_flywheel.clock import NS_PER_S, now_ns
 from teleop_flywheel.feetech.sim import SimulatedArm
+from teleop_flywheel.graph import SimArmSpec
 from teleop_flywheel.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.nodes.common import STREAM_QOS, msg_stamp_ns, positions_by_name
 from teleop_flywheel.so101 import JOINT_NAMES
@@ -96,6 +101,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-error-deg", type=float, default=20.0,
                         help="fail (exit 1) when any joint's mean tracking error exceeds this")
     parser.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    parser.add_argument("--sim", choices=("process", "thread"), default="process",
+                        help="simulated arms as `sim-bus` subprocesses (default: uses a second core) or threads")
+
+
+@contextlib.contextmanager
+def simulated_arm(role: str, link: Path, mode: str) -> Iterator[None]:
+    """One simulated arm serving on a pty behind `link`, for the duration of the block."""
+    if mode == "thread":
+        with SimulatedArm(role, link=link, seed=0 if role == "leader" else 1):
+            yield
+        return
+    from teleop_flywheel.runner import start_sim_arm
+
+    proc, _port = start_sim_arm(SimArmSpec(role, str(link)).command(sys.executable))
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _fmt(stats: TrackingStats) -> str:
@@ -109,16 +137,16 @@ def run(args: argparse.Namespace) -> int:
         print("mirror: --seconds must be positive")
         return 2
     with tempfile.TemporaryDirectory(prefix="teleop_flywheel_mirror_") as tmp, \
-            SimulatedArm("leader", link=Path(tmp) / "leader") as leader_arm, \
-            SimulatedArm("follower", link=Path(tmp) / "follower", seed=1) as follower_arm:
+            simulated_arm("leader", Path(tmp) / "leader", args.sim), \
+            simulated_arm("follower", Path(tmp) / "follower", args.sim):
         context = Context()
         rclpy.init(context=context, args=[])
-        executor = MultiThreadedExecutor(num_threads=2, context=context)
+        executor = SingleThreadedExecutor(context=context)
         nodes: list[Node] = []
         try:
             drivers = {}
-            for role, arm in (("leader", leader_arm), ("follower", follower_arm)):
-                overrides = [Parameter("port", value=str(arm.link)), Parameter("role", value=role),
+            for role in ("leader", "follower"):
+                overrides = [Parameter("port", value=str(Path(tmp) / role)), Parameter("role", value=role),
                              Parameter("rate_hz", value=float(args.rate_hz)),
                              Parameter("calibration_file", value=str(sim_calibration_file(role)))]
                 remap = ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
