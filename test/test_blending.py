@@ -1,0 +1,116 @@
+"""Authority blending: ramp profile, reversal, continuity at takeover/hand-back, stale inputs, labels."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from teleop_flywheel.blending import AuthorityBlender, raised_cosine
+
+MS = 1_000_000
+TICK = 5 * MS  # 200 Hz
+
+
+def _feed(b: AuthorityBlender, t: int, human: float, policy: float) -> None:
+    b.human([human] * 6, t)
+    b.policy([policy] * 6, t)
+
+
+def test_blend_duration_is_validated() -> None:
+    with pytest.raises(ValueError, match="20–1000 ms"):
+        AuthorityBlender(blend_ms=5)
+    with pytest.raises(ValueError, match="20–1000 ms"):
+        AuthorityBlender(blend_ms=1500)
+    assert AuthorityBlender().blend_ms == 150
+
+
+def test_ramp_follows_raised_cosine_within_a_tick() -> None:
+    b = AuthorityBlender(blend_ms=150)
+    t0 = 1_000 * MS
+    b.pedal(True, t0)
+    for k in range(0, 40):
+        t = t0 + k * TICK
+        expected = raised_cosine(min(k * TICK / (150 * MS), 1.0))
+        assert b.alpha(t) == pytest.approx(expected, abs=1e-9)
+    assert b.alpha(t0 + 150 * MS) == 1.0
+    assert b.alpha(t0 + 75 * MS) == pytest.approx(0.5)
+    b.pedal(False, t0 + 500 * MS)
+    assert b.alpha(t0 + 500 * MS + 75 * MS) == pytest.approx(0.5)
+    assert b.alpha(t0 + 700 * MS) == 0.0
+
+
+def test_reversal_mid_ramp_continues_from_current_alpha() -> None:
+    b = AuthorityBlender(blend_ms=150)
+    t0 = 10 * MS
+    b.pedal(True, t0)
+    t_rev = t0 + 50 * MS
+    a_rev = b.alpha(t_rev)
+    b.pedal(False, t_rev)
+    assert b.alpha(t_rev) == pytest.approx(a_rev)
+    alphas = [b.alpha(t_rev + k * MS) for k in range(0, 60)]
+    assert max(abs(x - y) for x, y in zip(alphas, alphas[1:])) < 0.02  # no jump
+    assert b.alpha(t_rev + 50 * MS) == pytest.approx(0.0, abs=1e-9)  # back down in the time it took up
+
+
+def test_command_is_continuous_at_takeover_and_hand_back() -> None:
+    b = AuthorityBlender(blend_ms=150)
+    commands = []
+    for k in range(200):
+        t = k * TICK
+        policy = math.sin(k * 0.01)
+        human = policy + 0.3  # the leader is 0.3 rad off the policy at takeover
+        _feed(b, t, human, policy)
+        if k == 50:
+            b.pedal(True, t)
+        if k == 120:
+            b.pedal(False, t)
+        commands.append(b.tick(t).command[0])
+    steps = [abs(y - x) for x, y in zip(commands, commands[1:])]
+    normal = max(steps[:45])  # what a tick moves before any handover
+    # A hard switch would step 0.3 rad in one tick; the blend spreads it over 30 ticks.
+    assert max(steps) < normal + 0.3 * (math.pi / 2) * TICK / (150 * MS) + 1e-6
+    assert max(steps) < 0.05
+
+
+def test_interventions_and_labels() -> None:
+    b = AuthorityBlender()
+    _feed(b, 0, 1.0, 0.0)
+    b.pedal(True, 100 * MS)
+    out = b.tick(110 * MS)
+    assert out.intervention_id == 1 and out.trigger is None
+    b.label("wrong_grasp", 200 * MS)
+    b.pedal(False, 1_000 * MS)
+    b.pedal(True, 2_000 * MS)
+    b.pedal(False, 3_000 * MS)
+    b.label("too_slow", 4_000 * MS)  # right after the intervention: applies to it
+    b.pedal(True, 5_000 * MS)
+    b.pedal(False, 6_000 * MS)  # never labelled
+    assert [(i.id, i.trigger) for i in b.interventions] == [(1, "wrong_grasp"), (2, "too_slow"), (3, None)]
+    assert all(i.end_ns is not None for i in b.interventions)
+    with pytest.raises(ValueError, match="labelling window"):
+        b.label("other", 6_000 * MS + 11_000 * MS)
+    with pytest.raises(ValueError, match="unknown trigger"):
+        b.label("bored", 6_100 * MS)
+
+
+def test_stale_policy_holds_and_stale_leader_holds() -> None:
+    b = AuthorityBlender(stale_ms=100)
+    _feed(b, 0, 0.5, 0.2)
+    assert b.tick(10 * MS).command == [0.2] * 6
+    out = b.tick(300 * MS)  # policy silent for 300 ms while it has authority
+    assert out.holding and out.reason == "policy stale" and out.command == [0.2] * 6
+    b.policy([0.25] * 6, 310 * MS)
+    b.pedal(True, 310 * MS)
+    b.human([0.3] * 6, 310 * MS)
+    b.policy([0.25] * 6, 470 * MS)
+    out = b.tick(470 * MS)  # fully human now, leader silent for 160 ms
+    assert out.holding and out.reason == "leader stale"
+
+
+def test_teleop_mode_is_human_only_and_ignores_pedal() -> None:
+    b = AuthorityBlender(mode="teleop")
+    b.human([0.7] * 6, 0)
+    b.pedal(True, 0)
+    assert b.tick(1 * MS).command == [0.7] * 6 and b.interventions == []
+    with pytest.raises(ValueError, match="mode must be"):
+        AuthorityBlender(mode="autopilot")
