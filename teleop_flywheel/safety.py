@@ -9,6 +9,7 @@ Stable API (other modules import it):
     guard.command(names, positions, stamp_ns)    # a new target arrives (any joint order/subset)
     out = guard.step(current, now_ns)            # each control tick: the positions to send
     guard.stale(now_ns) / guard.reset(current)   # watchdog state / re-seed after reconnect
+    guard.restart_from(current)                  # continue from where the arm is, keeping the target
 
 `step()` returns, per joint in `joint_names` order: the latest target clamped to limits, then
 moved toward from the last *sent* value by at most `max_step` (rad per tick). When no command has
@@ -99,6 +100,10 @@ class CommandGuard:
         self._target = {}
         self._last_command_ns = None
         self._sent = None if current is None else [float(v) for v in current]
+
+    def restart_from(self, current: Sequence[float]) -> None:
+        """Rate-limit from `current` next tick (e.g. torque just came on) but keep target and its time."""
+        self._sent = [float(v) for v in current]
 
     def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> None:
         """Record a new target; unknown names are ignored, missing joints keep their target."""

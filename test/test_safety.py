@@ -54,3 +54,11 @@ def test_bad_parameters_rejected() -> None:
         CommandGuard(NAMES, JointLimits.unbounded(), max_step=0.0)
     with pytest.raises(ValueError, match="'a'"):
         JointLimits.from_dict({"a": (1.0, -1.0)})
+
+
+def test_restart_from_keeps_target_and_watchdog() -> None:
+    guard = CommandGuard(NAMES, JointLimits.unbounded(), max_step=0.1, watchdog_ns=100 * MS)
+    guard.command(NAMES, [1.0, 1.0], 0)
+    guard.restart_from([0.5, 0.5])
+    assert guard.step([9.0, 9.0], MS) == pytest.approx([0.6, 0.6])
+    assert guard.stale(101 * MS)

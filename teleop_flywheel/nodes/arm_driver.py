@@ -244,8 +244,10 @@ class ArmDriverNode(Node):
                 engage = not torque and not release and self.guard.has_command and not self.guard.stale(now)
             else:
                 release = engage = False
-            if release or engage:
+            if release:
                 self.guard.reset(positions)
+            elif engage:
+                self.guard.restart_from(positions)
             goal = self.guard.step(positions, now) if (torque or engage) and not release else None
         if release:
             self._release.clear()
