@@ -1,0 +1,189 @@
+"""`teleop` node: leader (and policy) in, the command actually sent to the follower out.
+
+Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
+- in: `/leader/joint_states`, `/policy/joint_command`, `/pedal/joy` (buttons[0] = takeover,
+  buttons[1..5] = trigger labels), `/follower/joint_states`;
+- out: `/follower/joint_command` (after blend, limits and max step — this is the dataset's
+  action), `/leader/joint_command` (while the policy drives, the follower's position so the
+  leader tracks it; an empty message at pedal-down releases the leader's torque),
+  `/teleop/authority` (JointState with named numeric fields alpha, mode, intervention_id,
+  trigger — plottable in Foxglove), `/teleop/intervention` (JSON events, latched).
+- services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop) and
+  `~/label/<trigger>` (std_srvs/Trigger, one per trigger label).
+
+A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
+timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
+the policy keeps driving with the leader silent). Stamps are the tick's monotonic time.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.node import Node
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import String
+from std_srvs.srv import SetBool, Trigger
+
+from teleop_flywheel.blending import AuthorityBlender
+from teleop_flywheel.clock import now_ns, stamp_to_ns
+from teleop_flywheel.labels import TRIGGER_LABELS, mode_code, trigger_code
+from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, diag_array, diag_status, joint_state, spin_node
+from teleop_flywheel.safety import CommandGuard
+from teleop_flywheel.so101 import JOINT_NAMES, default_limits
+
+AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")
+
+
+def _ordered(msg: JointState) -> list[float] | None:
+    """Positions in JOINT_NAMES order, or None if a joint is missing."""
+    by_name = dict(zip(msg.name, msg.position))
+    if all(n in by_name for n in JOINT_NAMES):
+        return [float(by_name[n]) for n in JOINT_NAMES]
+    return None
+
+
+class TeleopNode(Node):
+    def __init__(self, node_name: str = "teleop", **kwargs: object) -> None:
+        super().__init__(node_name, **kwargs)
+
+        def param(name: str, default: object, text: str) -> object:
+            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
+
+        mode = str(param("mode", "teleop", "teleop (human only) or policy (policy drives, pedal takes over)"))
+        blend_ms = float(param("blend_duration_ms", 150.0, "authority ramp duration, 20..1000 ms"))
+        self.rate_hz = float(param("rate_hz", 200.0, "tick rate when no leader sample arrives"))
+        stale_ms = float(param("stale_ms", 100.0, "an input older than this is stale: hold, never extrapolate"))
+        max_step = float(param("max_step_rad", 0.05, "largest change of any joint command per tick, rad"))
+        self.blender = AuthorityBlender(mode=mode, blend_ms=blend_ms, stale_ms=stale_ms)
+        self.guard = CommandGuard(JOINT_NAMES, default_limits(), max_step=max_step)
+        self._lock = threading.Lock()
+        self._follower: list[float] | None = None
+        self._last_tick_ns = 0
+        self._buttons: list[int] = []
+        self._leader_released = False
+        self._reported: dict[int, tuple[int | None, str | None]] = {}
+        self._hold_reason = ""
+
+        self._cmd_pub = self.create_publisher(JointState, "/follower/joint_command", STREAM_QOS)
+        self._leader_pub = self.create_publisher(JointState, "/leader/joint_command", STREAM_QOS)
+        self._auth_pub = self.create_publisher(JointState, "/teleop/authority", STREAM_QOS)
+        self._event_pub = self.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, STREAM_QOS)
+        self.create_subscription(JointState, "/policy/joint_command", self._on_policy, STREAM_QOS)
+        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, STREAM_QOS)
+        self.create_subscription(Joy, "/pedal/joy", self._on_pedal, STREAM_QOS)
+        self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
+        for label in TRIGGER_LABELS:
+            self.create_service(Trigger, f"~/label/{label}", lambda req, res, lb=label: self._srv_label(lb, res))
+        self.create_timer(1.0 / self.rate_hz, self._on_timer)
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _on_leader(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is None:
+            return
+        with self._lock:
+            self.blender.human(positions, stamp_to_ns(msg.header.stamp))
+            self._tick(now_ns())
+
+    def _on_policy(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is not None:
+            with self._lock:
+                self.blender.policy(positions, stamp_to_ns(msg.header.stamp))
+
+    def _on_follower(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is not None:
+            with self._lock:
+                self._follower = positions
+
+    def _on_pedal(self, msg: Joy) -> None:
+        stamp = stamp_to_ns(msg.header.stamp)
+        buttons = list(msg.buttons)
+        with self._lock:
+            previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
+            self._buttons = buttons
+            if buttons and bool(buttons[0]) != bool(previous[0]):
+                self.blender.pedal(bool(buttons[0]), stamp)
+            for i, label in enumerate(TRIGGER_LABELS, start=1):
+                if i < len(buttons) and buttons[i] and not previous[i]:
+                    self._label(label, stamp)
+            self._publish_events()
+
+    def _label(self, label: str, t_ns: int) -> str:
+        try:
+            iv = self.blender.label(label, t_ns)
+        except ValueError as exc:
+            return str(exc)
+        return f"intervention {iv.id} labelled {label}"
+
+    def _srv_label(self, label: str, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            message = self._label(label, now_ns())
+            self._publish_events()
+        response.success = message.startswith("intervention")
+        response.message = message
+        return response
+
+    def _srv_mode(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        mode = "policy" if request.data else "teleop"
+        with self._lock:
+            self.blender.set_mode(mode, now_ns())
+        response.success, response.message = True, f"mode {mode}"
+        return response
+
+    # -- ticking --------------------------------------------------------------------------
+    def _on_timer(self) -> None:
+        with self._lock:
+            t = now_ns()
+            if t - self._last_tick_ns >= 1e9 / self.rate_hz:
+                self._tick(t)
+
+    def _tick(self, t: int) -> None:
+        self._last_tick_ns = t
+        out = self.blender.tick(t)
+        self._hold_reason = out.reason
+        policy_drives = out.mode == "policy" and not self.blender.pedal_down and out.alpha == 0.0
+        if policy_drives and self._follower is not None:
+            self._leader_released = False
+            self._leader_pub.publish(joint_state(JOINT_NAMES, self._follower, t))
+        elif out.mode == "policy" and self.blender.pedal_down and not self._leader_released:
+            self._leader_released = True
+            self._leader_pub.publish(joint_state([], [], t))  # empty = release torque now
+        if out.command is not None:
+            seed = self._follower if self._follower is not None else out.command
+            self.guard.command(JOINT_NAMES, out.command, t)
+            sent = self.guard.step(seed, t)
+            self._cmd_pub.publish(joint_state(JOINT_NAMES, sent, t))
+        values = [out.alpha, float(mode_code(out.mode)), float(out.intervention_id), float(trigger_code(out.trigger))]
+        self._auth_pub.publish(joint_state(AUTHORITY_FIELDS, values, t))
+        self._publish_events()
+
+    def _publish_events(self) -> None:
+        for iv in self.blender.interventions:
+            state = (iv.end_ns, iv.trigger)
+            if self._reported.get(iv.id) != state:
+                self._reported[iv.id] = state
+                self._event_pub.publish(String(data=json.dumps(
+                    {"id": iv.id, "start_ns": iv.start_ns, "end_ns": iv.end_ns, "trigger": iv.trigger})))
+
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            reason = self._hold_reason
+            unlabelled = [iv.id for iv in self.blender.interventions if iv.end_ns is not None and iv.trigger is None]
+            values = {"mode": self.blender.mode, "interventions": len(self.blender.interventions),
+                      "unlabelled": unlabelled, "clamped": self.guard.stats.clamped,
+                      "rate_limited": self.guard.stats.rate_limited}
+        level = "WARN" if reason or unlabelled else "OK"
+        message = reason or (f"unlabelled interventions {unlabelled}" if unlabelled else "ok")
+        self._diag_pub.publish(diag_array([diag_status(f"{self.get_name()}: authority", level, message, values)]))
+
+
+def main() -> int:
+    return spin_node(TeleopNode)
