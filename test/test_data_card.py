@@ -69,3 +69,25 @@ def test_bad_report_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "val.json").write_text(json.dumps({"summary": {}}))
     assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 1
     assert "no per-episode list" in capsys.readouterr().err
+
+
+def test_card_counts_equal_the_real_validators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bags from the simulator with seed faults -> `validate --json` -> card: same counts."""
+    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+    bags = tmp_path / "bags"
+    specs = {"clean": SessionSpec(duration_s=2.0), "unset": SessionSpec(duration_s=2.0, outcome="unset"),
+             "still": SessionSpec(duration_s=4.0, dead_air=(0.5, 3.0)), "clean2": SessionSpec(duration_s=2.0, seed=1)}
+    for name, spec in specs.items():
+        write_session(bags / name, spec)
+    assert cli_main(["validate", str(bags), "--json", "--workers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (tmp_path / "val.json").write_text(json.dumps(report))
+    s = report["summary"]
+    assert s["rejected"] >= 2  # the faults are caught, so the comparison below means something
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=s["passed"], min_length=20, max_length=30)).root
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    card = (root / "README.md").read_text()
+    assert f"| {s['episodes']} | {s['rejected']} | {s['passed']} | {s['passed']} |" in card
+    for code, n in s["reasons"].items():
+        assert f"| {code} | {n} |" in card
+    assert f"Rejection rate {100 * s['rejection_rate']:.1f} %" in card
