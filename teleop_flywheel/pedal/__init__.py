@@ -1,0 +1,1 @@
+"""Foot pedal: Linux input events (struct input_event) to debounced pedal and label presses."""
