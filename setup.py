@@ -64,8 +64,7 @@ setup(
     entry_points={
         "console_scripts": [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES]
         + [f"teleop-flywheel = {PACKAGE}.cli:main"],
-        "teleop_flywheel.policies": [
-            f"lerobot = {PACKAGE}.policies.lerobot_adapter:LeRobotPolicy",
-        ],
+        # Learned policies register here: name = "module:factory(args, checkpoint_id) -> Policy".
+        "teleop_flywheel.policies": [],
     },
 )

@@ -11,7 +11,7 @@ pytest.importorskip("rclpy")
 
 from teleop_flywheel.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.recording.info import bag_info  # noqa: E402
-from teleop_flywheel.runner import Session  # noqa: E402
+from teleop_flywheel.runner import Session, node_class  # noqa: E402
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -57,3 +57,13 @@ def test_runner_records_an_episode_from_simulated_arms(tmp_path: Path) -> None:
         assert counts.get(topic, 0) > 10, f"{topic}: {counts.get(topic)} messages"
     assert not (tmp_path / "leader").exists(), "simulator links are removed at shutdown"
 
+
+
+def test_every_graph_node_class_resolves() -> None:
+    for kind in ("teleop", "rollout", "record", "sim"):
+        for spec in build_graph(kind, SessionConfig(sim_dir="/tmp/tf_graph_probe")).nodes:
+            try:
+                cls = node_class(spec)
+            except ModuleNotFoundError as exc:
+                pytest.fail(f"{kind}: node {spec.name} -> {spec.target}: {exc}")
+            assert cls.__name__ == spec.target.split(":")[1]

@@ -1,0 +1,74 @@
+"""`scripted` policy: smooth minimum-jerk moves through waypoints — the simulator's policy.
+
+It can be told to fail: with `fail_every=N`, every Nth move heads for a waypoint offset by
+`fail_offset_rad` (the "wrong grasp" a human has to correct), so a rollout session has
+something for the operator to take over from.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_WAYPOINTS: list[list[float]] = [
+    [0.0, -0.3, 0.4, 0.2, 0.0, 0.1],
+    [0.5, 0.1, 0.1, -0.2, 0.6, 0.8],
+    [-0.4, 0.2, -0.2, 0.3, -0.5, 0.2],
+    [0.2, -0.1, 0.5, 0.0, 0.3, 0.6],
+]
+
+
+def min_jerk(s: float) -> float:
+    s = min(max(s, 0.0), 1.0)
+    return s * s * s * (10 - 15 * s + 6 * s * s)
+
+
+@dataclass
+class ScriptedPolicy:
+    checkpoint_id: str = "scripted-v0"
+    waypoints: list[list[float]] = field(default_factory=lambda: [list(w) for w in DEFAULT_WAYPOINTS])
+    move_s: float = 2.0
+    fail_every: int = 0
+    fail_offset_rad: float = 0.35
+    _start: list[float] | None = None
+    _t0: int = 0
+
+    @classmethod
+    def from_args(cls, args: str, checkpoint_id: str) -> "ScriptedPolicy":
+        """`args` empty, or a YAML file with waypoints / move_s / fail_every / fail_offset_rad."""
+        if not args:
+            return cls(checkpoint_id)
+        path = Path(args)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: cannot read scripted policy ({exc})") from exc
+        waypoints = data.get("waypoints", DEFAULT_WAYPOINTS)
+        if not waypoints or any(len(w) != 6 for w in waypoints):
+            raise ValueError(f"{path}: waypoints must be a list of 6-joint positions in radians")
+        return cls(checkpoint_id, [list(map(float, w)) for w in waypoints], float(data.get("move_s", 2.0)),
+                   int(data.get("fail_every", 0)), float(data.get("fail_offset_rad", 0.35)))
+
+    def reset(self, state: Sequence[float] | None, t_ns: int) -> None:
+        self._start = None if state is None else list(state)
+        self._t0 = t_ns
+
+    def target(self, move: int) -> list[float]:
+        goal = list(self.waypoints[move % len(self.waypoints)])
+        if self.fail_every and move % self.fail_every == self.fail_every - 1:
+            goal = [g + self.fail_offset_rad for g in goal]
+        return goal
+
+    def act(self, state: Sequence[float] | None, t_ns: int) -> list[float] | None:
+        if self._start is None:
+            if state is None:
+                return None
+            self.reset(state, t_ns)
+        elapsed = (t_ns - self._t0) / 1e9
+        move = int(elapsed // self.move_s)
+        frm = self._start if move == 0 else self.target(move - 1)
+        to = self.target(move)
+        s = min_jerk((elapsed - move * self.move_s) / self.move_s)
+        return [a + (b - a) * s for a, b in zip(frm, to)]  # type: ignore[arg-type]
