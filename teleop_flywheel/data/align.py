@@ -95,7 +95,8 @@ def hold(stream: Stream, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def align(observations: list[Stream], actions: list[Stream], fps: float,
           staleness_s: float | None = None, grid: Grid | None = None) -> Aligned:
     """Sample every stream on the grid (rule in the module docstring); raise on any dropout."""
-    bound = int(round((2.0 / fps if staleness_s is None else staleness_s) * 1e9))
+    limit = 2.0 / fps if staleness_s is None else float(staleness_s)
+    bound = int(round(limit * 1e9)) if np.isfinite(limit) else np.iinfo(np.int64).max  # inf: report nothing
     grid = grid or make_grid(observations + actions, fps)
     if grid.n == 0:
         raise AlignError("the common span is shorter than one frame", code="DURATION_OUT_OF_RANGE")

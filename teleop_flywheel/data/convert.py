@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.calibration import ArmCalibration, load_calibration, parse_calibration, sim_calibration_file
 from teleop_flywheel.data import lerobot_format as lf
-from teleop_flywheel.data.align import AlignError, Grid, align, hold, make_grid
+from teleop_flywheel.data.align import AlignError, align, make_grid
 from teleop_flywheel.data.bag import AUTHORITY_TOPIC, Bag, BagReadError, Stream, open_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, find_bags
@@ -164,9 +164,9 @@ def prepare_episode(job: ConvertJob) -> Prepared:
     except AlignError as exc:
         out.status = "rejected"
         out.reasons.append(Reason(exc.code, str(exc)))
-    except (ValueError, KeyError, BagReadError) as exc:
+    except Exception as exc:  # undecodable content: report this bag, the batch goes on
         out.status = "error"
-        out.reasons.append(Reason("CORRUPT", f"{type(exc).__name__}: {exc}"))
+        out.reasons.append(Reason("CORRUPT", f"{Path(job.bag).name}: {type(exc).__name__}: {exc}"))
     return out
 
 
