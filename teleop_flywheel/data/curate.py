@@ -381,6 +381,16 @@ def format_text(r: CurationReport) -> str:
     return "\n".join(lines)
 
 
+def _edge_labels(ax: Any, bottom: bool, left: bool, xlabel: str, ylabel: str, size: int) -> None:
+    """Labels and tick numbers only on the outer axes of a matrix (text is most of the draw time)."""
+    ax.locator_params(nbins=3)
+    ax.tick_params(labelsize=size - 2, labelbottom=bottom, labelleft=left)
+    if bottom:
+        ax.set_xlabel(xlabel, fontsize=size)
+    if left:
+        ax.set_ylabel(ylabel, fontsize=size)
+
+
 def write_plot(r: CurationReport, out: Path) -> list[Path]:
     """Scatter matrix of the four scores (flagged episodes in red), and start states with targets."""
     import matplotlib  # noqa: PLC0415
@@ -412,13 +422,9 @@ def write_plot(r: CurationReport, out: Path) -> list[Path]:
                     ax.text(0.5, 0.5, "unknown", ha="center", va="center", transform=ax.transAxes)
             else:
                 ax.scatter(x, y, s=10, c=colors)
-            if i == len(names) - 1:
-                ax.set_xlabel(xj, fontsize=8)
-            if j == 0:
-                ax.set_ylabel(yi, fontsize=8)
-            ax.tick_params(labelsize=6)
+            _edge_labels(ax, i == len(names) - 1, j == 0, xj, yi, 8)
     fig.suptitle("Episode scores: joint distribution (red = flagged jerky or duration tail)")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.07, top=0.94, wspace=0.3, hspace=0.3)
     fig.savefig(out, dpi=80)
     plt.close(fig)
 
@@ -426,22 +432,21 @@ def write_plot(r: CurationReport, out: Path) -> list[Path]:
     starts = np.asarray(r.start_states)
     targets = np.asarray(r.targets)
     d = len(r.joints)
-    fig, grid = plt.subplots(d, d, figsize=(2 * d, 2 * d))
+    fig, grid = plt.subplots(d, d, figsize=(2 * d, 2 * d), squeeze=False)
     for i in range(d):
         for j in range(d):
             ax = grid[i, j]
+            if j > i:  # the upper triangle mirrors the lower one
+                ax.set_axis_off()
+                continue
             if i == j:
                 ax.hist(starts[:, i], bins=15, color="#888888")
             else:
                 ax.scatter(starts[:, j], starts[:, i], s=6, c="#3b75af")
                 ax.scatter(targets[:, j], targets[:, i], s=30, marker="x", c="#c0392b")
-            if i == d - 1:
-                ax.set_xlabel(r.joints[j], fontsize=7)
-            if j == 0:
-                ax.set_ylabel(r.joints[i], fontsize=7)
-            ax.tick_params(labelsize=5)
+            _edge_labels(ax, i == d - 1, j == 0, r.joints[j], r.joints[i], 7)
     fig.suptitle("Start states (blue) and where to send operators next (red x)")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.07, top=0.95, wspace=0.35, hspace=0.35)
     fig.savefig(starts_png, dpi=70)
     plt.close(fig)
     return [out, starts_png]
