@@ -65,6 +65,18 @@ class Session:
         self._thread: threading.Thread | None = None
         self._context: Any = None
 
+    @property
+    def context(self) -> Any:
+        """The rclpy context the session's nodes live in (for extra in-process nodes)."""
+        return self._context
+
+    def add_node(self, node: Any) -> None:
+        """Spin an extra node (e.g. a scripted operator's client) on the session's executor."""
+        self._executor.add_node(node)
+
+    def remove_node(self, node: Any) -> None:
+        self._executor.remove_node(node)
+
     def __enter__(self) -> "Session":
         self.start()
         return self
