@@ -324,3 +324,17 @@ def test_lerobot_loads_every_frame(dataset: tuple[Path, conv.ConvertResult]) -> 
     for i in range(len(ds)):
         item = ds[i]
         assert item["observation.images.wrist"].shape[0] == 3
+
+
+def test_convert_cli_summary(bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    conv.add_arguments(parser)
+    args = parser.parse_args([str(bags["clean"]), str(bags["stall"]), "--out", str(tmp_path / "ds"),
+                              "--codec", "h264", "--workers", "1", "--repo-id", "me/so101"])
+    assert conv.run(args) == 0
+    out = capsys.readouterr().out
+    assert "episodes in: 2; converted: 1;" in out and "rejected FRAME_GAP: 1 (stall)" in out
+    assert "LeRobotDataset('me/so101'" in out
+    assert conv.run(parser.parse_args([str(tmp_path / "missing"), "--out", str(tmp_path / "x")])) == 2
