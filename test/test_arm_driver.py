@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
@@ -26,7 +27,7 @@ from sensor_msgs.msg import JointState
 
 from teleop_flywheel.calibration import CalibrationError, load_calibration, sim_calibration_file
 from teleop_flywheel.clock import now_ns
-from teleop_flywheel.feetech.sim import Faults, SimulatedArm
+from teleop_flywheel.feetech.sim import Faults, SimulatedArm, default_human
 from teleop_flywheel.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
 from teleop_flywheel.so101 import JOINT_NAMES
@@ -129,8 +130,11 @@ def goal_raw(arm: SimulatedArm, sid: int) -> int:
 
 def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: SimulatedArm) -> None:
     with SimulatedArm("leader", link=tmp_path / "leader") as leader_arm:
+        pose = [1500.0, 2600.0, 1400.0, 2500.0, 1000.0, 2900.0]  # a still hand away from mid-range
+        leader_arm.set_human(lambda t: pose)
         graph.driver("leader", leader_arm)
-        follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"])
+        follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"],
+                                max_step_rad=0.2)
         probe = graph.add(Probe(graph.context, "follower"))
         wait_for(lambda: follower.guard.stats.commands > 200, 60, "follower receiving leader states")
         # calibration was written: homing offsets and limits in the follower's control table
@@ -140,17 +144,35 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
             assert (s.get("Homing_Offset"), s.get("Min_Position_Limit"), s.get("Max_Position_Limit"),
                     s.get("Return_Delay_Time"), s.get("Torque_Enable")) == (j.homing_offset, j.range_min,
                                                                             j.range_max, 0, 1)
-        errors, leader_seen = [], []
-        for _ in range(100):
-            lead, fol = leader_arm.positions(), follower_arm.positions()
-            errors.append([abs(f - l) * 360 / 4095 for f, l in zip(fol, lead)])
-            leader_seen.append(lead)
-            time.sleep(0.02)
-        mean = [sum(e[i] for e in errors) / len(errors) for i in range(6)]
-        travel = [max(v[i] for v in leader_seen) - min(v[i] for v in leader_seen) for i in range(6)]
-        assert max(travel) > 50, "the leader did not move: the test would prove nothing"
-        # physical shafts agree (homing offsets differ between the arms, so units were honoured)
-        assert max(mean) < 12.0, f"mean tracking error per joint (deg) {mean}"
+        # At rest the physical shafts agree to a few steps although the arms' homing offsets differ:
+        # the units went through both calibrations correctly (independent of machine load).
+        wait_for(lambda: max(abs(f - l) for f, l in zip(follower_arm.positions(), leader_arm.positions())) < 4,
+                 60, "follower shafts at the leader's pose")
+        # Moving: a hand at half the default speed (on a loaded box the loop may drop far below
+        # 200 Hz; the per-tick max step, tested on its own below, must not be what limits here).
+        leader_arm.set_human(lambda t: default_human(0.5 * t))
+        time.sleep(0.5)
+        # Sample both physical shafts; compare the follower with the leader shifted by the best
+        # common lag (pipeline + servo lag grows with machine load; the shape must not change).
+        samples = []
+        for _ in range(250):
+            samples.append((time.monotonic(), leader_arm.positions(), follower_arm.positions()))
+            time.sleep(0.01)
+        t = np.array([s[0] for s in samples])
+        lead = np.array([s[1] for s in samples]) * 360 / 4095
+        fol = np.array([s[2] for s in samples]) * 360 / 4095
+        travel = lead.max(axis=0) - lead.min(axis=0)
+        assert travel.max() > 5, "the leader did not move: the test would prove nothing"
+        best = None
+        for lag in np.arange(0.0, 1.0, 0.01):
+            use = t - lag >= t[0]
+            shifted = np.stack([np.interp(t[use] - lag, t, lead[:, j]) for j in range(6)], axis=1)
+            err = np.abs(fol[use] - shifted).mean(axis=0)
+            if best is None or err.max() < best[1].max():
+                best = (lag, err)
+        assert best is not None
+        assert best[1].max() < 8.0, (
+            f"mean tracking error per joint (deg) {best[1]} at lag {best[0]:.2f} s; {follower.diagnostics()[2]}")
         # stamps are bus stamps: increasing, and taken before the message was received
         stamps = [(recv, msg_stamp_ns(m)) for recv, m in probe.states[-50:]]
         assert all(b[1] > a[1] for a, b in zip(stamps, stamps[1:]))
@@ -275,3 +297,21 @@ def test_bad_calibration_is_a_clear_error(graph: Graph, tmp_path: Path, follower
             Parameter("port", value=str(follower_arm.link)), Parameter("calibration_file", value=str(bad))])
     with pytest.raises(ValueError, match="role"):
         ArmDriverNode("bad_role", context=graph.context, parameter_overrides=[Parameter("role", value="both")])
+
+
+def test_diagnostics_report_servo_health(graph: Graph, tmp_path: Path) -> None:
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(error_bits={3: 0x04})) as arm:
+        driver = graph.driver("follower", arm, slow_period_s=0.2)
+        probe = graph.add(Probe(graph.context, "follower"))
+        port = str(arm.link)
+
+        def warned() -> bool:
+            return any(lvl == 1 and "elbow_flex" in msg for lvl, msg in probe.diag_levels(port))
+
+        wait_for(warned, 60, "WARN naming the overheating servo")
+        level, _, values = driver.diagnostics()
+        assert values["elbow_flex.error_bits"] == "0x04 (overheat)"
+        assert values["shoulder_pan.error_bits"] == "0x00"
+        assert values["shoulder_pan.temperature_c"] == arm.servos[1].get("Present_Temperature")
+        assert values["gripper.voltage_v"] == arm.servos[6].get("Present_Voltage") / 10
+        assert values["rate_hz"] > 0 and values["connected"] is True

@@ -35,8 +35,9 @@ from teleop_flywheel.so101 import DEFAULT_LIMITS_RAD, JOINT_NAMES, MODEL_NUMBER
 
 ROLES = ("leader", "follower")
 POS_ADDR = register("Present_Position").address  # Present_Position (56) + Present_Velocity (58)
-SLOW_ADDR = register("Present_Voltage").address  # Voltage (62), Temperature (63), -, Status (65)
-SLOW_SIZE = register("Status").address - SLOW_ADDR + 1
+SLOW_ADDR = register("Present_Voltage").address  # Voltage (62), Temperature (63), -, Status (65), Moving (66)
+# 5 bytes, deliberately not the position read's 4: a late reply to one can never pass for the other.
+SLOW_SIZE = register("Moving").address - SLOW_ADDR + 1
 BACKOFF_S = (0.1, 2.0)  # first retry, cap
 
 
@@ -189,23 +190,30 @@ class ArmDriverNode(Node):
         return True
 
     def _configure(self, bus: FeetechBus) -> None:
-        """Check the servos, write calibration (only registers that differ) and the torque state."""
+        """Check the servos, write calibration (only registers that differ) and the torque state.
+
+        Reads are sync reads and fault bits on a write's acknowledgement are recorded, not
+        raised: a servo reporting e.g. overheat must still be configured and show up in
+        diagnostics, not keep the whole arm offline.
+        """
+        models = bus.sync_read_register("Model_Number", self._ids)
         for joint in self.calibration.joints:
-            model, _ = bus.read_register(joint.id, "Model_Number")
-            if model != MODEL_NUMBER:
-                raise BusError(self.port, f"servo {joint.id} ({joint.name}) is model {model}, expected {MODEL_NUMBER}")
+            if models.values[joint.id] != MODEL_NUMBER:
+                raise BusError(self.port, f"servo {joint.id} ({joint.name}) is model {models.values[joint.id]}, "
+                                          f"expected {MODEL_NUMBER}")
+        self._record_faults(models.errors)
         bus.sync_write_register("Torque_Enable", {i: 0 for i in self._ids})
-        wanted = {"Return_Delay_Time": 0}
-        for joint in self.calibration.joints:
-            regs = dict(wanted, Homing_Offset=joint.homing_offset, Min_Position_Limit=joint.range_min,
-                        Max_Position_Limit=joint.range_max)
-            current = {name: bus.read_register(joint.id, name)[0] for name in regs}
-            changed = {name: v for name, v in regs.items() if current[name] != v}
-            if changed:
-                bus.write_register(joint.id, "Lock", 0)
-                for name, value in changed.items():
-                    bus.write_register(joint.id, name, value)
-                bus.write_register(joint.id, "Lock", 1)
+        wanted = {j.id: {"Return_Delay_Time": 0, "Homing_Offset": j.homing_offset,
+                         "Min_Position_Limit": j.range_min, "Max_Position_Limit": j.range_max}
+                  for j in self.calibration.joints}
+        current = {name: bus.sync_read_register(name, self._ids).values for name in wanted[self._ids[0]]}
+        for sid, regs in wanted.items():
+            changed = {name: v for name, v in regs.items() if current[name][sid] != v}
+            for name, value in ([("Lock", 0)] + list(changed.items()) + [("Lock", 1)]) if changed else []:
+                try:
+                    bus.write_register(sid, name, value)
+                except ServoError as exc:  # acknowledged, with fault bits
+                    self._record_faults({sid: exc.bits})
         present = self._read_positions(bus)[0]
         with self._lock:
             self.guard.reset(present)
@@ -277,6 +285,10 @@ class ArmDriverNode(Node):
                 self.state.voltage_v[name] = data[0] / 10.0
                 self.state.temperature_c[name] = data[1]
                 self.state.error_bits[name] = data[3] | reading.errors.get(sid, 0)
+
+    def _record_faults(self, errors: dict[int, int]) -> None:
+        with self._lock:
+            self.state.error_bits.update({self._name(sid): bits for sid, bits in errors.items()})
 
     def _name(self, sid: int) -> str:
         return JOINT_NAMES[self._ids.index(sid)]
