@@ -30,7 +30,7 @@ class ConsoleNode:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rcl_interfaces.srv import SetParameters
-        from sensor_msgs.msg import JointState
+        from sensor_msgs.msg import JointState, Joy
         from std_msgs.msg import String
         from std_srvs.srv import SetBool, Trigger
 
@@ -54,6 +54,10 @@ class ConsoleNode:
         self._rec_params = n.create_client(SetParameters, f"{recorder}/set_parameters")
         self._mode = n.create_client(SetBool, f"{teleop}/set_policy_mode")
         self._label = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
+        # Terminal fallback for rigs without a foot pedal: the space bar toggles the takeover on
+        # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
+        self._pedal = n.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+        self._pedal_down = False
 
     def act(self, action: str, arg: str) -> None:
         """Send the request for one key; the reply lands in state.message."""
@@ -89,6 +93,19 @@ class ConsoleNode:
             call(self._mode, SetBool.Request(data=arg == "policy"), f"mode={arg}")
         elif action == "trigger":
             call(self._label[arg], Trigger.Request(), f"trigger={arg}")
+        elif action == "pedal":
+            from sensor_msgs.msg import Joy
+
+            from teleop_flywheel.clock import fill_stamp, now_ns
+            from teleop_flywheel.labels import TRIGGER_LABELS
+
+            self._pedal_down = not self._pedal_down
+            msg = Joy()
+            fill_stamp(msg.header.stamp, now_ns())
+            msg.header.frame_id = "console"
+            msg.buttons = [int(self._pedal_down)] + [0] * len(TRIGGER_LABELS)
+            self._pedal.publish(msg)
+            self.state.message = "takeover (pedal down)" if self._pedal_down else "handed back (pedal up)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

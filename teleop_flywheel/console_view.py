@@ -23,6 +23,7 @@ KEYS: dict[str, tuple[str, str]] = {
     "p": ("mode", "policy"),
     "t": ("mode", "teleop"),
     "q": ("quit", ""),
+    " ": ("pedal", "toggle"),  # terminal fallback for rigs without a foot pedal
     **{str(i + 1): ("trigger", label) for i, label in enumerate(TRIGGER_LABELS)},
 }
 
@@ -108,7 +109,8 @@ class ConsoleState:
             lines.append(f"! recorder: {rec['error']}")
         lines.append("")
         labels = "  ".join(f"{i + 1}={label}" for i, label in enumerate(TRIGGER_LABELS))
-        lines.append("keys: s start  e stop  x discard  y success  n failure  p policy  t teleop  q quit")
+        lines.append("keys: s start  e stop  x discard  y success  n failure  p policy  t teleop  "
+                     "space take over/hand back  q quit")
         lines.append(f"trigger: {labels}")
         if self.message:
             lines.append(f"> {self.message}")

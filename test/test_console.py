@@ -36,7 +36,7 @@ def test_view_shows_authority_streams_and_labels() -> None:
 
 def test_keys_cover_every_trigger_label_and_lifecycle() -> None:
     assert {arg for a, arg in KEYS.values() if a == "trigger"} == set(TRIGGER_LABELS)
-    assert {a for a, _ in KEYS.values()} >= {"start", "stop", "discard", "outcome", "mode", "quit"}
+    assert {a for a, _ in KEYS.values()} >= {"start", "stop", "discard", "outcome", "mode", "quit", "pedal"}
 
 
 def _read_until(fd: int, pattern: str, timeout: float) -> str:
@@ -64,9 +64,15 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     import threading
 
     rclpy.init()
+    from sensor_msgs.msg import Joy
+
+    from teleop_flywheel.nodes.common import STREAM_QOS
+
     node = recorder_mod.RecorderNode(parameter_overrides=[
         Parameter("output_dir", value=str(tmp_path)), Parameter("topics", value=["/chatter"]),
     ])
+    joys: list[list[int]] = []
+    node.create_subscription(Joy, "/pedal/joy", lambda m: joys.append(list(m.buttons)), STREAM_QOS)
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     spin = threading.Thread(target=executor.spin, daemon=True)
@@ -80,6 +86,8 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
         _read_until(fd, r"recording: recording", 30)
         os.write(fd, b"y")
         _read_until(fd, r"outcome: success", 30)
+        os.write(fd, b" ")  # the terminal fallback pedal
+        _read_until(fd, r"takeover \(pedal down\)", 30)
         os.write(fd, b"e")
         _read_until(fd, r"recording: idle", 30)
         os.write(fd, b"q")
@@ -94,6 +102,7 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown()
+    assert joys and joys[0][0] == 1, "space bar must press the takeover on /pedal/joy"
     bags = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(bags) == 1, f"expected one saved episode, found {bags}"
     assert "outcome: success" in (bags[0] / "metadata.yaml").read_text()
