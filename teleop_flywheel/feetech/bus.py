@@ -122,10 +122,12 @@ class FeetechBus:
         except OSError as exc:
             self._lost(exc)
 
-    def _drain(self, fd: int) -> None:
+    def _drain(self, fd: int, quiet_s: float = 0.003) -> None:
+        """Discard bytes until the line has been quiet for `quiet_s`: a reply to a timed-out
+        request may still be on its way, and must not be taken for the next request's."""
         while True:
             try:
-                ready, _, _ = select.select([fd], [], [], 0)
+                ready, _, _ = select.select([fd], [], [], quiet_s)
                 if not ready or not os.read(fd, 4096):
                     return
             except OSError as exc:
