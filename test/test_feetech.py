@@ -109,29 +109,42 @@ def test_truncated_packet_waits_for_the_rest() -> None:
 
 # -- vendor SDK against the simulator ------------------------------------------------------
 
-def test_vendor_sdk_drives_the_simulator() -> None:
-    with SimulatedArm("follower") as arm:
-        port = scs.PortHandler(arm.port)
-        assert port.openPort() and port.setBaudRate(1_000_000)
-        ph = scs.PacketHandler(0)
-        model, result, error = ph.ping(port, 1)
-        assert (model, result, error) == (777, scs.COMM_SUCCESS, 0)
-        assert ph.write1ByteTxRx(port, 3, register("Torque_Enable").address, 1)[0] == scs.COMM_SUCCESS
-        writer = scs.GroupSyncWrite(port, ph, register("Goal_Position").address, 2)
-        for sid in range(1, 7):
-            writer.addParam(sid, [3000 & 0xFF, 3000 >> 8])
-        assert writer.txPacket() == scs.COMM_SUCCESS
-        time.sleep(0.5)
-        reader = scs.GroupSyncRead(port, ph, register("Present_Position").address, 2)
-        for sid in range(1, 7):
-            reader.addParam(sid)
-        assert reader.txRxPacket() == scs.COMM_SUCCESS
-        positions = {sid: reader.getData(sid, register("Present_Position").address, 2) for sid in range(1, 7)}
-        assert abs(positions[3] - 3000) < 30  # torque on: moved to the goal
-        assert abs(positions[1] - 3000) > 500  # torque off: did not move
-        value, result, _ = ph.read2ByteTxRx(port, 1, register("Model_Number").address)
-        assert (value, result) == (777, scs.COMM_SUCCESS)
-        port.closePort()
+def test_vendor_sdk_drives_the_simulator(tmp_path: Path) -> None:
+    # The simulator runs in its own process (as `sim-bus` does for users): the vendor SDK
+    # busy-polls the port and would starve an in-process simulator thread of the GIL.
+    link = tmp_path / "follower"
+    sim = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", "follower",
+                            "--link", str(link)], stdout=subprocess.PIPE, text=True)
+    try:
+        sim.stdout.readline()  # type: ignore[union-attr]
+        _drive_with_vendor_sdk(str(link))
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+def _drive_with_vendor_sdk(device: str) -> None:
+    port = scs.PortHandler(device)
+    assert port.openPort() and port.setBaudRate(1_000_000)
+    ph = scs.PacketHandler(0)
+    model, result, error = ph.ping(port, 1)
+    assert (model, result, error) == (777, scs.COMM_SUCCESS, 0)
+    assert ph.write1ByteTxRx(port, 3, register("Torque_Enable").address, 1)[0] == scs.COMM_SUCCESS
+    writer = scs.GroupSyncWrite(port, ph, register("Goal_Position").address, 2)
+    for sid in range(1, 7):
+        writer.addParam(sid, [3000 & 0xFF, 3000 >> 8])
+    assert writer.txPacket() == scs.COMM_SUCCESS
+    time.sleep(0.5)
+    reader = scs.GroupSyncRead(port, ph, register("Present_Position").address, 2)
+    for sid in range(1, 7):
+        reader.addParam(sid)
+    assert reader.txRxPacket() == scs.COMM_SUCCESS
+    positions = {sid: reader.getData(sid, register("Present_Position").address, 2) for sid in range(1, 7)}
+    assert abs(positions[3] - 3000) < 30  # torque on: moved to the goal
+    assert abs(positions[1] - 3000) > 500  # torque off: did not move
+    value, result, _ = ph.read2ByteTxRx(port, 1, register("Model_Number").address)
+    assert (value, result) == (777, scs.COMM_SUCCESS)
+    port.closePort()
 
 
 # -- our bus against the simulator ---------------------------------------------------------

@@ -300,7 +300,11 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
         assert abs(stamp - _decode_pixels(decoded.data)) <= 1_000_000  # within 1 ms of true capture
         assert m.publish_time == stamp
         assert (m.log_time - offset) - stamp >= 75_000_000  # received ≥ the pipeline latency later
-    assert cam.drops.dropped == 0
+    # A loaded machine may miss captures; each one must be counted, never silent.
+    stamps = sorted(d.header.stamp.sec * 10**9 + d.header.stamp.nanosec for _m, d in frames)
+    period = 1e9 / 30.0
+    missed = sum(round(g / period) - 1 for g in (b - a for a, b in zip(stamps, stamps[1:])) if g > 1.5 * period)
+    assert cam.drops.dropped >= missed
 
 
 def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp_path: Path) -> None:
