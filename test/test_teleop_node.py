@@ -66,21 +66,27 @@ def test_takeover_blends_labels_and_releases_the_leader(graph) -> None:
         joy.buttons = [1 if down else 0] + [0] * 5
         pedal.publish(joy)
 
+    # Wait for conditions, not fixed times: the machine is loaded and the node may lag.
     start = time.monotonic()
     phase = 0
-    while time.monotonic() - start < 3.0:
+    while phase < 3 and time.monotonic() - start < 60.0:
         t = now_ns()
         policy.publish(joint_state(JOINT_NAMES, [0.0] * 6, t))
         leader.publish(joint_state(JOINT_NAMES, [0.2] * 6, t))
         follower.publish(joint_state(JOINT_NAMES, [0.0] * 6, t))
-        elapsed = time.monotonic() - start
-        if phase == 0 and elapsed > 0.8:
+        if phase in (1, 2):
+            press(phase == 1)  # re-sent every loop: a repeated state is idempotent, a lost sample cannot stall
+        alpha = authority[-1][0] if authority else None
+        if phase == 0 and leader_cmds and time.monotonic() - start > 0.8:
             press(True)
             phase = 1
-        elif phase == 1 and elapsed > 1.8:
+        elif phase == 1 and alpha == pytest.approx(1.0) and commands and commands[-1][1] == pytest.approx(0.2, abs=1e-6):
             press(False)
             phase = 2
+        elif phase == 2 and alpha == 0.0:
+            phase = 3
         time.sleep(0.005)
+    assert phase == 3, f"takeover and hand-back did not complete (phase {phase})"
     future = label.call_async(Trigger.Request())
     deadline = time.monotonic() + 10
     while not future.done() and time.monotonic() < deadline:
@@ -93,8 +99,12 @@ def test_takeover_blends_labels_and_releases_the_leader(graph) -> None:
     assert any(0.05 < a < 0.95 for a in alphas), "alpha must pass through intermediate values (blended)"
     values = [v for _t, v in sorted(commands)]  # executor threads may deliver out of order; order by tick stamp
     assert max(values) == pytest.approx(0.2, abs=1e-6) and values[0] == pytest.approx(0.0, abs=1e-6)
-    steps = [abs(b - a) for a, b in zip(values, values[1:])]
-    assert max(steps) < 0.2 * 0.5, "no hard switch: the 0.2 rad gap is spread over the ramp"
+    # No hard switch: the 0.2 rad gap is spread over the 150 ms ramp (a switch through the 0.05 rad
+    # max step would cross it in ~4 ticks = 20 ms). Measured in tick stamps, so lost samples don't matter.
+    ordered = sorted(commands)
+    t_lo = next(t for t, v in ordered if v > 0.02)
+    t_hi = next(t for t, v in ordered if t > t_lo and v > 0.18)
+    assert t_hi - t_lo > 0.3 * 150e6, f"rise took {(t_hi - t_lo) / 1e6:.1f} ms: a switch, not a blend"
     assert 0 in leader_cmds and 6 in leader_cmds  # tracked the follower, then released at pedal-down
     assert events[-1]["id"] == 1 and events[-1]["end_ns"] and events[-1]["trigger"] == "wrong_grasp"
     assert any(a[2] == 1.0 for a in authority), "authority carries the intervention id during the takeover"
