@@ -41,7 +41,7 @@ from teleop_flywheel.data import lerobot_format as lf
 from teleop_flywheel.data.align import AlignError, align, make_grid
 from teleop_flywheel.data.bag import AUTHORITY_TOPIC, Bag, BagReadError, Stream, open_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
-from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, find_bags
+from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, load_inputs
 from teleop_flywheel.labels import TRIGGER_LABELS
 from teleop_flywheel.so101 import JOINT_NAMES
 
@@ -439,15 +439,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = ValidateConfig.load(args.config)
-        paths = find_bags(args.paths)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"convert: {exc}", file=sys.stderr)
+    inputs = load_inputs(args, "convert")
+    if inputs is None:
         return 2
-    if not paths:
-        print(f"convert: no bags found in {' '.join(args.paths)}", file=sys.stderr)
-        return 2
+    cfg, paths = inputs
     out = Path(args.out)
     try:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,

@@ -361,16 +361,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments_to(parser)
 
 
-def run(args: argparse.Namespace) -> int:
+def load_inputs(args: argparse.Namespace, command: str) -> tuple[ValidateConfig, list[Path]] | None:
+    """Thresholds and bags for a CLI run (validate, convert); None after printing why it cannot run."""
     try:
         cfg = ValidateConfig.load(args.config)
         paths = find_bags(args.paths)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"validate: {exc}", file=sys.stderr)
-        return 2
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
     if not paths:
-        print(f"validate: no bags found in {' '.join(args.paths)}", file=sys.stderr)
+        print(f"{command}: no bags found in {' '.join(args.paths)}", file=sys.stderr)
+        return None
+    return cfg, paths
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = load_inputs(args, "validate")
+    if inputs is None:
         return 2
+    cfg, paths = inputs
     reports = validate_paths(paths, cfg, args.workers, args.executor, None if args.json else "validate")
     if args.quarantine:
         for r in reports:
