@@ -244,6 +244,8 @@ def test_watchdog_holds_when_commands_stop(graph: Graph, follower_arm: Simulated
     target = dict(start, shoulder_pan=start["shoulder_pan"] + 0.5)
     probe.send(target)  # one command, then silence: the guard must stop chasing it
     wait_for(lambda: driver.guard.stale(now_ns()), what="watchdog to fire")
+    # The bus thread may be mid-tick (computed just before the deadline): let it finish that tick.
+    time.sleep(0.1)
     held = goal_raw(follower_arm, 1)
     time.sleep(0.5)
     assert goal_raw(follower_arm, 1) == held
