@@ -83,6 +83,9 @@ class SessionSpec:
     truncate_bag: float | None = None  # keep this fraction of the .mcap bytes (cut mid-chunk)
     corrupt_chunk: bool = False
     policy_checkpoint: str = "ckpt-sim"
+    protocol_hash: str = ""  # evaluation trials (teleop_flywheel.protocol)
+    condition: str = ""
+    failure_label: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -282,6 +285,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         clock_start=mapping.to_dict(),
         clock_end=ClockMapping(int(stamps[-1]), int(stamps[-1]) + wall, 2_000).to_dict(),
         ptp_offset_ns=spec.ptp_offset_ns, started_mono_ns=int(stamps[0]), stopped_mono_ns=int(stamps[-1]),
+        protocol_hash=spec.protocol_hash, condition=spec.condition, failure_label=spec.failure_label,
         extra=dict(spec.extra))
     with BagWriter(bag_dir, episode=meta, chunk_size=spec.chunk_size, compression=spec.compression,
                    fsync=False, max_chunk_age_s=1e6) as bag:
