@@ -123,14 +123,17 @@ def test_vendor_sdk_drives_the_simulator(tmp_path: Path) -> None:
         sim.wait(10)
 
 
-def _sdk(call, attempts: int = 5):
-    """A vendor-SDK call, retried: its fixed ~34 ms reply timeout is tight on a loaded machine."""
+def _sdk(port, call, attempts: int = 5):
+    """A vendor-SDK call, retried: its fixed ~34 ms reply timeout is tight on a loaded machine.
+    After a timeout the late reply is discarded (the SDK's clearPort does not), so a retry never
+    reads the previous request's answer."""
     for _ in range(attempts):
         result = call()
         code = result if isinstance(result, int) else result[1] if len(result) == 3 else result[0]
         if code == scs.COMM_SUCCESS:
             return result
         time.sleep(0.05)
+        port.ser.reset_input_buffer()
     return result
 
 
@@ -138,9 +141,9 @@ def _drive_with_vendor_sdk(device: str) -> None:
     port = scs.PortHandler(device)
     assert port.openPort() and port.setBaudRate(1_000_000)
     ph = scs.PacketHandler(0)
-    model, result, error = _sdk(lambda: ph.ping(port, 1))
+    model, result, error = _sdk(port, lambda: ph.ping(port, 1))
     assert (model, result, error) == (777, scs.COMM_SUCCESS, 0)
-    assert _sdk(lambda: ph.write1ByteTxRx(port, 3, register("Torque_Enable").address, 1))[0] == scs.COMM_SUCCESS
+    assert _sdk(port, lambda: ph.write1ByteTxRx(port, 3, register("Torque_Enable").address, 1))[0] == scs.COMM_SUCCESS
     writer = scs.GroupSyncWrite(port, ph, register("Goal_Position").address, 2)
     for sid in range(1, 7):
         writer.addParam(sid, [3000 & 0xFF, 3000 >> 8])
@@ -149,11 +152,11 @@ def _drive_with_vendor_sdk(device: str) -> None:
     reader = scs.GroupSyncRead(port, ph, register("Present_Position").address, 2)
     for sid in range(1, 7):
         reader.addParam(sid)
-    assert _sdk(reader.txRxPacket) == scs.COMM_SUCCESS
+    assert _sdk(port, reader.txRxPacket) == scs.COMM_SUCCESS
     positions = {sid: reader.getData(sid, register("Present_Position").address, 2) for sid in range(1, 7)}
     assert abs(positions[3] - 3000) < 30  # torque on: moved to the goal
     assert abs(positions[1] - 3000) > 500  # torque off: did not move
-    value, result, _ = _sdk(lambda: ph.read2ByteTxRx(port, 1, register("Model_Number").address))
+    value, result, _ = _sdk(port, lambda: ph.read2ByteTxRx(port, 1, register("Model_Number").address))
     assert (value, result) == (777, scs.COMM_SUCCESS)
     port.closePort()
 
