@@ -1,0 +1,369 @@
+"""`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT]`: success-rate tables with an N.
+
+Why: a table with N, an interval and the conditions written down is evidence; a demo video is
+not. Every trial bag carries its protocol hash, so one table never mixes two protocols; cells
+with fewer trials than planned are marked incomplete, never averaged silently. Statistics are
+exact and self-contained (no scipy): Wilson score interval, two-sided Fisher exact test.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teleop_flywheel.data.bag import BagReadError, open_bag
+from teleop_flywheel.protocol import Protocol, ProtocolError, ProtocolWalker, load_protocol
+
+Z95 = 1.959963984540054
+
+
+class EvalError(ValueError):
+    pass
+
+
+# -- statistics ---------------------------------------------------------------------------------------
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval: (p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom))
+
+
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided Fisher exact p for [[a, b], [c, d]]: sum of hypergeometric P(table) over tables
+    with the same margins and P ≤ P(observed) (exact rationals, so ties are exact)."""
+    r1, r2, c1 = a + b, c + d, a + c
+    n = r1 + r2
+    total = math.comb(n, c1)
+
+    def prob(x: int) -> Fraction:
+        return Fraction(math.comb(r1, x) * math.comb(r2, c1 - x), total)
+
+    observed = prob(a)
+    lo, hi = max(0, c1 - r2), min(r1, c1)
+    p = sum((q for q in (prob(x) for x in range(lo, hi + 1)) if q <= observed), Fraction(0))
+    return float(min(p, Fraction(1)))
+
+
+def min_detectable_difference(n: int, base: float, alpha: float = 0.05) -> float | None:
+    """Smallest improvement over `base` that Fisher's test at this N would call significant if
+    observed exactly (k2 = k1 + Δ), None if even 0 → N cannot be."""
+    k1 = round(base * n)
+    for k2 in range(k1 + 1, n + 1):
+        if fisher_exact(k2, n - k2, k1, n - k1) < alpha:
+            return (k2 - k1) / n
+    return None
+
+
+# -- trials -------------------------------------------------------------------------------------------
+
+@dataclass
+class Trial:
+    bag: str
+    checkpoint: str
+    condition: str
+    protocol_hash: str
+    outcome: str
+    failure_label: str
+    interventions: int
+    triggers: list[str]
+    human_share: float  # time-weighted mean of α on /teleop/authority
+    first_intervention_s: float | None
+    cycle_s: float
+
+
+def read_trial(path: str | Path) -> Trial:
+    bag = open_bag(path)
+    meta = bag.episode
+    if meta is None:
+        raise EvalError(f"{path}: no episode metadata; not a trial bag")
+    if not meta.protocol_hash:
+        raise EvalError(f"{path}: no protocol_hash in its metadata; not recorded under an evaluation protocol")
+    share = 0.0
+    if bag.has("/teleop/authority"):
+        auth = bag.authority()
+        alpha = auth.position[:, auth.names.index("alpha")]
+        stamps = auth.stamps_ns.astype(np.float64)
+        if len(stamps) > 1:
+            share = float(np.sum(alpha[:-1] * np.diff(stamps)) / (stamps[-1] - stamps[0]))
+        elif len(stamps):
+            share = float(alpha[0])
+    starts = [i.start_ns for i in meta.interventions]
+    first = (min(starts) - meta.started_mono_ns) / 1e9 if starts else None
+    return Trial(str(path), meta.policy_checkpoint, meta.condition, meta.protocol_hash, meta.outcome,
+                 meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
+                 share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9)
+
+
+# -- the table ----------------------------------------------------------------------------------------
+
+@dataclass
+class Cell:
+    checkpoint: str
+    condition: str
+    planned: int | None
+    n: int
+    successes: int
+    rate: float
+    ci95: tuple[float, float]
+    complete: bool
+    interventions_per_trial: float
+    human_share: float
+    mean_first_intervention_s: float | None
+    cycle_median_s: float
+    cycle_p90_s: float
+    failure_labels: dict[str, int] = field(default_factory=dict)
+    trigger_labels: dict[str, int] = field(default_factory=dict)
+
+
+def _cell(ck: str, cond: str, trials: list[Trial], planned: int | None) -> Cell:
+    n = len(trials)
+    k = sum(t.outcome == "success" for t in trials)
+    firsts = [t.first_intervention_s for t in trials if t.first_intervention_s is not None]
+    cycles = np.array([t.cycle_s for t in trials]) if trials else np.array([np.nan])
+    return Cell(ck, cond, planned, n, k, k / n if n else float("nan"), wilson(k, n),
+                planned is None or n >= planned,
+                sum(t.interventions for t in trials) / n if n else float("nan"),
+                float(np.mean([t.human_share for t in trials])) if n else float("nan"),
+                float(np.mean(firsts)) if firsts else None,
+                float(np.median(cycles)), float(np.percentile(cycles, 90)),
+                dict(Counter(t.failure_label or "unlabelled" for t in trials if t.outcome != "success")),
+                dict(Counter(x for t in trials for x in t.triggers)))
+
+
+@dataclass
+class Comparison:
+    condition: str  # "overall" for all conditions pooled
+    a: str
+    b: str
+    a_k: int
+    a_n: int
+    b_k: int
+    b_n: int
+    difference: float  # rate(b) − rate(a)
+    p_value: float
+    verdict: str
+    sentence: str
+
+
+def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha: float = 0.05) -> Comparison:
+    """Two-sided Fisher test on successes; the sentence says what the evidence supports at this N."""
+    if na == 0 or nb == 0:
+        return Comparison(cond, a, b, ka, na, kb, nb, float("nan"), float("nan"), "no_data",
+                          f"{cond}: no trials for {'both' if na == nb == 0 else (a if na == 0 else b)}.")
+    diff = kb / nb - ka / na
+    p = fisher_exact(kb, nb - kb, ka, na - ka)
+    head = f"{cond}: {b} {kb}/{nb} vs {a} {ka}/{na} (difference {diff:+.0%}, Fisher p = {p:.3g})"
+    if p < alpha:
+        verdict = "better" if diff > 0 else "worse"
+        return Comparison(cond, a, b, ka, na, kb, nb, diff, p, verdict,
+                          f"{head}: supports {b} {verdict} than {a}.")
+    mdd = min_detectable_difference(min(na, nb), ka / na, alpha)
+    remark = (f"at N = {min(na, nb)} per checkpoint only a difference of about {mdd:.0%} or more would show"
+              if mdd is not None else f"at N = {min(na, nb)} no difference over this baseline could show")
+    return Comparison(cond, a, b, ka, na, kb, nb, diff, p, "not_enough",
+                      f"{head}: not enough trials to tell; {remark}.")
+
+
+@dataclass
+class Report:
+    protocol_hash: str
+    protocol_name: str
+    cells: list[Cell]
+    comparisons: list[Comparison]
+    lineage: dict[str, str]
+    incomplete: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_report(trials: list[Trial], protocol: Protocol | None = None, registry: Path | None = None) -> Report:
+    """One table per protocol: refuse any trial whose hash differs from the protocol's (or the others')."""
+    if not trials:
+        raise EvalError("no trial bags given")
+    hashes = Counter(t.protocol_hash for t in trials)
+    expected = protocol.hash if protocol else hashes.most_common(1)[0][0]
+    foreign = [t for t in trials if t.protocol_hash != expected]
+    if foreign:
+        src = f"protocol {protocol.path} (hash {expected})" if protocol else f"the majority protocol hash {expected}"
+        raise EvalError(f"{len(foreign)} trial(s) belong to another protocol than {src}, e.g. {foreign[0].bag} "
+                        f"(hash {foreign[0].protocol_hash}); evaluate each protocol separately")
+    ckpts = list(protocol.checkpoints) if protocol else sorted({t.checkpoint for t in trials})
+    conds = [c.name for c in protocol.conditions] if protocol else sorted({t.condition for t in trials})
+    if protocol:
+        stray = [t for t in trials if t.checkpoint not in ckpts or t.condition not in conds]
+        if stray:
+            raise EvalError(f"{stray[0].bag}: checkpoint {stray[0].checkpoint!r} / condition {stray[0].condition!r} "
+                            f"is not in protocol {protocol.path}")
+    planned = protocol.trials_per_condition if protocol else None
+    cells = [_cell(ck, c, [t for t in trials if t.checkpoint == ck and t.condition == c], planned)
+             for ck in ckpts for c in conds]
+    comparisons: list[Comparison] = []
+    if len(ckpts) >= 2:
+        a, b = ckpts[0], ckpts[1]
+        by = {(x.checkpoint, x.condition): x for x in cells}
+        for c in conds:
+            comparisons.append(compare(a, b, c, by[a, c].successes, by[a, c].n, by[b, c].successes, by[b, c].n))
+        sa = [x for x in cells if x.checkpoint == a]
+        sb = [x for x in cells if x.checkpoint == b]
+        comparisons.append(compare(a, b, "overall", sum(x.successes for x in sa), sum(x.n for x in sa),
+                                   sum(x.successes for x in sb), sum(x.n for x in sb)))
+    lineage: dict[str, str] = {}
+    from teleop_flywheel.data.lineage import LineageError, Registry
+    try:
+        reg = Registry.load(registry)
+        for ck in ckpts:
+            if ck in reg.checkpoints:
+                e = reg.checkpoints[ck]
+                lineage[ck] = f"run {e['run']}, manifest {e['manifest_path']} (sha256 {e['manifest_sha256'][:12]})"
+    except LineageError:
+        pass
+    return Report(expected, protocol.name if protocol else "", cells, comparisons, lineage,
+                  any(not x.complete for x in cells))
+
+
+def format_table(report: Report) -> str:
+    lines = [f"protocol {report.protocol_name or '?'} (hash {report.protocol_hash})"]
+    head = (f"{'checkpoint':<14} {'condition':<12} {'N':>7} {'succ':>4} {'rate':>5} {'95% CI':>13} "
+            f"{'int/trial':>9} {'human':>6} {'t1st_s':>6} {'cyc_med':>7} {'cyc_p90':>7}  failures / triggers")
+    lines.append(head)
+    for c in report.cells:
+        n = f"{c.n}/{c.planned}" if c.planned else str(c.n)
+        mark = "" if c.complete else " INCOMPLETE"
+        first = f"{c.mean_first_intervention_s:.2f}" if c.mean_first_intervention_s is not None else "-"
+        lines.append(f"{c.checkpoint:<14} {c.condition:<12} {n:>7} {c.successes:>4} {c.rate:>5.0%} "
+                     f"[{c.ci95[0]:.2f}, {c.ci95[1]:.2f}] {c.interventions_per_trial:>9.2f} {c.human_share:>6.1%} "
+                     f"{first:>6} {c.cycle_median_s:>7.2f} {c.cycle_p90_s:>7.2f}  "
+                     f"{dict(sorted(c.failure_labels.items()))} / {dict(sorted(c.trigger_labels.items()))}{mark}")
+    if report.incomplete:
+        lines.append("INCOMPLETE protocol: cells marked above have fewer trials than planned; rates are per cell, "
+                     "not averaged.")
+    for ck, text in report.lineage.items():
+        lines.append(f"lineage {ck}: {text}")
+    lines += [c.sentence for c in report.comparisons]
+    return "\n".join(lines)
+
+
+def write_html(report: Report, out: Path) -> None:
+    import html
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    fig, ax = plt.subplots(figsize=(max(4, len(report.cells) * 0.8), 3.5))
+    x = np.arange(len(report.cells))
+    rates = [c.rate for c in report.cells]
+    err = [[c.rate - c.ci95[0] for c in report.cells], [c.ci95[1] - c.rate for c in report.cells]]
+    ax.bar(x, rates, yerr=err, capsize=4, color=["#4c72b0" if c.complete else "#bbbbbb" for c in report.cells])
+    ax.set_xticks(x, [f"{c.checkpoint}\n{c.condition}" for c in report.cells], fontsize=7)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("success rate (Wilson 95 %)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    rows = "".join(
+        f"<tr><td>{html.escape(c.checkpoint)}</td><td>{html.escape(c.condition)}</td>"
+        f"<td>{c.n}{'/' + str(c.planned) if c.planned else ''}{'' if c.complete else ' <b>incomplete</b>'}</td>"
+        f"<td>{c.successes}</td><td>{c.rate:.0%} [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]</td>"
+        f"<td>{c.interventions_per_trial:.2f}</td><td>{c.human_share:.1%}</td>"
+        f"<td>{html.escape(str(c.failure_labels))}</td><td>{html.escape(str(c.trigger_labels))}</td></tr>"
+        for c in report.cells)
+    sentences = "".join(f"<li>{html.escape(c.sentence)}</li>" for c in report.comparisons)
+    out.write_text(f"<html><body><h1>Evaluation {html.escape(report.protocol_name)} ({report.protocol_hash})</h1>"
+                   "<table border=1><tr><th>checkpoint</th><th>condition</th><th>N</th><th>successes</th>"
+                   "<th>rate [95% CI]</th><th>interventions/trial</th><th>human share</th><th>failures</th>"
+                   f"<th>triggers</th></tr>{rows}</table><img src='{png.name}'><ul>{sentences}</ul></body></html>\n")
+
+
+# -- unattended simulated protocol run ----------------------------------------------------------------
+
+def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0,
+                      checkpoint_scale: dict[str, float] | None = None, duration_s: float = 1.0,
+                      max_trials: int | None = None) -> list[Path]:
+    """Walk the protocol unattended: the scripted policy fails each trial with the condition's
+    `sim_failure_rate` (× `checkpoint_scale[checkpoint]`), one bag per trial via `write_session`."""
+    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+
+    rng = np.random.default_rng(seed)
+    walker = ProtocolWalker(protocol)
+    out_dir = Path(out_dir)
+    bags: list[Path] = []
+    labels = [x for x in protocol.failure_labels if x != "timeout"] or list(protocol.failure_labels)
+    while (slot := walker.next_slot()) is not None and (max_trials is None or len(bags) < max_trials):
+        cond = protocol.condition(slot.condition)
+        if cond.sim_failure_rate is None:
+            raise ProtocolError(f"{protocol.path}: condition {cond.name!r} has no sim_failure_rate for the simulator")
+        p_fail = min(1.0, cond.sim_failure_rate * (checkpoint_scale or {}).get(slot.checkpoint, 1.0))
+        fail = bool(rng.random() < p_fail)
+        label = str(rng.choice(labels)) if fail else ""
+        interventions: tuple[tuple[float, float, str | None], ...] = ()
+        if fail and protocol.interventions_allowed and rng.random() < 0.5:
+            start = float(rng.uniform(0.2, 0.5)) * duration_s
+            interventions = ((start, start + 0.3 * duration_s, "wrong_grasp"),)
+        name = f"{slot.checkpoint}__{slot.condition}__{slot.index:03d}"
+        write_session(out_dir / name, SessionSpec(
+            duration_s=duration_s * float(rng.uniform(0.8, 1.2)), joint_hz=50.0, cameras=(), session_kind="policy",
+            outcome="failure" if fail else "success", interventions=interventions, task=protocol.task,
+            policy_checkpoint=slot.checkpoint, protocol_hash=protocol.hash, condition=slot.condition,
+            failure_label=label, seed=int(rng.integers(1 << 31))))
+        walker.record(slot, "failure" if fail else "success", label, len(interventions))
+        bags.append(out_dir / name)
+    return bags
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bags", nargs="*", type=Path, help="trial bag directories (or folders of them)")
+    parser.add_argument("--protocol", type=Path, help="the protocol YAML the trials must belong to")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--html", type=Path, help="write an HTML report (and a PNG bar chart beside it)")
+    parser.add_argument("--registry", type=Path, help="lineage registry (default: lineage's default)")
+    parser.add_argument("--simulate", type=Path, metavar="OUT",
+                        help="run the protocol unattended in the simulator, writing trial bags to OUT, then evaluate")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir() and not (p / "metadata.yaml").exists() and not list(p.glob("*.mcap")):
+            out += sorted(d for d in p.iterdir() if d.is_dir())
+        else:
+            out.append(p)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        protocol = load_protocol(args.protocol) if args.protocol else None
+        bags = _expand(list(args.bags))
+        if args.simulate:
+            if protocol is None:
+                raise EvalError("--simulate needs --protocol")
+            bags += simulate_protocol(protocol, args.simulate, seed=args.seed)
+        report = build_report([read_trial(b) for b in bags], protocol, args.registry)
+    except (EvalError, ProtocolError, BagReadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_dict(), indent=1) if args.json else format_table(report))
+    if args.html:
+        write_html(report, args.html)
+    return 0
