@@ -310,7 +310,7 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
 def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp_path: Path) -> None:
     small = [Parameter("width", value=320), Parameter("height", value=240), Parameter("fps", value=20.0)]
     stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [
-        Parameter("name", value="stall"), Parameter("stall_at_s", value=1.0), Parameter("stall_s", value=1.5)]))
+        Parameter("name", value="stall"), Parameter("stall_at_s", value=4.0), Parameter("stall_s", value=1.5)]))  # after recording has surely started, even on a loaded machine
     graph.add(CameraNode("camera_skew", context=graph.context, parameter_overrides=small + [
         Parameter("name", value="skew"), Parameter("stamp_offset_ms", value=-40.0)]))
     diags: list[Any] = []
