@@ -274,9 +274,9 @@ def test_leader_follows_then_releases(graph: Graph, tmp_path: Path) -> None:
                  60, "leader at the commanded pose")
         probe.cmd.publish(joint_state([], [], now_ns()))  # pedal down: empty command
         wait_for(lambda: torque(0), what="torque released on empty command")
-        # a single command engages; with no more commands the watchdog releases
-        probe.send(target)
-        wait_for(lambda: torque(1), what="leader torque on again")
+        # commands engage again; once they stop, the watchdog releases (sent until engaged, so a
+        # starved driver thread cannot let the only command go stale before acting on it)
+        wait_for(lambda: (probe.send(target), torque(1))[1], what="leader torque on again")
         wait_for(lambda: torque(0), 10, "torque released when commands go stale")
         assert not driver.state.torque
 
