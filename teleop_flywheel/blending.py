@@ -66,6 +66,7 @@ class AuthorityBlender:
         self._last_command: list[float] | None = None
         self._human: tuple[int, list[float]] | None = None
         self._policy: tuple[int, list[float]] | None = None
+        self._last_tick_ns = 0
 
     # -- inputs -------------------------------------------------------------------------
     def set_mode(self, mode: str, t_ns: int) -> None:
@@ -122,12 +123,17 @@ class AuthorityBlender:
         return raised_cosine(self._phase(t_ns))
 
     def _start_ramp(self, target: float, t_ns: int) -> None:
-        # Continue from the current phase: a reversal mid-ramp never makes α jump.
+        # Continue from the current phase: a reversal mid-ramp never makes α jump. A ramp never
+        # starts before the last tick already sent: a pedal event delivered late (its source
+        # stamp is in the past) must not make α leap to where the ramp "would be by now". The
+        # intervention keeps the source stamp; only the blend starts when the edge is known.
+        t_ns = max(t_ns, self._last_tick_ns)
         self._phase0 = self._phase(t_ns)
         self._ramp_start_ns = t_ns
         self._direction = 1.0 if target >= 0.5 else -1.0
 
     def tick(self, t_ns: int) -> BlendOutput:
+        self._last_tick_ns = max(self._last_tick_ns, t_ns)
         a = self.alpha(t_ns)
         stale = self.stale_ms * 1e6
         human_ok = self._human is not None and t_ns - self._human[0] <= stale

@@ -52,6 +52,19 @@ def test_reversal_mid_ramp_continues_from_current_alpha() -> None:
     assert b.alpha(t_rev + 50 * MS) == pytest.approx(0.0, abs=1e-9)  # back down in the time it took up
 
 
+def test_late_pedal_event_starts_the_ramp_at_the_next_tick_not_in_the_past() -> None:
+    # A loaded machine delivers the pedal edge 100 ms after its source stamp: α must not leap to
+    # where the ramp would be by now; the intervention still starts at the source stamp.
+    b = AuthorityBlender(blend_ms=150)
+    t_sent = 2_000 * MS
+    _feed(b, t_sent, 1.0, 0.0)
+    assert b.tick(t_sent).alpha == 0.0
+    b.pedal(True, t_sent - 100 * MS)
+    assert b.interventions[-1].start_ns == t_sent - 100 * MS
+    assert b.tick(t_sent + TICK).alpha == pytest.approx(raised_cosine(TICK / (150 * MS)))
+    assert b.alpha(t_sent + 150 * MS) == 1.0
+
+
 def test_command_is_continuous_at_takeover_and_hand_back() -> None:
     b = AuthorityBlender(blend_ms=150)
     commands = []
