@@ -4,11 +4,27 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from teleop_flywheel.pedal.events import EV_KEY, EV_SYN, EVENT, InputEvent, KeyMap, PedalState, decode, encode
+from teleop_flywheel.clock import now_ns, sample_mapping
+from teleop_flywheel.pedal.events import (
+    EV_KEY,
+    EV_SYN,
+    EVENT,
+    InputEvent,
+    KeyMap,
+    PedalState,
+    decode,
+    device_changed,
+    encode,
+    realtime_to_monotonic,
+    resolve_device,
+)
 
 MS = 1_000_000
 
@@ -41,43 +57,154 @@ def test_keymap_rejects_unknown_labels(tmp_path: Path) -> None:
         KeyMap.load(bad)
 
 
-def test_pedal_node_reads_a_fifo(tmp_path: Path) -> None:
+def test_realtime_kernel_stamps_convert_to_monotonic() -> None:
+    """A kernel that refused EVIOCSCLOCKID stamps CLOCK_REALTIME; converted, the stamp is "now" on monotonic."""
+    before = now_ns()
+    wall = time.time_ns()
+    after = now_ns()
+    raw = EVENT.pack(wall // 10**9, wall % 10**9 // 1000, EV_KEY, 30, 1) + EVENT.pack(wall // 10**9, 0, EV_SYN, 0, 0)
+    events, rest = decode(raw)
+    mapping = sample_mapping()
+    converted = realtime_to_monotonic(events, mapping.offset_ns)
+    assert rest == b"" and [(e.type, e.code, e.value) for e in converted] == [(EV_KEY, 30, 1), (EV_SYN, 0, 0)]
+    slack = mapping.uncertainty_ns + 1_000 + MS  # µs truncation of the record, read latency, NTP slew
+    assert before - slack <= converted[0].stamp_ns <= after + slack
+    # NTP steps realtime by an hour: stamps taken after the step, converted with a re-measured offset, agree.
+    stepped = realtime_to_monotonic([InputEvent(e.stamp_ns + 3600 * 10**9, e.type, e.code, e.value) for e in events],
+                                    mapping.offset_ns + 3600 * 10**9)
+    assert stepped == converted
+
+
+def test_unplug_releases_a_held_pedal() -> None:
+    st = PedalState(KeyMap(takeover=30, debounce_ms=30))
+    st.feed(InputEvent(100 * MS, EV_KEY, 30, 1))
+    assert st.settle(200 * MS) == [("takeover", True, 100 * MS)]
+    assert st.release(500 * MS) == [("takeover", False, 500 * MS)]  # noticed at 500 ms: stamped then
+    assert st.release(600 * MS) == [] and not st.down
+    st.feed(InputEvent(700 * MS, EV_KEY, 30, 1))
+    st.settle(800 * MS)
+    st.feed(InputEvent(900 * MS, EV_KEY, 30, 0))  # released, still inside the debounce window
+    assert st.release(905 * MS) == [("takeover", False, 900 * MS)]  # the kernel's release time
+
+
+def test_device_path_identity(tmp_path: Path) -> None:
+    fifo = tmp_path / "pedal"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        assert device_changed(str(fifo), fd) == ""
+        fifo.unlink()
+        assert device_changed(str(fifo), fd).startswith(f"{fifo} is gone")
+        os.mkfifo(fifo)  # same path, a new file: as a replugged pedal behind the same by-id link
+        assert "different device" in device_changed(str(fifo), fd)
+    finally:
+        os.close(fd)
+
+
+def test_resolve_device_by_path_by_id_and_name(tmp_path: Path) -> None:
+    target = tmp_path / "event7"
+    target.write_bytes(b"")
+    (tmp_path / "by-id").mkdir()
+    (tmp_path / "by-id" / "usb-pedal-event-kbd").symlink_to(target)
+    assert resolve_device(str(target), str(tmp_path)) == str(target)
+    assert resolve_device("usb-pedal-event-kbd", str(tmp_path)) == str(tmp_path / "by-id" / "usb-pedal-event-kbd")
+    # By name, evdev lists only character devices: none here (and no /dev/input on CI) → a clear error.
+    with pytest.raises(FileNotFoundError, match="evdev device name.*Foot Pedal"):
+        resolve_device("Foot Pedal", str(tmp_path))
+
+
+@dataclass
+class PedalRig:
+    """A pedal node reading a FIFO, with everything it published."""
+
+    node: Any
+    fifo: Path
+    joy: list[tuple[int, list[int]]] = field(default_factory=list)
+    diags: list[tuple[int, str, dict[str, str]]] = field(default_factory=list)  # (level, message, values)
+
+    def wait(self, condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.02)
+
+    def writer(self) -> int:
+        """A writer on the FIFO, opened once the node's latest diagnostic says open (so a reader exists)."""
+        self.wait(lambda: self.diags and self.diags[-1][0] == 0, "pedal open")
+        return os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+
+
+@pytest.fixture()
+def rig(tmp_path: Path) -> Iterator[PedalRig]:
     rclpy = pytest.importorskip("rclpy")
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import Joy
 
-    from teleop_flywheel.clock import now_ns
     from teleop_flywheel.nodes.common import STREAM_QOS
     from teleop_flywheel.nodes.pedal import PedalNode
 
     fifo = tmp_path / "pedal"
     os.mkfifo(fifo)
     rclpy.init()
-    node = PedalNode(parameter_overrides=[Parameter("device", value=str(fifo))])
-    got: list[tuple[int, list[int]]] = []
-    node.create_subscription(Joy, "/pedal/joy", lambda m: got.append(
-        (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.buttons))), STREAM_QOS)
-    ex = SingleThreadedExecutor()
-    ex.add_node(node)
-    spin = threading.Thread(target=ex.spin, daemon=True)
-    spin.start()
     try:
-        writer = os.open(fifo, os.O_WRONLY)
-        t_down = (now_ns() - 5 * MS) // 1000 * 1000  # kernel event time (µs resolution), before we read it
-        os.write(writer, encode(InputEvent(t_down, EV_KEY, 30, 1)) + encode(InputEvent(t_down, EV_SYN, 0, 0)))
-        deadline = time.monotonic() + 10
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.write(writer, encode(InputEvent(now_ns(), EV_KEY, 3, 1)))  # KEY_2 = wrong_grasp in config/pedal.yaml
-        deadline = time.monotonic() + 10
-        while len(got) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.close(writer)
+        node = PedalNode(parameter_overrides=[Parameter("device", value=str(fifo))])
+        rig = PedalRig(node, fifo)
+        node.create_subscription(Joy, "/pedal/joy", lambda m: rig.joy.append(
+            (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.buttons))), STREAM_QOS)
+        node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rig.diags.extend(
+            (s.level[0] if isinstance(s.level, bytes) else s.level, s.message, {kv.key: kv.value for kv in s.values})
+            for s in m.status if s.name.endswith("foot pedal")), 10)
+        ex = SingleThreadedExecutor()
+        ex.add_node(node)
+        threading.Thread(target=ex.spin, daemon=True).start()
+        try:
+            yield rig
+        finally:
+            node.close()
+            ex.shutdown()
+            node.destroy_node()
     finally:
-        node.close()
-        ex.shutdown()
-        node.destroy_node()
         rclpy.shutdown()
-    assert got[0] == (t_down, [1, 0, 0, 0, 0, 0])
-    assert got[1][1] == [1, 0, 1, 0, 0, 0] and got[2][1] == [1, 0, 0, 0, 0, 0]
+
+
+def test_pedal_node_reads_a_fifo(rig: PedalRig) -> None:
+    writer = rig.writer()
+    t_down = (now_ns() - 5 * MS) // 1000 * 1000  # kernel event time (µs resolution), before we read it
+    os.write(writer, encode(InputEvent(t_down, EV_KEY, 30, 1)) + encode(InputEvent(t_down, EV_SYN, 0, 0)))
+    rig.wait(lambda: rig.joy, "pedal down")
+    os.write(writer, encode(InputEvent(now_ns(), EV_KEY, 3, 1)))  # KEY_2 = wrong_grasp in config/pedal.yaml
+    rig.wait(lambda: len(rig.joy) >= 3, "label press and release")
+    os.close(writer)
+    assert rig.joy[0] == (t_down, [1, 0, 0, 0, 0, 0])
+    assert rig.joy[1][1] == [1, 0, 1, 0, 0, 0] and rig.joy[2][1] == [1, 0, 0, 0, 0, 0]
+    assert rig.diags[-1][2]["clock"].startswith("as written")
+
+
+def test_pedal_node_unplug_releases_and_reconnects(rig: PedalRig) -> None:
+    writer = rig.writer()
+    t = now_ns() // 1000 * 1000
+    os.write(writer, encode(InputEvent(t, EV_KEY, 30, 1)))
+    rig.wait(lambda: rig.joy and rig.joy[-1][1][0] == 1, "pedal down")
+    os.close(writer)
+    t_unplug = now_ns()
+    rig.fifo.unlink()  # a FIFO never errors when removed: only the path check can notice
+    rig.wait(lambda: any(level == 2 and "unplugged" in m for level, m, _v in rig.diags), "diagnostic ERROR")
+    error = next(m for level, m, _v in rig.diags if level == 2 and "unplugged" in m)
+    assert error.startswith(f"{rig.fifo}: unplugged: {rig.fifo} is gone"), error
+    rig.wait(lambda: rig.joy[-1][1][0] == 0, "pedal-up published on unplug")
+    assert t_unplug <= rig.joy[-1][0] <= now_ns()  # stamped when the loss was noticed
+    assert rig.joy[-1][1] == [0] * 6
+
+    os.mkfifo(rig.fifo)  # plugged back in
+    writer = rig.writer()
+    assert rig.diags[-1][0] == 0 and rig.diags[-1][2]["down"] == "False"
+    n = len(rig.joy)
+    t = now_ns() // 1000 * 1000
+    os.write(writer, encode(InputEvent(t, EV_KEY, 30, 1)))
+    rig.wait(lambda: len(rig.joy) > n, "a press through the new FIFO")
+    os.write(writer, encode(InputEvent(t + 100 * MS, EV_KEY, 30, 0)))
+    rig.wait(lambda: len(rig.joy) > n + 1, "its release")
+    os.close(writer)
+    assert rig.joy[n:] == [(t, [1, 0, 0, 0, 0, 0]), (t + 100 * MS, [0, 0, 0, 0, 0, 0])]

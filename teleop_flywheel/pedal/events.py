@@ -4,11 +4,15 @@ A USB foot pedal is a keyboard to the kernel: each press is an EV_KEY event with
 code, value 1 (down), 0 (up) or 2 (autorepeat), and the kernel's own timestamp. Reading the
 event device (or a FIFO fed with the same records, as the simulator's virtual pedal is)
 gives 24-byte records on 64-bit Linux: timeval (sec, usec), type, code, value. The stamp
-the kernel writes is CLOCK_MONOTONIC once EVIOCSCLOCKID has asked for it (`open_device`).
+the kernel writes is CLOCK_MONOTONIC once EVIOCSCLOCKID has asked for it (`open_device`); a
+kernel that refuses keeps its default CLOCK_REALTIME, and `realtime_to_monotonic` converts
+those stamps with a measured realtime−monotonic offset (`teleop_flywheel.clock.sample_mapping`).
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import errno
 import fcntl
 import os
 import stat
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from evdev import InputDevice, list_devices
 
 from teleop_flywheel.labels import TRIGGER_LABELS
 
@@ -60,7 +65,7 @@ class KeyMap:
     debounce_ms: float = 30.0
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "KeyMap":
+    def load(cls, path: str | os.PathLike[str]) -> KeyMap:
         p = Path(path)
         try:
             data = yaml.safe_load(p.read_text()) or {}
@@ -108,39 +113,98 @@ class PedalState:
         self.down = level
         return [("takeover", level, stamp)]
 
+    def release(self, now_ns: int) -> list[tuple[str, bool | str, int]]:
+        """The device is gone: an unplugged pedal cannot be held, so end up (authority goes back).
 
-def open_device(path: str, grab: bool = True) -> int:
-    """Open an event device (or FIFO) non-blocking; on a real device ask for monotonic stamps and grab it."""
+        Stamped with the release the kernel reported if one was still settling, else `now_ns`,
+        the time the loss was noticed: after every event the device delivered.
+        """
+        pending, self._pending = self._pending, None
+        if not self.down:
+            return []
+        self.down = False
+        stamp = pending[1] if pending is not None and not pending[0] else now_ns
+        return [("takeover", False, stamp)]
+
+
+MONOTONIC, REALTIME, WRITER = "monotonic", "realtime", "writer"
+"""Event stamp clocks: the kernel's after EVIOCSCLOCKID, its refused-default, a FIFO writer's own."""
+
+
+def open_device(path: str, grab: bool = True) -> tuple[int, str]:
+    """Open an event device (or FIFO) non-blocking; return the fd and the clock its stamps are on.
+
+    A real device is asked for CLOCK_MONOTONIC stamps; if the kernel refuses (ioctl error) its
+    stamps stay CLOCK_REALTIME and the caller converts them. A FIFO carries whatever clock its
+    writer stamped with (the virtual pedal writes monotonic time).
+    """
     if stat.S_ISFIFO(os.stat(path).st_mode):
         # Read-write keeps a writer on the FIFO, so it never reads as end-of-file between writers.
-        return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        return os.open(path, os.O_RDWR | os.O_NONBLOCK), WRITER
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    if stat.S_ISCHR(os.fstat(fd).st_mode):
-        fcntl.ioctl(fd, EVIOCSCLOCKID, struct.pack("i", time.CLOCK_MONOTONIC))
-        if grab:
-            fcntl.ioctl(fd, EVIOCGRAB, 1)
-    return fd
+    clock = WRITER
+    try:
+        if stat.S_ISCHR(os.fstat(fd).st_mode):
+            try:
+                fcntl.ioctl(fd, EVIOCSCLOCKID, struct.pack("i", time.CLOCK_MONOTONIC))
+                clock = MONOTONIC
+            except OSError:
+                clock = REALTIME
+            if grab:
+                fcntl.ioctl(fd, EVIOCGRAB, 1)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, clock
 
 
-def resolve_device(spec: str) -> str:
-    """A device given by path, /dev/input/by-id link, or name (as in /proc/bus/input/devices)."""
+def realtime_to_monotonic(events: list[InputEvent], offset_ns: int) -> list[InputEvent]:
+    """Events stamped on CLOCK_REALTIME, restamped on CLOCK_MONOTONIC.
+
+    `offset_ns` is realtime − monotonic as measured (`ClockMapping.offset_ns`); re-measure it
+    periodically, since NTP may step the realtime clock while the monotonic one runs on.
+    """
+    return [dataclasses.replace(ev, stamp_ns=ev.stamp_ns - offset_ns) for ev in events]
+
+
+def device_changed(path: str, fd: int) -> str:
+    """Why `path` no longer leads to the open `fd` ("" if it still does).
+
+    An unplugged FIFO never errors on read, and a replugged USB device comes back as a new
+    /dev/input/eventN behind the same by-id link: comparing the file the path resolves to now
+    with the one that is open catches both.
+    """
+    try:
+        now = os.stat(path)
+    except OSError as exc:
+        return f"{path} is gone ({exc.strerror})"
+    was = os.fstat(fd)
+    if (now.st_dev, now.st_ino, now.st_rdev) != (was.st_dev, was.st_ino, was.st_rdev):
+        return f"{path} now leads to a different device (replugged)"
+    return ""
+
+
+def resolve_device(spec: str, input_dir: str = "/dev/input") -> str:
+    """A device given by path, by-id link name, or device name (matched with python-evdev).
+
+    Names are read from each readable event device with evdev's EVIOCGNAME; without an
+    input directory (containers, CI) there is nothing to match and the error says so.
+    """
     if Path(spec).exists():
         return spec
-    by_id = Path("/dev/input/by-id") / spec
+    by_id = Path(input_dir) / "by-id" / spec
     if by_id.exists():
         return str(by_id)
-    try:
-        blocks = Path("/proc/bus/input/devices").read_text().split("\n\n")
-    except OSError:
-        blocks = []
-    for block in blocks:
-        if f'N: Name="{spec}"' in block:
-            for line in block.splitlines():
-                if line.startswith("H: Handlers="):
-                    for handler in line.split("=", 1)[1].split():
-                        if handler.startswith("event"):
-                            return f"/dev/input/{handler}"
-    raise FileNotFoundError(f"pedal device {spec!r}: no such path, /dev/input/by-id entry or device name")
+    for path in sorted(list_devices(input_dir, writable=False)):
+        try:
+            device = InputDevice(path, readonly=True)
+        except OSError:
+            continue  # vanished or not ours to open: not the pedal
+        name = device.name
+        device.close()
+        if name == spec:
+            return path
+    raise FileNotFoundError(errno.ENOENT, f"no such path, {input_dir}/by-id entry or evdev device name", spec)
 
 
 def read_available(fd: int, remainder: bytes = b"") -> tuple[list[InputEvent], bytes]:
