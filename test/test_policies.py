@@ -1,7 +1,12 @@
-"""Policies: scripted waypoints (smooth, fails on schedule), replay of a recorded bag, plugin lookup,
-and the policy node tagging every command with its checkpoint id."""
+"""Policies: scripted waypoints (smooth, fails on schedule), replay of a recorded bag and of a LeRobot
+dataset episode, plugin lookup without torch, and the policy node tagging every command with its
+checkpoint id."""
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -55,6 +60,102 @@ def test_replay_plays_the_recorded_commands(tmp_path: Path) -> None:
     k = len(js.stamps_ns) // 2
     offset = int(js.stamps_ns[k] - js.stamps_ns[0])
     assert pol.act(None, t0 + offset) == pytest.approx(list(js.position[k]))
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """Two synthetic sessions converted by the project's own converter (state + action, no camera)."""
+    from teleop_flywheel.data.convert import convert
+    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+
+    root = tmp_path_factory.mktemp("replay")
+    bags = [root / f"ep{i}" for i in range(2)]
+    for i, bag in enumerate(bags):
+        write_session(bag, SessionSpec(cameras=(), seed=10 + i))
+    res = convert(bags, root / "ds", workers=1, progress=False)
+    assert len(res.converted[str(root / "ds")]) == 2, res
+    return root / "ds", bags
+
+
+def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
+        converted: tuple[Path, list[Path]]) -> None:
+    from teleop_flywheel.calibration import load_calibration
+    from teleop_flywheel.data.align import hold, make_grid
+    from teleop_flywheel.data.bag import open_bag
+    from teleop_flywheel.so101 import JOINT_NAMES
+
+    ds, bags = converted
+    bag = open_bag(bags[1])
+    command = bag.joint_state("/follower/joint_command").stream(list(JOINT_NAMES))
+    grid = make_grid([bag.joint_state("/follower/joint_states").stream(list(JOINT_NAMES)), command], 30)
+    idx, _ = hold(command, grid.times(1))  # the frame contract: action[k] = command in effect at t_{k+1}
+    expected = command.values[idx].copy()
+    # LeRobot's gripper unit (RANGE_0_100) clamps into the calibrated range; the body joints are lossless.
+    expected[:, -1] = np.clip(expected[:, -1], *load_calibration(sim_follower())["gripper"].rad_range())
+
+    pol = load_policy("replay", f"{ds}#1", "")
+    assert pol.checkpoint_id == f"replay:{bag.episode_id[:12]}"  # the same tag as replaying the bag itself
+    assert pol.cameras == ()
+    t0 = 3 * S
+    pol.reset(None, t0)
+    for k in range(grid.n):
+        start = t0 + round(k * S / 30)
+        for t in (start, start + S // 60):  # the frame's first instant and its middle
+            assert pol.act(None, t) == pytest.approx(list(expected[k]), abs=1e-5), f"frame {k}"
+    assert pol.act(None, t0 + 3600 * S) == pytest.approx(list(expected[-1]), abs=1e-5)  # holds the last
+    other = load_policy("replay", f"{ds}#0,calibration={sim_follower()}", "tag")
+    assert other.checkpoint_id == "tag" and not np.allclose(other.positions[0], pol.positions[0])
+
+
+def sim_follower() -> Path:
+    from teleop_flywheel.calibration import sim_calibration_file
+
+    return sim_calibration_file("follower")
+
+
+def test_replay_dataset_bad_args_name_the_path_and_the_reason(converted: tuple[Path, list[Path]],
+                                                              tmp_path: Path) -> None:
+    ds, _ = converted
+    cases = {
+        f"{tmp_path}/nope#0": "nope: no such dataset directory",
+        f"{ds}#2": "episode 2 out of range .*2 episodes, episode_index 0..1",
+        f"{ds}#first": "#first: the episode must be an integer",
+        str(ds): "a LeRobot dataset; name the episode",
+        f"{ds}#0,speed=2": "option 'speed=2' is not one of calibration=",
+        f"{ds}#0,calibration={tmp_path}/none.yaml": "none.yaml: cannot read calibration",
+    }
+    for args, reason in cases.items():
+        with pytest.raises(ValueError, match=reason):
+            load_policy("replay", args, "")
+    no_action = tmp_path / "no_action"
+    shutil.copytree(ds, no_action)
+    info_path = no_action / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    del info["features"]["action"]
+    info_path.write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="no_action: dataset has no 'action' feature"):
+        load_policy("replay", f"{no_action}#0", "")
+
+
+def test_plugins_are_imported_only_when_named() -> None:
+    """Loading the project and the built-ins (and listing the plugins) imports neither torch nor LeRobot."""
+    code = (
+        "import sys\n"
+        "import teleop_flywheel.nodes.policy\n"
+        "from teleop_flywheel.policies.base import load_policy\n"
+        "p = load_policy('scripted', '', '')\n"
+        "assert p.checkpoint_id == 'scripted-v0' and p.act([0.0] * 6, 0) == [0.0] * 6\n"
+        "try:\n"
+        "    load_policy('gpt', '', '')\n"
+        "except ValueError as exc:\n"
+        "    assert 'scripted, replay' in str(exc), exc\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lerobot')\n"
+        "             or m == 'teleop_flywheel.policies.lerobot_checkpoint')\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_policy_node_tags_commands_with_the_checkpoint() -> None:

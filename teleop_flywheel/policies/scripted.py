@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from teleop_flywheel.policies.base import NO_IMAGES, Images
+
 DEFAULT_WAYPOINTS: list[list[float]] = [
     [0.0, -0.3, 0.4, 0.2, 0.0, 0.1],
     [0.5, 0.1, 0.1, -0.2, 0.6, 0.8],
@@ -32,12 +34,14 @@ class ScriptedPolicy:
     move_s: float = 2.0
     fail_every: int = 0
     fail_offset_rad: float = 0.35
+    cameras: tuple[str, ...] = field(default=(), init=False)
     _start: list[float] | None = None
     _t0: int = 0
 
     @classmethod
     def from_args(cls, args: str, checkpoint_id: str) -> "ScriptedPolicy":
         """`args` empty, or a YAML file with waypoints / move_s / fail_every / fail_offset_rad."""
+        checkpoint_id = checkpoint_id or cls.checkpoint_id
         if not args:
             return cls(checkpoint_id)
         path = Path(args)
@@ -61,7 +65,7 @@ class ScriptedPolicy:
             goal = [g + self.fail_offset_rad for g in goal]
         return goal
 
-    def act(self, state: Sequence[float] | None, t_ns: int) -> list[float] | None:
+    def act(self, state: Sequence[float] | None, t_ns: int, images: Images = NO_IMAGES) -> list[float] | None:
         if self._start is None:
             if state is None:
                 return None
