@@ -39,7 +39,7 @@ class ReplayPolicy:
     _t0: int | None = None
 
     @classmethod
-    def from_args(cls, args: str, checkpoint_id: str) -> "ReplayPolicy":
+    def from_args(cls, args: str, checkpoint_id: str) -> ReplayPolicy:
         """A bag directory, or `DATASET_DIR#EPISODE_INDEX[,calibration=FILE]` (module docstring)."""
         if not args:
             raise ValueError("replay policy needs policy_args = a bag directory or DATASET_DIR#EPISODE_INDEX")
@@ -54,7 +54,7 @@ class ReplayPolicy:
         return cls.from_bag(root, checkpoint_id)
 
     @classmethod
-    def from_bag(cls, path: str, checkpoint_id: str, topic: str = "/follower/joint_command") -> "ReplayPolicy":
+    def from_bag(cls, path: str, checkpoint_id: str, topic: str = "/follower/joint_command") -> ReplayPolicy:
         from teleop_flywheel.data.bag import open_bag
 
         bag = open_bag(path)
@@ -69,7 +69,7 @@ class ReplayPolicy:
                    np.asarray(js.position)[:, cols])
 
     @classmethod
-    def from_dataset(cls, root: str, episode: str, checkpoint_id: str, calibration: str = "") -> "ReplayPolicy":
+    def from_dataset(cls, root: str, episode: str, checkpoint_id: str, calibration: str = "") -> ReplayPolicy:
         """One episode's `action` of a LeRobot v3.0 dataset, in radians, on the dataset's frame grid."""
         from teleop_flywheel.calibration import load_calibration, sim_calibration_file
         from teleop_flywheel.data.dataset import ACTION, LeRobotDataset, episode_spans

@@ -39,7 +39,7 @@ class ScriptedPolicy:
     _t0: int = 0
 
     @classmethod
-    def from_args(cls, args: str, checkpoint_id: str) -> "ScriptedPolicy":
+    def from_args(cls, args: str, checkpoint_id: str) -> ScriptedPolicy:
         """`args` empty, or a YAML file with waypoints / move_s / fail_every / fail_offset_rad."""
         checkpoint_id = checkpoint_id or cls.checkpoint_id
         if not args:
