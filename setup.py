@@ -56,6 +56,8 @@ setup(
         "dev": ["pytest", "pytest-timeout", "hypothesis", "rosbags", "feetech-servo-sdk", "websockets",
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
+        # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.
+        "lerobot": ["lerobot>=0.4,<0.5"],
     },
     zip_safe=True,
     maintainer="teleop_flywheel developers",
@@ -65,6 +67,6 @@ setup(
         "console_scripts": [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES]
         + [f"teleop-flywheel = {PACKAGE}.cli:main"],
         # Learned policies register here: name = "module:factory(args, checkpoint_id) -> Policy".
-        "teleop_flywheel.policies": [],
+        "teleop_flywheel.policies": [f"lerobot = {PACKAGE}.policies.lerobot_checkpoint:make_policy"],
     },
 )
