@@ -26,7 +26,8 @@ from teleop_flywheel.console_view import KEYS, ConsoleState
 class ConsoleNode:
     """rclpy wiring: subscriptions update a ConsoleState; actions become service calls."""
 
-    def __init__(self, state: ConsoleState, recorder: str = "/recorder", teleop: str = "/teleop") -> None:
+    def __init__(self, state: ConsoleState, recorder: str = "/recorder", teleop: str = "/teleop",
+                 context: Any = None) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rcl_interfaces.srv import SetParameters
@@ -37,7 +38,7 @@ class ConsoleNode:
         from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS
 
         self.state = state
-        self.node = rclpy.create_node("operator_console")
+        self.node = rclpy.create_node("operator_console", context=context)
         n = self.node
         n.create_subscription(JointState, f"{teleop}/authority", lambda m: state.on_authority(list(m.name), list(m.position)), STREAM_QOS)
         n.create_subscription(String, f"{teleop}/intervention", lambda m: state.on_intervention(m.data), LATCHED_QOS)

@@ -76,7 +76,8 @@ class ConsoleState:
                     pass
 
     # -- rendering ----------------------------------------------------------------------------
-    def render(self, width: int = 100) -> list[str]:
+    def render(self, width: int = 100, keys: bool = True) -> list[str]:
+        """The screen; `keys=False` leaves out the key help (an evaluation walk shows its own)."""
         rec = self.recorder
         state = rec.get("state", "no recorder")
         lines = [
@@ -107,10 +108,11 @@ class ConsoleState:
             lines += [f"! {n}: {lv} {m}" for n, lv, m in bad[:8]]
         if rec.get("error"):
             lines.append(f"! recorder: {rec['error']}")
-        lines.append("")
         labels = "  ".join(f"{i + 1}={label}" for i, label in enumerate(TRIGGER_LABELS))
-        lines.append("keys: s start  e stop  x discard  y success  n failure  p policy  t teleop  "
-                     "space take over/hand back  q quit")
+        if keys:
+            lines.append("")
+            lines.append("keys: s start  e stop  x discard  y success  n failure  p policy  t teleop  "
+                         "space take over/hand back  q quit")
         lines.append(f"trigger: {labels}")
         if self.message:
             lines.append(f"> {self.message}")

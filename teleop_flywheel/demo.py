@@ -20,13 +20,11 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from teleop_flywheel.clock import now_ns
 from teleop_flywheel.graph import CameraSpec, SessionConfig, build_graph, with_parameters
-from teleop_flywheel.pedal.events import EV_KEY, EV_SYN, InputEvent, encode
+from teleop_flywheel.nodes.recorder_client import RecorderClient
+from teleop_flywheel.pedal.virtual import VirtualPedal
 
-TAKEOVER_KEY, LABEL_KEYS = 30, {"wrong_grasp": 3, "about_to_collide": 4}  # config/pedal.yaml
 WARMUP_S = 8.0  # the graph is up well before this; episodes start on a fixed schedule after it
 GAP_S = 2.0
 
@@ -53,67 +51,6 @@ def plan(episodes: int) -> list[EpisodePlan]:
     return plans
 
 
-class VirtualPedal:
-    """Writes kernel-format key events into the pedal node's FIFO."""
-
-    def __init__(self, fifo: str) -> None:
-        self.fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-
-    def key(self, code: int, down: bool) -> None:
-        t = now_ns()
-        os.write(self.fd, encode(InputEvent(t, EV_KEY, code, int(down))) + encode(InputEvent(t, EV_SYN, 0, 0)))
-
-    def tap(self, code: int) -> None:
-        self.key(code, True)
-        time.sleep(0.05)
-        self.key(code, False)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-class Operator:
-    """The demo's rclpy client: recorder services and parameters, as a human's console would use."""
-
-    def __init__(self, context: Any) -> None:
-        import rclpy
-        from rcl_interfaces.srv import SetParameters
-        from std_srvs.srv import Trigger
-
-        self.node = rclpy.create_node("demo_operator", context=context)
-        self._trigger = {a: self.node.create_client(Trigger, f"/recorder/{a}") for a in ("start", "stop")}
-        self._params = self.node.create_client(SetParameters, "/recorder/set_parameters")
-
-    def _wait(self, future: Any, what: str, timeout: float = 20.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"demo: no reply from {what} within {timeout:.0f} s")
-            time.sleep(0.02)
-        return future.result()
-
-    def ready(self, timeout: float) -> bool:
-        return all(c.wait_for_service(timeout_sec=timeout) for c in [*self._trigger.values(), self._params])
-
-    def call(self, action: str) -> str:
-        from std_srvs.srv import Trigger
-
-        res = self._wait(self._trigger[action].call_async(Trigger.Request()), f"/recorder/{action}")
-        if not res.success:
-            raise RuntimeError(f"demo: /recorder/{action} failed: {res.message}")
-        return res.message
-
-    def set(self, **values: Any) -> None:
-        from rclpy.parameter import Parameter
-        from rcl_interfaces.srv import SetParameters
-
-        req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()])
-        res = self._wait(self._params.call_async(req), "/recorder/set_parameters")
-        bad = [r.reason for r in res.results if not r.successful]
-        if bad:
-            raise RuntimeError(f"demo: recorder refused {values}: {bad}")
-
-
 def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "teleop_flywheel.cli", *args]
     print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
@@ -137,11 +74,11 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
     graph = build_graph("sim", replace(cfg, policy_args=str(policy_file)))
     graph = with_parameters(graph, {"camera_front": {"stall_at_s": stall_at, "stall_s": 4.0}})
     with Session(graph) as session:
-        operator = Operator(session.context)
+        operator = RecorderClient(session.context, "demo_operator")
         session.add_node(operator.node)
         t_start = time.monotonic()
         if not operator.ready(WARMUP_S):
-            raise RuntimeError("demo: the recorder's services did not come up")
+            raise RuntimeError("the recorder's services did not come up")
         pedal = VirtualPedal(graph.pedal_fifo)
         print(f"demo: session up ({', '.join(session.nodes)}); recording {len(plans)} episodes of {seconds:.0f} s",
               flush=True)
@@ -159,12 +96,12 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
 
             # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
             at(2.4)
-            pedal.key(TAKEOVER_KEY, True)
+            pedal.takeover(True)
             at(2.9)
             if p.label:
-                pedal.tap(LABEL_KEYS[p.label])
+                pedal.label(p.label)
             at(min(4.4, seconds - 1.0))
-            pedal.key(TAKEOVER_KEY, False)
+            pedal.takeover(False)
             at(seconds - 0.3)
             if p.outcome:
                 operator.set(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
@@ -175,7 +112,6 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
                   f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''})", flush=True)
         pedal.close()
         session.remove_node(operator.node)
-        operator.node.destroy_node()
     return bags
 
 
@@ -200,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
     plans = plan(args.episodes)
     try:
         bags = record(out, plans, args.seconds)
-    except RuntimeError as exc:
-        print(str(exc), file=sys.stderr)
+    except RuntimeError as exc:  # RecorderCallError included
+        print(f"demo: {exc}", file=sys.stderr)
         return 1
     dataset, quarantine = out / "dataset", out / "quarantine"
     report = out / "validation.json"

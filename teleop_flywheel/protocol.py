@@ -18,6 +18,9 @@ from typing import Any
 import yaml
 
 FORMAT = "teleop_flywheel.eval_protocol/1"
+# Failure labels every protocol accepts, whatever its own list says: the walker itself ends a
+# trial with them (the time limit ran out; an operator took over where the protocol forbids it).
+RESERVED_FAILURES = ("timeout", "intervened")
 
 
 class ProtocolError(ValueError):
@@ -33,6 +36,36 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """A checkpoint under test. `policy`/`policy_args` empty = the session's own policy node,
+    tagged with this id; `sim_failure_scale` multiplies condition failure rates (simulator only)."""
+
+    id: str
+    policy: str = ""
+    policy_args: str = ""
+    sim_failure_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MachineCheck:
+    """An automatic success check: the follower ends within `tolerance_rad` (every joint) of
+    `final_pose` (radians, JOINT_NAMES order). Judges unattended trials; on attended ones it is
+    recorded beside the operator's outcome so disagreements show up in the table."""
+
+    final_pose: tuple[float, ...]
+    tolerance_rad: float
+    failure_label: str
+
+    def judge(self, pose: list[float] | None) -> tuple[bool, str]:
+        """(passed, plain reason)."""
+        if pose is None:
+            return False, "no follower state received"
+        err = max(abs(a - b) for a, b in zip(pose, self.final_pose))
+        verdict = "within" if err <= self.tolerance_rad else "outside"
+        return err <= self.tolerance_rad, f"follower ends {err:.3f} rad from final_pose ({verdict} {self.tolerance_rad:g})"
+
+
+@dataclass(frozen=True)
 class Protocol:
     path: str
     name: str
@@ -44,8 +77,12 @@ class Protocol:
     time_limit_s: float
     interventions_allowed: bool
     failure_labels: tuple[str, ...]
-    machine_check: dict[str, Any]
+    machine_check: MachineCheck | None
+    checkpoint_specs: tuple[CheckpointSpec, ...]
     hash: str
+
+    def checkpoint(self, ck: str) -> CheckpointSpec:
+        return next(c for c in self.checkpoint_specs if c.id == ck)
 
     def condition(self, name: str) -> Condition:
         for c in self.conditions:
@@ -81,9 +118,7 @@ def parse_protocol(data: Any, path: str = "<protocol>") -> Protocol:
     if unknown:
         raise ProtocolError(f"{path}: unknown field(s) {unknown} (known: {sorted(known)})")
     task = _need(data, "task", str, path)
-    ckpts = _need(data, "checkpoints", list, path)
-    if not ckpts or not all(isinstance(c, str) and c for c in ckpts) or len(set(ckpts)) != len(ckpts):
-        raise ProtocolError(f"{path}: field 'checkpoints' must be a non-empty list of distinct ids")
+    specs = _checkpoints(_need(data, "checkpoints", list, path), path)
     trials = _need(data, "trials_per_condition", int, path)
     if trials < 1:
         raise ProtocolError(f"{path}: field 'trials_per_condition' must be >= 1, got {trials}")
@@ -95,12 +130,11 @@ def parse_protocol(data: Any, path: str = "<protocol>") -> Protocol:
         raise ProtocolError(f"{path}: field 'interventions_allowed' must be true or false, got {allowed!r}")
     success = _need(data, "success", dict, path)
     criterion = _need(success, "criterion", str, f"{path}: success")
-    check = success.get("machine_check") or {}
-    if not isinstance(check, dict):
-        raise ProtocolError(f"{path}: field 'success.machine_check' must be a mapping")
     labels = data.get("failure_labels", ["timeout", "dropped_object", "missed_grasp", "collision", "other"])
     if not isinstance(labels, list) or not all(isinstance(x, str) and x for x in labels):
         raise ProtocolError(f"{path}: field 'failure_labels' must be a list of strings")
+    labels = list(dict.fromkeys([*labels, *RESERVED_FAILURES]))
+    check = _machine_check(success.get("machine_check"), labels, path)
     raw_conditions = _need(data, "conditions", list, path)
     if not raw_conditions:
         raise ProtocolError(f"{path}: field 'conditions' must not be empty")
@@ -123,8 +157,54 @@ def parse_protocol(data: Any, path: str = "<protocol>") -> Protocol:
         raise ProtocolError(f"{path}: condition names must be distinct, got {names}")
     # The hash covers what defines the experiment; sim-only failure rates are part of it too
     # (a different simulated world is a different protocol).
-    return Protocol(path, str(data.get("name", Path(path).stem)), task, tuple(ckpts), tuple(conditions), trials,
-                    criterion, limit, allowed, tuple(labels), dict(check), canonical_hash(data))
+    return Protocol(path, str(data.get("name", Path(path).stem)), task, tuple(c.id for c in specs),
+                    tuple(conditions), trials, criterion, limit, allowed, tuple(labels), check, specs,
+                    canonical_hash(data))
+
+
+def _checkpoints(raw: list[Any], path: str) -> tuple[CheckpointSpec, ...]:
+    """Entries are ids, or mappings {id, policy, policy_args, sim_failure_scale}."""
+    specs: list[CheckpointSpec] = []
+    for i, entry in enumerate(raw):
+        where = f"{path}: checkpoints[{i}]"
+        if isinstance(entry, str) and entry:
+            specs.append(CheckpointSpec(entry))
+            continue
+        if not isinstance(entry, dict):
+            raise ProtocolError(f"{where}: must be a checkpoint id or a mapping with an 'id'")
+        unknown = sorted(set(entry) - {"id", "policy", "policy_args", "sim_failure_scale"})
+        if unknown:
+            raise ProtocolError(f"{where}: unknown field(s) {unknown}")
+        scale = entry.get("sim_failure_scale", 1.0)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale < 0:
+            raise ProtocolError(f"{where}: field 'sim_failure_scale' must be a number >= 0, got {scale!r}")
+        specs.append(CheckpointSpec(_need(entry, "id", str, where), str(entry.get("policy", "")),
+                                    str(entry.get("policy_args", "")), float(scale)))
+    ids = [c.id for c in specs]
+    if not ids or not all(ids) or len(set(ids)) != len(ids):
+        raise ProtocolError(f"{path}: field 'checkpoints' must be a non-empty list of distinct ids, got {ids}")
+    return tuple(specs)
+
+
+def _machine_check(raw: Any, labels: list[str], path: str) -> MachineCheck | None:
+    if raw is None:
+        return None
+    where = f"{path}: success.machine_check"
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: must be a mapping with final_pose and tolerance_rad")
+    unknown = sorted(set(raw) - {"final_pose", "tolerance_rad", "failure_label"})
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {unknown}")
+    pose = _need(raw, "final_pose", list, where)
+    if len(pose) != 6 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pose):
+        raise ProtocolError(f"{where}: field 'final_pose' must be 6 joint positions in radians, got {pose!r}")
+    tol = float(_need(raw, "tolerance_rad", (int, float), where))
+    if tol <= 0:
+        raise ProtocolError(f"{where}: field 'tolerance_rad' must be > 0, got {tol}")
+    label = str(raw.get("failure_label", "other" if "other" in labels else labels[0]))
+    if label not in labels:
+        raise ProtocolError(f"{where}: field 'failure_label' {label!r} is not in failure_labels {labels}")
+    return MachineCheck(tuple(float(v) for v in pose), tol, label)
 
 
 def load_protocol(path: str | Path) -> Protocol:
@@ -206,8 +286,9 @@ class ProtocolWalker:
                                 f"got {failure_label!r}")
         if outcome == "success" and failure_label:
             raise ProtocolError(f"{p.path}: a success has no failure label (got {failure_label!r})")
-        if interventions and not p.interventions_allowed:
-            raise ProtocolError(f"{p.path}: interventions are not allowed by this protocol")
+        if interventions and not p.interventions_allowed and (outcome, failure_label) != ("failure", "intervened"):
+            raise ProtocolError(f"{p.path}: interventions are not allowed by this protocol: a trial with one is a "
+                                "failure labelled 'intervened'")
         rec = TrialRecord(slot, outcome, failure_label, interventions)
         self.done.append(rec)
         return rec
@@ -215,8 +296,8 @@ class ProtocolWalker:
     def trial_metadata(self, slot: Slot) -> dict[str, str]:
         """The fields a trial's bag carries (EpisodeMeta fields)."""
         return {"protocol_hash": self.protocol.hash, "condition": slot.condition, "policy_checkpoint": slot.checkpoint,
-                "task": self.protocol.task}
+                "task": self.protocol.task, "session_kind": "evaluation"}
 
 
-__all__ = ["Protocol", "Condition", "ProtocolError", "ProtocolWalker", "Slot", "TrialRecord", "load_protocol",
+__all__ = ["Protocol", "Condition", "CheckpointSpec", "MachineCheck", "RESERVED_FAILURES", "ProtocolError", "ProtocolWalker", "Slot", "TrialRecord", "load_protocol",
            "parse_protocol", "canonical_hash"]

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class Session:
         self._executor: Any = None
         self._thread: threading.Thread | None = None
         self._context: Any = None
+        self._retired: list[Any] = []
 
     @property
     def context(self) -> Any:
@@ -75,7 +77,37 @@ class Session:
         self._executor.add_node(node)
 
     def remove_node(self, node: Any) -> None:
+        """Stop spinning `node`; it is destroyed at stop(), once the executor is down (a worker
+        thread may still be inside one of its callbacks right now)."""
         self._executor.remove_node(node)
+        self._retired.append(node)
+
+    def _make(self, spec: NodeSpec) -> Any:
+        from rclpy.parameter import Parameter
+
+        remaps = [arg for src, dst in spec.remappings for arg in ("-r", f"{src}:={dst}")]
+        return node_class(spec)(
+            node_name=spec.name,
+            context=self._context,
+            parameter_overrides=[Parameter(k, value=v) for k, v in spec.parameters.items()],
+            cli_args=["--ros-args", *remaps] if remaps else None,
+        )
+
+    def replace_node(self, name: str, **parameters: Any) -> Any:
+        """Restart one graph node with some parameters changed (e.g. the policy node on another
+        checkpoint between evaluation trials); the new node is built before the old one goes, so
+        a bad parameter leaves the running node in place."""
+        spec = next(s for s in self.graph.nodes if s.name == name)
+        spec = NodeSpec(spec.executable, spec.name, {**spec.parameters, **parameters}, spec.remappings)
+        new = self._make(spec)
+        old = self.nodes[name]
+        close = getattr(old, "close", None)
+        if callable(close):
+            close()
+        self.remove_node(old)
+        self.nodes[name] = new
+        self._executor.add_node(new)
+        return new
 
     def __enter__(self) -> "Session":
         self.start()
@@ -87,7 +119,6 @@ class Session:
     def start(self) -> None:
         import rclpy
         from rclpy.executors import MultiThreadedExecutor
-        from rclpy.parameter import Parameter
 
         for arm in self.graph.sim_arms:
             proc, _pty = start_sim_arm(arm.command(sys.executable))
@@ -98,14 +129,7 @@ class Session:
         rclpy.init(context=self._context)
         try:
             for spec in self.graph.nodes:
-                cls = node_class(spec)
-                remaps = [arg for src, dst in spec.remappings for arg in ("-r", f"{src}:={dst}")]
-                self.nodes[spec.name] = cls(
-                    node_name=spec.name,
-                    context=self._context,
-                    parameter_overrides=[Parameter(k, value=v) for k, v in spec.parameters.items()],
-                    cli_args=["--ros-args", *remaps] if remaps else None,
-                )
+                self.nodes[spec.name] = self._make(spec)
         except Exception:
             self.stop()
             raise
@@ -134,9 +158,10 @@ class Session:
                     print(f"run: {name}.close() failed: {exc}", file=sys.stderr)
         if self._executor is not None:
             self._executor.shutdown(timeout_sec=2.0)
-        for node in self.nodes.values():
+        for node in [*self.nodes.values(), *self._retired]:
             node.destroy_node()
         self.nodes.clear()
+        self._retired.clear()
         if self._context is not None and self._context.ok():
             self._context.shutdown()
         if self._thread is not None:
@@ -161,6 +186,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
                         help=f"session argument, as for the launch files: {', '.join(LAUNCH_ARGUMENTS)}")
     parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (default: until Ctrl-C)")
+    parser.add_argument("--protocol", type=Path, metavar="EVAL_YAML",
+                        help="walk an evaluation protocol: one bag per trial, then the results table")
+    parser.add_argument("--unattended", action="store_true",
+                        help="with --protocol on kind sim: nobody at the keys; the machine check judges each trial")
+    parser.add_argument("--seed", type=int, default=0, help="unattended runs: the simulated failures' random seed")
 
 
 def parse_args_list(items: list[str]) -> dict[str, str]:
@@ -173,26 +203,91 @@ def parse_args_list(items: list[str]) -> dict[str, str]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def _walk_protocol(session: Session, protocol: Any, unattended: bool, seed: int, stop: threading.Event) -> list[Path]:
+    """Run the protocol on the live session; returns the trial bags it wrote."""
+    from teleop_flywheel.protocol_run import TrialDriver, run_unattended
+
+    driver = TrialDriver(session, protocol)
     try:
-        graph = build_graph(args.kind, config_from_arguments(parse_args_list(args.arg)))
+        if unattended:
+            from teleop_flywheel.pedal.virtual import VirtualPedal
+
+            pedal = VirtualPedal(session.graph.pedal_fifo)
+            try:
+                run_unattended(driver, pedal, stop, seed, log=lambda line: print(f"run: {line}", flush=True))
+            finally:
+                pedal.close()
+        else:
+            _attended(session, driver, stop)
+    finally:
+        driver.close()
+    done, total = driver.walker.progress()
+    print(f"run: protocol {protocol.name}: {done}/{total} trials recorded"
+          + ("" if done == total else " — INCOMPLETE; a later run cannot resume it, evaluate what is there"), flush=True)
+    return driver.bags
+
+
+def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
+    import termios
+    import tty
+
+    from teleop_flywheel.console import ConsoleNode
+    from teleop_flywheel.console_view import ConsoleState
+    from teleop_flywheel.protocol_run import run_attended
+
+    console = ConsoleNode(ConsoleState(session=f"{session.graph.kind} / {driver.protocol.name}"), context=session.context)
+    session.add_node(console.node)
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        run_attended(driver, console, fd, lambda text: (sys.stdout.write(text), sys.stdout.flush()), stop)
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        session.remove_node(console.node)
+
+
+def run(args: argparse.Namespace) -> int:
+    from teleop_flywheel.protocol import ProtocolError, load_protocol
+
+    try:
+        cfg = config_from_arguments(parse_args_list(args.arg))
+        protocol = load_protocol(args.protocol) if args.protocol else None
+        if protocol is not None:
+            if args.kind not in ("rollout", "sim"):
+                raise ValueError(f"--protocol needs a session with a policy: kind rollout or sim, not {args.kind}")
+            if args.unattended and args.kind != "sim":
+                raise ValueError("--unattended runs on simulated hardware only (kind sim)")
+            if not args.unattended and not sys.stdin.isatty():
+                raise ValueError("--protocol walks an operator through the trials on a terminal; standard input "
+                                 "is not one (use kind sim with --unattended for a run without an operator)")
+            cfg = replace(cfg, task=protocol.task)
+        graph = build_graph(args.kind, cfg)
         for path in args.param_file:
             graph = with_parameters(graph, load_param_file(path))
-    except ValueError as exc:
+    except (ValueError, ProtocolError) as exc:
         print(f"run: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    bags: list[Path] = []
     try:
         with Session(graph) as session:
             print(f"run: {args.kind} session up: {', '.join(session.nodes)}; Ctrl-C to stop", flush=True)
+            if protocol is not None:
+                bags = _walk_protocol(session, protocol, args.unattended, args.seed, stop)
+                stop.set()
             deadline = time.monotonic() + args.seconds if args.seconds > 0 else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 stop.wait(0.2)
     except KeyboardInterrupt:
         pass
-    except SessionError as exc:
+    except (SessionError, ProtocolError, RuntimeError) as exc:
         print(f"run: {exc}", file=sys.stderr)
         return 1
     print("run: session stopped cleanly", flush=True)
+    if bags:
+        from teleop_flywheel.data.evaluation import build_report, format_table, read_trial
+
+        print(format_table(build_report([read_trial(b) for b in bags], protocol)), flush=True)
     return 0

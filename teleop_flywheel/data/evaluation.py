@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.data.bag import BagReadError, open_bag
-from teleop_flywheel.protocol import Protocol, ProtocolError, ProtocolWalker, load_protocol
+from teleop_flywheel.protocol import RESERVED_FAILURES, Protocol, ProtocolError, ProtocolWalker, load_protocol
 
 Z95 = 1.959963984540054
 
@@ -305,7 +305,7 @@ def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0,
     walker = ProtocolWalker(protocol)
     out_dir = Path(out_dir)
     bags: list[Path] = []
-    labels = [x for x in protocol.failure_labels if x != "timeout"] or list(protocol.failure_labels)
+    labels = [x for x in protocol.failure_labels if x not in RESERVED_FAILURES] or ["timeout"]
     while (slot := walker.next_slot()) is not None and (max_trials is None or len(bags) < max_trials):
         cond = protocol.condition(slot.condition)
         if cond.sim_failure_rate is None:

@@ -10,8 +10,9 @@ episode's clock mapping). Drops are counted per publisher from publication seque
 Lifecycle (std_srvs/Trigger): `~/start`, `~/stop`, `~/discard` (= `/recorder/start` … with the
 default node name). Episode fields are parameters, set with the standard
 `/recorder/set_parameters` service (or `ros2 param set /recorder outcome success`). The
-outcome is never defaulted: stopped without one the bag says `unset`, and outcome, attempts
-and failure_label are cleared for the next episode. Status: `~/status` (std_msgs/String JSON,
+outcome is never defaulted: stopped without one the bag says `unset`, and outcome, attempts,
+failure_label and machine_check (an evaluation's automatic verdict, kept in the metadata's
+`extra`) are cleared for the next episode. Status: `~/status` (std_msgs/String JSON,
 latched) and `/diagnostics`. See docs/recording.md.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ DEFAULT_TOPICS = [
 ]
 INTERVENTION_TOPIC = "/teleop/intervention"
 POLICY_TOPIC = "/policy/joint_command"
-LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": ""}  # cleared after every episode
+LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": "", "machine_check": ""}  # cleared after every episode
 OUTCOMES = ("", "success", "failure")
 
 
@@ -118,6 +119,7 @@ class RecorderNode(Node):
             ("session_kind", "teleop", "teleop | rollout | …"),
             ("outcome", "", "success | failure; empty = unset (cleared after every episode)"),
             ("failure_label", "", "why it failed (cleared after every episode)"),
+            ("machine_check", "", "an automatic success check's verdict, stored beside the outcome (cleared after every episode)"),
             ("policy_checkpoint", "", "checkpoint id; empty = from /policy/joint_command frame_id"),
             ("ptp_probe", "", "command printing PTP status, e.g. pmc -u -b 0 \"GET TIME_STATUS_NP\""),
             ("protocol_hash", "", "data-collection protocol id"), ("condition", "", "experimental condition"),
@@ -387,6 +389,8 @@ class RecorderNode(Node):
         meta.outcome = outcome or "unset"
         meta.attempts = int(self._p("attempts")) or None
         meta.failure_label = str(self._p("failure_label"))
+        if self._p("machine_check"):
+            meta.extra["machine_check"] = str(self._p("machine_check"))
         meta.drops = {t.name: t.drops for t in self._topics.values()}
         meta.interventions = sorted(
             (i for i in self._interventions.values()
