@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from teleop_flywheel.blending import AuthorityBlender
+from teleop_flywheel.runner import end_process
 
 TICK_NS = 5_000_000
 MS = 1_000_000
@@ -141,12 +142,7 @@ def node_latency(seconds: float, command: list[str]) -> dict[str, object]:
             time.sleep(0.005)
         time.sleep(0.5)  # let the last commands arrive
     finally:
-        node.terminate()
-        try:
-            node.wait(10)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+        end_process(node, 10.0)
         ex.shutdown()
         probe.destroy_node()
         rclpy.shutdown()

@@ -114,7 +114,7 @@ class SessionConfig:
     pedal_device: str = "/dev/input/by-id/usb-foot-pedal-event-kbd"
     policy: str = "scripted"
     policy_args: str = ""
-    checkpoint_id: str = "scripted-v0"
+    checkpoint_id: str = ""  # empty = the policy's own id (scripted-v0, replay:<episode>, lerobot:<dir>:<hash>)
     output_dir: str = str(Path.home() / "teleop_flywheel" / "bags")
     arm_rate_hz: float = 200.0
     teleop_rate_hz: float = 200.0
@@ -143,7 +143,7 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "pedal_device": (SessionConfig.pedal_device, "foot pedal evdev device (path, by-id or name)"),
     "policy": (SessionConfig.policy, "policy: scripted, replay or a teleop_flywheel.policies plugin"),
     "policy_args": ("", "policy arguments (e.g. a bag path for replay, a checkpoint dir)"),
-    "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command"),
+    "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
     "record": ("true", "start cameras + recorder too"),
 }

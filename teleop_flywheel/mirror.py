@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import math
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -112,18 +111,13 @@ def simulated_arm(role: str, link: Path, mode: str) -> Iterator[None]:
         with SimulatedArm(role, link=link, seed=0 if role == "leader" else 1):
             yield
         return
-    from teleop_flywheel.runner import start_sim_arm
+    from teleop_flywheel.runner import end_process, start_sim_arm
 
     proc, _port = start_sim_arm(SimArmSpec(role, str(link)).command(sys.executable))
     try:
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end_process(proc)
 
 
 def _fmt(stats: TrackingStats) -> str:

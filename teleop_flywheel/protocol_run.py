@@ -26,10 +26,18 @@ import numpy as np
 
 from teleop_flywheel.clock import now_ns
 from teleop_flywheel.nodes.recorder_client import RecorderClient
-from teleop_flywheel.protocol import Protocol, ProtocolError, ProtocolWalker, Slot
+from teleop_flywheel.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
 from teleop_flywheel.so101 import JOINT_NAMES
 
 SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive
+
+
+def _recorded_wall_ns(bag: Path) -> int:
+    """When a trial was recorded, on the wall clock (monotonic time does not survive a reboot)."""
+    from teleop_flywheel.data.bag import open_bag
+
+    meta = open_bag(bag).episode
+    return int((meta.clock_start or {}).get("wall_ns", 0)) if meta else 0
 
 
 class TrialDriver:
@@ -59,6 +67,30 @@ class TrialDriver:
         session.add_node(self.client.node)
         if not self.client.ready(30.0):
             raise ProtocolError("the recorder's services did not come up within 30 s")
+
+    def resume(self, bag_dir: Path) -> int:
+        """Count the trials of this protocol already recorded in `bag_dir` as done (their
+        slots, per checkpoint × condition in recording order), so an afternoon's walk continues
+        where the morning's stopped. Returns how many were taken over."""
+        from teleop_flywheel.data.bag import BagReadError
+        from teleop_flywheel.data.evaluation import EvalError, read_trial
+
+        found = []
+        for d in sorted(p for p in bag_dir.iterdir() if p.is_dir()) if bag_dir.is_dir() else []:
+            try:
+                t = read_trial(d)
+            except (BagReadError, EvalError):
+                continue
+            if t.protocol_hash == self.protocol.hash and t.outcome in ("success", "failure"):
+                found.append((_recorded_wall_ns(d), t))
+        counts: dict[tuple[str, str], int] = {}
+        for _t0, t in sorted(found, key=lambda x: x[0]):
+            k = counts[t.checkpoint, t.condition] = counts.get((t.checkpoint, t.condition), 0) + 1
+            slot = Slot(t.checkpoint, t.condition, k)
+            if slot in self.walker.plan():
+                self.walker.done.append(TrialRecord(slot, t.outcome, t.failure_label, t.interventions))
+                self.bags.append(Path(t.bag))
+        return len(self.walker.done)
 
     def _on_pose(self, msg: Any) -> None:
         by_name = dict(zip(msg.name, msg.position))
@@ -148,7 +180,7 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
     missing = [c.name for c in p.conditions if c.sim_failure_rate is None]
     if missing:
         raise ProtocolError(f"{p.path}: conditions {missing} have no sim_failure_rate for the simulator")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, len(driver.walker.done)])  # a resumed walk draws afresh
     move_s = min(1.5, p.time_limit_s / 2)
     while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
         cond = p.condition(slot.condition)

@@ -55,6 +55,16 @@ def start_sim_arm(cmd: list[str], timeout_s: float = 20.0) -> tuple[subprocess.P
     return proc, line[0].strip()
 
 
+def end_process(proc: subprocess.Popen[str], timeout_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Session:
     """A running graph: simulators, nodes and their executor. Use as a context manager."""
 
@@ -156,16 +166,22 @@ class Session:
                     close()
                 except Exception as exc:  # noqa: BLE001 - keep shutting the others down
                     print(f"run: {name}.close() failed: {exc}", file=sys.stderr)
+        # No new callbacks, a moment for the running ones to finish (rclpy's executor shutdown
+        # destroys the guard condition a finishing callback triggers), then the executor and its
+        # thread go, and only then the nodes.
         if self._executor is not None:
-            self._executor.shutdown(timeout_sec=2.0)
+            for node in self.nodes.values():
+                self._executor.remove_node(node)
+            time.sleep(0.3)
+            self._executor.shutdown(timeout_sec=5.0)
+        if self._thread is not None:
+            self._thread.join(5.0)
         for node in [*self.nodes.values(), *self._retired]:
             node.destroy_node()
         self.nodes.clear()
         self._retired.clear()
         if self._context is not None and self._context.ok():
             self._context.shutdown()
-        if self._thread is not None:
-            self._thread.join(2.0)
         for proc in self.sims:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -190,6 +206,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="walk an evaluation protocol: one bag per trial, then the results table")
     parser.add_argument("--unattended", action="store_true",
                         help="with --protocol on kind sim: nobody at the keys; the machine check judges each trial")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --protocol: trials of this protocol already in output_dir count as done")
     parser.add_argument("--seed", type=int, default=0, help="unattended runs: the simulated failures' random seed")
 
 
@@ -203,11 +221,15 @@ def parse_args_list(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _walk_protocol(session: Session, protocol: Any, unattended: bool, seed: int, stop: threading.Event) -> list[Path]:
-    """Run the protocol on the live session; returns the trial bags it wrote."""
+def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, stop: threading.Event) -> list[Path]:
+    """Run the protocol on the live session; returns its trial bags (resumed ones included)."""
     from teleop_flywheel.protocol_run import TrialDriver, run_unattended
 
     driver = TrialDriver(session, protocol)
+    unattended, seed = args.unattended, args.seed
+    if args.resume:
+        out = Path(session.nodes["recorder"].get_parameter("output_dir").value)
+        print(f"run: resuming: {driver.resume(out)} trial(s) of protocol {protocol.hash} already in {out}", flush=True)
     try:
         if unattended:
             from teleop_flywheel.pedal.virtual import VirtualPedal
@@ -275,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         with Session(graph) as session:
             print(f"run: {args.kind} session up: {', '.join(session.nodes)}; Ctrl-C to stop", flush=True)
             if protocol is not None:
-                bags = _walk_protocol(session, protocol, args.unattended, args.seed, stop)
+                bags = _walk_protocol(session, protocol, args, stop)
                 stop.set()
             deadline = time.monotonic() + args.seconds if args.seconds > 0 else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):

@@ -5,13 +5,11 @@ import json
 import os
 import pty
 import re
-import select
-import subprocess
 import sys
-import time
 
 import pytest
 
+from terminal import read_until
 from teleop_flywheel.console_view import KEYS, ConsoleState
 from teleop_flywheel.labels import TRIGGER_LABELS
 
@@ -37,21 +35,6 @@ def test_view_shows_authority_streams_and_labels() -> None:
 def test_keys_cover_every_trigger_label_and_lifecycle() -> None:
     assert {arg for a, arg in KEYS.values() if a == "trigger"} == set(TRIGGER_LABELS)
     assert {a for a, _ in KEYS.values()} >= {"start", "stop", "discard", "outcome", "mode", "quit", "pedal"}
-
-
-def _read_until(fd: int, pattern: str, timeout: float) -> str:
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([fd], [], [], 0.2)
-        if r:
-            try:
-                buf += os.read(fd, 65536)
-            except OSError:
-                break
-            if re.search(pattern, buf.decode(errors="replace")):
-                return buf.decode(errors="replace")
-    raise AssertionError(f"console never showed {pattern!r}; last screen:\n{buf.decode(errors='replace')[-2000:]}")
 
 
 def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
@@ -81,15 +64,15 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     if pid == 0:
         os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "console", "--session", "pty-test"])
     try:
-        _read_until(fd, r"recording: idle", 60)
+        read_until(fd, r"recording: idle", 60)
         os.write(fd, b"s")
-        _read_until(fd, r"recording: recording", 30)
+        read_until(fd, r"recording: recording", 30)
         os.write(fd, b"y")
-        _read_until(fd, r"outcome: success", 30)
+        read_until(fd, r"outcome: success", 30)
         os.write(fd, b" ")  # the terminal fallback pedal
-        _read_until(fd, r"takeover \(pedal down\)", 30)
+        read_until(fd, r"takeover \(pedal down\)", 30)
         os.write(fd, b"e")
-        _read_until(fd, r"recording: idle", 30)
+        read_until(fd, r"recording: idle", 30)
         os.write(fd, b"q")
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0

@@ -101,3 +101,35 @@ def test_mixed_protocols_refused_and_incomplete_marked(tmp_path: Path) -> None:
     report = build_report(t1, p1, registry=tmp_path / "none.json")
     assert report.incomplete and any(not c.complete and c.n < 3 for c in report.cells)
     assert "INCOMPLETE" in format_table(report)
+
+
+def test_table_links_checkpoints_to_manifests_and_says_when_it_cannot(tmp_path: Path) -> None:
+    from teleop_flywheel.cli import main as cli_main
+    from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+
+    proto_path = _small(tmp_path, 2)
+    bags = simulate_protocol(load_protocol(proto_path), tmp_path / "bags", seed=2, duration_s=0.3)
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=4, min_length=20, max_length=30, seed=1)).root
+    manifest, registry = tmp_path / "run46.json", tmp_path / "lineage.json"
+    assert cli_main(["manifest", "create", str(root), "--out", str(manifest)]) == 0
+    assert cli_main(["lineage", "--registry", str(registry), "register", "ckpt-a", str(manifest)]) == 0
+    table = format_table(build_report([read_trial(b) for b in bags], load_protocol(proto_path), registry))
+    assert f"lineage ckpt-a: run run46, manifest {manifest.resolve()}" in table and "4 episodes" in table
+    assert f"lineage ckpt-b: NOT REGISTERED in {registry}" in table
+    registry.write_text("{not json")
+    table = format_table(build_report([read_trial(b) for b in bags], load_protocol(proto_path), registry))
+    assert f"lineage ckpt-a: UNKNOWN: {registry}: unreadable lineage registry" in table
+
+
+def test_trials_without_outcome_and_machine_disagreement_are_noted(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    proto = load_protocol(_small(tmp_path, 1))
+    trials = [read_trial(b) for b in simulate_protocol(proto, tmp_path / "bags", seed=0, duration_s=0.3)]
+    trials[0] = replace(trials[0], outcome="unset")
+    trials[1] = replace(trials[1], outcome="success", machine_check="fail: follower ends 0.4 rad from final_pose")
+    report = build_report(trials, proto, registry=tmp_path / "none.json")
+    assert sum(c.n for c in report.cells) == len(trials) - 1 and report.incomplete
+    text = format_table(report)
+    assert "1 trial(s) without an outcome left out" in text and Path(trials[0].bag).name in text
+    assert "machine check disagrees with the recorded outcome in 1 trial(s)" in text

@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from terminal import read_until
 from teleop_flywheel.data.bag import open_bag
 from teleop_flywheel.data.evaluation import build_report, read_trial
 from teleop_flywheel.protocol import MachineCheck, ProtocolError, ProtocolWalker, load_protocol, parse_protocol
@@ -111,21 +113,16 @@ def test_unattended_sim_run_records_one_judged_bag_per_trial(tmp_path: Path) -> 
     table = re.sub(r"\s+", " ", res.stdout)
     assert "ckpt-a hard 2/2 0 0%" in table and "ckpt-b hard 2/2 2 100%" in table
 
-
-def _read_until(fd: int, pattern: str, timeout: float = 60.0) -> str:
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                buf += os.read(fd, 65536)
-            except OSError:
-                break
-            text = buf.decode(errors="replace")
-            if re.search(pattern, text, re.S):
-                return text
-    raise AssertionError(f"never saw {pattern!r}; last output:\n{buf.decode(errors='replace')[-3000:]}")
+    # Lose the last three trials; a resumed walk records exactly those again.
+    for b in bags[-3:]:
+        shutil.rmtree(b)
+    again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming: 5 trial(s)" in again.stdout and "8/8 trials recorded" in again.stdout
+    now = sorted(p for p in out.iterdir() if p.is_dir())
+    assert len(now) == 8 and now[:5] == bags[:5]
+    report = build_report([read_trial(b) for b in now], proto)
+    assert not report.incomplete and [c.successes for c in report.cells] == [2, 0, 2, 2]
 
 
 def _end(pid: int, fd: int) -> int:
@@ -160,31 +157,31 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
                                   "--arg", f"output_dir={out}"])
     try:
         def trial(n: int) -> None:
-            _read_until(fd, rf"{n - 1}/4 trials done.*reset for condition 'only'", 90)
+            read_until(fd, rf"{n - 1}/4 trials done.*reset for condition 'only'", 90)
             os.write(fd, b"s")
-            _read_until(fd, "TRIAL RUNNING")
+            read_until(fd, "TRIAL RUNNING")
 
         trial(1)
         time.sleep(1.0)
         os.write(fd, b"x")  # discard: the same trial comes up again, nothing left on disk
-        _read_until(fd, "trial discarded")
+        read_until(fd, "trial discarded")
         trial(1)
         time.sleep(1.0)
         os.write(fd, b"y")
         trial(2)
         time.sleep(1.0)
         os.write(fd, b"n")
-        _read_until(fd, r"failure: why\? 1=missed_grasp")
+        read_until(fd, r"failure: why\? 1=missed_grasp")
         os.write(fd, b"1")
         trial(3)
         time.sleep(1.0)
         os.write(fd, b" ")  # the operator takes over where the protocol forbids it
-        _read_until(fd, r"failure \(intervened\)")
+        read_until(fd, r"failure \(intervened\)")
         os.write(fd, b" ")  # hands back
         trial(4)  # then waits past the time limit
-        _read_until(fd, r"failure \(timeout\)", 30)
-        _read_until(fd, r"4/4 trials recorded.*session stopped cleanly", 60)
-        text = _read_until(fd, r"ckpt-a\s+only\s+4/4\s+1", 60)
+        read_until(fd, r"failure \(timeout\)", 30)
+        read_until(fd, r"4/4 trials recorded.*session stopped cleanly", 60)
+        text = read_until(fd, r"ckpt-a\s+only\s+4/4\s+1", 60)
     finally:
         status = _end(pid, fd)
     assert "intervened" in text

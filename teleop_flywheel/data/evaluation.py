@@ -83,6 +83,7 @@ class Trial:
     human_share: float  # time-weighted mean of α on /teleop/authority
     first_intervention_s: float | None
     cycle_s: float
+    machine_check: str = ""  # "pass: …" / "fail: …" when the protocol has a machine check
 
 
 def read_trial(path: str | Path) -> Trial:
@@ -105,7 +106,8 @@ def read_trial(path: str | Path) -> Trial:
     first = (min(starts) - meta.started_mono_ns) / 1e9 if starts else None
     return Trial(str(path), meta.policy_checkpoint, meta.condition, meta.protocol_hash, meta.outcome,
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
-                 share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9)
+                 share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,
+                 str(meta.extra.get("machine_check", "")))
 
 
 # -- the table ----------------------------------------------------------------------------------------
@@ -186,6 +188,7 @@ class Report:
     comparisons: list[Comparison]
     lineage: dict[str, str]
     incomplete: bool
+    notes: list[str] = field(default_factory=list)  # trials left out, machine-check disagreements
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,6 +212,16 @@ def build_report(trials: list[Trial], protocol: Protocol | None = None, registry
         if stray:
             raise EvalError(f"{stray[0].bag}: checkpoint {stray[0].checkpoint!r} / condition {stray[0].condition!r} "
                             f"is not in protocol {protocol.path}")
+    notes: list[str] = []
+    unset = [t for t in trials if t.outcome not in ("success", "failure")]
+    if unset:
+        notes.append(f"{len(unset)} trial(s) without an outcome left out of every count: "
+                     + ", ".join(Path(t.bag).name for t in unset))
+        trials = [t for t in trials if t.outcome in ("success", "failure")]
+    disagree = [t for t in trials if t.machine_check and t.machine_check.startswith("pass") != (t.outcome == "success")]
+    if disagree:
+        notes.append(f"machine check disagrees with the recorded outcome in {len(disagree)} trial(s): "
+                     + "; ".join(f"{Path(t.bag).name} {t.outcome} vs {t.machine_check}" for t in disagree[:5]))
     planned = protocol.trials_per_condition if protocol else None
     cells = [_cell(ck, c, [t for t in trials if t.checkpoint == ck and t.condition == c], planned)
              for ck in ckpts for c in conds]
@@ -222,18 +235,27 @@ def build_report(trials: list[Trial], protocol: Protocol | None = None, registry
         sb = [x for x in cells if x.checkpoint == b]
         comparisons.append(compare(a, b, "overall", sum(x.successes for x in sa), sum(x.n for x in sa),
                                    sum(x.successes for x in sb), sum(x.n for x in sb)))
-    lineage: dict[str, str] = {}
+    return Report(expected, protocol.name if protocol else "", cells, comparisons, _lineage(ckpts, registry),
+                  any(not x.complete for x in cells), notes)
+
+
+def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
+    """checkpoint → which manifest trained it; a checkpoint nobody registered (or an unreadable
+    registry) says so in the table instead of silently having no line."""
     from teleop_flywheel.data.lineage import LineageError, Registry
+
     try:
         reg = Registry.load(registry)
-        for ck in ckpts:
-            if ck in reg.checkpoints:
-                e = reg.checkpoints[ck]
-                lineage[ck] = f"run {e['run']}, manifest {e['manifest_path']} (sha256 {e['manifest_sha256'][:12]})"
-    except LineageError:
-        pass
-    return Report(expected, protocol.name if protocol else "", cells, comparisons, lineage,
-                  any(not x.complete for x in cells))
+    except LineageError as exc:
+        return {ck: f"UNKNOWN: {exc}" for ck in ckpts}
+    out: dict[str, str] = {}
+    for ck in ckpts:
+        e = reg.checkpoints.get(ck)
+        out[ck] = (f"run {e['run']}, manifest {e['manifest_path']} (sha256 {e['manifest_sha256'][:12]}, "
+                   f"{len(e['manifest'].get('episodes', []))} episodes)" if e else
+                   f"NOT REGISTERED in {reg.path}: which data trained it is unknown "
+                   f"(teleop-flywheel lineage register {ck} MANIFEST)")
+    return out
 
 
 def format_table(report: Report) -> str:
@@ -254,6 +276,7 @@ def format_table(report: Report) -> str:
                      "not averaged.")
     for ck, text in report.lineage.items():
         lines.append(f"lineage {ck}: {text}")
+    lines += [f"NOTE: {n}" for n in report.notes]
     lines += [c.sentence for c in report.comparisons]
     return "\n".join(lines)
 
@@ -286,6 +309,8 @@ def write_html(report: Report, out: Path) -> None:
         f"<td>{html.escape(str(c.failure_labels))}</td><td>{html.escape(str(c.trigger_labels))}</td></tr>"
         for c in report.cells)
     sentences = "".join(f"<li>{html.escape(c.sentence)}</li>" for c in report.comparisons)
+    sentences += "".join(f"<li>lineage {html.escape(ck)}: {html.escape(t)}</li>" for ck, t in report.lineage.items())
+    sentences += "".join(f"<li><b>note</b>: {html.escape(n)}</li>" for n in report.notes)
     out.write_text(f"<html><body><h1>Evaluation {html.escape(report.protocol_name)} ({report.protocol_hash})</h1>"
                    "<table border=1><tr><th>checkpoint</th><th>condition</th><th>N</th><th>successes</th>"
                    "<th>rate [95% CI]</th><th>interventions/trial</th><th>human share</th><th>failures</th>"
