@@ -321,7 +321,7 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
     # The stalling camera starts once recording runs, so its stall falls inside the episode
     # however long a loaded machine took to get the recording going.
     stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [
-        Parameter("name", value="stall"), Parameter("stall_at_s", value=3.0), Parameter("stall_s", value=1.5)]))
+        Parameter("name", value="stall"), Parameter("stall_at_s", value=6.0), Parameter("stall_s", value=1.5)]))  # 6 s to match the new topic
     wait_for(subscribed(rec, "/cameras/stall/image/compressed"))
     wait_for(lambda: stall.drops.dropped > 0 and stall.drops.frames > stall.drops.dropped // 2 + 10,
              timeout=40, what="frames after the stall")
