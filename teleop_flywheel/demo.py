@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from teleop_flywheel.graph import CameraSpec, SessionConfig, build_graph, with_parameters
+from teleop_flywheel.graph import CameraSpec, SessionConfig, build_graph
 from teleop_flywheel.nodes.recorder_client import RecorderClient
 from teleop_flywheel.pedal.virtual import VirtualPedal
 
@@ -58,12 +58,12 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
 
 
 def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
+    from rclpy.parameter import Parameter
+
     from teleop_flywheel.runner import Session
 
     bags = out / "bags"
     episode_span = seconds + GAP_S
-    stall = next((p for p in plans if p.camera_stall), None)
-    stall_at = WARMUP_S + stall.index * episode_span + seconds * 0.4 if stall else -1.0
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
@@ -72,7 +72,6 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
     policy_file = out / "sim" / "policy.yaml"
     policy_file.write_text("move_s: 2.0\nfail_every: 2\nfail_offset_rad: 0.35\n")
     graph = build_graph("sim", replace(cfg, policy_args=str(policy_file)))
-    graph = with_parameters(graph, {"camera_front": {"stall_at_s": stall_at, "stall_s": 4.0}})
     with Session(graph) as session:
         operator = RecorderClient(session.context, "demo_operator")
         session.add_node(operator.node)
@@ -100,6 +99,9 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
             at(2.9)
             if p.label:
                 pedal.label(p.label)
+            if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
+                at(seconds * 0.4)
+                session.nodes["camera_front"].set_parameters([Parameter("stall_now_s", value=4.0)])
             at(min(4.4, seconds - 1.0))
             pedal.takeover(False)
             at(seconds - 0.3)

@@ -309,22 +309,27 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
 
 def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp_path: Path) -> None:
     small = [Parameter("width", value=320), Parameter("height", value=240), Parameter("fps", value=20.0)]
+    stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [
+        Parameter("name", value="stall")]))
     graph.add(CameraNode("camera_skew", context=graph.context, parameter_overrides=small + [
         Parameter("name", value="skew"), Parameter("stamp_offset_ms", value=-40.0)]))
     diags: list[Any] = []
     listener = graph.add(Node("diag_listener", context=graph.context))
     listener.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diags.extend(m.status), 50)
-    rec = recorder(graph, tmp_path, ["/cameras/stall/image/compressed", "/cameras/skew/image/compressed"],
-                   cameras=["stall", "skew"])
-    wait_for(subscribed(rec, "/cameras/skew/image/compressed"))
+    topic = "/cameras/stall/image/compressed"
+    rec = recorder(graph, tmp_path, [topic, "/cameras/skew/image/compressed"], cameras=["stall", "skew"])
+    wait_for(subscribed(rec, topic, "/cameras/skew/image/compressed"))
     assert graph.call("/recorder/start").success
-    # The stalling camera starts once recording runs, so its stall falls inside the episode
-    # however long a loaded machine took to get the recording going.
-    stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [
-        Parameter("name", value="stall"), Parameter("stall_at_s", value=6.0), Parameter("stall_s", value=1.5)]))  # 6 s to match the new topic
-    wait_for(subscribed(rec, "/cameras/stall/image/compressed"))
-    wait_for(lambda: stall.drops.dropped > 0 and stall.drops.frames > stall.drops.dropped // 2 + 10,
-             timeout=40, what="frames after the stall")
+
+    def recorded() -> int:
+        return int(rec.status()["topics"].get(topic, {}).get("count", 0))
+
+    # Stall on demand once frames are being recorded, so the gap is inside the episode however
+    # slowly a loaded machine got there; then record well past it.
+    wait_for(lambda: recorded() >= 10, timeout=40, what="stall-camera frames recorded")
+    assert stall.set_parameters([Parameter("stall_now_s", value=1.5)])[0].successful
+    before = recorded()
+    wait_for(lambda: stall.drops.dropped > 0 and recorded() >= before + 15, timeout=40, what="frames after the stall")
     assert graph.call("/recorder/stop").success
     got, _, _ = read_mcap(only_bag(tmp_path))
     stamps = [m.publish_time for m, _ in got["/cameras/stall/image/compressed"]]

@@ -3,20 +3,25 @@
 header.stamp is the source's capture time (V4L2 driver buffer time, or the synthetic camera's
 capture instant) — never the time this node got the frame. A stamp gap above 1.5 frame
 periods counts the missing frames as dropped; counts and rates go to `/diagnostics` once a
-second. The synthetic source draws the arm from `/follower/joint_states`.
+second. The synthetic source draws the arm from `/follower/joint_states`; setting its
+`stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
+deliver nothing for that long from now: the seeds' dropped camera second, on demand.
 Capture, JPEG encoding and publishing run in the node's own thread, not in an rclpy timer.
 """
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, JointState
 
 from teleop_flywheel.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source
 from teleop_flywheel.camera.source import DropCounter
+from teleop_flywheel.camera.synthetic import SyntheticSource
 from teleop_flywheel.clock import fill_stamp, now_ns
 from teleop_flywheel.nodes.common import IMAGE_QOS, STREAM_QOS, diag_array, diag_status, spin_node
 
@@ -61,7 +66,21 @@ class CameraNode(Node):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"camera-node-{self.config.name}", daemon=True)
         self._thread.start()
+        self.declare_parameter("stall_now_s", 0.0, ParameterDescriptor(
+            description="synthetic fault, set at run time: stall for this many s from now"))
+        self.add_on_set_parameters_callback(self._on_params)
         self.create_timer(1.0, self._publish_diagnostics)
+
+    def _on_params(self, params: list[Parameter]) -> SetParametersResult:
+        for p in params:
+            if p.name != "stall_now_s" or p.value <= 0:
+                continue
+            source = self._source
+            if not isinstance(source, SyntheticSource):
+                return SetParametersResult(successful=False, reason="stall_now_s: only the synthetic camera can stall")
+            source.config = replace(source.config, stall_at_s=(now_ns() - source.start_ns) / 1e9,
+                                    stall_s=float(p.value))
+        return SetParametersResult(successful=True)
 
     def _on_joints(self, msg: JointState) -> None:
         self._joints = dict(zip(msg.name, msg.position))
