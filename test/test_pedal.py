@@ -136,6 +136,13 @@ class PedalRig:
 
 @pytest.fixture()
 def rig(tmp_path: Path) -> Iterator[PedalRig]:
+    fifo = tmp_path / "pedal"
+    os.mkfifo(fifo)
+    yield from _running(str(fifo), fifo)
+
+
+def _running(device: str, fifo: Path) -> Iterator[PedalRig]:
+    """A real PedalNode on `device`, spinning, with a subscriber collecting what it publishes."""
     rclpy = pytest.importorskip("rclpy")
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.executors import SingleThreadedExecutor
@@ -145,11 +152,9 @@ def rig(tmp_path: Path) -> Iterator[PedalRig]:
     from teleop_flywheel.nodes.common import STREAM_QOS
     from teleop_flywheel.nodes.pedal import PedalNode
 
-    fifo = tmp_path / "pedal"
-    os.mkfifo(fifo)
     rclpy.init()
     try:
-        node = PedalNode(parameter_overrides=[Parameter("device", value=str(fifo))])
+        node = PedalNode(parameter_overrides=[Parameter("device", value=device)])
         rig = PedalRig(node, fifo)
         node.create_subscription(Joy, "/pedal/joy", lambda m: rig.joy.append(
             (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.buttons))), STREAM_QOS)
@@ -208,3 +213,24 @@ def test_pedal_node_unplug_releases_and_reconnects(rig: PedalRig) -> None:
     rig.wait(lambda: len(rig.joy) > n + 1, "its release")
     os.close(writer)
     assert rig.joy[n:] == [(t, [1, 0, 0, 0, 0, 0]), (t + 100 * MS, [0, 0, 0, 0, 0, 0])]
+
+
+@pytest.mark.skipif(not os.access("/dev/uinput", os.W_OK), reason="no writable /dev/uinput on this machine")
+def test_a_uinput_pedal_is_found_by_name_grabbed_and_unplugged() -> None:
+    from teleop_flywheel.pedal.virtual import UINPUT_NAME, UInputPedal
+
+    pedal = UInputPedal()
+    rig_iter = _running(UINPUT_NAME, Path("/nonexistent"))
+    rig = next(rig_iter)
+    try:
+        rig.wait(lambda: rig.diags and rig.diags[-1][0] == 0, "uinput pedal open")
+        assert rig.diags[-1][2]["clock"].startswith(("monotonic", "realtime"))  # kernel stamps, either way
+        t_before = now_ns()
+        pedal.takeover(True)
+        rig.wait(lambda: rig.joy, "pedal down from the kernel device")
+        assert rig.joy[0][1][0] == 1 and t_before <= rig.joy[0][0] <= now_ns()
+        pedal.close()  # unplug: the node must release and say so
+        rig.wait(lambda: rig.joy[-1][1][0] == 0, "pedal-up on unplug")
+        rig.wait(lambda: rig.diags[-1][0] == 2, "diagnostic ERROR after unplug")
+    finally:
+        next(rig_iter, None)
