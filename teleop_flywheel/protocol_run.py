@@ -261,9 +261,7 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
         key = os.read(fd, 1).decode(errors="replace")
         try:
             if mode == "idle":
-                if key == "s":
-                    slot = driver.walker.next_slot()
-                    assert slot is not None
+                if key == "s" and (slot := driver.walker.next_slot()) is not None:
                     driver.prepare(slot)
                     driver.start(slot)
                     mode, message = "running", "recording"
