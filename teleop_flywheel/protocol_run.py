@@ -124,7 +124,11 @@ class TrialDriver:
         if spec.policy_args:
             wanted["policy_args"] = spec.policy_args
         if any(node.get_parameter(k).value != v for k, v in wanted.items()):
-            node = self.session.replace_node("policy", **wanted)
+            try:
+                node = self.session.replace_node("policy", **wanted)
+            except (ValueError, OSError, ImportError) as exc:  # a checkpoint that cannot load
+                raise ProtocolError(f"{self.protocol.path}: checkpoint {spec.id}: the policy node cannot run it "
+                                    f"({exc}); the running policy is unchanged") from exc
         self.client.set(**self.walker.trial_metadata(slot))
         return node
 

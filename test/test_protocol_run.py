@@ -192,3 +192,12 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
     # The machine check is recorded beside the operator's word (the follower never went to POSE).
     assert all("machine_check" in open_bag(b).episode.extra for b in bags)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_checkpoint_that_cannot_load_ends_the_walk_with_a_clear_error(tmp_path: Path) -> None:
+    proto = _protocol(tmp_path, checkpoints=[{"id": "ckpt-x", "policy": "nosuch"}])
+    res = _cli("run", "sim", "--protocol", str(proto), "--unattended", "--arg", f"output_dir={tmp_path / 'bags'}")
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "checkpoint ckpt-x: the policy node cannot run it (unknown policy 'nosuch'" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not any((tmp_path / "bags").glob("*/metadata.yaml"))  # no trial was recorded
