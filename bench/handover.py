@@ -1,8 +1,9 @@
 """Benchmark: a takeover blended vs hard-switched, and teleop latency through real nodes.
 
-1. Peak command jerk across a handover (policy → human with the leader 0.3 rad off the policy,
-   200 Hz ticks), with `AuthorityBlender` at its default 150 ms ramp vs a hard switch (α steps
-   0→1 in one tick), in the same run: ratio of peak |jerk|.
+1. Peak jerk of the command sent across a handover (policy → human with the leader 0.3 rad off
+   the policy, 200 Hz ticks), with `AuthorityBlender` at its default 150 ms ramp vs a hard switch
+   (α steps 0→1 in one tick), both then through the node's `CommandGuard` (max step 0.05 rad),
+   in the same run: ratio of peak |jerk|.
 2. The teleop node's latency from the leader sample's source stamp to the published
    `/follower/joint_command`, p50/p99: the node in its own process, real rclpy/DDS both ways
    (`node_latency` says exactly what is measured), next to the floor of a bare rclpy node that
@@ -25,25 +26,32 @@ import numpy as np
 
 from teleop_flywheel.blending import AuthorityBlender
 from teleop_flywheel.runner import end_process
+from teleop_flywheel.safety import CommandGuard, JointLimits
 
 TICK_NS = 5_000_000
+MAX_STEP_RAD = 0.05  # the teleop node's default max_step_rad
 MS = 1_000_000
 
 
 def peak_jerk(hard: bool) -> float:
+    """Peak |jerk| of the command actually sent across a takeover: the blend (or a hard switch,
+    α 0→1 in one tick), then the teleop node's CommandGuard with its default 0.05 rad max step —
+    so the hard switch is judged after the rate limit that softens it on the real node too."""
     blender = AuthorityBlender(blend_ms=150)
+    guard = CommandGuard(["joint"], JointLimits.unbounded(), max_step=MAX_STEP_RAD)
     out = []
     for k in range(400):
         t = k * TICK_NS
         policy = 0.2 * math.sin(k * 0.02)
-        blender.human([policy + 0.3] * 6, t)
-        blender.policy([policy] * 6, t)
+        blender.human([policy + 0.3], t)
+        blender.policy([policy], t)
         if k == 150:
             blender.pedal(True, t)
-        cmd = blender.tick(t).command[0]
+        target = blender.tick(t).command[0]
         if hard:
-            cmd = policy + 0.3 if k >= 150 else policy
-        out.append(cmd)
+            target = policy + 0.3 if k >= 150 else policy
+        guard.command(["joint"], [target], t)
+        out.append(guard.step([policy], t)[0])
     dt = TICK_NS / 1e9
     jerk = np.diff(np.asarray(out), 3) / dt**3
     return float(np.abs(jerk).max())

@@ -74,7 +74,7 @@ class AuthorityBlender:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.mode = mode
-        self._start_ramp(1.0 if mode == "teleop" or self._pedal_down else 0.0, t_ns)
+        self._update(t_ns, t_ns)
 
     def human(self, positions: Sequence[float], stamp_ns: int) -> None:
         self._human = (stamp_ns, list(positions))
@@ -82,18 +82,27 @@ class AuthorityBlender:
     def policy(self, positions: Sequence[float], stamp_ns: int) -> None:
         self._policy = (stamp_ns, list(positions))
 
-    def pedal(self, down: bool, t_ns: int) -> None:
-        """Pedal edge (debounced upstream). Only meaningful in policy mode."""
+    def pedal(self, down: bool, stamp_ns: int, received_ns: int | None = None) -> None:
+        """Pedal edge (debounced upstream), stamped at its source; `received_ns` is when it
+        reached us (default: the stamp). The intervention starts/ends at the source stamp; the
+        ramp starts when the edge is known, so a late edge never makes α leap."""
         if down == self._pedal_down:
             return
         self._pedal_down = down
-        if self.mode != "policy":
-            return
-        if down:
-            self.interventions.append(Intervention(id=len(self.interventions) + 1, start_ns=t_ns))
-        elif self.interventions and self.interventions[-1].end_ns is None:
-            self.interventions[-1].end_ns = t_ns
-        self._start_ramp(1.0 if down else 0.0, t_ns)
+        self._update(stamp_ns, stamp_ns if received_ns is None else received_ns)
+
+    def _update(self, stamp_ns: int, known_ns: int) -> None:
+        """Bring interventions and the ramp in line with (mode, pedal): the human has authority in
+        teleop mode, and in policy mode while the pedal is down — that, and only that, is an
+        intervention. So leaving policy mode ends a running takeover, and entering it with the
+        pedal held starts one."""
+        running = self.interventions[-1] if self.interventions and self.interventions[-1].end_ns is None else None
+        takeover = self.takeover
+        if takeover and running is None:
+            self.interventions.append(Intervention(id=len(self.interventions) + 1, start_ns=stamp_ns))
+        elif not takeover and running is not None:
+            running.end_ns = max(stamp_ns, running.start_ns)
+        self._start_ramp(1.0 if self.mode == "teleop" or takeover else 0.0, known_ns)
 
     def label(self, trigger: str, t_ns: int) -> Intervention:
         """Label the running intervention, or the last one if it ended within the label window."""
@@ -114,6 +123,11 @@ class AuthorityBlender:
     def pedal_down(self) -> bool:
         return self._pedal_down
 
+    @property
+    def takeover(self) -> bool:
+        """The human holds authority in policy mode (an intervention is running)."""
+        return self.mode == "policy" and self._pedal_down
+
     def _phase(self, t_ns: int) -> float:
         step = (t_ns - self._ramp_start_ns) / (self.blend_ms * 1e6)
         return min(max(self._phase0 + self._direction * step, 0.0), 1.0)
@@ -124,9 +138,8 @@ class AuthorityBlender:
 
     def _start_ramp(self, target: float, t_ns: int) -> None:
         # Continue from the current phase: a reversal mid-ramp never makes α jump. A ramp never
-        # starts before the last tick already sent: a pedal event delivered late (its source
-        # stamp is in the past) must not make α leap to where the ramp "would be by now". The
-        # intervention keeps the source stamp; only the blend starts when the edge is known.
+        # starts before the last tick already sent, so α never leaps to where the ramp "would be
+        # by now".
         t_ns = max(t_ns, self._last_tick_ns)
         self._phase0 = self._phase(t_ns)
         self._ramp_start_ns = t_ns

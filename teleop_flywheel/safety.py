@@ -10,6 +10,7 @@ Stable API (other modules import it):
     out = guard.step(current, now_ns)            # each control tick: the positions to send
     guard.stale(now_ns) / guard.reset(current)   # watchdog state / re-seed after reconnect
     guard.restart_from(current)                  # continue from where the arm is, keeping the target
+    guard.hold()                                 # stop where the last sent command is, now
 
 `step()` returns, per joint in `joint_names` order: the latest target clamped to limits, then
 moved toward from the last *sent* value by at most `max_step` (rad per tick). When no command has
@@ -104,6 +105,12 @@ class CommandGuard:
     def restart_from(self, current: Sequence[float]) -> None:
         """Rate-limit from `current` next tick (e.g. torque just came on) but keep target and its time."""
         self._sent = [float(v) for v in current]
+
+    def hold(self) -> None:
+        """Make the last *sent* value the target: a hold stops motion at once instead of finishing
+        a rate-limited move toward a target that is no longer trusted."""
+        if self._sent is not None:
+            self._target = dict(zip(self.joint_names, self._sent))
 
     def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> None:
         """Record a new target; unknown names are ignored, missing joints keep their target."""

@@ -34,6 +34,11 @@ def test_ramp_follows_raised_cosine_within_a_tick() -> None:
         assert b.alpha(t) == pytest.approx(expected, abs=1e-9)
     assert b.alpha(t0 + 150 * MS) == 1.0
     assert b.alpha(t0 + 75 * MS) == pytest.approx(0.5)
+    # The profile's shape, by hand: (1 − cos(π/4))/2 at a quarter of the ramp (a linear ramp: 0.25),
+    # (1 − cos(3π/4))/2 at three quarters, and zero slope at both ends.
+    assert b.alpha(t0 + 37_500_000) == pytest.approx(0.1464466, abs=1e-6)
+    assert b.alpha(t0 + 112_500_000) == pytest.approx(0.8535534, abs=1e-6)
+    assert b.alpha(t0 + 1 * MS) < 1e-3 and 1.0 - b.alpha(t0 + 149 * MS) < 1e-3
     b.pedal(False, t0 + 500 * MS)
     assert b.alpha(t0 + 500 * MS + 75 * MS) == pytest.approx(0.5)
     assert b.alpha(t0 + 700 * MS) == 0.0
@@ -63,6 +68,40 @@ def test_late_pedal_event_starts_the_ramp_at_the_next_tick_not_in_the_past() -> 
     assert b.interventions[-1].start_ns == t_sent - 100 * MS
     assert b.tick(t_sent + TICK).alpha == pytest.approx(raised_cosine(TICK / (150 * MS)))
     assert b.alpha(t_sent + 150 * MS) == 1.0
+
+
+def test_edge_received_late_ramps_from_when_it_is_known() -> None:
+    # The node learns of an edge 80 ms after its kernel stamp (between two ticks it sent): the
+    # intervention starts at the stamp, the ramp when the edge is known — α does not leap.
+    b = AuthorityBlender(blend_ms=150)
+    _feed(b, 0, 1.0, 0.0)
+    assert b.tick(0).alpha == 0.0
+    b.pedal(True, 10 * MS, received_ns=90 * MS)
+    assert b.interventions[-1].start_ns == 10 * MS
+    assert b.tick(95 * MS).alpha == pytest.approx(raised_cosine(5 / 150))
+    b.pedal(False, 400 * MS, received_ns=450 * MS)
+    assert b.interventions[-1].end_ns == 400 * MS
+    assert b.tick(450 * MS).alpha == 1.0 and b.tick(525 * MS).alpha == pytest.approx(0.5)
+
+
+def test_mode_switches_open_and_close_interventions() -> None:
+    # An intervention is exactly "policy mode with the pedal down": leaving policy mode ends it;
+    # entering policy mode with the pedal held starts one; the pedal in teleop mode does nothing.
+    b = AuthorityBlender(mode="policy")
+    b.pedal(True, 100 * MS)
+    b.set_mode("teleop", 200 * MS)
+    assert [(i.id, i.start_ns, i.end_ns) for i in b.interventions] == [(1, 100 * MS, 200 * MS)]
+    assert b.alpha(400 * MS) == 1.0 and not b.takeover
+    b.pedal(False, 500 * MS)
+    b.pedal(True, 600 * MS)
+    assert len(b.interventions) == 1
+    b.set_mode("policy", 700 * MS)  # the pedal is held: the human keeps authority, as a takeover
+    assert b.takeover and b.interventions[-1].id == 2 and b.interventions[-1].end_ns is None
+    assert b.alpha(900 * MS) == 1.0
+    b.pedal(False, 1_000 * MS)
+    assert b.interventions[-1].end_ns == 1_000 * MS and b.alpha(1_150 * MS) == 0.0
+    b.set_mode("teleop", 2_000 * MS)  # no takeover running: nothing to end, α ramps up
+    assert len(b.interventions) == 2 and b.alpha(2_075 * MS) == pytest.approx(0.5)
 
 
 def test_command_is_continuous_at_takeover_and_hand_back() -> None:

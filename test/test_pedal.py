@@ -187,6 +187,37 @@ def test_pedal_node_reads_a_fifo(rig: PedalRig) -> None:
     assert rig.diags[-1][2]["clock"].startswith("as written")
 
 
+def test_pedal_node_bounce_inside_the_debounce_window_publishes_nothing(rig: PedalRig) -> None:
+    """Contact bounce (down/up flicker within 30 ms, settling up) reaches no one: no Joy, so no
+    takeover can start; the press that follows and holds is the first thing published."""
+    writer = rig.writer()
+    t = now_ns() // 1000 * 1000
+    os.write(writer, b"".join(encode(InputEvent(t + dt * MS, EV_KEY, 30, v))
+                              for dt, v in ((0, 1), (4, 0), (9, 1), (13, 0))))
+    time.sleep(0.3)  # ten debounce windows
+    assert rig.joy == []
+    t_press = now_ns() // 1000 * 1000
+    os.write(writer, encode(InputEvent(t_press, EV_KEY, 30, 1)))
+    rig.wait(lambda: rig.joy, "the real press")
+    os.close(writer)
+    assert rig.joy == [(t_press, [1, 0, 0, 0, 0, 0])]
+
+
+def test_pedal_node_refuses_a_regular_file(tmp_path: Path) -> None:
+    """A regular file is no pedal (it would read as end-of-file forever): ERROR naming it and why."""
+    plain = tmp_path / "pedal.bin"
+    plain.write_bytes(encode(InputEvent(now_ns(), EV_KEY, 30, 1)))
+    rig_iter = _running(str(plain), plain)
+    rig = next(rig_iter)
+    try:
+        rig.wait(lambda: any(level == 2 for level, _m, _v in rig.diags), "diagnostic ERROR")
+        message = next(m for level, m, _v in rig.diags if level == 2)
+        assert message == f"{plain}: not an input event device (character device) or a FIFO", message
+        assert rig.joy == []
+    finally:
+        next(rig_iter, None)
+
+
 def test_pedal_node_unplug_releases_and_reconnects(rig: PedalRig) -> None:
     writer = rig.writer()
     t = now_ns() // 1000 * 1000

@@ -62,3 +62,15 @@ def test_restart_from_keeps_target_and_watchdog() -> None:
     guard.restart_from([0.5, 0.5])
     assert guard.step([9.0, 9.0], MS) == pytest.approx([0.6, 0.6])
     assert guard.stale(101 * MS)
+
+
+def test_hold_stops_a_rate_limited_move_where_it_is() -> None:
+    guard = CommandGuard(NAMES, JointLimits.unbounded(), max_step=0.1)
+    guard.command(NAMES, [1.0, 1.0], 0)
+    assert guard.step([0.0, 0.0], 0) == pytest.approx([0.1, 0.1])
+    assert guard.step([0.0, 0.0], 1) == pytest.approx([0.2, 0.2])
+    guard.hold()
+    assert guard.step([0.0, 0.0], 2) == pytest.approx([0.2, 0.2])
+    assert guard.step([0.0, 0.0], 3) == pytest.approx([0.2, 0.2])
+    guard.command(NAMES, [1.0, 1.0], 4)  # a fresh command moves on from there
+    assert guard.step([0.0, 0.0], 4) == pytest.approx([0.3, 0.3])

@@ -1,73 +1,78 @@
-"""The teleop node with real rclpy publishers: takeover on the pedal, labels, mode service."""
+"""The teleop node as deployed — its own process, real rclpy/DDS — driven by a probe node.
+
+Inputs (leader, policy, follower, pedal) come from the probe; everything the node publishes is
+judged by its own tick stamps, so a loaded machine that delays delivery cannot fake or hide a
+jump. Covered: the takeover ramp against the raised-cosine profile (within one tick), command
+continuity at takeover and hand-back, leader tracking and release, labels from the pedal's Joy
+buttons and from the service, stale policy and stale leader holds with their diagnostics, and a
+mode switch in the middle of a takeover.
+"""
 from __future__ import annotations
 
 import json
+import math
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from rclpy.executors import MultiThreadedExecutor  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
+from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
-from std_srvs.srv import Trigger  # noqa: E402
+from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
 from teleop_flywheel.clock import fill_stamp, now_ns  # noqa: E402
 from teleop_flywheel.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
-from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state  # noqa: E402
-from teleop_flywheel.nodes.teleop import TeleopNode  # noqa: E402
+from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns  # noqa: E402
+from teleop_flywheel.runner import end_process  # noqa: E402
 from teleop_flywheel.so101 import JOINT_NAMES  # noqa: E402
 
-
-@pytest.fixture()
-def graph():
-    rclpy.init()
-    teleop = TeleopNode(parameter_overrides=[Parameter("mode", value="policy"),
-                                             Parameter("blend_duration_ms", value=150.0)])
-    probe = rclpy.create_node("teleop_probe")
-    ex = MultiThreadedExecutor(num_threads=4)
-    ex.add_node(teleop)
-    ex.add_node(probe)
-    thread = threading.Thread(target=ex.spin, daemon=True)
-    thread.start()
-    yield teleop, probe
-    ex.shutdown()
-    teleop.destroy_node()
-    probe.destroy_node()
-    rclpy.shutdown()
+BLEND_MS = 150.0
+TICK_MS = 5.0  # the node's rate_hz = 200
+UP, DOWN = [0] * 6, [1] + [0] * 5
 
 
 class Probe:
     """The probe node's side: inputs to the teleop node, and everything it publishes."""
 
-    def __init__(self, probe) -> None:
+    def __init__(self, node) -> None:
+        self.node = node
         self.commands: list[tuple[int, float]] = []  # (tick stamp, joint 0)
-        self.authority: list[list[float]] = []
-        self.leader_cmds: list[int] = []
+        self.authority: list[tuple[int, list[float]]] = []  # (tick stamp, [alpha, mode, id, trigger])
+        self.leader_cmds: list[int] = []  # len(position): 6 = tracking, 0 = release
         self.events: list[dict] = []
-        probe.create_subscription(JointState, "/follower/joint_command", lambda m: self.commands.append(
-            (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, m.position[0])), STREAM_QOS)
-        probe.create_subscription(JointState, "/teleop/authority", lambda m: self.authority.append(list(m.position)),
-                                  STREAM_QOS)
-        probe.create_subscription(JointState, "/leader/joint_command", lambda m: self.leader_cmds.append(len(m.position)),
-                                  STREAM_QOS)
-        probe.create_subscription(String, "/teleop/intervention", lambda m: self.events.append(json.loads(m.data)),
-                                  LATCHED_QOS)
-        self.leader = probe.create_publisher(JointState, "/leader/joint_states", STREAM_QOS)
-        self.policy = probe.create_publisher(JointState, "/policy/joint_command", STREAM_QOS)
-        self.follower = probe.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
-        self.pedal = probe.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
-        deadline = time.monotonic() + 20
-        while self.leader.get_subscription_count() == 0 and time.monotonic() < deadline:
+        self.diagnostics: list[tuple[bytes, str]] = []  # (level, message) of the teleop's status
+        self.inputs = {"policy": 0.0, "leader": 0.2, "follower": 0.0}
+        node.create_subscription(JointState, "/follower/joint_command", lambda m: self.commands.append(
+            (msg_stamp_ns(m), m.position[0])), STREAM_QOS)
+        node.create_subscription(JointState, "/teleop/authority", lambda m: self.authority.append(
+            (msg_stamp_ns(m), list(m.position))), STREAM_QOS)
+        node.create_subscription(JointState, "/leader/joint_command", lambda m: self.leader_cmds.append(
+            len(m.position)), STREAM_QOS)
+        node.create_subscription(String, "/teleop/intervention", lambda m: self.events.append(json.loads(m.data)),
+                                 LATCHED_QOS)
+        node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics.extend(
+            (s.level, s.message) for s in m.status if "authority" in s.name), 50)
+        self.pubs = {"leader": node.create_publisher(JointState, "/leader/joint_states", STREAM_QOS),
+                     "policy": node.create_publisher(JointState, "/policy/joint_command", STREAM_QOS),
+                     "follower": node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)}
+        self.pedal = node.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+
+    def wait_matched(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while any(p.get_subscription_count() == 0 for p in [*self.pubs.values(), self.pedal]):
+            assert time.monotonic() < deadline, "the teleop node did not subscribe to its inputs"
             time.sleep(0.05)
 
     @property
     def alpha(self) -> float | None:
-        return self.authority[-1][0] if self.authority else None
+        return self.authority[-1][1][0] if self.authority else None
 
     def joy(self, buttons: list[int]) -> None:
         """A /pedal/joy message as the pedal node publishes it: buttons[0] takeover, [1..5] labels."""
@@ -77,25 +82,123 @@ class Probe:
         self.pedal.publish(msg)
 
     def drive(self, until: Callable[[], bool], what: str, buttons: list[int] | None = None,
-              timeout: float = 60.0) -> None:
-        """Feed policy 0.0, leader 0.2, follower 0.0 (and the pedal state) until `until()` holds.
+              silent: tuple[str, ...] = (), timeout: float = 60.0) -> None:
+        """Publish the inputs (except `silent` ones) and the pedal state at 100 Hz until `until()`.
 
         The pedal state is re-sent every loop: a repeated state is idempotent, a lost sample cannot
-        stall. Waits for conditions, not fixed times: the machine is loaded and the node may lag.
+        stall. Waits for conditions, not fixed times: the machine may be loaded.
         """
         deadline = time.monotonic() + timeout
         while not until():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             t = now_ns()
-            self.policy.publish(joint_state(JOINT_NAMES, [0.0] * 6, t))
-            self.leader.publish(joint_state(JOINT_NAMES, [0.2] * 6, t))
-            self.follower.publish(joint_state(JOINT_NAMES, [0.0] * 6, t))
+            for name, pub in self.pubs.items():
+                if name not in silent:
+                    pub.publish(joint_state(JOINT_NAMES, [self.inputs[name]] * 6, t))
             if buttons is not None:
                 self.joy(buttons)
-            time.sleep(0.005)
+            time.sleep(0.01)
+
+    def call(self, srv_type, name: str, request) -> object:
+        client = self.node.create_client(srv_type, name)
+        assert client.wait_for_service(timeout_sec=30), f"{name} not offered"
+        future = client.call_async(request)
+        deadline = time.monotonic() + 10
+        while not future.done():
+            assert time.monotonic() < deadline, f"{name} did not answer"
+            time.sleep(0.02)
+        return future.result()
+
+    def commands_since(self, t_ns: int) -> list[tuple[int, float]]:
+        return sorted(c for c in self.commands if c[0] >= t_ns)
 
 
-UP, DOWN = [0] * 6, [1] + [0] * 5
+def start_teleop(**params: object) -> subprocess.Popen:
+    args = [f"{k}:={v}" for k, v in {"mode": "policy", "blend_duration_ms": BLEND_MS, **params}.items()]
+    cmd = [sys.executable, "-c", "from teleop_flywheel.nodes.teleop import main; main()", "--ros-args"]
+    for a in args:
+        cmd += ["-p", a]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture()
+def teleop_factory() -> Iterator[Callable[..., Probe]]:
+    rclpy.init()
+    procs: list[subprocess.Popen] = []
+    ex = SingleThreadedExecutor()
+    thread = threading.Thread(target=ex.spin, daemon=True)
+    nodes = []
+
+    def make(**params: object) -> Probe:
+        procs.append(start_teleop(**params))
+        node = rclpy.create_node(f"teleop_probe_{len(nodes)}")
+        nodes.append(node)
+        ex.add_node(node)
+        if not thread.is_alive():
+            thread.start()
+        probe = Probe(node)
+        probe.wait_matched()
+        return probe
+
+    yield make
+    for p in procs:
+        end_process(p, 10.0)
+    ex.shutdown()
+    for n in nodes:
+        n.destroy_node()
+    rclpy.shutdown()
+
+
+def ramp_time_error_ms(samples: list[tuple[int, float]], rising: bool) -> list[float]:
+    """For authority samples (tick stamp, α) inside a ramp: how far each tick is from where the
+    raised-cosine profile puts its α, in ms, after fitting the ramp's start time (the median)."""
+    inner = [(t, a) for t, a in samples if 0.02 < a < 0.98]
+    assert len(inner) >= 5, f"only {len(inner)} ticks inside the ramp: {samples}"
+    def phase_ms(a: float) -> float:
+        x = math.acos(1.0 - 2.0 * a) / math.pi  # inverse of α = (1 − cos πx)/2
+        return (x if rising else 1.0 - x) * BLEND_MS
+    starts = sorted(t / 1e6 - phase_ms(a) for t, a in inner)
+    t_start = starts[len(starts) // 2]
+    return [abs(t / 1e6 - t_start - phase_ms(a)) for t, a in inner]
+
+
+def test_takeover_blends_labels_and_releases_the_leader(teleop_factory) -> None:
+    probe = teleop_factory()
+    start = time.monotonic()
+    probe.drive(lambda: 6 in probe.leader_cmds and time.monotonic() - start > 0.5, "leader tracking")
+    t_down = now_ns()
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0) and bool(probe.commands)
+                and probe.commands[-1][1] == pytest.approx(0.2, abs=1e-6), "takeover", DOWN)
+    t_up = now_ns()
+    probe.drive(lambda: probe.alpha == 0.0 and probe.commands[-1][1] == pytest.approx(0.0, abs=1e-6),
+                "hand-back", UP)
+    result = probe.call(Trigger, "/teleop/label/wrong_grasp", Trigger.Request())
+    assert result.success, result.message
+    probe.drive(lambda: probe.events[-1]["trigger"] == "wrong_grasp", "the label event")
+
+    # α(t) follows the raised cosine within one control tick, up and down. (A linear ramp would be
+    # off by up to 12 ms at α = 0.25 and fail.)
+    auth = sorted(probe.authority)
+    rise = [(t, a[0]) for t, a in auth if t_down <= t < t_up]
+    fall = [(t, a[0]) for t, a in auth if t >= t_up]
+    assert max(ramp_time_error_ms(rise, rising=True)) <= TICK_MS
+    assert max(ramp_time_error_ms(fall, rising=False)) <= TICK_MS
+
+    # Continuity at takeover and at hand-back: between any two ticks the command moves no faster
+    # than the blend's own peak slope (0.2 rad gap · π/2 / 150 ms ≈ 2.1 rad/s); a hard switch
+    # through the 0.05 rad max step would move 10 rad/s at 200 Hz.
+    peak = 0.2 * (math.pi / 2) / (BLEND_MS / 1e3)
+    cmds = probe.commands_since(t_down - 50_000_000)
+    slopes = [abs(v1 - v0) / ((t1 - t0) / 1e9) for (t0, v0), (t1, v1) in zip(cmds, cmds[1:]) if t1 > t0]
+    assert max(slopes) <= peak * 1.05, f"command moved at {max(slopes):.2f} rad/s (blend peak {peak:.2f})"
+    assert max(v for _t, v in cmds) == pytest.approx(0.2, abs=1e-6) and cmds[-1][1] == pytest.approx(0.0, abs=1e-6)
+
+    # The leader tracked the follower (6 joints), was released at pedal-down (empty), then tracked again.
+    first_release = probe.leader_cmds.index(0)
+    assert 6 in probe.leader_cmds[:first_release] and 6 in probe.leader_cmds[first_release:]
+    events = probe.events
+    assert events[-1]["id"] == 1 and events[-1]["end_ns"] and events[-1]["trigger"] == "wrong_grasp"
+    assert any(a[2] == 1.0 for _t, a in auth), "authority carries the intervention id during the takeover"
 
 
 def label_press(down: bool, label: str) -> list[int]:
@@ -104,44 +207,9 @@ def label_press(down: bool, label: str) -> list[int]:
     return buttons
 
 
-def test_takeover_blends_labels_and_releases_the_leader(graph) -> None:
-    _teleop, probe_node = graph
-    probe = Probe(probe_node)
-    label = probe_node.create_client(Trigger, "/teleop/label/wrong_grasp")
-    assert label.wait_for_service(timeout_sec=20)
-    start = time.monotonic()
-    probe.drive(lambda: bool(probe.leader_cmds) and time.monotonic() - start > 0.8, "leader tracking")
-    probe.drive(lambda: probe.alpha == pytest.approx(1.0) and bool(probe.commands)
-                and probe.commands[-1][1] == pytest.approx(0.2, abs=1e-6), "takeover", DOWN)
-    probe.drive(lambda: probe.alpha == 0.0, "hand-back", UP)
-    future = label.call_async(Trigger.Request())
-    deadline = time.monotonic() + 10
-    while not future.done() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert future.result().success, future.result().message
-    time.sleep(0.3)
-
-    alphas = [a[0] for a in probe.authority]
-    assert min(alphas) == 0.0 and max(alphas) == pytest.approx(1.0)
-    assert any(0.05 < a < 0.95 for a in alphas), "alpha must pass through intermediate values (blended)"
-    values = [v for _t, v in sorted(probe.commands)]  # executor threads may deliver out of order; order by tick stamp
-    assert max(values) == pytest.approx(0.2, abs=1e-6) and values[0] == pytest.approx(0.0, abs=1e-6)
-    # No hard switch: the 0.2 rad gap is spread over the 150 ms ramp (a switch through the 0.05 rad
-    # max step would cross it in ~4 ticks = 20 ms). Measured in tick stamps, so lost samples don't matter.
-    ordered = sorted(probe.commands)
-    t_lo = next(t for t, v in ordered if v > 0.02)
-    t_hi = next(t for t, v in ordered if t > t_lo and v > 0.18)
-    assert t_hi - t_lo > 0.3 * 150e6, f"rise took {(t_hi - t_lo) / 1e6:.1f} ms: a switch, not a blend"
-    assert 0 in probe.leader_cmds and 6 in probe.leader_cmds  # tracked the follower, then released at pedal-down
-    events = probe.events
-    assert events[-1]["id"] == 1 and events[-1]["end_ns"] and events[-1]["trigger"] == "wrong_grasp"
-    assert any(a[2] == 1.0 for a in probe.authority), "authority carries the intervention id during the takeover"
-
-
-def test_trigger_label_from_pedal_buttons(graph) -> None:
+def test_trigger_label_from_pedal_buttons(teleop_factory) -> None:
     """Labels as the pedal node sends them: a Joy pulse on buttons[1 + index], pedal state in buttons[0]."""
-    _teleop, probe_node = graph
-    probe = Probe(probe_node)
+    probe = teleop_factory()
     probe.drive(lambda: bool(probe.leader_cmds), "policy driving, leader tracking")
     # Before any takeover there is nothing to label: the press is refused (no crash, no label kept).
     probe.joy(label_press(False, "wrong_object"))
@@ -155,5 +223,50 @@ def test_trigger_label_from_pedal_buttons(graph) -> None:
     probe.drive(lambda: probe.events[-1]["end_ns"] is not None and probe.alpha == 0.0, "hand-back", UP)
     assert [e["id"] for e in probe.events] == [1] * len(probe.events), "one intervention, no extra from the label"
     assert probe.events[-1]["trigger"] == "too_slow"
-    codes = {a[3] for a in probe.authority}
+    codes = {a[3] for _t, a in probe.authority}
     assert float(TRIGGER_LABELS.index("too_slow") + 1) in codes and float(trigger_code("wrong_object")) not in codes
+
+
+def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
+    """A silent policy (while it drives) and a silent leader (while the human does) each hold the
+    last command sent — stopping a rate-limited move where it is — and WARN on /diagnostics."""
+    probe = teleop_factory(max_step_rad=0.002, stale_ms=100.0)  # 0.4 rad/s: a move of 1 rad takes 2.5 s
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    probe.inputs["policy"] = 1.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
+    t_silent = now_ns()
+    probe.drive(lambda: any(m.startswith("holding: policy stale") for _l, m in probe.diagnostics),
+                "the policy-stale diagnostic", silent=("policy",))
+    time.sleep(0.5)
+    held = [v for t, v in probe.commands_since(t_silent + 150_000_000)]
+    assert held and max(held) - min(held) < 1e-9, "the hold must not finish the move"
+    assert max(v for _t, v in probe.commands) < 0.5, "the follower kept moving toward the stale target"
+    assert any(level == DiagnosticStatus.WARN for level, m in probe.diagnostics if "policy stale" in m)
+
+    # Human authority, then the leader goes silent: hold again, reported as leader stale.
+    probe.inputs.update(policy=0.3, leader=0.3)
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    probe.drive(lambda: any("leader stale" in m for _l, m in probe.diagnostics), "the leader-stale diagnostic",
+                DOWN, silent=("leader",))
+    t_check = now_ns()
+    probe.drive(lambda: now_ns() - t_check > 400_000_000, "a while silent", DOWN, silent=("leader",))
+    after = [v for t, v in probe.commands_since(t_check)]
+    assert after and max(after) - min(after) < 1e-9
+
+
+def test_mode_switch_during_a_takeover_ends_the_intervention(teleop_factory) -> None:
+    """Switching to teleop while the pedal is held ends the running intervention (the human keeps
+    authority, now as teleoperation); back in policy mode with the pedal up, the policy drives and
+    no intervention is left open."""
+    probe = teleop_factory()
+    probe.drive(lambda: 6 in probe.leader_cmds, "leader tracking")
+    probe.drive(lambda: bool(probe.events) and probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=False)).success
+    probe.drive(lambda: probe.events[-1]["end_ns"] is not None, "the intervention's end", DOWN)
+    t_up = time.monotonic()  # the pedal comes up in teleop mode, where it means nothing
+    probe.drive(lambda: probe.authority[-1][1][1] == 0.0 and time.monotonic() - t_up > 0.3,
+                "teleop mode on /teleop/authority", UP)
+    assert probe.authority[-1][1][2] == 0.0 and probe.alpha == pytest.approx(1.0)
+    assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=True)).success
+    probe.drive(lambda: probe.alpha == 0.0 and probe.leader_cmds[-1] == 6, "policy driving again, leader tracking", UP)
+    assert {e["id"] for e in probe.events} == {1} and probe.events[-1]["end_ns"] is not None

@@ -29,7 +29,7 @@ from teleop_flywheel.clock import NS_PER_S, now_ns
 from teleop_flywheel.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable, ServoError
 from teleop_flywheel.feetech.control_table import error_names, register
 from teleop_flywheel.feetech import protocol as proto
-from teleop_flywheel.nodes.common import STREAM_QOS, diag_array, diag_status, joint_state, spin_node
+from teleop_flywheel.nodes.common import CONTROL_QOS, STREAM_QOS, diag_array, diag_status, joint_state, spin_node
 from teleop_flywheel.safety import CommandGuard, JointLimits
 from teleop_flywheel.so101 import DEFAULT_LIMITS_RAD, JOINT_NAMES, MODEL_NUMBER
 
@@ -121,7 +121,7 @@ class ArmDriverNode(Node):
         self._ids = self.calibration.ids
         self._pub = self.create_publisher(JointState, f"/{self.role}/joint_states", STREAM_QOS)
         self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointState, f"/{self.role}/joint_command", self._on_command, STREAM_QOS)
+        self.create_subscription(JointState, f"/{self.role}/joint_command", self._on_command, CONTROL_QOS)
         self.create_timer(1.0, self._publish_diagnostics)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"arm-driver-{self.role}", daemon=True)

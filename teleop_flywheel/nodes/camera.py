@@ -23,7 +23,7 @@ from teleop_flywheel.camera import CameraConfig, CameraError, FrameSource, encod
 from teleop_flywheel.camera.source import DropCounter
 from teleop_flywheel.camera.synthetic import SyntheticSource
 from teleop_flywheel.clock import fill_stamp, now_ns
-from teleop_flywheel.nodes.common import IMAGE_QOS, STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node
 
 def image_topic(name: str) -> str:
     return f"/cameras/{name}/image/compressed"
@@ -58,7 +58,7 @@ class CameraNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._joints: dict[str, float] = {}
         if self.config.source == "synthetic":
-            self.create_subscription(JointState, "/follower/joint_states", self._on_joints, STREAM_QOS)
+            self.create_subscription(JointState, "/follower/joint_states", self._on_joints, CONTROL_QOS)
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
         self._source: FrameSource | None = open_source(self.config, lambda: self._joints)

@@ -20,6 +20,9 @@ from teleop_flywheel.clock import fill_stamp, now_ns, stamp_to_ns
 STREAM_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=50, reliability=ReliabilityPolicy.RELIABLE
 )
+# Control-loop inputs: the newest sample, never a backlog. A loop that fell behind must act on
+# the present, not work through a queue of stale targets (each would only be held as stale).
+CONTROL_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE)
 IMAGE_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=10, reliability=ReliabilityPolicy.RELIABLE)
 # Late joiners (recorder, console) still get the last event/state.
 LATCHED_QOS = QoSProfile(

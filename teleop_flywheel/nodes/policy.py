@@ -29,7 +29,7 @@ from sensor_msgs.msg import CompressedImage, JointState
 
 from teleop_flywheel.clock import now_ns
 from teleop_flywheel.nodes.camera import image_topic
-from teleop_flywheel.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state, spin_node
+from teleop_flywheel.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
 from teleop_flywheel.policies.base import load_policy
 from teleop_flywheel.so101 import JOINT_NAMES
 
@@ -71,7 +71,7 @@ class PolicyNode(Node):
         self._lock = threading.Lock()
         self._images = {cam: LatestImage() for cam in self.policy.cameras}
         self._pub = self.create_publisher(JointState, "/policy/joint_command", STREAM_QOS)
-        self.create_subscription(JointState, "/follower/joint_states", self._on_state, STREAM_QOS)
+        self.create_subscription(JointState, "/follower/joint_states", self._on_state, CONTROL_QOS)
         for cam, latest in self._images.items():
             self.create_subscription(CompressedImage, image_topic(cam), latest.put, IMAGE_QOS)
         self.create_timer(1.0 / rate, self._tick)

@@ -13,7 +13,13 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
 
 A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
 timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
-the policy keeps driving with the leader silent). Stamps are the tick's monotonic time.
+the policy keeps driving with the leader silent). Stamps are the tick's monotonic time. The
+control inputs keep only their newest sample (`CONTROL_QOS`): a node that fell behind acts on
+the present instead of working through a queue of targets that are stale by then.
+
+A stale input holds the last command *sent* (the guard stops at once rather than finishing a
+rate-limited move) and is reported on `/diagnostics` the moment the hold begins, and in the
+next periodic status even if it lasted only a few ticks.
 """
 from __future__ import annotations
 
@@ -30,7 +36,15 @@ from std_srvs.srv import SetBool, Trigger
 from teleop_flywheel.blending import AuthorityBlender
 from teleop_flywheel.clock import now_ns, stamp_to_ns
 from teleop_flywheel.labels import TRIGGER_LABELS, mode_code, trigger_code
-from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, diag_array, diag_status, joint_state, spin_node
+from teleop_flywheel.nodes.common import (
+    CONTROL_QOS,
+    LATCHED_QOS,
+    STREAM_QOS,
+    diag_array,
+    diag_status,
+    joint_state,
+    spin_node,
+)
 from teleop_flywheel.safety import CommandGuard
 from teleop_flywheel.so101 import JOINT_NAMES, default_limits
 
@@ -65,16 +79,17 @@ class TeleopNode(Node):
         self._buttons: list[int] = []
         self._leader_released = False
         self._reported: dict[int, tuple[int | None, str | None]] = {}
-        self._hold_reason = ""
+        self._hold_reason = ""  # the current hold, "" when not holding
+        self._holds: dict[str, int] = {}  # hold reason → ticks held since the last diagnostics
 
         self._cmd_pub = self.create_publisher(JointState, "/follower/joint_command", STREAM_QOS)
         self._leader_pub = self.create_publisher(JointState, "/leader/joint_command", STREAM_QOS)
         self._auth_pub = self.create_publisher(JointState, "/teleop/authority", STREAM_QOS)
         self._event_pub = self.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, STREAM_QOS)
-        self.create_subscription(JointState, "/policy/joint_command", self._on_policy, STREAM_QOS)
-        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, STREAM_QOS)
+        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, CONTROL_QOS)
+        self.create_subscription(JointState, "/policy/joint_command", self._on_policy, CONTROL_QOS)
+        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, CONTROL_QOS)
         self.create_subscription(Joy, "/pedal/joy", self._on_pedal, STREAM_QOS)
         self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
         for label in TRIGGER_LABELS:
@@ -110,7 +125,8 @@ class TeleopNode(Node):
             previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
             self._buttons = buttons
             if buttons and bool(buttons[0]) != bool(previous[0]):
-                self.blender.pedal(bool(buttons[0]), stamp)
+                self.blender.pedal(bool(buttons[0]), stamp, now_ns())
+                self._drive_leader(now_ns())
             for i, label in enumerate(TRIGGER_LABELS, start=1):
                 if i < len(buttons) and buttons[i] and not previous[i]:
                     self._label(label, stamp)
@@ -135,6 +151,8 @@ class TeleopNode(Node):
         mode = "policy" if request.data else "teleop"
         with self._lock:
             self.blender.set_mode(mode, now_ns())
+            self._drive_leader(now_ns())
+            self._publish_events()
         response.success, response.message = True, f"mode {mode}"
         return response
 
@@ -145,20 +163,36 @@ class TeleopNode(Node):
             if t - self._last_tick_ns >= 1e9 / self.rate_hz:
                 self._tick(t)
 
+    def _drive_leader(self, t: int) -> None:
+        """While the policy alone drives, the leader tracks the follower (torque on), so a takeover
+        joins two nearly equal commands; whenever the human has any authority it is released
+        (an empty command), at once on the pedal edge or mode switch that gives it."""
+        policy_alone = (self.blender.mode == "policy" and not self.blender.pedal_down
+                        and self.blender.alpha(t) == 0.0)
+        if policy_alone:
+            if self._follower is not None:
+                self._leader_released = False
+                self._leader_pub.publish(joint_state(JOINT_NAMES, self._follower, t))
+        elif not self._leader_released:
+            self._leader_released = True
+            self._leader_pub.publish(joint_state([], [], t))  # empty = release torque now
+
     def _tick(self, t: int) -> None:
         self._last_tick_ns = t
         out = self.blender.tick(t)
+        if out.reason:
+            self._holds[out.reason] = self._holds.get(out.reason, 0) + 1
+            if out.reason != self._hold_reason:  # a hold begins: say so now, not at the next status
+                self.get_logger().warning(f"holding the follower: {out.reason}")
+                self._publish_diagnostics_locked()
         self._hold_reason = out.reason
-        policy_drives = out.mode == "policy" and not self.blender.pedal_down and out.alpha == 0.0
-        if policy_drives and self._follower is not None:
-            self._leader_released = False
-            self._leader_pub.publish(joint_state(JOINT_NAMES, self._follower, t))
-        elif out.mode == "policy" and self.blender.pedal_down and not self._leader_released:
-            self._leader_released = True
-            self._leader_pub.publish(joint_state([], [], t))  # empty = release torque now
+        self._drive_leader(t)
         if out.command is not None:
             seed = self._follower if self._follower is not None else out.command
-            self.guard.command(JOINT_NAMES, out.command, t)
+            if out.holding:
+                self.guard.hold()
+            else:
+                self.guard.command(JOINT_NAMES, out.command, t)
             sent = self.guard.step(seed, t)
             self._cmd_pub.publish(joint_state(JOINT_NAMES, sent, t))
         values = [out.alpha, float(mode_code(out.mode)), float(out.intervention_id), float(trigger_code(out.trigger))]
@@ -175,13 +209,23 @@ class TeleopNode(Node):
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
-            reason = self._hold_reason
-            unlabelled = [iv.id for iv in self.blender.interventions if iv.end_ns is not None and iv.trigger is None]
-            values = {"mode": self.blender.mode, "interventions": len(self.blender.interventions),
-                      "unlabelled": unlabelled, "clamped": self.guard.stats.clamped,
-                      "rate_limited": self.guard.stats.rate_limited}
-        level = "WARN" if reason or unlabelled else "OK"
-        message = reason or (f"unlabelled interventions {unlabelled}" if unlabelled else "ok")
+            self._publish_diagnostics_locked()
+
+    def _publish_diagnostics_locked(self) -> None:
+        """WARN while holding or when any hold happened since the last status (a stall of a few
+        ticks between two statuses is still reported), or when interventions are unlabelled."""
+        holds, self._holds = self._holds, {}
+        unlabelled = [iv.id for iv in self.blender.interventions if iv.end_ns is not None and iv.trigger is None]
+        values = {"mode": self.blender.mode, "interventions": len(self.blender.interventions),
+                  "unlabelled": unlabelled, "held_ticks": sum(holds.values()),
+                  "clamped": self.guard.stats.clamped, "rate_limited": self.guard.stats.rate_limited}
+        if self._hold_reason:
+            message = f"holding: {self._hold_reason}"
+        elif holds:
+            message = "held since the last status: " + ", ".join(f"{r} ({n} ticks)" for r, n in holds.items())
+        else:
+            message = f"unlabelled interventions {unlabelled}" if unlabelled else "ok"
+        level = "OK" if message == "ok" else "WARN"
         self._diag_pub.publish(diag_array([diag_status(f"{self.get_name()}: authority", level, message, values)]))
 
 

@@ -138,20 +138,22 @@ def open_device(path: str, grab: bool = True) -> tuple[int, str]:
     stamps stay CLOCK_REALTIME and the caller converts them. A FIFO carries whatever clock its
     writer stamped with (the virtual pedal writes monotonic time).
     """
-    if stat.S_ISFIFO(os.stat(path).st_mode):
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode):
         # Read-write keeps a writer on the FIFO, so it never reads as end-of-file between writers.
         return os.open(path, os.O_RDWR | os.O_NONBLOCK), WRITER
+    if not stat.S_ISCHR(mode):
+        # A regular file is always "readable" and then at end-of-file: the read loop would spin.
+        raise OSError(errno.ENODEV, "not an input event device (character device) or a FIFO", path)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    clock = WRITER
     try:
-        if stat.S_ISCHR(os.fstat(fd).st_mode):
-            try:
-                fcntl.ioctl(fd, EVIOCSCLOCKID, struct.pack("i", time.CLOCK_MONOTONIC))
-                clock = MONOTONIC
-            except OSError:
-                clock = REALTIME
-            if grab:
-                fcntl.ioctl(fd, EVIOCGRAB, 1)
+        try:
+            fcntl.ioctl(fd, EVIOCSCLOCKID, struct.pack("i", time.CLOCK_MONOTONIC))
+            clock = MONOTONIC
+        except OSError:
+            clock = REALTIME
+        if grab:
+            fcntl.ioctl(fd, EVIOCGRAB, 1)
     except OSError:
         os.close(fd)
         raise
