@@ -91,9 +91,24 @@ class Protocol:
         raise ProtocolError(f"{self.path}: no condition {name!r} (has {', '.join(c.name for c in self.conditions)})")
 
 
+def _canonical(value: Any) -> Any:
+    """What the YAML says, not how: every number as a float (`30` and `30.0` are one time limit),
+    mapping keys and any other scalar (a date tag, say) as text."""
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    return str(value)
+
+
 def canonical_hash(data: dict[str, Any]) -> str:
-    """sha256 of the protocol's content as sorted-key compact JSON: key order and YAML layout do not matter."""
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    """sha256 of the protocol's content as sorted-key compact JSON: key order, YAML layout and
+    number spelling do not matter."""
+    text = json.dumps(_canonical(data), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -237,8 +252,8 @@ class TrialRecord:
 
 @dataclass
 class ProtocolWalker:
-    """The protocol as a queue of slots, interleaved (condition-major, checkpoints alternating)
-    so that drift during the afternoon hits every checkpoint alike."""
+    """The protocol as a queue of slots, interleaved — trial index outermost, then condition, then
+    checkpoint — so that drift during the afternoon hits every checkpoint and condition alike."""
 
     protocol: Protocol
     done: list[TrialRecord] = field(default_factory=list)

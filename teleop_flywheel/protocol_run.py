@@ -107,8 +107,11 @@ class TrialDriver:
         return self._pose
 
     def interventions(self) -> int:
-        """Takeovers that started during the running trial."""
-        return sum(1 for e in list(self._events.values()) if e["start_ns"] >= self._t0_ns) if self.slot else 0
+        """Takeovers during the running trial, including one already held when it started (the
+        recorder stores every takeover that overlaps the episode; the walk counts the same)."""
+        if self.slot is None:
+            return 0
+        return sum(1 for e in list(self._events.values()) if e["end_ns"] is None or e["end_ns"] >= self._t0_ns)
 
     def elapsed_s(self) -> float:
         return (now_ns() - self._t0_ns) / 1e9 if self.slot else 0.0
@@ -225,7 +228,8 @@ def _screen(driver: TrialDriver, mode: str, message: str, status: list[str]) -> 
     lines = [f"evaluation protocol {p.name} (hash {p.hash}) — {done}/{total} trials done", ""]
     slot = w.next_slot()
     if mode == "idle" and slot is not None:
-        lines += [w.reset_prompt(slot), "", "keys: s start the trial   q quit (the protocol stays incomplete)"]
+        lines += [w.reset_prompt(slot), "", "keys: s start the trial   space take over/hand back   1-5 trigger label   "
+                  "q quit (the protocol stays incomplete)"]
     elif mode == "running" and driver.slot is not None:
         lines += [f"TRIAL RUNNING: checkpoint {driver.slot.checkpoint}, condition {driver.slot.condition}, "
                   f"trial {driver.slot.index}: {driver.elapsed_s():5.1f} / {p.time_limit_s:g} s, "
@@ -249,7 +253,7 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
     p = driver.protocol
     mode, message = "idle", ""
     while driver.walker.next_slot() is not None and not stop.is_set():
-        if mode != "idle" and driver.slot is not None:
+        if mode == "running" and driver.slot is not None:  # not while the operator picks a failure label
             if driver.elapsed_s() >= p.time_limit_s:
                 bag, verdict = driver.finish("failure", "timeout")
                 mode, message = "idle", f"time limit {p.time_limit_s:g} s reached: failure (timeout), {bag.name}"
@@ -264,7 +268,12 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
             continue
         key = os.read(fd, 1).decode(errors="replace")
         try:
-            if mode == "idle":
+            if mode != "label" and (key == " " or key.isdigit()):
+                from teleop_flywheel.console_view import KEYS
+
+                if key in KEYS:  # the terminal pedal and trigger labels work between trials too
+                    console.act(*KEYS[key])
+            elif mode == "idle":
                 if key == "s" and (slot := driver.walker.next_slot()) is not None:
                     driver.prepare(slot)
                     driver.start(slot)
@@ -283,11 +292,6 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
                 elif key == "q":
                     driver.discard()
                     return
-                elif key == " " or key.isdigit():
-                    from teleop_flywheel.console_view import KEYS
-
-                    if key in KEYS:
-                        console.act(*KEYS[key])
             elif mode == "label":
                 if key == "b":
                     mode = "running"

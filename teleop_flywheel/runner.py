@@ -245,7 +245,7 @@ def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, st
         driver.close()
     done, total = driver.walker.progress()
     print(f"run: protocol {protocol.name}: {done}/{total} trials recorded"
-          + ("" if done == total else " — INCOMPLETE; a later run cannot resume it, evaluate what is there"), flush=True)
+          + ("" if done == total else " — INCOMPLETE; continue it later with the same command and --resume"), flush=True)
     return driver.bags
 
 

@@ -125,6 +125,24 @@ def test_unattended_sim_run_records_one_judged_bag_per_trial(tmp_path: Path) -> 
     assert not report.incomplete and [c.successes for c in report.cells] == [2, 0, 2, 2]
 
 
+def test_unattended_sim_rates_fall_within_their_intervals(tmp_path: Path) -> None:
+    """Intermediate failure rates on the simulated arms: each condition's success rate, as judged
+    by the machine check from the follower's real final pose, has its configured rate inside its
+    Wilson 95 % interval."""
+    rates = {"near": 0.25, "far": 0.75}
+    proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], trials_per_condition=10, time_limit_s=2,
+                                    conditions=[{"name": c, "sim_failure_rate": r} for c, r in rates.items()]))
+    out = tmp_path / "bags"
+    res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--seed", "8", "--arg", f"output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = build_report([read_trial(b) for b in sorted(out.iterdir())], proto)
+    assert not report.incomplete
+    for cell in report.cells:
+        expected = 1.0 - rates[cell.condition]
+        assert cell.n == 10 and cell.ci95[0] <= expected <= cell.ci95[1], cell
+        assert 0 < cell.successes < 10, cell  # seed 8 draws 9/10 and 2/10 successes
+
+
 def _end(pid: int, fd: int) -> int:
     """Reap the child: it should have exited by itself; else SIGTERM, then SIGKILL. Reads its
     output meanwhile so a full pty never blocks it."""
@@ -149,7 +167,7 @@ def _end(pid: int, fd: int) -> int:
 
 def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path: Path) -> None:
     proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], conditions=[{"name": "only"}],
-                                    trials_per_condition=4, time_limit_s=5, interventions_allowed=False))
+                                    trials_per_condition=5, time_limit_s=5, interventions_allowed=False))
     out = tmp_path / "bags"
     pid, fd = pty.fork()
     if pid == 0:
@@ -157,7 +175,7 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
                                   "--arg", f"output_dir={out}"])
     try:
         def trial(n: int) -> None:
-            read_until(fd, rf"{n - 1}/4 trials done.*reset for condition 'only'", 90)
+            read_until(fd, rf"{n - 1}/5 trials done.*reset for condition 'only'", 90)
             os.write(fd, b"s")
             read_until(fd, "TRIAL RUNNING")
 
@@ -172,23 +190,33 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
         time.sleep(1.0)
         os.write(fd, b"n")
         read_until(fd, r"failure: why\? 1=missed_grasp")
+        time.sleep(5.0)  # past the time limit while choosing: the operator's label stands, no timeout
         os.write(fd, b"1")
         trial(3)
         time.sleep(1.0)
         os.write(fd, b" ")  # the operator takes over where the protocol forbids it
         read_until(fd, r"failure \(intervened\)")
-        os.write(fd, b" ")  # hands back
-        trial(4)  # then waits past the time limit
+        os.write(fd, b" ")  # hands back (between trials: the terminal pedal works there too)
+        read_until(fd, r"3/5 trials done.*reset for condition 'only'", 90)
+        os.write(fd, b" ")  # takes over before the trial starts, still holding when it does
+        read_until(fd, r"intervention 2")
+        os.write(fd, b"s")
+        read_until(fd, r"failure \(intervened\)")
+        os.write(fd, b" ")
+        trial(5)  # then waits past the time limit
         read_until(fd, r"failure \(timeout\)", 30)
-        read_until(fd, r"4/4 trials recorded.*session stopped cleanly", 60)
-        text = read_until(fd, r"ckpt-a\s+only\s+4/4\s+1", 60)
+        read_until(fd, r"5/5 trials recorded.*session stopped cleanly", 60)
+        text = read_until(fd, r"ckpt-a\s+only\s+5/5\s+1", 60)
     finally:
         status = _end(pid, fd)
     assert "intervened" in text
     bags = sorted(p for p in out.iterdir() if p.is_dir())
-    assert len(bags) == 4, bags  # the discarded trial left nothing behind
-    got = [(t.outcome, t.failure_label) for t in map(read_trial, bags)]
-    assert got == [("success", ""), ("failure", "missed_grasp"), ("failure", "intervened"), ("failure", "timeout")]
+    assert len(bags) == 5, bags  # the discarded trial left nothing behind
+    trials = list(map(read_trial, bags))
+    got = [(t.outcome, t.failure_label) for t in trials]
+    assert got == [("success", ""), ("failure", "missed_grasp"), ("failure", "intervened"), ("failure", "intervened"),
+                   ("failure", "timeout")]
+    assert trials[3].interventions == 1 and trials[3].first_intervention_s == 0.0  # held at the start
     # The machine check is recorded beside the operator's word (the follower never went to POSE).
     assert all("machine_check" in open_bag(b).episode.extra for b in bags)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -1,9 +1,12 @@
 """`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT]`: success-rate tables with an N.
 
 Why: a table with N, an interval and the conditions written down is evidence; a demo video is
-not. Every trial bag carries its protocol hash, so one table never mixes two protocols; cells
-with fewer trials than planned are marked incomplete, never averaged silently. Statistics are
-exact and self-contained (no scipy): Wilson score interval, two-sided Fisher exact test.
+not. Every trial bag carries its protocol hash, so one table never mixes two protocols; the same
+recording given twice is refused; cells with fewer trials than planned are marked incomplete
+(more than planned: over plan), never averaged silently. Statistics are exact and
+self-contained (no scipy): Wilson score interval, two-sided Fisher exact test, Holm's correction
+over the comparisons printed together. "Overall" pools conditions only where both checkpoints
+ran the same number of trials in each (otherwise it would compare two different condition mixes).
 """
 from __future__ import annotations
 
@@ -58,14 +61,33 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     return float(min(p, Fraction(1)))
 
 
-def min_detectable_difference(n: int, base: float, alpha: float = 0.05) -> float | None:
-    """Smallest improvement over `base` that Fisher's test at this N would call significant if
-    observed exactly (k2 = k1 + Δ), None if even 0 → N cannot be."""
-    k1 = round(base * n)
-    for k2 in range(k1 + 1, n + 1):
-        if fisher_exact(k2, n - k2, k1, n - k1) < alpha:
-            return (k2 - k1) / n
-    return None
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order): the i-th smallest is multiplied by m − i,
+    made monotone, capped at 1. Controls the chance of any false "better/worse" among m tests."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def min_detectable_difference(ka: int, na: int, nb: int, alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """The smallest rise and the smallest drop from a's observed rate ka/na that b, with nb
+    trials, would have to show for Fisher's test to reach p < alpha: (up, down) as differences
+    of rates; None where no count of b could (e.g. no rise above a baseline of 100 %)."""
+    base = ka / na
+    up = down = None
+    for kb in range(nb + 1):
+        diff = kb / nb - base
+        if fisher_exact(kb, nb - kb, ka, na - ka) < alpha:
+            if diff > 0 and (up is None or diff < up):
+                up = diff
+            if diff < 0 and (down is None or diff > down):
+                down = diff
+    return up, down
 
 
 # -- trials -------------------------------------------------------------------------------------------
@@ -80,10 +102,11 @@ class Trial:
     failure_label: str
     interventions: int
     triggers: list[str]
-    human_share: float  # time-weighted mean of α on /teleop/authority
-    first_intervention_s: float | None
+    human_share: float | None  # time-weighted mean of α on /teleop/authority; None: not recorded
+    first_intervention_s: float | None  # 0 for a takeover already running when the trial started
     cycle_s: float
     machine_check: str = ""  # "pass: …" / "fail: …" when the protocol has a machine check
+    episode_id: str = ""  # content hash: the same recording given twice is one trial
 
 
 def read_trial(path: str | Path) -> Trial:
@@ -93,7 +116,7 @@ def read_trial(path: str | Path) -> Trial:
         raise EvalError(f"{path}: no episode metadata; not a trial bag")
     if not meta.protocol_hash:
         raise EvalError(f"{path}: no protocol_hash in its metadata; not recorded under an evaluation protocol")
-    share = 0.0
+    share = None
     if bag.has("/teleop/authority"):
         auth = bag.authority()
         alpha = auth.position[:, auth.names.index("alpha")]
@@ -103,30 +126,34 @@ def read_trial(path: str | Path) -> Trial:
         elif len(stamps):
             share = float(alpha[0])
     starts = [i.start_ns for i in meta.interventions]
-    first = (min(starts) - meta.started_mono_ns) / 1e9 if starts else None
+    first = max(0.0, (min(starts) - meta.started_mono_ns) / 1e9) if starts else None
     return Trial(str(path), meta.policy_checkpoint, meta.condition, meta.protocol_hash, meta.outcome,
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
                  share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,
-                 str(meta.extra.get("machine_check", "")))
+                 str(meta.extra.get("machine_check", "")), bag.episode_id)
 
 
 # -- the table ----------------------------------------------------------------------------------------
 
 @dataclass
 class Cell:
+    """One checkpoint × condition. None = nothing to say (no trials, or not recorded)."""
+
     checkpoint: str
     condition: str
-    planned: int | None
+    planned: int | None  # None: evaluated without the protocol file
     n: int
     successes: int
-    rate: float
+    rate: float | None
     ci95: tuple[float, float]
-    complete: bool
-    interventions_per_trial: float
-    human_share: float
-    mean_first_intervention_s: float | None
-    cycle_median_s: float
-    cycle_p90_s: float
+    complete: bool  # n >= planned
+    over_plan: bool  # n > planned: trials beyond the protocol
+    interventions_per_trial: float | None
+    human_share: float | None  # mean over the trials that recorded /teleop/authority
+    mean_first_intervention_s: float | None  # mean over the trials that had an intervention …
+    trials_with_intervention: int  # … which are these many
+    cycle_median_s: float | None
+    cycle_p90_s: float | None
     failure_labels: dict[str, int] = field(default_factory=dict)
     trigger_labels: dict[str, int] = field(default_factory=dict)
 
@@ -135,13 +162,14 @@ def _cell(ck: str, cond: str, trials: list[Trial], planned: int | None) -> Cell:
     n = len(trials)
     k = sum(t.outcome == "success" for t in trials)
     firsts = [t.first_intervention_s for t in trials if t.first_intervention_s is not None]
-    cycles = np.array([t.cycle_s for t in trials]) if trials else np.array([np.nan])
-    return Cell(ck, cond, planned, n, k, k / n if n else float("nan"), wilson(k, n),
-                planned is None or n >= planned,
-                sum(t.interventions for t in trials) / n if n else float("nan"),
-                float(np.mean([t.human_share for t in trials])) if n else float("nan"),
-                float(np.mean(firsts)) if firsts else None,
-                float(np.median(cycles)), float(np.percentile(cycles, 90)),
+    shares = [t.human_share for t in trials if t.human_share is not None]
+    cycles = [t.cycle_s for t in trials]
+    return Cell(ck, cond, planned, n, k, k / n if n else None, wilson(k, n),
+                planned is None or n >= planned, planned is not None and n > planned,
+                sum(t.interventions for t in trials) / n if n else None,
+                float(np.mean(shares)) if shares else None,
+                float(np.mean(firsts)) if firsts else None, len(firsts),
+                float(np.median(cycles)) if cycles else None, float(np.percentile(cycles, 90)) if cycles else None,
                 dict(Counter(t.failure_label or "unlabelled" for t in trials if t.outcome != "success")),
                 dict(Counter(x for t in trials for x in t.triggers)))
 
@@ -155,28 +183,39 @@ class Comparison:
     a_n: int
     b_k: int
     b_n: int
-    difference: float  # rate(b) − rate(a)
-    p_value: float
-    verdict: str
+    difference: float | None  # rate(b) − rate(a)
+    p_value: float | None  # two-sided Fisher
+    p_adjusted: float | None  # Holm over the comparisons printed together
+    verdict: str  # better | worse | not_enough | no_data | not_pooled
     sentence: str
 
 
-def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha: float = 0.05) -> Comparison:
-    """Two-sided Fisher test on successes; the sentence says what the evidence supports at this N."""
+def _pct(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha: float = 0.05,
+            tests: int = 1, p_adjusted: float | None = None) -> Comparison:
+    """Two-sided Fisher test on successes; the sentence says what the evidence supports at this N.
+    With `tests` > 1 comparisons printed together, the verdict uses the Holm-adjusted p."""
     if na == 0 or nb == 0:
-        return Comparison(cond, a, b, ka, na, kb, nb, float("nan"), float("nan"), "no_data",
+        return Comparison(cond, a, b, ka, na, kb, nb, None, None, None, "no_data",
                           f"{cond}: no trials for {'both' if na == nb == 0 else (a if na == 0 else b)}.")
     diff = kb / nb - ka / na
     p = fisher_exact(kb, nb - kb, ka, na - ka)
-    head = f"{cond}: {b} {kb}/{nb} vs {a} {ka}/{na} (difference {diff:+.0%}, Fisher p = {p:.3g})"
-    if p < alpha:
+    p_adj = p if p_adjusted is None else p_adjusted
+    head = f"{cond}: {b} {kb}/{nb} vs {a} {ka}/{na} (difference {diff:+.0%}, Fisher p = {p:.3g}"
+    head += f", Holm-adjusted over {tests} comparisons p = {p_adj:.3g})" if tests > 1 else ")"
+    if p_adj < alpha:
         verdict = "better" if diff > 0 else "worse"
-        return Comparison(cond, a, b, ka, na, kb, nb, diff, p, verdict,
+        return Comparison(cond, a, b, ka, na, kb, nb, diff, p, p_adj, verdict,
                           f"{head}: supports {b} {verdict} than {a}.")
-    mdd = min_detectable_difference(min(na, nb), ka / na, alpha)
-    remark = (f"at N = {min(na, nb)} per checkpoint only a difference of about {mdd:.0%} or more would show"
-              if mdd is not None else f"at N = {min(na, nb)} no difference over this baseline could show")
-    return Comparison(cond, a, b, ka, na, kb, nb, diff, p, "not_enough",
+    up, down = min_detectable_difference(ka, na, nb, alpha / tests)
+    shows = " or ".join(f"{_pct(d)}" for d in (up, down) if d is not None)
+    sizes = f"{na} vs {nb} trials" if na != nb else f"N = {na} per checkpoint"
+    remark = (f"with {sizes} only a change of at least {shows} from {a}'s {ka / na:.0%} would show" if shows
+              else f"with {sizes} no change from {a}'s {ka / na:.0%} could show")
+    return Comparison(cond, a, b, ka, na, kb, nb, diff, p, p_adj, "not_enough",
                       f"{head}: not enough trials to tell; {remark}.")
 
 
@@ -205,6 +244,12 @@ def build_report(trials: list[Trial], protocol: Protocol | None = None, registry
         src = f"protocol {protocol.path} (hash {expected})" if protocol else f"the majority protocol hash {expected}"
         raise EvalError(f"{len(foreign)} trial(s) belong to another protocol than {src}, e.g. {foreign[0].bag} "
                         f"(hash {foreign[0].protocol_hash}); evaluate each protocol separately")
+    seen: dict[str, Trial] = {}
+    for t in trials:
+        if t.episode_id and t.episode_id in seen:
+            raise EvalError(f"{t.bag} and {seen[t.episode_id].bag} are the same recording (episode id "
+                            f"{t.episode_id[:12]}): a trial counts once")
+        seen[t.episode_id] = t
     ckpts = list(protocol.checkpoints) if protocol else sorted({t.checkpoint for t in trials})
     conds = [c.name for c in protocol.conditions] if protocol else sorted({t.condition for t in trials})
     if protocol:
@@ -213,6 +258,8 @@ def build_report(trials: list[Trial], protocol: Protocol | None = None, registry
             raise EvalError(f"{stray[0].bag}: checkpoint {stray[0].checkpoint!r} / condition {stray[0].condition!r} "
                             f"is not in protocol {protocol.path}")
     notes: list[str] = []
+    if protocol is None:
+        notes.append("no --protocol given: the planned number of trials is unknown, so completeness is not checked")
     unset = [t for t in trials if t.outcome not in ("success", "failure")]
     if unset:
         notes.append(f"{len(unset)} trial(s) without an outcome left out of every count: "
@@ -225,18 +272,44 @@ def build_report(trials: list[Trial], protocol: Protocol | None = None, registry
     planned = protocol.trials_per_condition if protocol else None
     cells = [_cell(ck, c, [t for t in trials if t.checkpoint == ck and t.condition == c], planned)
              for ck in ckpts for c in conds]
-    comparisons: list[Comparison] = []
-    if len(ckpts) >= 2:
-        a, b = ckpts[0], ckpts[1]
-        by = {(x.checkpoint, x.condition): x for x in cells}
-        for c in conds:
-            comparisons.append(compare(a, b, c, by[a, c].successes, by[a, c].n, by[b, c].successes, by[b, c].n))
-        sa = [x for x in cells if x.checkpoint == a]
-        sb = [x for x in cells if x.checkpoint == b]
-        comparisons.append(compare(a, b, "overall", sum(x.successes for x in sa), sum(x.n for x in sa),
-                                   sum(x.successes for x in sb), sum(x.n for x in sb)))
+    over = [x for x in cells if x.over_plan]
+    if over:
+        notes.append("more trials than planned (the protocol's N is part of the evidence; extra trials invite "
+                     "picking the good ones): " + ", ".join(f"{x.checkpoint}/{x.condition} {x.n}/{x.planned}"
+                                                            for x in over))
+    no_alpha = [t for t in trials if t.human_share is None]
+    if no_alpha:
+        notes.append(f"{len(no_alpha)} trial(s) recorded no /teleop/authority: their share of human authority is "
+                     "unknown and left out of that column")
+    comparisons = _comparisons(ckpts, conds, cells) if len(ckpts) >= 2 else []
     return Report(expected, protocol.name if protocol else "", cells, comparisons, _lineage(ckpts, registry),
                   any(not x.complete for x in cells), notes)
+
+
+def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[Comparison]:
+    """The first two checkpoints, per condition and overall, Holm-corrected together. Overall pools
+    the conditions only if both checkpoints ran equally many trials in each: otherwise the pooled
+    rates would weight the conditions differently and could even reverse every per-condition
+    result (Simpson's paradox)."""
+    a, b = ckpts[0], ckpts[1]
+    by = {(x.checkpoint, x.condition): x for x in cells}
+    pairs = [(c, by[a, c].successes, by[a, c].n, by[b, c].successes, by[b, c].n) for c in conds]
+    balanced = all(na == nb for _c, _ka, na, _kb, nb in pairs)
+    if len(conds) > 1 and balanced:
+        pairs.append(("overall", *(sum(x[i] for x in pairs) for i in range(1, 5))))
+    testable = [i for i, (_c, _ka, na, _kb, nb) in enumerate(pairs) if na and nb]
+    raw = {i: fisher_exact(pairs[i][3], pairs[i][4] - pairs[i][3], pairs[i][1], pairs[i][2] - pairs[i][1])
+           for i in testable}
+    adjusted = dict(zip(testable, holm([raw[i] for i in testable])))
+    out = [compare(a, b, *pairs[i], tests=len(testable), p_adjusted=adjusted.get(i)) for i in range(len(pairs))]
+    if len(conds) > 1 and not balanced:
+        mix = "; ".join(f"{ck}: " + ", ".join(f"{c} {by[ck, c].n}" for c in conds) for ck in (a, b))
+        out.append(Comparison("overall", a, b, sum(x[1] for x in pairs), sum(x[2] for x in pairs),
+                              sum(x[3] for x in pairs), sum(x[4] for x in pairs), None, None, None, "not_pooled",
+                              f"overall: not pooled: the checkpoints ran different numbers of trials per condition "
+                              f"({mix}), so pooled rates would compare different condition mixes; read the "
+                              "per-condition lines."))
+    return out
 
 
 def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
@@ -258,19 +331,26 @@ def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
     return out
 
 
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
 def format_table(report: Report) -> str:
     lines = [f"protocol {report.protocol_name or '?'} (hash {report.protocol_hash})"]
     head = (f"{'checkpoint':<14} {'condition':<12} {'N':>7} {'succ':>4} {'rate':>5} {'95% CI':>13} "
-            f"{'int/trial':>9} {'human':>6} {'t1st_s':>6} {'cyc_med':>7} {'cyc_p90':>7}  failures / triggers")
+            f"{'int/trial':>9} {'human':>6} {'t1st_s (n)':>10} {'cyc_med':>7} {'cyc_p90':>7}  failures / triggers")
     lines.append(head)
     for c in report.cells:
         n = f"{c.n}/{c.planned}" if c.planned else str(c.n)
-        mark = "" if c.complete else " INCOMPLETE"
-        first = f"{c.mean_first_intervention_s:.2f}" if c.mean_first_intervention_s is not None else "-"
-        lines.append(f"{c.checkpoint:<14} {c.condition:<12} {n:>7} {c.successes:>4} {c.rate:>5.0%} "
-                     f"[{c.ci95[0]:.2f}, {c.ci95[1]:.2f}] {c.interventions_per_trial:>9.2f} {c.human_share:>6.1%} "
-                     f"{first:>6} {c.cycle_median_s:>7.2f} {c.cycle_p90_s:>7.2f}  "
+        mark = " OVER PLAN" if c.over_plan else ("" if c.complete else " INCOMPLETE")
+        first = f"{_num(c.mean_first_intervention_s, '.2f')} ({c.trials_with_intervention})"
+        lines.append(f"{c.checkpoint:<14} {c.condition:<12} {n:>7} {c.successes:>4} {_num(c.rate, '.0%'):>5} "
+                     f"[{c.ci95[0]:.2f}, {c.ci95[1]:.2f}] {_num(c.interventions_per_trial, '.2f'):>9} "
+                     f"{_num(c.human_share, '.1%'):>6} {first:>10} {_num(c.cycle_median_s, '.2f'):>7} "
+                     f"{_num(c.cycle_p90_s, '.2f'):>7}  "
                      f"{dict(sorted(c.failure_labels.items()))} / {dict(sorted(c.trigger_labels.items()))}{mark}")
+    lines.append("t1st_s (n): mean time to the first intervention over the n trials that had one; human: time-weighted "
+                 "share of human authority (α).")
     if report.incomplete:
         lines.append("INCOMPLETE protocol: cells marked above have fewer trials than planned; rates are per cell, "
                      "not averaged.")
@@ -292,8 +372,8 @@ def write_html(report: Report, out: Path) -> None:
     png = out.with_suffix(".png")
     fig, ax = plt.subplots(figsize=(max(4, len(report.cells) * 0.8), 3.5))
     x = np.arange(len(report.cells))
-    rates = [c.rate for c in report.cells]
-    err = [[c.rate - c.ci95[0] for c in report.cells], [c.ci95[1] - c.rate for c in report.cells]]
+    rates = [c.rate or 0.0 for c in report.cells]
+    err = [[r - c.ci95[0] for r, c in zip(rates, report.cells)], [c.ci95[1] - r for r, c in zip(rates, report.cells)]]
     ax.bar(x, rates, yerr=err, capsize=4, color=["#4c72b0" if c.complete else "#bbbbbb" for c in report.cells])
     ax.set_xticks(x, [f"{c.checkpoint}\n{c.condition}" for c in report.cells], fontsize=7)
     ax.set_ylim(0, 1)
@@ -303,9 +383,10 @@ def write_html(report: Report, out: Path) -> None:
     plt.close(fig)
     rows = "".join(
         f"<tr><td>{html.escape(c.checkpoint)}</td><td>{html.escape(c.condition)}</td>"
-        f"<td>{c.n}{'/' + str(c.planned) if c.planned else ''}{'' if c.complete else ' <b>incomplete</b>'}</td>"
-        f"<td>{c.successes}</td><td>{c.rate:.0%} [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]</td>"
-        f"<td>{c.interventions_per_trial:.2f}</td><td>{c.human_share:.1%}</td>"
+        f"<td>{c.n}{'/' + str(c.planned) if c.planned else ''}"
+        f"{' <b>over plan</b>' if c.over_plan else ('' if c.complete else ' <b>incomplete</b>')}</td>"
+        f"<td>{c.successes}</td><td>{_num(c.rate, '.0%')} [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]</td>"
+        f"<td>{_num(c.interventions_per_trial, '.2f')}</td><td>{_num(c.human_share, '.1%')}</td>"
         f"<td>{html.escape(str(c.failure_labels))}</td><td>{html.escape(str(c.trigger_labels))}</td></tr>"
         for c in report.cells)
     sentences = "".join(f"<li>{html.escape(c.sentence)}</li>" for c in report.comparisons)
@@ -319,11 +400,11 @@ def write_html(report: Report, out: Path) -> None:
 
 # -- unattended simulated protocol run ----------------------------------------------------------------
 
-def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0,
-                      checkpoint_scale: dict[str, float] | None = None, duration_s: float = 1.0,
+def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0, duration_s: float = 1.0,
                       max_trials: int | None = None) -> list[Path]:
-    """Walk the protocol unattended: the scripted policy fails each trial with the condition's
-    `sim_failure_rate` (× `checkpoint_scale[checkpoint]`), one bag per trial via `write_session`."""
+    """Synthetic trial bags for the protocol, without a session graph: each trial fails with the
+    condition's `sim_failure_rate` × the checkpoint's `sim_failure_scale`, one bag per trial via
+    `write_session` (for trying the statistics in seconds; `run sim --unattended` is the real walk)."""
     from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
 
     rng = np.random.default_rng(seed)
@@ -335,7 +416,7 @@ def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0,
         cond = protocol.condition(slot.condition)
         if cond.sim_failure_rate is None:
             raise ProtocolError(f"{protocol.path}: condition {cond.name!r} has no sim_failure_rate for the simulator")
-        p_fail = min(1.0, cond.sim_failure_rate * (checkpoint_scale or {}).get(slot.checkpoint, 1.0))
+        p_fail = min(1.0, cond.sim_failure_rate * protocol.checkpoint(slot.checkpoint).sim_failure_scale)
         fail = bool(rng.random() < p_fail)
         label = str(rng.choice(labels)) if fail else ""
         interventions: tuple[tuple[float, float, str | None], ...] = ()
@@ -344,7 +425,7 @@ def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0,
             interventions = ((start, start + 0.3 * duration_s, "wrong_grasp"),)
         name = f"{slot.checkpoint}__{slot.condition}__{slot.index:03d}"
         write_session(out_dir / name, SessionSpec(
-            duration_s=duration_s * float(rng.uniform(0.8, 1.2)), joint_hz=50.0, cameras=(), session_kind="policy",
+            duration_s=duration_s * float(rng.uniform(0.8, 1.2)), joint_hz=50.0, cameras=(), session_kind="evaluation",
             outcome="failure" if fail else "success", interventions=interventions, task=protocol.task,
             policy_checkpoint=slot.checkpoint, protocol_hash=protocol.hash, condition=slot.condition,
             failure_label=label, seed=int(rng.integers(1 << 31))))
@@ -388,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
     except (EvalError, ProtocolError, BagReadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(report.to_dict(), indent=1) if args.json else format_table(report))
+    print(json.dumps(report.to_dict(), indent=1, allow_nan=False) if args.json else format_table(report))
     if args.html:
         write_html(report, args.html)
     return 0
