@@ -54,7 +54,7 @@ def test_comparison_sentences() -> None:
     assert fisher_exact(15, 5, 20, 0) == pytest.approx(2 * math.comb(20, 15) / math.comb(40, 5))
     assert fisher_exact(16, 4, 20, 0) > 0.05
     drop = compare("a", "b", "x", 20, 20, 16, 20)
-    assert drop.verdict == "not_enough" and "at least -25% from a's 100% would show" in drop.sentence
+    assert drop.verdict == "not_enough" and "b would have to fall to 15/20 for a difference from a's 20/20" in drop.sentence
     # Unequal sizes are named as they are, not as the smaller N for both.
     assert "3 vs 30 trials" in compare("a", "b", "x", 2, 3, 25, 30).sentence
     # Corrected for the comparisons printed together: p = 0.0471 alone is "worse", not among 4 tests.

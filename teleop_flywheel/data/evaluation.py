@@ -74,19 +74,13 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def min_detectable_difference(ka: int, na: int, nb: int, alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """The smallest rise and the smallest drop from a's observed rate ka/na that b, with nb
-    trials, would have to show for Fisher's test to reach p < alpha: (up, down) as differences
-    of rates; None where no count of b could (e.g. no rise above a baseline of 100 %)."""
-    base = ka / na
-    up = down = None
-    for kb in range(nb + 1):
-        diff = kb / nb - base
-        if fisher_exact(kb, nb - kb, ka, na - ka) < alpha:
-            if diff > 0 and (up is None or diff < up):
-                up = diff
-            if diff < 0 and (down is None or diff > down):
-                down = diff
+def detectable_counts(ka: int, na: int, nb: int, alpha: float = 0.05) -> tuple[int | None, int | None]:
+    """How many successes of nb trials b would need — at least `up`, or at most `down` — for
+    Fisher's test against a's ka/na to reach p < alpha; None where no count could (e.g. no rise
+    above a baseline of 100 %)."""
+    significant = [kb for kb in range(nb + 1) if fisher_exact(kb, nb - kb, ka, na - ka) < alpha]
+    up = min((kb for kb in significant if kb / nb > ka / na), default=None)
+    down = max((kb for kb in significant if kb / nb < ka / na), default=None)
     return up, down
 
 
@@ -190,10 +184,6 @@ class Comparison:
     sentence: str
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.0%}"
-
-
 def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha: float = 0.05,
             tests: int = 1, p_adjusted: float | None = None) -> Comparison:
     """Two-sided Fisher test on successes; the sentence says what the evidence supports at this N.
@@ -210,11 +200,12 @@ def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha
         verdict = "better" if diff > 0 else "worse"
         return Comparison(cond, a, b, ka, na, kb, nb, diff, p, p_adj, verdict,
                           f"{head}: supports {b} {verdict} than {a}.")
-    up, down = min_detectable_difference(ka, na, nb, alpha / tests)
-    shows = " or ".join(f"{_pct(d)}" for d in (up, down) if d is not None)
+    up, down = detectable_counts(ka, na, nb, alpha / tests)
+    needs = " or ".join(x for x in (f"reach {up}/{nb}" if up is not None else "",
+                                     f"fall to {down}/{nb}" if down is not None else "") if x)
     sizes = f"{na} vs {nb} trials" if na != nb else f"N = {na} per checkpoint"
-    remark = (f"with {sizes} only a change of at least {shows} from {a}'s {ka / na:.0%} would show" if shows
-              else f"with {sizes} no change from {a}'s {ka / na:.0%} could show")
+    remark = (f"with {sizes}, {b} would have to {needs} for a difference from {a}'s {ka}/{na} to show" if needs
+              else f"with {sizes} no result of {b} could differ from {a}'s {ka}/{na} significantly")
     return Comparison(cond, a, b, ka, na, kb, nb, diff, p, p_adj, "not_enough",
                       f"{head}: not enough trials to tell; {remark}.")
 
