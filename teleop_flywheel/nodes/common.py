@@ -93,6 +93,11 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None) ->
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # SIGTERM shuts the context down while a callback may still be publishing: the error that
+        # callback raises is the shutdown itself, not a failure worth a traceback.
+        if rclpy.ok():
+            raise
     finally:
         close = getattr(node, "close", None)
         if callable(close):
