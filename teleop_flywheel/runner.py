@@ -2,7 +2,8 @@
 
 The same `graph.build_graph` the launch files use; simulated arms (kind `sim`) run as
 `sim-bus` child processes exactly as `sim.launch.py` starts them, so their wire-time
-emulation is not disturbed by this process's GIL. Nodes share one MultiThreadedExecutor.
+emulation is not disturbed by this process's GIL. Each node spins on its own executor thread
+(`nodes.common.NodeSpinner`: rclpy's MultiThreadedExecutor starves the process, see there).
 Ctrl-C (or SIGTERM) shuts down cleanly: every node's `close()` runs (the recorder closes its
 bag, the follower handles torque as configured), then the simulators are stopped.
 """
@@ -72,8 +73,7 @@ class Session:
         self.graph = graph
         self.nodes: dict[str, Any] = {}
         self.sims: list[subprocess.Popen[str]] = []
-        self._executor: Any = None
-        self._thread: threading.Thread | None = None
+        self._spinner: Any = None
         self._context: Any = None
         self._retired: list[Any] = []
 
@@ -83,13 +83,12 @@ class Session:
         return self._context
 
     def add_node(self, node: Any) -> None:
-        """Spin an extra node (e.g. a scripted operator's client) on the session's executor."""
-        self._executor.add_node(node)
+        """Spin an extra node (e.g. a scripted operator's client) in the session."""
+        self._spinner.add(node)
 
     def remove_node(self, node: Any) -> None:
-        """Stop spinning `node`; it is destroyed at stop(), once the executor is down (a worker
-        thread may still be inside one of its callbacks right now)."""
-        self._executor.remove_node(node)
+        """Stop spinning `node` (its running callback finishes first); it is destroyed at stop()."""
+        self._spinner.remove(node)
         self._retired.append(node)
 
     def _make(self, spec: NodeSpec) -> Any:
@@ -116,7 +115,7 @@ class Session:
             close()
         self.remove_node(old)
         self.nodes[name] = new
-        self._executor.add_node(new)
+        self._spinner.add(new)
         return new
 
     def __enter__(self) -> "Session":
@@ -128,7 +127,8 @@ class Session:
 
     def start(self) -> None:
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
+
+        from teleop_flywheel.nodes.common import NodeSpinner
 
         for arm in self.graph.sim_arms:
             proc, _pty = start_sim_arm(arm.command(sys.executable))
@@ -143,19 +143,9 @@ class Session:
         except Exception:
             self.stop()
             raise
-        self._executor = MultiThreadedExecutor(num_threads=max(4, len(self.nodes)), context=self._context)
+        self._spinner = NodeSpinner(self._context)
         for node in self.nodes.values():
-            self._executor.add_node(node)
-        self._thread = threading.Thread(target=self._spin, name="session-executor", daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        try:
-            self._executor.spin()
-        except ExternalShutdownException:
-            pass
+            self._spinner.add(node)
 
     def stop(self) -> None:
         """Close every node (recorder first closes its bag), then stop executor and simulators."""
@@ -166,16 +156,10 @@ class Session:
                     close()
                 except Exception as exc:  # noqa: BLE001 - keep shutting the others down
                     print(f"run: {name}.close() failed: {exc}", file=sys.stderr)
-        # No new callbacks, a moment for the running ones to finish (rclpy's executor shutdown
-        # destroys the guard condition a finishing callback triggers), then the executor and its
-        # thread go, and only then the nodes.
-        if self._executor is not None:
-            for node in self.nodes.values():
-                self._executor.remove_node(node)
-            time.sleep(0.3)
-            self._executor.shutdown(timeout_sec=5.0)
-        if self._thread is not None:
-            self._thread.join(5.0)
+        # Every node's executor stops (its running callback finishes) and its thread ends; only
+        # then are the nodes destroyed.
+        if self._spinner is not None:
+            self._spinner.shutdown()
         for node in [*self.nodes.values(), *self._retired]:
             node.destroy_node()
         self.nodes.clear()

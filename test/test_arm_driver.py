@@ -10,7 +10,6 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +19,6 @@ import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.context import Context
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
@@ -29,7 +27,7 @@ from teleop_flywheel.calibration import CalibrationError, load_calibration, sim_
 from teleop_flywheel.clock import now_ns
 from teleop_flywheel.feetech.sim import Faults, SimulatedArm, default_human
 from teleop_flywheel.nodes.arm_driver import ArmDriverNode
-from teleop_flywheel.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
+from teleop_flywheel.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
 from teleop_flywheel.so101 import JOINT_NAMES
 
 pytestmark = pytest.mark.timeout(180)
@@ -45,27 +43,17 @@ def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condi
 
 
 class Graph:
-    """A private rclpy context with an executor spinning in a thread; nodes closed at the end."""
+    """A private rclpy context, nodes spun as the runner spins them; nodes closed at the end."""
 
     def __init__(self) -> None:
         self.context = Context()
         rclpy.init(context=self.context, args=[])
-        self.executor = MultiThreadedExecutor(num_threads=2, context=self.context)
+        self.spinner = NodeSpinner(self.context)
         self.nodes: list[Node] = []
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while self.context.ok():
-            try:
-                self.executor.spin_once(timeout_sec=0.05)
-            except Exception:  # shutdown race at teardown
-                if self.context.ok():
-                    raise
 
     def add(self, node: Node) -> Node:
         self.nodes.append(node)
-        self.executor.add_node(node)
+        self.spinner.add(node)
         return node
 
     def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, **params: object) -> ArmDriverNode:
@@ -80,10 +68,10 @@ class Graph:
     def close(self) -> None:
         for node in self.nodes:
             getattr(node, "close", lambda: None)()
-        self.context.shutdown() if self.context.ok() else None
-        self._thread.join(5.0)
+        self.spinner.shutdown()
         for node in self.nodes:
             node.destroy_node()
+        self.context.shutdown()
 
 
 class Probe(Node):

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ import pytest
 import rclpy
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
@@ -33,7 +31,7 @@ from teleop_flywheel.camera import timecode
 from teleop_flywheel.clock import fill_stamp, now_ns
 from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.nodes.camera import CameraNode
-from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state
+from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state
 from teleop_flywheel.nodes.recorder import RecorderNode
 from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recover import recover
@@ -52,20 +50,18 @@ def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condit
 
 
 class Graph:
-    """Nodes in one MultiThreadedExecutor (like the runner) plus a client node for services."""
+    """Nodes spun as the runner spins them (one executor thread each) plus a client node for services."""
 
     def __init__(self) -> None:
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
-        self.executor = MultiThreadedExecutor(num_threads=4, context=self.context)
+        self.spinner = NodeSpinner(self.context)
         self.nodes: list[Node] = []
         self.client = self.add(Node("test_client", context=self.context))
-        self._thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self._thread.start()
 
     def add(self, node: Node) -> Any:
         self.nodes.append(node)
-        self.executor.add_node(node)
+        self.spinner.add(node)
         return node
 
     def call(self, service: str, timeout: float = 20.0) -> Trigger.Response:
@@ -89,7 +85,7 @@ class Graph:
             close = getattr(node, "close", None)
             if callable(close):
                 close()
-        self.executor.shutdown()
+        self.spinner.shutdown()
         for node in self.nodes:
             node.destroy_node()
         rclpy.shutdown(context=self.context)

@@ -5,10 +5,12 @@ Kept deliberately thin: nodes translate between topics and the ROS-free core, no
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -107,3 +109,49 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None) ->
         if rclpy.ok():
             rclpy.shutdown()
     return 0
+
+
+class NodeSpinner:
+    """Spins each node on its own SingleThreadedExecutor in its own thread, as if each were its
+    own process (minus the process). Used wherever several nodes share one Python process: the
+    session runner, tests, benchmarks.
+
+    Why not one MultiThreadedExecutor: in rclpy (Kilted) its dispatch loop spins hot, holding the
+    GIL, while callbacks are in flight. Measured here with two nodes and one 200 Hz stream: another
+    thread of the process that sleeps 1 ms got 68 wake-ups in 3 s instead of ~2,600 (p99 2.4 s
+    late) and 21 of 1,000 messages were delivered; with one executor per node: 2,451 wake-ups
+    (p99 0.7 ms late) and every message. A node waiting in rcl_wait holds no GIL.
+    """
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self._spinning: dict[Node, tuple[SingleThreadedExecutor, threading.Thread]] = {}
+
+    def add(self, node: Node) -> Node:
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(node)
+        thread = threading.Thread(target=self._spin, args=(executor,), name=f"spin-{node.get_name()}", daemon=True)
+        self._spinning[node] = (executor, thread)
+        thread.start()
+        return node
+
+    def _spin(self, executor: SingleThreadedExecutor) -> None:
+        try:
+            executor.spin()
+        except ExternalShutdownException:
+            pass
+        except Exception:
+            if self.context.ok():  # an error raised by the shutdown itself is not a failure
+                raise
+
+    def remove(self, node: Node, timeout_s: float = 5.0) -> None:
+        """Stop spinning `node`: its running callback finishes, then its thread ends. The node
+        itself stays (the caller destroys it)."""
+        executor, thread = self._spinning.pop(node)
+        executor.shutdown(timeout_sec=timeout_s)
+        if thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        for node in list(self._spinning):
+            self.remove(node, timeout_s)
