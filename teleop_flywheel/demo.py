@@ -64,7 +64,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
 
     bags = out / "bags"
     episode_span = seconds + GAP_S
-    cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0,
+    cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
                         checkpoint_id="scripted-v0", sim_dir=str(out / "sim"))

@@ -23,6 +23,7 @@ from teleop_flywheel.so101 import JOINT_NAMES
 FIXTURES = {
     "clean": (SessionSpec(), None),
     "stall": (SessionSpec(duration_s=8, camera_stall=(2.0, 4.0), seed=1), "FRAME_GAP"),
+    "dies_early": (SessionSpec(duration_s=8, camera_stall=(5.0, 10.0), seed=10), "FRAME_GAP"),  # never comes back
     "dead_air": (SessionSpec(duration_s=44, dead_air=(2.0, 40.0), width=320, height=240, seed=2), "DEAD_AIR"),
     "clock_offset": (SessionSpec(camera_stamp_offset_ms=30.0, seed=3), "CLOCK_OFFSET"),
     "outcome_unset": (SessionSpec(outcome="unset", seed=4), "OUTCOME_UNSET"),
@@ -136,6 +137,8 @@ def test_each_seed_failure_gets_its_code(reports: dict[str, val.EpisodeReport], 
 def test_reason_numbers(reports: dict[str, val.EpisodeReport]) -> None:
     gap = next(x for x in reports["stall"].reasons if x.code == "FRAME_GAP")
     assert gap.numbers["stream"] == camera_topic("wrist") and 3.9 < gap.numbers["gap_s"] < 4.2
+    tail = next(x for x in reports["dies_early"].reasons if x.code == "FRAME_GAP")
+    assert 2.9 < tail.numbers["gap_s"] < 3.1 and "after its last message, to the episode's end" in tail.detail
     dead = next(x for x in reports["dead_air"].reasons if x.code == "DEAD_AIR")
     assert 39.0 < dead.numbers["seconds"] < 41.0
     clk = next(x for x in reports["clock_offset"].reasons if x.code == "CLOCK_OFFSET")

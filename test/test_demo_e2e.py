@@ -49,11 +49,23 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     quarantined = list((out / "quarantine").rglob("*.json"))
     assert len(quarantined) == sum(1 for e in ordered if e["reasons"])
 
+    # The faulty episodes carry what was injected into them, the clean one nothing — except that a
+    # heavily loaded machine may stall the in-process arm drivers for a moment: a short FRAME_GAP
+    # on a joint stream, caught as it must be. Nothing else may appear.
+    def load_stall(r: dict) -> bool:
+        return r["code"] == "FRAME_GAP" and r["numbers"]["stream"].endswith("/joint_states") \
+            and r["numbers"]["gap_s"] < 0.5
+
+    injected = [set(), {"FRAME_GAP"}, {"UNLABELLED_INTERVENTION"}, {"OUTCOME_UNSET"}]
+    for i, e in enumerate(ordered):
+        extra = [r for r in e["reasons"] if r["code"] not in injected[i] and not load_stall(r)]
+        assert not extra, (e["name"], extra)
+    passed = [e for e in ordered if not e["reasons"]]
     info = out / "dataset" / "meta" / "info.json"
-    if any(not e["reasons"] for e in ordered):
+    if passed:
         meta = json.loads(info.read_text())
-        assert meta["codebase_version"] == "v3.0"
-        assert meta["total_episodes"] == sum(1 for e in ordered if not e["reasons"])
+        assert meta["codebase_version"] == "v3.0" and meta["total_episodes"] == len(passed)
         assert (out / "dataset" / "README.md").exists()
-    else:  # a loaded machine can stall the simulated streams: the demo must say so, not fake a dataset
+    else:
+        assert all(load_stall(r) for r in ordered[0]["reasons"]), ordered[0]["reasons"]
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout

@@ -1,8 +1,8 @@
 """A synthetic camera: draws the follower arm, writes its capture time into the pixels.
 
 It behaves like a real camera pipeline where it matters for data quality: frames are captured
-on a fixed schedule, stamped at capture, and handed to the consumer only after a configurable
-pipeline latency (USB + decode), so a consumer that stamped on receipt would be wrong by
+on a fixed schedule (the sensor's clock, not whenever a Python thread gets to run), stamped at
+capture, and handed to the consumer only after a configurable pipeline latency (USB + decode), so a consumer that stamped on receipt would be wrong by
 exactly that latency — and the pixel timecode proves it. Faults reproduce the seeds' bugs: a
 stall (no frames for N s, the 4-second wrist-camera dropout) and a stamp offset (the
 restarted-camera skew: header stamp = capture + offset while the pixels keep the truth).
@@ -21,6 +21,8 @@ import numpy as np
 from teleop_flywheel.camera import timecode
 from teleop_flywheel.camera.source import CameraConfig, Frame
 from teleop_flywheel.clock import now_ns
+
+DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
 
 
 def _background(width: int, height: int) -> np.ndarray:
@@ -103,17 +105,22 @@ class SyntheticSource:
         return start <= t < start + int(c.stall_s * 1e9)
 
     def _run(self) -> None:
+        """Expose on the sensor's own clock: frame k is captured at start + k·period whenever this
+        thread gets to draw it, as a hardware sensor exposes on schedule however late the host
+        reads. A thread more than DRIVER_BUFFERS frames behind loses the oldest, as a driver does."""
         period = self.config.period_ns
         k = 1
         while not self._stop.is_set():
             due = self.start_ns + k * period
-            k += 1
             wait = (due - now_ns()) / 1e9
             if wait > 0 and self._stop.wait(wait):
                 break
-            capture = now_ns()
-            if due + period < capture:  # fell behind (loaded machine): skip, like a real sensor
-                k = (capture - self.start_ns) // period + 1
+            behind = (now_ns() - due) // period  # later exposures already due
+            if behind >= DRIVER_BUFFERS:
+                k += behind - DRIVER_BUFFERS + 1
+                due = self.start_ns + k * period
+            k += 1
+            capture = due
             if self._stalled(capture):
                 continue
             frame = Frame(self.render(capture), capture + self._offset_ns, self.captured)

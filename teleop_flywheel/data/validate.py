@@ -125,16 +125,22 @@ class EpisodeReport:
 
 # -- checks ------------------------------------------------------------------------------------
 
-def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int) -> Reason | None:
+def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int, t1: int) -> Reason | None:
+    """The largest silence of a stream over the episode [t0, t1] — between its messages, and also
+    before its first and after its last: a camera that dies 3 s before the end is a 3 s gap (the
+    converter would otherwise just end the episode early, without a word)."""
     if len(stamps) < 2:
         return None
-    d = np.diff(stamps)
+    edges = np.concatenate(([min(t0, int(stamps[0]))], stamps, [max(t1, int(stamps[-1]))]))
+    d = np.diff(edges)
     i = int(np.argmax(d))
     if d[i] / 1e9 > bound_s:
         n_over = int(np.count_nonzero(d > bound_s * 1e9))
-        return Reason(FRAME_GAP, f"{name} gap {d[i] / 1e9:.3f}s at t={(stamps[i] - t0) / 1e9:.2f}s > {bound_s:.3f}s"
-                      + (f", {n_over} gaps over" if n_over > 1 else ""),
-                      {"stream": name, "gap_s": d[i] / 1e9, "at_s": (stamps[i] - t0) / 1e9, "bound_s": bound_s,
+        where = " (before its first message)" if i == 0 else (" (after its last message, to the episode's end)"
+                                                              if i == len(d) - 1 else "")
+        return Reason(FRAME_GAP, f"{name} gap {d[i] / 1e9:.3f}s at t={(edges[i] - t0) / 1e9:.2f}s{where} > "
+                      f"{bound_s:.3f}s" + (f", {n_over} gaps over" if n_over > 1 else ""),
+                      {"stream": name, "gap_s": d[i] / 1e9, "at_s": (edges[i] - t0) / 1e9, "bound_s": bound_s,
                        "gaps_over": n_over})
     return None
 
@@ -233,10 +239,11 @@ def check_bag(bag: Bag, cfg: ValidateConfig) -> list[Reason]:
         return reasons
     state_topic = cfg.required_topics[0] if cfg.required_topics else "/follower/joint_states"
     t0 = int(bag.raw(state_topic).publish_ns[0]) if bag.has(state_topic) else 0
+    t1 = int(bag.raw(state_topic).publish_ns[-1]) if bag.has(state_topic) else 0
     gap_topics = [t for t in list(cfg.required_topics) + list(cfg.gap_topics_extra) + list(cameras.values())
                   if bag.has(t)]
     for topic in dict.fromkeys(gap_topics):
-        r = _gaps(topic, bag.raw(topic).publish_ns, cfg.gap_bound_s, t0)
+        r = _gaps(topic, bag.raw(topic).publish_ns, cfg.gap_bound_s, t0, t1)
         if r:
             reasons.append(r)
     if bag.has(state_topic):
