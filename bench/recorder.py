@@ -1,15 +1,18 @@
 """Recorder benchmark: the SPEC §9 load through our raw recorder and a decode/re-encode baseline.
 
-Load (one generator process): three synthetic cameras (CameraNode, 640×480 JPEG @ 30 fps),
-three JointState streams @ 500 Hz and `/teleop/authority` @ 500 Hz. Two recorders subscribe
-to it at the same time, in their own processes:
+Load (one generator process, each node on its own executor thread): three synthetic cameras
+(CameraNode, 640×480 JPEG @ 30 fps), three JointState streams @ 500 Hz and `/teleop/authority`
+@ 500 Hz. Three recorders subscribe to it at the same time, in their own processes:
 - ours: RecorderNode (raw CDR bytes → BagWriter);
 - baseline: the same raw subscriptions and the same take loop, but every message is decoded
   with `mcap_ros2` and re-encoded with `mcap_ros2`'s writer (what a recorder that
-  deserializes does), so the ratio isolates decode/re-encode from DDS and rclpy costs.
+  deserializes does), so the ratio isolates decode/re-encode from DDS and rclpy costs;
+- floor: the same subscriptions and take loop, bytes dropped: the DDS receive + rclpy take
+  that any rclpy recorder pays before recording anything.
 Measured for each: messages recorded vs published, drops (publication sequence gaps), CPU
 seconds (/proc/<pid>/stat utime+stime) over the publishing window, MB/s written. Headroom ratio
-= baseline CPU per message / our CPU per message (both saw the same messages in the same run).
+= baseline CPU per message / our CPU per message (both saw the same messages in the same run);
+above-floor ratio = the same with the floor's CPU per message subtracted from both.
 
 Usage: `python bench/recorder.py [--duration 60] [--out bench/results/recorder.json]`
 """
@@ -22,7 +25,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +34,7 @@ CAMERAS = ["front", "wrist", "side"]
 CAMERA_TOPICS = [f"/cameras/{c}/image/compressed" for c in CAMERAS]
 ALL_TOPICS = JOINT_TOPICS + [AUTHORITY] + CAMERA_TOPICS
 RATE_HZ = 500.0
+TAKE_BATCH_S = 0.020  # RecorderNode's take_batch_ms default
 HERE = Path(__file__).resolve()
 
 
@@ -42,28 +45,26 @@ def cpu_seconds(pid: int) -> float:
 
 def role_generator(duration: float) -> None:
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
     from rclpy.node import Node
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
 
     from teleop_flywheel.clock import now_ns
     from teleop_flywheel.nodes.camera import CameraNode
-    from teleop_flywheel.nodes.common import STREAM_QOS, joint_state
+    from teleop_flywheel.nodes.common import STREAM_QOS, NodeSpinner, joint_state
 
     rclpy.init()
     node = Node("bench_generator")
     pubs = {t: node.create_publisher(JointState, t, STREAM_QOS) for t in JOINT_TOPICS + [AUTHORITY]}
     names = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(p.get_subscription_count() < 2 for p in pubs.values()):
+    while time.monotonic() < deadline and any(p.get_subscription_count() < 3 for p in pubs.values()):
         time.sleep(0.05)
     cams = [CameraNode(f"camera_{c}", parameter_overrides=[Parameter("name", value=c)]) for c in CAMERAS]
-    executor = MultiThreadedExecutor(num_threads=2)
+    spinner = NodeSpinner(node.context)
     for n in [node, *cams]:
-        executor.add_node(n)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    while time.monotonic() < deadline and any(c._pub.get_subscription_count() < 2 for c in cams):
+        spinner.add(n)
+    while time.monotonic() < deadline and any(c._pub.get_subscription_count() < 3 for c in cams):
         time.sleep(0.05)
     time.sleep(1.0)
     counts = {t: 0 for t in ALL_TOPICS}
@@ -91,12 +92,14 @@ def role_generator(duration: float) -> None:
     print("END " + json.dumps({"published": counts, "seconds": seconds, "frames_before": frames_before,
                                "camera_drops": {n: c.drops.dropped for c, n in zip(cams, CAMERAS)}}), flush=True)
     time.sleep(3.0)  # let the recorders drain before the publishers go away
-    executor.shutdown()
+    spinner.shutdown()
     rclpy.shutdown()
 
 
-def role_baseline(out: str) -> None:
-    """Raw subscriptions, then decode + re-encode every message with mcap_ros2."""
+def role_baseline(out: str, floor: bool = False) -> None:
+    """Raw subscriptions, then decode + re-encode every message with mcap_ros2. With `floor`,
+    the same subscriptions and take loop but nothing done with the bytes: what any rclpy
+    recorder pays before it records anything (DDS receive + take)."""
     import rclpy
     from mcap_ros2.decoder import DecoderFactory
     from mcap_ros2.writer import Writer
@@ -108,8 +111,8 @@ def role_baseline(out: str) -> None:
     from teleop_flywheel.recording.streams import SequenceTracker
 
     rclpy.init()
-    node = Node("baseline_recorder")
-    f = open(out, "wb")
+    node = Node("floor_recorder" if floor else "baseline_recorder")
+    f = open(os.devnull if floor else out, "wb")
     writer = Writer(f)
     factory = DecoderFactory()
     counts = {t: 0 for t in ALL_TOPICS}
@@ -126,6 +129,9 @@ def role_baseline(out: str) -> None:
 
         def cb(data: bytes, info: dict) -> None:
             drops[topic] += trackers[topic].add(bytes(info["publisher_gid"]["data"]), info["publication_sequence_number"])
+            if floor:
+                counts[topic] += 1
+                return
             msg = decode(data)
             stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             writer.write_message(topic, schema, msg, log_time=info["received_timestamp"], publish_time=stamp,
@@ -138,8 +144,9 @@ def role_baseline(out: str) -> None:
         make(t, JointState, "sensor_msgs/msg/JointState")
     for t in CAMERA_TOPICS:
         make(t, CompressedImage, "sensor_msgs/msg/CompressedImage")
-    # The same take loop as RecorderNode (wait set, drain every ready queue): the only
-    # difference measured is decode + re-encode versus writing the received bytes.
+    # The same take loop as RecorderNode (wait set, drain every ready queue, let the next batch
+    # gather for take_batch_ms): the only difference measured is decode + re-encode versus
+    # writing the received bytes.
     from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
     wait_set = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, node.context.handle)
@@ -154,6 +161,7 @@ def role_baseline(out: str) -> None:
                 if sub.handle.pointer in ready:
                     while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
                         cb(*taken)
+            time.sleep(TAKE_BATCH_S)
     except KeyboardInterrupt:
         pass
     writer.finish()
@@ -231,24 +239,27 @@ def run_bench(duration: float, out_json: Path) -> dict:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = subprocess.Popen([sys.executable, str(HERE), "--role", "baseline", "--baseline-out",
                              str(tmp / "baseline.mcap")], env=env, stdout=subprocess.PIPE, text=True)
+    floor = subprocess.Popen([sys.executable, str(HERE), "--role", "floor"], env=env, stdout=subprocess.PIPE, text=True)
     gen = subprocess.Popen([sys.executable, str(HERE), "--role", "generator", "--duration", str(duration)],
                            env=env, stdout=subprocess.PIPE, text=True)
-    assert gen.stdout is not None and base.stdout is not None
+    assert gen.stdout is not None and base.stdout is not None and floor.stdout is not None
     line = gen.stdout.readline()
     assert line.strip() == "START", f"generator did not start: {line!r}"
-    cpu0 = {"ours": cpu_seconds(ours.pid), "baseline": cpu_seconds(base.pid)}
+    cpu0 = {"ours": cpu_seconds(ours.pid), "baseline": cpu_seconds(base.pid), "floor": cpu_seconds(floor.pid)}
     w0 = time.monotonic()
     end = gen.stdout.readline()
     wall = time.monotonic() - w0
-    cpu1 = {"ours": cpu_seconds(ours.pid), "baseline": cpu_seconds(base.pid)}
+    cpu1 = {"ours": cpu_seconds(ours.pid), "baseline": cpu_seconds(base.pid), "floor": cpu_seconds(floor.pid)}
     assert end.startswith("END "), f"generator failed: {end!r}"
     generated = json.loads(end[4:])
     gen.wait(timeout=60)
-    for p in (ours, base):
+    for p in (ours, base, floor):
         p.send_signal(signal.SIGINT)
     ours.wait(timeout=120)
     base_out = json.loads(base.stdout.read().strip().splitlines()[-1])
     base.wait(timeout=60)
+    floor_out = json.loads(floor.stdout.read().strip().splitlines()[-1])
+    floor.wait(timeout=60)
 
     from teleop_flywheel.episode import EpisodeMeta
     from teleop_flywheel.recording.metadata import read_metadata_yaml
@@ -280,10 +291,17 @@ def run_bench(duration: float, out_json: Path) -> dict:
                      "dropped_total": sum(base_out["drops"].values()), "missing_vs_published": sum(base_missing.values()),
                      "cpu_s": round(cpu["baseline"], 2), "cpu_share_of_one_core": round(cpu["baseline"] / wall, 4),
                      "cpu_us_per_msg": round(cpu["baseline"] / max(base_total, 1) * 1e6, 1)},
+        "floor": {"recorded_total": sum(floor_out["recorded"].values()),
+                  "dropped_total": sum(floor_out["drops"].values()), "cpu_s": round(cpu["floor"], 2),
+                  "cpu_us_per_msg": round(cpu["floor"] / max(sum(floor_out["recorded"].values()), 1) * 1e6, 1),
+                  "what": "same subscriptions and take loop, bytes dropped: DDS receive + rclpy take"},
         "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other jobs; ratios from one run"},
     }
     result["recording_path_only"] = offline_paths(bag / f"{bag.name}_0.mcap", tmp)
     result["headroom_ratio"] = round(result["baseline"]["cpu_us_per_msg"] / max(result["ours"]["cpu_us_per_msg"], 1e-9), 2)
+    above = {k: result[k]["cpu_us_per_msg"] - result["floor"]["cpu_us_per_msg"] for k in ("ours", "baseline")}
+    result["above_floor_us_per_msg"] = {k: round(v, 1) for k, v in above.items()}
+    result["above_floor_ratio"] = round(above["baseline"] / above["ours"], 2) if above["ours"] > 0 else None
     result["targets"] = {"zero_drops": result["ours"]["dropped_total"] == 0 and result["ours"]["missing_vs_published"] == 0,
                          "headroom_ratio_ge_5": result["headroom_ratio"] >= 5,
                          "recording_path_ratio_ge_5": result["recording_path_only"]["ratio"] >= 5}
@@ -296,13 +314,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "recorder.json")
-    parser.add_argument("--role", choices=["bench", "generator", "baseline"], default="bench")
+    parser.add_argument("--role", choices=["bench", "generator", "baseline", "floor"], default="bench")
     parser.add_argument("--baseline-out", default="")
     args = parser.parse_args()
     if args.role == "generator":
         role_generator(args.duration)
-    elif args.role == "baseline":
-        role_baseline(args.baseline_out)
+    elif args.role in ("baseline", "floor"):
+        role_baseline(args.baseline_out, floor=args.role == "floor")
     else:
         print(json.dumps(run_bench(args.duration, args.out), indent=2))
     return 0

@@ -113,6 +113,8 @@ class RecorderNode(Node):
         param("chunk_size_mb", 1.0, "close a chunk at this size")
         param("fsync", True, "fsync after every chunk")
         self._depth = int(param("queue_depth", 500, "subscription history depth (absorbs bursts)"))
+        self._batch_s = float(param("take_batch_ms", 20.0, "after draining, let messages gather this long "
+                                    "before waking again (0 = wake per message)")) / 1e3
         for name, default, text in (
             ("task", "", "task description"), ("operator", "", "who teleoperated"),
             ("rig_id", "", "rig / robot id"), ("robot_type", "so101_follower", "robot type"),
@@ -251,6 +253,9 @@ class RecorderNode(Node):
                         continue
                     while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
                         self._on_message(entry, taken[0], taken[1])
+                # Waking costs more than taking: let a batch gather (the queues hold `queue_depth`;
+                # log_time is DDS's reception stamp, so the delay changes no recorded time).
+                self._stop.wait(self._batch_s)
             except Exception as exc:  # context shut down under us (process exit): stop quietly
                 if self._stop.is_set() or not self.context.ok():
                     return
