@@ -15,7 +15,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -27,12 +26,12 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     import rclpy
     from mcap.reader import make_reader
     from mcap_ros2.decoder import DecoderFactory
-    from rclpy.executors import MultiThreadedExecutor
     from rclpy.parameter import Parameter
 
     from teleop_flywheel.camera import timecode
     from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
     from teleop_flywheel.nodes.camera import CameraNode
+    from teleop_flywheel.nodes.common import NodeSpinner
     from teleop_flywheel.nodes.recorder import RecorderNode
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_stamp_"))
@@ -41,17 +40,16 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     rec = RecorderNode(parameter_overrides=[
         Parameter("output_dir", value=str(tmp)), Parameter("topics", value=["/cameras/wrist/image/compressed"]),
         Parameter("cameras", value=["wrist"]), Parameter("discovery_period_s", value=0.1)])
-    executor = MultiThreadedExecutor(num_threads=2)
+    spinner = NodeSpinner(cam.context)
     for n in (cam, rec):
-        executor.add_node(n)
-    threading.Thread(target=executor.spin, daemon=True).start()
+        spinner.add(n)
     deadline = time.monotonic() + 30
     while "/cameras/wrist/image/compressed" not in rec.status()["topics"] and time.monotonic() < deadline:
         time.sleep(0.05)
     rec.start_episode()
     time.sleep(seconds)
     rec.stop_episode()
-    executor.shutdown()
+    spinner.shutdown()
     for n in (rec, cam):
         n.close()
         n.destroy_node()
