@@ -139,8 +139,8 @@ class TrialDriver:
         if slot != self.walker.next_slot():
             raise ProtocolError(f"{self.protocol.path}: {slot} is not the next planned trial")
         self.session.nodes["policy"].restart()
+        self._t0_ns = now_ns()  # before the recorder's start: the trial's window covers the bag's
         self.client.call("start")
-        self._t0_ns = now_ns()
         self.slot = slot
 
     def finish(self, outcome: str, failure_label: str = "") -> tuple[Path, str]:

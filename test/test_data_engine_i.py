@@ -24,6 +24,8 @@ FIXTURES = {
     "clean": (SessionSpec(), None),
     "stall": (SessionSpec(duration_s=8, camera_stall=(2.0, 4.0), seed=1), "FRAME_GAP"),
     "dies_early": (SessionSpec(duration_s=8, camera_stall=(5.0, 10.0), seed=10), "FRAME_GAP"),  # never comes back
+    # 20 fps behind a 24 ms pipeline: the last frames are still in flight at stop, which is no gap.
+    "slow_camera": (SessionSpec(camera_fps=20.0, camera_latency_ms=24.0, seed=12), None),
     "dead_air": (SessionSpec(duration_s=44, dead_air=(2.0, 40.0), width=320, height=240, seed=2), "DEAD_AIR"),
     "clock_offset": (SessionSpec(camera_stamp_offset_ms=30.0, seed=3), "CLOCK_OFFSET"),
     "outcome_unset": (SessionSpec(outcome="unset", seed=4), "OUTCOME_UNSET"),

@@ -67,5 +67,4 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         assert meta["codebase_version"] == "v3.0" and meta["total_episodes"] == len(passed)
         assert (out / "dataset" / "README.md").exists()
     else:
-        assert all(load_stall(r) for r in ordered[0]["reasons"]), ordered[0]["reasons"]
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout

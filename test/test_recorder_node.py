@@ -218,6 +218,31 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
     assert rec.get_parameter("outcome").value == "" and rec.get_parameter("attempts").value == 0
 
 
+def test_stop_takes_what_arrived_before_it(graph: Graph, tmp_path: Path) -> None:
+    """The take thread pauses between batches; stop drains first, so the messages of an episode's
+    last moments — here the intervention's end event — are in the bag, not left in a queue."""
+    pubs = graph.add(Node("last_moment", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    iv = pubs.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
+    topics = ["/follower/joint_states", "/teleop/intervention"]
+    rec = recorder(graph, tmp_path, topics, take_batch_ms=3000.0)  # a long pause: nothing taken by luck
+    wait_for(subscribed(rec, *topics), what="recorder subscriptions")
+    for pub in (js, iv):
+        wait_for(lambda pub=pub: pub.get_subscription_count() >= 1, what="matched")
+    assert graph.call("/recorder/start").success
+    time.sleep(0.5)
+    t0 = now_ns()
+    for i in range(20):
+        js.publish(joint_state(JOINTS, [0.01 * i] * 6, now_ns()))
+    iv.publish(String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": now_ns(), "trigger": "too_slow"})))
+    time.sleep(0.3)  # delivered to the recorder's queues, not yet taken (the batch pause is 3 s)
+    assert graph.call("/recorder/stop").success
+    got, records, _channels = read_mcap(only_bag(tmp_path))
+    assert len(got["/follower/joint_states"]) == 20
+    meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
+    assert [(i.id, i.trigger) for i in meta.interventions] == [(1, "too_slow")]
+
+
 def test_outcome_unset_and_discard_leaves_nothing(graph: Graph, tmp_path: Path) -> None:
     pubs = graph.add(Node("publishers", context=graph.context))
     js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)

@@ -235,13 +235,15 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     probe.inputs["policy"] = 1.0
     probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
     t_silent = now_ns()
-    probe.drive(lambda: any(m.startswith("holding: policy stale") for _l, m in probe.diagnostics),
+    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics),
                 "the policy-stale diagnostic", silent=("policy",))
+    # The first word of it is the hold itself, sent the tick it began (not "held since…" a second later).
+    first = next((level, m) for level, m in probe.diagnostics if "policy stale" in m)
+    assert first == (DiagnosticStatus.WARN, "holding: policy stale"), first
     time.sleep(0.5)
     held = [v for t, v in probe.commands_since(t_silent + 150_000_000)]
     assert held and max(held) - min(held) < 1e-9, "the hold must not finish the move"
     assert max(v for _t, v in probe.commands) < 0.5, "the follower kept moving toward the stale target"
-    assert any(level == DiagnosticStatus.WARN for level, m in probe.diagnostics if "policy stale" in m)
 
     # Human authority, then the leader goes silent: hold again, reported as leader stale.
     probe.inputs.update(policy=0.3, leader=0.3)

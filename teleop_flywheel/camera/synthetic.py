@@ -107,7 +107,9 @@ class SyntheticSource:
     def _run(self) -> None:
         """Expose on the sensor's own clock: frame k is captured at start + k·period whenever this
         thread gets to draw it, as a hardware sensor exposes on schedule however late the host
-        reads. A thread more than DRIVER_BUFFERS frames behind loses the oldest, as a driver does."""
+        reads. A thread more than DRIVER_BUFFERS frames behind loses the oldest, as a driver does.
+        Simulator limit: a frame drawn late shows the arm as it is when drawn (up to DRIVER_BUFFERS
+        periods after its stamp); the stamp and the pixel timecode are the exposure time."""
         period = self.config.period_ns
         k = 1
         while not self._stop.is_set():

@@ -258,8 +258,11 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             a, length = spec.camera_stall
             ct = ct[(ct < a) | (ct >= a + length)]
         cap_ns = MONO0_NS + (ct * 1e9).astype(np.int64) + rng.integers(-50_000, 50_000, len(ct))
-        stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6)
         lat = np.abs(rng.normal(spec.camera_latency_ms, 1.5, len(ct))) * 1e6
+        # As a recorder stops: frames still in the pipeline when the last joint sample arrived are not in the bag.
+        arrived = cap_ns + lat.astype(np.int64) <= stamps[-1] + int(spec.joint_latency_ms * 1e6)
+        ct, cap_ns, lat = ct[arrived], cap_ns[arrived], lat[arrived]
+        stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6)
         logs_c = cap_ns + lat.astype(np.int64) + wall
         idx = np.searchsorted(stamps, cap_ns, side="right") - 1
         for i in range(len(ct)):

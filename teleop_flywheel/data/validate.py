@@ -129,7 +129,7 @@ def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int, t1: int) -> Re
     """The largest silence of a stream over the episode [t0, t1] — between its messages, and also
     before its first and after its last: a camera that dies 3 s before the end is a 3 s gap (the
     converter would otherwise just end the episode early, without a word)."""
-    if len(stamps) < 2:
+    if len(stamps) == 0:
         return None
     edges = np.concatenate(([min(t0, int(stamps[0]))], stamps, [max(t1, int(stamps[-1]))]))
     d = np.diff(edges)
@@ -238,12 +238,20 @@ def check_bag(bag: Bag, cfg: ValidateConfig) -> list[Reason]:
         reasons.append(Reason(OUTCOME_UNSET, "no episode metadata record at all"))
         return reasons
     state_topic = cfg.required_topics[0] if cfg.required_topics else "/follower/joint_states"
-    t0 = int(bag.raw(state_topic).publish_ns[0]) if bag.has(state_topic) else 0
-    t1 = int(bag.raw(state_topic).publish_ns[-1]) if bag.has(state_topic) else 0
     gap_topics = [t for t in list(cfg.required_topics) + list(cfg.gap_topics_extra) + list(cameras.values())
                   if bag.has(t)]
+    state = bag.raw(state_topic) if bag.has(state_topic) else None
+    t0 = int(state.publish_ns[0]) if state is not None else 0
     for topic in dict.fromkeys(gap_topics):
-        r = _gaps(topic, bag.raw(topic).publish_ns, cfg.gap_bound_s, t0, t1)
+        raw = bag.raw(topic)
+        if state is None:  # no reference span: gaps between messages only
+            r = _gaps(topic, raw.publish_ns, cfg.gap_bound_s, int(raw.publish_ns[0]), int(raw.publish_ns[-1]))
+        else:
+            # The stream's end is the state's last stamp less how much later than the state this
+            # stream arrives (a camera's pipeline latency: its last frames were still in flight
+            # at stop). log − publish mixes wall and monotonic clocks; the offset cancels.
+            extra = int(np.median(raw.log_ns - raw.publish_ns) - np.median(state.log_ns - state.publish_ns))
+            r = _gaps(topic, raw.publish_ns, cfg.gap_bound_s, t0, int(state.publish_ns[-1]) - max(0, extra))
         if r:
             reasons.append(r)
     if bag.has(state_topic):

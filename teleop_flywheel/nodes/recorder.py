@@ -140,6 +140,9 @@ class RecorderNode(Node):
                               start_parameter_services=False)
         self._subs: list[tuple[Subscription, _Topic]] = []
         self._stop = threading.Event()
+        self._wake = threading.Event()  # cuts the batch pause short (a drain is wanted)
+        self._passes = threading.Condition()
+        self._passes_begun = self._passes_done = 0
         self._take_thread = threading.Thread(target=self._take_loop, name="recorder-take", daemon=True)
         self._topics: dict[str, _Topic] = {}
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
@@ -246,16 +249,22 @@ class RecorderNode(Node):
                 wait_set.clear_entities()
                 for sub, _entry in subs:
                     wait_set.add_subscription(sub.handle)
-                wait_set.wait(100_000_000)
-                ready = wait_set.get_ready_entities("subscription")
+                wait_set.wait(20_000_000)
+                with self._passes:
+                    self._passes_begun += 1
+                    this_pass = self._passes_begun
+                # Every queue, not only those the wait saw ready: a pass that begins after a drain
+                # request then takes everything received before it (an empty take costs ~µs).
                 for sub, entry in subs:
-                    if sub.handle.pointer not in ready:
-                        continue
                     while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
                         self._on_message(entry, taken[0], taken[1])
+                with self._passes:
+                    self._passes_done = this_pass
+                    self._passes.notify_all()
                 # Waking costs more than taking: let a batch gather (the queues hold `queue_depth`;
                 # log_time is DDS's reception stamp, so the delay changes no recorded time).
-                self._stop.wait(self._batch_s)
+                self._wake.wait(self._batch_s)
+                self._wake.clear()
             except Exception as exc:  # context shut down under us (process exit): stop quietly
                 if self._stop.is_set() or not self.context.ok():
                     return
@@ -411,8 +420,21 @@ class RecorderNode(Node):
     def _clear_labels(self) -> None:
         self.set_parameters([Parameter(k, value=v) for k, v in LABEL_PARAMS.items()])
 
+    def _drain(self, timeout_s: float = 1.0) -> bool:
+        """Wait until the take thread has completed a pass that began after now, so everything
+        received until now is in the bag (the end of an episode, the last intervention event)."""
+        if not self._subs or not self._take_thread.is_alive():
+            return True
+        with self._passes:
+            wanted = self._passes_begun + 1
+        self._wake.set()
+        with self._passes:
+            return self._passes.wait_for(lambda: self._passes_done >= wanted, timeout_s)
+
     def stop_episode(self) -> str:
-        """Close the bag with the final metadata; returns a one-line summary."""
+        """Take what has arrived, then close the bag with the final metadata; returns a summary."""
+        if not self._drain():
+            self.get_logger().warning("stop: the take thread did not drain within 1 s; the last messages may be missing")
         with self._lock:
             bag, meta = self._bag, self._meta
             if bag is None or meta is None:
@@ -524,14 +546,15 @@ class RecorderNode(Node):
 
     def close(self) -> None:
         """Stop cleanly: an open episode is saved (outcome as set, else unset). Idempotent."""
-        self._stop.set()
-        if self._take_thread.is_alive() and self._take_thread is not threading.current_thread():
-            self._take_thread.join(timeout=5.0)
-        if self._bag is not None:
+        if self._bag is not None:  # while the take thread still runs, so it can drain
             try:
                 self.stop_episode()
             except RuntimeError as exc:
                 self.get_logger().error(str(exc))
+        self._stop.set()
+        self._wake.set()
+        if self._take_thread.is_alive() and self._take_thread is not threading.current_thread():
+            self._take_thread.join(timeout=5.0)
         if self._sub_node is not None:
             self._subs = []
             self._sub_node.destroy_node()

@@ -180,12 +180,13 @@ class TeleopNode(Node):
     def _tick(self, t: int) -> None:
         self._last_tick_ns = t
         out = self.blender.tick(t)
+        begins = bool(out.reason) and out.reason != self._hold_reason
+        self._hold_reason = out.reason
         if out.reason:
             self._holds[out.reason] = self._holds.get(out.reason, 0) + 1
-            if out.reason != self._hold_reason:  # a hold begins: say so now, not at the next status
-                self.get_logger().warning(f"holding the follower: {out.reason}")
-                self._publish_diagnostics_locked()
-        self._hold_reason = out.reason
+        if begins:  # say so now, not at the next 1 Hz status
+            self.get_logger().warning(f"holding the follower: {out.reason}")
+            self._publish_diagnostics_locked()
         self._drive_leader(t)
         if out.command is not None:
             seed = self._follower if self._follower is not None else out.command
