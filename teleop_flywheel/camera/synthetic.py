@@ -2,10 +2,11 @@
 
 It behaves like a real camera pipeline where it matters for data quality: frames are captured
 on a fixed schedule (the sensor's clock, not whenever a Python thread gets to run), stamped at
-capture, and handed to the consumer only after a configurable pipeline latency (USB + decode), so a consumer that stamped on receipt would be wrong by
-exactly that latency — and the pixel timecode proves it. Faults reproduce the seeds' bugs: a
-stall (no frames for N s, the 4-second wrist-camera dropout) and a stamp offset (the
-restarted-camera skew: header stamp = capture + offset while the pixels keep the truth).
+capture, and handed to the consumer only after a configurable pipeline latency (USB + decode),
+so a consumer that stamped on receipt would be wrong by exactly that latency — and the pixel
+timecode proves it. Faults reproduce the seeds' bugs: a stall (no frames for N s, the 4-second
+wrist-camera dropout) and a stamp offset (the restarted-camera skew: header stamp = capture +
+offset while the pixels keep the truth).
 """
 from __future__ import annotations
 

@@ -125,8 +125,9 @@ class TeleopNode(Node):
             previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
             self._buttons = buttons
             if buttons and bool(buttons[0]) != bool(previous[0]):
-                self.blender.pedal(bool(buttons[0]), stamp, now_ns())
-                self._drive_leader(now_ns())
+                known = now_ns()
+                self.blender.pedal(bool(buttons[0]), stamp, known)
+                self._drive_leader(known)
             for i, label in enumerate(TRIGGER_LABELS, start=1):
                 if i < len(buttons) and buttons[i] and not previous[i]:
                     self._label(label, stamp)
@@ -150,8 +151,9 @@ class TeleopNode(Node):
     def _srv_mode(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         mode = "policy" if request.data else "teleop"
         with self._lock:
-            self.blender.set_mode(mode, now_ns())
-            self._drive_leader(now_ns())
+            t = now_ns()
+            self.blender.set_mode(mode, t)
+            self._drive_leader(t)
             self._publish_events()
         response.success, response.message = True, f"mode {mode}"
         return response
