@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import select
 import sys
 import termios
@@ -21,6 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from teleop_flywheel.console_view import KEYS, ConsoleState
+
+
+SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
 
 
 class ConsoleNode:
@@ -59,6 +63,39 @@ class ConsoleNode:
         # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
         self._pedal = n.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
         self._pedal_down = False
+        # Service calls go out in key order from one worker, which waits for a service that is
+        # not discovered yet: a recorder's status topic can arrive before its services do, and a
+        # key pressed in that window must not be lost.
+        self._calls: queue.Queue[tuple[Any, Any, str] | None] = queue.Queue()
+        self._caller = threading.Thread(target=self._send_calls, daemon=True)
+        self._caller.start()
+
+    def _send_calls(self) -> None:
+        while (item := self._calls.get()) is not None:
+            client, request, what = item
+            if not client.service_is_ready():
+                self.state.message = f"{what}: waiting for {client.srv_name}"
+                if not client.wait_for_service(timeout_sec=SERVICE_WAIT_S):
+                    self.state.message = f"{what}: service {client.srv_name} not available after {SERVICE_WAIT_S:.0f} s"
+                    continue
+            client.call_async(request).add_done_callback(self._report(what))
+
+    def _report(self, what: str) -> Callable[[Any], None]:
+        def report(future: Any) -> None:
+            res = future.result()
+            if res is None:
+                self.state.message = f"{what}: no reply"
+            elif hasattr(res, "success"):
+                self.state.message = f"{what}: {'ok' if res.success else 'FAILED'} {getattr(res, 'message', '')}".strip()
+            else:
+                bad = [r.reason for r in res.results if not r.successful]
+                self.state.message = f"{what}: {'FAILED ' + '; '.join(bad) if bad else 'ok'}"
+        return report
+
+    def close(self) -> None:
+        """Stop the call worker (calls still waiting for a service are dropped)."""
+        self._calls.put(None)
+        self._caller.join(SERVICE_WAIT_S + 1.0)
 
     def act(self, action: str, arg: str) -> None:
         """Send the request for one key; the reply lands in state.message."""
@@ -66,23 +103,8 @@ class ConsoleNode:
         from rcl_interfaces.srv import SetParameters
         from std_srvs.srv import SetBool, Trigger
 
-        def done(what: str) -> Callable[[Any], None]:
-            def report(future: Any) -> None:
-                res = future.result()
-                if res is None:
-                    self.state.message = f"{what}: no reply"
-                elif hasattr(res, "success"):
-                    self.state.message = f"{what}: {'ok' if res.success else 'FAILED'} {getattr(res, 'message', '')}".strip()
-                else:
-                    bad = [r.reason for r in res.results if not r.successful]
-                    self.state.message = f"{what}: {'FAILED ' + '; '.join(bad) if bad else 'ok'}"
-            return report
-
         def call(client: Any, request: Any, what: str) -> None:
-            if not client.service_is_ready():
-                self.state.message = f"{what}: service {client.srv_name} not available"
-                return
-            client.call_async(request).add_done_callback(done(what))
+            self._calls.put((client, request, what))
 
         if action in self._trigger:
             call(self._trigger[action], Trigger.Request(), action)
@@ -163,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         rclpy.shutdown()  # wakes the spinning executor, which then returns
         spinner.join(2.0)
+        console.close()
         executor.shutdown()
         console.node.destroy_node()
     return 0

@@ -51,21 +51,24 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
 
     from teleop_flywheel.nodes.common import STREAM_QOS
 
-    node = recorder_mod.RecorderNode(parameter_overrides=[
-        Parameter("output_dir", value=str(tmp_path)), Parameter("topics", value=["/chatter"]),
-    ])
-    joys: list[list[int]] = []
-    node.create_subscription(Joy, "/pedal/joy", lambda m: joys.append(list(m.buttons)), STREAM_QOS)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
     pid, fd = pty.fork()
     if pid == 0:
         os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "console", "--session", "pty-test"])
+    node = executor = None
     try:
-        read_until(fd, r"recording: idle", 60)
+        # The operator presses start before the recorder exists: the key waits for the service
+        # (a recorder's status can also reach the console before its services are discovered).
+        read_until(fd, r"teleop_flywheel console", 60)
         os.write(fd, b"s")
+        read_until(fd, r"waiting for /recorder/start", 30)
+        node = recorder_mod.RecorderNode(parameter_overrides=[
+            Parameter("output_dir", value=str(tmp_path)), Parameter("topics", value=["/chatter"]),
+        ])
+        joys: list[list[int]] = []
+        node.create_subscription(Joy, "/pedal/joy", lambda m: joys.append(list(m.buttons)), STREAM_QOS)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        threading.Thread(target=executor.spin, daemon=True).start()
         read_until(fd, r"recording: recording", 30)
         os.write(fd, b"y")
         read_until(fd, r"outcome: success", 30)
@@ -81,9 +84,10 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
             os.kill(pid, 9)
         except ProcessLookupError:
             pass
-        node.close()
-        executor.shutdown()
-        node.destroy_node()
+        if node is not None:
+            node.close()
+            executor.shutdown()
+            node.destroy_node()
         rclpy.shutdown()
     assert joys and joys[0][0] == 1, "space bar must press the takeover on /pedal/joy"
     bags = [p for p in tmp_path.iterdir() if p.is_dir()]
