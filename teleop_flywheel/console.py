@@ -99,8 +99,8 @@ class ConsoleNode:
 
     def act(self, action: str, arg: str) -> None:
         """Send the request for one key; the reply lands in state.message."""
-        from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
         from rcl_interfaces.srv import SetParameters
+        from rclpy.parameter import Parameter
         from std_srvs.srv import SetBool, Trigger
 
         def call(client: Any, request: Any, what: str) -> None:
@@ -109,8 +109,7 @@ class ConsoleNode:
         if action in self._trigger:
             call(self._trigger[action], Trigger.Request(), action)
         elif action == "outcome":
-            req = SetParameters.Request(parameters=[Parameter(
-                name="outcome", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=arg))])
+            req = SetParameters.Request(parameters=[Parameter("outcome", value=arg).to_parameter_msg()])
             call(self._rec_params, req, f"outcome={arg}")
         elif action == "mode":
             call(self._mode, SetBool.Request(data=arg == "policy"), f"mode={arg}")

@@ -185,14 +185,15 @@ class Comparison:
 
 
 def compare(a: str, b: str, cond: str, ka: int, na: int, kb: int, nb: int, alpha: float = 0.05,
-            tests: int = 1, p_adjusted: float | None = None) -> Comparison:
-    """Two-sided Fisher test on successes; the sentence says what the evidence supports at this N.
-    With `tests` > 1 comparisons printed together, the verdict uses the Holm-adjusted p."""
+            tests: int = 1, p_adjusted: float | None = None, p_value: float | None = None) -> Comparison:
+    """Two-sided Fisher test on successes (`p_value` if the caller already has it); the sentence
+    says what the evidence supports at this N. With `tests` > 1 comparisons printed together, the
+    verdict uses the Holm-adjusted p."""
     if na == 0 or nb == 0:
         return Comparison(cond, a, b, ka, na, kb, nb, None, None, None, "no_data",
                           f"{cond}: no trials for {'both' if na == nb == 0 else (a if na == 0 else b)}.")
     diff = kb / nb - ka / na
-    p = fisher_exact(kb, nb - kb, ka, na - ka)
+    p = fisher_exact(kb, nb - kb, ka, na - ka) if p_value is None else p_value
     p_adj = p if p_adjusted is None else p_adjusted
     head = f"{cond}: {b} {kb}/{nb} vs {a} {ka}/{na} (difference {diff:+.0%}, Fisher p = {p:.3g}"
     head += f", Holm-adjusted over {tests} comparisons p = {p_adj:.3g})" if tests > 1 else ")"
@@ -292,7 +293,8 @@ def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[
     raw = {i: fisher_exact(pairs[i][3], pairs[i][4] - pairs[i][3], pairs[i][1], pairs[i][2] - pairs[i][1])
            for i in testable}
     adjusted = dict(zip(testable, holm([raw[i] for i in testable])))
-    out = [compare(a, b, *pairs[i], tests=len(testable), p_adjusted=adjusted.get(i)) for i in range(len(pairs))]
+    out = [compare(a, b, *pairs[i], tests=len(testable), p_adjusted=adjusted.get(i), p_value=raw.get(i))
+           for i in range(len(pairs))]
     if len(conds) > 1 and not balanced:
         mix = "; ".join(f"{ck}: " + ", ".join(f"{c} {by[ck, c].n}" for c in conds) for ck in (a, b))
         out.append(Comparison("overall", a, b, sum(x[1] for x in pairs), sum(x[2] for x in pairs),
