@@ -8,14 +8,19 @@ written by `ros2 bag record`:
 
     <top-level .msg text>
     ================================================================================
-    MSG: std_msgs/msg/Header
+    MSG: std_msgs/Header
     <Header.msg text>
     ================================================================================
-    MSG: builtin_interfaces/msg/Time
+    MSG: builtin_interfaces/Time
     <Time.msg text>
 
 Dependencies are appended depth first, each once, in sorted order per level, each after a
-newline (rosbag2's order and spacing); the `MSG:` line names the type as `pkg/msg/Type`.
+newline (rosbag2's order and spacing). The `MSG:` line names the type exactly as the referring
+`.msg` file writes it (`std_msgs/Header`), or `pkg/Type` for a same-package reference written
+without a package (`DiagnosticStatus` in diagnostic_msgs) — rosbag2's
+`local_message_definition_source` does the same, and Foxglove's parser (`@foxglove/rosmsg`)
+resolves dependencies by that exact name: `MSG: std_msgs/msg/Header` leaves a JointState
+undecodable there.
 The RIHS01 type hash (`type_description_hash` / `topic_type_hash`) comes from the `.json` type
 description that rosidl installs beside each `.msg`.
 
@@ -94,7 +99,7 @@ def msg_text(type_name: str) -> str:
 
 
 def dependencies(type_name: str) -> list[str]:
-    """Direct non-primitive field types of a `.msg`, normalized and sorted."""
+    """Direct non-primitive field types of a `.msg` as written there (`pkg/Type` for bare names), sorted."""
     pkg = normalize_type(type_name).split("/")[0]
     deps: set[str] = set()
     for line in msg_text(type_name).splitlines():
@@ -105,7 +110,7 @@ def dependencies(type_name: str) -> list[str]:
         token = match.group(1)
         if token in PRIMITIVE_TYPES:
             continue
-        deps.add(normalize_type(token if "/" in token else f"{pkg}/{token}"))
+        deps.add(token if "/" in token else f"{pkg}/{token}")
     return sorted(deps)
 
 
@@ -118,9 +123,9 @@ def full_text(type_name: str) -> str:
     def append(current: str) -> str:
         out = msg_text(current)
         for dep in dependencies(current):
-            if dep in seen:
+            if normalize_type(dep) in seen:
                 continue
-            seen.add(dep)
+            seen.add(normalize_type(dep))
             out += f"\n{SEPARATOR}\nMSG: {dep}\n" + append(dep)
         return out
 
