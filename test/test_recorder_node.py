@@ -432,3 +432,63 @@ def test_full_disk_stops_episode_with_path_and_keeps_earlier_bag(graph: Graph, t
         assert not graph.call("/recorder/stop").success  # the episode was already stopped by the error
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _set_remote(graph: Graph, **values: Any) -> list[Any]:
+    client = AsyncParameterClient(graph.client, "recorder")
+    assert client.wait_for_services(timeout_sec=20)
+    future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+    wait_for(future.done, 20, "set_parameters")
+    return list(future.result().results)
+
+
+def test_no_graph_participant_can_run_a_command_or_redirect_data(graph: Graph, tmp_path: Path) -> None:
+    """The old `ptp_probe` ran any command line set through /recorder/set_parameters at the next start."""
+    planted = tmp_path / "planted"
+    out = tmp_path / "bags"
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    rec = recorder(graph, out, ["/follower/joint_states"])
+    wait_for(subscribed(rec, "/follower/joint_states"))
+    attacks = {"ptp_probe": f"sh -c 'touch {planted}'", "output_dir": str(tmp_path / "elsewhere"),
+               "calibration_files": ["/etc/passwd"], "topics": ["/secret"], "episode_prefix": "../escape"}
+    for name, value in attacks.items():
+        (result,) = _set_remote(graph, **{name: value})
+        assert not result.successful, name
+        assert "read-only" in result.reason or "read_only" in result.reason, (name, result.reason)
+    (bad_text,) = _set_remote(graph, task="pick\x1b[2Jthe cube")
+    assert not bad_text.successful and "control characters" in bad_text.reason
+    assert graph.call("/recorder/start").success
+    js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+    wait_for(lambda: rec.status()["messages"] >= 1)
+    assert graph.call("/recorder/stop").success
+    assert not planted.exists() and not (tmp_path / "elsewhere").exists()
+    assert only_bag(out).name.startswith("episode_")
+
+
+def test_clock_probe_is_a_fixed_mechanism_chosen_at_start(graph: Graph, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="unknown clock probe"):
+        RecorderNode(context=graph.context, parameter_overrides=[Parameter("ptp_probe", value="sh -c id")])
+    # A `pmc` on PATH answers with a captured linuxptp reply; the recorder runs it with its fixed argv.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    argv_log = tmp_path / "argv"
+    (bindir / "pmc").write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\n' \"$@\" > {argv_log}\n"
+        "printf 'sending: GET TIME_STATUS_NP\\n\\t90e2ba.fffe.0c3a1d-0 seq 0 RESPONSE MANAGEMENT TIME_STATUS_NP\\n"
+        "\\t\\tmaster_offset              -27\\n\\t\\tgmPresent                  true\\n'\n")
+    (bindir / "pmc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    pubs = graph.add(Node("publishers", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    rec = recorder(graph, tmp_path / "bags", ["/follower/joint_states"], ptp_probe="pmc")
+    wait_for(subscribed(rec, "/follower/joint_states"))
+    assert graph.call("/recorder/start").success
+    js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+    wait_for(lambda: rec.status()["messages"] >= 1)
+    assert graph.call("/recorder/stop").success
+    meta = EpisodeMeta.from_strings(read_metadata_yaml(only_bag(tmp_path / "bags"))["custom_data"])
+    assert meta.ptp_offset_ns == -27
+    assert argv_log.read_text().splitlines() == ["-u", "-b", "0", "GET TIME_STATUS_NP"]

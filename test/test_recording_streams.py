@@ -11,8 +11,6 @@ from teleop_flywheel.recording.streams import (
     cdr_string,
     header_frame_id,
     header_stamp_ns,
-    parse_ptp_offset,
-    probe_ptp_offset,
     starts_with_header,
 )
 
@@ -60,13 +58,3 @@ def test_sequence_tracker_per_publisher() -> None:
     assert tr.add(a, 1) == 0  # restarted publisher: new baseline
     assert tr.add(a, 3) == 1
     assert tr.add(a, None) == 0
-
-
-def test_ptp_offset() -> None:
-    out = "sending: GET TIME_STATUS_NP\n\tmaster_offset              -1532\n\tingress_time 0\n"
-    assert parse_ptp_offset(out) == -1532
-    with pytest.raises(ValueError, match="master_offset"):
-        parse_ptp_offset("nothing here")
-    assert probe_ptp_offset("echo master_offset 77") == 77
-    with pytest.raises(ValueError, match="failed"):
-        probe_ptp_offset("/nonexistent/pmc -u")

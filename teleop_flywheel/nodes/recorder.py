@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import shutil
 import threading
 import time
@@ -41,7 +42,7 @@ from teleop_flywheel import __version__
 from teleop_flywheel.clock import ClockMapping, now_ns, sample_mapping
 from teleop_flywheel.episode import EpisodeMeta, Intervention
 from teleop_flywheel.nodes.common import diag_array, diag_status, spin_node
-from teleop_flywheel.recording import msgdefs
+from teleop_flywheel.recording import clock_probe, msgdefs
 from teleop_flywheel.recording.bag_writer import BagExistsError, BagError, BagWriter, DiskFullError
 from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
 from teleop_flywheel.recording.streams import (
@@ -50,7 +51,6 @@ from teleop_flywheel.recording.streams import (
     cdr_string,
     header_frame_id,
     header_stamp_ns,
-    probe_ptp_offset,
     starts_with_header,
 )
 
@@ -62,6 +62,8 @@ INTERVENTION_TOPIC = "/teleop/intervention"
 POLICY_TOPIC = "/policy/joint_command"
 LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": "", "machine_check": ""}  # cleared after every episode
 OUTCOMES = ("", "success", "failure")
+MAX_TEXT = 1000  # operator-set text parameters (task, operator, …)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def _qos_from_ros(profile: QoSProfile) -> Qos:
@@ -102,19 +104,27 @@ class RecorderNode(Node):
         def param(name: str, default: Any, text: str, **extra: Any) -> Any:
             return self.declare_parameter(name, default, ParameterDescriptor(description=text, **extra)).value
 
-        self._topics_wanted = list(param("topics", DEFAULT_TOPICS, "topics to record (types discovered)"))
-        self._cameras = list(param("cameras", [""], "camera names; adds /cameras/<name>/image/compressed"))
+        # Where data goes, which files are read and how the recorder runs are fixed at start
+        # (read_only): any participant of the graph can call set_parameters.
+        fixed = {"read_only": True}
+        self._topics_wanted = list(param("topics", DEFAULT_TOPICS, "topics to record (types discovered)", **fixed))
+        self._cameras = list(param("cameras", [""], "camera names; adds /cameras/<name>/image/compressed", **fixed))
         self._cameras = [c for c in self._cameras if c]
         camera_topics = [f"/cameras/{c}/image/compressed" for c in self._cameras]
         self._topics_wanted = list(dict.fromkeys(self._topics_wanted + camera_topics))  # unique, in order
-        param("output_dir", "bags", "directory that receives one bag directory per episode")
-        param("episode_prefix", "episode", "bag names: <prefix>_<YYYYmmdd_HHMMSS>[_n]")
-        param("max_chunk_age_s", 0.5, "close a zstd chunk at least this often (crash loss bound)")
-        param("chunk_size_mb", 1.0, "close a chunk at this size")
-        param("fsync", True, "fsync after every chunk")
-        self._depth = int(param("queue_depth", 500, "subscription history depth (absorbs bursts)"))
+        param("output_dir", "bags", "directory that receives one bag directory per episode", **fixed)
+        prefix = str(param("episode_prefix", "episode", "bag names: <prefix>_<YYYYmmdd_HHMMSS>[_n]", **fixed))
+        if not prefix or not _SAFE_NAME.fullmatch(prefix):
+            raise ValueError(f"recorder: episode_prefix {prefix!r} must be letters, digits, '-', '_' or '.'")
+        param("max_chunk_age_s", 0.5, "close a zstd chunk at least this often (crash loss bound)", **fixed)
+        param("chunk_size_mb", 1.0, "close a chunk at this size", **fixed)
+        param("fsync", True, "fsync after every chunk", **fixed)
+        self._depth = int(param("queue_depth", 500, "subscription history depth (absorbs bursts)", **fixed))
         self._batch_s = float(param("take_batch_ms", 20.0, "after draining, let messages gather this long "
-                                    "before waking again (0 = wake per message)")) / 1e3
+                                    "before waking again (0 = wake per message)", **fixed)) / 1e3
+        self._clock_probe = clock_probe.check_probe(str(param(
+            "ptp_probe", "", "clock offset probe, a fixed mechanism: 'pmc' (linuxptp pmc TIME_STATUS_NP), "
+            "'chrony' (chronyc -c tracking) or empty for none", **fixed)))
         for name, default, text in (
             ("task", "", "task description"), ("operator", "", "who teleoperated"),
             ("rig_id", "", "rig / robot id"), ("robot_type", "so101_follower", "robot type"),
@@ -123,14 +133,13 @@ class RecorderNode(Node):
             ("failure_label", "", "why it failed (cleared after every episode)"),
             ("machine_check", "", "an automatic success check's verdict, stored beside the outcome (cleared after every episode)"),
             ("policy_checkpoint", "", "checkpoint id; empty = from /policy/joint_command frame_id"),
-            ("ptp_probe", "", "command printing PTP status, e.g. pmc -u -b 0 \"GET TIME_STATUS_NP\""),
             ("protocol_hash", "", "data-collection protocol id"), ("condition", "", "experimental condition"),
         ):
             param(name, default, text)
         param("attempts", 0, "attempts until the outcome (graded success); 0 = unset (cleared after every episode)")
         param("ptp_offset_ns", "", "measured PTP/chrony offset in ns, if known (int); empty = not measured",
               dynamic_typing=True)
-        param("calibration_files", [""], "calibration YAML files stored in the episode metadata")
+        param("calibration_files", [""], "calibration YAML files stored in the episode metadata", **fixed)
         self.add_on_set_parameters_callback(self._check_params)
 
         self._lock = threading.RLock()
@@ -162,17 +171,20 @@ class RecorderNode(Node):
         self.create_service(Trigger, "~/start", self._srv_start)
         self.create_service(Trigger, "~/stop", self._srv_stop)
         self.create_service(Trigger, "~/discard", self._srv_discard)
-        self.create_timer(float(param("discovery_period_s", 0.5, "graph discovery period")), self._discover)
-        self.create_timer(float(param("status_period_s", 0.5, "status/diagnostics period")), self._publish_status)
+        self.create_timer(float(param("discovery_period_s", 0.5, "graph discovery period", read_only=True)), self._discover)
+        self.create_timer(float(param("status_period_s", 0.5, "status/diagnostics period", read_only=True)), self._publish_status)
         self._take_thread.start()
         self._discover()
-        if bool(param("auto_start", False, "start an episode as soon as the node is up")):
+        if bool(param("auto_start", False, "start an episode as soon as the node is up", read_only=True)):
             self.start_episode()
 
     # -- parameters ---------------------------------------------------------------------------
 
     def _check_params(self, params: list[Parameter]) -> SetParametersResult:
         for p in params:
+            if isinstance(p.value, str) and (len(p.value) > MAX_TEXT or any(ord(c) < 32 for c in p.value)):
+                return SetParametersResult(successful=False, reason=f"{p.name}: at most {MAX_TEXT} characters, "
+                                           "no control characters")
             if p.name == "outcome" and p.value not in OUTCOMES:
                 return SetParametersResult(successful=False, reason=f"outcome must be success or failure, not {p.value!r}")
             if p.name == "attempts" and (not isinstance(p.value, int) or p.value < 0):
@@ -342,12 +354,11 @@ class RecorderNode(Node):
         explicit = self._p("ptp_offset_ns")
         if explicit not in ("", None):
             return int(explicit)
-        command = str(self._p("ptp_probe"))
-        if not command:
+        if not self._clock_probe:
             return None
         try:
-            return probe_ptp_offset(command)
-        except ValueError as exc:
+            return clock_probe.probe(self._clock_probe)
+        except clock_probe.ClockProbeError as exc:
             extra[f"{key}_error"] = str(exc)
             self.get_logger().warning(str(exc))
             return None
@@ -411,7 +422,7 @@ class RecorderNode(Node):
              if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)), key=lambda i: i.id)
         if not meta.policy_checkpoint and self._checkpoints:
             meta.policy_checkpoint = ",".join(sorted(c for c in self._checkpoints if c))
-        if self._p("ptp_probe"):
+        if self._clock_probe:
             end = self._ptp(meta.extra, "ptp_probe_end")
             if end is not None:
                 meta.extra["ptp_offset_end_ns"] = end

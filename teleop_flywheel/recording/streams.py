@@ -6,14 +6,11 @@
 - `header_frame_id` / `cdr_string`: the few strings the recorder needs for metadata (policy
   checkpoint id in `frame_id`, intervention JSON in a `std_msgs/String`).
 - `SequenceTracker`: dropped messages from gaps in each publisher's sequence numbers.
-- `parse_ptp_offset` / `probe_ptp_offset`: the PTP master offset for the episode metadata.
 """
 from __future__ import annotations
 
 import re
-import shlex
 import struct
-import subprocess
 from functools import lru_cache
 
 from teleop_flywheel.recording import msgdefs
@@ -89,25 +86,3 @@ class SequenceTracker:
         if last is None or sequence <= last:
             return 0
         return sequence - last - 1
-
-
-_MASTER_OFFSET = re.compile(r"master_offset\s+(-?\d+)")
-
-
-def parse_ptp_offset(text: str) -> int:
-    """master_offset (ns) from `pmc … 'GET TIME_STATUS_NP'` output."""
-    match = _MASTER_OFFSET.search(text)
-    if match is None:
-        raise ValueError("no 'master_offset' in the PTP probe output")
-    return int(match.group(1))
-
-
-def probe_ptp_offset(command: str, timeout_s: float = 2.0) -> int:
-    """Run a PTP status command (e.g. `pmc -u -b 0 "GET TIME_STATUS_NP"`) and parse its offset."""
-    try:
-        res = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ValueError(f"PTP probe {command!r} failed: {exc}") from exc
-    if res.returncode != 0:
-        raise ValueError(f"PTP probe {command!r} exited {res.returncode}: {res.stderr.strip()[:200]}")
-    return parse_ptp_offset(res.stdout)
