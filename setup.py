@@ -24,7 +24,11 @@ ROS_WHEELS = [
 setup(
     name=PACKAGE,
     version="0.1.0",
-    packages=find_packages(exclude=["test", "test.*", "bench"]),
+    # config/ stays at the package root (ROS convention) and is also package data
+    # `teleop_flywheel.config` for pip installs (core/resources.py finds it either way).
+    packages=find_packages(exclude=["test", "test.*", "bench", "config", "config.*"])
+    + [f"{PACKAGE}.config", f"{PACKAGE}.config.calibration"],
+    package_dir={f"{PACKAGE}.config": "config"},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -32,7 +36,8 @@ setup(
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
         (f"share/{PACKAGE}/config/calibration", glob("config/calibration/*.yaml")),
     ],
-    package_data={PACKAGE: ["py.typed"]},
+    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json"],
+                  f"{PACKAGE}.config.calibration": ["*.yaml"]},
     python_requires=">=3.10",
     install_requires=[
         "numpy",
@@ -64,7 +69,7 @@ setup(
     description="SO-101 teleoperation, blended takeover, raw MCAP recording and a LeRobot data engine.",
     license="Apache-2.0",
     entry_points={
-        "console_scripts": [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES]
+        "console_scripts": [f"{n} = {PACKAGE}.ros.nodes.{n}:main" for n in NODES]
         + [f"teleop-flywheel = {PACKAGE}.cli:main"],
         # Learned policies register here: name = "module:factory(args, checkpoint_id) -> Policy".
         "teleop_flywheel.policies": [f"lerobot = {PACKAGE}.policies.lerobot_checkpoint:make_policy"],

@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from teleop_flywheel.data.audit import audit
-from teleop_flywheel.data.dataset import LeRobotDataset
-from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 CASES = {
     "seed_50_episodes": (SyntheticSpec(episodes=50, min_length=183, max_length=306, seed=0), 1.0),

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from teleop_flywheel.feetech import protocol as p
-from teleop_flywheel.feetech.bus import BusTimeout, FeetechBus
-from teleop_flywheel.feetech.control_table import register
+from teleop_flywheel.hw.feetech import codec as p
+from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus
+from teleop_flywheel.hw.feetech.control_table import register
 
 IDS = list(range(1, 7))
 POS = register("Present_Position")

@@ -25,10 +25,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from teleop_flywheel.data import lerobot_format as lf
-from teleop_flywheel.data.bag import open_bag
+from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.recording.reader import open_bag
 from teleop_flywheel.data.convert import convert
-from teleop_flywheel.data.synthetic_session import SessionSpec, camera_topic, write_session
+from teleop_flywheel.testing.synthetic_session import SessionSpec, camera_topic, write_session
 
 LEROBOT_SCRIPT = r"""
 import sys, time, json, numpy as np

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from teleop_flywheel.blending import AuthorityBlender
-from teleop_flywheel.runner import end_process
-from teleop_flywheel.safety import CommandGuard, JointLimits
+from teleop_flywheel.core.blending import AuthorityBlender
+from teleop_flywheel.ros.session.runner import end_process
+from teleop_flywheel.core.safety import CommandGuard, JointLimits
 
 TICK_NS = 5_000_000
 MAX_STEP_RAD = 0.05  # the teleop node's default max_step_rad
@@ -69,7 +69,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(arr, 50)), "p99_ms": float(np.percentile(arr, 99))}
 
 
-TELEOP_NODE = [sys.executable, "-c", "from teleop_flywheel.nodes.teleop import main; main()"]
+TELEOP_NODE = [sys.executable, "-c", "from teleop_flywheel.ros.nodes.teleop import main; main()"]
 ECHO_NODE = [sys.executable, __file__, "--echo-node"]
 
 
@@ -78,8 +78,8 @@ def echo_node() -> int:
     from rclpy.node import Node
     from sensor_msgs.msg import JointState
 
-    from teleop_flywheel.clock import now_ns
-    from teleop_flywheel.nodes.common import STREAM_QOS, joint_state, spin_node
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, spin_node
 
     class Echo(Node):
         def __init__(self) -> None:
@@ -107,9 +107,9 @@ def node_latency(seconds: float, command: list[str]) -> dict[str, object]:
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
-    from teleop_flywheel.clock import now_ns
-    from teleop_flywheel.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
-    from teleop_flywheel.so101 import JOINT_NAMES
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
+    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     node = subprocess.Popen(command)
     rclpy.init()

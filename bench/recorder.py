@@ -49,9 +49,9 @@ def role_generator(duration: float) -> None:
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
 
-    from teleop_flywheel.clock import now_ns
-    from teleop_flywheel.nodes.camera import CameraNode
-    from teleop_flywheel.nodes.common import STREAM_QOS, NodeSpinner, joint_state
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.ros.nodes.camera import CameraNode
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state
 
     rclpy.init()
     node = Node("bench_generator")
@@ -108,7 +108,7 @@ def role_baseline(out: str, floor: bool = False) -> None:
     from sensor_msgs.msg import CompressedImage, JointState
 
     from teleop_flywheel.recording import msgdefs
-    from teleop_flywheel.recording.streams import SequenceTracker
+    from teleop_flywheel.recording.cdr import SequenceTracker
 
     rclpy.init()
     node = Node("floor_recorder" if floor else "baseline_recorder")
@@ -194,8 +194,8 @@ def offline_paths(mcap_path: Path, tmp: Path, limit: int = 20_000) -> dict[str, 
     from mcap_ros2.writer import Writer
 
     from teleop_flywheel.recording import msgdefs
-    from teleop_flywheel.recording.bag_writer import BagWriter
-    from teleop_flywheel.recording.streams import header_stamp_ns
+    from teleop_flywheel.recording.writer import BagWriter
+    from teleop_flywheel.recording.cdr import header_stamp_ns
 
     msgs = []
     with open(mcap_path, "rb") as f:
@@ -233,7 +233,7 @@ def run_bench(duration: float, out_json: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench_recorder_"))
     topics = "[" + ",".join(ALL_TOPICS) + "]"
     ours = subprocess.Popen(
-        [sys.executable, "-c", "from teleop_flywheel.nodes.recorder import main; main()", "--ros-args",
+        [sys.executable, "-c", "from teleop_flywheel.ros.nodes.recorder import main; main()", "--ros-args",
          "-p", f"output_dir:={tmp / 'ours'}", "-p", f"topics:={topics}", "-p", "auto_start:=true",
          "-p", "cameras:=[" + ",".join(CAMERAS) + "]", "-p", "discovery_period_s:=0.2"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -261,7 +261,7 @@ def run_bench(duration: float, out_json: Path) -> dict:
     floor_out = json.loads(floor.stdout.read().strip().splitlines()[-1])
     floor.wait(timeout=60)
 
-    from teleop_flywheel.episode import EpisodeMeta
+    from teleop_flywheel.core.episode import EpisodeMeta
     from teleop_flywheel.recording.metadata import read_metadata_yaml
 
     bag = next(p for p in (tmp / "ours").iterdir() if p.is_dir())

@@ -28,11 +28,11 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     from mcap_ros2.decoder import DecoderFactory
     from rclpy.parameter import Parameter
 
-    from teleop_flywheel.camera import timecode
-    from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
-    from teleop_flywheel.nodes.camera import CameraNode
-    from teleop_flywheel.nodes.common import NodeSpinner
-    from teleop_flywheel.nodes.recorder import RecorderNode
+    from teleop_flywheel.hw.camera import timecode
+    from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+    from teleop_flywheel.ros.nodes.camera import CameraNode
+    from teleop_flywheel.ros.nodes.common import NodeSpinner
+    from teleop_flywheel.ros.nodes.recorder import RecorderNode
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_stamp_"))
     rclpy.init()

@@ -15,10 +15,10 @@ from teleop_flywheel import __version__
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "sim-bus": ("teleop_flywheel.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
-    "mirror": ("teleop_flywheel.mirror", "leader→follower mirroring session; prints loop rate and tracking error"),
-    "run": ("teleop_flywheel.runner", "start a session graph (teleop, rollout, record, sim) in one process"),
-    "demo": ("teleop_flywheel.demo", "the main job on simulated hardware: record, validate, convert, audit"),
+    "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
+    "mirror": ("teleop_flywheel.ros.session.mirror", "leader→follower mirroring session; prints loop rate and tracking error"),
+    "run": ("teleop_flywheel.ros.session.runner", "start a session graph (teleop, rollout, record, sim) in one process"),
+    "demo": ("teleop_flywheel.ros.session.demo", "the main job on simulated hardware: record, validate, convert, audit"),
     "info": ("teleop_flywheel.recording.info", "describe a bag like `ros2 bag info`, plus episode metadata"),
     "recover": ("teleop_flywheel.recording.recover", "rebuild an indexed MCAP and metadata.yaml from a crashed bag"),
     "validate": ("teleop_flywheel.data.validate", "PASS/FAIL per episode with reason codes; quarantine rejects"),
@@ -28,10 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "manifest": ("teleop_flywheel.data.manifest", "freeze or verify a manifest of content-addressed episodes"),
     "lineage": ("teleop_flywheel.data.lineage", "which manifest trained which checkpoint"),
     "card": ("teleop_flywheel.data.card", "write a data card (README.md) beside a dataset"),
-    "stats": ("teleop_flywheel.data.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
-    "eval": ("teleop_flywheel.data.evaluation", "success-rate tables with N and intervals from rollouts"),
-    "replay": ("teleop_flywheel.replay", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
-    "console": ("teleop_flywheel.console", "operator console for a live session"),
+    "stats": ("teleop_flywheel.data.stats", "intervention rates per checkpoint/week/label/operator"),
+    "eval": ("teleop_flywheel.evaluation.report", "success-rate tables with N and intervals from rollouts"),
+    "replay": ("teleop_flywheel.ros.session.playback", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
+    "console": ("teleop_flywheel.ros.session.console", "operator console for a live session"),
 }
 
 

@@ -23,12 +23,12 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 
-from teleop_flywheel.calibration import CalibrationError, load_calibration, sim_calibration_file
-from teleop_flywheel.clock import now_ns
-from teleop_flywheel.feetech.sim import Faults, SimulatedArm, default_human
-from teleop_flywheel.nodes.arm_driver import ArmDriverNode
-from teleop_flywheel.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
-from teleop_flywheel.so101 import JOINT_NAMES
+from teleop_flywheel.core.calibration import CalibrationError, load_calibration, sim_calibration_file
+from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, default_human
+from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
 
 pytestmark = pytest.mark.timeout(180)
 

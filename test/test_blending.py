@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from teleop_flywheel.blending import AuthorityBlender, raised_cosine
+from teleop_flywheel.core.blending import AuthorityBlender, raised_cosine
 
 MS = 1_000_000
 TICK = 5 * MS  # 200 Hz

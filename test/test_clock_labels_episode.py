@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from teleop_flywheel import clock, labels
-from teleop_flywheel.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core import clock, labels
+from teleop_flywheel.core.episode import EpisodeMeta, Intervention
 
 
 def test_now_is_monotonic_clock() -> None:

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from terminal import read_until
-from teleop_flywheel.console_view import KEYS, ConsoleState
-from teleop_flywheel.labels import TRIGGER_LABELS
+from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
+from teleop_flywheel.core.labels import TRIGGER_LABELS
 
 
 def test_view_shows_authority_streams_and_labels() -> None:
@@ -39,7 +39,7 @@ def test_keys_cover_every_trigger_label_and_lifecycle() -> None:
 
 def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     pytest.importorskip("rclpy")
-    recorder_mod = pytest.importorskip("teleop_flywheel.nodes.recorder", reason="recorder node not available")
+    recorder_mod = pytest.importorskip("teleop_flywheel.ros.nodes.recorder", reason="recorder node not available")
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
@@ -49,7 +49,7 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     rclpy.init()
     from sensor_msgs.msg import Joy
 
-    from teleop_flywheel.nodes.common import STREAM_QOS
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
 
     pid, fd = pty.fork()
     if pid == 0:

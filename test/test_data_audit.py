@@ -10,8 +10,8 @@ import pytest
 from data_fixtures import drop_rows, read_episodes, read_frames, rewrite_column, stack
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.audit import audit
-from teleop_flywheel.data.dataset import DatasetError, LeRobotDataset
-from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_available_range_comes_from_limits_metadata(tmp_path: Path) -> None:
 
 
 def test_available_range_comes_from_the_calibration(tmp_path: Path) -> None:
-    from teleop_flywheel.calibration import load_calibration, sim_calibration_file
+    from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
     arm = load_calibration(sim_calibration_file("follower"))
     root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30,
                                                 extra_info={"calibration": {"follower": arm.to_dict()}})).root

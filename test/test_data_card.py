@@ -10,7 +10,7 @@ import pytest
 from data_fixtures import read_episodes
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.card import MARKER, read_validation
-from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 REPORT = {
     "episodes": [
@@ -73,7 +73,7 @@ def test_bad_report_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_card_counts_equal_the_real_validators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Bags from the simulator with seed faults -> `validate --json` -> card: same counts."""
-    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
     bags = tmp_path / "bags"
     specs = {"clean": SessionSpec(duration_s=2.0), "unset": SessionSpec(duration_s=2.0, outcome="unset"),
              "still": SessionSpec(duration_s=4.0, dead_air=(0.5, 3.0)), "clean2": SessionSpec(duration_s=2.0, seed=1)}

@@ -22,8 +22,8 @@ from teleop_flywheel.data.curate import (
     sample_weights,
     target_start_poses,
 )
-from teleop_flywheel.data.dataset import LeRobotDataset
-from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 
 def test_farthest_point_order_on_a_hand_made_set() -> None:

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from teleop_flywheel.calibration import load_calibration, sim_calibration_file
-from teleop_flywheel.camera import timecode
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.data import convert as conv
 from teleop_flywheel.data import validate as val
 from teleop_flywheel.data.align import AlignError, align
-from teleop_flywheel.data.bag import CORRUPT, TRUNCATED, Stream, open_bag
-from teleop_flywheel.data.synthetic_session import (FOLLOWER_COMMAND, FOLLOWER_STATE, SessionSpec, camera_topic,
+from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED, Stream, open_bag
+from teleop_flywheel.testing.synthetic_session import (FOLLOWER_COMMAND, FOLLOWER_STATE, SessionSpec, camera_topic,
                                                     write_session)
-from teleop_flywheel.so101 import JOINT_NAMES
+from teleop_flywheel.core.so101 import JOINT_NAMES
 
 FIXTURES = {
     "clean": (SessionSpec(), None),
@@ -315,7 +315,7 @@ def test_include_failed_converts_rejected(bags: dict[str, Path], tmp_path: Path)
 
 
 def test_project_reader_opens_the_dataset(dataset: tuple[Path, conv.ConvertResult]) -> None:
-    from teleop_flywheel.data.dataset import LeRobotDataset
+    from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 
     ds = LeRobotDataset.open(dataset[0], episode_stats=True)
     assert ds.fps == 30 and ds.joint_names("action")[0] == "shoulder_pan.pos"

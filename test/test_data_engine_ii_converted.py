@@ -11,9 +11,9 @@ from data_fixtures import read_episodes, read_frames, stack
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.audit import audit
 from teleop_flywheel.data.curate import curate
-from teleop_flywheel.data.dataset import LeRobotDataset
-from teleop_flywheel.data.flywheel_stats import stats_for
-from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.stats import stats_for
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
 @pytest.fixture(scope="module")

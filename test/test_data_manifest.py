@@ -12,10 +12,10 @@ import pytest
 
 from data_fixtures import data_files, rewrite_column
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.data.lineage import Registry
 from teleop_flywheel.data.manifest import create, identities, verify
-from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 
 def make(root: Path, episodes: int = 6, metadata: bool = True) -> Path:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from teleop_flywheel.data.evaluation import (Cell, EvalError, _comparisons, build_report, compare, fisher_exact,
+from teleop_flywheel.evaluation.report import (Cell, EvalError, _comparisons, build_report, compare, fisher_exact,
                                              format_table, holm, read_trial, simulate_protocol, wilson, write_html)
-from teleop_flywheel.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
+from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "eval_example.yaml"
 
@@ -192,7 +192,7 @@ def test_mixed_protocols_refused_and_incomplete_marked(tmp_path: Path) -> None:
 
 def test_table_links_checkpoints_to_manifests_and_says_when_it_cannot(tmp_path: Path) -> None:
     from teleop_flywheel.cli import main as cli_main
-    from teleop_flywheel.data.synthetic_dataset import SyntheticSpec, write
+    from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
     proto_path = _small(tmp_path, 2)
     bags = simulate_protocol(load_protocol(proto_path), tmp_path / "bags", seed=2, duration_s=0.3)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teleop_flywheel.feetech import protocol as p
-from teleop_flywheel.feetech.bus import BusTimeout, FeetechBus, PortUnavailable, ServoError
-from teleop_flywheel.feetech.control_table import register
-from teleop_flywheel.feetech.sim import Faults, SimulatedArm, parse_fault
+from teleop_flywheel.hw.feetech import codec as p
+from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus, PortUnavailable, ServoError
+from teleop_flywheel.hw.feetech.control_table import register
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
 scs = pytest.importorskip("scservo_sdk")
 

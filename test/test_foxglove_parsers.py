@@ -18,7 +18,7 @@ import pytest
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.recording import msgdefs
-from teleop_flywheel.recording.bag_writer import BagWriter, mcap_file_name
+from teleop_flywheel.recording.writer import BagWriter, mcap_file_name
 
 FOXGLOVE = Path(__file__).parent / "foxglove"
 TS = get_typestore(Stores.LATEST)

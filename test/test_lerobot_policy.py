@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from teleop_flywheel.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.policies.base import load_policy
 
 S = 1_000_000_000
@@ -189,12 +189,12 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import CompressedImage, JointState
 
-    from teleop_flywheel.camera.source import encode_jpeg
-    from teleop_flywheel.clock import fill_stamp, now_ns
-    from teleop_flywheel.nodes.camera import image_topic
-    from teleop_flywheel.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state
-    from teleop_flywheel.nodes.policy import PolicyNode
-    from teleop_flywheel.so101 import JOINT_NAMES
+    from teleop_flywheel.hw.camera.source import encode_jpeg
+    from teleop_flywheel.core.clock import fill_stamp, now_ns
+    from teleop_flywheel.ros.nodes.camera import image_topic
+    from teleop_flywheel.ros.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state
+    from teleop_flywheel.ros.nodes.policy import PolicyNode
+    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     rclpy.init()
     node = PolicyNode(parameter_overrides=[Parameter("policy", value="lerobot"),

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from teleop_flywheel.clock import now_ns, sample_mapping
-from teleop_flywheel.pedal.events import (
+from teleop_flywheel.core.clock import now_ns, sample_mapping
+from teleop_flywheel.hw.pedal.events import (
     EV_KEY,
     EV_SYN,
     EVENT,
@@ -149,8 +149,8 @@ def _running(device: str, fifo: Path) -> Iterator[PedalRig]:
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import Joy
 
-    from teleop_flywheel.nodes.common import STREAM_QOS
-    from teleop_flywheel.nodes.pedal import PedalNode
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+    from teleop_flywheel.ros.nodes.pedal import PedalNode
 
     rclpy.init()
     try:
@@ -248,7 +248,7 @@ def test_pedal_node_unplug_releases_and_reconnects(rig: PedalRig) -> None:
 
 @pytest.mark.skipif(not os.access("/dev/uinput", os.W_OK), reason="no writable /dev/uinput on this machine")
 def test_a_uinput_pedal_is_found_by_name_grabbed_and_unplugged() -> None:
-    from teleop_flywheel.pedal.virtual import UINPUT_NAME, UInputPedal
+    from teleop_flywheel.hw.pedal.virtual import UINPUT_NAME, UInputPedal
 
     pedal = UInputPedal()
     rig_iter = _running(UINPUT_NAME, Path("/nonexistent"))

@@ -48,8 +48,8 @@ def test_scripted_from_a_bad_file_names_it(tmp_path: Path) -> None:
 
 
 def test_replay_plays_the_recorded_commands(tmp_path: Path) -> None:
-    from teleop_flywheel.data.bag import open_bag
-    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+    from teleop_flywheel.recording.reader import open_bag
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
     truth = write_session(tmp_path / "ep", SessionSpec(duration_s=2.0, cameras=()))
     pol = load_policy("replay", str(truth.bag), "")
@@ -66,7 +66,7 @@ def test_replay_plays_the_recorded_commands(tmp_path: Path) -> None:
 def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     """Two synthetic sessions converted by the project's own converter (state + action, no camera)."""
     from teleop_flywheel.data.convert import convert
-    from teleop_flywheel.data.synthetic_session import SessionSpec, write_session
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
     root = tmp_path_factory.mktemp("replay")
     bags = [root / f"ep{i}" for i in range(2)]
@@ -79,10 +79,10 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path
 
 def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
         converted: tuple[Path, list[Path]]) -> None:
-    from teleop_flywheel.calibration import load_calibration
+    from teleop_flywheel.core.calibration import load_calibration
     from teleop_flywheel.data.align import hold, make_grid
-    from teleop_flywheel.data.bag import open_bag
-    from teleop_flywheel.so101 import JOINT_NAMES
+    from teleop_flywheel.recording.reader import open_bag
+    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     ds, bags = converted
     bag = open_bag(bags[1])
@@ -108,7 +108,7 @@ def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
 
 
 def sim_follower() -> Path:
-    from teleop_flywheel.calibration import sim_calibration_file
+    from teleop_flywheel.core.calibration import sim_calibration_file
 
     return sim_calibration_file("follower")
 
@@ -141,7 +141,7 @@ def test_plugins_are_imported_only_when_named() -> None:
     """Loading the project and the built-ins (and listing the plugins) imports neither torch nor LeRobot."""
     code = (
         "import sys\n"
-        "import teleop_flywheel.nodes.policy\n"
+        "import teleop_flywheel.ros.nodes.policy\n"
         "from teleop_flywheel.policies.base import load_policy\n"
         "p = load_policy('scripted', '', '')\n"
         "assert p.checkpoint_id == 'scripted-v0' and p.act([0.0] * 6, 0) == [0.0] * 6\n"
@@ -164,10 +164,10 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import JointState
 
-    from teleop_flywheel.clock import now_ns
-    from teleop_flywheel.nodes.common import STREAM_QOS, joint_state
-    from teleop_flywheel.nodes.policy import PolicyNode
-    from teleop_flywheel.so101 import JOINT_NAMES
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state
+    from teleop_flywheel.ros.nodes.policy import PolicyNode
+    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     rclpy.init()
     node = PolicyNode(parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42")])

@@ -27,12 +27,12 @@ from sensor_msgs.msg import CompressedImage, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.camera import timecode
-from teleop_flywheel.clock import fill_stamp, now_ns
-from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.nodes.camera import CameraNode
-from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state
-from teleop_flywheel.nodes.recorder import RecorderNode
+from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.core.clock import fill_stamp, now_ns
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.ros.nodes.camera import CameraNode
+from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state
+from teleop_flywheel.ros.nodes.recorder import RecorderNode
 from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recover import recover
 
@@ -363,7 +363,7 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
         assert abs((m.publish_time - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
 
 
-_RECORDER_CMD = [sys.executable, "-c", "from teleop_flywheel.nodes.recorder import main; main()"]
+_RECORDER_CMD = [sys.executable, "-c", "from teleop_flywheel.ros.nodes.recorder import main; main()"]
 
 
 def test_kill_9_recorder_then_recover_loses_at_most_one_second(graph: Graph, tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel import cli
-from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
 from teleop_flywheel.recording import msgdefs
-from teleop_flywheel.recording.bag_writer import (
+from teleop_flywheel.recording.writer import (
     START_RECORD,
     BagExistsError,
     BagWriter,
@@ -285,8 +285,8 @@ def test_recover_rejects_non_mcap(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 _CRASH_WRITER = textwrap.dedent("""
     import sys, time
-    from teleop_flywheel.recording.bag_writer import BagWriter
-    from teleop_flywheel.episode import EpisodeMeta
+    from teleop_flywheel.recording.writer import BagWriter
+    from teleop_flywheel.core.episode import EpisodeMeta
     bag = BagWriter(sys.argv[1], episode=EpisodeMeta(episode_name="crash", task="t"))
     bag.add_topic("/t", "std_msgs/msg/String")
     payload = bytes.fromhex("000100000600000068656c6c6f000000")  # std_msgs/String "hello"

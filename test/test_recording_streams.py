@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
 
-from teleop_flywheel.recording.streams import (
+from teleop_flywheel.recording.cdr import (
     CdrError,
     SequenceTracker,
     cdr_string,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mcap_ros2.writer import Writer as Ros2Writer
 
-from teleop_flywheel.replay import BagSource, Player, ReplayError, serve_foxglove
+from teleop_flywheel.ros.session.playback import BagSource, Player, ReplayError, serve_foxglove
 
 STRING_DEF = "string data"
 N = 40
@@ -125,7 +125,7 @@ def test_ros_republish_reaches_a_subscriber(tmp_path: Path) -> None:
     rclpy.init()
     try:
         node = rclpy.create_node("replay_listener")
-        from teleop_flywheel.nodes.common import STREAM_QOS
+        from teleop_flywheel.ros.nodes.common import STREAM_QOS
 
         node.create_subscription(String, "/chatter", lambda m: received.append(m.data), STREAM_QOS)
         proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "replay", str(bag), "--ros", "--rate", "2", "--wait-for-subscribers", "1"])

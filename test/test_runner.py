@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from teleop_flywheel.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
+from teleop_flywheel.ros.session.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.recording.info import bag_info  # noqa: E402
-from teleop_flywheel.runner import Session, node_class  # noqa: E402
+from teleop_flywheel.ros.session.runner import Session, node_class  # noqa: E402
 
 
 def _wait(cond, timeout: float, what: str) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from teleop_flywheel.safety import CommandGuard, JointLimits, limit_step
+from teleop_flywheel.core.safety import CommandGuard, JointLimits, limit_step
 
 NAMES = ["a", "b"]
 MS = 1_000_000

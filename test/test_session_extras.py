@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from teleop_flywheel.graph import SessionConfig, build_graph
+from teleop_flywheel.ros.session.graph import SessionConfig, build_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLISHED = {"/leader/joint_states", "/follower/joint_states", "/follower/joint_command", "/policy/joint_command",

@@ -27,11 +27,11 @@ from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
-from teleop_flywheel.clock import fill_stamp, now_ns  # noqa: E402
-from teleop_flywheel.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
-from teleop_flywheel.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns  # noqa: E402
-from teleop_flywheel.runner import end_process  # noqa: E402
-from teleop_flywheel.so101 import JOINT_NAMES  # noqa: E402
+from teleop_flywheel.core.clock import fill_stamp, now_ns  # noqa: E402
+from teleop_flywheel.core.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
+from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns  # noqa: E402
+from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
+from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 
 BLEND_MS = 150.0
 TICK_MS = 5.0  # the node's rate_hz = 200
@@ -115,7 +115,7 @@ class Probe:
 
 def start_teleop(**params: object) -> subprocess.Popen:
     args = [f"{k}:={v}" for k, v in {"mode": "policy", "blend_duration_ms": BLEND_MS, **params}.items()]
-    cmd = [sys.executable, "-c", "from teleop_flywheel.nodes.teleop import main; main()", "--ros-args"]
+    cmd = [sys.executable, "-c", "from teleop_flywheel.ros.nodes.teleop import main; main()", "--ros-args"]
     for a in args:
         cmd += ["-p", a]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

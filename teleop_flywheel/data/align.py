@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from teleop_flywheel.data.bag import Stream
+from teleop_flywheel.recording.reader import Stream
 
 FRAME_GAP = "FRAME_GAP"
 

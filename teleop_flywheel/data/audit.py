@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.calibration import CalibrationError, parse_calibration
-from teleop_flywheel.data.dataset import (
+from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
+from teleop_flywheel.data.lerobot.reader import (
     ACTION,
     STATE,
     DatasetError,

@@ -36,14 +36,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from teleop_flywheel.calibration import ArmCalibration, load_calibration, parse_calibration, sim_calibration_file
-from teleop_flywheel.data import lerobot_format as lf
+from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, parse_calibration, sim_calibration_file
+from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.align import AlignError, align, make_grid
-from teleop_flywheel.data.bag import AUTHORITY_TOPIC, Bag, BagReadError, Stream, open_bag
+from teleop_flywheel.recording.reader import AUTHORITY_TOPIC, Bag, BagReadError, Stream, open_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, load_inputs
-from teleop_flywheel.labels import TRIGGER_LABELS
-from teleop_flywheel.so101 import JOINT_NAMES
+from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.core.so101 import JOINT_NAMES
 
 STATE_TOPIC = "/follower/joint_states"
 COMMAND_TOPIC = "/follower/joint_command"

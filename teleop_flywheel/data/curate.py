@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.data.audit import Loaded, available_ranges, load
-from teleop_flywheel.data.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 
 WEIGHTS_PATH = "meta/sample_weights.parquet"

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from teleop_flywheel.data.dataset import LeRobotDataset
-from teleop_flywheel.episode import EpisodeMeta
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.core.episode import EpisodeMeta
 
 ID_COLUMNS = ("episode_id",)
 # Flat columns the converter writes (first match wins).
@@ -30,7 +30,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "triggers": ("intervention_triggers", "triggers"),
 }
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
-META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
+META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.core.episode")
 
 
 @dataclass

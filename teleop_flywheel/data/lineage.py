@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from teleop_flywheel.data.dataset import DatasetError
+from teleop_flywheel.data.lerobot.reader import DatasetError
 from teleop_flywheel.data.manifest import load_manifest
 
 FORMAT = "teleop_flywheel.lineage/1"

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from teleop_flywheel.data.dataset import DatasetError, LeRobotDataset, episode_spans
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 
 FORMAT = "teleop_flywheel.manifest/1"

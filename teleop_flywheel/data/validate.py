@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from teleop_flywheel.data.bag import AUTHORITY_TOPIC, CORRUPT, TRUNCATED, Bag, BagReadError, open_bag
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.recording.reader import AUTHORITY_TOPIC, CORRUPT, TRUNCATED, Bag, BagReadError, open_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 
 MISSING_STREAM = "MISSING_STREAM"
@@ -35,7 +36,6 @@ DEAD_AIR = "DEAD_AIR"
 SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
 CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
          UNLABELLED_INTERVENTION, DEAD_AIR, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "config" / "validate.yaml"
 # Streams whose receive-minus-stamp latency is checked. Not the pedal's Joy: its takeover is
 # published only after the debounce window (30 ms) with the kernel's event time, by design.
 STAMPED_TYPES = ("sensor_msgs/msg/JointState", "sensor_msgs/msg/CompressedImage")
@@ -67,7 +67,7 @@ class ValidateConfig:
     @classmethod
     def load(cls, path: str | Path | None = None) -> "ValidateConfig":
         """Defaults, overridden by the YAML file (the shipped one unless `path` is given)."""
-        p = Path(path) if path is not None else DEFAULT_CONFIG
+        p = Path(path) if path is not None else config_path("validate.yaml")
         if path is None and not p.is_file():
             return cls()
         try:
@@ -372,7 +372,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="bag directories, .mcap files or folders of bags")
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text lines")
     parser.add_argument("--quarantine", metavar="DIR", help="move rejected bags to DIR/<reason>/ (never deletes)")
-    parser.add_argument("--config", metavar="FILE", help=f"thresholds YAML (default {DEFAULT_CONFIG})")
+    parser.add_argument("--config", metavar="FILE", help="thresholds YAML (default: the shipped config/validate.yaml)")
     add_arguments_to(parser)
 
 

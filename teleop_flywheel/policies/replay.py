@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
-from teleop_flywheel.so101 import JOINT_NAMES
+from teleop_flywheel.core.so101 import JOINT_NAMES
 
 if TYPE_CHECKING:
-    from teleop_flywheel.data.dataset import Feature
+    from teleop_flywheel.data.lerobot.reader import Feature
 
 DATASET_KEYS = ("calibration",)
 
@@ -55,7 +55,7 @@ class ReplayPolicy:
 
     @classmethod
     def from_bag(cls, path: str, checkpoint_id: str, topic: str = "/follower/joint_command") -> ReplayPolicy:
-        from teleop_flywheel.data.bag import open_bag
+        from teleop_flywheel.recording.reader import open_bag
 
         bag = open_bag(path)
         if not bag.has(topic):
@@ -71,8 +71,8 @@ class ReplayPolicy:
     @classmethod
     def from_dataset(cls, root: str, episode: str, checkpoint_id: str, calibration: str = "") -> ReplayPolicy:
         """One episode's `action` of a LeRobot v3.0 dataset, in radians, on the dataset's frame grid."""
-        from teleop_flywheel.calibration import load_calibration, sim_calibration_file
-        from teleop_flywheel.data.dataset import ACTION, LeRobotDataset, episode_spans
+        from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+        from teleop_flywheel.data.lerobot.reader import ACTION, LeRobotDataset, episode_spans
 
         path = Path(root)
         if not path.is_dir():

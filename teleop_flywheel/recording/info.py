@@ -17,7 +17,7 @@ from typing import Any
 from mcap.exceptions import McapError
 from mcap.reader import make_reader
 
-from teleop_flywheel.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recover import RecoverError, find_mcap
 

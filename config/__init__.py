@@ -1,0 +1,1 @@
+"""Shipped configuration, importable as package data `teleop_flywheel.config` (see core/resources.py)."""

@@ -1,0 +1,1 @@
+"""Shipped calibration files (package data)."""

@@ -1,0 +1,235 @@
+"""Per-arm calibration (LeRobot's SO-101 convention) and the unit conversions that use it.
+
+Three units, one place (docs/CONTRACTS.md "Units"):
+
+* raw steps — `Present_Position` / `Goal_Position` as the servo reports them, i.e. *after* the
+  firmware subtracted `Homing_Offset` (the driver writes the offset at start).
+* LeRobot units — exactly `FeetechMotorsBus._normalize/_unnormalize` of LeRobot 0.4.x with the
+  SO-101 motor modes: body joints `MotorNormMode.DEGREES`:
+  ``deg = (raw - mid) * 360 / 4095`` with ``mid = (range_min + range_max) / 2`` (no clamping,
+  drive_mode ignored — as LeRobot does); the gripper `RANGE_0_100`:
+  ``g = (clamp(raw, range_min, range_max) - range_min) / (range_max - range_min) * 100`` and
+  ``100 - g`` when drive_mode is 1.
+* radians (ROS topics, REP-103) — LeRobot's DEGREES rule in radians, for all six joints
+  including the gripper, with drive_mode as the direction: ``rad = s * (raw - mid) * 2π / 4095``,
+  ``s = -1 if drive_mode else +1``. With drive_mode 0 (what LeRobot's SO-101 calibration always
+  writes) a body joint's radians are exactly ``math.radians`` of its LeRobot degrees.
+
+Radians → raw rounds to the nearest step (LeRobot truncates with ``int()``; < 1 step apart) and
+clamps into [range_min, range_max]. Radians ↔ LeRobot go through the *unrounded* raw value, so the
+data engine's conversion is lossless.
+
+File format (YAML; LeRobot's own calibration JSON, joint name → fields, is also accepted, with the
+arm id taken from the file name):
+
+    arm_id: follower_sim
+    joints:
+      shoulder_pan: {id: 1, drive_mode: 0, homing_offset: 0, range_min: 900, range_max: 3200}
+      ...   # all six SO-101 joints
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.so101 import GRIPPER, JOINT_IDS, JOINT_NAMES, MAX_RAW
+
+FIELDS = ("id", "drive_mode", "homing_offset", "range_min", "range_max")
+MAX_HOMING_OFFSET = 2047  # sign-magnitude with the sign in bit 11
+RAD_PER_STEP = 2.0 * math.pi / MAX_RAW
+DEG_PER_STEP = 360.0 / MAX_RAW
+
+ArrayLike = float | Sequence[float] | np.ndarray
+
+
+class CalibrationError(ValueError):
+    """A calibration file is missing or wrong; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class JointCalibration:
+    """One servo's calibration, in raw steps (LeRobot's `MotorCalibration` fields)."""
+
+    name: str
+    id: int
+    drive_mode: int
+    homing_offset: int
+    range_min: int
+    range_max: int
+
+    @property
+    def mid(self) -> float:
+        return (self.range_min + self.range_max) / 2.0
+
+    @property
+    def sign(self) -> float:
+        return -1.0 if self.drive_mode else 1.0
+
+    # raw <-> radians -------------------------------------------------------------------
+    def raw_to_rad(self, raw: ArrayLike) -> Any:
+        return self.sign * (np.asarray(raw, dtype=float) - self.mid) * RAD_PER_STEP
+
+    def rad_to_raw_float(self, rad: ArrayLike) -> Any:
+        return self.sign * np.asarray(rad, dtype=float) / RAD_PER_STEP + self.mid
+
+    def rad_to_raw(self, rad: float) -> int:
+        """The Goal_Position for an angle: nearest step, clamped into the calibrated range."""
+        raw = int(round(float(self.rad_to_raw_float(rad))))
+        return min(self.range_max, max(self.range_min, raw))
+
+    # raw <-> LeRobot units ------------------------------------------------------------
+    def raw_to_lerobot(self, raw: ArrayLike) -> Any:
+        raw = np.asarray(raw, dtype=float)
+        if self.name != GRIPPER:
+            return (raw - self.mid) * DEG_PER_STEP
+        bounded = np.clip(raw, self.range_min, self.range_max)
+        norm = (bounded - self.range_min) / (self.range_max - self.range_min) * 100.0
+        return 100.0 - norm if self.drive_mode else norm
+
+    def lerobot_to_raw_float(self, value: ArrayLike) -> Any:
+        value = np.asarray(value, dtype=float)
+        if self.name != GRIPPER:
+            return value / DEG_PER_STEP + self.mid
+        value = 100.0 - value if self.drive_mode else value
+        return np.clip(value, 0.0, 100.0) / 100.0 * (self.range_max - self.range_min) + self.range_min
+
+    # radians <-> LeRobot units --------------------------------------------------------
+    def rad_to_lerobot(self, rad: ArrayLike) -> Any:
+        return self.raw_to_lerobot(self.rad_to_raw_float(rad))
+
+    def lerobot_to_rad(self, value: ArrayLike) -> Any:
+        return self.raw_to_rad(self.lerobot_to_raw_float(value))
+
+    def rad_range(self) -> tuple[float, float]:
+        """The calibrated range in radians (lower, upper)."""
+        a, b = float(self.raw_to_rad(self.range_min)), float(self.raw_to_rad(self.range_max))
+        return (min(a, b), max(a, b))
+
+
+@dataclass(frozen=True)
+class ArmCalibration:
+    """All six joints of one arm, in `so101.JOINT_NAMES` order."""
+
+    arm_id: str
+    joints: tuple[JointCalibration, ...]
+    source: str = ""
+
+    def __getitem__(self, name: str) -> JointCalibration:
+        for joint in self.joints:
+            if joint.name == name:
+                return joint
+        raise KeyError(f"calibration {self.arm_id!r} has no joint {name!r}")
+
+    @property
+    def names(self) -> list[str]:
+        return [j.name for j in self.joints]
+
+    @property
+    def ids(self) -> list[int]:
+        return [j.id for j in self.joints]
+
+    def raw_to_rad(self, raws: Sequence[float]) -> list[float]:
+        return [float(j.raw_to_rad(r)) for j, r in zip(self.joints, raws)]
+
+    def rad_to_raw(self, rads: Sequence[float]) -> list[int]:
+        return [j.rad_to_raw(r) for j, r in zip(self.joints, rads)]
+
+    def rad_to_lerobot(self, rads: np.ndarray | Sequence[Sequence[float]] | Sequence[float]) -> np.ndarray:
+        """Radians → LeRobot units; last axis is the six joints (works on (T, 6) arrays)."""
+        arr = np.asarray(rads, dtype=float)
+        return np.stack([j.rad_to_lerobot(arr[..., i]) for i, j in enumerate(self.joints)], axis=-1)
+
+    def lerobot_to_rad(self, values: np.ndarray | Sequence[Sequence[float]] | Sequence[float]) -> np.ndarray:
+        arr = np.asarray(values, dtype=float)
+        return np.stack([j.lerobot_to_rad(arr[..., i]) for i, j in enumerate(self.joints)], axis=-1)
+
+    def rad_limits(self) -> dict[str, tuple[float, float]]:
+        return {j.name: j.rad_range() for j in self.joints}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arm_id": self.arm_id,
+            "joints": {j.name: {f: getattr(j, f) for f in FIELDS} for j in self.joints},
+        }
+
+    def to_lerobot_json(self) -> dict[str, dict[str, int]]:
+        """LeRobot's calibration file content (`~/.cache/huggingface/lerobot/calibration/...json`)."""
+        return {j.name: {f: getattr(j, f) for f in FIELDS} for j in self.joints}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def _int_field(where: str, entry: Mapping[str, Any], field: str) -> int:
+    if field not in entry:
+        raise CalibrationError(f"{where}.{field}: missing")
+    value = entry[field]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CalibrationError(f"{where}.{field}: expected an integer, got {value!r}")
+    return value
+
+
+def parse_calibration(data: Any, source: str = "<calibration>", default_arm_id: str = "") -> ArmCalibration:
+    """Validate a loaded calibration document; errors name `source` and the field path."""
+    if not isinstance(data, Mapping):
+        raise CalibrationError(f"{source}: expected a mapping with arm_id and joints, got {type(data).__name__}")
+    if "joints" in data:
+        joints_doc, arm_id = data["joints"], data.get("arm_id", default_arm_id)
+        prefix = "joints"
+    else:  # LeRobot's JSON: joint name -> fields at top level
+        joints_doc, arm_id, prefix = data, default_arm_id, ""
+    if not isinstance(arm_id, str) or not arm_id:
+        raise CalibrationError(f"{source}: arm_id: missing or not a non-empty string")
+    if not isinstance(joints_doc, Mapping):
+        raise CalibrationError(f"{source}: joints: expected a mapping of joint name -> fields")
+    unknown = sorted(set(map(str, joints_doc)) - set(JOINT_NAMES))
+    if unknown:
+        raise CalibrationError(f"{source}: {prefix or 'top level'}: unknown joint(s) {unknown}")
+    joints = []
+    for name in JOINT_NAMES:
+        where = f"{source}: {prefix + '.' if prefix else ''}{name}"
+        entry = joints_doc.get(name)
+        if not isinstance(entry, Mapping):
+            raise CalibrationError(f"{where}: missing (every SO-101 joint needs {', '.join(FIELDS)})")
+        values = {f: _int_field(where, entry, f) for f in FIELDS}
+        if values["id"] != JOINT_IDS[name]:
+            raise CalibrationError(f"{where}.id: {values['id']} but the SO-101 {name} is servo {JOINT_IDS[name]}")
+        if values["drive_mode"] not in (0, 1):
+            raise CalibrationError(f"{where}.drive_mode: must be 0 or 1, got {values['drive_mode']}")
+        if abs(values["homing_offset"]) > MAX_HOMING_OFFSET:
+            raise CalibrationError(
+                f"{where}.homing_offset: {values['homing_offset']} outside ±{MAX_HOMING_OFFSET} (11-bit sign-magnitude)")
+        for f in ("range_min", "range_max"):
+            if not 0 <= values[f] <= MAX_RAW:
+                raise CalibrationError(f"{where}.{f}: {values[f]} outside 0..{MAX_RAW}")
+        if values["range_min"] >= values["range_max"]:
+            raise CalibrationError(
+                f"{where}.range_min: {values['range_min']} must be below range_max {values['range_max']}")
+        joints.append(JointCalibration(name=name, **values))
+    return ArmCalibration(arm_id=arm_id, joints=tuple(joints), source=source)
+
+
+def load_calibration(path: str | Path) -> ArmCalibration:
+    """Read and validate a calibration file (YAML, or LeRobot's JSON)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read calibration file ({exc.strerror or exc})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"{path}: not valid YAML/JSON ({exc})") from exc
+    return parse_calibration(data, str(path), default_arm_id=path.stem)
+
+
+def sim_calibration_file(role: str) -> Path:
+    """The shipped calibration matching the simulated arm of `role` (leader|follower)."""
+    return config_path(f"calibration/{role}_sim.yaml")

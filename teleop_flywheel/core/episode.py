@@ -1,0 +1,118 @@
+"""Episode metadata: the contract between the recorder, the data engine and the reports.
+
+Stored twice in every bag, identically: as the MCAP metadata record named
+`METADATA_RECORD` and as `custom_data` in `metadata.yaml`. Both are string→string maps,
+so structured fields are JSON-encoded strings. Nothing here is ever defaulted into a
+claim: an outcome nobody set is `"unset"`, an intervention nobody labelled has
+`trigger: None`, and the validator rejects both.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from teleop_flywheel.core.labels import TRIGGER_LABELS
+
+METADATA_RECORD = "teleop_flywheel.core.episode"
+SCHEMA_VERSION = 1
+OUTCOMES = ("success", "failure", "unset")
+
+# Fields stored as JSON strings in the flat string map.
+_JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra")
+_INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns")
+_OPTIONAL_INT_FIELDS = ("attempts", "ptp_offset_ns")
+
+
+@dataclass
+class Intervention:
+    """One takeover: human authority from start_ns to end_ns (None while still running)."""
+
+    id: int
+    start_ns: int
+    end_ns: int | None = None
+    trigger: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.trigger is not None and self.trigger not in TRIGGER_LABELS:
+            raise ValueError(f"intervention {self.id}: unknown trigger label {self.trigger!r}")
+
+    @property
+    def labelled(self) -> bool:
+        return self.trigger is not None
+
+
+@dataclass
+class EpisodeMeta:
+    """Everything a recorded episode says about itself besides its messages."""
+
+    episode_name: str
+    task: str = ""
+    operator: str = ""
+    rig_id: str = ""
+    robot_type: str = "so101_follower"
+    session_kind: str = "teleop"
+    software_version: str = ""
+    policy_checkpoint: str = ""
+    calibration: dict[str, Any] = field(default_factory=dict)
+    cameras: list[str] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    outcome: str = "unset"
+    attempts: int | None = None
+    failure_label: str = ""
+    interventions: list[Intervention] = field(default_factory=list)
+    clock_start: dict[str, int] = field(default_factory=dict)
+    clock_end: dict[str, int] = field(default_factory=dict)
+    ptp_offset_ns: int | None = None
+    drops: dict[str, int] = field(default_factory=dict)
+    started_mono_ns: int = 0
+    stopped_mono_ns: int = 0
+    protocol_hash: str = ""
+    condition: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+    def to_strings(self) -> dict[str, str]:
+        """The flat string map written to MCAP metadata and metadata.yaml custom_data."""
+        raw = asdict(self)
+        out: dict[str, str] = {}
+        for key, value in raw.items():
+            if key in _JSON_FIELDS:
+                out[key] = json.dumps(value, sort_keys=True)
+            elif value is None:
+                out[key] = ""
+            else:
+                out[key] = str(value)
+        return out
+
+    @classmethod
+    def from_strings(cls, data: dict[str, str]) -> "EpisodeMeta":
+        """Inverse of `to_strings`; unknown keys go to `extra` so newer bags still load."""
+        known = set(cls.__dataclass_fields__)
+        kwargs: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                extra[key] = value
+            elif key in _JSON_FIELDS:
+                kwargs[key] = json.loads(value) if value else None
+            elif key in _INT_FIELDS:
+                kwargs[key] = int(value) if value else 0
+            elif key in _OPTIONAL_INT_FIELDS:
+                kwargs[key] = int(value) if value not in ("", "None") else None
+            else:
+                kwargs[key] = value
+        kwargs = {k: v for k, v in kwargs.items() if v is not None or k in _OPTIONAL_INT_FIELDS}
+        kwargs["interventions"] = [Intervention(**i) for i in kwargs.get("interventions") or []]
+        merged_extra = dict(kwargs.get("extra") or {})
+        merged_extra.update(extra)
+        kwargs["extra"] = merged_extra
+        return cls(**kwargs)
+
+    @property
+    def unlabelled_interventions(self) -> list[Intervention]:
+        return [i for i in self.interventions if not i.labelled]

@@ -1,0 +1,1 @@
+"""Policy evaluation without ROS: protocol files, statistics (Wilson, Fisher, Holm), result tables."""

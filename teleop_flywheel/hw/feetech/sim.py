@@ -1,0 +1,387 @@
+"""A simulated SO-101 arm: six STS3215 servos answering the real protocol on a pseudo-terminal.
+
+This is product, not test scaffolding: it is how a newcomer runs the whole stack without an
+arm (`teleop-flywheel sim-bus`), and how the tests drive the real serial code paths. It
+answers every instruction byte-exactly as the servos do (the vendor SDK talks to it), with
+first-order dynamics toward Goal_Position while torque is on, a scripted "human" moving a
+leader arm while torque is off, wire-time emulation at the baud rate, the servos' return
+delay, and injectable faults (dropped replies, corrupted checksums, error bits, noise, a
+stall, an unplug with optional re-plug).
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import select
+import threading
+import time
+import tty
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from teleop_flywheel.hw.feetech import codec as p
+from teleop_flywheel.hw.feetech.control_table import REGISTERS, TABLE_SIZE, register
+
+SERVO_IDS = (1, 2, 3, 4, 5, 6)
+# Physical travel of each SO-101 joint in raw steps (roughly what a calibrated arm visits).
+JOINT_RANGES: dict[int, tuple[int, int]] = {
+    1: (900, 3200), 2: (800, 3300), 3: (850, 3100), 4: (850, 3200), 5: (200, 3900), 6: (2000, 3300),
+}
+HumanMotion = Callable[[float], Sequence[float]]
+"""t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
+
+
+def default_human(t: float) -> list[float]:
+    """Smooth, unhurried motion across most of every joint's range; the gripper opens and closes."""
+    out = []
+    for i, sid in enumerate(SERVO_IDS):
+        lo, hi = JOINT_RANGES[sid]
+        mid, amp = (lo + hi) / 2, (hi - lo) * 0.4
+        freq = 0.07 + 0.025 * i
+        out.append(mid + amp * math.sin(2 * math.pi * freq * t + 0.9 * i))
+    return out
+
+
+@dataclass
+class Faults:
+    """Fault injection; see `parse_fault` for the command-line syntax."""
+
+    drop: float = 0.0
+    corrupt: float = 0.0
+    noise: float = 0.0
+    error_bits: dict[int, int] = field(default_factory=dict)
+    stall_at: float | None = None
+    stall_for: float = 0.0
+    unplug_at: float | None = None
+    replug_after: float | None = None
+
+
+def parse_fault(spec: str, faults: Faults) -> None:
+    """Apply one `--fault` spec: drop:P, corrupt:P, noise:P, error:ID:BITS, stall:T:D, unplug:T[:D]."""
+    kind, _, rest = spec.partition(":")
+    args = rest.split(":") if rest else []
+    try:
+        if kind in ("drop", "corrupt", "noise") and len(args) == 1:
+            value = float(args[0])
+            if not 0.0 <= value <= 1.0:
+                raise ValueError
+            setattr(faults, kind, value)
+        elif kind == "error" and len(args) == 2:
+            faults.error_bits[int(args[0])] = int(args[1], 0)
+        elif kind == "stall" and len(args) == 2:
+            faults.stall_at, faults.stall_for = float(args[0]), float(args[1])
+        elif kind == "unplug" and len(args) in (1, 2):
+            faults.unplug_at = float(args[0])
+            faults.replug_after = float(args[1]) if len(args) == 2 else None
+        else:
+            raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"bad fault {spec!r}: expected drop:P, corrupt:P, noise:P (0..1), error:ID:BITS, stall:T:SECONDS, "
+            "unplug:T[:REPLUG_AFTER]"
+        ) from None
+
+
+class Servo:
+    """One STS3215: a 128-byte control table plus a physical shaft position (raw steps)."""
+
+    def __init__(self, servo_id: int, return_delay: int) -> None:
+        self.table = bytearray(TABLE_SIZE)
+        for reg in REGISTERS:
+            self._put(reg.address, reg.size, reg.default)
+        self._put(register("ID").address, 1, servo_id)
+        self._put(register("Return_Delay_Time").address, 1, return_delay)
+        lo, hi = JOINT_RANGES[servo_id]
+        self.position = (lo + hi) / 2.0
+        self.velocity = 0.0
+        self.pending = b""  # REG_WRITE parameters waiting for ACTION
+        self._put(register("Goal_Position").address, 2, int(self.position))
+
+    @property
+    def id(self) -> int:
+        return self.table[register("ID").address]
+
+    def _put(self, address: int, size: int, value: int) -> None:
+        self.table[address:address + size] = value.to_bytes(size, "little")
+
+    def get(self, name: str) -> int:
+        reg = register(name)
+        raw = int.from_bytes(self.table[reg.address:reg.address + reg.size], "little")
+        return p.from_sign_magnitude(raw, reg.sign_bit) if reg.sign_bit is not None else raw
+
+    def set(self, name: str, value: int) -> None:
+        reg = register(name)
+        raw = p.to_sign_magnitude(value, reg.sign_bit) if reg.sign_bit is not None else value
+        self._put(reg.address, reg.size, raw)
+
+    def write(self, address: int, data: bytes) -> None:
+        """A host write: only writable bytes change (like the firmware, read-only ones are kept)."""
+        for i, byte in enumerate(data):
+            addr = address + i
+            if addr >= TABLE_SIZE:
+                break
+            reg = next((r for r in REGISTERS if r.address <= addr < r.address + r.size), None)
+            if reg is None or reg.writable:
+                self.table[addr] = byte
+
+    def goal_physical(self) -> float:
+        """Goal_Position in shaft steps: the offset added back, clamped to the position limits."""
+        lo, hi = self.get("Min_Position_Limit"), self.get("Max_Position_Limit")
+        goal = min(max(self.get("Goal_Position"), lo), hi)
+        return goal + self.get("Homing_Offset")
+
+    def latch(self) -> None:
+        """Refresh the read-only registers from the physical state (what a read returns)."""
+        present = int(round(self.position)) - self.get("Homing_Offset")
+        self.set("Present_Position", max(-4095, min(4095, present)))
+        self.set("Present_Velocity", int(max(-32767, min(32767, round(self.velocity)))))
+        load = int(max(-1000, min(1000, self.velocity / 5))) if self.get("Torque_Enable") else 0
+        self.set("Present_Load", load)
+        self.set("Moving", 1 if abs(self.velocity) > 5 else 0)
+        self.set("Present_Current", abs(load) // 2)
+
+
+class SimulatedArm:
+    """Six servos on a pty; `with SimulatedArm("follower") as arm: open(arm.port)`.
+
+    `role` only chooses the idle behaviour: a leader with torque off is moved by `human`
+    (replace it at any time with `set_human`); with torque on, any servo tracks its goal.
+    """
+
+    def __init__(
+        self,
+        role: str = "follower",
+        baudrate: int = 1_000_000,
+        wire_time: bool = True,
+        return_delay: int = 0,
+        faults: Faults | None = None,
+        link: str | os.PathLike[str] | None = None,
+        seed: int = 0,
+        time_constant_s: float = 0.04,
+    ) -> None:
+        if role not in ("leader", "follower"):
+            raise ValueError(f"role must be leader or follower, got {role!r}")
+        self.role = role
+        self.baudrate = baudrate
+        self.wire_time = wire_time
+        self.faults = faults or Faults()
+        self.link = Path(link) if link else None
+        self.servos = {sid: Servo(sid, return_delay) for sid in SERVO_IDS}
+        self.time_constant_s = time_constant_s
+        self._human: HumanMotion = default_human
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._master = self._slave = -1
+        self.port = ""
+        self.started = 0.0
+        self.replies = 0
+        self.requests = 0
+        self.plugged = threading.Event()
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def __enter__(self) -> "SimulatedArm":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self._last_physics = self.started
+        self._open_pty()
+        self._thread = threading.Thread(target=self._serve, name=f"sim-{self.role}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+        self._close_pty()
+
+    def set_human(self, motion: HumanMotion) -> None:
+        with self._lock:
+            self._human = motion
+
+    def positions(self) -> list[float]:
+        """Physical shaft positions (raw steps), for tests and demos that check tracking."""
+        with self._lock:
+            return [self.servos[sid].position for sid in SERVO_IDS]
+
+    def _open_pty(self) -> None:
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)
+        self.port = os.ttyname(self._slave)
+        if self.link is not None:
+            tmp = self.link.with_name(self.link.name + ".tmp")
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(self.port)
+            tmp.replace(self.link)
+        self.plugged.set()
+
+    def _close_pty(self) -> None:
+        self.plugged.clear()
+        if self.link is not None and self.link.is_symlink():
+            self.link.unlink()
+        for fd in (self._master, self._slave):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._master = self._slave = -1
+
+    # -- physics --------------------------------------------------------------------------
+    def _step_physics(self, now: float) -> None:
+        dt = now - self._last_physics
+        if dt <= 0:
+            return
+        self._last_physics = now
+        t = now - self.started
+        human = self._human(t) if self.role == "leader" else None
+        for i, sid in enumerate(SERVO_IDS):
+            s = self.servos[sid]
+            if s.get("Torque_Enable"):
+                # Torque_Limit scales how hard the servo pulls (a soft leader lags more).
+                strength = max(s.get("Torque_Limit"), 1) / 1000.0
+                target, tau = s.goal_physical(), self.time_constant_s / strength
+            elif human is not None:
+                target, tau = float(human[i]), 0.08
+            else:
+                s.velocity = 0.0
+                continue
+            k = 1.0 - math.exp(-dt / tau)
+            new = s.position + (target - s.position) * k
+            s.velocity = (new - s.position) / dt
+            s.position = new
+
+    # -- serving --------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _serve(self) -> None:
+        parser = p.InstructionParser()
+        while not self._stop.is_set():
+            f = self.faults
+            t = self._elapsed()
+            if f.unplug_at is not None and t >= f.unplug_at and self.plugged.is_set():
+                self._close_pty()
+                if f.replug_after is None:
+                    return
+                deadline = time.monotonic() + f.replug_after
+                while time.monotonic() < deadline and not self._stop.is_set():
+                    time.sleep(0.02)
+                f.unplug_at = None
+                parser.clear()
+                self._open_pty()
+                continue
+            try:
+                ready, _, _ = select.select([self._master], [], [], 0.002)
+            except (OSError, ValueError):
+                return
+            now = time.monotonic()
+            with self._lock:
+                self._step_physics(now)
+            if not ready:
+                continue
+            try:
+                data = os.read(self._master, 4096)
+            except OSError:
+                continue
+            arrival = now
+            parser.feed(data)
+            while (packet := parser.next()) is not None:
+                self.requests += 1
+                self._answer(packet, arrival)
+
+    def _sleep_until(self, deadline: float) -> None:
+        delay = deadline - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _answer(self, packet: p.Instruction, arrival: float) -> None:
+        f = self.faults
+        t = self._elapsed()
+        if f.stall_at is not None and f.stall_at <= t < f.stall_at + f.stall_for:
+            return
+        request_wire = self._wire(len(packet.params) + 6)
+        with self._lock:
+            replies = self._execute(packet)
+        if not replies:
+            return
+        cursor = arrival + request_wire
+        out = bytearray()
+        for servo, reply in replies:
+            if self._rng.random() < f.drop:
+                continue
+            cursor += servo.get("Return_Delay_Time") * 2e-6
+            if self._rng.random() < f.corrupt:
+                reply = reply[:-1] + bytes(((reply[-1] + 1) & 0xFF,))
+            if self._rng.random() < f.noise:
+                out += bytes(self._rng.randrange(256) for _ in range(3))
+            out += reply
+            cursor += self._wire(len(reply))
+        if not out:
+            return
+        self._sleep_until(cursor)
+        try:
+            os.write(self._master, bytes(out))
+            self.replies += 1
+        except OSError:
+            pass
+
+    def _wire(self, n_bytes: int) -> float:
+        return p.wire_time_ns(n_bytes, self.baudrate) / 1e9 if self.wire_time else 0.0
+
+    def _status(self, servo: Servo, data: bytes = b"") -> tuple[Servo, bytes]:
+        return servo, p.status(servo.id, self.faults.error_bits.get(servo.id, 0), data)
+
+    def _execute(self, pkt: p.Instruction) -> list[tuple[Servo, bytes]]:
+        """Apply one instruction; the status packets to send back (none for broadcasts)."""
+        targets = list(self.servos.values()) if pkt.servo_id == p.BROADCAST_ID else (
+            [self.servos[pkt.servo_id]] if pkt.servo_id in self.servos else [])
+        if not targets:
+            return []
+        broadcast = pkt.servo_id == p.BROADCAST_ID
+        if pkt.inst == p.PING:
+            return [] if broadcast else [self._status(targets[0])]
+        if pkt.inst == p.READ and len(pkt.params) == 2 and not broadcast:
+            address, size = pkt.params
+            s = targets[0]
+            s.latch()
+            return [self._status(s, bytes(s.table[address:address + size]))]
+        if pkt.inst in (p.WRITE, p.REG_WRITE) and pkt.params:
+            for s in targets:
+                if pkt.inst == p.WRITE:
+                    s.write(pkt.params[0], pkt.params[1:])
+                else:
+                    s.pending = pkt.params
+            return [] if broadcast else [self._status(targets[0])]
+        if pkt.inst == p.ACTION:
+            for s in targets:
+                if s.pending:
+                    s.write(s.pending[0], s.pending[1:])
+                    s.pending = b""
+            return [] if broadcast else [self._status(targets[0])]
+        if pkt.inst == p.SYNC_WRITE and len(pkt.params) >= 2:
+            address, size = pkt.params[0], pkt.params[1]
+            body = pkt.params[2:]
+            for k in range(0, len(body) - size, size + 1):
+                sid = body[k]
+                if sid in self.servos:
+                    self.servos[sid].write(address, body[k + 1:k + 1 + size])
+            return []
+        if pkt.inst == p.SYNC_READ and len(pkt.params) >= 2:
+            address, size = pkt.params[0], pkt.params[1]
+            out = []
+            for sid in pkt.params[2:]:
+                s = self.servos.get(sid)
+                if s is not None:
+                    s.latch()
+                    out.append(self._status(s, bytes(s.table[address:address + size])))
+            return out
+        return []

@@ -1,0 +1,50 @@
+"""`teleop-flywheel sim-bus`: serve a simulated SO-101 arm on a pseudo-terminal.
+
+Prints the pty device path as the first line of standard output (so scripts can read it),
+optionally points `--link` at it, and serves until SIGINT/SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arm", choices=("leader", "follower"), required=True, help="which arm to simulate")
+    parser.add_argument("--baud", type=int, default=1_000_000, help="baud rate for wire-time emulation")
+    parser.add_argument("--link", default=None, help="make this path a symlink to the pty (stable port name)")
+    parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                        help="drop:P | corrupt:P | noise:P | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER]")
+    parser.add_argument("--return-delay", type=int, default=0, help="Return_Delay_Time register (2 us units)")
+    parser.add_argument("--no-wire-time", action="store_true", help="answer instantly (no wire-time emulation)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for probabilistic faults")
+
+
+def run(args: argparse.Namespace) -> int:
+    faults = Faults()
+    try:
+        for spec in args.fault:
+            parse_fault(spec, faults)
+    except ValueError as exc:
+        print(f"sim-bus: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed)
+    try:
+        arm.start()
+    except OSError as exc:
+        print(f"sim-bus: cannot create pseudo-terminal or link {args.link}: {exc}", file=sys.stderr)
+        return 1
+    print(arm.port, flush=True)
+    print(f"sim-bus: {args.arm} arm (6 x STS3215, ids 1-6) on {arm.port}"
+          + (f" -> {args.link}" if args.link else "") + "; Ctrl-C to stop", file=sys.stderr, flush=True)
+    while not stop.is_set():
+        stop.wait(0.2)
+    arm.stop()
+    return 0

@@ -1,0 +1,184 @@
+"""`pedal` node: a USB foot pedal (Linux evdev) to `/pedal/joy` (sensor_msgs/Joy).
+
+`buttons[0]` is the takeover pedal (debounced level), `buttons[1..5]` pulse when a key mapped
+to a trigger label is pressed (TRIGGER_LABELS order). `header.stamp` is the kernel's event
+time on CLOCK_MONOTONIC, never the time this node read it: the node asks the kernel for
+monotonic stamps (EVIOCSCLOCKID); where the kernel refuses, its CLOCK_REALTIME stamps are
+converted with a realtime−monotonic offset measured by bracketing clock reads and re-measured
+every check period (NTP may step realtime). `/diagnostics` says which clock is in use.
+
+python-evdev finds a device given by name (its EVIOCGNAME, instead of parsing
+/proc/bus/input/devices); the records themselves are read as raw `struct input_event` bytes,
+so a FIFO is a device too: the simulator's virtual pedal writes kernel-format records into one
+and the tests exercise the same decoding. The device is grabbed exclusively so pedal presses
+do not type into a terminal.
+
+Unplug: a read error (ENODEV), or the configured path no longer leading to the open file
+(checked every second: a removed FIFO never errors, a replugged USB pedal comes back as a new
+/dev/input/eventN behind the same by-id link) → `/diagnostics` ERROR naming the device and the
+reason, the device is closed and reopened once a second until it returns. If the pedal was down,
+the node publishes pedal-up: an unplugged pedal cannot be held, and releasing hands authority
+back to the policy through the normal ramp rather than leaving the human in charge of an arm
+nobody is steering. That release is stamped with the time the loss was noticed (monotonic),
+or with the kernel's own release stamp if one was still inside the debounce window.
+"""
+from __future__ import annotations
+
+import os
+import select
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.node import Node
+from sensor_msgs.msg import Joy
+
+from teleop_flywheel.core.clock import (
+    NS_PER_S,
+    ClockMapping,
+    fill_stamp,
+    now_ns,
+    sample_mapping,
+)
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.hw.pedal.events import (
+    MONOTONIC,
+    REALTIME,
+    WRITER,
+    KeyMap,
+    PedalState,
+    device_changed,
+    open_device,
+    read_available,
+    realtime_to_monotonic,
+    resolve_device,
+)
+
+CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
+
+
+class PedalNode(Node):
+    def __init__(self, node_name: str = "pedal", **kwargs: object) -> None:
+        super().__init__(node_name, **kwargs)
+
+        def param(name: str, default: object, text: str) -> object:
+            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
+
+        self.device = str(param("device", "/dev/input/by-id/usb-foot-pedal-event-kbd", "event device: path, by-id or name"))
+        keymap_file = str(param("keymap_file", str(config_path("pedal.yaml")), "key map YAML"))
+        self.grab = bool(param("grab", True, "grab the device exclusively"))
+        self.state = PedalState(KeyMap.load(keymap_file))
+        self._pub = self.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+        self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._error = f"{self.device}: not opened yet"
+        self._lost = ""  # why the open device was lost, until it is back
+        self._path = ""  # what the device resolved to when opened
+        self._stamp_clock = ""
+        self._offset: ClockMapping | None = None  # realtime→monotonic, when the kernel stamps realtime
+        self._events = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pedal", daemon=True)
+        self._thread.start()
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    def _publish(self, stamp_ns: int, label_index: int | None = None) -> None:
+        msg = Joy()
+        fill_stamp(msg.header.stamp, stamp_ns)
+        msg.header.frame_id = "pedal"
+        buttons = [1 if self.state.down else 0] + [0] * len(TRIGGER_LABELS)
+        if label_index is not None:
+            buttons[label_index + 1] = 1
+        msg.buttons = buttons
+        self._pub.publish(msg)
+        if label_index is not None:  # a label is a press: release it right away
+            msg.buttons = [buttons[0]] + [0] * len(TRIGGER_LABELS)
+            self._pub.publish(msg)
+
+    def _handle(self, actions: list[tuple[str, object, int]]) -> None:
+        for kind, value, stamp in actions:
+            self._events += 1
+            if kind == "takeover":
+                self._publish(stamp)
+            else:
+                self._publish(stamp, TRIGGER_LABELS.index(str(value)))
+
+    def _open(self) -> int:
+        """Resolve and open the device; -1 (with the reason in the diagnostics) if it is not there."""
+        try:
+            path = resolve_device(self.device)
+            fd, clock = open_device(path, self.grab)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            self._error = f"{self._lost}; not back yet ({why})" if self._lost else f"{self.device}: {why}"
+            return -1
+        self._path, self._stamp_clock, self._error, self._lost = path, clock, "", ""
+        self._offset = sample_mapping() if clock == REALTIME else None
+        self._publish_diagnostics()
+        return fd
+
+    def _unplug(self, fd: int, reason: str) -> None:
+        """Close a lost device, say so, and leave the pedal up (an unplugged pedal cannot be held)."""
+        os.close(fd)
+        self._lost = self._error = f"{self.device}: unplugged: {reason}"
+        self._handle(self.state.release(now_ns()))
+        self._publish_diagnostics()
+
+    def _loop(self) -> None:
+        fd = -1
+        rest = b""
+        next_check = 0
+        while not self._stop.is_set():
+            if fd < 0:
+                fd, rest = self._open(), b""
+                if fd < 0:
+                    self._stop.wait(CHECK_NS / NS_PER_S)
+                    continue
+                next_check = now_ns() + CHECK_NS
+            if now_ns() >= next_check:
+                next_check = now_ns() + CHECK_NS
+                reason = device_changed(self._path, fd)
+                if reason:
+                    self._unplug(fd, reason)
+                    fd = -1
+                    continue
+                if self._offset is not None:
+                    self._offset = sample_mapping()
+            try:
+                ready, _, _ = select.select([fd], [], [], 0.01)
+                if ready:
+                    events, rest = read_available(fd, rest)
+                    if self._offset is not None:
+                        events = realtime_to_monotonic(events, self._offset.offset_ns)
+                    for ev in events:
+                        self._handle(self.state.feed(ev))
+            except OSError as exc:  # a real device unplugged: ENODEV
+                self._unplug(fd, f"read failed: {exc.strerror or exc}")
+                fd = -1
+                continue
+            self._handle(self.state.settle(now_ns()))
+        if fd >= 0:
+            os.close(fd)
+
+    def _clock_text(self) -> str:
+        if self._stamp_clock == REALTIME and self._offset is not None:
+            return (f"realtime (EVIOCSCLOCKID refused), converted: offset {self._offset.offset_ns} ns "
+                    f"± {self._offset.uncertainty_ns} ns")
+        return {MONOTONIC: "monotonic (EVIOCSCLOCKID)",
+                WRITER: "as written (FIFO/file: the writer's monotonic stamps)"}.get(self._stamp_clock, "none yet")
+
+    def _publish_diagnostics(self) -> None:
+        level, message = ("ERROR", self._error) if self._error else ("OK", f"{self.device} open")
+        values = {"device": self.device, "path": self._path, "clock": self._clock_text(),
+                  "events": self._events, "down": self.state.down}
+        self._diag.publish(diag_array([diag_status(f"{self.get_name()}: foot pedal", level, message,
+                                                   values, hardware_id=self.device)]))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+
+def main() -> int:
+    return spin_node(PedalNode)

@@ -1,0 +1,236 @@
+"""`teleop` node: leader (and policy) in, the command actually sent to the follower out.
+
+Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
+- in: `/leader/joint_states`, `/policy/joint_command`, `/pedal/joy` (buttons[0] = takeover,
+  buttons[1..5] = trigger labels), `/follower/joint_states`;
+- out: `/follower/joint_command` (after blend, limits and max step — this is the dataset's
+  action), `/leader/joint_command` (while the policy drives, the follower's position so the
+  leader tracks it; an empty message at pedal-down releases the leader's torque),
+  `/teleop/authority` (JointState with named numeric fields alpha, mode, intervention_id,
+  trigger — plottable in Foxglove), `/teleop/intervention` (JSON events, latched).
+- services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop) and
+  `~/label/<trigger>` (std_srvs/Trigger, one per trigger label).
+
+A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
+timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
+the policy keeps driving with the leader silent). Stamps are the tick's monotonic time. The
+control inputs keep only their newest sample (`CONTROL_QOS`): a node that fell behind acts on
+the present instead of working through a queue of targets that are stale by then.
+
+A stale input holds the last command *sent* (the guard stops at once rather than finishing a
+rate-limited move) and is reported on `/diagnostics` the moment the hold begins, and in the
+next periodic status even if it lasted only a few ticks.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.node import Node
+from sensor_msgs.msg import JointState, Joy
+from std_msgs.msg import String
+from std_srvs.srv import SetBool, Trigger
+
+from teleop_flywheel.core.blending import AuthorityBlender
+from teleop_flywheel.core.clock import now_ns, stamp_to_ns
+from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_code, trigger_code
+from teleop_flywheel.ros.nodes.common import (
+    CONTROL_QOS,
+    LATCHED_QOS,
+    STREAM_QOS,
+    diag_array,
+    diag_status,
+    joint_state,
+    spin_node,
+)
+from teleop_flywheel.core.safety import CommandGuard
+from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
+
+AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")
+
+
+def _ordered(msg: JointState) -> list[float] | None:
+    """Positions in JOINT_NAMES order, or None if a joint is missing."""
+    by_name = dict(zip(msg.name, msg.position))
+    if all(n in by_name for n in JOINT_NAMES):
+        return [float(by_name[n]) for n in JOINT_NAMES]
+    return None
+
+
+class TeleopNode(Node):
+    def __init__(self, node_name: str = "teleop", **kwargs: object) -> None:
+        super().__init__(node_name, **kwargs)
+
+        def param(name: str, default: object, text: str) -> object:
+            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
+
+        mode = str(param("mode", "teleop", "teleop (human only) or policy (policy drives, pedal takes over)"))
+        blend_ms = float(param("blend_duration_ms", 150.0, "authority ramp duration, 20..1000 ms"))
+        self.rate_hz = float(param("rate_hz", 200.0, "tick rate when no leader sample arrives"))
+        stale_ms = float(param("stale_ms", 100.0, "an input older than this is stale: hold, never extrapolate"))
+        max_step = float(param("max_step_rad", 0.05, "largest change of any joint command per tick, rad"))
+        self.blender = AuthorityBlender(mode=mode, blend_ms=blend_ms, stale_ms=stale_ms)
+        self.guard = CommandGuard(JOINT_NAMES, default_limits(), max_step=max_step)
+        self._lock = threading.Lock()
+        self._follower: list[float] | None = None
+        self._last_tick_ns = 0
+        self._buttons: list[int] = []
+        self._leader_released = False
+        self._reported: dict[int, tuple[int | None, str | None]] = {}
+        self._hold_reason = ""  # the current hold, "" when not holding
+        self._holds: dict[str, int] = {}  # hold reason → ticks held since the last diagnostics
+
+        self._cmd_pub = self.create_publisher(JointState, "/follower/joint_command", STREAM_QOS)
+        self._leader_pub = self.create_publisher(JointState, "/leader/joint_command", STREAM_QOS)
+        self._auth_pub = self.create_publisher(JointState, "/teleop/authority", STREAM_QOS)
+        self._event_pub = self.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, CONTROL_QOS)
+        self.create_subscription(JointState, "/policy/joint_command", self._on_policy, CONTROL_QOS)
+        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, CONTROL_QOS)
+        self.create_subscription(Joy, "/pedal/joy", self._on_pedal, STREAM_QOS)
+        self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
+        for label in TRIGGER_LABELS:
+            self.create_service(Trigger, f"~/label/{label}", lambda req, res, lb=label: self._srv_label(lb, res))
+        self.create_timer(1.0 / self.rate_hz, self._on_timer)
+        self.create_timer(1.0, self._publish_diagnostics)
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _on_leader(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is None:
+            return
+        with self._lock:
+            self.blender.human(positions, stamp_to_ns(msg.header.stamp))
+            self._tick(now_ns())
+
+    def _on_policy(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is not None:
+            with self._lock:
+                self.blender.policy(positions, stamp_to_ns(msg.header.stamp))
+
+    def _on_follower(self, msg: JointState) -> None:
+        positions = _ordered(msg)
+        if positions is not None:
+            with self._lock:
+                self._follower = positions
+
+    def _on_pedal(self, msg: Joy) -> None:
+        stamp = stamp_to_ns(msg.header.stamp)
+        buttons = list(msg.buttons)
+        with self._lock:
+            previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
+            self._buttons = buttons
+            if buttons and bool(buttons[0]) != bool(previous[0]):
+                known = now_ns()
+                self.blender.pedal(bool(buttons[0]), stamp, known)
+                self._drive_leader(known)
+            for i, label in enumerate(TRIGGER_LABELS, start=1):
+                if i < len(buttons) and buttons[i] and not previous[i]:
+                    self._label(label, stamp)
+            self._publish_events()
+
+    def _label(self, label: str, t_ns: int) -> str:
+        try:
+            iv = self.blender.label(label, t_ns)
+        except ValueError as exc:
+            return str(exc)
+        return f"intervention {iv.id} labelled {label}"
+
+    def _srv_label(self, label: str, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            message = self._label(label, now_ns())
+            self._publish_events()
+        response.success = message.startswith("intervention")
+        response.message = message
+        return response
+
+    def _srv_mode(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        mode = "policy" if request.data else "teleop"
+        with self._lock:
+            t = now_ns()
+            self.blender.set_mode(mode, t)
+            self._drive_leader(t)
+            self._publish_events()
+        response.success, response.message = True, f"mode {mode}"
+        return response
+
+    # -- ticking --------------------------------------------------------------------------
+    def _on_timer(self) -> None:
+        with self._lock:
+            t = now_ns()
+            if t - self._last_tick_ns >= 1e9 / self.rate_hz:
+                self._tick(t)
+
+    def _drive_leader(self, t: int) -> None:
+        """While the policy alone drives, the leader tracks the follower (torque on), so a takeover
+        joins two nearly equal commands; whenever the human has any authority it is released
+        (an empty command), at once on the pedal edge or mode switch that gives it."""
+        policy_alone = (self.blender.mode == "policy" and not self.blender.pedal_down
+                        and self.blender.alpha(t) == 0.0)
+        if policy_alone:
+            if self._follower is not None:
+                self._leader_released = False
+                self._leader_pub.publish(joint_state(JOINT_NAMES, self._follower, t))
+        elif not self._leader_released:
+            self._leader_released = True
+            self._leader_pub.publish(joint_state([], [], t))  # empty = release torque now
+
+    def _tick(self, t: int) -> None:
+        self._last_tick_ns = t
+        out = self.blender.tick(t)
+        begins = bool(out.reason) and out.reason != self._hold_reason
+        self._hold_reason = out.reason
+        if out.reason:
+            self._holds[out.reason] = self._holds.get(out.reason, 0) + 1
+        if begins:  # say so now, not at the next 1 Hz status
+            self.get_logger().warning(f"holding the follower: {out.reason}")
+            self._publish_diagnostics_locked()
+        self._drive_leader(t)
+        if out.command is not None:
+            seed = self._follower if self._follower is not None else out.command
+            if out.holding:
+                self.guard.hold()
+            else:
+                self.guard.command(JOINT_NAMES, out.command, t)
+            sent = self.guard.step(seed, t)
+            self._cmd_pub.publish(joint_state(JOINT_NAMES, sent, t))
+        values = [out.alpha, float(mode_code(out.mode)), float(out.intervention_id), float(trigger_code(out.trigger))]
+        self._auth_pub.publish(joint_state(AUTHORITY_FIELDS, values, t))
+        self._publish_events()
+
+    def _publish_events(self) -> None:
+        for iv in self.blender.interventions:
+            state = (iv.end_ns, iv.trigger)
+            if self._reported.get(iv.id) != state:
+                self._reported[iv.id] = state
+                self._event_pub.publish(String(data=json.dumps(
+                    {"id": iv.id, "start_ns": iv.start_ns, "end_ns": iv.end_ns, "trigger": iv.trigger})))
+
+    def _publish_diagnostics(self) -> None:
+        with self._lock:
+            self._publish_diagnostics_locked()
+
+    def _publish_diagnostics_locked(self) -> None:
+        """WARN while holding or when any hold happened since the last status (a stall of a few
+        ticks between two statuses is still reported), or when interventions are unlabelled."""
+        holds, self._holds = self._holds, {}
+        unlabelled = [iv.id for iv in self.blender.interventions if iv.end_ns is not None and iv.trigger is None]
+        values = {"mode": self.blender.mode, "interventions": len(self.blender.interventions),
+                  "unlabelled": unlabelled, "held_ticks": sum(holds.values()),
+                  "clamped": self.guard.stats.clamped, "rate_limited": self.guard.stats.rate_limited}
+        if self._hold_reason:
+            message = f"holding: {self._hold_reason}"
+        elif holds:
+            message = "held since the last status: " + ", ".join(f"{r} ({n} ticks)" for r, n in holds.items())
+        else:
+            message = f"unlabelled interventions {unlabelled}" if unlabelled else "ok"
+        level = "OK" if message == "ok" else "WARN"
+        self._diag_pub.publish(diag_array([diag_status(f"{self.get_name()}: authority", level, message, values)]))
+
+
+def main() -> int:
+    return spin_node(TeleopNode)

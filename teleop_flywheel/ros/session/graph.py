@@ -1,0 +1,265 @@
+"""One description of each session's node graph, used by launch files and by the runner.
+
+`ros2 launch teleop_flywheel teleop.launch.py` (real ROS 2 installs) and
+`teleop-flywheel run teleop` (in one process, here) both call `build_graph`, so what runs is
+the same set of nodes, parameters and remappings either way. No ROS imports here.
+
+Session kinds:
+- `teleop`: leader + follower arm drivers and the teleop node in `teleop` mode (human only);
+- `rollout`: the same with a policy node, the pedal, and the teleop node in `policy` mode;
+- `record`: cameras + recorder (teleop and rollout include it unless `record=False`);
+- `sim`: rollout + record on simulated hardware: two simulated arms on pseudo-terminals,
+  synthetic cameras, a virtual pedal (a FIFO fed with real `input_event` records).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.calibration import sim_calibration_file
+
+KINDS = ("teleop", "rollout", "record", "sim")
+
+# console script -> "module:Class" of the node it runs (the runner instantiates the class).
+EXECUTABLES: dict[str, str] = {
+    "arm_driver": "teleop_flywheel.ros.nodes.arm_driver:ArmDriverNode",
+    "teleop": "teleop_flywheel.ros.nodes.teleop:TeleopNode",
+    "pedal": "teleop_flywheel.ros.nodes.pedal:PedalNode",
+    "policy": "teleop_flywheel.ros.nodes.policy:PolicyNode",
+    "camera": "teleop_flywheel.ros.nodes.camera:CameraNode",
+    "recorder": "teleop_flywheel.ros.nodes.recorder:RecorderNode",
+}
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: which console script, its name, parameters and topic remappings."""
+
+    executable: str
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+    remappings: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.executable not in EXECUTABLES:
+            raise ValueError(f"node {self.name}: unknown executable {self.executable!r}")
+
+    @property
+    def target(self) -> str:
+        return EXECUTABLES[self.executable]
+
+
+@dataclass(frozen=True)
+class SimArmSpec:
+    """A simulated arm the session must start before its driver: `sim-bus --arm ROLE --link LINK`."""
+
+    role: str
+    link: str
+    faults: tuple[str, ...] = ()
+
+    def command(self, python: str) -> list[str]:
+        cmd = [python, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", self.role, "--link", self.link]
+        for fault in self.faults:
+            cmd += ["--fault", fault]
+        return cmd
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    name: str
+    source: str = "v4l2"
+    device: str = "/dev/video0"
+    width: int = 640
+    height: int = 480
+    fps: float = 30.0
+
+
+@dataclass(frozen=True)
+class Graph:
+    kind: str
+    nodes: tuple[NodeSpec, ...]
+    sim_arms: tuple[SimArmSpec, ...] = ()
+    pedal_fifo: str = ""
+
+    def node(self, name: str) -> NodeSpec:
+        for spec in self.nodes:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.kind} graph has no node {name!r}")
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Everything a user chooses when starting a session (= the launch arguments)."""
+
+    leader_port: str = "/dev/so101_leader"
+    follower_port: str = "/dev/so101_follower"
+    leader_calibration: str = ""
+    follower_calibration: str = ""
+    cameras: tuple[CameraSpec, ...] = (CameraSpec("front", device="/dev/video0"),)
+    pedal_device: str = "/dev/input/by-id/usb-foot-pedal-event-kbd"
+    policy: str = "scripted"
+    policy_args: str = ""
+    checkpoint_id: str = ""  # empty = the policy's own id (scripted-v0, replay:<episode>, lerobot:<dir>:<hash>)
+    output_dir: str = str(Path.home() / "teleop_flywheel" / "bags")
+    arm_rate_hz: float = 200.0
+    teleop_rate_hz: float = 200.0
+    blend_duration_ms: float = 150.0
+    task: str = ""
+    operator: str = ""
+    record: bool = True
+    sim_dir: str = ""
+
+    def with_defaults(self) -> "SessionConfig":
+        return replace(
+            self,
+            leader_calibration=self.leader_calibration or str(sim_calibration_file("leader")),
+            follower_calibration=self.follower_calibration or str(sim_calibration_file("follower")),
+        )
+
+
+# Launch arguments: name -> (default as string, description). Launch files declare exactly these.
+LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
+    "leader_port": (SessionConfig.leader_port, "serial port of the leader arm"),
+    "follower_port": (SessionConfig.follower_port, "serial port of the follower arm"),
+    "leader_calibration": ("", "leader calibration YAML (default: config/calibration/leader_sim.yaml)"),
+    "follower_calibration": ("", "follower calibration YAML (default: config/calibration/follower_sim.yaml)"),
+    "cameras": ("front:/dev/video0", "comma-separated name:device (or name:synthetic)"),
+    "pedal_device": (SessionConfig.pedal_device, "foot pedal evdev device (path, by-id or name)"),
+    "policy": (SessionConfig.policy, "policy: scripted, replay or a teleop_flywheel.policies plugin"),
+    "policy_args": ("", "policy arguments (e.g. a bag path for replay, a checkpoint dir)"),
+    "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
+    "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
+    "record": ("true", "start cameras + recorder too"),
+}
+
+
+def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
+    """`front:/dev/video0,wrist:synthetic` -> camera specs."""
+    cams = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, device = item.partition(":")
+        if not name or not device:
+            raise ValueError(f"camera {item!r}: expected name:device or name:synthetic")
+        cams.append(CameraSpec(name, source="synthetic" if device == "synthetic" else "v4l2", device=device))
+    return tuple(cams)
+
+
+def config_from_arguments(values: dict[str, str]) -> SessionConfig:
+    """A SessionConfig from launch-argument strings (unknown keys are an error)."""
+    unknown = set(values) - set(LAUNCH_ARGUMENTS)
+    if unknown:
+        raise ValueError(f"unknown session arguments: {', '.join(sorted(unknown))}")
+    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", "record")}
+    if "cameras" in values:
+        kwargs["cameras"] = parse_cameras(values["cameras"])
+    if "record" in values:
+        kwargs["record"] = values["record"].strip().lower() in ("1", "true", "yes", "on")
+    return SessionConfig(**kwargs)
+
+
+def _arm(role: str, port: str, calibration: str, rate_hz: float) -> NodeSpec:
+    return NodeSpec(
+        "arm_driver",
+        f"{role}_arm",
+        {"port": port, "role": role, "calibration_file": calibration, "rate_hz": rate_hz},
+    )
+
+
+def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
+    nodes = [
+        NodeSpec("camera", f"camera_{cam.name}", {
+            "name": cam.name, "source": cam.source, "device": cam.device,
+            "width": cam.width, "height": cam.height, "fps": cam.fps,
+        })
+        for cam in cfg.cameras
+    ]
+    topics = [
+        "/leader/joint_states", "/follower/joint_states", "/follower/joint_command",
+        "/policy/joint_command", "/teleop/authority", "/teleop/intervention", "/pedal/joy", "/diagnostics",
+    ] + [f"/cameras/{cam.name}/image/compressed" for cam in cfg.cameras]
+    nodes.append(NodeSpec("recorder", "recorder", {
+        "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
+        "cameras": [cam.name for cam in cfg.cameras], "session_kind": kind,
+        "calibration_files": [cfg.leader_calibration, cfg.follower_calibration],
+    }))
+    return nodes
+
+
+def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
+    """The node graph of a session kind."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown session kind {kind!r}; expected one of {', '.join(KINDS)}")
+    cfg = (cfg or SessionConfig()).with_defaults()
+    sim_arms: tuple[SimArmSpec, ...] = ()
+    pedal_fifo = ""
+    if kind == "sim":
+        sim_dir = Path(cfg.sim_dir or tempfile.mkdtemp(prefix="teleop_flywheel_sim_"))
+        sim_arms = (SimArmSpec("leader", str(sim_dir / "leader")), SimArmSpec("follower", str(sim_dir / "follower")))
+        pedal_fifo = str(sim_dir / "pedal")
+        cfg = replace(
+            cfg,
+            leader_port=sim_arms[0].link,
+            follower_port=sim_arms[1].link,
+            pedal_device=pedal_fifo,
+            cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
+        )
+    if kind == "record":
+        return Graph(kind, tuple(_record_nodes(cfg, kind)))
+
+    human_only = kind == "teleop"
+    nodes = [
+        _arm("leader", cfg.leader_port, cfg.leader_calibration, cfg.arm_rate_hz),
+        _arm("follower", cfg.follower_port, cfg.follower_calibration, cfg.arm_rate_hz),
+        NodeSpec("teleop", "teleop", {
+            "mode": "teleop" if human_only else "policy",
+            "blend_duration_ms": cfg.blend_duration_ms,
+            "rate_hz": cfg.teleop_rate_hz,
+        }),
+    ]
+    if not human_only:
+        nodes.append(NodeSpec("policy", "policy", {
+            "policy": cfg.policy, "policy_args": cfg.policy_args, "checkpoint_id": cfg.checkpoint_id,
+        }))
+        nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
+    if cfg.record:
+        nodes += _record_nodes(cfg, kind)
+    return Graph(kind, tuple(nodes), sim_arms, pedal_fifo)
+
+
+def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """A ROS 2 parameter YAML (`node: {ros__parameters: {...}}`) as {node_name: params}."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except OSError as exc:
+        raise ValueError(f"{p}: cannot read parameter file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{p}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a mapping of node names to ros__parameters")
+    out: dict[str, dict[str, Any]] = {}
+    for node, body in data.items():
+        params = (body or {}).get("ros__parameters") if isinstance(body, dict) else None
+        if not isinstance(params, dict):
+            raise ValueError(f"{p}: node {node!r} has no ros__parameters mapping")
+        out[str(node).lstrip("/")] = params
+    return out
+
+
+def with_parameters(graph: Graph, overrides: dict[str, dict[str, Any]]) -> Graph:
+    """The graph with per-node parameter overrides applied (unknown node names are an error)."""
+    names = {n.name for n in graph.nodes}
+    unknown = set(overrides) - names - {"**"}
+    if unknown:
+        raise ValueError(f"parameters given for nodes not in the {graph.kind} graph: {', '.join(sorted(unknown))}")
+    everyone = overrides.get("**", {})
+    nodes = tuple(
+        replace(n, parameters={**n.parameters, **everyone, **overrides.get(n.name, {})}) for n in graph.nodes
+    )
+    return replace(graph, nodes=nodes)

@@ -1,0 +1,408 @@
+"""`teleop-flywheel replay BAG`: play a recorded episode to Foxglove or back onto the ROS graph.
+
+`--foxglove` serves the bag over the Foxglove WebSocket protocol (foxglove-sdk) with ranged
+playback: the Foxglove app's play, pause, speed and seek controls drive a `Player` here.
+`--ros` republishes every message, byte for byte, onto the ROS graph with the original
+spacing (scaled by `--rate`), for machines without `ros2 bag play`.
+
+Messages are forwarded as the CDR bytes stored in the bag — nothing is decoded — with their
+stored `log_time` (receive time on the recording machine's monotonic clock).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcap.exceptions import McapError
+from mcap.reader import make_reader
+
+
+class ReplayError(RuntimeError):
+    """A bag cannot be replayed; the message names the file and the reason."""
+
+
+@dataclass(frozen=True)
+class RawChannel:
+    id: int
+    topic: str
+    schema_name: str
+    schema_encoding: str
+    schema_data: bytes
+    message_encoding: str
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    channel_id: int
+    log_time: int
+    publish_time: int
+    data: bytes
+
+
+def mcap_path(bag: Path) -> Path:
+    """The MCAP file of a rosbag2 bag directory (or the path itself if it is a file)."""
+    if bag.is_file():
+        return bag
+    if not bag.is_dir():
+        raise ReplayError(f"{bag}: no such bag (neither a directory nor an .mcap file)")
+    files = sorted(bag.glob("*.mcap"))
+    if not files:
+        raise ReplayError(f"{bag}: bag directory holds no .mcap file")
+    return files[0]
+
+
+class BagSource:
+    """Indexed, seekable access to one bag's raw messages in log-time order."""
+
+    def __init__(self, bag: Path) -> None:
+        self.path = mcap_path(Path(bag))
+        try:
+            with self.path.open("rb") as f:
+                summary = make_reader(f).get_summary()
+        except (McapError, OSError, ValueError) as exc:
+            raise ReplayError(f"{self.path}: cannot read MCAP summary ({exc}); try `teleop-flywheel recover`") from exc
+        if summary is None or summary.statistics is None:
+            raise ReplayError(f"{self.path}: MCAP has no summary/index (crashed recording?); run `teleop-flywheel recover` first")
+        self.channels: dict[int, RawChannel] = {}
+        for cid, ch in summary.channels.items():
+            schema = summary.schemas.get(ch.schema_id)
+            self.channels[cid] = RawChannel(
+                id=cid,
+                topic=ch.topic,
+                schema_name=schema.name if schema else "",
+                schema_encoding=schema.encoding if schema else "",
+                schema_data=schema.data if schema else b"",
+                message_encoding=ch.message_encoding,
+            )
+        self.start_ns = summary.statistics.message_start_time
+        self.end_ns = summary.statistics.message_end_time
+        self.message_count = summary.statistics.message_count
+
+    def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
+        """Messages with log_time >= start_ns, in log-time order, read through the index."""
+        with self.path.open("rb") as f:
+            reader = make_reader(f)
+            for _schema, channel, message in reader.iter_messages(starting_at=start_ns, log_time_order=True):
+                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data)
+
+
+class Player:
+    """Paces a BagSource in real time (× speed) with play, pause and seek.
+
+    Thread-safe controls; `run()` blocks until the bag ends (or forever with loop=True)
+    or `stop()` is called. `emit(msg)` is called for each message when its time comes.
+    """
+
+    def __init__(
+        self,
+        source: BagSource,
+        emit: Callable[[RawMessage], None],
+        speed: float = 1.0,
+        playing: bool = True,
+        loop: bool = False,
+        on_time: Callable[[int], None] | None = None,
+    ) -> None:
+        if speed <= 0:
+            raise ValueError(f"playback rate must be positive, got {speed}")
+        self.source = source
+        self._emit = emit
+        self._on_time = on_time
+        self._lock = threading.Condition()
+        self._speed = speed
+        self._playing = playing
+        self._position = source.start_ns
+        self._seek_to: int | None = None
+        self._stopped = False
+        self.loop = loop
+        self.ended = False
+        self.emitted = 0
+
+    # -- controls -----------------------------------------------------------------
+    def play(self, speed: float | None = None) -> None:
+        with self._lock:
+            if speed is not None and speed > 0:
+                self._speed = speed
+            self._playing = True
+            self.ended = False
+            self._lock.notify_all()
+
+    def pause(self) -> None:
+        with self._lock:
+            self._playing = False
+            self._lock.notify_all()
+
+    def seek(self, time_ns: int) -> None:
+        with self._lock:
+            self._seek_to = min(max(int(time_ns), self.source.start_ns), self.source.end_ns)
+            self._position = self._seek_to
+            self.ended = False
+            self._lock.notify_all()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._lock.notify_all()
+
+    @property
+    def position_ns(self) -> int:
+        with self._lock:
+            return self._position
+
+    @property
+    def playing(self) -> bool:
+        with self._lock:
+            return self._playing and not self.ended
+
+    @property
+    def speed(self) -> float:
+        with self._lock:
+            return self._speed
+
+    # -- loop ---------------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
+                start = self._seek_to if self._seek_to is not None else self._position
+                self._seek_to = None
+            finished = self._play_from(start)
+            if finished:
+                with self._lock:
+                    if self.loop and not self._stopped:
+                        self._position = self.source.start_ns
+                        continue
+                    self.ended = True
+                    self._playing = False
+                    while not self._stopped and self.ended:
+                        self._lock.wait(0.1)
+                    if self._stopped:
+                        return
+
+    def _play_from(self, start_ns: int) -> bool:
+        """Emit from start_ns; True when the bag ran out, False when interrupted by a seek/stop."""
+        anchor_bag = start_ns
+        anchor_wall = time.monotonic_ns()
+        anchor_speed = self.speed
+        for msg in self.source.messages(start_ns):
+            while True:
+                with self._lock:
+                    if self._stopped or self._seek_to is not None:
+                        return False
+                    if not self._playing:
+                        self._lock.wait(0.05)
+                        # Resume pacing from where playback stands now.
+                        anchor_bag, anchor_wall, anchor_speed = self._position, time.monotonic_ns(), self._speed
+                        continue
+                    if self._speed != anchor_speed:
+                        anchor_bag, anchor_wall, anchor_speed = self._position, time.monotonic_ns(), self._speed
+                due_wall = anchor_wall + (msg.log_time - anchor_bag) / anchor_speed
+                wait_s = (due_wall - time.monotonic_ns()) / 1e9
+                if wait_s <= 0:
+                    break
+                with self._lock:
+                    self._lock.wait(min(wait_s, 0.05))
+            self._emit(msg)
+            self.emitted += 1
+            with self._lock:
+                self._position = msg.log_time
+            if self._on_time is not None:
+                self._on_time(msg.log_time)
+        return True
+
+
+# -- Foxglove ---------------------------------------------------------------------------
+
+@dataclass
+class FoxgloveReplay:
+    """A running Foxglove replay. Holds the SDK context and channels: the SDK detaches
+    channels whose Python objects are collected, so they live exactly as long as this."""
+
+    server: Any
+    player: Player
+    thread: threading.Thread
+    context: Any
+    channels: dict[int, Any]
+
+    @property
+    def port(self) -> int:
+        return int(self.server.port)
+
+    def stop(self) -> None:
+        self.player.stop()
+        self.thread.join(2)
+        self.server.stop()
+
+
+def serve_foxglove(
+    source: BagSource, host: str = "127.0.0.1", port: int = 8765, speed: float = 1.0,
+    loop: bool = False, start_paused: bool = False,
+) -> FoxgloveReplay:
+    """Start a Foxglove WebSocket server playing `source` in a background thread."""
+    import foxglove
+    from foxglove import Channel, Schema
+    from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus
+
+    context = foxglove.Context()
+    channels: dict[int, Any] = {}
+    holder: dict[str, Any] = {}
+
+    def state(request_id: str | None, did_seek: bool = False) -> PlaybackState:
+        if player.ended:
+            status = PlaybackStatus.Ended
+        else:
+            status = PlaybackStatus.Playing if player.playing else PlaybackStatus.Paused
+        return PlaybackState(status=status, current_time=player.position_ns, playback_speed=player.speed,
+                             did_seek=did_seek, request_id=request_id)
+
+    class Listener:
+        def on_subscribe(self, client: object, channel: object) -> None:
+            pass
+
+        def on_unsubscribe(self, client: object, channel: object) -> None:
+            pass
+
+        def on_playback_control_request(self, request: object) -> PlaybackState:
+            seek = getattr(request, "seek_time")
+            if seek is not None:
+                player.seek(seek)
+            if getattr(request, "playback_command") == PlaybackCommand.Play:
+                player.play(getattr(request, "playback_speed"))
+            else:
+                player.pause()
+            return state(getattr(request, "request_id"), did_seek=seek is not None)
+
+    last_time = [0]
+
+    def on_time(t: int) -> None:
+        server = holder.get("server")
+        if server is not None and t - last_time[0] >= 50_000_000:
+            last_time[0] = t
+            server.broadcast_time(t)
+
+    player = Player(source, lambda m: channels[m.channel_id].log(m.data, log_time=m.log_time),
+                    speed=speed, playing=not start_paused, loop=loop, on_time=on_time)
+    server = foxglove.start_server(
+        name=f"teleop_flywheel replay {source.path.name}",
+        host=host,
+        port=port,
+        capabilities=[Capability.PlaybackControl, Capability.Time],
+        playback_time_range=(source.start_ns, source.end_ns),
+        server_listener=Listener(),
+        context=context,
+    )
+    holder["server"] = server
+    # Channels are made after the server exists so that it advertises them to every client.
+    for cid, ch in source.channels.items():
+        channels[cid] = Channel(
+            ch.topic,
+            schema=Schema(name=ch.schema_name, encoding=ch.schema_encoding, data=ch.schema_data),
+            message_encoding=ch.message_encoding,
+            context=context,
+        )
+    thread = threading.Thread(target=player.run, name="foxglove-replay", daemon=True)
+    thread.start()
+    return FoxgloveReplay(server, player, thread, context, channels)
+
+
+# -- ROS --------------------------------------------------------------------------------
+
+def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False, wait_for_subscribers: int = 0,
+                  wait_timeout_s: float = 30.0) -> int:
+    """Publish every message of the bag onto the ROS graph with original timing.
+
+    With `wait_for_subscribers=N`, playback starts only once every topic has N matched
+    subscriptions (or after `wait_timeout_s`), so nothing is sent before discovery.
+    """
+    import importlib
+
+    import rclpy
+    from rclpy.duration import Duration
+    from rclpy.node import Node
+
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+
+    def msg_class(type_name: str) -> type:
+        pkg, kind, name = type_name.split("/")
+        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+    rclpy.init()
+    node = Node("bag_replay")
+    publishers = {}
+    for cid, ch in source.channels.items():
+        try:
+            publishers[cid] = node.create_publisher(msg_class(ch.schema_name), ch.topic, STREAM_QOS)
+        except (ImportError, AttributeError, ValueError) as exc:
+            print(f"replay: skipping {ch.topic}: message type {ch.schema_name} not installed ({exc})", file=sys.stderr)
+    deadline = time.monotonic() + wait_timeout_s
+    while wait_for_subscribers > 0 and time.monotonic() < deadline and any(
+        pub.get_subscription_count() < wait_for_subscribers for pub in publishers.values()
+    ):
+        time.sleep(0.05)
+    player = Player(source, lambda m: publishers[m.channel_id].publish(m.data) if m.channel_id in publishers else None,
+                    speed=speed, loop=loop)
+    try:
+        thread = threading.Thread(target=player.run, daemon=True)
+        thread.start()
+        while thread.is_alive() and not player.ended:
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        player.stop()
+        for pub in publishers.values():  # let reliable subscribers receive the tail
+            pub.wait_for_all_acked(Duration(seconds=2))
+        node.destroy_node()
+        rclpy.shutdown()
+    print(f"replay: published {player.emitted} of {source.message_count} messages from {source.path}")
+    return 0
+
+
+# -- CLI --------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bag", type=Path, help="bag directory or .mcap file")
+    parser.add_argument("--foxglove", action="store_true", help="serve over the Foxglove WebSocket protocol")
+    parser.add_argument("--ros", action="store_true", help="republish onto the ROS graph with original timing")
+    parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
+    parser.add_argument("--host", default="127.0.0.1", help="Foxglove bind address (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8765, help="Foxglove port (default 8765)")
+    parser.add_argument("--loop", action="store_true", help="start over at the end")
+    parser.add_argument("--paused", action="store_true", help="(Foxglove) start paused; press play in the app")
+    parser.add_argument("--wait-for-subscribers", type=int, default=0, metavar="N",
+                        help="(ROS) start once every topic has N subscribers (at most 30 s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.foxglove and not args.ros:
+        print("replay: choose --foxglove and/or --ros", file=sys.stderr)
+        return 2
+    if args.rate <= 0:
+        print(f"replay: --rate must be positive, got {args.rate}", file=sys.stderr)
+        return 2
+    try:
+        source = BagSource(args.bag)
+    except ReplayError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return 1
+    if args.foxglove:
+        session = serve_foxglove(source, args.host, args.port, args.rate, args.loop, args.paused)
+        print(f"replay: serving {source.path} on ws://{args.host}:{session.port} "
+              f"(Foxglove: Open connection → Foxglove WebSocket); Ctrl-C to stop", flush=True)
+        try:
+            if args.ros:
+                republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)
+            while session.thread.is_alive():
+                session.thread.join(0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            session.stop()
+        return 0
+    return republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)

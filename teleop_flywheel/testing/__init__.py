@@ -1,0 +1,1 @@
+"""Synthetic sessions and datasets: fixtures the tests, benchmarks and `eval --simulate` use."""
