@@ -25,10 +25,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from teleop_flywheel.core.topics import camera_image
+from teleop_flywheel.data.convert import convert
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.recording.reader import open_bag
-from teleop_flywheel.data.convert import convert
-from teleop_flywheel.testing.synthetic_session import SessionSpec, camera_topic, write_session
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 LEROBOT_SCRIPT = r"""
 import sys, time, json, numpy as np
@@ -81,7 +82,7 @@ def main() -> int:
 
         # the very frames the dataset holds (ZOH of the camera on the grid), decoded up front
         bag = open_bag(tmp / "session")
-        im = bag.images(camera_topic("wrist"))
+        im = bag.images(camera_image("wrist"))
         t0 = max(bag.raw("/follower/joint_states").publish_ns[0], bag.raw("/follower/joint_command").publish_ns[0],
                  im.stamps_ns[0])
         grid = t0 + np.round(np.arange(frames) * 1e9 / 30).astype(np.int64)

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from teleop_flywheel.core.blending import AuthorityBlender
-from teleop_flywheel.ros.session.runner import end_process
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
+from teleop_flywheel.ros.session.runner import end_process
 
 TICK_NS = 5_000_000
 MAX_STEP_RAD = 0.05  # the teleop node's default max_step_rad
@@ -108,8 +108,8 @@ def node_latency(seconds: float, command: list[str]) -> dict[str, object]:
     from sensor_msgs.msg import JointState
 
     from teleop_flywheel.core.clock import now_ns
-    from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
     from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
 
     node = subprocess.Popen(command)
     rclpy.init()

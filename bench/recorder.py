@@ -194,8 +194,8 @@ def offline_paths(mcap_path: Path, tmp: Path, limit: int = 20_000) -> dict[str, 
     from mcap_ros2.writer import Writer
 
     from teleop_flywheel.recording import msgdefs
-    from teleop_flywheel.recording.writer import BagWriter
     from teleop_flywheel.recording.cdr import header_stamp_ns
+    from teleop_flywheel.recording.writer import BagWriter
 
     msgs = []
     with open(mcap_path, "rb") as f:

@@ -28,8 +28,8 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     from mcap_ros2.decoder import DecoderFactory
     from rclpy.parameter import Parameter
 
-    from teleop_flywheel.hw.camera import timecode
     from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+    from teleop_flywheel.hw.camera import timecode
     from teleop_flywheel.ros.nodes.camera import CameraNode
     from teleop_flywheel.ros.nodes.common import NodeSpinner
     from teleop_flywheel.ros.nodes.recorder import RecorderNode

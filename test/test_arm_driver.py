@@ -25,10 +25,10 @@ from sensor_msgs.msg import JointState
 
 from teleop_flywheel.core.calibration import CalibrationError, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, default_human
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
-from teleop_flywheel.core.so101 import JOINT_NAMES
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -134,7 +134,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
                                                                             j.range_max, 0, 1)
         # At rest the physical shafts agree to a few steps although the arms' homing offsets differ:
         # the units went through both calibrations correctly (independent of machine load).
-        wait_for(lambda: max(abs(f - l) for f, l in zip(follower_arm.positions(), leader_arm.positions())) < 4,
+        wait_for(lambda: max(abs(f - ld) for f, ld in zip(follower_arm.positions(), leader_arm.positions())) < 4,
                  60, "follower shafts at the leader's pose")
         # Moving: a hand at half the default speed (on a loaded box the loop may drop far below
         # 200 Hz; the per-tick max step, tested on its own below, must not be what limits here).

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from teleop_flywheel.core.calibration import (CalibrationError, load_calibration, parse_calibration,
-                                         sim_calibration_file)
+from teleop_flywheel.core.calibration import CalibrationError, load_calibration, parse_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import JOINT_NAMES
 
 CONFIG = Path(__file__).resolve().parent.parent / "config" / "calibration"

@@ -8,10 +8,10 @@ import cv2
 import numpy as np
 import pytest
 
+from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.source import DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
-from teleop_flywheel.core.clock import now_ns
 
 
 def _jpeg_round_trip(image: np.ndarray, quality: int) -> np.ndarray:

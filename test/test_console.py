@@ -8,10 +8,10 @@ import re
 import sys
 
 import pytest
-
 from terminal import read_until
-from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
+
 from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 
 def test_view_shows_authority_streams_and_labels() -> None:
@@ -40,11 +40,11 @@ def test_keys_cover_every_trigger_label_and_lifecycle() -> None:
 def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     pytest.importorskip("rclpy")
     recorder_mod = pytest.importorskip("teleop_flywheel.ros.nodes.recorder", reason="recorder node not available")
+    import threading
+
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
-
-    import threading
 
     rclpy.init()
     from sensor_msgs.msg import Joy

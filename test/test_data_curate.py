@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from data_fixtures import read_episodes, read_frames, rewrite_column, stack
+
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.curate import (
     NS_PER_DAY,

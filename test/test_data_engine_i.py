@@ -11,14 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
-from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, camera_image
 from teleop_flywheel.data import convert as conv
 from teleop_flywheel.data import validate as val
 from teleop_flywheel.data.align import AlignError, align
+from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED, Stream, open_bag
-from teleop_flywheel.testing.synthetic_session import (FOLLOWER_COMMAND, FOLLOWER_STATE, SessionSpec, camera_topic,
-                                                    write_session)
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 FIXTURES = {
     "clean": (SessionSpec(), None),
@@ -65,9 +65,9 @@ def test_reader_matches_simulation_and_rosbags(tmp_path: Path) -> None:
         msg = store.deserialize_cdr(bag.raw(FOLLOWER_STATE).data[i], "sensor_msgs/msg/JointState")
         assert list(msg.name) == js.names == list(JOINT_NAMES)
         np.testing.assert_array_equal(msg.position, js.position[i])
-    im = bag.images(camera_topic("wrist"))
+    im = bag.images(camera_image("wrist"))
     np.testing.assert_array_equal(im.stamps_ns, truth.camera_stamp_ns["wrist"])
-    msg = store.deserialize_cdr(bag.raw(camera_topic("wrist")).data[3], "sensor_msgs/msg/CompressedImage")
+    msg = store.deserialize_cdr(bag.raw(camera_image("wrist")).data[3], "sensor_msgs/msg/CompressedImage")
     assert bytes(msg.data) == im.data[3] and msg.format == "jpeg"
     assert bag.episode is not None and bag.episode.outcome == "success"
 
@@ -138,7 +138,7 @@ def test_each_seed_failure_gets_its_code(reports: dict[str, val.EpisodeReport], 
 
 def test_reason_numbers(reports: dict[str, val.EpisodeReport]) -> None:
     gap = next(x for x in reports["stall"].reasons if x.code == "FRAME_GAP")
-    assert gap.numbers["stream"] == camera_topic("wrist") and 3.9 < gap.numbers["gap_s"] < 4.2
+    assert gap.numbers["stream"] == camera_image("wrist") and 3.9 < gap.numbers["gap_s"] < 4.2
     tail = next(x for x in reports["dies_early"].reasons if x.code == "FRAME_GAP")
     assert 2.9 < tail.numbers["gap_s"] < 3.1 and "after its last message, to the episode's end" in tail.detail
     dead = next(x for x in reports["dead_air"].reasons if x.code == "DEAD_AIR")
@@ -153,7 +153,7 @@ def test_clock_offset_fixture_against_pixel_truth(bags: dict[str, Path]) -> None
     import cv2
 
     for name, expect_ms in (("clean", 0.0), ("clock_offset", 30.0)):
-        im = open_bag(bags[name]).images(camera_topic("wrist"))
+        im = open_bag(bags[name]).images(camera_image("wrist"))
         d = [(im.stamps_ns[i] - timecode.decode(cv2.imdecode(np.frombuffer(im.data[i], np.uint8), 1))) / 1e6
              for i in range(0, len(im.data), 20)]
         assert abs(np.median(d) - expect_ms) < 0.01
@@ -241,7 +241,7 @@ def test_round_trip_values_contract_and_video(dataset: tuple[Path, conv.ConvertR
         np.testing.assert_array_equal(rows["index"], np.arange(ep.dataset_from_index, ep.dataset_to_index))
         np.testing.assert_allclose(rows.timestamp, np.arange(ep.length) / 30, atol=1e-6)
         fs, cm = bag.joint_state(FOLLOWER_STATE), bag.joint_state(FOLLOWER_COMMAND)
-        im = bag.images(camera_topic("wrist"))
+        im = bag.images(camera_image("wrist"))
         t0 = max(fs.stamps_ns[0], cm.stamps_ns[0], im.stamps_ns[0])
         t = t0 + np.round(np.arange(ep.length + 1) * 1e9 / 30).astype(np.int64)
         state = cal.rad_to_lerobot(_zoh(fs.stamps_ns, fs.position, t[:-1])).astype(np.float32)

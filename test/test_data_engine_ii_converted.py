@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from data_fixtures import read_episodes, read_frames, stack
+
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.audit import audit
 from teleop_flywheel.data.curate import curate

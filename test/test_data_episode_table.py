@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
-from teleop_flywheel.data.episode_table import episode_records
-from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.data.episode_table import episode_records
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 
 def test_episode_meta_json_column(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from data_fixtures import data_files, rewrite_column
+
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.data.lineage import Registry

@@ -1,11 +1,10 @@
 """parallel_map: same ordered results inline, in a process pool and as Ray tasks."""
 from __future__ import annotations
 
+import argparse
 import os
 
 import pytest
-
-import argparse
 
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from teleop_flywheel.ros.session.graph import EXECUTABLES, LAUNCH_ARGUMENTS, KINDS, build_graph, config_from_arguments
+from teleop_flywheel.ros.session.graph import EXECUTABLES, KINDS, LAUNCH_ARGUMENTS, build_graph, config_from_arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_FILES = {"teleop": "teleop.launch.py", "rollout": "rollout.launch.py", "sim": "sim.launch.py"}

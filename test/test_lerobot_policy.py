@@ -189,12 +189,12 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import CompressedImage, JointState
 
-    from teleop_flywheel.hw.camera.source import encode_jpeg
     from teleop_flywheel.core.clock import fill_stamp, now_ns
-    from teleop_flywheel.ros.nodes.camera import image_topic
+    from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.core.topics import camera_image
+    from teleop_flywheel.hw.camera.source import encode_jpeg
     from teleop_flywheel.ros.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state
     from teleop_flywheel.ros.nodes.policy import PolicyNode
-    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     rclpy.init()
     node = PolicyNode(parameter_overrides=[Parameter("policy", value="lerobot"),
@@ -204,7 +204,7 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     got: list[JointState] = []
     node.create_subscription(JointState, "/policy/joint_command", got.append, STREAM_QOS)
     state = node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
-    camera = node.create_publisher(CompressedImage, image_topic(CAMERA), IMAGE_QOS)
+    camera = node.create_publisher(CompressedImage, camera_image(CAMERA), IMAGE_QOS)
     ex = SingleThreadedExecutor()
     ex.add_node(node)
     threading.Thread(target=ex.spin, daemon=True).start()

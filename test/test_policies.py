@@ -80,9 +80,9 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path
 def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
         converted: tuple[Path, list[Path]]) -> None:
     from teleop_flywheel.core.calibration import load_calibration
+    from teleop_flywheel.core.so101 import JOINT_NAMES
     from teleop_flywheel.data.align import hold, make_grid
     from teleop_flywheel.recording.reader import open_bag
-    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     ds, bags = converted
     bag = open_bag(bags[1])
@@ -165,9 +165,9 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
     from sensor_msgs.msg import JointState
 
     from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.core.so101 import JOINT_NAMES
     from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state
     from teleop_flywheel.ros.nodes.policy import PolicyNode
-    from teleop_flywheel.core.so101 import JOINT_NAMES
 
     rclpy.init()
     node = PolicyNode(parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42")])

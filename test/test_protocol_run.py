@@ -16,11 +16,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from terminal import read_until
-from teleop_flywheel.recording.reader import open_bag
+
+from teleop_flywheel.evaluation.protocol import (
+    MachineCheck,
+    ProtocolError,
+    ProtocolWalker,
+    load_protocol,
+    parse_protocol,
+)
 from teleop_flywheel.evaluation.report import build_report, read_trial
-from teleop_flywheel.evaluation.protocol import MachineCheck, ProtocolError, ProtocolWalker, load_protocol, parse_protocol
+from teleop_flywheel.recording.reader import open_bag
 
 POSE = [0.2, -0.2, 0.3, 0.1, 0.2, 0.5]
 

@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 import pytest
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from rclpy.node import Node
@@ -22,19 +23,18 @@ from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
 from rclpy.qos import QoSProfile
 from rosbags.highlevel import AnyReader
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from sensor_msgs.msg import CompressedImage, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.core.clock import fill_stamp, now_ns
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.recording.metadata import read_metadata_yaml
+from teleop_flywheel.recording.recover import recover
 from teleop_flywheel.ros.nodes.camera import CameraNode
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state
 from teleop_flywheel.ros.nodes.recorder import RecorderNode
-from teleop_flywheel.recording.metadata import read_metadata_yaml
-from teleop_flywheel.recording.recover import recover
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 

@@ -25,6 +25,8 @@ from rosbags.typesys import Stores, get_typestore
 from teleop_flywheel import cli
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
 from teleop_flywheel.recording import msgdefs
+from teleop_flywheel.recording.info import bag_info
+from teleop_flywheel.recording.recover import recover, scan
 from teleop_flywheel.recording.writer import (
     START_RECORD,
     BagExistsError,
@@ -32,8 +34,6 @@ from teleop_flywheel.recording.writer import (
     DiskFullError,
     Qos,
 )
-from teleop_flywheel.recording.info import bag_info
-from teleop_flywheel.recording.recover import recover, scan
 
 TS = get_typestore(Stores.LATEST)
 T = TS.types

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("rclpy")
 
-from teleop_flywheel.ros.session.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.recording.info import bag_info  # noqa: E402
+from teleop_flywheel.ros.session.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.ros.session.runner import Session, node_class  # noqa: E402
 
 

@@ -29,9 +29,9 @@ from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
 from teleop_flywheel.core.clock import fill_stamp, now_ns  # noqa: E402
 from teleop_flywheel.core.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
+from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns  # noqa: E402
 from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
-from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 
 BLEND_MS = 150.0
 TICK_MS = 5.0  # the node's rate_hz = 200

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_IDS, JOINT_NAMES, MAX_RAW
 
@@ -49,7 +50,7 @@ DEG_PER_STEP = 360.0 / MAX_RAW
 ArrayLike = float | Sequence[float] | np.ndarray
 
 
-class CalibrationError(ValueError):
+class CalibrationError(FlywheelError, ValueError):
     """A calibration file is missing or wrong; the message names the file and the field."""
 
 

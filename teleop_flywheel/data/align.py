@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording.reader import Stream
 
 FRAME_GAP = "FRAME_GAP"
@@ -39,7 +40,7 @@ class Dropout:
         return f"{self.stream}: {self.gap_s:.3f} s old at t={self.time_s:.3f} s"
 
 
-class AlignError(ValueError):
+class AlignError(FlywheelError, ValueError):
     """A stream is staler than the bound (FRAME_GAP), or the streams share no span."""
 
     def __init__(self, message: str, dropouts: list[Dropout] | None = None, code: str = FRAME_GAP) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.data.audit import AuditReport, audit
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 from teleop_flywheel.data.episode_table import episode_records
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
 MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit -->"
 

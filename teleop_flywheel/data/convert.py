@@ -37,18 +37,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, parse_calibration, sim_calibration_file
-from teleop_flywheel.data.lerobot import format as lf
-from teleop_flywheel.data.align import AlignError, align, make_grid
-from teleop_flywheel.recording.reader import AUTHORITY_TOPIC, Bag, BagReadError, Stream, open_bag
-from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
-from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, load_inputs
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE, POLICY_COMMAND
+from teleop_flywheel.data.align import AlignError, align, make_grid
+from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
+from teleop_flywheel.data.validate import Reason, ValidateConfig, check_bag, load_inputs
+from teleop_flywheel.recording.reader import Bag, BagReadError, Stream, open_bag
 
-STATE_TOPIC = "/follower/joint_states"
-COMMAND_TOPIC = "/follower/joint_command"
-LEADER_TOPIC = "/leader/joint_states"
-POLICY_TOPIC = "/policy/joint_command"
 JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 VECTOR_FEATURES = ("observation.state", "action", "observation.leader_state", "complementary_info.human_action",
                    "complementary_info.policy_action")
@@ -172,8 +169,8 @@ def prepare_episode(job: ConvertJob) -> Prepared:
 
 def _fill(bag: Bag, job: ConvertJob, out: Prepared) -> None:
     fps = job.fps
-    follower = bag.joint_state(STATE_TOPIC).stream(list(JOINT_NAMES))
-    command = bag.joint_state(COMMAND_TOPIC).stream(list(JOINT_NAMES))
+    follower = bag.joint_state(FOLLOWER_STATE).stream(list(JOINT_NAMES))
+    command = bag.joint_state(FOLLOWER_COMMAND).stream(list(JOINT_NAMES))
     cams = bag.camera_topics()
     images = {cam: bag.images(topic) for cam, topic in cams.items()}
     cam_streams = [Stream(f"camera:{cam}", im.stamps_ns, np.arange(len(im.data))) for cam, im in images.items()]
@@ -181,12 +178,12 @@ def _fill(bag: Bag, job: ConvertJob, out: Prepared) -> None:
     grid = make_grid([follower, command] + cam_streams, fps)
     aligned = align([follower] + cam_streams, [command], fps, staleness, grid)
     t_obs, t_act = grid.times(0), grid.times(1)
-    leader = bag.joint_state(LEADER_TOPIC).stream(list(JOINT_NAMES)) if bag.has(LEADER_TOPIC) else None
-    policy = bag.joint_state(POLICY_TOPIC).stream(list(JOINT_NAMES)) if bag.has(POLICY_TOPIC) else None
+    leader = bag.joint_state(LEADER_STATE).stream(list(JOINT_NAMES)) if bag.has(LEADER_STATE) else None
+    policy = bag.joint_state(POLICY_COMMAND).stream(list(JOINT_NAMES)) if bag.has(POLICY_COMMAND) else None
     authority = None
-    if bag.has(AUTHORITY_TOPIC):
+    if bag.has(AUTHORITY):
         a = bag.authority()
-        authority = Stream(AUTHORITY_TOPIC, a.stamps_ns, a.stream(["alpha", "intervention_id", "trigger"]).values)
+        authority = Stream(AUTHORITY, a.stamps_ns, a.stream(["alpha", "intervention_id", "trigger"]).values)
     fcal, lcal = _calibration(bag, "follower"), _calibration(bag, "leader")
     auth = _optional(authority, t_act, 3)
     cols: dict[str, np.ndarray] = {

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.data.audit import Loaded, available_ranges, load
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
 WEIGHTS_PATH = "meta/sample_weights.parquet"
 INTERVENTION_WEIGHT = 2.5

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 
 ID_COLUMNS = ("episode_id",)
 # Flat columns the converter writes (first match wins).

@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 
 FORMAT = "teleop_flywheel.manifest/1"
 POSITIONAL = ("index", "episode_index", "task_index")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
+from teleop_flywheel.core.errors import FlywheelError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -21,7 +23,7 @@ EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
-class ParallelJobError(RuntimeError):
+class ParallelJobError(FlywheelError, RuntimeError):
     """A job failed; names which input it was so a fleet run points at the bad bag."""
 
     def __init__(self, index: int, item: Any, cause: BaseException) -> None:

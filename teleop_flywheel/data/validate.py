@@ -23,8 +23,9 @@ import numpy as np
 import yaml
 
 from teleop_flywheel.core.resources import config_path
-from teleop_flywheel.recording.reader import AUTHORITY_TOPIC, CORRUPT, TRUNCATED, Bag, BagReadError, open_bag
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE, camera_image
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
+from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED, Bag, BagReadError, open_bag
 
 MISSING_STREAM = "MISSING_STREAM"
 FRAME_GAP = "FRAME_GAP"
@@ -46,9 +47,9 @@ class ValidateConfig:
     fps: float = 30.0
     max_gap_s: float | None = None
     required_topics: list[str] = field(default_factory=lambda: [
-        "/follower/joint_states", "/follower/joint_command", AUTHORITY_TOPIC])
+        FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
     min_messages: int = 2
-    gap_topics_extra: list[str] = field(default_factory=lambda: ["/leader/joint_states"])
+    gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
     min_duration_s: float = 2.0
     max_duration_s: float = 600.0
     min_latency_ms: float = -1.0
@@ -57,7 +58,7 @@ class ValidateConfig:
     max_ptp_offset_ms: float = 1.0
     max_leading_dead_s: float = 3.0
     max_internal_dead_s: float = 5.0
-    command_topic: str = "/follower/joint_command"
+    command_topic: str = FOLLOWER_COMMAND
     cameras: list[str] | None = None
 
     @property
@@ -201,7 +202,7 @@ def _interventions(bag: Bag) -> list[Reason]:
                   {"intervention_id": i.id}) for i in ep.unlabelled_interventions]
     labelled = {i.id for i in ep.interventions if i.labelled}
     flagged = {i.id for i in ep.unlabelled_interventions}
-    if bag.has(AUTHORITY_TOPIC):
+    if bag.has(AUTHORITY):
         a = bag.authority()
         if {"intervention_id", "trigger"} <= set(a.names):
             ids = a.position[:, a.names.index("intervention_id")]
@@ -211,7 +212,7 @@ def _interventions(bag: Bag) -> list[Reason]:
                     continue
                 if not np.any(trig[ids == iid] > 0):
                     out.append(Reason(UNLABELLED_INTERVENTION,
-                                      f"intervention {iid} on {AUTHORITY_TOPIC} never got a trigger label",
+                                      f"intervention {iid} on {AUTHORITY} never got a trigger label",
                                       {"intervention_id": int(iid)}))
     return out
 
@@ -223,7 +224,7 @@ def check_bag(bag: Bag, cfg: ValidateConfig) -> list[Reason]:
     cameras = bag.camera_topics()
     expected = list(cfg.required_topics) + [t for t in (ep.topics if ep else []) if t not in cfg.required_topics]
     for cam in (ep.cameras if ep else []):
-        topic = f"/cameras/{cam}/image/compressed"
+        topic = camera_image(cam)
         if cam not in cameras and topic not in expected:
             expected.append(topic)
     for topic in expected:
@@ -237,7 +238,7 @@ def check_bag(bag: Bag, cfg: ValidateConfig) -> list[Reason]:
     if ep is None:
         reasons.append(Reason(OUTCOME_UNSET, "no episode metadata record at all"))
         return reasons
-    state_topic = cfg.required_topics[0] if cfg.required_topics else "/follower/joint_states"
+    state_topic = cfg.required_topics[0] if cfg.required_topics else FOLLOWER_STATE
     gap_topics = [t for t in list(cfg.required_topics) + list(cfg.gap_topics_extra) + list(cameras.values())
                   if bag.has(t)]
     state = bag.raw(state_topic) if bag.has(state_topic) else None
@@ -292,8 +293,8 @@ def validate_bag(job: tuple[str, ValidateConfig]) -> EpisodeReport:
     except Exception as exc:  # a malformed message must not stop the batch: report it with the file
         reasons = [Reason(CORRUPT, f"{bag.mcap_path.name}: undecodable content: {type(exc).__name__}: {exc}")]
     span = None
-    if bag.has("/follower/joint_states"):
-        ps = bag.raw("/follower/joint_states").publish_ns
+    if bag.has(FOLLOWER_STATE):
+        ps = bag.raw(FOLLOWER_STATE).publish_ns
         span = (int(ps[-1]) - int(ps[0])) / 1e9
     return EpisodeReport(str(p), bag.name, bag.episode_id, reasons, sorted(bag.camera_topics()), span)
 

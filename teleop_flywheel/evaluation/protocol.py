@@ -17,13 +17,15 @@ from typing import Any
 
 import yaml
 
+from teleop_flywheel.core.errors import FlywheelError
+
 FORMAT = "teleop_flywheel.eval_protocol/1"
 # Failure labels every protocol accepts, whatever its own list says: the walker itself ends a
 # trial with them (the time limit ran out; an operator took over where the protocol forbids it).
 RESERVED_FAILURES = ("timeout", "intervened")
 
 
-class ProtocolError(ValueError):
+class ProtocolError(FlywheelError, ValueError):
     """A protocol file that cannot be used; the message names the file and the field."""
 
 

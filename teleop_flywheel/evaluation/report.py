@@ -22,13 +22,21 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.topics import AUTHORITY
+from teleop_flywheel.evaluation.protocol import (
+    RESERVED_FAILURES,
+    Protocol,
+    ProtocolError,
+    ProtocolWalker,
+    load_protocol,
+)
 from teleop_flywheel.recording.reader import BagReadError, open_bag
-from teleop_flywheel.evaluation.protocol import RESERVED_FAILURES, Protocol, ProtocolError, ProtocolWalker, load_protocol
 
 Z95 = 1.959963984540054
 
 
-class EvalError(ValueError):
+class EvalError(FlywheelError, ValueError):
     pass
 
 
@@ -111,7 +119,7 @@ def read_trial(path: str | Path) -> Trial:
     if not meta.protocol_hash:
         raise EvalError(f"{path}: no protocol_hash in its metadata; not recorded under an evaluation protocol")
     share = None
-    if bag.has("/teleop/authority"):
+    if bag.has(AUTHORITY):
         auth = bag.authority()
         alpha = auth.position[:, auth.names.index("alpha")]
         stamps = auth.stamps_ns.astype(np.float64)

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
-from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
 
 KEYS = ("calibration", "device", "fps", "task")
 STATE = "observation.state"

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_COMMAND
+from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
 
 if TYPE_CHECKING:
     from teleop_flywheel.data.lerobot.reader import Feature
@@ -54,7 +55,7 @@ class ReplayPolicy:
         return cls.from_bag(root, checkpoint_id)
 
     @classmethod
-    def from_bag(cls, path: str, checkpoint_id: str, topic: str = "/follower/joint_command") -> ReplayPolicy:
+    def from_bag(cls, path: str, checkpoint_id: str, topic: str = FOLLOWER_COMMAND) -> ReplayPolicy:
         from teleop_flywheel.recording.reader import open_bag
 
         bag = open_bag(path)

@@ -13,13 +13,14 @@ import re
 import struct
 from functools import lru_cache
 
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording import msgdefs
 
 HEADER_TYPE = "std_msgs/msg/Header"
 _FIRST_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/]*)(?:\[[^\]]*\])?\s+[A-Za-z]\w*\s*$")
 
 
-class CdrError(ValueError):
+class CdrError(FlywheelError, ValueError):
     """Bytes too short or malformed for the field asked for."""
 
 

@@ -15,6 +15,8 @@ import re
 import shutil
 import subprocess
 
+from teleop_flywheel.core.errors import FlywheelError
+
 PROBES: dict[str, tuple[str, ...]] = {
     "pmc": ("pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"),
     "chrony": ("chronyc", "-c", "tracking"),
@@ -25,7 +27,7 @@ _MASTER_OFFSET = re.compile(r"^\s*master_offset\s+(-?\d+)\s*$", re.MULTILINE)
 _GM_PRESENT = re.compile(r"^\s*gmPresent\s+(\w+)\s*$", re.MULTILINE)
 
 
-class ClockProbeError(ValueError):
+class ClockProbeError(FlywheelError, ValueError):
     """The probe could not produce an offset; the text says which probe and why."""
 
 

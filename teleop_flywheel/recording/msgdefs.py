@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from teleop_flywheel.core.errors import FlywheelError
+
 SEPARATOR = "=" * 80
 PRIMITIVE_TYPES = frozenset(
     {"bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
@@ -47,7 +49,7 @@ PRIMITIVE_TYPES = frozenset(
 _FIELD_TYPE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/]*)(?:<=\d+)?(?:\[[^\]]*\])?\s+\S", re.MULTILINE)
 
 
-class DefinitionNotFoundError(LookupError):
+class DefinitionNotFoundError(FlywheelError, LookupError):
     """An interface type has no installed `.msg` file (or `.json` description)."""
 
 

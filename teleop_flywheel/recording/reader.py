@@ -40,22 +40,22 @@ import numpy as np
 from mcap.records import Channel, Message, Metadata, Schema
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.recording.writer import START_RECORD
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.topics import AUTHORITY
 from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recover import RecoverError, ScanResult, find_mcap, iter_surviving
+from teleop_flywheel.recording.writer import START_RECORD
 
 __all__ = ["Bag", "BagDamage", "BagReadError", "RawTopic", "JointStream", "ImageStream", "Stream",
-           "open_bag", "content_id", "TRUNCATED", "CORRUPT", "AUTHORITY_TOPIC", "INTERVENTION_TOPIC"]
+           "open_bag", "content_id", "TRUNCATED", "CORRUPT"]
 
 TRUNCATED = "TRUNCATED"
 CORRUPT = "CORRUPT"
-AUTHORITY_TOPIC = "/teleop/authority"
-INTERVENTION_TOPIC = "/teleop/intervention"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 
 
-class BagReadError(RuntimeError):
+class BagReadError(FlywheelError, RuntimeError):
     """The bag cannot be read at all (missing, not MCAP, no definitions); names the path."""
 
 
@@ -291,7 +291,7 @@ class Bag:
     def images(self, topic: str) -> ImageStream:
         return _decode_images(topic, self.raw(topic))
 
-    def authority(self, topic: str = AUTHORITY_TOPIC) -> JointStream:
+    def authority(self, topic: str = AUTHORITY) -> JointStream:
         """`/teleop/authority`: names [alpha, mode, intervention_id, trigger] in `position`."""
         return self.joint_state(topic)
 

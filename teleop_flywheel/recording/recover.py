@@ -39,8 +39,8 @@ from mcap.records import Channel, Chunk, Message, Metadata, Schema
 from mcap.stream_reader import breakup_chunk
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording import msgdefs
-from teleop_flywheel.recording.writer import START_RECORD, BagWriter, mcap_file_name
 from teleop_flywheel.recording.metadata import (
     METADATA_FILE,
     TopicRecord,
@@ -48,12 +48,13 @@ from teleop_flywheel.recording.metadata import (
     parse_qos_yaml,
     write_metadata_yaml,
 )
+from teleop_flywheel.recording.writer import START_RECORD, BagWriter, mcap_file_name
 
 MAGIC = b"\x89MCAP0\r\n"
 DAMAGED_SUFFIX = ".damaged"
 
 
-class RecoverError(RuntimeError):
+class RecoverError(FlywheelError, RuntimeError):
     """The bag cannot be recovered (not an MCAP bag, nothing readable, …)."""
 
 

@@ -49,6 +49,7 @@ from mcap.writer import CompressionType, Writer
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording import msgdefs
 from teleop_flywheel.recording.metadata import (
     Qos,
@@ -70,15 +71,15 @@ LIBRARY = f"teleop_flywheel {__version__}"
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
-class BagError(RuntimeError):
+class BagError(FlywheelError, RuntimeError):
     """Misuse of a bag (unknown topic, closed writer, …)."""
 
 
-class BagExistsError(FileExistsError):
+class BagExistsError(FlywheelError, FileExistsError):
     """The bag directory already exists: bags are never overwritten."""
 
 
-class DiskFullError(OSError):
+class DiskFullError(FlywheelError, OSError):
     """No space left while writing a bag; `path` names the file being written."""
 
     def __init__(self, path: Path, cause: OSError) -> None:

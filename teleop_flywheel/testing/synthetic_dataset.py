@@ -22,15 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.so101 import JOINT_NAMES, STEPS_PER_TURN
 from teleop_flywheel.data.lerobot.reader import EPISODES_DIR, INFO_PATH, TASKS_PATH
 
-SO101_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
-FEATURE_NAMES = [f"{j}.pos" for j in SO101_JOINTS]
+FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 HOME = np.array([0.0, -90.0, 90.0, 60.0, 0.0, 5.0])
 START_SPREAD = np.array([6.0, 2.0, 0.2, 3.0, 6.0, 1.0])
 GOAL_LOW = np.array([-90.0, -60.0, 20.0, -30.0, -90.0, 0.0])
 GOAL_HIGH = np.array([90.0, 20.0, 95.0, 90.0, 90.0, 35.0])
-QUANTUM = np.float32(360.0 / 4096)  # one STS3215 step in degrees
+QUANTUM = np.float32(360.0 / STEPS_PER_TURN)  # one STS3215 step in degrees
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 STAT_NAMES = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")

@@ -31,28 +31,34 @@ import numpy as np
 import yaml
 
 from teleop_flywheel.core.calibration import sim_calibration_file
-from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
 from teleop_flywheel.core.clock import ClockMapping
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
 from teleop_flywheel.core.labels import mode_code, trigger_code
-from teleop_flywheel.recording.writer import BagWriter
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
+from teleop_flywheel.core.topics import (
+    AUTHORITY,
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    LEADER_STATE,
+    POLICY_COMMAND,
+    camera_image,
+)
+from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
+from teleop_flywheel.recording.writer import BagWriter
 
-FOLLOWER_STATE = "/follower/joint_states"
-FOLLOWER_COMMAND = "/follower/joint_command"
-LEADER_STATE = "/leader/joint_states"
-POLICY_COMMAND = "/policy/joint_command"
-AUTHORITY = "/teleop/authority"
-INTERVENTION = "/teleop/intervention"
+FOLLOWER_STATE = FOLLOWER_STATE
+FOLLOWER_COMMAND = FOLLOWER_COMMAND
+LEADER_STATE = LEADER_STATE
+POLICY_COMMAND = POLICY_COMMAND
+AUTHORITY = AUTHORITY
+INTERVENTION = INTERVENTION
 AUTHORITY_NAMES = ["alpha", "mode", "intervention_id", "trigger"]
 JOINT_STATE = "sensor_msgs/msg/JointState"
 WALL0_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 MONO0_NS = 1_000 * 10**9
 
-
-def camera_topic(name: str) -> str:
-    return f"/cameras/{name}/image/compressed"
 
 
 @dataclass
@@ -272,14 +278,14 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
             if not ok:
                 raise RuntimeError(f"JPEG encode failed for camera {cam}")
-            records.append((int(logs_c[i]), camera_topic(cam), int(stamp_ns[i]),
+            records.append((int(logs_c[i]), camera_image(cam), int(stamp_ns[i]),
                             compressed_image_cdr(int(stamp_ns[i]), jpeg.tobytes(), cam)))
         captures[cam], cam_stamps[cam] = cap_ns, stamp_ns
 
     records.sort(key=lambda r: r[0])
     calibration = {role + "_sim": yaml.safe_load(sim_calibration_file(role).read_text()) for role in ("follower", "leader")}
     topics = [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
-        [camera_topic(cam) for cam in spec.cameras]
+        [camera_image(cam) for cam in spec.cameras]
     meta = EpisodeMeta(
         episode_name=bag_dir.name, task=spec.task, operator=spec.operator, rig_id="sim-rig",
         session_kind=spec.session_kind, software_version="sim", policy_checkpoint=spec.policy_checkpoint,

@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.errors import FlywheelError
+
 INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
 TASKS_PATH = "meta/tasks.parquet"
@@ -30,7 +32,7 @@ STATE = "observation.state"
 ACTION = "action"
 
 
-class DatasetError(ValueError):
+class DatasetError(FlywheelError, ValueError):
     """The dataset on disk is not what its metadata says; the message names file and episode."""
 
 

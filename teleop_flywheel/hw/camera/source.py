@@ -8,11 +8,13 @@ from typing import Protocol
 import cv2
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError
+
 SOURCES = ("synthetic", "v4l2")
 DROP_GAP_PERIODS = 1.5
 
 
-class CameraError(RuntimeError):
+class CameraError(FlywheelError, RuntimeError):
     """A camera cannot be opened or stopped delivering; the message names the device."""
 
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 import cv2
 import numpy as np
 
+from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.source import CameraConfig, Frame
-from teleop_flywheel.core.clock import now_ns
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
 

@@ -16,6 +16,8 @@ import zlib
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError
+
 SYNC = (1, 0, 1, 0)
 VALUE_BITS = 64
 CRC_BITS = 16
@@ -23,7 +25,7 @@ N_BITS = len(SYNC) + VALUE_BITS + CRC_BITS
 DEFAULT_BLOCK = 16
 
 
-class TimecodeError(ValueError):
+class TimecodeError(FlywheelError, ValueError):
     """No valid timecode in the image (missing, damaged or CRC mismatch)."""
 
 

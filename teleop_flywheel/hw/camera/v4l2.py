@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import cv2
 
-from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame
 
 MAX_STAMP_AGE_NS = 5_000_000_000  # a buffer stamp further than this from now is not CLOCK_MONOTONIC
 

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 import serial
 
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import error_names, register
 
 
-class BusError(RuntimeError):
+class BusError(FlywheelError, RuntimeError):
     """A bus operation failed; the message names the port."""
 
     def __init__(self, port: str, message: str) -> None:
@@ -67,7 +69,7 @@ class SyncReading:
 class FeetechBus:
     """One serial port with STS3215 servos on it. Not thread-safe: one owner thread."""
 
-    def __init__(self, port: str, baudrate: int = 1_000_000, timeout_s: float = 0.02, retries: int = 2) -> None:
+    def __init__(self, port: str, baudrate: int = BAUD_RATE, timeout_s: float = 0.02, retries: int = 2) -> None:
         self.port = port
         self.baudrate = baudrate
         self.timeout_s = timeout_s

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MODEL_STS3215 = 777
-STEPS_PER_TURN = 4096
+from teleop_flywheel.core.so101 import MODEL_NUMBER
 
 
 @dataclass(frozen=True)
@@ -23,7 +22,7 @@ class Register:
 
 
 REGISTERS: tuple[Register, ...] = (
-    Register("Model_Number", 3, 2, False, MODEL_STS3215),
+    Register("Model_Number", 3, 2, False, MODEL_NUMBER),
     Register("ID", 5, 1, True, 1),
     Register("Baud_Rate", 6, 1, True, 0),
     Register("Return_Delay_Time", 7, 1, True, 250),

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import REGISTERS, TABLE_SIZE, register
 
@@ -153,7 +154,7 @@ class SimulatedArm:
     def __init__(
         self,
         role: str = "follower",
-        baudrate: int = 1_000_000,
+        baudrate: int = BAUD_RATE,
         wire_time: bool = True,
         return_delay: int = 0,
         faults: Faults | None = None,

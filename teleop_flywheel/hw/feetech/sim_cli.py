@@ -10,12 +10,13 @@ import signal
 import sys
 import threading
 
+from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arm", choices=("leader", "follower"), required=True, help="which arm to simulate")
-    parser.add_argument("--baud", type=int, default=1_000_000, help="baud rate for wire-time emulation")
+    parser.add_argument("--baud", type=int, default=BAUD_RATE, help="baud rate for wire-time emulation")
     parser.add_argument("--link", default=None, help="make this path a symlink to the pty (stable port name)")
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
                         help="drop:P | corrupt:P | noise:P | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER]")

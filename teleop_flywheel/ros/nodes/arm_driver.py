@@ -21,17 +21,18 @@ from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import ParameterDescriptor
-from sensor_msgs.msg import JointState
 from rclpy.node import Node
+from sensor_msgs.msg import JointState
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration, load_calibration
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.safety import CommandGuard, JointLimits
+from teleop_flywheel.core.so101 import BAUD_RATE, DEFAULT_LIMITS_RAD, JOINT_NAMES, MODEL_NUMBER
+from teleop_flywheel.core.topics import DIAGNOSTICS, arm_command, arm_state
+from teleop_flywheel.hw.feetech import codec as proto
 from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable, ServoError
 from teleop_flywheel.hw.feetech.control_table import error_names, register
-from teleop_flywheel.hw.feetech import codec as proto
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, STREAM_QOS, diag_array, diag_status, joint_state, spin_node
-from teleop_flywheel.core.safety import CommandGuard, JointLimits
-from teleop_flywheel.core.so101 import DEFAULT_LIMITS_RAD, JOINT_NAMES, MODEL_NUMBER
 
 ROLES = ("leader", "follower")
 POS_ADDR = register("Present_Position").address  # Present_Position (56) + Present_Velocity (58)
@@ -93,7 +94,7 @@ class ArmDriverNode(Node):
         self.rate_hz = float(param("rate_hz", 200.0, "bus loop rate (Hz): one sync read + one sync write per tick"))
         if not 1.0 <= self.rate_hz <= 2000.0:
             raise ValueError(f"arm_driver: rate_hz must be within 1..2000, got {self.rate_hz}")
-        self.baudrate = int(param("baudrate", 1_000_000, "bus baud rate"))
+        self.baudrate = int(param("baudrate", BAUD_RATE, "bus baud rate"))
         cal_file = str(param("calibration_file", "", "calibration YAML of this arm (config/calibration/*.yaml)"))
         if not cal_file:
             raise ValueError("arm_driver: parameter calibration_file is empty; give this arm's calibration YAML")
@@ -119,9 +120,9 @@ class ArmDriverNode(Node):
         self._closed = False
         self._ever_connected = False
         self._ids = self.calibration.ids
-        self._pub = self.create_publisher(JointState, f"/{self.role}/joint_states", STREAM_QOS)
-        self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointState, f"/{self.role}/joint_command", self._on_command, CONTROL_QOS)
+        self._pub = self.create_publisher(JointState, arm_state(self.role), STREAM_QOS)
+        self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
+        self.create_subscription(JointState, arm_command(self.role), self._on_command, CONTROL_QOS)
         self.create_timer(1.0, self._publish_diagnostics)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"arm-driver-{self.role}", daemon=True)

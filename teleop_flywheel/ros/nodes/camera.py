@@ -19,14 +19,12 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, JointState
 
+from teleop_flywheel.core.clock import fill_stamp, now_ns
+from teleop_flywheel.core.topics import DIAGNOSTICS, FOLLOWER_STATE, camera_image
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source
 from teleop_flywheel.hw.camera.source import DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
-from teleop_flywheel.core.clock import fill_stamp, now_ns
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node
-
-def image_topic(name: str) -> str:
-    return f"/cameras/{name}/image/compressed"
 
 
 class CameraNode(Node):
@@ -53,12 +51,12 @@ class CameraNode(Node):
                                         "synthetic fault: stamp = capture + this offset, ms")),
         )
         self.frame_id = str(param("frame_id", self.config.name, "header.frame_id of every image"))
-        self.topic = image_topic(self.config.name)
+        self.topic = camera_image(self.config.name)
         self._pub = self.create_publisher(CompressedImage, self.topic, IMAGE_QOS)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self._joints: dict[str, float] = {}
         if self.config.source == "synthetic":
-            self.create_subscription(JointState, "/follower/joint_states", self._on_joints, CONTROL_QOS)
+            self.create_subscription(JointState, FOLLOWER_STATE, self._on_joints, CONTROL_QOS)
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
         self._source: FrameSource | None = open_source(self.config, lambda: self._joints)

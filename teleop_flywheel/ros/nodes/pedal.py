@@ -40,9 +40,9 @@ from teleop_flywheel.core.clock import (
     now_ns,
     sample_mapping,
 )
-from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.labels import TRIGGER_LABELS
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_JOY
 from teleop_flywheel.hw.pedal.events import (
     MONOTONIC,
     REALTIME,
@@ -55,6 +55,7 @@ from teleop_flywheel.hw.pedal.events import (
     realtime_to_monotonic,
     resolve_device,
 )
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node
 
 CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
 
@@ -70,8 +71,8 @@ class PedalNode(Node):
         keymap_file = str(param("keymap_file", str(config_path("pedal.yaml")), "key map YAML"))
         self.grab = bool(param("grab", True, "grab the device exclusively"))
         self.state = PedalState(KeyMap.load(keymap_file))
-        self._pub = self.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
-        self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._pub = self.create_publisher(Joy, PEDAL_JOY, STREAM_QOS)
+        self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self._error = f"{self.device}: not opened yet"
         self._lost = ""  # why the open device was lost, until it is back
         self._path = ""  # what the device resolved to when opened

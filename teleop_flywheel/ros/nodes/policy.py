@@ -28,10 +28,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
 
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.ros.nodes.camera import image_topic
-from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
-from teleop_flywheel.policies.base import load_policy
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_STATE, POLICY_COMMAND, camera_image
+from teleop_flywheel.policies.base import load_policy
+from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
 
 
 class LatestImage:
@@ -70,10 +70,10 @@ class PolicyNode(Node):
         self._state: list[float] | None = None
         self._lock = threading.Lock()
         self._images = {cam: LatestImage() for cam in self.policy.cameras}
-        self._pub = self.create_publisher(JointState, "/policy/joint_command", STREAM_QOS)
-        self.create_subscription(JointState, "/follower/joint_states", self._on_state, CONTROL_QOS)
+        self._pub = self.create_publisher(JointState, POLICY_COMMAND, STREAM_QOS)
+        self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
         for cam, latest in self._images.items():
-            self.create_subscription(CompressedImage, image_topic(cam), latest.put, IMAGE_QOS)
+            self.create_subscription(CompressedImage, camera_image(cam), latest.put, IMAGE_QOS)
         self.create_timer(1.0 / rate, self._tick)
 
     def _on_state(self, msg: JointState) -> None:
@@ -85,7 +85,7 @@ class PolicyNode(Node):
     def _tick(self) -> None:
         t = now_ns()
         images = {cam: rgb for cam, latest in self._images.items() if (rgb := latest.get()) is not None}
-        missing = [image_topic(cam) for cam in self._images if cam not in images]
+        missing = [camera_image(cam) for cam in self._images if cam not in images]
         if missing:
             self.get_logger().warning(f"no image yet on {', '.join(missing)}; not commanding",
                                       throttle_duration_sec=5.0)

@@ -33,18 +33,16 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.subscription import Subscription
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.subscription import Subscription
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import ClockMapping, now_ns, sample_mapping
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
-from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
+from teleop_flywheel.core.topics import DIAGNOSTICS, INTERVENTION, POLICY_COMMAND, RECORDED, camera_image
 from teleop_flywheel.recording import clock_probe, msgdefs
-from teleop_flywheel.recording.writer import BagExistsError, BagError, BagWriter, DiskFullError
-from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
 from teleop_flywheel.recording.cdr import (
     CdrError,
     SequenceTracker,
@@ -53,13 +51,11 @@ from teleop_flywheel.recording.cdr import (
     header_stamp_ns,
     starts_with_header,
 )
+from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
+from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriter, DiskFullError
+from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
 
-DEFAULT_TOPICS = [
-    "/leader/joint_states", "/follower/joint_states", "/follower/joint_command", "/leader/joint_command",
-    "/policy/joint_command", "/teleop/authority", "/teleop/intervention", "/pedal/joy", "/diagnostics",
-]
-INTERVENTION_TOPIC = "/teleop/intervention"
-POLICY_TOPIC = "/policy/joint_command"
+DEFAULT_TOPICS = list(RECORDED)
 LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": "", "machine_check": ""}  # cleared after every episode
 OUTCOMES = ("", "success", "failure")
 MAX_TEXT = 1000  # operator-set text parameters (task, operator, …)
@@ -110,7 +106,7 @@ class RecorderNode(Node):
         self._topics_wanted = list(param("topics", DEFAULT_TOPICS, "topics to record (types discovered)", **fixed))
         self._cameras = list(param("cameras", [""], "camera names; adds /cameras/<name>/image/compressed", **fixed))
         self._cameras = [c for c in self._cameras if c]
-        camera_topics = [f"/cameras/{c}/image/compressed" for c in self._cameras]
+        camera_topics = [camera_image(c) for c in self._cameras]
         self._topics_wanted = list(dict.fromkeys(self._topics_wanted + camera_topics))  # unique, in order
         param("output_dir", "bags", "directory that receives one bag directory per episode", **fixed)
         prefix = str(param("episode_prefix", "episode", "bag names: <prefix>_<YYYYmmdd_HHMMSS>[_n]", **fixed))
@@ -167,7 +163,7 @@ class RecorderNode(Node):
         self._status_pub = self.create_publisher(String, "~/status", QoSProfile(
             history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
             durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self.create_service(Trigger, "~/start", self._srv_start)
         self.create_service(Trigger, "~/stop", self._srv_stop)
         self.create_service(Trigger, "~/discard", self._srv_discard)
@@ -292,7 +288,7 @@ class RecorderNode(Node):
                 stamp = header_stamp_ns(data)
             else:
                 stamp = int(info.get("source_timestamp") or recv) - self._mapping.offset_ns
-            if entry.name == INTERVENTION_TOPIC:
+            if entry.name == INTERVENTION:
                 self._on_intervention(cdr_string(data, 4))
         except (CdrError, ValueError) as exc:
             self.get_logger().warning(f"{entry.name}: undecodable bytes ({exc}); recorded anyway", throttle_duration_sec=5)
@@ -301,7 +297,7 @@ class RecorderNode(Node):
             bag = self._bag
             if bag is None:
                 return
-            if entry.name == POLICY_TOPIC and entry.has_header:
+            if entry.name == POLICY_COMMAND and entry.has_header:
                 try:
                     self._checkpoints.add(header_frame_id(data))
                 except CdrError:
@@ -322,7 +318,7 @@ class RecorderNode(Node):
             iv = Intervention(int(event["id"]), int(event["start_ns"]),
                               None if event.get("end_ns") is None else int(event["end_ns"]), event.get("trigger"))
         except (ValueError, KeyError, TypeError) as exc:
-            self.get_logger().warning(f"{INTERVENTION_TOPIC}: bad event {text[:120]!r}: {exc}")
+            self.get_logger().warning(f"{INTERVENTION}: bad event {text[:120]!r}: {exc}")
             return
         with self._lock:
             self._interventions[iv.id] = iv

@@ -9,13 +9,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.topics import RECORDER_NODE
 
-class RecorderCallError(RuntimeError):
+
+class RecorderCallError(FlywheelError, RuntimeError):
     pass
 
 
 class RecorderClient:
-    def __init__(self, context: Any, name: str = "recorder_client", recorder: str = "/recorder") -> None:
+    def __init__(self, context: Any, name: str = "recorder_client", recorder: str = RECORDER_NODE) -> None:
         import rclpy
         from rcl_interfaces.srv import SetParameters
         from std_srvs.srv import Trigger

@@ -36,6 +36,19 @@ from std_srvs.srv import SetBool, Trigger
 from teleop_flywheel.core.blending import AuthorityBlender
 from teleop_flywheel.core.clock import now_ns, stamp_to_ns
 from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_code, trigger_code
+from teleop_flywheel.core.safety import CommandGuard
+from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
+from teleop_flywheel.core.topics import (
+    AUTHORITY,
+    DIAGNOSTICS,
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    LEADER_COMMAND,
+    LEADER_STATE,
+    PEDAL_JOY,
+    POLICY_COMMAND,
+)
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
     LATCHED_QOS,
@@ -45,8 +58,6 @@ from teleop_flywheel.ros.nodes.common import (
     joint_state,
     spin_node,
 )
-from teleop_flywheel.core.safety import CommandGuard
-from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
 
 AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")
 
@@ -82,15 +93,15 @@ class TeleopNode(Node):
         self._hold_reason = ""  # the current hold, "" when not holding
         self._holds: dict[str, int] = {}  # hold reason → ticks held since the last diagnostics
 
-        self._cmd_pub = self.create_publisher(JointState, "/follower/joint_command", STREAM_QOS)
-        self._leader_pub = self.create_publisher(JointState, "/leader/joint_command", STREAM_QOS)
-        self._auth_pub = self.create_publisher(JointState, "/teleop/authority", STREAM_QOS)
-        self._event_pub = self.create_publisher(String, "/teleop/intervention", LATCHED_QOS)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, CONTROL_QOS)
-        self.create_subscription(JointState, "/policy/joint_command", self._on_policy, CONTROL_QOS)
-        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, CONTROL_QOS)
-        self.create_subscription(Joy, "/pedal/joy", self._on_pedal, STREAM_QOS)
+        self._cmd_pub = self.create_publisher(JointState, FOLLOWER_COMMAND, STREAM_QOS)
+        self._leader_pub = self.create_publisher(JointState, LEADER_COMMAND, STREAM_QOS)
+        self._auth_pub = self.create_publisher(JointState, AUTHORITY, STREAM_QOS)
+        self._event_pub = self.create_publisher(String, INTERVENTION, LATCHED_QOS)
+        self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
+        self.create_subscription(JointState, LEADER_STATE, self._on_leader, CONTROL_QOS)
+        self.create_subscription(JointState, POLICY_COMMAND, self._on_policy, CONTROL_QOS)
+        self.create_subscription(JointState, FOLLOWER_STATE, self._on_follower, CONTROL_QOS)
+        self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)
         self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
         for label in TRIGGER_LABELS:
             self.create_service(Trigger, f"~/label/{label}", lambda req, res, lb=label: self._srv_label(lb, res))

@@ -21,8 +21,8 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
+from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_JOY, RECORDER_NODE, TELEOP_NODE
 from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
-
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
 
@@ -30,7 +30,7 @@ SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
 class ConsoleNode:
     """rclpy wiring: subscriptions update a ConsoleState; actions become service calls."""
 
-    def __init__(self, state: ConsoleState, recorder: str = "/recorder", teleop: str = "/teleop",
+    def __init__(self, state: ConsoleState, recorder: str = RECORDER_NODE, teleop: str = TELEOP_NODE,
                  context: Any = None) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -54,14 +54,14 @@ class ConsoleNode:
                 level = s.level if isinstance(s.level, int) else int.from_bytes(s.level, "little")
                 state.on_diagnostic(s.name, levels.get(level, str(level)), s.message, {kv.key: kv.value for kv in s.values})
 
-        n.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
+        n.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diag, 50)
         self._trigger = {a: n.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
         self._rec_params = n.create_client(SetParameters, f"{recorder}/set_parameters")
         self._mode = n.create_client(SetBool, f"{teleop}/set_policy_mode")
         self._label = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
         # Terminal fallback for rigs without a foot pedal: the space bar toggles the takeover on
         # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
-        self._pedal = n.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+        self._pedal = n.create_publisher(Joy, PEDAL_JOY, STREAM_QOS)
         self._pedal_down = False
         # Service calls go out in key order from one worker, which waits for a service that is
         # not discovered yet: a recorder's status topic can arrive before its services do, and a
@@ -132,8 +132,8 @@ class ConsoleNode:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--session", default="", help="session name shown in the header")
-    parser.add_argument("--recorder", default="/recorder", help="recorder node name (default /recorder)")
-    parser.add_argument("--teleop", default="/teleop", help="teleop node name (default /teleop)")
+    parser.add_argument("--recorder", default=RECORDER_NODE, help="recorder node name (default /recorder)")
+    parser.add_argument("--teleop", default=TELEOP_NODE, help="teleop node name (default /teleop)")
     parser.add_argument("--refresh-hz", type=float, default=5.0, help="screen refresh rate")
 
 

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
-from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
 
 WARMUP_S = 8.0  # the graph is up well before this; episodes start on a fixed schedule after it
 GAP_S = 2.0

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
-from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_STATE, INTERVENTION
+from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
+from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 
 SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive
 
@@ -62,8 +63,8 @@ class TrialDriver:
         self._t0_ns = 0
         self.slot: Slot | None = None
         self.bags: list[Path] = []
-        self.client.node.create_subscription(JointState, "/follower/joint_states", self._on_pose, STREAM_QOS)
-        self.client.node.create_subscription(String, "/teleop/intervention", self._on_event, LATCHED_QOS)
+        self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
+        self.client.node.create_subscription(String, INTERVENTION, self._on_event, LATCHED_QOS)
         session.add_node(self.client.node)
         if not self.client.ready(30.0):
             raise ProtocolError("the recorder's services did not come up within 30 s")
@@ -72,8 +73,8 @@ class TrialDriver:
         """Count the trials of this protocol already recorded in `bag_dir` as done (their
         slots, per checkpoint × condition in recording order), so an afternoon's walk continues
         where the morning's stopped. Returns how many were taken over."""
-        from teleop_flywheel.recording.reader import BagReadError
         from teleop_flywheel.evaluation.report import EvalError, read_trial
+        from teleop_flywheel.recording.reader import BagReadError
 
         found = []
         for d in sorted(p for p in bag_dir.iterdir() if p.is_dir()) if bag_dir.is_dir() else []:

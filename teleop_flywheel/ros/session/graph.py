@@ -20,6 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.calibration import sim_calibration_file
+from teleop_flywheel.core.topics import (
+    AUTHORITY,
+    DIAGNOSTICS,
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    LEADER_STATE,
+    PEDAL_JOY,
+    POLICY_COMMAND,
+    camera_image,
+)
 
 KINDS = ("teleop", "rollout", "record", "sim")
 
@@ -178,9 +189,9 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
         for cam in cfg.cameras
     ]
     topics = [
-        "/leader/joint_states", "/follower/joint_states", "/follower/joint_command",
-        "/policy/joint_command", "/teleop/authority", "/teleop/intervention", "/pedal/joy", "/diagnostics",
-    ] + [f"/cameras/{cam.name}/image/compressed" for cam in cfg.cameras]
+        LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND,
+        POLICY_COMMAND, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
+    ] + [camera_image(cam.name) for cam in cfg.cameras]
     nodes.append(NodeSpec("recorder", "recorder", {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
         "cameras": [cam.name for cam in cfg.cameras], "session_kind": kind,

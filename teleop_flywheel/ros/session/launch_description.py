@@ -15,10 +15,11 @@ PACKAGE = "teleop_flywheel"
 
 def generate(kind: str) -> Any:
     """A LaunchDescription declaring LAUNCH_ARGUMENTS and starting the `kind` graph."""
-    from launch import LaunchDescription
     from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
+
+    from launch import LaunchDescription
 
     def setup(context: Any) -> list[Any]:
         values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}

@@ -28,11 +28,12 @@ from sensor_msgs.msg import JointState
 
 from teleop_flywheel.core.calibration import sim_calibration_file
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_STATE, LEADER_STATE
 from teleop_flywheel.hw.feetech.sim import SimulatedArm
-from teleop_flywheel.ros.session.graph import SimArmSpec
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, msg_stamp_ns, positions_by_name
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.ros.session.graph import SimArmSpec
 
 
 @dataclass
@@ -70,8 +71,8 @@ class TrackingMonitor(Node):
         self.stats = TrackingStats()
         self.window = TrackingStats()
         self.counts = {"leader": 0, "follower": 0}
-        self.create_subscription(JointState, "/leader/joint_states", self._on_leader, STREAM_QOS)
-        self.create_subscription(JointState, "/follower/joint_states", self._on_follower, STREAM_QOS)
+        self.create_subscription(JointState, LEADER_STATE, self._on_leader, STREAM_QOS)
+        self.create_subscription(JointState, FOLLOWER_STATE, self._on_follower, STREAM_QOS)
 
     def _on_leader(self, msg: JointState) -> None:
         self.counts["leader"] += 1

@@ -22,8 +22,10 @@ from typing import Any
 from mcap.exceptions import McapError
 from mcap.reader import make_reader
 
+from teleop_flywheel.core.errors import FlywheelError
 
-class ReplayError(RuntimeError):
+
+class ReplayError(FlywheelError, RuntimeError):
     """A bag cannot be replayed; the message names the file and the reason."""
 
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.ros.session.graph import (
     KINDS,
     LAUNCH_ARGUMENTS,
@@ -33,7 +34,7 @@ from teleop_flywheel.ros.session.graph import (
 )
 
 
-class SessionError(RuntimeError):
+class SessionError(FlywheelError, RuntimeError):
     """A session could not start; the message says which part and why."""
 
 

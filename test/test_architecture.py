@@ -1,0 +1,115 @@
+"""The import contract of the floors (README, "Architecture"), enforced, not by convention.
+
+- rclpy, launch and ROS message packages are imported only under `teleop_flywheel/ros/`;
+  `cli.py` reaches `ros/` commands lazily (inside the verb's function, by module name).
+- Each floor imports only floors below it: core < hw < recording < data < policies < testing <
+  evaluation < ros < cli. So the data engine never pulls in a device, and nothing below `ros`
+  can need DDS.
+- Every module outside `ros/` imports in a fresh interpreter in which ROS packages cannot be
+  imported at all (catches an import hidden behind another module).
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "teleop_flywheel"
+FLOORS = ("core", "hw", "recording", "data", "policies", "testing", "evaluation", "ros", "cli")
+ROS_PACKAGES = frozenset({
+    "rclpy", "rcl_interfaces", "launch", "launch_ros", "ament_index_python", "builtin_interfaces",
+    "std_msgs", "std_srvs", "sensor_msgs", "diagnostic_msgs", "geometry_msgs", "tf2_msgs", "rosidl_runtime_py",
+    "foxglove_msgs", "visualization_msgs",
+})
+MAX_LINES = 420
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _floor(path: Path, root: Path = PACKAGE) -> str:
+    rel = path.relative_to(root).parts
+    return rel[0].removesuffix(".py") if len(rel) > 1 else rel[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, imported module, at module level) for every import statement in `path`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module, id(node) in top_level))
+            if node.module == "teleop_flywheel":
+                found += [(node.lineno, f"teleop_flywheel.{a.name}", id(node) in top_level) for a in node.names]
+    return found
+
+
+def violations(paths: list[Path], root: Path = PACKAGE) -> list[str]:
+    bad = []
+    for path in paths:
+        floor = _floor(path, root)
+        rank = FLOORS.index(floor) if floor in FLOORS else -1
+        for line, module, _top in _imports(path):
+            where = f"{path.relative_to(root.parent)}:{line}"
+            if module.split(".")[0] in ROS_PACKAGES and floor != "ros":
+                bad.append(f"{where}: imports {module} outside teleop_flywheel/ros/")
+            parts = module.split(".")
+            if parts[0] == "teleop_flywheel" and len(parts) > 1 and parts[1] in FLOORS:
+                target = FLOORS.index(parts[1])
+                if rank >= 0 and target > rank:
+                    bad.append(f"{where}: floor {floor} imports {module} (a floor above it)")
+    return bad
+
+
+def test_every_module_is_on_a_floor() -> None:
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "cli.py")]
+    assert loose == [], f"modules outside the floors: {loose}"
+
+
+def test_import_contract_holds() -> None:
+    assert violations(_modules()) == []
+
+
+def test_the_contract_check_fails_on_a_violation(tmp_path: Path) -> None:
+    """A check that cannot fire proves nothing: plant two violating modules and see both named."""
+    root = tmp_path / "teleop_flywheel"
+    planted = root / "core" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text("import rclpy\n\ndef f():\n    from teleop_flywheel.data import validate\n", encoding="utf-8")
+    found = violations([planted], root)
+    assert any("planted.py:1: imports rclpy outside" in v for v in found), found
+    assert any("planted.py:4: floor core imports teleop_flywheel.data" in v for v in found), found
+
+
+def test_ros_free_floors_import_without_ros() -> None:
+    names = [
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for p in _modules() if _floor(p) not in ("ros", "cli")
+    ]
+    blocker = (
+        "import importlib.abc, sys\n"
+        f"BLOCKED = {sorted(ROS_PACKAGES)!r}\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(f'ROS package {name} imported from a ROS-free floor')\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"for name in {names!r}:\n"
+        "    __import__(name)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_size(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.name}: {lines} lines; split it by responsibility (limit {MAX_LINES})"
