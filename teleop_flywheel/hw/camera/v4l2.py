@@ -28,7 +28,7 @@ class V4L2Source:
             self._cap.release()
             raise CameraError(f"camera {config.name}: cannot open V4L2 device {config.device} "
                               "(missing, busy, or no permission — is the user in the 'video' group?)")
-        self._cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*config.fourcc))
+        self._cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter.fourcc(*config.fourcc))
         self._cap.set(cv2.CAP_PROP_FRAME_WIDTH, config.width)
         self._cap.set(cv2.CAP_PROP_FRAME_HEIGHT, config.height)
         self._cap.set(cv2.CAP_PROP_FPS, config.fps)

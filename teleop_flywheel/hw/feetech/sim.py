@@ -380,9 +380,9 @@ class SimulatedArm:
             address, size = pkt.params[0], pkt.params[1]
             out = []
             for sid in pkt.params[2:]:
-                s = self.servos.get(sid)
-                if s is not None:
-                    s.latch()
-                    out.append(self._status(s, bytes(s.table[address:address + size])))
+                servo = self.servos.get(sid)
+                if servo is not None:
+                    servo.latch()
+                    out.append(self._status(servo, bytes(servo.table[address:address + size])))
             return out
         return []
