@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from teleop_flywheel.core import clock, labels
-from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
 
 
 def test_now_is_monotonic_clock() -> None:
@@ -61,3 +61,11 @@ def test_episode_outcome_is_never_invented() -> None:
     assert EpisodeMeta(episode_name="x").outcome == "unset"
     with pytest.raises(ValueError):
         EpisodeMeta(episode_name="x", outcome="probably")
+
+
+def test_metadata_record_names_are_a_frozen_format() -> None:
+    """Bags already recorded carry these MCAP metadata record names; a module move must not rename them."""
+    from teleop_flywheel.recording.writer import START_RECORD
+
+    assert METADATA_RECORD == "teleop_flywheel.episode"
+    assert START_RECORD == "teleop_flywheel.episode.start"

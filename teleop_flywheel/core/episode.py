@@ -14,7 +14,7 @@ from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 
-METADATA_RECORD = "teleop_flywheel.core.episode"
+METADATA_RECORD = "teleop_flywheel.episode"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
 
