@@ -30,7 +30,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "triggers": ("intervention_triggers", "triggers"),
 }
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
-META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.core.episode")
+META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
 
 
 @dataclass

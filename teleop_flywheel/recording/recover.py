@@ -12,7 +12,7 @@ What it does, never destroying anything:
    stops at the first incomplete record (counts the discarded tail bytes);
 2. writes a new, chunked, indexed, summarised `<name>_0.mcap` with the same messages (bytes,
    log/publish times and sequence numbers unchanged) and a fresh `metadata.yaml`;
-3. episode metadata: the final `teleop_flywheel.core.episode` record if it survived, else the
+3. episode metadata: the final `teleop_flywheel.episode` record if it survived, else the
    `.start` record plus `extra.recovered` (what was lost) and `stopped_mono_ns` = the last
    surviving source stamp;
 4. in place (default): the damaged file is renamed `<name>_0.mcap.damaged` (and an old

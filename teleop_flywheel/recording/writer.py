@@ -6,7 +6,7 @@ Layout written (what `ros2 bag record -s mcap` writes, plus our episode metadata
       <name>_0.mcap    profile "ros2"; schemas "ros2msg" with full dependency text; "cdr"
                        channels with metadata offered_qos_profiles + topic_type_hash;
                        zstd chunks + message indexes + summary; metadata records
-                       "teleop_flywheel.core.episode.start" (at open), "teleop_flywheel.core.episode"
+                       "teleop_flywheel.episode.start" (at open), "teleop_flywheel.episode"
                        (final, at close) and "rosbag2" (serialized_metadata, at close)
       metadata.yaml    rosbag2_bagfile_information v9 (written at close, atomically)
 
