@@ -23,6 +23,8 @@ rclpy = pytest.importorskip("rclpy")
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import SetBool, Trigger  # noqa: E402
@@ -109,13 +111,24 @@ class Probe:
             time.sleep(0.02)
         return future.result()
 
+    def set_params(self, **values: object) -> list:
+        """Set the teleop node's parameters over its parameter service (as `ros2 param set` does)."""
+        client = AsyncParameterClient(self.node, "teleop")
+        assert client.wait_for_services(timeout_sec=30), "teleop parameter services not offered"
+        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        deadline = time.monotonic() + 10
+        while not future.done():
+            assert time.monotonic() < deadline, "set_parameters did not answer"
+            time.sleep(0.02)
+        return list(future.result().results)
+
     def commands_since(self, t_ns: int) -> list[tuple[int, float]]:
         return sorted(c for c in self.commands if c[0] >= t_ns)
 
 
 def start_teleop(**params: object) -> subprocess.Popen:
     args = [f"{k}:={v}" for k, v in {"mode": "policy", "blend_duration_ms": BLEND_MS, **params}.items()]
-    cmd = [sys.executable, "-c", "from teleop_flywheel.ros.nodes.teleop import main; main()", "--ros-args"]
+    cmd = [sys.executable, "-m", "teleop_flywheel.ros.nodes.teleop", "--ros-args"]
     for a in args:
         cmd += ["-p", a]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -149,14 +162,14 @@ def teleop_factory() -> Iterator[Callable[..., Probe]]:
     rclpy.shutdown()
 
 
-def ramp_time_error_ms(samples: list[tuple[int, float]], rising: bool) -> list[float]:
+def ramp_time_error_ms(samples: list[tuple[int, float]], rising: bool, blend_ms: float = BLEND_MS) -> list[float]:
     """For authority samples (tick stamp, α) inside a ramp: how far each tick is from where the
     raised-cosine profile puts its α, in ms, after fitting the ramp's start time (the median)."""
     inner = [(t, a) for t, a in samples if 0.02 < a < 0.98]
     assert len(inner) >= 5, f"only {len(inner)} ticks inside the ramp: {samples}"
     def phase_ms(a: float) -> float:
         x = math.acos(1.0 - 2.0 * a) / math.pi  # inverse of α = (1 − cos πx)/2
-        return (x if rising else 1.0 - x) * BLEND_MS
+        return (x if rising else 1.0 - x) * blend_ms
     starts = sorted(t / 1e6 - phase_ms(a) for t, a in inner)
     t_start = starts[len(starts) // 2]
     return [abs(t / 1e6 - t_start - phase_ms(a)) for t, a in inner]
@@ -272,3 +285,54 @@ def test_mode_switch_during_a_takeover_ends_the_intervention(teleop_factory) -> 
     assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=True)).success
     probe.drive(lambda: probe.alpha == 0.0 and probe.leader_cmds[-1] == 6, "policy driving again, leader tracking", UP)
     assert {e["id"] for e in probe.events} == {1} and probe.events[-1]["end_ns"] is not None
+
+
+def test_a_label_the_blender_refuses_is_reported_as_refused(teleop_factory) -> None:
+    """The refusal text of a label after the labelling window starts with "intervention": the
+    service must report the blender's verdict, not match on the text."""
+    probe = teleop_factory(label_window_ms=100.0)
+    probe.drive(lambda: 6 in probe.leader_cmds, "policy driving, leader tracking")
+    probe.drive(lambda: bool(probe.events) and probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    probe.drive(lambda: probe.events[-1]["end_ns"] is not None, "hand-back", UP)
+    ended = time.monotonic()
+    probe.drive(lambda: time.monotonic() - ended > 0.3, "the 100 ms labelling window to pass", UP)
+    result = probe.call(Trigger, "/teleop/label/wrong_grasp", Trigger.Request())
+    assert not result.success, result.message
+    assert result.message.startswith("intervention 1 ended") and "labelling window" in result.message
+    assert probe.events[-1]["trigger"] is None  # nothing was labelled
+    # inside the window a label is accepted and said so
+    probe.drive(lambda: probe.events[-1]["id"] == 2 and probe.alpha == pytest.approx(1.0), "second takeover", DOWN)
+    result = probe.call(Trigger, "/teleop/label/too_slow", Trigger.Request())
+    assert result.success and result.message == "intervention 2 labelled too_slow"
+
+
+def test_blend_duration_set_at_run_time_changes_the_ramp(teleop_factory) -> None:
+    """`ros2 param set /teleop blend_duration_ms 400` (an integer, as the CLI sends it) takes effect:
+    the next takeover ramps over 400 ms, not the 150 ms the node started with."""
+    probe = teleop_factory()
+    (result,) = probe.set_params(blend_duration_ms=400)
+    assert result.successful, result.reason
+    probe.drive(lambda: 6 in probe.leader_cmds, "policy driving, leader tracking")
+    t_down = now_ns()
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    rise = [(t, a[0]) for t, a in sorted(probe.authority) if t >= t_down]
+    assert max(ramp_time_error_ms(rise, rising=True, blend_ms=400.0)) <= TICK_MS
+    inner = [t for t, a in rise if 0.0 < a < 1.0]
+    assert (inner[-1] - inner[0]) / 1e6 > 250, "a 150 ms ramp cannot span this long"
+
+
+def test_parameters_refused_at_run_time_say_why(teleop_factory) -> None:
+    probe = teleop_factory()
+    (read_only,) = probe.set_params(rate_hz=100.0)
+    assert not read_only.successful and "read-only" in read_only.reason
+    (out_of_range,) = probe.set_params(blend_duration_ms=5000.0)
+    assert not out_of_range.successful
+    # the descriptor's range, checked by rclpy before the node sees the value
+    assert all(w in out_of_range.reason for w in ("blend_duration_ms", "Min: 20.0", "Max: 1000.0", "5000.0"))
+    (bad_mode,) = probe.set_params(mode="autopilot")
+    assert not bad_mode.successful and "'teleop', 'policy'" in bad_mode.reason
+    # the mode parameter and the service are one path: the service's switch shows in the parameter
+    assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=False)).success
+    (same,) = probe.set_params(mode="policy")
+    assert same.successful
+    probe.drive(lambda: probe.authority and probe.authority[-1][1][1] == 1.0, "policy mode on /teleop/authority")

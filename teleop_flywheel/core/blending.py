@@ -76,6 +76,17 @@ class AuthorityBlender:
         self.mode = mode
         self._update(t_ns, t_ns)
 
+    def set_blend_ms(self, blend_ms: float, t_ns: int) -> None:
+        """Change the ramp duration at t; a ramp under way goes on from its current α at the new
+        speed (α never jumps)."""
+        lo, hi = BLEND_MS_RANGE
+        if not lo <= float(blend_ms) <= hi:
+            raise ValueError(f"blend_duration_ms must be within {lo:.0f}–{hi:.0f} ms, got {blend_ms}")
+        t_ns = max(t_ns, self._last_tick_ns)
+        self._phase0 = self._phase(t_ns)
+        self._ramp_start_ns = t_ns
+        self.blend_ms = float(blend_ms)
+
     def human(self, positions: Sequence[float], stamp_ns: int) -> None:
         self._human = (stamp_ns, list(positions))
 

@@ -4,6 +4,7 @@ Kept deliberately thin: nodes translate between topics and the ROS-free core, no
 """
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -14,9 +15,11 @@ from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 
 from teleop_flywheel.core.clock import fill_stamp, now_ns, stamp_to_ns
+from teleop_flywheel.core.errors import FlywheelError
 
 # Reliable everywhere data is recorded: a dataset must not silently lose samples.
 STREAM_QOS = QoSProfile(
@@ -85,30 +88,48 @@ def diag_array(statuses: Sequence[DiagnosticStatus]) -> DiagnosticArray:
     return arr
 
 
-def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None) -> int:
-    """Console-script body shared by every node: init, spin until Ctrl-C, clean shutdown."""
-    rclpy.init(args=list(sys.argv if args is None else args))
-    node = factory()
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
+def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, name: str = "") -> int:
+    """Console-script body shared by every node: start, spin until SIGINT/SIGTERM, stop cleanly.
+
+    rclpy's own signal handlers would shut the context down first, while the node's background
+    threads (bus loop, camera loop, recorder take loop) may still publish: each then dies with
+    `RCLError: publisher's context is invalid`. Here a signal only ends the spin loop; the node's
+    `close()` stops its threads, and only then are the node and the context shut down. A node that
+    cannot start (a `FlywheelError`: bad parameter, calibration file, …) prints one line and
+    returns 1.
+    """
+    rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    node: Node | None = None
     try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        # SIGTERM shuts the context down while a callback may still be publishing: the error that
-        # callback raises is the shutdown itself, not a failure worth a traceback.
-        if rclpy.ok():
-            raise
+        try:
+            node = factory()
+        except FlywheelError as exc:
+            label = name or getattr(factory, "__name__", "node")
+            print(exc if str(exc).startswith("/") else f"{label}: {exc}", file=sys.stderr, flush=True)
+            return 1
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        try:
+            while not stop.is_set() and rclpy.ok():
+                executor.spin_once(timeout_sec=0.1)  # a signal is seen within 0.1 s
+        except ExternalShutdownException:
+            pass
+        finally:
+            close = getattr(node, "close", None)
+            if callable(close):
+                close()
+            executor.remove_node(node)
+            executor.shutdown()
+        return 0
     finally:
-        close = getattr(node, "close", None)
-        if callable(close):
-            close()
-        executor.remove_node(node)
-        node.destroy_node()
+        if node is not None:
+            node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
-    return 0
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 class NodeSpinner:

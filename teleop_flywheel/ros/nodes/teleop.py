@@ -24,18 +24,20 @@ next periodic status even if it lasted only a few ticks.
 from __future__ import annotations
 
 import json
+import sys
 import threading
+from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
-from teleop_flywheel.core.blending import AuthorityBlender
+from teleop_flywheel.core.blending import BLEND_MS_DEFAULT, BLEND_MS_RANGE, AuthorityBlender
 from teleop_flywheel.core.clock import now_ns, stamp_to_ns
-from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_code, trigger_code
+from teleop_flywheel.core.labels import MODES, TRIGGER_LABELS, mode_code, trigger_code
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
 from teleop_flywheel.core.topics import (
@@ -58,8 +60,24 @@ from teleop_flywheel.ros.nodes.common import (
     joint_state,
     spin_node,
 )
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
 
 AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")
+
+
+@dataclass
+class TeleopParams(NodeParams):
+    mode: str = spec("teleop", "teleop (human only) or policy (the policy drives, the pedal takes over); "
+                     "changeable at run time, like ~/set_policy_mode", choices=MODES, read_only=False)
+    blend_duration_ms: float = spec(BLEND_MS_DEFAULT, "authority ramp duration (ms); changeable at run time: "
+                                    "a ramp under way goes on from its current alpha", range=BLEND_MS_RANGE,
+                                    read_only=False)
+    rate_hz: float = spec(200.0, "tick rate when no leader sample arrives (Hz)", range=(1.0, 2000.0))
+    stale_ms: float = spec(100.0, "an input older than this is stale: hold, never extrapolate (ms)",
+                           range=(1.0, 10_000.0), read_only=False)
+    max_step_rad: float = spec(0.05, "largest change of any joint command per tick (rad)", range=(1e-4, 1.0))
+    label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
+                                  range=(0.0, 600_000.0), read_only=False)
 
 
 def _ordered(msg: JointState) -> list[float] | None:
@@ -73,18 +91,13 @@ def _ordered(msg: JointState) -> list[float] | None:
 class TeleopNode(Node):
     def __init__(self, node_name: str = "teleop", **kwargs: object) -> None:
         super().__init__(node_name, **kwargs)
-
-        def param(name: str, default: object, text: str) -> object:
-            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-
-        mode = str(param("mode", "teleop", "teleop (human only) or policy (policy drives, pedal takes over)"))
-        blend_ms = float(param("blend_duration_ms", 150.0, "authority ramp duration, 20..1000 ms"))
-        self.rate_hz = float(param("rate_hz", 200.0, "tick rate when no leader sample arrives"))
-        stale_ms = float(param("stale_ms", 100.0, "an input older than this is stale: hold, never extrapolate"))
-        max_step = float(param("max_step_rad", 0.05, "largest change of any joint command per tick, rad"))
-        self.blender = AuthorityBlender(mode=mode, blend_ms=blend_ms, stale_ms=stale_ms)
-        self.guard = CommandGuard(JOINT_NAMES, default_limits(), max_step=max_step)
         self._lock = threading.Lock()
+        self.params = NodeParameters(self, TeleopParams, self._on_params)
+        p = self.params.values
+        self.rate_hz = p.rate_hz
+        self.blender = AuthorityBlender(mode=p.mode, blend_ms=p.blend_duration_ms, stale_ms=p.stale_ms,
+                                        label_window_ms=p.label_window_ms)
+        self.guard = CommandGuard(JOINT_NAMES, default_limits(), max_step=p.max_step_rad)
         self._follower: list[float] | None = None
         self._last_tick_ns = 0
         self._buttons: list[int] = []
@@ -107,6 +120,20 @@ class TeleopNode(Node):
             self.create_service(Trigger, f"~/label/{label}", lambda req, res, lb=label: self._srv_label(lb, res))
         self.create_timer(1.0 / self.rate_hz, self._on_timer)
         self.create_timer(1.0, self._publish_diagnostics)
+
+    def _on_params(self, old: TeleopParams, new: TeleopParams, changed: set[str]) -> str | None:
+        """Run-time changes take effect at once (under the tick lock)."""
+        with self._lock:
+            t = now_ns()
+            if "blend_duration_ms" in changed:
+                self.blender.set_blend_ms(new.blend_duration_ms, t)
+            self.blender.stale_ms = new.stale_ms
+            self.blender.label_window_ms = new.label_window_ms
+            if "mode" in changed:
+                self.blender.set_mode(new.mode, t)
+                self._drive_leader(t)
+                self._publish_events()
+        return None
 
     # -- inputs ---------------------------------------------------------------------------
     def _on_leader(self, msg: JointState) -> None:
@@ -141,32 +168,31 @@ class TeleopNode(Node):
                 self._drive_leader(known)
             for i, label in enumerate(TRIGGER_LABELS, start=1):
                 if i < len(buttons) and buttons[i] and not previous[i]:
-                    self._label(label, stamp)
+                    accepted, message = self._label(label, stamp)
+                    if not accepted:
+                        self.get_logger().warning(f"pedal label {label} refused: {message}")
             self._publish_events()
 
-    def _label(self, label: str, t_ns: int) -> str:
+    def _label(self, label: str, t_ns: int) -> tuple[bool, str]:
+        """(accepted, what happened): the blender's verdict, never read back from its text."""
         try:
             iv = self.blender.label(label, t_ns)
-        except ValueError as exc:
-            return str(exc)
-        return f"intervention {iv.id} labelled {label}"
+        except ValueError as exc:  # refused: no intervention, or beyond the labelling window
+            return False, str(exc)
+        return True, f"intervention {iv.id} labelled {label}"
 
     def _srv_label(self, label: str, response: Trigger.Response) -> Trigger.Response:
         with self._lock:
-            message = self._label(label, now_ns())
+            response.success, response.message = self._label(label, now_ns())
             self._publish_events()
-        response.success = message.startswith("intervention")
-        response.message = message
         return response
 
     def _srv_mode(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        """The same as setting the `mode` parameter (one path, so the parameter always tells the mode)."""
         mode = "policy" if request.data else "teleop"
-        with self._lock:
-            t = now_ns()
-            self.blender.set_mode(mode, t)
-            self._drive_leader(t)
-            self._publish_events()
-        response.success, response.message = True, f"mode {mode}"
+        (result,) = self.set_parameters([Parameter("mode", value=mode)])
+        response.success = result.successful
+        response.message = f"mode {mode}" if result.successful else result.reason
         return response
 
     # -- ticking --------------------------------------------------------------------------
@@ -244,4 +270,8 @@ class TeleopNode(Node):
 
 
 def main() -> int:
-    return spin_node(TeleopNode)
+    return spin_node(TeleopNode, name="teleop")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
