@@ -24,20 +24,21 @@ ROS_WHEELS = [
 setup(
     name=PACKAGE,
     version="0.1.0",
-    # config/ stays at the package root (ROS convention) and is also package data
-    # `teleop_flywheel.config` for pip installs (core/resources.py finds it either way).
-    packages=find_packages(exclude=["test", "test.*", "bench", "config", "config.*"])
-    + [f"{PACKAGE}.config", f"{PACKAGE}.config.calibration"],
-    package_dir={f"{PACKAGE}.config": "config"},
+    # config/ and urdf/ stay at the package root (ROS convention) and are also package data
+    # `teleop_flywheel.config` / `.urdf` for pip installs (core/resources.py finds them either way).
+    packages=find_packages(exclude=["test", "test.*", "bench", "config", "config.*", "urdf"])
+    + [f"{PACKAGE}.config", f"{PACKAGE}.config.calibration", f"{PACKAGE}.urdf"],
+    package_dir={f"{PACKAGE}.config": "config", f"{PACKAGE}.urdf": "urdf"},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
         (f"share/{PACKAGE}/config/calibration", glob("config/calibration/*.yaml")),
+        (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
     ],
     package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json"],
-                  f"{PACKAGE}.config.calibration": ["*.yaml"]},
+                  f"{PACKAGE}.config.calibration": ["*.yaml"], f"{PACKAGE}.urdf": ["*.urdf"]},
     python_requires=">=3.10",
     install_requires=[
         "numpy",

@@ -33,5 +33,13 @@ def test_colcon_build_installs_scripts_launch_config_and_marker(tmp_path: Path) 
     assert {"teleop.launch.py", "rollout.launch.py", "sim.launch.py"} <= {p.name for p in (share / "launch").iterdir()}
     assert (share / "config" / "foxglove_layout.json").is_file() and (share / "config" / "pedal.yaml").is_file()
     assert (share / "config" / "calibration" / "follower_sim.yaml").is_file()
+    assert (share / "urdf" / "so101.urdf").is_file()
+    # The one resources lookup finds the colcon install's files through the ament index.
+    probe = ("from teleop_flywheel.core.resources import package_file as f; "
+             "print(f('config', 'validate.yaml')); print(f('urdf', 'so101.urdf'))")
+    env["AMENT_PREFIX_PATH"] = str(install)
+    found = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == [str(share / "config" / "validate.yaml"), str(share / "urdf" / "so101.urdf")]
     assert (share / "package.xml").is_file()
     assert (install / "share" / "ament_index" / "resource_index" / "packages" / "teleop_flywheel").is_file()
