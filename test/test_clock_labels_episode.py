@@ -69,3 +69,25 @@ def test_metadata_record_names_are_a_frozen_format() -> None:
 
     assert METADATA_RECORD == "teleop_flywheel.episode"
     assert START_RECORD == "teleop_flywheel.episode.start"
+
+
+def test_ros_time_conversion_round_trips_on_this_host() -> None:
+    mono = clock.now_ns()
+    ros = clock.to_ros_ns(mono)
+    assert abs(ros - time.time_ns()) < 50_000_000  # ROS time is the system clock
+    assert abs(clock.from_ros_ns(ros) - mono) < 100_000  # two offset samples apart
+
+
+def test_clock_steps_beyond_slewing_are_found() -> None:
+    def sample(mono_s: float, offset_ns: int) -> clock.ClockMapping:
+        mono = int(mono_s * 1e9)
+        return clock.ClockMapping(mono, mono + offset_ns, 1_000)
+
+    base = 1_700_000_000 * 10**9
+    # 60 s apart: slewing may move the offset by 30 ms + 1 ms; 20 ms is a slew, 40 ms a step.
+    slewed = [sample(100, base), sample(160, base + 20_000_000), sample(220, base + 40_000_000)]
+    assert clock.clock_steps(slewed) == []
+    stepped = [sample(100, base), sample(101, base - 5_000_000), sample(102, base - 5_000_000)]
+    (step,) = clock.clock_steps(stepped)
+    assert step.drift_ns == -5_000_000 and step.at_mono_ns == 101 * 10**9
+    assert step.bound_ns == 500_000 + 1_000_000 + 2_000  # 500 ppm of 1 s + 1 ms + both uncertainties

@@ -1,10 +1,14 @@
-"""The one clock: every stamp in teleop_flywheel is CLOCK_MONOTONIC nanoseconds.
+"""The one clock: instants are measured on CLOCK_MONOTONIC; headers carry ROS time.
 
 Drivers stamp as close to the physical event as they can know it (bytes arrived on the bus,
-the V4L2 buffer time, the kernel input-event time) and pass that integer along; ROS headers
-carry it verbatim as `builtin_interfaces/Time`. Wall time appears only in the sampled
-monotonic→wall mapping stored with each recording, so a bag's drift can be checked later.
-No code path stamps with callback time or the ROS clock.
+the V4L2 buffer time, the kernel input-event time), on CLOCK_MONOTONIC, which no clock step can
+disturb: control timing inside a node (staleness, ramps, watchdogs, rates) stays there. Every
+ROS consumer reads `header.stamp` as ROS time (the system clock, which PTP/chrony discipline
+across machines), so at a node's edge the monotonic instant is converted with the wall−monotonic
+offset sampled at conversion time (`to_ros_ns`), and an incoming header stamp is converted back
+before it is compared with the node's own clock (`from_ros_ns`). No code path stamps with
+callback time. Recordings sample (monotonic, wall) pairs through each episode; `clock_steps`
+finds a system-clock step between two samples that slewing cannot explain.
 """
 from __future__ import annotations
 
@@ -18,6 +22,23 @@ NS_PER_S = 1_000_000_000
 def now_ns() -> int:
     """CLOCK_MONOTONIC now, in integer nanoseconds."""
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def wall_offset_ns() -> int:
+    """System clock minus CLOCK_MONOTONIC now (read latency: well under a microsecond)."""
+    before = now_ns()
+    wall = time.time_ns()
+    return wall - (before + now_ns()) // 2
+
+
+def to_ros_ns(mono_ns: int) -> int:
+    """A monotonic instant as ROS time (system clock), with the offset sampled now."""
+    return mono_ns + wall_offset_ns()
+
+
+def from_ros_ns(ros_ns: int) -> int:
+    """A ROS-time stamp (e.g. an incoming header) on this host's monotonic clock."""
+    return ros_ns - wall_offset_ns()
 
 
 def split_ns(ns: int) -> tuple[int, int]:
@@ -38,7 +59,7 @@ def stamp_to_ns(stamp: _TimeLike) -> int:
 
 
 def fill_stamp(stamp: Any, ns: int) -> Any:
-    """Write a monotonic ns value into a `builtin_interfaces/Time` in place and return it."""
+    """Write an ns value (ROS time, see `to_ros_ns`) into a `builtin_interfaces/Time` in place."""
     stamp.sec, stamp.nanosec = split_ns(ns)
     return stamp
 
@@ -84,3 +105,34 @@ def sample_mapping(samples: int = 16) -> ClockMapping:
 def drift_ns(start: ClockMapping, end: ClockMapping) -> int:
     """How far the wall clock moved against the monotonic clock between two samples."""
     return end.offset_ns - start.offset_ns
+
+
+# A disciplined clock is slewed at most 500 ppm (Linux adjtimex's limit); anything faster is a step.
+MAX_SLEW_PPM = 500
+STEP_TOLERANCE_NS = 1_000_000
+
+
+def step_bound_ns(interval_ns: int) -> int:
+    """The largest wall−monotonic offset change slewing can make over `interval_ns` (+ 1 ms)."""
+    return abs(interval_ns) * MAX_SLEW_PPM // 1_000_000 + STEP_TOLERANCE_NS
+
+
+@dataclass(frozen=True)
+class ClockStep:
+    """The system clock moved `drift_ns` between two samples, more than slewing allows."""
+
+    at_mono_ns: int
+    drift_ns: int
+    bound_ns: int
+
+
+def clock_steps(samples: list[ClockMapping]) -> list[ClockStep]:
+    """Steps of the system clock between consecutive (monotonic, wall) samples."""
+    ordered = sorted(samples, key=lambda m: m.mono_ns)
+    steps = []
+    for a, b in zip(ordered, ordered[1:]):
+        drift = drift_ns(a, b)
+        bound = step_bound_ns(b.mono_ns - a.mono_ns) + a.uncertainty_ns + b.uncertainty_ns
+        if abs(drift) > bound:
+            steps.append(ClockStep(b.mono_ns, drift, bound))
+    return steps
