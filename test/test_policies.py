@@ -189,3 +189,86 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
     assert len(got) >= 5
     assert {m.header.frame_id for m in got} == {"ckpt-42"}
     assert list(got[0].name) == list(JOINT_NAMES)
+
+
+def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
+    """`/policy/reset` starts the policy over from the current state; setting policy/policy_args/
+    checkpoint_id at run time loads the new policy, and one that cannot load is refused with the
+    reason while the running policy keeps commanding."""
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.node import Node
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+    from sensor_msgs.msg import JointState
+    from std_srvs.srv import Trigger
+
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state
+    from teleop_flywheel.ros.nodes.policy import PolicyNode
+
+    context = rclpy.Context()
+    rclpy.init(context=context, args=[])
+    spinner = NodeSpinner(context)
+    node = PolicyNode(context=context, parameter_overrides=[Parameter("rate_hz", value=100)])  # int: accepted
+    probe = Node("policy_probe", context=context)
+    got: list[tuple[int, str, list[float]]] = []
+    probe.create_subscription(JointState, "/policy/joint_command", lambda m: got.append(
+        (m.header.stamp.sec * S + m.header.stamp.nanosec, m.header.frame_id, list(m.position))), STREAM_QOS)
+    state_pub = probe.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    params = AsyncParameterClient(probe, "policy")
+    state = [0.1] * 6
+
+    def wait(cond, what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            state_pub.publish(joint_state(JOINT_NAMES, state, now_ns()))
+            time.sleep(0.02)
+
+    def done(future):
+        wait(future.done, "a reply")
+        return future.result()
+
+    spinner.add(node)
+    spinner.add(probe)
+    try:
+        wait(lambda: any(f == "scripted-v0" and p != pytest.approx(state) for _t, f, p in got), "the policy moving")
+        # reset: the next command starts from the follower's state again
+        reset = probe.create_client(Trigger, "/policy/reset")
+        assert reset.wait_for_service(timeout_sec=30)
+        t_reset = now_ns()
+        answer = done(reset.call_async(Trigger.Request()))
+        assert answer.success and answer.message == "scripted-v0 restarted from the current state"
+        wait(lambda: [p for t, _f, p in sorted(got) if t >= t_reset], "a command after the reset")
+        after = [p for t, _f, p in sorted(got) if t >= t_reset]
+        assert after[0] == pytest.approx(state, abs=1e-3)
+
+        # swap to another scripted checkpoint with its own waypoints, all three parameters at once
+        waypoints = tmp_path / "waypoints.yaml"
+        waypoints.write_text("waypoints: [[0.7, 0.7, 0.7, 0.7, 0.7, 0.7]]\nmove_s: 0.5\n")
+        assert params.wait_for_services(timeout_sec=30)
+        result = done(params.set_parameters_atomically([
+            Parameter("policy", value="scripted"), Parameter("policy_args", value=str(waypoints)),
+            Parameter("checkpoint_id", value="ckpt-2")])).result
+        assert result.successful, result.reason
+        wait(lambda: got[-1][1] == "ckpt-2" and got[-1][2] == pytest.approx([0.7] * 6), "the new policy at its waypoint")
+
+        # a checkpoint that cannot be loaded: refused with the reason, the running policy unchanged
+        result = done(params.set_parameters_atomically([
+            Parameter("policy", value="replay"), Parameter("policy_args", value=str(tmp_path / "no_such_bag")),
+            Parameter("checkpoint_id", value="ckpt-3")])).result
+        assert not result.successful and "no_such_bag" in result.reason, result.reason
+        n = len(got)
+        wait(lambda: len(got) > n + 5, "commands after the refusal")
+        assert {f for _t, f, _p in got[n:]} == {"ckpt-2"}
+        assert node.get_parameter("checkpoint_id").value == "ckpt-2"
+        assert node.get_parameter("policy_args").value == str(waypoints)
+        # and the read-only rate cannot be changed
+        (rate,) = done(params.set_parameters([Parameter("rate_hz", value=10.0)])).results
+        assert not rate.successful and "read-only" in rate.reason
+    finally:
+        spinner.shutdown()
+        node.destroy_node()
+        probe.destroy_node()
+        context.shutdown()

@@ -251,9 +251,10 @@ OnChange = Callable[[P, P, set[str]], "str | None"]
 class NodeParameters(Generic[P]):
     """Declares `cls`'s fields on `node`; `.values` is the current, validated dataclass.
 
-    `on_change(old, new, changed_names)` is called for every accepted run-time change of a
-    changeable parameter, before it is stored: it applies the change and returns None, or returns
-    the reason it refuses (rclpy then keeps the old value and the caller gets the reason).
+    `on_change(old, new, names)` is called for every accepted run-time set of changeable
+    parameters (`names`: those set, even to their current value — setting `stall_now_s` twice
+    stalls twice), before the values are stored: it applies them and returns None, or returns the
+    reason it refuses (rclpy then keeps the old values and the caller gets the reason).
     """
 
     def __init__(self, node: Node, cls: type[P], on_change: OnChange[P] | None = None) -> None:
@@ -302,9 +303,8 @@ class NodeParameters(Generic[P]):
         except Invalid as exc:
             return SetParametersResult(successful=False, reason=f"{exc.name} = {getattr(new, exc.name)!r} is "
                                                                 f"not allowed: {exc.allowed}")
-        changed = {name for name, value in changes.items() if getattr(old, name) != value}
-        if changed and self._on_change is not None:
-            reason = self._on_change(old, new, changed)
+        if self._on_change is not None:
+            reason = self._on_change(old, new, set(changes))
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
         self.values = new

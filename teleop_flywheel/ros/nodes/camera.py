@@ -5,52 +5,74 @@ capture instant) — never the time this node got the frame. A stamp gap above 1
 periods counts the missing frames as dropped; counts and rates go to `/diagnostics` once a
 second. The synthetic source draws the arm from `/follower/joint_states`; setting its
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
-deliver nothing for that long from now: the seeds' dropped camera second, on demand.
-Capture, JPEG encoding and publishing run in the node's own thread, not in an rclpy timer.
+deliver nothing for that long from now: the seeds' dropped camera second, on demand (every set
+stalls again, also with the same value). Every other parameter is read-only.
+Capture, JPEG encoding and publishing run in the node's own thread, not in an rclpy timer; it
+stops in `close()`, before the node and its context go away.
 """
 from __future__ import annotations
 
+import sys
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, JointState
 
 from teleop_flywheel.core.clock import fill_stamp, now_ns
 from teleop_flywheel.core.topics import DIAGNOSTICS, FOLLOWER_STATE, camera_image
-from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source
-from teleop_flywheel.hw.camera.source import DropCounter
+from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source, timecode
+from teleop_flywheel.hw.camera.source import SOURCES, DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
+
+_D = CameraConfig()
+
+
+@dataclass
+class CameraParams(NodeParams):
+    name: str = spec(_D.name, "camera name: topic /cameras/<name>/image/compressed", required=True,
+                     pattern=r"[A-Za-z][A-Za-z0-9_]*")
+    source: str = spec(_D.source, "synthetic | v4l2", choices=SOURCES)
+    device: str = spec(_D.device, "v4l2 device path or index")
+    width: int = spec(_D.width, "image width (px)", range=(16, 7680))
+    height: int = spec(_D.height, "image height (px)", range=(16, 4320))
+    fps: float = spec(_D.fps, "frame rate requested (Hz)", range=(0.1, 1000.0))
+    jpeg_quality: int = spec(_D.jpeg_quality, "JPEG quality", range=(1, 100))
+    fourcc: str = spec(_D.fourcc, "v4l2 pixel format (4 characters)", pattern=r".{4}", required=True)
+    latency_ms: float = spec(_D.latency_ms, "synthetic: capture→delivery latency (ms)", range=(0.0, 10_000.0))
+    stall_at_s: float = spec(_D.stall_at_s, "synthetic fault: a stall starts this many s after start (<0: none)",
+                             range=(-1.0, 86_400.0))
+    stall_s: float = spec(_D.stall_s, "synthetic fault: stall length (s)", range=(0.0, 3600.0))
+    stamp_offset_ms: float = spec(_D.stamp_offset_ms, "synthetic fault: stamp = capture + this offset (ms)",
+                                  range=(-10_000.0, 10_000.0))
+    frame_id: str = spec("", "header.frame_id of every image; empty = the camera name")
+    stall_now_s: float = spec(0.0, "synthetic fault, set at run time: deliver nothing for this many s from now",
+                              range=(0.0, 3600.0), read_only=False)
+
+    def check(self) -> None:
+        if self.source == "synthetic":
+            try:
+                timecode.layout(self.width, self.height)
+            except ValueError as exc:
+                name = "height" if self.width >= timecode.DEFAULT_BLOCK else "width"
+                raise Invalid(name, f"the synthetic source needs room for its timecode ({exc})") from None
+
+    def config(self) -> CameraConfig:
+        return CameraConfig(name=self.name, source=self.source, device=self.device, width=self.width,
+                            height=self.height, fps=self.fps, jpeg_quality=self.jpeg_quality, fourcc=self.fourcc,
+                            latency_ms=self.latency_ms, stall_at_s=self.stall_at_s, stall_s=self.stall_s,
+                            stamp_offset_ms=self.stamp_offset_ms)
 
 
 class CameraNode(Node):
     def __init__(self, node_name: str = "camera", **kwargs: object) -> None:
         super().__init__(node_name, **kwargs)
-        d = CameraConfig()
-
-        def param(name: str, default: object, text: str) -> object:
-            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-
-        self.config = CameraConfig(
-            name=str(param("name", d.name, "camera name: topic /cameras/<name>/image/compressed")),
-            source=str(param("source", d.source, "synthetic | v4l2")),
-            device=str(param("device", d.device, "v4l2 device path or index")),
-            width=int(param("width", d.width, "image width, px")),
-            height=int(param("height", d.height, "image height, px")),
-            fps=float(param("fps", d.fps, "frame rate requested")),
-            jpeg_quality=int(param("jpeg_quality", d.jpeg_quality, "JPEG quality 1..100")),
-            fourcc=str(param("fourcc", d.fourcc, "v4l2 pixel format")),
-            latency_ms=float(param("latency_ms", d.latency_ms, "synthetic: capture→delivery latency, ms")),
-            stall_at_s=float(param("stall_at_s", d.stall_at_s, "synthetic fault: stall starts at this many s (<0 none)")),
-            stall_s=float(param("stall_s", d.stall_s, "synthetic fault: stall length, s")),
-            stamp_offset_ms=float(param("stamp_offset_ms", d.stamp_offset_ms,
-                                        "synthetic fault: stamp = capture + this offset, ms")),
-        )
-        self.frame_id = str(param("frame_id", self.config.name, "header.frame_id of every image"))
+        self.params = NodeParameters(self, CameraParams, self._on_params)
+        self.config = self.params.values.config()
+        self.frame_id = self.params.values.frame_id or self.config.name
         self.topic = camera_image(self.config.name)
         self._pub = self.create_publisher(CompressedImage, self.topic, IMAGE_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
@@ -64,30 +86,26 @@ class CameraNode(Node):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"camera-node-{self.config.name}", daemon=True)
         self._thread.start()
-        self.declare_parameter("stall_now_s", 0.0, ParameterDescriptor(
-            description="synthetic fault, set at run time: stall for this many s from now"))
-        self.add_on_set_parameters_callback(self._on_params)
         self.create_timer(1.0, self._publish_diagnostics)
 
-    def _on_params(self, params: list[Parameter]) -> SetParametersResult:
-        for p in params:
-            if p.name != "stall_now_s" or p.value <= 0:
-                continue
-            source = self._source
-            if not isinstance(source, SyntheticSource):
-                return SetParametersResult(successful=False, reason="stall_now_s: only the synthetic camera can stall")
-            source.config = replace(source.config, stall_at_s=(now_ns() - source.start_ns) / 1e9,
-                                    stall_s=float(p.value))
-        return SetParametersResult(successful=True)
+    def _on_params(self, old: CameraParams, new: CameraParams, names: set[str]) -> str | None:
+        if "stall_now_s" not in names or new.stall_now_s <= 0:
+            return None
+        source = self._source
+        if not isinstance(source, SyntheticSource):
+            return "stall_now_s: only the synthetic camera can stall"
+        source.config = replace(source.config, stall_at_s=(now_ns() - source.start_ns) / 1e9, stall_s=new.stall_now_s)
+        return None
 
     def _on_joints(self, msg: JointState) -> None:
         self._joints = dict(zip(msg.name, msg.position))
 
     def _loop(self) -> None:
-        assert self._source is not None
+        source = self._source
+        assert source is not None
         while not self._stop.is_set():
             try:
-                frame = self._source.read(timeout_s=0.2)
+                frame = source.read(timeout_s=0.2)
             except CameraError as exc:
                 self._error = str(exc)
                 self.get_logger().error(self._error)
@@ -127,13 +145,18 @@ class CameraNode(Node):
             hardware_id=self.config.device if self.config.source == "v4l2" else "synthetic")]))
 
     def close(self) -> None:
+        """Stop the capture thread (it publishes no more), then release the source. Idempotent."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+            self._thread.join(timeout=5.0)
         if self._source is not None:
             self._source.close()
             self._source = None
 
 
 def main() -> int:
-    return spin_node(CameraNode)
+    return spin_node(CameraNode, name="camera")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
+from dataclasses import dataclass
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from sensor_msgs.msg import Joy
 
@@ -56,21 +57,29 @@ from teleop_flywheel.hw.pedal.events import (
     resolve_device,
 )
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
 CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
+
+
+@dataclass
+class PedalParams(NodeParams):
+    device: str = spec("/dev/input/by-id/usb-foot-pedal-event-kbd", "event device: path, by-id link or evdev name "
+                       "(a FIFO of input_event records works too)", required=True)
+    keymap_file: str = spec("", "key map YAML; empty = the shipped config/pedal.yaml")
+    grab: bool = spec(True, "grab the device exclusively (presses do not type into a terminal)")
 
 
 class PedalNode(Node):
     def __init__(self, node_name: str = "pedal", **kwargs: object) -> None:
         super().__init__(node_name, **kwargs)
-
-        def param(name: str, default: object, text: str) -> object:
-            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-
-        self.device = str(param("device", "/dev/input/by-id/usb-foot-pedal-event-kbd", "event device: path, by-id or name"))
-        keymap_file = str(param("keymap_file", str(config_path("pedal.yaml")), "key map YAML"))
-        self.grab = bool(param("grab", True, "grab the device exclusively"))
-        self.state = PedalState(KeyMap.load(keymap_file))
+        p = NodeParameters(self, PedalParams).values
+        self.device, self.grab = p.device, p.grab
+        keymap_file = p.keymap_file or str(config_path("pedal.yaml"))
+        try:
+            self.state = PedalState(KeyMap.load(keymap_file))
+        except ValueError as exc:
+            raise ParameterError(self.get_fully_qualified_name(), "keymap_file", keymap_file, str(exc)) from None
         self._pub = self.create_publisher(Joy, PEDAL_JOY, STREAM_QOS)
         self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self._error = f"{self.device}: not opened yet"
@@ -182,4 +191,8 @@ class PedalNode(Node):
 
 
 def main() -> int:
-    return spin_node(PedalNode)
+    return spin_node(PedalNode, name="pedal")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,7 +11,13 @@ produced each episode. Parameters:
   (see `policies/lerobot_checkpoint.py`).
 * `checkpoint_id`: the tag; empty (default) = the policy's own: scripted `scripted-v0`, replay
   `replay:<episode id>`, lerobot `lerobot:<checkpoint dir name>:<hash of its config and weights>`.
-* `rate_hz`: command rate.
+* `rate_hz`: command rate (read-only).
+
+`policy`, `policy_args` and `checkpoint_id` change at run time: the node loads the new policy
+(set them together with `/policy/set_parameters_atomically`, or one at a time when each step
+loads); one that cannot be loaded is refused with the reason and the running policy stays.
+`~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
+(between episodes or evaluation trials).
 
 A policy that needs images names its cameras (`Policy.cameras`); the node subscribes to
 `/cameras/<name>/image/compressed` for each, decodes the latest JPEG to RGB at the tick that uses
@@ -19,19 +25,49 @@ it, and publishes nothing until every camera has delivered a frame (warning whic
 """
 from __future__ import annotations
 
+import sys
 import threading
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
+from rclpy.subscription import Subscription
 from sensor_msgs.msg import CompressedImage, JointState
+from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_STATE, POLICY_COMMAND, camera_image
-from teleop_flywheel.policies.base import load_policy
+from teleop_flywheel.policies.base import Policy, load_policy
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
+
+RESET_SERVICE = "~/reset"
+
+
+class PolicyLoadError(FlywheelError, ValueError):
+    """The policy named by the parameters cannot be loaded; says which and why."""
+
+
+@dataclass
+class PolicyParams(NodeParams):
+    policy: str = spec("scripted", "scripted | replay | plugin name (e.g. lerobot); changeable at run time",
+                       required=True, read_only=False)
+    policy_args: str = spec("", "TARGET[,key=value...]: waypoint file, bag, DATASET#EPISODE, checkpoint dir; "
+                            "changeable at run time", read_only=False)
+    checkpoint_id: str = spec("", "checkpoint id tagged on every command (empty: the policy's own); "
+                              "changeable at run time", read_only=False)
+    rate_hz: float = spec(50.0, "command rate (Hz)", range=(0.1, 1000.0))
+
+
+def _load(p: PolicyParams) -> Policy:
+    """The policy `p` names; PolicyLoadError with the reason (any failure of a plugin included)."""
+    try:
+        return load_policy(p.policy, p.policy_args, p.checkpoint_id)
+    except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; the reason is what matters
+        raise PolicyLoadError(f"cannot load policy {p.policy!r} with policy_args {p.policy_args!r}: {exc}") from exc
 
 
 class LatestImage:
@@ -56,25 +92,45 @@ class LatestImage:
 class PolicyNode(Node):
     def __init__(self, node_name: str = "policy", **kwargs: object) -> None:
         super().__init__(node_name, **kwargs)
-
-        def param(name: str, default: object, text: str) -> object:
-            return self.declare_parameter(name, default, ParameterDescriptor(description=text)).value
-
-        name = str(param("policy", "scripted", "scripted | replay | plugin name (e.g. lerobot)"))
-        args = str(param("policy_args", "", "TARGET[,key=value...]: waypoint file, bag, DATASET#EPISODE, "
-                                            "checkpoint dir"))
-        checkpoint = str(param("checkpoint_id", "", "checkpoint id tagged on every command "
-                                                               "(empty: the policy's default)"))
-        rate = float(param("rate_hz", 50.0, "command rate"))
-        self.policy = load_policy(name, args, checkpoint)
-        self._state: list[float] | None = None
         self._lock = threading.Lock()
-        self._images = {cam: LatestImage() for cam in self.policy.cameras}
+        self.params = NodeParameters(self, PolicyParams, self._on_params)
+        try:
+            self.policy = _load(self.params.values)
+        except PolicyLoadError as exc:
+            raise PolicyLoadError(f"{self.get_fully_qualified_name()}: {exc}") from exc.__cause__
+        self._state: list[float] | None = None
+        self._images: dict[str, LatestImage] = {}
+        self._image_subs: dict[str, Subscription] = {}
         self._pub = self.create_publisher(JointState, POLICY_COMMAND, STREAM_QOS)
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
-        for cam, latest in self._images.items():
-            self.create_subscription(CompressedImage, camera_image(cam), latest.put, IMAGE_QOS)
-        self.create_timer(1.0 / rate, self._tick)
+        self._watch_cameras(self.policy.cameras)
+        self.create_service(Trigger, RESET_SERVICE, self._srv_reset)
+        self.create_timer(1.0 / self.params.values.rate_hz, self._tick)
+
+    def _watch_cameras(self, cameras: tuple[str, ...]) -> None:
+        """Subscribe to the cameras the running policy needs, and only to those."""
+        for cam in [c for c in self._image_subs if c not in cameras]:
+            self.destroy_subscription(self._image_subs.pop(cam))
+            del self._images[cam]
+        for cam in [c for c in cameras if c not in self._image_subs]:
+            self._images[cam] = LatestImage()
+            self._image_subs[cam] = self.create_subscription(CompressedImage, camera_image(cam),
+                                                             self._images[cam].put, IMAGE_QOS)
+
+    def _on_params(self, old: PolicyParams, new: PolicyParams, names: set[str]) -> str | None:
+        """A new policy/checkpoint: loaded before anything changes, so a refusal leaves the running one."""
+        if not names & {"policy", "policy_args", "checkpoint_id"}:
+            return None
+        try:
+            policy = _load(new)
+        except PolicyLoadError as exc:
+            self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
+            return str(exc)
+        with self._lock:
+            self.policy = policy
+            self._watch_cameras(policy.cameras)
+        self.get_logger().info(f"now running policy {new.policy} ({policy.checkpoint_id})")
+        return None
 
     def _on_state(self, msg: JointState) -> None:
         by_name = dict(zip(msg.name, msg.position))
@@ -84,22 +140,37 @@ class PolicyNode(Node):
 
     def _tick(self) -> None:
         t = now_ns()
-        images = {cam: rgb for cam, latest in self._images.items() if (rgb := latest.get()) is not None}
-        missing = [camera_image(cam) for cam in self._images if cam not in images]
+        with self._lock:
+            policy, images_in = self.policy, dict(self._images)
+        images = {cam: rgb for cam, latest in images_in.items() if (rgb := latest.get()) is not None}
+        missing = [camera_image(cam) for cam in images_in if cam not in images]
         if missing:
             self.get_logger().warning(f"no image yet on {', '.join(missing)}; not commanding",
                                       throttle_duration_sec=5.0)
             return
         with self._lock:
-            command = self.policy.act(self._state, t, images)
+            if policy is not self.policy:  # swapped meanwhile: its next tick acts
+                return
+            command = policy.act(self._state, t, images)
         if command is not None:
-            self._pub.publish(joint_state(JOINT_NAMES, command, t, frame_id=self.policy.checkpoint_id))
+            self._pub.publish(joint_state(JOINT_NAMES, command, t, frame_id=policy.checkpoint_id))
 
-    def restart(self) -> None:
+    def restart(self) -> str:
         """Start the policy's episode over from the current state (between episodes)."""
         with self._lock:
             self.policy.reset(self._state, now_ns())
+            where = "the current state" if self._state is not None else "no follower state yet"
+            return f"{self.policy.checkpoint_id} restarted from {where}"
+
+    def _srv_reset(self, _req: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        response.message = self.restart()
+        response.success = True
+        return response
 
 
 def main() -> int:
-    return spin_node(PolicyNode)
+    return spin_node(PolicyNode, name="policy")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

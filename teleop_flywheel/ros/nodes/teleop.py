@@ -121,15 +121,15 @@ class TeleopNode(Node):
         self.create_timer(1.0 / self.rate_hz, self._on_timer)
         self.create_timer(1.0, self._publish_diagnostics)
 
-    def _on_params(self, old: TeleopParams, new: TeleopParams, changed: set[str]) -> str | None:
+    def _on_params(self, old: TeleopParams, new: TeleopParams, names: set[str]) -> str | None:
         """Run-time changes take effect at once (under the tick lock)."""
         with self._lock:
             t = now_ns()
-            if "blend_duration_ms" in changed:
+            if "blend_duration_ms" in names:
                 self.blender.set_blend_ms(new.blend_duration_ms, t)
             self.blender.stale_ms = new.stale_ms
             self.blender.label_window_ms = new.label_window_ms
-            if "mode" in changed:
+            if "mode" in names:
                 self.blender.set_mode(new.mode, t)
                 self._drive_leader(t)
                 self._publish_events()
