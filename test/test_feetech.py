@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus, PortUnavailable, ServoError
 from teleop_flywheel.hw.feetech.control_table import register
@@ -256,3 +257,47 @@ def test_bad_fault_spec_is_rejected() -> None:
     result = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", "leader",
                              "--fault", "explode"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "bad fault" in result.stderr
+
+
+# -- bring-up: calibration preload, factory-new servo, Lock, baud, broadcast PING -----------
+
+def test_simulator_boots_with_the_eeprom_of_its_calibration() -> None:
+    cal = load_calibration(sim_calibration_file("follower"))
+    with SimulatedArm("follower", calibration=cal) as arm, FeetechBus(arm.port) as bus:
+        for joint in cal.joints:
+            assert bus.read_register(joint.id, "Homing_Offset")[0] == joint.homing_offset
+            assert bus.read_register(joint.id, "Min_Position_Limit")[0] == joint.range_min
+            assert bus.read_register(joint.id, "Max_Position_Limit")[0] == joint.range_max
+
+
+def test_broadcast_ping_finds_every_servo_in_id_order() -> None:
+    with SimulatedArm("follower", return_delay=20) as arm, FeetechBus(arm.port) as bus:
+        assert bus.scan() == [1, 2, 3, 4, 5, 6]
+        assert bus.ping(4) == 777  # the bus fences after a scan and carries on
+
+
+def test_factory_new_servo_takes_id_and_baud_only_while_unlocked() -> None:
+    with SimulatedArm("follower", factory_new=True) as arm:
+        with FeetechBus(arm.port) as bus:
+            assert bus.scan() == [1]
+            bus.write_register(1, "Lock", 1)
+            bus.write_register(1, "ID", 5)  # EEPROM is locked: the write is ignored
+            assert bus.scan() == [1]
+            bus.write_register(1, "Lock", 0)
+            bus.write_register(1, "ID", 5, ack=False)  # the servo answers as its new id
+            bus.write_register(5, "Lock", 1)
+            assert bus.scan() == [5] and bus.ping(5) == 777
+            bus.write_register(5, "Lock", 0)
+            bus.write_register(5, "Baud_Rate", 1, ack=False)  # 500 kbaud: it no longer hears 1 Mbaud
+            with pytest.raises(BusTimeout):
+                bus.ping(5)
+        with FeetechBus(arm.port, baudrate=500_000) as slow:
+            assert slow.ping(5) == 777
+
+
+def test_scripted_human_can_move_a_follower_with_torque_off() -> None:
+    with SimulatedArm("follower", human=True) as arm, FeetechBus(arm.port) as bus:
+        first = bus.sync_read_register("Present_Position", range(1, 7)).values
+        time.sleep(1.0)
+        second = bus.sync_read_register("Present_Position", range(1, 7)).values
+        assert any(abs(first[s] - second[s]) > 20 for s in range(1, 7))

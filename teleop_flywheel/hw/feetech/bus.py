@@ -285,6 +285,26 @@ class FeetechBus:
         self._check(by_id[servo_id])
         return self.read(servo_id, register("Model_Number").address, 2)[0]
 
+    def scan(self) -> list[int]:
+        """Ids that answer a broadcast PING (every servo answers, in id order): bring-up only."""
+        fd = self._fd()
+        deadline = time.monotonic() + self.call_bound_s
+        self._flush_line(fd)
+        self._parser.clear()
+        self._write(fd, p.ping(p.BROADCAST_ID), deadline)
+        found: list[int] = []
+        quiet_until = time.monotonic() + self.timeout_s
+        while time.monotonic() < min(deadline, quiet_until):
+            data, _ = self._read_available(fd, min(deadline, quiet_until) - time.monotonic())
+            if data:
+                self._parser.feed(data)
+                while (status := self._parser.next()) is not None:
+                    if not status.data and status.servo_id not in found:
+                        found.append(status.servo_id)
+                quiet_until = time.monotonic() + self.timeout_s  # more may follow after their return delay
+        self._suspect = True  # whatever else arrived, the next exchange starts behind a fence
+        return sorted(found)
+
     def read(self, servo_id: int, address: int, size: int) -> tuple[int, int]:
         """(unsigned value, stamp_ns) of `size` bytes at `address`."""
         by_id, stamp = self._transact(p.read(servo_id, address, size), [servo_id], size)
@@ -292,11 +312,14 @@ class FeetechBus:
         self._check(status)
         return p.decode_value(status.data, size), stamp
 
-    def write(self, servo_id: int, address: int, value: int, size: int) -> None:
-        """Write and wait for the servo's acknowledgement (no reply expected for broadcast)."""
+    def write(self, servo_id: int, address: int, value: int, size: int, ack: bool = True) -> None:
+        """Write and wait for the servo's acknowledgement. Without `ack` (broadcast, or a write
+        that changes the servo's ID or baud, whose reply comes from the new id or at the new
+        baud) the packet is sent and whatever answers is left to the next exchange's fence."""
         packet = p.write(servo_id, address, p.encode_value(value, size))
-        if servo_id == p.BROADCAST_ID:
+        if servo_id == p.BROADCAST_ID or not ack:
             self._write(self._fd(), packet, time.monotonic() + self.call_bound_s)
+            self._suspect = True
             return
         by_id, _ = self._transact(packet, [servo_id], 0)
         self._check(by_id[servo_id])
@@ -320,10 +343,10 @@ class FeetechBus:
         raw, stamp = self.read(servo_id, reg.address, reg.size)
         return (p.from_sign_magnitude(raw, reg.sign_bit) if reg.sign_bit is not None else raw), stamp
 
-    def write_register(self, servo_id: int, name: str, value: int) -> None:
+    def write_register(self, servo_id: int, name: str, value: int, ack: bool = True) -> None:
         reg = register(name)
         raw = p.to_sign_magnitude(value, reg.sign_bit) if reg.sign_bit is not None else value
-        self.write(servo_id, reg.address, raw, reg.size)
+        self.write(servo_id, reg.address, raw, reg.size, ack)
 
     def sync_read_register(self, name: str, ids: Iterable[int]) -> SyncReading:
         reg = register(name)

@@ -7,6 +7,14 @@ first-order dynamics toward Goal_Position while torque is on, a scripted "human"
 leader arm while torque is off, wire-time emulation at the baud rate, the servos' return
 delay, and injectable faults (dropped replies, corrupted checksums, error bits, noise, a
 stall, an unplug with optional re-plug).
+
+Bring-up is simulated too: `calibration=` boots the servos with the EEPROM a calibration implies
+(homing offsets, position limits), so a driver that checks EEPROM against its calibration file
+finds them equal; `factory_new=True` is one servo straight from the box (id 1, factory baud,
+offset 0, full limits), for `setup-motors`; EEPROM registers (address < 40) take a write only
+while `Lock` is 0; a Baud_Rate write moves the servo to that baud, and a host whose port is
+set to another baud gets no answer (the pty's termios speed is the host's setting); a
+broadcast PING is answered by every servo, in id order, each after its return delay.
 """
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ import math
 import os
 import random
 import select
+import termios
 import threading
 import time
 import tty
@@ -21,7 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from teleop_flywheel.core.so101 import BAUD_RATE
+from teleop_flywheel.core.calibration import ArmCalibration
+from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import REGISTERS, TABLE_SIZE, register
 
@@ -30,6 +40,9 @@ SERVO_IDS = (1, 2, 3, 4, 5, 6)
 JOINT_RANGES: dict[int, tuple[int, int]] = {
     1: (900, 3200), 2: (800, 3300), 3: (850, 3100), 4: (850, 3200), 5: (200, 3900), 6: (2000, 3300),
 }
+EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
+# Baud_Rate register value -> bits per second (STS series).
+BAUD_RATES = {0: 1_000_000, 1: 500_000, 2: 250_000, 3: 128_000, 4: 115_200, 5: 76_800, 6: 57_600, 7: 38_400}
 HumanMotion = Callable[[float], Sequence[float]]
 """t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
 
@@ -88,13 +101,13 @@ def parse_fault(spec: str, faults: Faults) -> None:
 class Servo:
     """One STS3215: a 128-byte control table plus a physical shaft position (raw steps)."""
 
-    def __init__(self, servo_id: int, return_delay: int) -> None:
+    def __init__(self, servo_id: int, return_delay: int, travel: tuple[int, int] = (0, MAX_RAW)) -> None:
         self.table = bytearray(TABLE_SIZE)
         for reg in REGISTERS:
             self._put(reg.address, reg.size, reg.default)
         self._put(register("ID").address, 1, servo_id)
         self._put(register("Return_Delay_Time").address, 1, return_delay)
-        lo, hi = JOINT_RANGES[servo_id]
+        lo, hi = travel
         self.position = (lo + hi) / 2.0
         self.velocity = 0.0
         self.pending = b""  # REG_WRITE parameters waiting for ACTION
@@ -117,15 +130,29 @@ class Servo:
         raw = p.to_sign_magnitude(value, reg.sign_bit) if reg.sign_bit is not None else value
         self._put(reg.address, reg.size, raw)
 
+    @property
+    def baudrate(self) -> int:
+        return BAUD_RATES.get(self.get("Baud_Rate"), BAUD_RATE)
+
     def write(self, address: int, data: bytes) -> None:
-        """A host write: only writable bytes change (like the firmware, read-only ones are kept)."""
+        """A host write: only writable bytes change (like the firmware, read-only ones are kept),
+        and EEPROM bytes only while the Lock register is 0."""
+        locked = bool(self.get("Lock"))
         for i, byte in enumerate(data):
             addr = address + i
             if addr >= TABLE_SIZE:
                 break
+            if locked and addr < EEPROM_END:
+                continue
             reg = next((r for r in REGISTERS if r.address <= addr < r.address + r.size), None)
             if reg is None or reg.writable:
                 self.table[addr] = byte
+
+    def load_calibration(self, homing_offset: int, range_min: int, range_max: int) -> None:
+        """Boot with the EEPROM a calibration wrote (what `calibrate` leaves in a real servo)."""
+        self.set("Homing_Offset", homing_offset)
+        self.set("Min_Position_Limit", range_min)
+        self.set("Max_Position_Limit", range_max)
 
     def goal_physical(self) -> float:
         """Goal_Position in shaft steps: the offset added back, clamped to the position limits."""
@@ -161,6 +188,9 @@ class SimulatedArm:
         link: str | os.PathLike[str] | None = None,
         seed: int = 0,
         time_constant_s: float = 0.04,
+        calibration: ArmCalibration | None = None,
+        human: bool | None = None,
+        factory_new: bool = False,
     ) -> None:
         if role not in ("leader", "follower"):
             raise ValueError(f"role must be leader or follower, got {role!r}")
@@ -169,7 +199,17 @@ class SimulatedArm:
         self.wire_time = wire_time
         self.faults = faults or Faults()
         self.link = Path(link) if link else None
-        self.servos = {sid: Servo(sid, return_delay) for sid in SERVO_IDS}
+        # The scripted human moves a leader by default; `human=True` lets it move a follower
+        # with torque off too (so `calibrate` can be run on either arm unattended).
+        self.human = role == "leader" if human is None else human
+        if factory_new:
+            self.servos = {1: Servo(1, return_delay)}
+        else:
+            self.servos = {sid: Servo(sid, return_delay, JOINT_RANGES[sid]) for sid in SERVO_IDS}
+        if calibration is not None:
+            for joint in calibration.joints:
+                if joint.id in self.servos:
+                    self.servos[joint.id].load_calibration(joint.homing_offset, joint.range_min, joint.range_max)
         self.time_constant_s = time_constant_s
         self._human: HumanMotion = default_human
         self._rng = random.Random(seed)
@@ -211,7 +251,7 @@ class SimulatedArm:
     def positions(self) -> list[float]:
         """Physical shaft positions (raw steps), for tests and demos that check tracking."""
         with self._lock:
-            return [self.servos[sid].position for sid in SERVO_IDS]
+            return [servo.position for _sid, servo in sorted(self.servos.items())]
 
     def _open_pty(self) -> None:
         self._master, self._slave = os.openpty()
@@ -243,14 +283,13 @@ class SimulatedArm:
             return
         self._last_physics = now
         t = now - self.started
-        human = self._human(t) if self.role == "leader" else None
-        for i, sid in enumerate(SERVO_IDS):
-            s = self.servos[sid]
+        human = self._human(t) if self.human else None
+        for i, s in enumerate(self.servos.values()):
             if s.get("Torque_Enable"):
                 # Torque_Limit scales how hard the servo pulls (a soft leader lags more).
                 strength = max(s.get("Torque_Limit"), 1) / 1000.0
                 target, tau = s.goal_physical(), self.time_constant_s / strength
-            elif human is not None:
+            elif human is not None and i < len(human):
                 target, tau = float(human[i]), 0.08
             else:
                 s.velocity = 0.0
@@ -295,23 +334,34 @@ class SimulatedArm:
                 continue
             arrival = now
             parser.feed(data)
+            host_baud = self._host_baud()
             while (packet := parser.next()) is not None:
                 self.requests += 1
-                self._answer(packet, arrival)
+                self._answer(packet, arrival, host_baud)
 
     def _sleep_until(self, deadline: float) -> None:
         delay = deadline - time.monotonic()
         if delay > 0:
             time.sleep(delay)
 
-    def _answer(self, packet: p.Instruction, arrival: float) -> None:
+    def _host_baud(self) -> int | None:
+        """The baud rate the host set on its end of the pty (None if not a standard rate)."""
+        try:
+            speed = termios.tcgetattr(self._slave)[5]
+        except (termios.error, OSError):
+            return None
+        return next((rate for rate in BAUD_RATES.values() if getattr(termios, f"B{rate}", None) == speed), None)
+
+    def _answer(self, packet: p.Instruction, arrival: float, host_baud: int | None = None) -> None:
         f = self.faults
         t = self._elapsed()
         if f.stall_at is not None and f.stall_at <= t < f.stall_at + f.stall_for:
             return
         request_wire = self._wire(len(packet.params) + 6)
         with self._lock:
-            replies = self._execute(packet)
+            # A servo set to another baud than the host's hears only garbage.
+            listening = {sid: s for sid, s in self.servos.items() if host_baud in (None, s.baudrate)}
+            replies = self._execute(packet, listening)
         if not replies:
             return
         cursor = arrival + request_wire
@@ -341,15 +391,17 @@ class SimulatedArm:
     def _status(self, servo: Servo, data: bytes = b"") -> tuple[Servo, bytes]:
         return servo, p.status(servo.id, self.faults.error_bits.get(servo.id, 0), data)
 
-    def _execute(self, pkt: p.Instruction) -> list[tuple[Servo, bytes]]:
-        """Apply one instruction; the status packets to send back (none for broadcasts)."""
-        targets = list(self.servos.values()) if pkt.servo_id == p.BROADCAST_ID else (
-            [self.servos[pkt.servo_id]] if pkt.servo_id in self.servos else [])
+    def _execute(self, pkt: p.Instruction, servos: dict[int, Servo]) -> list[tuple[Servo, bytes]]:
+        """Apply one instruction; the status packets to send back (none for broadcasts but PING)."""
+        by_id = {s.id: s for s in servos.values()}  # ids as the servos' tables now say
+        targets = sorted(by_id.values(), key=lambda s: s.id) if pkt.servo_id == p.BROADCAST_ID else (
+            [by_id[pkt.servo_id]] if pkt.servo_id in by_id else [])
         if not targets:
             return []
         broadcast = pkt.servo_id == p.BROADCAST_ID
         if pkt.inst == p.PING:
-            return [] if broadcast else [self._status(targets[0])]
+            # Every servo answers a broadcast PING, in id order, each after its return delay.
+            return [self._status(s) for s in targets]
         if pkt.inst == p.READ and len(pkt.params) == 2 and not broadcast:
             address, size = pkt.params
             s = targets[0]
@@ -373,14 +425,14 @@ class SimulatedArm:
             body = pkt.params[2:]
             for k in range(0, len(body) - size, size + 1):
                 sid = body[k]
-                if sid in self.servos:
-                    self.servos[sid].write(address, body[k + 1:k + 1 + size])
+                if sid in by_id:
+                    by_id[sid].write(address, body[k + 1:k + 1 + size])
             return []
         if pkt.inst == p.SYNC_READ and len(pkt.params) >= 2:
             address, size = pkt.params[0], pkt.params[1]
             out = []
             for sid in pkt.params[2:]:
-                servo = self.servos.get(sid)
+                servo = by_id.get(sid)
                 if servo is not None:
                     servo.latch()
                     out.append(self._status(servo, bytes(servo.table[address:address + size])))

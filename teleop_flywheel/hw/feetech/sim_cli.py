@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 
+from teleop_flywheel.core.calibration import CalibrationError, load_calibration
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
@@ -23,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--return-delay", type=int, default=0, help="Return_Delay_Time register (2 us units)")
     parser.add_argument("--no-wire-time", action="store_true", help="answer instantly (no wire-time emulation)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for probabilistic faults")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="boot with the EEPROM this calibration implies (homing offsets, position limits)")
+    parser.add_argument("--human", action="store_true",
+                        help="the scripted human moves this arm while its torque is off (default: leader only)")
+    parser.add_argument("--factory-new", action="store_true",
+                        help="one servo straight from the box (id 1, factory baud), for setup-motors")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,14 +43,21 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed)
+    try:
+        calibration = load_calibration(args.calibration) if args.calibration else None
+    except CalibrationError as exc:
+        print(f"sim-bus: {exc}", file=sys.stderr)
+        return 2
+    arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
+                       calibration=calibration, human=True if args.human else None, factory_new=args.factory_new)
     try:
         arm.start()
     except OSError as exc:
         print(f"sim-bus: cannot create pseudo-terminal or link {args.link}: {exc}", file=sys.stderr)
         return 1
     print(arm.port, flush=True)
-    print(f"sim-bus: {args.arm} arm (6 x STS3215, ids 1-6) on {arm.port}"
+    servos = "1 factory-new STS3215 (id 1)" if args.factory_new else "6 x STS3215, ids 1-6"
+    print(f"sim-bus: {args.arm} arm ({servos}) on {arm.port}"
           + (f" -> {args.link}" if args.link else "") + "; Ctrl-C to stop", file=sys.stderr, flush=True)
     while not stop.is_set():
         stop.wait(0.2)
