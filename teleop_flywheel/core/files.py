@@ -1,0 +1,57 @@
+"""The two ways the project writes a file, so neither a crash nor a planted symlink can hurt data.
+
+- `create_exclusive`: files that must never be overwritten (bags' metadata, manifests,
+  lineage entries, calibration output). Created with O_CREAT|O_EXCL|O_NOFOLLOW: an existing file
+  or a symlink at the path is an error, never followed. Written, flushed and fsynced.
+- `replace_atomic`: files replaced by design (info.json, stats.json, an episodes table). Written
+  to a unique temp file (`mkstemp`) in the same directory, fsynced, then `os.replace`d over the
+  target: readers see the old or the new file, never half of one, and no predictable temp name
+  exists for anyone to plant.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from teleop_flywheel.core.errors import FlywheelError
+
+
+class FileExistsRefused(FlywheelError, FileExistsError):
+    """The target exists (or is a symlink): it is never overwritten."""
+
+
+def create_exclusive(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Create `path` with `data`; refuse if anything (file or symlink) is already there."""
+    target = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError as exc:
+        raise FileExistsRefused(f"{target}: already exists; it is never overwritten (choose another name)") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def replace_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Replace `path` with `data` atomically (unique temp file in the same directory + rename)."""
+    target = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
