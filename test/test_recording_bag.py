@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -26,10 +27,14 @@ from teleop_flywheel import cli
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
 from teleop_flywheel.recording import msgdefs
 from teleop_flywheel.recording.info import bag_info
-from teleop_flywheel.recording.recover import recover, scan
+from teleop_flywheel.recording.metadata import BagNotFoundError, find_mcap
+from teleop_flywheel.recording.reader import BagReadError, IndexedBag, open_bag
+from teleop_flywheel.recording.recover import recover
+from teleop_flywheel.recording.scan import scan
 from teleop_flywheel.recording.writer import (
     START_RECORD,
     BagExistsError,
+    BagWriteError,
     BagWriter,
     DiskFullError,
     Qos,
@@ -207,6 +212,59 @@ def test_chunks_flush_on_time_not_only_size(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert scan(bag.mcap_path).message_count == 5
     bag.abort()
+
+
+def test_unknown_compression_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="compression must be one of"):
+        BagWriter(tmp_path / "ep", compression="brotli")
+    assert not (tmp_path / "ep").exists()  # a later BagWriter(tmp_path / "ep") must not find a stale bag
+    write_bag(tmp_path / "ep", n=2)
+
+
+def test_flusher_error_fails_the_bag_not_the_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An I/O error (not disk full) in the background flush is recorded and raised to the owner."""
+    died: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    bag = BagWriter(tmp_path / "ep", max_chunk_age_s=0.05)
+    bag.add_topic("/t", "std_msgs/msg/String")
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        if threading.current_thread().name.startswith("bag-flush-"):
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    bag.write("/t", cdr(text(0)), WALL0, MONO0)  # the flusher picks this chunk up 50 ms later
+    deadline = time.monotonic() + 10
+    while bag.error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert died == [], f"flusher thread died: {died[0].exc_value!r}"
+    mcap = str(tmp_path / "ep" / "ep_0.mcap")
+    assert isinstance(bag.error, BagWriteError) and mcap in str(bag.error) and "Input/output error" in str(bag.error)
+    with pytest.raises(BagWriteError, match=mcap):
+        bag.write("/t", cdr(text(1)), WALL0 + 1, MONO0 + 1)
+    with pytest.raises(BagWriteError, match=mcap):
+        bag.close()
+    assert bag.closed  # the file handle is released; the partial bag stays for `recover`
+
+
+def test_one_lookup_for_the_mcap(tmp_path: Path) -> None:
+    """Reader, indexed reader (replay, info) and recover find the same file, or refuse alike."""
+    write_bag(tmp_path / "ep", n=3)
+    renamed = tmp_path / "renamed"
+    (tmp_path / "ep").rename(renamed)  # holds ep_0.mcap: the only .mcap is the bag's file
+    assert find_mcap(renamed) == (renamed, renamed / "ep_0.mcap")
+    assert find_mcap(renamed / "ep_0.mcap") == (renamed, renamed / "ep_0.mcap")
+    assert open_bag(renamed).mcap_path == IndexedBag(renamed).path == renamed / "ep_0.mcap"
+    assert recover(renamed).mcap == str(renamed / "ep_0.mcap")
+    (renamed / "other.mcap").write_bytes((renamed / "ep_0.mcap").read_bytes())
+    for read in (find_mcap, open_bag, IndexedBag, recover):
+        with pytest.raises((BagNotFoundError, BagReadError), match="found ep_0.mcap, other.mcap"):
+            read(renamed)
+    with pytest.raises((BagNotFoundError, BagReadError), match="no such bag directory"):
+        IndexedBag(tmp_path / "missing")
 
 
 def test_recover_truncated_tail_in_place(tmp_path: Path) -> None:

@@ -14,12 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcap.exceptions import McapError
-from mcap.reader import make_reader
-
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.recording.metadata import read_metadata_yaml
-from teleop_flywheel.recording.recover import RecoverError, find_mcap
+from teleop_flywheel.recording.metadata import find_mcap, read_metadata_yaml
+from teleop_flywheel.recording.reader import BagReadError, IndexedBag, UnindexedBagError
 
 
 @dataclass
@@ -50,22 +47,16 @@ class BagInfo:
 def _mcap_check(path: Path, info: BagInfo) -> dict[str, str] | None:
     """Compare with the MCAP summary; return the episode metadata record if present."""
     try:
-        with open(path, "rb") as f:
-            reader = make_reader(f)
-            summary = reader.get_summary()
-            if summary is None or summary.statistics is None:
-                info.warnings.append(f"{path.name}: no MCAP summary (crashed recording? run `teleop-flywheel recover`)")
-                return None
-            if summary.statistics.message_count != info.message_count:
-                info.warnings.append(
-                    f"metadata.yaml says {info.message_count} messages, {path.name} holds "
-                    f"{summary.statistics.message_count}")
-            if not summary.chunk_indexes:
-                info.warnings.append(f"{path.name}: not chunk-indexed (Foxglove cannot seek in it)")
-            for record in reader.iter_metadata():
-                if record.name == METADATA_RECORD:
-                    return dict(record.metadata)
-    except (McapError, OSError, ValueError) as exc:
+        indexed = IndexedBag(path)
+        if indexed.message_count != info.message_count:
+            info.warnings.append(f"metadata.yaml says {info.message_count} messages, {path.name} holds "
+                                 f"{indexed.message_count}")
+        if not indexed.chunk_indexed:
+            info.warnings.append(f"{path.name}: not chunk-indexed (Foxglove cannot seek in it)")
+        return indexed.metadata().get(METADATA_RECORD)
+    except UnindexedBagError:
+        info.warnings.append(f"{path.name}: no MCAP summary (crashed recording? run `teleop-flywheel recover`)")
+    except (BagReadError, OSError, ValueError) as exc:
         info.warnings.append(f"{path.name}: unreadable MCAP ({exc})")
     return None
 
@@ -148,8 +139,7 @@ def format_info(info: BagInfo) -> str:
             drift = (e["clock_end"]["wall_ns"] - e["clock_end"]["mono_ns"]) - (
                 e["clock_start"]["wall_ns"] - e["clock_start"]["mono_ns"])
             lines.append(f"  {'clock drift:':<{w}}{drift / 1e6:.3f} ms (wall vs monotonic over the episode)")
-    for w in info.warnings:
-        lines.append(f"WARNING: {w}")
+    lines += [f"WARNING: {warning}" for warning in info.warnings]
     return "\n".join(lines)
 
 
@@ -164,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(f"info: {args.bag}: metadata.yaml lacks the key {exc}")
         return 1
-    except (RecoverError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"info: {exc}")
         return 1
     print(json.dumps(asdict(info), indent=2) if args.json else format_info(info))

@@ -1,6 +1,7 @@
-"""rosbag2 `metadata.yaml` (version 9) and the QoS-profile YAML that rosbag2 stores with topics.
+"""A bag directory's files: rosbag2 `metadata.yaml` (version 9), the QoS-profile YAML that rosbag2
+stores with topics, and where the `.mcap` is (`mcap_file_name`, `find_mcap`: the one lookup).
 
-Both are written exactly in rosbag2's shape (key order, v9 string enums, infinite durations as
+The two YAML forms are written exactly in rosbag2's shape (key order, v9 string enums, infinite durations as
 `{sec: 9223372036, nsec: 854775807}`, block style with indented sequences like yaml-cpp) so
 `ros2 bag info/play`, `rosbags` and the data engine all accept our bags as their own.
 In metadata.yaml `offered_qos_profiles` is a YAML sequence (v9); in the MCAP channel metadata it
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
+
+from teleop_flywheel.core.errors import FlywheelError
 
 METADATA_FILE = "metadata.yaml"
 VERSION = 9
@@ -206,3 +209,33 @@ def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or "rosbag2_bagfile_information" not in data:
         raise ValueError(f"{path}: no rosbag2_bagfile_information mapping")
     return data["rosbag2_bagfile_information"]
+
+
+class BagNotFoundError(FlywheelError, FileNotFoundError):
+    """No bag at that path, or a directory without exactly one `.mcap` to read."""
+
+
+def mcap_file_name(bag_name: str) -> str:
+    """`<name>_0.mcap`: the file rosbag2 (and `BagWriter`) writes in bag directory `<name>`."""
+    return f"{bag_name}_0.mcap"
+
+
+def find_mcap(bag: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """(bag directory, its .mcap file) from a bag directory or the .mcap file itself.
+
+    A directory's file is `<name>_0.mcap` if present, else its only `*.mcap` (a renamed bag
+    directory); none, or several without `<name>_0.mcap`, is an error that names them.
+    """
+    bag = Path(bag)
+    if bag.is_file():
+        return bag.parent, bag
+    if not bag.is_dir():
+        raise BagNotFoundError(f"{bag}: no such bag directory (or .mcap file)")
+    expected = bag / mcap_file_name(bag.name)
+    if expected.is_file():
+        return bag, expected
+    found = sorted(bag.glob("*.mcap"))
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise BagNotFoundError(f"{bag}: expected {expected.name} or a single .mcap file, found {names}")
+    return bag, found[0]

@@ -1,6 +1,6 @@
-"""Read a recorded episode bag (no ROS): metadata, damage, and numpy streams of our message types.
+"""The one reader of our bags (no ROS): metadata, damage, numpy streams, and raw messages for replay.
 
-Stable API (policy replay, the data engine and evaluation import it)::
+Stable API (policy replay, the data engine, evaluation and `replay` use it)::
 
     from teleop_flywheel.recording.reader import open_bag, BagDamage
     bag = open_bag("/data/ep_0001")          # a rosbag2 bag directory, or a bare .mcap
@@ -15,39 +15,46 @@ Stable API (policy replay, the data engine and evaluation import it)::
     bag.authority(), bag.strings("/teleop/intervention"), bag.joy("/pedal/joy"),
     bag.decode("/diagnostics")               # any other type via rosbags (dicts of fields)
 
-`stamps_ns` are the source stamps (`header.stamp`, = MCAP publish_time, CLOCK_MONOTONIC);
-`log_ns` the receive times (wall clock). All arrays are numpy; stamps int64.
+    idx = open_indexed("/data/ep_0001")      # seekable, streaming, nothing decoded (replay, info)
+    idx.channels                             # {channel id: RawChannel(topic, schema name/encoding/data, ...)}
+    idx.start_ns, idx.end_ns, idx.message_count, idx.metadata()
+    for m in idx.messages(start_ns):         # RawMessage(channel_id, log_time, publish_time, data)
+        ...                                  # in log-time order, read through the MCAP index
 
-Damage: the file is read record by record with `recording.recover.iter_surviving`, so a bag cut
+`stamps_ns` are the source stamps (`header.stamp`, = MCAP publish_time); `log_ns` the receive
+times (wall clock). All arrays are numpy; stamps int64. Decoding is `recording.cdr`'s.
+
+Damage: `open_bag` reads the file record by record with `recording.scan`, so a bag cut
 mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`, and a
 chunk whose CRC or zstd frame is bad is skipped and marked `CORRUPT`; both name the file.
-
-Decoding is vectorised: JointState messages of one topic share one byte layout (same frame_id
-and names), so their float64 arrays sit at the same offsets; all messages of that layout are
-joined into one (N, L) uint8 array and viewed as float64 columns — no per-message Python for
-thousands of messages. Messages with a different layout fall back to a small CDR parser.
+`open_indexed` needs the summary and index a complete file has (else: `teleop-flywheel recover`).
+Both find the file with `recording.metadata.find_mcap`.
 """
 from __future__ import annotations
 
 import hashlib
-import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mcap.records import Channel, Message, Metadata, Schema
+from mcap.exceptions import McapError
+from mcap.reader import make_reader
+from mcap.records import Channel, Message, Schema
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import AUTHORITY
-from teleop_flywheel.recording.metadata import read_metadata_yaml
-from teleop_flywheel.recording.recover import RecoverError, ScanResult, find_mcap, iter_surviving
+from teleop_flywheel.recording import cdr
+from teleop_flywheel.recording.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
+from teleop_flywheel.recording.scan import NotMcapError, scan
 from teleop_flywheel.recording.writer import START_RECORD
 
-__all__ = ["Bag", "BagDamage", "BagReadError", "RawTopic", "JointStream", "ImageStream", "Stream",
-           "open_bag", "content_id", "TRUNCATED", "CORRUPT"]
+__all__ = ["Bag", "BagDamage", "BagReadError", "UnindexedBagError", "RawTopic", "RawChannel", "RawMessage",
+           "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
+           "TRUNCATED", "CORRUPT"]
 
 TRUNCATED = "TRUNCATED"
 CORRUPT = "CORRUPT"
@@ -59,11 +66,41 @@ class BagReadError(FlywheelError, RuntimeError):
     """The bag cannot be read at all (missing, not MCAP, no definitions); names the path."""
 
 
+class UnindexedBagError(BagReadError):
+    """The MCAP has no summary/index (a crashed recording): `recover` it before seeking in it."""
+
+
 @dataclass(frozen=True)
 class BagDamage:
     code: str  # TRUNCATED | CORRUPT
     file: str
     detail: str
+
+
+@dataclass(frozen=True)
+class RawChannel:
+    """One MCAP channel with its schema, as stored (nothing decoded)."""
+
+    id: int
+    topic: str
+    schema_name: str
+    schema_encoding: str
+    schema_data: bytes
+    message_encoding: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, channel: Channel, schema: Schema | None) -> RawChannel:
+        return cls(channel.id, channel.topic, schema.name if schema else "", schema.encoding if schema else "",
+                   schema.data if schema else b"", channel.message_encoding, dict(channel.metadata))
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    channel_id: int
+    log_time: int
+    publish_time: int
+    data: bytes
 
 
 @dataclass
@@ -117,117 +154,6 @@ class ImageStream:
     log_ns: np.ndarray
     formats: list[str]
     data: list[bytes]  # compressed bytes (jpeg)
-
-
-# -- CDR primitives (little/big endian per encapsulation header; alignment from byte 4) ------------
-
-class _Cdr:
-    def __init__(self, data: bytes) -> None:
-        if len(data) < 4:
-            raise BagReadError(f"CDR buffer of {len(data)} bytes")
-        self.data = data
-        self.e = "<" if data[1] & 1 else ">"
-        self.pos = 4
-
-    def align(self, n: int) -> None:
-        self.pos += (-(self.pos - 4)) % n
-
-    def u32(self) -> int:
-        self.align(4)
-        (v,) = struct.unpack_from(self.e + "I", self.data, self.pos)
-        self.pos += 4
-        return v
-
-    def i32(self) -> int:
-        self.align(4)
-        (v,) = struct.unpack_from(self.e + "i", self.data, self.pos)
-        self.pos += 4
-        return v
-
-    def string(self) -> str:
-        n = self.u32()
-        s = self.data[self.pos:self.pos + n - 1].decode("utf-8") if n else ""
-        self.pos += n
-        return s
-
-    def array(self, dtype: str, size: int) -> tuple[np.ndarray, int]:
-        """(values, byte offset of the first element)."""
-        n = self.u32()
-        if n:
-            self.align(size)
-        off = self.pos
-        arr = np.frombuffer(self.data, dtype=np.dtype(dtype).newbyteorder(self.e), count=n, offset=off)
-        self.pos += n * size
-        return arr, off
-
-    def stamp(self) -> int:
-        sec = self.i32()
-        nsec = self.u32()
-        return sec * 1_000_000_000 + nsec
-
-
-def _joint_state_layout(data: bytes) -> tuple[int, str, list[str], list[tuple[int, int]]]:
-    """(stamp, frame_id, names, [(offset, count)] for position/velocity/effort)."""
-    c = _Cdr(data)
-    stamp = c.stamp()
-    frame = c.string()
-    names = [c.string() for _ in range(c.u32())]
-    spans = []
-    for _ in range(3):
-        arr, off = c.array("f8", 8)
-        spans.append((off, len(arr)))
-    return stamp, frame, names, spans
-
-
-def _decode_joint_states(topic: str, raw: RawTopic) -> JointStream:
-    n = len(raw)
-    if n == 0:
-        return JointStream(topic, np.zeros(0, np.int64), np.zeros(0, np.int64), [], np.zeros((0, 0)),
-                           np.zeros((0, 0)), np.zeros((0, 0)), [])
-    _, frame0, names, spans0 = _joint_state_layout(raw.data[0])
-    j = len(names)
-    out = [np.full((n, j if cnt else 0), np.nan) for _, cnt in spans0]
-    stamps = np.empty(n, np.int64)
-    frames = [frame0] * n
-    first = raw.data[0]
-    layout_len = len(first)
-    prefix_end = spans0[0][0]  # everything before position: stamp differs, rest must match
-    same = np.fromiter((len(d) == layout_len and d[8:prefix_end] == first[8:prefix_end] and d[1] == first[1]
-                        for d in raw.data), dtype=bool, count=n)
-    idx = np.flatnonzero(same)
-    if len(idx):
-        buf = np.frombuffer(b"".join(raw.data[i] for i in idx), dtype=np.uint8).reshape(len(idx), layout_len)
-        e = "<" if first[1] & 1 else ">"
-        stamps[idx] = (buf[:, 4:8].copy().view(e + "i4")[:, 0].astype(np.int64) * 1_000_000_000
-                       + buf[:, 8:12].copy().view(e + "u4")[:, 0].astype(np.int64))
-        for k, (off, cnt) in enumerate(spans0):
-            if cnt:
-                out[k][idx] = buf[:, off:off + 8 * cnt].copy().view(e + "f8").reshape(len(idx), cnt)
-    for i in np.flatnonzero(~same):
-        stamp, frame, nm, spans = _joint_state_layout(raw.data[i])
-        stamps[i] = stamp
-        frames[i] = frame
-        if nm != names:
-            raise BagReadError(f"{topic}: message {i} has joint names {nm}, the first had {names}")
-        for k, (off, cnt) in enumerate(spans):
-            if cnt and out[k].shape[1] == cnt:
-                out[k][i] = np.frombuffer(raw.data[i], dtype=("<" if raw.data[i][1] & 1 else ">") + "f8",
-                                          count=cnt, offset=off)
-    return JointStream(topic, stamps, raw.log_ns, names, out[0], out[1], out[2], frames)
-
-
-def _decode_images(topic: str, raw: RawTopic) -> ImageStream:
-    stamps = np.empty(len(raw), np.int64)
-    formats: list[str] = []
-    data: list[bytes] = []
-    for i, d in enumerate(raw.data):
-        c = _Cdr(d)
-        stamps[i] = c.stamp()
-        c.string()  # frame_id
-        formats.append(c.string())
-        n = c.u32()
-        data.append(d[c.pos:c.pos + n])
-    return ImageStream(topic, stamps, raw.log_ns, formats, data)
 
 
 def content_id(topics: dict[str, RawTopic]) -> str:
@@ -286,10 +212,18 @@ class Bag:
         return out
 
     def joint_state(self, topic: str) -> JointStream:
-        return _decode_joint_states(topic, self.raw(topic))
+        raw = self.raw(topic)
+        try:
+            js = cdr.decode_joint_states(raw.data, f"{self.mcap_path}: {topic}")
+        except cdr.CdrError as exc:
+            raise BagReadError(str(exc)) from None
+        return JointStream(topic, js.stamps_ns, raw.log_ns, js.names, js.position, js.velocity, js.effort,
+                           js.frame_ids)
 
     def images(self, topic: str) -> ImageStream:
-        return _decode_images(topic, self.raw(topic))
+        raw = self.raw(topic)
+        stamps, formats, data = cdr.decode_compressed_images(raw.data)
+        return ImageStream(topic, stamps, raw.log_ns, formats, data)
 
     def authority(self, topic: str = AUTHORITY) -> JointStream:
         """`/teleop/authority`: names [alpha, mode, intervention_id, trigger] in `position`."""
@@ -298,23 +232,12 @@ class Bag:
     def strings(self, topic: str) -> list[tuple[int, str]]:
         """std_msgs/String messages as (log_ns, text)."""
         raw = self.raw(topic)
-        return [(int(t), _Cdr(d).string()) for t, d in zip(raw.log_ns, raw.data)]
+        return [(int(t), cdr.decode_string(d)) for t, d in zip(raw.log_ns, raw.data)]
 
     def joy(self, topic: str) -> Stream:
         """sensor_msgs/Joy buttons (N, B) int32 at their stamps (axes via `decode`)."""
-        raw = self.raw(topic)
-        stamps, rows = [], []
-        for d in raw.data:
-            c = _Cdr(d)
-            stamps.append(c.stamp())
-            c.string()
-            c.array("f4", 4)
-            rows.append(c.array("i4", 4)[0].astype(np.int32))
-        width = max((len(r) for r in rows), default=0)
-        values = np.zeros((len(rows), width), np.int32)
-        for i, r in enumerate(rows):
-            values[i, :len(r)] = r
-        return Stream(topic, np.asarray(stamps, np.int64), values)
+        stamps, buttons = cdr.decode_joy_buttons(self.raw(topic).data)
+        return Stream(topic, stamps, buttons)
 
     def decode(self, topic: str) -> list[Any]:
         """Any type (e.g. DiagnosticArray) with rosbags' pure-Python deserializer; slow, for rare topics."""
@@ -325,67 +248,103 @@ class Bag:
         return [store.deserialize_cdr(d, raw.type) for d in raw.data]
 
 
+def _find(path: Path) -> tuple[Path, Path]:
+    try:
+        return find_mcap(path)
+    except BagNotFoundError as exc:
+        raise BagReadError(str(exc)) from None
+
+
 def open_bag(path: str | Path) -> Bag:
     """Read the whole bag (what survived of it); damage is recorded in `Bag.damage`, not raised."""
     path = Path(path)
-    try:
-        bag_dir, mcap_path = find_mcap(path)
-    except RecoverError as exc:
-        raise BagReadError(str(exc)) from None
+    bag_dir, mcap_path = _find(path)
     meta_yaml: dict[str, Any] | None = None
     if path.is_dir():
         try:
             meta_yaml = read_metadata_yaml(bag_dir)
         except Exception:  # missing (crashed recorder) or unreadable: the MCAP is the truth
             meta_yaml = None
-    result = ScanResult(path=mcap_path, size=mcap_path.stat().st_size)
-    schemas: dict[int, Schema] = {}
-    channels: dict[int, Channel] = {}
-    metadata: dict[str, dict[str, str]] = {}
     per_channel: dict[int, tuple[list[int], list[int], list[bytes]]] = {}
-    damage: list[BagDamage] = []
+
+    def keep(m: Message) -> None:
+        entry = per_channel.get(m.channel_id)
+        if entry is None:
+            entry = per_channel[m.channel_id] = ([], [], [])
+        entry[0].append(m.log_time)
+        entry[1].append(m.publish_time)
+        entry[2].append(m.data)
+
     try:
-        for r in iter_surviving(mcap_path, result):
-            if isinstance(r, Message):
-                entry = per_channel.get(r.channel_id)
-                if entry is None:
-                    entry = per_channel[r.channel_id] = ([], [], [])
-                entry[0].append(r.log_time)
-                entry[1].append(r.publish_time)
-                entry[2].append(r.data)
-            elif isinstance(r, Channel):
-                channels.setdefault(r.id, r)
-            elif isinstance(r, Schema):
-                schemas.setdefault(r.id, r)
-            elif isinstance(r, Metadata):
-                metadata[r.name] = dict(r.metadata)
-    except RecoverError as exc:
-        if "bad magic" in str(exc):
-            raise BagReadError(str(exc)) from None
-        damage.append(BagDamage(CORRUPT, str(mcap_path), str(exc)))
-    if result.bad_chunks:
-        damage.append(BagDamage(CORRUPT, str(mcap_path),
-                                f"{result.bad_chunks} chunk(s) failed their CRC or decompression and were skipped"))
-    if not result.complete:
-        damage.append(BagDamage(TRUNCATED, str(mcap_path),
-                                f"no footer/summary: file ends after {result.good_bytes} readable bytes of "
-                                f"{result.size} ({result.size - result.good_bytes} bytes of a cut record discarded)"))
+        scanned = scan(mcap_path, keep)
+    except NotMcapError as exc:
+        raise BagReadError(str(exc)) from None
+    file = str(mcap_path)
+    damage: list[BagDamage] = []
+    if scanned.malformed:
+        damage.append(BagDamage(CORRUPT, file, scanned.malformed))
+    if scanned.bad_chunks:
+        damage.append(BagDamage(CORRUPT, file, f"{scanned.bad_chunks} chunk(s) failed their CRC or decompression "
+                                               "and were skipped"))
+    if not scanned.complete:
+        damage.append(BagDamage(TRUNCATED, file,
+                                f"no footer/summary: file ends after {scanned.good_bytes} readable bytes of "
+                                f"{scanned.size} ({scanned.discarded_bytes} bytes of a cut record discarded)"))
+    if scanned.orphans:
+        damage.append(BagDamage(CORRUPT, file, f"messages on channels {scanned.orphans} without definitions"))
     topics: dict[str, str] = {}
     raw: dict[str, RawTopic] = {}
-    for cid, ch in sorted(channels.items()):
-        schema = schemas.get(ch.schema_id)
+    for cid, ch in sorted(scanned.channels.items()):
+        schema = scanned.schemas.get(ch.schema_id)
         type_name = schema.name if schema is not None else ""
         topics[ch.topic] = type_name
         log, pub, data = per_channel.get(cid, ([], [], []))
         raw[ch.topic] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data)
-    lost = set(per_channel) - set(channels)
-    if lost:
-        damage.append(BagDamage(CORRUPT, str(mcap_path), f"messages on channels {sorted(lost)} without definitions"))
     episode = None
-    record = metadata.get(METADATA_RECORD) or metadata.get(START_RECORD)
+    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
     if record:
         try:
             episode = EpisodeMeta.from_strings(record)
         except (ValueError, TypeError) as exc:
-            damage.append(BagDamage(CORRUPT, str(mcap_path), f"episode metadata unreadable: {exc}"))
-    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage, metadata, raw)
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
+    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
+               scanned.metadata, raw)
+
+
+class IndexedBag:
+    """Seekable access to one complete bag through its MCAP summary and index: channels, time
+    span, metadata records and raw messages in log-time order; nothing is decoded."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.bag_dir, self.path = _find(Path(path))
+        try:
+            with self.path.open("rb") as f:
+                reader = make_reader(f)
+                summary = reader.get_summary()
+                self.chunk_indexed = bool(summary and summary.chunk_indexes)
+        except (McapError, OSError, ValueError, EOFError) as exc:
+            raise BagReadError(f"{self.path}: cannot read MCAP summary ({exc}); try `teleop-flywheel recover`") from exc
+        if summary is None or summary.statistics is None:
+            raise UnindexedBagError(f"{self.path}: MCAP has no summary/index (crashed recording?); "
+                                    "run `teleop-flywheel recover` first")
+        self.channels = {cid: RawChannel.of(ch, summary.schemas.get(ch.schema_id))
+                         for cid, ch in summary.channels.items()}
+        self.start_ns = summary.statistics.message_start_time
+        self.end_ns = summary.statistics.message_end_time
+        self.message_count = summary.statistics.message_count
+
+    def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
+        """Messages with log_time >= start_ns, in log-time order, read through the index."""
+        with self.path.open("rb") as f:
+            for _schema, channel, message in make_reader(f).iter_messages(starting_at=start_ns, log_time_order=True):
+                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data)
+
+    def metadata(self) -> dict[str, dict[str, str]]:
+        """The MCAP metadata records by name (episode metadata, rosbag2's own)."""
+        with self.path.open("rb") as f:
+            return {r.name: dict(r.metadata) for r in make_reader(f).iter_metadata()}
+
+
+def open_indexed(path: str | Path) -> IndexedBag:
+    """`IndexedBag` of a bag directory or .mcap; BagReadError (UnindexedBagError without a summary)."""
+    return IndexedBag(path)

@@ -7,9 +7,9 @@ file up to the last complete record is still good: the writer closes a zstd chun
 every `max_chunk_age_s`, so at most that much was never written.
 
 What it does, never destroying anything:
-1. scans the top-level records (twice: definitions and counts, then the messages, so memory
-   stays small); keeps schemas, channels, messages of every complete chunk whose CRC checks;
-   stops at the first incomplete record (counts the discarded tail bytes);
+1. scans the top-level records with `recording.scan` (twice: definitions and counts, then the
+   messages, so memory stays small); keeps schemas, channels, messages of every complete chunk
+   whose CRC checks; stops at the first incomplete record (counts the discarded tail bytes);
 2. writes a new, chunked, indexed, summarised `<name>_0.mcap` with the same messages (bytes,
    log/publish times and sequence numbers unchanged) and a fresh `metadata.yaml`;
 3. episode metadata: the final `teleop_flywheel.episode` record if it survived, else the
@@ -26,17 +26,11 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import tempfile
 from dataclasses import asdict, dataclass, field
-from io import BytesIO
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
 
-from mcap.data_stream import ReadDataStream
-from mcap.opcode import Opcode
-from mcap.records import Channel, Chunk, Message, Metadata, Schema
-from mcap.stream_reader import breakup_chunk
+from mcap.records import Message
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
@@ -45,43 +39,19 @@ from teleop_flywheel.recording.metadata import (
     METADATA_FILE,
     TopicRecord,
     bagfile_information,
+    find_mcap,
+    mcap_file_name,
     parse_qos_yaml,
     write_metadata_yaml,
 )
-from teleop_flywheel.recording.writer import START_RECORD, BagWriter, mcap_file_name
+from teleop_flywheel.recording.scan import NotMcapError, ScanResult, scan
+from teleop_flywheel.recording.writer import START_RECORD, BagWriter
 
-MAGIC = b"\x89MCAP0\r\n"
 DAMAGED_SUFFIX = ".damaged"
 
 
 class RecoverError(FlywheelError, RuntimeError):
     """The bag cannot be recovered (not an MCAP bag, nothing readable, …)."""
-
-
-@dataclass
-class ScanResult:
-    """What survived in a (possibly damaged) MCAP file; messages are counted, not kept."""
-
-    path: Path
-    size: int
-    good_bytes: int = 8  # offset after the last complete top-level record
-    complete: bool = False  # footer present
-    schemas: dict[int, Schema] = field(default_factory=dict)
-    channels: dict[int, Channel] = field(default_factory=dict)
-    metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-    counts: dict[int, int] = field(default_factory=dict)
-    start_log_ns: int | None = None
-    end_log_ns: int | None = None
-    last_stamp_ns: int | None = None
-    bad_chunks: int = 0
-
-    @property
-    def discarded_bytes(self) -> int:
-        return self.size - self.good_bytes
-
-    @property
-    def message_count(self) -> int:
-        return sum(self.counts.values())
 
 
 @dataclass
@@ -100,75 +70,17 @@ class RecoveryReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _read_record(f: BinaryIO, pos: int, size: int) -> tuple[int, bytes] | None:
-    if pos + 9 > size:
-        return None
-    f.seek(pos)
-    opcode, length = struct.unpack("<BQ", f.read(9))
-    if pos + 9 + length > size:
-        return None
-    return opcode, f.read(length)
-
-
-def iter_surviving(path: Path, result: ScanResult) -> Iterator[Schema | Channel | Message | Metadata]:
-    """Every complete record of an MCAP file in file order (chunks opened), tolerating a
-    truncated or corrupt tail; `result` is updated as records go by."""
-    with open(path, "rb") as f:
-        if f.read(8) != MAGIC:
-            raise RecoverError(f"{path}: not an MCAP file (bad magic)")
-        pos = 8
-        while not result.complete:
-            rec = _read_record(f, pos, result.size)
-            if rec is None:
-                break
-            opcode, content = rec
-            stream = ReadDataStream(BytesIO(content))
-            records: list[Any] = []
-            try:
-                if opcode == Opcode.CHUNK:
-                    try:
-                        records = breakup_chunk(Chunk.read(stream), validate_crc=True)
-                    except Exception:  # corrupt chunk (bad CRC/zstd frame): lose it, keep going
-                        result.bad_chunks += 1
-                elif opcode == Opcode.MESSAGE:
-                    records = [Message.read(stream, len(content))]
-                elif opcode == Opcode.SCHEMA:
-                    records = [Schema.read(stream)]
-                elif opcode == Opcode.CHANNEL:
-                    records = [Channel.read(stream)]
-                elif opcode == Opcode.METADATA:
-                    records = [Metadata.read(stream)]
-                elif opcode == Opcode.FOOTER:
-                    result.complete = True
-            except (struct.error, ValueError, UnicodeDecodeError, EOFError) as exc:
-                raise RecoverError(f"{path}: malformed record at byte {pos}: {exc}") from exc
-            pos += 9 + len(content)
-            if result.complete and f.read(8) == MAGIC:
-                pos += 8
-            result.good_bytes = pos
-            yield from records
-
-
-def scan(path: Path) -> ScanResult:
+def _scan(mcap_path: Path) -> ScanResult:
     """Pass one: definitions, metadata, counts and time span of what survived."""
-    result = ScanResult(path=path, size=path.stat().st_size)
-    for r in iter_surviving(path, result):
-        if isinstance(r, Schema):
-            result.schemas.setdefault(r.id, r)
-        elif isinstance(r, Channel):
-            result.channels.setdefault(r.id, r)
-        elif isinstance(r, Metadata):
-            result.metadata[r.name] = dict(r.metadata)
-        else:
-            result.counts[r.channel_id] = result.counts.get(r.channel_id, 0) + 1
-            result.start_log_ns = r.log_time if result.start_log_ns is None else min(result.start_log_ns, r.log_time)
-            result.end_log_ns = r.log_time if result.end_log_ns is None else max(result.end_log_ns, r.log_time)
-            result.last_stamp_ns = r.publish_time if result.last_stamp_ns is None else max(
-                result.last_stamp_ns, r.publish_time)
-    orphans = set(result.counts) - set(result.channels)
-    if orphans:
-        raise RecoverError(f"{path}: messages on channels {sorted(orphans)} whose definitions were lost")
-    return result
+    try:
+        scanned = scan(mcap_path)
+    except NotMcapError as exc:
+        raise RecoverError(str(exc)) from None
+    if scanned.malformed:
+        raise RecoverError(scanned.malformed)
+    if scanned.orphans:
+        raise RecoverError(f"{mcap_path}: messages on channels {scanned.orphans} whose definitions were lost")
+    return scanned
 
 
 def _episode(scanned: ScanResult, notes: list[str]) -> tuple[EpisodeMeta | None, EpisodeMeta | None, str]:
@@ -178,10 +90,10 @@ def _episode(scanned: ScanResult, notes: list[str]) -> tuple[EpisodeMeta | None,
     start_meta = EpisodeMeta.from_strings(start) if start else None
     if final:
         return start_meta, EpisodeMeta.from_strings(final), "final"
-    if start_meta is None:
+    if start is None:
         notes.append("no episode metadata survived")
         return None, None, "none"
-    final_meta = EpisodeMeta.from_strings(start)
+    final_meta = EpisodeMeta.from_strings(start)  # a second copy, completed below
     if scanned.last_stamp_ns is not None:
         final_meta.stopped_mono_ns = scanned.last_stamp_ns
     final_meta.extra["recovered"] = {
@@ -219,10 +131,11 @@ def _write_repaired(scanned: ScanResult, out_dir: Path, start: EpisodeMeta | Non
             bag.add_topic(ch.topic, schema.name, qos=parse_qos_yaml(ch.metadata.get("offered_qos_profiles", "")),
                           serialization_format=ch.message_encoding, definition=d)
             names[cid] = ch.topic
-        replay = ScanResult(path=scanned.path, size=scanned.size)
-        for r in iter_surviving(scanned.path, replay):
-            if isinstance(r, Message):
-                bag.write(names[r.channel_id], r.data, r.log_time, r.publish_time, r.sequence)
+
+        def copy(m: Message) -> None:
+            bag.write(names[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence)
+
+        scan(scanned.path, copy)
         bag.episode = final
 
 
@@ -235,25 +148,9 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def find_mcap(bag: Path) -> tuple[Path, Path]:
-    """(bag directory, its mcap file) from a directory or a .mcap path."""
-    bag = Path(bag)
-    if bag.is_file():
-        return bag.parent, bag
-    if not bag.is_dir():
-        raise RecoverError(f"{bag}: no such bag directory")
-    expected = bag / mcap_file_name(bag.name)
-    if expected.is_file():
-        return bag, expected
-    found = sorted(bag.glob("*.mcap"))
-    if len(found) != 1:
-        raise RecoverError(f"{bag}: expected one .mcap file, found {len(found)}")
-    return bag, found[0]
-
-
 def recover(bag: Path, output: Path | None = None) -> RecoveryReport:
     bag_dir, mcap_path = find_mcap(bag)
-    scanned = scan(mcap_path)
+    scanned = _scan(mcap_path)
     notes: list[str] = []
     start, final, source = _episode(scanned, notes)
     topics = _topics(scanned)

@@ -31,8 +31,11 @@ bytes OR its oldest message is `max_chunk_age_s` old (checked on every write and
 background thread, so an idle topic set still flushes); `fsync` after each chunk by default.
 A `kill -9` therefore loses at most ~`max_chunk_age_s` (default 0.5 s) of data, and
 `teleop-flywheel recover` rebuilds the summary. The bag directory must not exist (never
-overwritten). ENOSPC/EDQUOT raise `DiskFullError` naming the file; the partial bag is left
-for `recover` and nothing else on disk is touched.
+overwritten). ENOSPC/EDQUOT raise `DiskFullError` naming the file, any other write error
+`BagWriteError` (its base class); the partial bag is left for `recover` and nothing else on disk
+is touched. An error in the background flusher is recorded (`error`), not lost with the thread:
+the owner's next `write`/`flush`/`close` raises it. An unknown `compression` is refused before
+anything is created.
 """
 from __future__ import annotations
 
@@ -43,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NoReturn
 
 from mcap.writer import CompressionType, Writer
 
@@ -56,19 +59,21 @@ from teleop_flywheel.recording.metadata import (
     TopicRecord,
     bagfile_information,
     dump_yaml,
+    mcap_file_name,
     qos_yaml,
     ros_distro,
     write_metadata_yaml,
 )
 
-__all__ = ["BagWriter", "BagSummary", "BagError", "BagExistsError", "DiskFullError", "Qos",
-           "START_RECORD", "ROSBAG2_RECORD", "mcap_file_name"]
+__all__ = ["BagWriter", "BagSummary", "BagError", "BagExistsError", "BagWriteError", "DiskFullError", "Qos",
+           "START_RECORD", "ROSBAG2_RECORD", "COMPRESSION", "mcap_file_name"]
 
 START_RECORD = METADATA_RECORD + ".start"  # episode metadata as known at start (survives a crash)
 ROSBAG2_RECORD = "rosbag2"  # rosbag2's own record: {"serialized_metadata": <yaml>}
 PROFILE = "ros2"
 LIBRARY = f"teleop_flywheel {__version__}"
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 
 
 class BagError(FlywheelError, RuntimeError):
@@ -79,16 +84,23 @@ class BagExistsError(FlywheelError, FileExistsError):
     """The bag directory already exists: bags are never overwritten."""
 
 
-class DiskFullError(FlywheelError, OSError):
-    """No space left while writing a bag; `path` names the file being written."""
+class BagWriteError(FlywheelError, OSError):
+    """Writing a bag failed (from `write`, `flush`, `close` or the flusher thread); `path` names the file.
 
-    def __init__(self, path: Path, cause: OSError) -> None:
-        super().__init__(cause.errno, f"disk full writing {path}: {cause.strerror or cause}", str(path))
+    The bag is then failed: every later `write`/`flush`/`close` raises this same error.
+    """
+
+    def __init__(self, path: Path, cause: BaseException, what: str = "error writing") -> None:
+        detail = (cause.strerror if isinstance(cause, OSError) else None) or cause
+        super().__init__(getattr(cause, "errno", None), f"{what} {path}: {detail}", str(path))
         self.path = Path(path)
 
 
-def mcap_file_name(bag_name: str) -> str:
-    return f"{bag_name}_0.mcap"
+class DiskFullError(BagWriteError):
+    """No space left while writing a bag; `path` names the file being written."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(path, cause, "disk full writing")
 
 
 @dataclass
@@ -140,7 +152,9 @@ class BagWriter:
         self._end: int | None = None
         self._chunk_opened_ns: int | None = None  # process monotonic time of the oldest unflushed message
         self._closed = False
-        self._failed: OSError | None = None
+        self._failed: BagWriteError | None = None
+        if compression not in COMPRESSION:  # before anything is created on disk
+            raise ValueError(f"compression must be one of {sorted(COMPRESSION)}, got {compression!r}")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.mkdir()
@@ -151,10 +165,7 @@ class BagWriter:
             self._raise_io(exc, self.path)
         try:
             self._file = open(self.mcap_path, "xb")
-            comp = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
-            if compression not in comp:
-                raise ValueError(f"compression must be one of {sorted(comp)}, got {compression!r}")
-            self._mcap = Writer(self._file, chunk_size=chunk_size, compression=comp[compression])
+            self._mcap = Writer(self._file, chunk_size=chunk_size, compression=COMPRESSION[compression])
             self._mcap.start(profile=PROFILE, library=LIBRARY)
             if episode is not None:
                 self._mcap.add_metadata(START_RECORD, episode.to_strings())
@@ -260,14 +271,16 @@ class BagWriter:
         period = max(self._max_age_ns / 4e9, 0.01)
         while not self._stop.wait(period):
             with self._lock:
-                if self._closed or self._failed is not None or self._chunk_opened_ns is None:
-                    continue
-                if time.monotonic_ns() - self._chunk_opened_ns < self._max_age_ns:
+                if self._closed or self._failed is not None:
+                    return
+                if self._chunk_opened_ns is None or time.monotonic_ns() - self._chunk_opened_ns < self._max_age_ns:
                     continue
                 try:
                     self._flush_locked()
-                except DiskFullError:
-                    pass  # recorded in self._failed; the next write() raises it to the owner
+                except Exception as exc:  # noqa: BLE001 - any failure fails the bag, never the thread
+                    if self._failed is None:
+                        self._failed = BagWriteError(self.mcap_path, exc)
+                    return  # recorded: the owner's next write/flush/close raises it
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -279,6 +292,8 @@ class BagWriter:
         if self._flusher is not threading.current_thread():
             self._flusher.join()
         with self._lock:
+            if self._failed is not None and not self._closed:
+                self._release_file()  # the partial bag stays for `recover`
             self._check_open()
             strings = self.episode.to_strings() if self.episode is not None else {}
             custom = {**self.custom_data, **strings}
@@ -306,20 +321,22 @@ class BagWriter:
         if self._flusher is not threading.current_thread():
             self._flusher.join()
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._file.close()
-            except OSError:
-                pass  # already failed (disk full); the bytes that reached the OS stay for `recover`
+            if not self._closed:
+                self._release_file()
+
+    def _release_file(self) -> None:
+        self._closed = True
+        try:
+            self._file.close()
+        except OSError:
+            pass  # already failed (disk full); the bytes that reached the OS stay for `recover`
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     @property
-    def error(self) -> OSError | None:
+    def error(self) -> BagWriteError | None:
         """The write error that stopped this bag (e.g. DiskFullError from the flusher thread)."""
         return self._failed
 
@@ -341,10 +358,7 @@ class BagWriter:
         if self._closed:
             raise BagError(f"{self.mcap_path}: bag is closed")
 
-    def _raise_io(self, exc: OSError, path: Path) -> None:
-        if exc.errno in _DISK_FULL:
-            err: OSError = DiskFullError(path, exc)
-        else:
-            err = OSError(exc.errno, f"error writing {path}: {exc.strerror or exc}", str(path))
+    def _raise_io(self, exc: OSError, path: Path) -> NoReturn:
+        err = DiskFullError(path, exc) if exc.errno in _DISK_FULL else BagWriteError(path, exc)
         self._failed = err
         raise err from exc

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 import numpy as np
 import yaml
+from mcap.opcode import Opcode
 
 from teleop_flywheel.core.calibration import sim_calibration_file
 from teleop_flywheel.core.clock import ClockMapping
@@ -46,19 +46,14 @@ from teleop_flywheel.core.topics import (
 )
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
+from teleop_flywheel.recording.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
+from teleop_flywheel.recording.scan import record_spans
 from teleop_flywheel.recording.writer import BagWriter
 
-FOLLOWER_STATE = FOLLOWER_STATE
-FOLLOWER_COMMAND = FOLLOWER_COMMAND
-LEADER_STATE = LEADER_STATE
-POLICY_COMMAND = POLICY_COMMAND
-AUTHORITY = AUTHORITY
-INTERVENTION = INTERVENTION
 AUTHORITY_NAMES = ["alpha", "mode", "intervention_id", "trigger"]
 JOINT_STATE = "sensor_msgs/msg/JointState"
 WALL0_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 MONO0_NS = 1_000 * 10**9
-
 
 
 @dataclass
@@ -93,68 +88,6 @@ class SessionSpec:
     condition: str = ""
     failure_label: str = ""
     extra: dict[str, str] = field(default_factory=dict)
-
-
-# -- CDR encoding (little endian, alignment counted from after the 4-byte encapsulation) -------------
-
-class _CdrWriter:
-    def __init__(self) -> None:
-        self.buf = bytearray(b"\x00\x01\x00\x00")
-
-    def align(self, n: int) -> None:
-        self.buf += b"\0" * ((-(len(self.buf) - 4)) % n)
-
-    def u32(self, v: int) -> None:
-        self.align(4)
-        self.buf += struct.pack("<I", v)
-
-    def stamp(self, ns: int) -> None:
-        self.align(4)
-        self.buf += struct.pack("<iI", ns // 1_000_000_000, ns % 1_000_000_000)
-
-    def string(self, s: str) -> None:
-        b = s.encode() + b"\0"
-        self.u32(len(b))
-        self.buf += b
-
-    def f64s(self, values: np.ndarray) -> None:
-        self.u32(len(values))
-        if len(values):
-            self.align(8)
-            self.buf += np.asarray(values, "<f8").tobytes()
-
-    def octets(self, data: bytes) -> None:
-        self.u32(len(data))
-        self.buf += data
-
-
-def joint_state_cdr(stamp_ns: int, names: list[str], position: np.ndarray, frame_id: str = "",
-                    velocity: np.ndarray | None = None) -> bytes:
-    w = _CdrWriter()
-    w.stamp(stamp_ns)
-    w.string(frame_id)
-    w.u32(len(names))
-    for n in names:
-        w.string(n)
-    w.f64s(position)
-    w.f64s(np.zeros(0) if velocity is None else velocity)
-    w.f64s(np.zeros(0))
-    return bytes(w.buf)
-
-
-def compressed_image_cdr(stamp_ns: int, jpeg: bytes, frame_id: str = "camera") -> bytes:
-    w = _CdrWriter()
-    w.stamp(stamp_ns)
-    w.string(frame_id)
-    w.string("jpeg")
-    w.octets(jpeg)
-    return bytes(w.buf)
-
-
-def string_cdr(text: str) -> bytes:
-    w = _CdrWriter()
-    w.string(text)
-    return bytes(w.buf)
 
 
 # -- the simulated session ---------------------------------------------------------------------
@@ -247,10 +180,11 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     records += [(int(logs[i]), AUTHORITY, int(stamps[i]),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
     for iv in interventions:
-        for when in (iv.start_ns, iv.end_ns):
-            text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": iv.end_ns if when == iv.end_ns else None,
-                               "trigger": iv.trigger})
-            records.append((int(when + wall), INTERVENTION, int(when), string_cdr(text)))
+        for event_ns, end_ns in ((iv.start_ns, None), (iv.end_ns, iv.end_ns)):  # the start event, then the end event
+            if event_ns is None:
+                continue
+            text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns, "trigger": iv.trigger})
+            records.append((int(event_ns + wall), INTERVENTION, int(event_ns), string_cdr(text)))
 
     captures: dict[str, np.ndarray] = {}
     cam_stamps: dict[str, np.ndarray] = {}
@@ -317,23 +251,9 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     return SessionTruth(bag_dir, stamps, command, follower, captures, cam_stamps)
 
 
-def chunk_offsets(mcap: Path) -> list[tuple[int, int]]:
-    """(offset, length) of every top-level Chunk record (opcode 0x06) in an MCAP file."""
-    data = mcap.read_bytes()
-    pos, out = 8, []
-    while pos + 9 <= len(data):
-        opcode, length = struct.unpack_from("<BQ", data, pos)
-        if opcode == 0x06:
-            out.append((pos, 9 + length))
-        if opcode == 0x02:  # footer
-            break
-        pos += 9 + length
-    return out
-
-
 def corrupt_one_chunk(mcap: Path) -> int:
     """Flip bytes in the middle of the middle chunk's compressed payload; returns its offset."""
-    chunks = chunk_offsets(mcap)
+    chunks = record_spans(mcap, Opcode.CHUNK)
     if not chunks:
         raise ValueError(f"{mcap}: no chunks to corrupt")
     pos, length = chunks[len(chunks) // 2]

@@ -14,84 +14,27 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcap.exceptions import McapError
-from mcap.reader import make_reader
-
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.reader import BagReadError, IndexedBag, RawMessage
 
 
 class ReplayError(FlywheelError, RuntimeError):
     """A bag cannot be replayed; the message names the file and the reason."""
 
 
-@dataclass(frozen=True)
-class RawChannel:
-    id: int
-    topic: str
-    schema_name: str
-    schema_encoding: str
-    schema_data: bytes
-    message_encoding: str
-
-
-@dataclass(frozen=True)
-class RawMessage:
-    channel_id: int
-    log_time: int
-    publish_time: int
-    data: bytes
-
-
-def mcap_path(bag: Path) -> Path:
-    """The MCAP file of a rosbag2 bag directory (or the path itself if it is a file)."""
-    if bag.is_file():
-        return bag
-    if not bag.is_dir():
-        raise ReplayError(f"{bag}: no such bag (neither a directory nor an .mcap file)")
-    files = sorted(bag.glob("*.mcap"))
-    if not files:
-        raise ReplayError(f"{bag}: bag directory holds no .mcap file")
-    return files[0]
-
-
-class BagSource:
-    """Indexed, seekable access to one bag's raw messages in log-time order."""
+class BagSource(IndexedBag):
+    """Indexed, seekable access to one bag's raw messages in log-time order (`recording.reader`)."""
 
     def __init__(self, bag: Path) -> None:
-        self.path = mcap_path(Path(bag))
         try:
-            with self.path.open("rb") as f:
-                summary = make_reader(f).get_summary()
-        except (McapError, OSError, ValueError) as exc:
-            raise ReplayError(f"{self.path}: cannot read MCAP summary ({exc}); try `teleop-flywheel recover`") from exc
-        if summary is None or summary.statistics is None:
-            raise ReplayError(f"{self.path}: MCAP has no summary/index (crashed recording?); run `teleop-flywheel recover` first")
-        self.channels: dict[int, RawChannel] = {}
-        for cid, ch in summary.channels.items():
-            schema = summary.schemas.get(ch.schema_id)
-            self.channels[cid] = RawChannel(
-                id=cid,
-                topic=ch.topic,
-                schema_name=schema.name if schema else "",
-                schema_encoding=schema.encoding if schema else "",
-                schema_data=schema.data if schema else b"",
-                message_encoding=ch.message_encoding,
-            )
-        self.start_ns = summary.statistics.message_start_time
-        self.end_ns = summary.statistics.message_end_time
-        self.message_count = summary.statistics.message_count
-
-    def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
-        """Messages with log_time >= start_ns, in log-time order, read through the index."""
-        with self.path.open("rb") as f:
-            reader = make_reader(f)
-            for _schema, channel, message in reader.iter_messages(starting_at=start_ns, log_time_order=True):
-                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data)
+            super().__init__(bag)
+        except BagReadError as exc:
+            raise ReplayError(str(exc)) from exc
 
 
 class Player:
