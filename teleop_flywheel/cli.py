@@ -15,6 +15,10 @@ from teleop_flywheel import __version__
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "find-port": ("teleop_flywheel.hw.bringup.find_port", "which serial port is the arm on (unplug it and see)"),
+    "setup-motors": ("teleop_flywheel.hw.bringup.setup_motors", "give factory-new servos their SO-101 ids and baud"),
+    "calibrate": ("teleop_flywheel.hw.bringup.calibrate", "LeRobot's SO-101 calibration: homing offsets and ranges"),
+    "find-cameras": ("teleop_flywheel.hw.bringup.find_cameras", "list V4L2 cameras, their modes, one still each"),
     "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
     "mirror": ("teleop_flywheel.ros.session.mirror", "leader→follower mirroring session; prints loop rate and tracking error"),
     "run": ("teleop_flywheel.ros.session.runner", "start a session graph (teleop, rollout, record, sim) in one process"),
@@ -29,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lineage": ("teleop_flywheel.data.lineage", "which manifest trained which checkpoint"),
     "card": ("teleop_flywheel.data.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.stats", "intervention rates per checkpoint/week/label/operator"),
-    "eval": ("teleop_flywheel.evaluation.report", "success-rate tables with N and intervals from rollouts"),
+    "eval": ("teleop_flywheel.evaluation.cli", "success-rate tables with N and intervals from rollouts"),
     "replay": ("teleop_flywheel.ros.session.playback", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
     "console": ("teleop_flywheel.ros.session.console", "operator console for a live session"),
 }

@@ -11,20 +11,18 @@ import pytest
 import yaml
 
 from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
+from teleop_flywheel.evaluation.cli import simulate_protocol
 from teleop_flywheel.evaluation.report import (
     Cell,
     EvalError,
     _comparisons,
     build_report,
     compare,
-    fisher_exact,
     format_table,
-    holm,
     read_trial,
-    simulate_protocol,
-    wilson,
     write_html,
 )
+from teleop_flywheel.evaluation.stats import fisher_exact, holm, wilson
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "eval_example.yaml"
 

@@ -1,22 +1,18 @@
-"""`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT]`: success-rate tables with an N.
+"""Success-rate tables with an N (`teleop-flywheel eval`, `evaluation.cli`): trials, cells, comparisons, HTML.
 
 Why: a table with N, an interval and the conditions written down is evidence; a demo video is
 not. Every trial bag carries its protocol hash, so one table never mixes two protocols; the same
 recording given twice is refused; cells with fewer trials than planned are marked incomplete
-(more than planned: over plan), never averaged silently. Statistics are exact and
-self-contained (no scipy): Wilson score interval, two-sided Fisher exact test, Holm's correction
-over the comparisons printed together. "Overall" pools conditions only where both checkpoints
+(more than planned: over plan), never averaged silently. Statistics
+(`evaluation.stats`): Wilson score interval, two-sided Fisher exact test, Holm's correction over
+the comparisons printed together. "Overall" pools conditions only where both checkpoints
 ran the same number of trials in each (otherwise it would compare two different condition mixes).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import sys
+import html
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -24,72 +20,14 @@ import numpy as np
 
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import AUTHORITY
-from teleop_flywheel.evaluation.protocol import (
-    RESERVED_FAILURES,
-    Protocol,
-    ProtocolError,
-    ProtocolWalker,
-    load_protocol,
-)
-from teleop_flywheel.recording.reader import BagReadError, open_bag
-
-Z95 = 1.959963984540054
+from teleop_flywheel.data.lineage import LineageError, Registry
+from teleop_flywheel.evaluation.protocol import Protocol
+from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
+from teleop_flywheel.recording.reader import open_bag
 
 
 class EvalError(FlywheelError, ValueError):
-    pass
-
-
-# -- statistics ---------------------------------------------------------------------------------------
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval: (p + z²/2n ± z·sqrt(p(1−p)/n + z²/4n²)) / (1 + z²/n)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    denom = 1 + z * z / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom))
-
-
-def fisher_exact(a: int, b: int, c: int, d: int) -> float:
-    """Two-sided Fisher exact p for [[a, b], [c, d]]: sum of hypergeometric P(table) over tables
-    with the same margins and P ≤ P(observed) (exact rationals, so ties are exact)."""
-    r1, r2, c1 = a + b, c + d, a + c
-    n = r1 + r2
-    total = math.comb(n, c1)
-
-    def prob(x: int) -> Fraction:
-        return Fraction(math.comb(r1, x) * math.comb(r2, c1 - x), total)
-
-    observed = prob(a)
-    lo, hi = max(0, c1 - r2), min(r1, c1)
-    p = sum((q for q in (prob(x) for x in range(lo, hi + 1)) if q <= observed), Fraction(0))
-    return float(min(p, Fraction(1)))
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order): the i-th smallest is multiplied by m − i,
-    made monotone, capped at 1. Controls the chance of any false "better/worse" among m tests."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def detectable_counts(ka: int, na: int, nb: int, alpha: float = 0.05) -> tuple[int | None, int | None]:
-    """How many successes of nb trials b would need — at least `up`, or at most `down` — for
-    Fisher's test against a's ka/na to reach p < alpha; None where no count could (e.g. no rise
-    above a baseline of 100 %)."""
-    significant = [kb for kb in range(nb + 1) if fisher_exact(kb, nb - kb, ka, na - ka) < alpha]
-    up = min((kb for kb in significant if kb / nb > ka / na), default=None)
-    down = max((kb for kb in significant if kb / nb < ka / na), default=None)
-    return up, down
+    """Trials that cannot make one table (no metadata, another protocol, the same recording twice)."""
 
 
 # -- trials -------------------------------------------------------------------------------------------
@@ -296,7 +234,8 @@ def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[
     pairs = [(c, by[a, c].successes, by[a, c].n, by[b, c].successes, by[b, c].n) for c in conds]
     balanced = all(na == nb for _c, _ka, na, _kb, nb in pairs)
     if len(conds) > 1 and balanced:
-        pairs.append(("overall", *(sum(x[i] for x in pairs) for i in range(1, 5))))
+        pairs.append(("overall", sum(x[1] for x in pairs), sum(x[2] for x in pairs), sum(x[3] for x in pairs),
+                      sum(x[4] for x in pairs)))
     testable = [i for i, (_c, _ka, na, _kb, nb) in enumerate(pairs) if na and nb]
     raw = {i: fisher_exact(pairs[i][3], pairs[i][4] - pairs[i][3], pairs[i][1], pairs[i][2] - pairs[i][1])
            for i in testable}
@@ -316,8 +255,6 @@ def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[
 def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
     """checkpoint → which manifest trained it; a checkpoint nobody registered (or an unreadable
     registry) says so in the table instead of silently having no line."""
-    from teleop_flywheel.data.lineage import LineageError, Registry
-
     try:
         reg = Registry.load(registry)
     except LineageError as exc:
@@ -363,8 +300,6 @@ def format_table(report: Report) -> str:
 
 
 def write_html(report: Report, out: Path) -> None:
-    import html
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -397,80 +332,3 @@ def write_html(report: Report, out: Path) -> None:
                    "<table border=1><tr><th>checkpoint</th><th>condition</th><th>N</th><th>successes</th>"
                    "<th>rate [95% CI]</th><th>interventions/trial</th><th>human share</th><th>failures</th>"
                    f"<th>triggers</th></tr>{rows}</table><img src='{png.name}'><ul>{sentences}</ul></body></html>\n")
-
-
-# -- unattended simulated protocol run ----------------------------------------------------------------
-
-def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0, duration_s: float = 1.0,
-                      max_trials: int | None = None) -> list[Path]:
-    """Synthetic trial bags for the protocol, without a session graph: each trial fails with the
-    condition's `sim_failure_rate` × the checkpoint's `sim_failure_scale`, one bag per trial via
-    `write_session` (for trying the statistics in seconds; `run sim --unattended` is the real walk)."""
-    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
-
-    rng = np.random.default_rng(seed)
-    walker = ProtocolWalker(protocol)
-    out_dir = Path(out_dir)
-    bags: list[Path] = []
-    labels = [x for x in protocol.failure_labels if x not in RESERVED_FAILURES] or ["timeout"]
-    while (slot := walker.next_slot()) is not None and (max_trials is None or len(bags) < max_trials):
-        cond = protocol.condition(slot.condition)
-        if cond.sim_failure_rate is None:
-            raise ProtocolError(f"{protocol.path}: condition {cond.name!r} has no sim_failure_rate for the simulator")
-        p_fail = min(1.0, cond.sim_failure_rate * protocol.checkpoint(slot.checkpoint).sim_failure_scale)
-        fail = bool(rng.random() < p_fail)
-        label = str(rng.choice(labels)) if fail else ""
-        interventions: tuple[tuple[float, float, str | None], ...] = ()
-        if fail and protocol.interventions_allowed and rng.random() < 0.5:
-            start = float(rng.uniform(0.2, 0.5)) * duration_s
-            interventions = ((start, start + 0.3 * duration_s, "wrong_grasp"),)
-        name = f"{slot.checkpoint}__{slot.condition}__{slot.index:03d}"
-        write_session(out_dir / name, SessionSpec(
-            duration_s=duration_s * float(rng.uniform(0.8, 1.2)), joint_hz=50.0, cameras=(), session_kind="evaluation",
-            outcome="failure" if fail else "success", interventions=interventions, task=protocol.task,
-            policy_checkpoint=slot.checkpoint, protocol_hash=protocol.hash, condition=slot.condition,
-            failure_label=label, seed=int(rng.integers(1 << 31))))
-        walker.record(slot, "failure" if fail else "success", label, len(interventions))
-        bags.append(out_dir / name)
-    return bags
-
-
-# -- CLI ----------------------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bags", nargs="*", type=Path, help="trial bag directories (or folders of them)")
-    parser.add_argument("--protocol", type=Path, help="the protocol YAML the trials must belong to")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--html", type=Path, help="write an HTML report (and a PNG bar chart beside it)")
-    parser.add_argument("--registry", type=Path, help="lineage registry (default: lineage's default)")
-    parser.add_argument("--simulate", type=Path, metavar="OUT",
-                        help="run the protocol unattended in the simulator, writing trial bags to OUT, then evaluate")
-    parser.add_argument("--seed", type=int, default=0)
-
-
-def _expand(paths: list[Path]) -> list[Path]:
-    out: list[Path] = []
-    for p in paths:
-        if p.is_dir() and not (p / "metadata.yaml").exists() and not list(p.glob("*.mcap")):
-            out += sorted(d for d in p.iterdir() if d.is_dir())
-        else:
-            out.append(p)
-    return out
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        protocol = load_protocol(args.protocol) if args.protocol else None
-        bags = _expand(list(args.bags))
-        if args.simulate:
-            if protocol is None:
-                raise EvalError("--simulate needs --protocol")
-            bags += simulate_protocol(protocol, args.simulate, seed=args.seed)
-        report = build_report([read_trial(b) for b in bags], protocol, args.registry)
-    except (EvalError, ProtocolError, BagReadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(report.to_dict(), indent=1, allow_nan=False) if args.json else format_table(report))
-    if args.html:
-        write_html(report, args.html)
-    return 0

@@ -1,0 +1,97 @@
+"""`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT] [--simulate OUT]`.
+
+Reads the trial bags, builds the table (`evaluation.report`) and prints it (or JSON), optionally
+an HTML page with a bar chart. `--simulate OUT` first writes synthetic trial bags for the
+protocol (`simulate_protocol`: the statistics in seconds, without a session graph; `run sim
+--unattended` is the real walk on the simulated arms).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from teleop_flywheel.evaluation.protocol import (
+    RESERVED_FAILURES,
+    Protocol,
+    ProtocolError,
+    ProtocolWalker,
+    load_protocol,
+)
+from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
+from teleop_flywheel.recording.reader import BagReadError
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+
+def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0, duration_s: float = 1.0,
+                      max_trials: int | None = None) -> list[Path]:
+    """Synthetic trial bags for the protocol, without a session graph: each trial fails with the
+    condition's `sim_failure_rate` × the checkpoint's `sim_failure_scale`, one bag per trial via
+    `write_session` (for trying the statistics in seconds; `run sim --unattended` is the real walk)."""
+    rng = np.random.default_rng(seed)
+    walker = ProtocolWalker(protocol)
+    out_dir = Path(out_dir)
+    bags: list[Path] = []
+    labels = [x for x in protocol.failure_labels if x not in RESERVED_FAILURES] or ["timeout"]
+    while (slot := walker.next_slot()) is not None and (max_trials is None or len(bags) < max_trials):
+        cond = protocol.condition(slot.condition)
+        if cond.sim_failure_rate is None:
+            raise ProtocolError(f"{protocol.path}: condition {cond.name!r} has no sim_failure_rate for the simulator")
+        p_fail = min(1.0, cond.sim_failure_rate * protocol.checkpoint(slot.checkpoint).sim_failure_scale)
+        fail = bool(rng.random() < p_fail)
+        label = str(rng.choice(labels)) if fail else ""
+        interventions: tuple[tuple[float, float, str | None], ...] = ()
+        if fail and protocol.interventions_allowed and rng.random() < 0.5:
+            start = float(rng.uniform(0.2, 0.5)) * duration_s
+            interventions = ((start, start + 0.3 * duration_s, "wrong_grasp"),)
+        name = f"{slot.checkpoint}__{slot.condition}__{slot.index:03d}"
+        write_session(out_dir / name, SessionSpec(
+            duration_s=duration_s * float(rng.uniform(0.8, 1.2)), joint_hz=50.0, cameras=(), session_kind="evaluation",
+            outcome="failure" if fail else "success", interventions=interventions, task=protocol.task,
+            policy_checkpoint=slot.checkpoint, protocol_hash=protocol.hash, condition=slot.condition,
+            failure_label=label, seed=int(rng.integers(1 << 31))))
+        walker.record(slot, "failure" if fail else "success", label, len(interventions))
+        bags.append(out_dir / name)
+    return bags
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bags", nargs="*", type=Path, help="trial bag directories (or folders of them)")
+    parser.add_argument("--protocol", type=Path, help="the protocol YAML the trials must belong to")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--html", type=Path, help="write an HTML report (and a PNG bar chart beside it)")
+    parser.add_argument("--registry", type=Path, help="lineage registry (default: lineage's default)")
+    parser.add_argument("--simulate", type=Path, metavar="OUT",
+                        help="run the protocol unattended in the simulator, writing trial bags to OUT, then evaluate")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir() and not (p / "metadata.yaml").exists() and not list(p.glob("*.mcap")):
+            out += sorted(d for d in p.iterdir() if d.is_dir())
+        else:
+            out.append(p)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        protocol = load_protocol(args.protocol) if args.protocol else None
+        bags = _expand(list(args.bags))
+        if args.simulate:
+            if protocol is None:
+                raise EvalError("--simulate needs --protocol")
+            bags += simulate_protocol(protocol, args.simulate, seed=args.seed)
+        report = build_report([read_trial(b) for b in bags], protocol, args.registry)
+    except (EvalError, ProtocolError, BagReadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_dict(), indent=1, allow_nan=False) if args.json else format_table(report))
+    if args.html:
+        write_html(report, args.html)
+    return 0
