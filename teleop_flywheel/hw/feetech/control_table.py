@@ -54,6 +54,9 @@ REGISTERS: tuple[Register, ...] = (
     Register("Maximum_Acceleration", 85, 1, True, 254),
 )
 
+# Baud_Rate register value -> bits per second (STS series).
+BAUD_RATES = {0: 1_000_000, 1: 500_000, 2: 250_000, 3: 128_000, 4: 115_200, 5: 76_800, 6: 57_600, 7: 38_400}
+
 BY_NAME: dict[str, Register] = {r.name: r for r in REGISTERS}
 TABLE_SIZE = 128
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.control_table import REGISTERS, TABLE_SIZE, register
+from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, REGISTERS, TABLE_SIZE, register
 
 SERVO_IDS = (1, 2, 3, 4, 5, 6)
 # Physical travel of each SO-101 joint in raw steps (roughly what a calibrated arm visits).
@@ -41,8 +41,7 @@ JOINT_RANGES: dict[int, tuple[int, int]] = {
     1: (900, 3200), 2: (800, 3300), 3: (850, 3100), 4: (850, 3200), 5: (200, 3900), 6: (2000, 3300),
 }
 EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
-# Baud_Rate register value -> bits per second (STS series).
-BAUD_RATES = {0: 1_000_000, 1: 500_000, 2: 250_000, 3: 128_000, 4: 115_200, 5: 76_800, 6: 57_600, 7: 38_400}
+
 HumanMotion = Callable[[float], Sequence[float]]
 """t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
 

@@ -1,0 +1,94 @@
+"""`teleop-flywheel setup-motors`: give factory-new servos their SO-101 ids and the bus baud.
+
+Servos leave the factory at id 1, so they cannot share a bus until each has its own id. As in
+LeRobot's procedure, the user connects ONE servo at a time (gripper first, then down the arm);
+for each, the command finds it at whatever baud it answers, refuses if more than one servo
+answers, checks the model number, unlocks its EEPROM, writes the joint's id and the bus baud,
+locks it again and verifies it by ping at the new id and baud. EEPROM writes happen here and in
+`calibrate` only — never at a session start.
+
+`--non-interactive --joint NAME` configures exactly the one connected servo as NAME (tests, CI).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_IDS, JOINT_NAMES, MODEL_NUMBER
+from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus
+from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
+
+BAUD_CODES = {rate: code for code, rate in BAUD_RATES.items()}
+
+
+class SetupError(FlywheelError, RuntimeError):
+    """The connected servos are not what the step needs; the message says what to do."""
+
+
+def find_single_servo(port: str) -> tuple[int, int]:
+    """(id, baud) of the one servo on `port`, trying every STS baud rate, factory rate first."""
+    found: list[tuple[int, int]] = []
+    for baud in sorted(BAUD_RATES.values(), key=lambda b: (b != BAUD_RATE, -b)):
+        with FeetechBus(port, baudrate=baud) as bus:
+            found += [(sid, baud) for sid in bus.scan()]
+        if found:
+            break
+    if not found:
+        raise SetupError(f"{port}: no servo answers at any baud rate (is it powered and connected?)")
+    if len(found) > 1:
+        raise SetupError(f"{port}: {len(found)} servos answer (ids {[sid for sid, _ in found]}); "
+                         "connect exactly one servo for this step")
+    return found[0]
+
+
+def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
+    """Make the one connected servo `joint`'s (id, `baud`); returns what was done."""
+    sid, current_baud = find_single_servo(port)
+    target = JOINT_IDS[joint]
+    with FeetechBus(port, baudrate=current_baud) as bus:
+        model = bus.ping(sid)
+        if model != MODEL_NUMBER:
+            raise SetupError(f"{port}: servo {sid} is model {model}, not an STS3215 ({MODEL_NUMBER})")
+        bus.write_register(sid, "Torque_Enable", 0)
+        bus.write_register(sid, "Lock", 0)
+        if sid != target:
+            bus.write_register(sid, "ID", target, ack=False)  # it answers as its new id
+        if current_baud != baud:
+            bus.write_register(target, "Baud_Rate", BAUD_CODES[baud], ack=False)  # it answers at the new baud
+    with FeetechBus(port, baudrate=baud) as bus:
+        bus.write_register(target, "Lock", 1)
+        if bus.ping(target) != MODEL_NUMBER or bus.scan() != [target]:
+            raise SetupError(f"{port}: the servo did not come back as id {target} at {baud} baud")
+    return f"{joint}: servo id {sid} @ {current_baud} baud -> id {target} @ {baud} baud, verified"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", required=True, help="the arm's serial port")
+    parser.add_argument("--arm", choices=("leader", "follower"), required=True, help="which arm you are assembling")
+    parser.add_argument("--baud", type=int, default=BAUD_RATE, choices=sorted(BAUD_CODES),
+                        help=f"bus baud rate to set (default {BAUD_RATE})")
+    parser.add_argument("--non-interactive", action="store_true",
+                        help="configure the one connected servo as --joint, without prompts")
+    parser.add_argument("--joint", choices=JOINT_NAMES, help="with --non-interactive: which joint it is")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.non_interactive and not args.joint:
+        print("setup-motors: --non-interactive needs --joint NAME (which joint the connected servo is)",
+              file=sys.stderr)
+        return 2
+    joints = [args.joint] if args.non_interactive else list(reversed(JOINT_NAMES))
+    try:
+        for joint in joints:
+            if not args.non_interactive:
+                input(f"Connect ONLY the {args.arm}'s {joint} servo (id {JOINT_IDS[joint]} to be) to the "
+                      f"controller board, then press Enter.")
+            print(f"setup-motors: {configure(args.port, joint, args.baud)}", flush=True)
+    except (BusError, FlywheelError) as exc:
+        print(f"setup-motors: {exc}", file=sys.stderr)
+        return 1
+    except (EOFError, KeyboardInterrupt):
+        print("setup-motors: stopped; servos already done keep their new ids", file=sys.stderr)
+        return 1
+    return 0
