@@ -124,7 +124,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"],
                                 max_step_rad=0.2)
         probe = graph.add(Probe(graph.context, "follower"))
-        wait_for(lambda: follower.guard.stats.commands > 200, 60, "follower receiving leader states")
+        wait_for(lambda: follower.arm.guard.stats.commands > 200, 60, "follower receiving leader states")
         # calibration was written: homing offsets and limits in the follower's control table
         cal = load_calibration(sim_calibration_file("follower"))
         for j in cal.joints:
@@ -163,7 +163,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         # bound is on following the shape, not on an absolute error that depends on the box
         moving = travel > 5
         assert (best[1][moving] < 0.3 * travel[moving] + 3.0).all(), (
-            f"mean tracking error per joint (deg) {best[1]} vs travel {travel} at lag {best[0]:.2f} s; {follower.diagnostics()[2]}")
+            f"mean tracking error per joint (deg) {best[1]} vs travel {travel} at lag {best[0]:.2f} s; {follower.arm.health().values}")
         # stamps are bus stamps: increasing, and taken before the message was received
         stamps = [(recv, msg_stamp_ns(m)) for recv, m in probe.states[-50:]]
         assert all(b[1] > a[1] for a, b in zip(stamps, stamps[1:]))
@@ -190,14 +190,14 @@ def test_limits_clamp_command(graph: Graph, follower_arm: SimulatedArm) -> None:
     driver = graph.driver("follower", follower_arm, joint_upper_limits=upper, max_step_rad=0.0)
     probe = graph.add(Probe(graph.context, "follower"))
     wait_for(lambda: probe.states, what="joint states")
-    cal = driver.calibration
+    cal = driver.arm.calibration
     target = dict(probe.latest(), shoulder_pan=1.5)
     wait_for(lambda: (probe.send(target), goal_raw(follower_arm, 1) == cal["shoulder_pan"].rad_to_raw(0.3))[1],
              what="goal clamped at the 0.3 rad limit")
     time.sleep(0.2)
     assert goal_raw(follower_arm, 1) == cal["shoulder_pan"].rad_to_raw(0.3)
     wait_for(lambda: abs(probe.latest()["shoulder_pan"] - 0.3) < 0.01, what="arm at the limit")
-    assert driver.guard.stats.clamped > 0
+    assert driver.arm.guard.stats.clamped > 0
 
 
 def test_max_step_limits_goal_per_tick(graph: Graph, follower_arm: SimulatedArm) -> None:
@@ -205,23 +205,23 @@ def test_max_step_limits_goal_per_tick(graph: Graph, follower_arm: SimulatedArm)
     driver = graph.driver("follower", follower_arm, max_step_rad=step, watchdog_ms=0.0)
     probe = graph.add(Probe(graph.context, "follower"))
     wait_for(lambda: probe.states, what="joint states")
-    cal = driver.calibration["shoulder_pan"]
+    cal = driver.arm.calibration["shoulder_pan"]
     start_goal = goal_raw(follower_arm, 1)
     start = probe.latest()
-    ticks0 = driver.state.ticks
+    ticks0 = driver.arm.state.ticks
     probe.send(dict(start, shoulder_pan=start["shoulder_pan"] + 0.4))
     samples = []
     target_raw = cal.rad_to_raw(start["shoulder_pan"] + 0.4)
     deadline = time.monotonic() + 60
     while goal_raw(follower_arm, 1) != target_raw and time.monotonic() < deadline:
-        samples.append((driver.state.ticks, goal_raw(follower_arm, 1)))
+        samples.append((driver.arm.state.ticks, goal_raw(follower_arm, 1)))
         time.sleep(0.002)
     assert goal_raw(follower_arm, 1) == target_raw
     per_tick_steps = step / (2 * math.pi / 4095)
     assert any(start_goal < g < target_raw for _, g in samples), "no intermediate goal seen"
     for ticks, g in samples:
         assert abs(g - start_goal) <= (ticks - ticks0 + 1) * per_tick_steps + 1
-    assert driver.state.ticks - ticks0 >= 0.4 / step - 1
+    assert driver.arm.state.ticks - ticks0 >= 0.4 / step - 1
 
 
 def test_watchdog_holds_when_commands_stop(graph: Graph, follower_arm: SimulatedArm) -> None:
@@ -231,16 +231,16 @@ def test_watchdog_holds_when_commands_stop(graph: Graph, follower_arm: Simulated
     start = probe.latest()
     target = dict(start, shoulder_pan=start["shoulder_pan"] + 0.5)
     probe.send(target)  # one command, then silence: the guard must stop chasing it
-    wait_for(lambda: driver.guard.stale(now_ns()), what="watchdog to fire")
+    wait_for(lambda: driver.arm.guard.stale(now_ns()), what="watchdog to fire")
     # The bus thread may be mid-tick (computed just before the deadline): let it finish that tick.
     time.sleep(0.1)
     held = goal_raw(follower_arm, 1)
     time.sleep(0.5)
     assert goal_raw(follower_arm, 1) == held
-    assert held < driver.calibration["shoulder_pan"].rad_to_raw(target["shoulder_pan"]) - 100
-    assert driver.guard.stats.stale_ticks > 0
+    assert held < driver.arm.calibration["shoulder_pan"].rad_to_raw(target["shoulder_pan"]) - 100
+    assert driver.arm.guard.stats.stale_ticks > 0
     # a live command stream drives it all the way
-    final = driver.calibration["shoulder_pan"].rad_to_raw(target["shoulder_pan"])
+    final = driver.arm.calibration["shoulder_pan"].rad_to_raw(target["shoulder_pan"])
     wait_for(lambda: (probe.send(target), goal_raw(follower_arm, 1) == final)[1], 60, "goal with fresh commands")
 
 
@@ -266,7 +266,7 @@ def test_leader_follows_then_releases(graph: Graph, tmp_path: Path) -> None:
         # starved driver thread cannot let the only command go stale before acting on it)
         wait_for(lambda: (probe.send(target), torque(1))[1], what="leader torque on again")
         wait_for(lambda: torque(0), 10, "torque released when commands go stale")
-        assert not driver.state.torque
+        assert not driver.arm.state.torque
 
 
 def test_unplug_error_names_port_then_reconnects(graph: Graph, tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_unplug_error_names_port_then_reconnects(graph: Graph, tmp_path: Path) -
                  "diagnostics ERROR naming the port")
         assert driver._thread.is_alive()
         n = len(probe.states)
-        wait_for(lambda: driver.state.reconnects >= 1, 60, "reconnect")
+        wait_for(lambda: driver.arm.state.reconnects >= 1, 60, "reconnect")
         wait_for(lambda: len(probe.states) > n + 20, 60, "joint states after reconnect")
         wait_for(lambda: probe.diag_levels(port)[-1][0] == 0, 30, "diagnostics OK again")
         assert all(s.get("Torque_Enable") == 1 for s in arm.servos.values())
@@ -305,7 +305,7 @@ def test_diagnostics_report_servo_health(graph: Graph, tmp_path: Path) -> None:
             return any(lvl == 1 and "elbow_flex" in msg for lvl, msg in probe.diag_levels(port))
 
         wait_for(warned, 60, "WARN naming the overheating servo")
-        level, _, values = driver.diagnostics()
+        values = driver.arm.health().values
         assert values["elbow_flex.error_bits"] == "0x04 (overheat)"
         assert values["shoulder_pan.error_bits"] == "0x00"
         assert values["shoulder_pan.temperature_c"] == arm.servos[1].get("Present_Temperature")

@@ -160,15 +160,15 @@ def run(args: argparse.Namespace) -> int:
                 if now_ns() >= next_report:
                     next_report += int(args.report_every * NS_PER_S)
                     t = (now_ns() - start) / NS_PER_S
-                    rates = " ".join(f"{r} {d.state.achieved_hz():.0f} Hz" for r, d in drivers.items())
+                    rates = " ".join(f"{r} {d.arm.state.achieved_hz():.0f} Hz" for r, d in drivers.items())
                     window = monitor.take_window()
                     print(f"[{t:5.1f} s] loop: {rates}; " + (_fmt(window) if window.count else "settling"), flush=True)
             summary = {
                 "seconds": args.seconds,
-                "loop_rate_hz": {r: round(d.state.achieved_hz(), 1) for r, d in drivers.items()},
+                "loop_rate_hz": {r: round(d.arm.state.achieved_hz(), 1) for r, d in drivers.items()},
                 "target_rate_hz": args.rate_hz,
                 "joint_states": dict(monitor.counts),
-                "diagnostics": {r: d.diagnostics()[:2] for r, d in drivers.items()},
+                "diagnostics": {r: [(h := d.arm.health()).level, h.message] for r, d in drivers.items()},
                 "tracking": monitor.stats.to_dict(),
             }
         finally:
