@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "find-cameras": ("teleop_flywheel.hw.bringup.find_cameras", "list V4L2 cameras, their modes, one still each"),
     "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
     "mirror": ("teleop_flywheel.ros.session.mirror", "leader→follower mirroring session; prints loop rate and tracking error"),
-    "run": ("teleop_flywheel.ros.session.runner", "start a session graph (teleop, rollout, record, sim) in one process"),
+    "run": ("teleop_flywheel.ros.session.runner", "start a session graph (teleop, rollout, record, sim), one process per node, supervised"),
     "demo": ("teleop_flywheel.ros.session.demo", "the main job on simulated hardware: record, validate, convert, audit"),
     "info": ("teleop_flywheel.recording.info", "describe a bag like `ros2 bag info`, plus episode metadata"),
     "recover": ("teleop_flywheel.recording.recover", "rebuild an indexed MCAP and metadata.yaml from a crashed bag"),

@@ -232,6 +232,7 @@ def test_a_checkpoint_that_cannot_load_ends_the_walk_with_a_clear_error(tmp_path
     proto = _protocol(tmp_path, checkpoints=[{"id": "ckpt-x", "policy": "nosuch"}])
     res = _cli("run", "sim", "--protocol", str(proto), "--unattended", "--arg", f"output_dir={tmp_path / 'bags'}")
     assert res.returncode == 1, res.stderr[-2000:]
-    assert "checkpoint ckpt-x: the policy node cannot run it (unknown policy 'nosuch'" in res.stderr
+    assert "checkpoint ckpt-x: the policy node cannot run it (cannot load policy 'nosuch'" in res.stderr
+    assert "unknown policy 'nosuch'" in res.stderr and "the running policy is unchanged" in res.stderr
     assert "Traceback" not in res.stderr
     assert not any((tmp_path / "bags").glob("*/metadata.yaml"))  # no trial was recorded

@@ -1,69 +1,227 @@
-"""The in-process runner starts a real graph: simulated arms (sim-bus processes), arm drivers,
-a synthetic camera and the recorder; an episode recorded through it reads back."""
+"""The session supervisor starts one process per graph node, as `ros2 launch` does, and supervises
+them: real processes, real DDS on localhost, simulated arms (sim-bus on pseudo-terminals)."""
 from __future__ import annotations
 
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from procs import alive, children, cmdline, process_name, running_with, wait_gone
+
+from teleop_flywheel.ros.session.graph import SIM_DIR, CameraSpec, Graph, SessionConfig, SimArmSpec, build_graph
 
 pytest.importorskip("rclpy")
 
 from teleop_flywheel.recording.info import bag_info  # noqa: E402
-from teleop_flywheel.ros.session.graph import CameraSpec, Graph, SessionConfig, build_graph  # noqa: E402
-from teleop_flywheel.ros.session.runner import Session, node_class  # noqa: E402
+from teleop_flywheel.ros.session.supervisor import Session, SessionError  # noqa: E402
+
+SIM_ARGS = ["--arg", "cameras=front:synthetic"]
 
 
-def _wait(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def _cfg(tmp_path: Path) -> SessionConfig:
+    return SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
+                         output_dir=str(tmp_path / "bags"), task="supervisor test")
 
 
-def test_runner_records_an_episode_from_simulated_arms(tmp_path: Path) -> None:
-    from std_srvs.srv import Trigger
+def test_build_graph_creates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fails before the fix: every build_graph("sim") made a temp dir that nobody removed."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    graph = build_graph("sim")
+    build_graph("sim", _cfg(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    assert graph.needs_sim_dir and graph.node("leader_arm").parameters["port"] == f"{SIM_DIR}/leader"
+    placed = graph.in_sim_dir("/run/x")
+    assert not placed.needs_sim_dir and placed.pedal_fifo == "/run/x/pedal"
+    assert placed.node("follower_arm").parameters["port"] == placed.sim_arms[1].link == "/run/x/follower"
+    assert placed.node("pedal").parameters["device"] == "/run/x/pedal"
 
-    cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
-                        output_dir=str(tmp_path / "bags"), sim_dir=str(tmp_path), task="mirror test")
-    full = build_graph("sim", cfg)
-    keep = {"leader_arm", "follower_arm", "camera_front", "recorder"}
-    graph = Graph("sim", tuple(n for n in full.nodes if n.name in keep), full.sim_arms)
+
+def test_a_failing_second_simulator_leaves_nothing_behind() -> None:
+    """Fails before the fix: the first sim-bus kept running after the second failed to start."""
+    graph = Graph("sim", (), (SimArmSpec("leader", f"{SIM_DIR}/leader"),
+                              SimArmSpec("follower", f"{SIM_DIR}/follower", faults=("no-such-fault",))))
+    session = Session(graph, log=lambda _text: None)
+    with pytest.raises(SessionError, match="simulated arm did not start.*no-such-fault"):
+        session.start()
+    assert session.dir is not None and not session.dir.exists()
+    assert running_with(str(session.dir)) == []
+    assert session.exit_codes["sim_leader"] == 0  # stopped by SIGINT, as at every stop
+
+
+def _list_parameters(session: Session, names: list[str]) -> dict[str, set[str]]:
+    import rclpy
+    from rcl_interfaces.srv import ListParameters
+
+    from teleop_flywheel.ros.session.clients import call
+
+    node = rclpy.create_node("param_probe", context=session.context)
+    session.add_node(node)
+    try:
+        return {n: set(call(node.create_client(ListParameters, f"/{n}/list_parameters"),
+                            ListParameters.Request()).result.names) for n in names}
+    finally:
+        session.remove_node(node)
+
+
+def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Path) -> None:
+    from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
+
+    graph = build_graph("sim", _cfg(tmp_path))
     with Session(graph) as session:
-        assert set(session.nodes) == keep
+        # One process per graph node, plus the simulated arms, all children of the supervisor.
+        assert sorted(session.processes) == sorted([*graph_names(graph), "sim_leader", "sim_follower"])
+        assert sorted(children(os.getpid())) == sorted(p.pid for p in session.processes.values())
+        for name, proc in session.processes.items():
+            argv = cmdline(proc.pid)
+            assert process_name(argv) == name, argv
+            assert os.getpgid(proc.pid) == proc.pid  # its own group: a terminal's Ctrl-C goes to the supervisor
+            if not name.startswith("sim_"):
+                spec = session.graph.node(name)
+                assert argv[1:5] == ["-m", "teleop_flywheel.ros.session.exec_node", spec.executable, "--ros-args"]
+                params = argv[argv.index("--params-file") + 1]
+                assert Path(params).parent.parent == session.dir
         # Every parameter the graph gives is one the node declares (no silent typos).
-        for spec in graph.nodes:
-            node = session.nodes[spec.name]
-            undeclared = [k for k in spec.parameters if not node.has_parameter(k)]
-            assert not undeclared, f"{spec.name} does not declare {undeclared}"
-        rec = session.nodes["recorder"]
-        client = rec.create_client(Trigger, "/recorder/start")
-        assert client.wait_for_service(timeout_sec=20)
-        future = client.call_async(Trigger.Request())
-        _wait(future.done, 20, "recorder start reply")
-        assert future.result().success, future.result().message
+        declared = _list_parameters(session, session.node_names)
+        for spec in session.graph.nodes:
+            assert set(spec.parameters) <= declared[spec.name], (spec.name, set(spec.parameters) - declared[spec.name])
+        client = RecorderClient(session.context, "test_operator")
+        status = RecorderStatus(client.node)
+        session.add_node(client.node)
+        assert client.ready(30)
+        status.wait_all_topics(30)
+        client.call("start")
         time.sleep(3.0)
-        stop = rec.create_client(Trigger, "/recorder/stop")
-        future = stop.call_async(Trigger.Request())
-        _wait(future.done, 20, "recorder stop reply")
-        assert future.result().success, future.result().message
+        before = status.last_saved()
+        client.call("stop")
+        saved = Path(status.saved_after(before))
+        session.remove_node(client.node)
+        sim_dir = session.dir
+    assert all(code == 0 for code in session.exit_codes.values()), session.exit_codes
+    assert not session.problems and not session.failed.is_set()
+    assert sim_dir is not None and not sim_dir.exists(), "the session's directory goes at stop"
+    assert running_with(str(sim_dir)) == []
     bags = sorted((tmp_path / "bags").iterdir())
-    assert len(bags) == 1
-    info = bag_info(bags[0])
-    counts = {t.name: t.count for t in info.topics}
-    for topic in ("/leader/joint_states", "/follower/joint_states", "/cameras/front/image/compressed"):
+    assert bags == [saved]
+    counts = {t.name: t.count for t in bag_info(saved).topics}
+    for topic in ("/leader/joint_states", "/follower/joint_states", "/policy/joint_command",
+                  "/cameras/front/image/compressed"):
         assert counts.get(topic, 0) > 10, f"{topic}: {counts.get(topic)} messages"
-    assert not (tmp_path / "leader").exists(), "simulator links are removed at shutdown"
 
 
+def graph_names(graph: Graph) -> list[str]:
+    return [n.name for n in graph.nodes]
 
-def test_every_graph_node_class_resolves() -> None:
-    for kind in ("teleop", "rollout", "record", "sim"):
-        for spec in build_graph(kind, SessionConfig(sim_dir="/tmp/tf_graph_probe")).nodes:
-            try:
-                cls = node_class(spec)
-            except ModuleNotFoundError as exc:
-                pytest.fail(f"{kind}: node {spec.name} -> {spec.target}: {exc}")
-            assert cls.__name__ == spec.target.split(":")[1]
+
+def test_a_killed_recorder_takes_only_the_recorder(tmp_path: Path) -> None:
+    """kill -9 of the recorder is reported with its name and exit code; the arm drivers (own
+    processes) keep publishing until the session is stopped, then stop cleanly."""
+    import rclpy
+    from sensor_msgs.msg import JointState
+
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+
+    full = build_graph("sim", _cfg(tmp_path))
+    keep = {"leader_arm", "follower_arm", "recorder"}
+    graph = Graph("sim", tuple(n for n in full.nodes if n.name in keep), full.sim_arms)
+    reports: list[str] = []
+    with Session(graph, log=reports.append) as session:
+        arrivals: list[float] = []
+        node = rclpy.create_node("follower_watch", context=session.context)
+        node.create_subscription(JointState, "/follower/joint_states", lambda _m: arrivals.append(time.monotonic()),
+                                 STREAM_QOS)
+        session.add_node(node)
+        deadline = time.monotonic() + 30
+        while len(arrivals) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(arrivals) >= 20, "the follower's joint states never arrived"
+        recorder = session.pid("recorder")
+        os.kill(recorder, signal.SIGKILL)
+        assert session.failed.wait(10), "the recorder's death was not noticed"
+        assert session.failure == f"recorder (pid {recorder}) exited unexpectedly: killed by SIGKILL (exit code -9)"
+        assert reports == [session.failure]
+        noticed = time.monotonic()
+        time.sleep(1.0)
+        after = [t for t in arrivals if t > noticed]
+        assert len(after) > 50, f"the follower published {len(after)} states in the second after the recorder died"
+        assert all(session.processes[n].poll() is None for n in session.processes if n != "recorder")
+    assert session.exit_codes["recorder"] == -signal.SIGKILL
+    assert {n: c for n, c in session.exit_codes.items() if n != "recorder"} == dict.fromkeys(
+        ["leader_arm", "follower_arm", "sim_leader", "sim_follower"], 0)
+    assert not session.problems
+
+
+def _start_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    err = tmp_path / "run.stderr"
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "run", *args],
+                            stdout=subprocess.PIPE, stderr=err.open("w"), stdin=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    line = ""
+    while "session up" not in line:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"no 'session up' from run: {line!r}\n{err.read_text()[-3000:]}")
+        if select.select([proc.stdout], [], [], 0.5)[0]:
+            line = proc.stdout.readline()
+    return proc, err
+
+
+def test_run_reports_a_dead_node_and_stops_the_session(tmp_path: Path) -> None:
+    proc, err = _start_run(tmp_path, "sim", *SIM_ARGS, "--arg", f"output_dir={tmp_path}")
+    try:
+        kids = {process_name(cmdline(pid)): pid for pid in children(proc.pid)}
+        os.kill(kids["recorder"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.read_text()
+    assert proc.returncode == 1, text[-3000:]
+    assert f"run: recorder (pid {kids['recorder']}) exited unexpectedly: killed by SIGKILL (exit code -9)" in text
+    assert "session stopped because recorder" in text
+    assert "did not stop cleanly" not in text and "Traceback" not in text, text[-3000:]
+    assert wait_gone(list(kids.values()), 5) == []
+
+
+def test_sigterm_to_run_stops_every_child(tmp_path: Path) -> None:
+    proc, err = _start_run(tmp_path, "sim", *SIM_ARGS, "--arg", f"output_dir={tmp_path}")
+    try:
+        kids = {process_name(cmdline(pid)): pid for pid in children(proc.pid)}
+        # The processes `run` started are exactly the graph's nodes plus the simulated arms.
+        expected = [n.name for n in build_graph("sim", _cfg(tmp_path)).nodes] + ["sim_leader", "sim_follower"]
+        assert sorted(kids) == sorted(expected)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = err.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    assert "session stopped cleanly" in out
+    assert "Traceback" not in text, text[-3000:]
+    assert wait_gone(list(kids.values()), 5) == []
+
+
+def test_kill_9_of_the_supervisor_leaves_no_child(tmp_path: Path) -> None:
+    """The kernel stops the children (PR_SET_PDEATHSIG) when the supervisor cannot."""
+    proc, err = _start_run(tmp_path, "sim", *SIM_ARGS, "--arg", f"output_dir={tmp_path}")
+    kids = children(proc.pid)
+    session_dirs = {Path(a).parent.parent for pid in kids for a in cmdline(pid) if a.endswith(".yaml")}
+    try:
+        assert len(kids) == 9 and len(session_dirs) == 1
+        proc.kill()
+        proc.wait(10)
+        assert wait_gone(kids, 30) == [], "children outlived their supervisor"
+    finally:
+        for pid in kids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for d in session_dirs:  # nobody was left to remove it
+            subprocess.run(["rm", "-rf", str(d)], check=False)

@@ -1,4 +1,5 @@
-"""The Foxglove layout shows topics the graph really has; `run` shuts down cleanly on SIGTERM."""
+"""The Foxglove layout shows topics the graph really has; `run` shuts down cleanly on SIGTERM; sessions
+stay on this machine unless asked; node parameter files keep their types."""
 from __future__ import annotations
 
 import json
@@ -51,3 +52,30 @@ def test_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
     assert "session stopped cleanly" in out
+
+
+def test_sessions_stay_on_this_machine_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` and `demo` children (and the supervisor's helpers) default to LOCALHOST discovery;
+    a range the user set on purpose is kept."""
+    from teleop_flywheel.ros.session.supervisor import child_env
+
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    assert child_env()["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")
+    assert child_env()["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"
+
+
+def test_parameter_files_hold_strings_as_strings() -> None:
+    """Every string is quoted in a node's parameter file: rcl would read `y`, `on` or `1.5` as a
+    bool or a number; an empty list (which rcl cannot type) is refused with the node's name."""
+    import yaml
+
+    from teleop_flywheel.ros.session.graph import NodeSpec
+    from teleop_flywheel.ros.session.supervisor import SessionError, params_yaml
+
+    text = params_yaml(NodeSpec("policy", "policy", {"policy_args": "y", "checkpoint_id": "1.5", "rate_hz": 50.0}))
+    assert '"policy_args": "y"' in text and '"checkpoint_id": "1.5"' in text and '"rate_hz": 50.0' in text
+    assert yaml.safe_load(text) == {"/**": {"ros__parameters": {"policy_args": "y", "checkpoint_id": "1.5",
+                                                                "rate_hz": 50.0}}}
+    with pytest.raises(SessionError, match="node recorder: parameter topics is an empty list"):
+        params_yaml(NodeSpec("recorder", "recorder", {"topics": []}))

@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if not sys.stdin.isatty():
         print("console: standard input is not a terminal; run it in a terminal (or a pty)", file=sys.stderr)
         return 2
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # as `run` and `demo` do
     rclpy.init()
     state = ConsoleState(session=args.session)
     console = ConsoleNode(state, args.recorder, args.teleop)

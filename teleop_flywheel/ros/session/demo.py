@@ -15,18 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
 
-WARMUP_S = 8.0  # the graph is up well before this; episodes start on a fixed schedule after it
+WARMUP_S = 2.0  # after every stream is found; then episodes start on a fixed schedule
 GAP_S = 2.0
+READY_S = 60.0  # bound on the recorder's services and streams coming up (a loaded 2-core machine)
 
 
 @dataclass(frozen=True)
@@ -58,34 +60,36 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
 
 
 def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
-    from rclpy.parameter import Parameter
-
-    from teleop_flywheel.ros.session.runner import Session
+    from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
+    from teleop_flywheel.ros.session.supervisor import Session
 
     bags = out / "bags"
     episode_span = seconds + GAP_S
+    policy_file = out / "policy.yaml"  # the scripted policy: every second move heads for a wrong waypoint
+    policy_file.write_text("move_s: 2.0\nfail_every: 2\nfail_offset_rad: 0.35\n")
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
-                        checkpoint_id="scripted-v0", sim_dir=str(out / "sim"))
-    (out / "sim").mkdir(parents=True, exist_ok=True)
-    policy_file = out / "sim" / "policy.yaml"
-    policy_file.write_text("move_s: 2.0\nfail_every: 2\nfail_offset_rad: 0.35\n")
-    graph = build_graph("sim", replace(cfg, policy_args=str(policy_file)))
-    with Session(graph) as session:
+                        checkpoint_id="scripted-v0", policy_args=str(policy_file))
+    with Session(build_graph("sim", cfg)) as session:  # returns once every node is on the graph
         operator = RecorderClient(session.context, "demo_operator")
+        policy = PolicyClient(operator.node)
+        camera = ParameterClient(operator.node, "/camera_front")
+        status = RecorderStatus(operator.node)
         session.add_node(operator.node)
-        t_start = time.monotonic()
-        if not operator.ready(WARMUP_S):
+        if not operator.ready(READY_S):
             raise RuntimeError("the recorder's services did not come up")
-        pedal = VirtualPedal(graph.pedal_fifo)
-        print(f"demo: session up ({', '.join(session.nodes)}); recording {len(plans)} episodes of {seconds:.0f} s",
-              flush=True)
+        status.wait_all_topics(READY_S)  # the recorder has found every stream it records
+        t_start = time.monotonic()
+        pedal = VirtualPedal(session.graph.pedal_fifo)
+        print(f"demo: session up ({', '.join(session.node_names)}: one process each); "
+              f"recording {len(plans)} episodes of {seconds:.0f} s", flush=True)
         for p in plans:
             t_episode = t_start + WARMUP_S + p.index * episode_span
             while time.monotonic() < t_episode:
-                time.sleep(0.05)
-            session.nodes["policy"].restart()
+                if session.failed.wait(0.05):
+                    raise RuntimeError(f"the session failed: {session.failure}")
+            policy.reset()
             operator.call("start")
             t0 = time.monotonic()
 
@@ -101,7 +105,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
                 pedal.label(p.label)
             if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
                 at(seconds * 0.4)
-                session.nodes["camera_front"].set_parameters([Parameter("stall_now_s", value=4.0)])
+                camera.set(stall_now_s=4.0)
             at(min(4.4, seconds - 1.0))
             pedal.takeover(False)
             at(seconds - 0.3)
@@ -109,11 +113,15 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
                 operator.set(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
                              failure_label="dropped the brick" if p.outcome == "failure" else "")
             at(seconds)
-            name = operator.call("stop")
+            before = status.last_saved()
+            operator.call("stop")
+            name = Path(status.saved_after(before)).name
             print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
                   f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''})", flush=True)
         pedal.close()
         session.remove_node(operator.node)
+        if session.failed.is_set():
+            raise RuntimeError(f"the session failed: {session.failure}")
     return bags
 
 
@@ -134,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # Its own graph: a random domain per run, so no other session's nodes join this one.
+    domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
+    print(f"demo: ROS domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
+          f"(watch it: ROS_DOMAIN_ID={domain} teleop-flywheel console)", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     plans = plan(args.episodes)
     try:
@@ -171,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
     rate = 100 * summary["rejection_rate"]
     reasons = ", ".join(f"{c} {n}" for c, n in summary["reasons"].items()) or "none"
     print(f"rejected:    {summary['rejected']}/{summary['episodes']} episodes ({rate:.0f} %): {reasons}")
+    print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
     print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
           f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
     if failed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import select
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,14 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_STATE, INTERVENTION
 from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+from teleop_flywheel.ros.session.clients import InterfaceError, PolicyClient, RecorderStatus
 
 SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive
+READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
 
 
 def _recorded_wall_ns(bag: Path) -> int:
@@ -42,8 +46,9 @@ def _recorded_wall_ns(bag: Path) -> int:
 
 
 class TrialDriver:
-    """One trial at a time on a running `runner.Session`: checkpoint on the policy node, protocol
-    fields and outcome on the recorder, interventions and the follower's pose watched."""
+    """One trial at a time on a running `supervisor.Session`, over the nodes' ROS interfaces: the
+    checkpoint on the policy node (its parameters), protocol fields and outcome on the recorder,
+    interventions and the follower's pose watched."""
 
     def __init__(self, session: Any, protocol: Protocol) -> None:
         from sensor_msgs.msg import JointState
@@ -51,13 +56,17 @@ class TrialDriver:
 
         from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS
 
-        if "policy" not in session.nodes or "recorder" not in session.nodes:
+        names = set(session.node_names)
+        if not {"policy", "recorder"} <= names:
             raise ProtocolError(f"{protocol.path}: an evaluation needs a session with a policy and a recorder "
-                                f"(kind rollout or sim), got nodes {sorted(session.nodes)}")
+                                f"(kind rollout or sim), got nodes {sorted(names)}")
         self.session = session
         self.protocol = protocol
         self.walker = ProtocolWalker(protocol)
+        self.started_with = dict(session.graph.node("policy").parameters)  # what the policy node was given
         self.client = RecorderClient(session.context, "protocol_operator")
+        self.policy = PolicyClient(self.client.node)
+        self.status = RecorderStatus(self.client.node)
         self._pose: list[float] | None = None
         self._events: dict[int, dict[str, Any]] = {}
         self._t0_ns = 0
@@ -68,6 +77,18 @@ class TrialDriver:
         session.add_node(self.client.node)
         if not self.client.ready(30.0):
             raise ProtocolError("the recorder's services did not come up within 30 s")
+        try:  # a trial's bag must hold every stream from its start
+            self.status.wait_all_topics(READY_S)
+        except InterfaceError as exc:
+            print(f"run: warning: {exc}; still missing: {(self.status.latest or {}).get('missing_topics')}",
+                  file=sys.stderr, flush=True)
+
+    def scratch(self) -> Path:
+        """A directory of this walk's own files (unattended trials' policy files), inside the
+        session's directory: it goes when the session stops."""
+        path = Path(self.session.dir) / "walk"
+        path.mkdir(exist_ok=True)
+        return path
 
     def resume(self, bag_dir: Path) -> int:
         """Count the trials of this protocol already recorded in `bag_dir` as done (their
@@ -117,29 +138,29 @@ class TrialDriver:
     def elapsed_s(self) -> float:
         return (now_ns() - self._t0_ns) / 1e9 if self.slot else 0.0
 
-    def prepare(self, slot: Slot) -> Any:
-        """Put the slot's checkpoint on the policy node (restarting it if it runs another) and the
-        protocol's fields on the recorder; returns the policy node."""
+    def prepare(self, slot: Slot, policy_args: str | None = None) -> None:
+        """Put the slot's checkpoint on the policy node (swapping what it runs if it runs
+        something else; `policy_args` overrides the checkpoint's) and the protocol's fields on
+        the recorder."""
         spec = self.protocol.checkpoint(slot.checkpoint)
-        node = self.session.nodes["policy"]
         wanted = {"checkpoint_id": spec.id}
         if spec.policy:
             wanted["policy"] = spec.policy
-        if spec.policy_args:
-            wanted["policy_args"] = spec.policy_args
-        if any(node.get_parameter(k).value != v for k, v in wanted.items()):
+        if policy_args is not None or spec.policy_args:
+            wanted["policy_args"] = policy_args if policy_args is not None else spec.policy_args
+        current = self.policy.current()
+        if any(current.get(k) != v for k, v in wanted.items()):
             try:
-                node = self.session.replace_node("policy", **wanted)
-            except (ValueError, OSError, ImportError) as exc:  # a checkpoint that cannot load
+                self.policy.swap(**wanted)
+            except InterfaceError as exc:  # a checkpoint that cannot load
                 raise ProtocolError(f"{self.protocol.path}: checkpoint {spec.id}: the policy node cannot run it "
                                     f"({exc}); the running policy is unchanged") from exc
         self.client.set(**self.walker.trial_metadata(slot))
-        return node
 
     def start(self, slot: Slot) -> None:
         if slot != self.walker.next_slot():
             raise ProtocolError(f"{self.protocol.path}: {slot} is not the next planned trial")
-        self.session.nodes["policy"].restart()
+        self.policy.reset()
         self._t0_ns = now_ns()  # before the recorder's start: the trial's window covers the bag's
         self.client.call("start")
         self.slot = slot
@@ -157,9 +178,10 @@ class TrialDriver:
         probe.record(self.slot, outcome, failure_label, self.interventions())
         self.client.set(outcome=outcome, failure_label=failure_label, machine_check=verdict,
                         attempts=1 if outcome == "success" else 0)
+        before = self.status.last_saved()
         self.client.call("stop")
         self.walker.record(self.slot, outcome, failure_label, self.interventions())
-        bag = Path(self.session.nodes["recorder"].last_saved)
+        bag = Path(self.status.saved_after(before))
         self.bags.append(bag)
         self.slot = None
         return bag, verdict
@@ -171,8 +193,12 @@ class TrialDriver:
             self.slot = None
 
     def close(self) -> None:
-        self.discard()
-        self.session.remove_node(self.client.node)
+        try:
+            self.discard()
+        except RuntimeError as exc:  # the recorder is gone (the session is stopping anyway)
+            print(f"run: the running trial could not be discarded: {exc}", file=sys.stderr, flush=True)
+        finally:
+            self.session.remove_node(self.client.node)
 
 
 # -- unattended (simulator) ---------------------------------------------------------------------------
@@ -194,12 +220,22 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
         cond = p.condition(slot.condition)
         fail = bool(rng.random() < min(1.0, (cond.sim_failure_rate or 0.0) * p.checkpoint(slot.checkpoint).sim_failure_scale))
         takeover = fail and p.interventions_allowed and bool(rng.random() < 0.5)
-        policy = driver.prepare(slot).policy
-        if not isinstance(policy, ScriptedPolicy):
-            raise ProtocolError(f"{p.path}: checkpoint {slot.checkpoint} runs {type(policy).__name__}; an "
+        spec = p.checkpoint(slot.checkpoint)
+        name = spec.policy or driver.started_with.get("policy", "")
+        if name != "scripted":
+            driver.prepare(slot)  # a checkpoint that cannot load says so first
+            raise ProtocolError(f"{p.path}: checkpoint {slot.checkpoint} runs policy {name!r}; an "
                                 "unattended run drives the scripted policy only")
-        policy.waypoints, policy.move_s = [list(p.machine_check.final_pose)], move_s
-        policy.fail_every = 1 if fail else 0  # every move heads for final_pose + fail_offset_rad
+        try:
+            base = ScriptedPolicy.from_args(spec.policy_args or driver.started_with.get("policy_args", ""), spec.id)
+        except ValueError as exc:
+            raise ProtocolError(f"{p.path}: checkpoint {spec.id}: the policy node cannot run it ({exc})") from exc
+        # This trial's moves: to final_pose, or (fail) every move to final_pose + fail_offset_rad.
+        trial_file = driver.scratch() / f"trial_{len(driver.walker.done)}_{slot.checkpoint}_{slot.index}.yaml"
+        trial_file.write_text(yaml.safe_dump({
+            "waypoints": [list(p.machine_check.final_pose)], "move_s": move_s,
+            "fail_every": 1 if fail else 0, "fail_offset_rad": base.fail_offset_rad}))
+        driver.prepare(slot, policy_args=str(trial_file))
         log(driver.walker.reset_prompt(slot))
         driver.start(slot)
         t0 = time.monotonic()

@@ -1,8 +1,11 @@
 """One description of each session's node graph, used by launch files and by the runner.
 
 `ros2 launch teleop_flywheel teleop.launch.py` (real ROS 2 installs) and
-`teleop-flywheel run teleop` (in one process, here) both call `build_graph`, so what runs is
-the same set of nodes, parameters and remappings either way. No ROS imports here.
+`teleop-flywheel run teleop` (the project's supervisor, `supervisor.py`) both call `build_graph`,
+so what runs is the same set of processes, parameters and remappings either way: one process
+per node, plus the simulated arms of a `sim` session. No ROS imports and no side effects here:
+a `sim` graph's pseudo-terminal links and pedal FIFO live in a directory the *session* creates
+(`Graph.in_sim_dir`) and removes when it stops.
 
 Session kinds:
 - `teleop`: leader + follower arm drivers and the teleop node in `teleop` mode (human only);
@@ -14,7 +17,6 @@ Session kinds:
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -88,18 +90,48 @@ class CameraSpec:
     fps: float = 30.0
 
 
+# Stands for the directory a session creates for a `sim` graph's pty links and pedal FIFO
+# (`Graph.in_sim_dir` puts the real one in): build_graph itself creates nothing.
+SIM_DIR = "{session_sim_dir}"
+
+
+def _in_dir(value: Any, path: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(SIM_DIR, path)
+    if isinstance(value, list):
+        return [_in_dir(v, path) for v in value]
+    return value
+
+
 @dataclass(frozen=True)
 class Graph:
     kind: str
     nodes: tuple[NodeSpec, ...]
     sim_arms: tuple[SimArmSpec, ...] = ()
     pedal_fifo: str = ""
+    params_files: tuple[str, ...] = ()  # the `params_file` launch argument: applied after the graph's own
 
     def node(self, name: str) -> NodeSpec:
         for spec in self.nodes:
             if spec.name == name:
                 return spec
         raise KeyError(f"{self.kind} graph has no node {name!r}")
+
+    @property
+    def needs_sim_dir(self) -> bool:
+        """True until `in_sim_dir` has placed the simulated hardware's paths in a real directory."""
+        return any(SIM_DIR in a.link for a in self.sim_arms) or SIM_DIR in self.pedal_fifo
+
+    def in_sim_dir(self, path: str | os.PathLike[str]) -> "Graph":
+        """This graph with its simulated hardware's paths (pty links, pedal FIFO) under `path`."""
+        where = str(path)
+        return replace(
+            self,
+            nodes=tuple(replace(n, parameters={k: _in_dir(v, where) for k, v in n.parameters.items()})
+                        for n in self.nodes),
+            sim_arms=tuple(replace(a, link=_in_dir(a.link, where)) for a in self.sim_arms),
+            pedal_fifo=_in_dir(self.pedal_fifo, where),
+        )
 
 
 @dataclass(frozen=True)
@@ -122,7 +154,8 @@ class SessionConfig:
     task: str = ""
     operator: str = ""
     record: bool = True
-    sim_dir: str = ""
+    sim_dir: str = ""  # empty: the session creates one (SIM_DIR in the graph until then)
+    params_file: str = ""
 
     def with_defaults(self) -> "SessionConfig":
         return replace(
@@ -145,6 +178,8 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
     "record": ("true", "start cameras + recorder too"),
+    "params_file": ("", "ROS 2 parameter YAML applied to every node after the session's own parameters "
+                        "(e.g. config/params.yaml; `/**:` or `/<node>:` with `ros__parameters:`)"),
 }
 
 
@@ -194,7 +229,8 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     ] + [camera_image(cam.name) for cam in cfg.cameras]
     nodes.append(NodeSpec("recorder", "recorder", {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
-        "cameras": [cam.name for cam in cfg.cameras], "session_kind": kind,
+        # [""] = none (the recorder's own default): a parameter file cannot hold an empty list.
+        "cameras": [cam.name for cam in cfg.cameras] or [""], "session_kind": kind,
         "calibration_files": [cfg.leader_calibration, cfg.follower_calibration],
     }))
     return nodes
@@ -207,10 +243,11 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     cfg = (cfg or SessionConfig()).with_defaults()
     sim_arms: tuple[SimArmSpec, ...] = ()
     pedal_fifo = ""
+    params_files = (cfg.params_file,) if cfg.params_file else ()
     if kind == "sim":
-        sim_dir = Path(cfg.sim_dir or tempfile.mkdtemp(prefix="teleop_flywheel_sim_"))
-        sim_arms = (SimArmSpec("leader", str(sim_dir / "leader")), SimArmSpec("follower", str(sim_dir / "follower")))
-        pedal_fifo = str(sim_dir / "pedal")
+        sim_dir = cfg.sim_dir or SIM_DIR
+        sim_arms = (SimArmSpec("leader", f"{sim_dir}/leader"), SimArmSpec("follower", f"{sim_dir}/follower"))
+        pedal_fifo = f"{sim_dir}/pedal"
         cfg = replace(
             cfg,
             leader_port=sim_arms[0].link,
@@ -219,7 +256,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
         )
     if kind == "record":
-        return Graph(kind, tuple(_record_nodes(cfg, kind)))
+        return Graph(kind, tuple(_record_nodes(cfg, kind)), params_files=params_files)
 
     human_only = kind == "teleop"
     nodes = [
@@ -238,7 +275,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
         nodes += _record_nodes(cfg, kind)
-    return Graph(kind, tuple(nodes), sim_arms, pedal_fifo)
+    return Graph(kind, tuple(nodes), sim_arms, pedal_fifo, params_files)
 
 
 def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
@@ -263,10 +300,18 @@ def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _known_anywhere(name: str) -> bool:
+    """A node of some session kind's graph (a parameter file shared between kinds may name it)."""
+    if name.startswith("camera_"):
+        return True
+    return any(name == n.name for kind in KINDS for n in build_graph(kind).nodes)
+
+
 def with_parameters(graph: Graph, overrides: dict[str, dict[str, Any]]) -> Graph:
-    """The graph with per-node parameter overrides applied (unknown node names are an error)."""
+    """The graph with per-node parameter overrides applied. A node of another session kind is
+    ignored (as ROS ignores parameters of absent nodes); a name no graph has is an error."""
     names = {n.name for n in graph.nodes}
-    unknown = set(overrides) - names - {"**"}
+    unknown = {name for name in set(overrides) - names - {"**"} if not _known_anywhere(name)}
     if unknown:
         raise ValueError(f"parameters given for nodes not in the {graph.kind} graph: {', '.join(sorted(unknown))}")
     everyone = overrides.get("**", {})
@@ -274,3 +319,11 @@ def with_parameters(graph: Graph, overrides: dict[str, dict[str, Any]]) -> Graph
         replace(n, parameters={**n.parameters, **everyone, **overrides.get(n.name, {})}) for n in graph.nodes
     )
     return replace(graph, nodes=nodes)
+
+
+def with_params_files(graph: Graph, extra: tuple[str | os.PathLike[str], ...] = ()) -> Graph:
+    """The graph with its `params_file` launch argument and then `extra` files merged into the
+    nodes' parameters, later files winning — the order rcl applies `--params-file` arguments."""
+    for path in [*graph.params_files, *extra]:
+        graph = with_parameters(graph, load_param_file(path))
+    return replace(graph, params_files=())

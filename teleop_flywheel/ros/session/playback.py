@@ -11,6 +11,7 @@ stored `log_time` (receive time on the recording machine's monotonic clock).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -336,6 +337,8 @@ def run(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
+    if args.ros:  # the bag's streams stay on this machine unless the user opened discovery on purpose
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if args.foxglove:
         session = serve_foxglove(source, args.host, args.port, args.rate, args.loop, args.paused)
         print(f"replay: serving {source.path} on ws://{args.host}:{session.port} "

@@ -1,0 +1,66 @@
+"""Processes as the kernel sees them (/proc): who is whose child, what runs, what is still alive."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _stat(pid: int) -> list[str]:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return text[text.rindex(")") + 2:].split()  # fields after "pid (comm) "
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting to be reaped has stopped running: not alive)."""
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if len(fields) > 1 and int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry.name))
+    return sorted(out)
+
+
+def running_with(text: str) -> list[int]:
+    """Live processes whose command line mentions `text` (e.g. a session's private directory)."""
+    me = os.getpid()
+    return sorted(int(e.name) for e in Path("/proc").iterdir()
+                  if e.name.isdigit() and int(e.name) != me and alive(int(e.name))
+                  and any(text in part for part in cmdline(int(e.name))))
+
+
+def process_name(argv: list[str]) -> str:
+    """The session's name for a child: a node's `__node:=NAME`, or `sim_<role>` for sim-bus."""
+    for arg in argv:
+        if arg.startswith("__node:="):
+            return arg.split(":=", 1)[1]
+    if "sim-bus" in argv:
+        return f"sim_{argv[argv.index('--arm') + 1]}"
+    return " ".join(argv)
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """Those of `pids` still alive after `timeout_s` (polled; returns as soon as none is)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
