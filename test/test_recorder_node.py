@@ -246,6 +246,8 @@ def test_stop_takes_what_arrived_before_it(graph: Graph, tmp_path: Path) -> None
 def test_outcome_unset_and_discard_leaves_nothing(graph: Graph, tmp_path: Path) -> None:
     pubs = graph.add(Node("publishers", context=graph.context))
     js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    statuses: list[dict[str, Any]] = []
+    pubs.create_subscription(String, "/recorder/status", lambda m: statuses.append(json.loads(m.data)), LATCHED_QOS)
     rec = recorder(graph, tmp_path, ["/follower/joint_states"])
     wait_for(subscribed(rec, "/follower/joint_states"))
     assert graph.call("/recorder/start").success
@@ -255,6 +257,8 @@ def test_outcome_unset_and_discard_leaves_nothing(graph: Graph, tmp_path: Path) 
     assert graph.call("/recorder/stop").success
     first = only_bag(tmp_path)
     assert EpisodeMeta.from_strings(read_metadata_yaml(first)["custom_data"]).outcome == "unset"
+    # the last saved bag is on /recorder/status, for whoever drives the session over the graph
+    wait_for(lambda: statuses and statuses[-1]["last_saved"] == str(first), what="last_saved on /recorder/status")
     assert not graph.call("/recorder/stop").success  # not recording: refused, says why
 
     graph.set_params("recorder", outcome="failure")
@@ -282,7 +286,7 @@ def test_sequence_gaps_are_counted_as_drops(graph: Graph, tmp_path: Path) -> Non
     assert graph.call("/recorder/start").success
     js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))  # sequence 1: the baseline
     wait_for(lambda: rec.status()["topics"]["/follower/joint_states"]["count"] == 1)
-    with rec._lock:  # the recorder stalls; its 1-deep queue overflows like an overloaded recorder
+    with rec.episodes._lock:  # the recorder stalls; its 1-deep queue overflows like an overloaded recorder
         for _ in range(100):
             js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
         time.sleep(1.0)
@@ -468,7 +472,8 @@ def test_no_graph_participant_can_run_a_command_or_redirect_data(graph: Graph, t
 
 def test_clock_probe_is_a_fixed_mechanism_chosen_at_start(graph: Graph, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="unknown clock probe"):
+    with pytest.raises(ValueError, match=r"/recorder: parameter ptp_probe = 'sh -c id' is not allowed: "
+                                         r"one of: '', 'pmc', 'chrony'"):
         RecorderNode(context=graph.context, parameter_overrides=[Parameter("ptp_probe", value="sh -c id")])
     # A `pmc` on PATH answers with a captured linuxptp reply; the recorder runs it with its fixed argv.
     bindir = tmp_path / "bin"

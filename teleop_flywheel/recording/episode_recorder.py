@@ -1,0 +1,382 @@
+"""One episode at a time into one bag, without ROS: what the recorder node records and how.
+
+`EpisodeRecorder(RecorderConfig)` is the recorder node's logic; the node only takes messages off
+DDS and serves parameters, services and status over it:
+
+- `add_topic(name, type, offered_qos)` registers a stream (added to the open bag at once);
+- `write(topic, cdr_bytes, info)` is the hot path: drops counted per publisher from publication
+  sequence numbers, `log_time` = the DDS reception stamp, `publish_time` = header.stamp read
+  from the bytes (without a header: the DDS source stamp mapped onto CLOCK_MONOTONIC with the
+  episode's clock mapping), intervention events and policy checkpoints picked up on the way;
+  nothing is written between episodes;
+- `start(fields)` opens `<output_dir>/<episode_prefix>_<YYYYmmdd_HHMMSS>[_n]` (never an existing
+  one) with the episode metadata known at start: operator fields, calibration documents, clock
+  mapping, PTP/chrony offset (`ptp_offset_ns` if given, else the configured probe);
+- `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
+  failure label, machine check, interventions overlapping the episode, drops, checkpoints,
+  end clock mapping and probe; `discard()` deletes it; a write error (disk full) stops the
+  episode and keeps the partial bag for `teleop-flywheel recover`.
+
+Calibration files are given as `ROLE=PATH` (stored under the role, e.g. `follower`) or a plain
+`PATH` (stored under the file's stem, as bags did before roles).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from teleop_flywheel import __version__
+from teleop_flywheel.core.clock import ClockMapping, now_ns, sample_mapping
+from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND
+from teleop_flywheel.recording import clock_probe
+from teleop_flywheel.recording.cdr import (
+    CdrError,
+    SequenceTracker,
+    cdr_string,
+    header_frame_id,
+    header_stamp_ns,
+    starts_with_header,
+)
+from teleop_flywheel.recording.metadata import Qos
+from teleop_flywheel.recording.msgdefs import normalize_type
+from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriteError, BagWriter
+
+SAFE_NAME = r"[A-Za-z0-9_.-]+"
+ROLES = ("leader", "follower")  # calibration keys of the episode metadata
+OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
+Log = Callable[[str, str], None]  # (level "info" | "warning" | "error", message)
+
+
+class RecordingError(FlywheelError, RuntimeError):
+    """An episode could not be started, stopped or discarded; the message says why."""
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    """Fixed for the recorder's life: where data goes and what is recorded."""
+
+    output_dir: Path
+    topics: tuple[str, ...] = ()
+    cameras: tuple[str, ...] = ()
+    episode_prefix: str = "episode"
+    chunk_size_mb: float = 1.0
+    max_chunk_age_s: float = 0.5
+    fsync: bool = True
+    calibration_files: tuple[str, ...] = ()
+    ptp_probe: str = ""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(SAFE_NAME, self.episode_prefix):
+            raise ValueError(f"episode_prefix {self.episode_prefix!r} must be letters, digits, '-', '_' or '.'")
+        clock_probe.check_probe(self.ptp_probe)
+
+
+@dataclass
+class EpisodeFields:
+    """What the operator or the session says about an episode (start: the first block; stop: all)."""
+
+    task: str = ""
+    operator: str = ""
+    rig_id: str = ""
+    robot_type: str = "so101_follower"
+    session_kind: str = "teleop"
+    policy_checkpoint: str = ""  # empty: the checkpoint ids seen on /policy/joint_command
+    protocol_hash: str = ""
+    condition: str = ""
+    ptp_offset_ns: int | None = None  # measured elsewhere; None: ask the probe, if any
+    outcome: str = ""  # success | failure; "" = unset
+    attempts: int = 0  # 0 = unset
+    failure_label: str = ""
+    machine_check: str = ""
+
+
+@dataclass
+class TopicEntry:
+    """One recorded stream and its counters (this episode; `window_count` since the last status)."""
+
+    name: str
+    type: str
+    has_header: bool
+    offered: list[Qos]
+    tracker: SequenceTracker = field(default_factory=SequenceTracker)
+    count: int = 0
+    drops: int = 0
+    window_count: int = 0
+
+
+def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
+    """{role or file stem: calibration document} of `ROLE=PATH` / `PATH` entries (empty ones skipped)."""
+    out: dict[str, Any] = {}
+    for entry in files:
+        if not entry:
+            continue
+        role, sep, text = entry.partition("=")
+        if not sep or role not in ROLES:
+            role, text = "", entry
+        path = Path(text).expanduser()
+        try:
+            out[role or path.stem] = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise RecordingError(f"calibration file {path}: {exc}") from exc
+    return out
+
+
+class EpisodeRecorder:
+    """Thread-safe: `write` runs on the taking thread, the rest wherever the caller is."""
+
+    def __init__(self, config: RecorderConfig, log: Log | None = None) -> None:
+        self.config = config
+        self.topics: dict[str, TopicEntry] = {}
+        self.last_saved = ""
+        self.error = ""
+        self._log = log or (lambda _level, _message: None)
+        self._lock = threading.RLock()
+        self._bag: BagWriter | None = None
+        self._meta: EpisodeMeta | None = None
+        self._mapping: ClockMapping = sample_mapping()
+        self._interventions: dict[int, Intervention] = {}
+        self._checkpoints: set[str] = set()
+        self._status_window = now_ns()
+
+    @property
+    def recording(self) -> bool:
+        return self._bag is not None
+
+    @property
+    def bag_path(self) -> Path | None:
+        bag = self._bag
+        return bag.path if bag is not None else None
+
+    # -- streams ----------------------------------------------------------------------------
+    def add_topic(self, name: str, type_name: str, offered: Sequence[Qos]) -> TopicEntry:
+        """Register a stream; DefinitionNotFoundError/ValueError if its type cannot be recorded here."""
+        type_name = normalize_type(type_name)
+        entry = TopicEntry(name, type_name, starts_with_header(type_name), list(offered))
+        with self._lock:
+            self.topics[name] = entry
+            if self._bag is not None:
+                self._bag.add_topic(name, type_name, qos=entry.offered)
+        return entry
+
+    def write(self, entry: TopicEntry, data: bytes, info: Mapping[str, Any]) -> None:
+        """One received message: `info` as DDS gives it (publisher_gid, publication_sequence_number,
+        source_timestamp and received_timestamp in wall-clock ns)."""
+        gid = info.get("publisher_gid") or {}
+        lost = entry.tracker.add(bytes(gid.get("data", b"")), info.get("publication_sequence_number"))
+        recv = int(info.get("received_timestamp") or time.time_ns())
+        try:
+            if entry.has_header:
+                stamp = header_stamp_ns(data)
+            else:
+                stamp = int(info.get("source_timestamp") or recv) - self._mapping.offset_ns
+            if entry.name == INTERVENTION:
+                self._on_intervention(cdr_string(data, 4))
+        except (CdrError, ValueError) as exc:
+            self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
+            stamp = recv - self._mapping.offset_ns
+        with self._lock:
+            bag = self._bag
+            if bag is None:
+                return
+            if entry.name == POLICY_COMMAND and entry.has_header:
+                try:
+                    self._checkpoints.add(header_frame_id(data))
+                except CdrError:
+                    pass  # already warned about this message above if it was malformed
+            entry.count += 1
+            entry.window_count += 1
+            entry.drops += lost
+            try:
+                bag.write(entry.name, data, recv, stamp, info.get("publication_sequence_number") or 0)
+            except BagWriteError as exc:
+                self._fail(exc)
+            except BagError:
+                pass  # the bag closed between our check and the write (stop racing the taker)
+
+    def _on_intervention(self, text: str) -> None:
+        try:
+            event = json.loads(text)
+            iv = Intervention(int(event["id"]), int(event["start_ns"]),
+                              None if event.get("end_ns") is None else int(event["end_ns"]), event.get("trigger"))
+        except (ValueError, KeyError, TypeError) as exc:
+            self._log("warning", f"{INTERVENTION}: bad event {text[:120]!r}: {exc}")
+            return
+        with self._lock:
+            self._interventions[iv.id] = iv
+
+    # -- episode lifecycle ------------------------------------------------------------------
+    def _new_bag_dir(self) -> Path:
+        out = self.config.output_dir.expanduser()
+        base = f"{self.config.episode_prefix}_{time.strftime('%Y%m%d_%H%M%S')}"
+        candidate, n = out / base, 1
+        while candidate.exists():
+            n += 1
+            candidate = out / f"{base}_{n}"
+        return candidate
+
+    def _ptp(self, explicit: int | None, extra: dict[str, Any], key: str) -> int | None:
+        if explicit is not None:
+            return explicit
+        if not self.config.ptp_probe:
+            return None
+        try:
+            return clock_probe.probe(self.config.ptp_probe)
+        except clock_probe.ClockProbeError as exc:
+            extra[f"{key}_error"] = str(exc)
+            self._log("warning", str(exc))
+            return None
+
+    def start(self, fields: EpisodeFields) -> str:
+        """Open a new bag; returns its path. RecordingError with the reason."""
+        with self._lock:
+            if self._bag is not None:
+                raise RecordingError(f"already recording {self._bag.path}")
+            self._mapping = sample_mapping()
+            extra: dict[str, Any] = {}
+            cfg = self.config
+            meta = EpisodeMeta(
+                episode_name="", task=fields.task, operator=fields.operator, rig_id=fields.rig_id,
+                robot_type=fields.robot_type, session_kind=fields.session_kind,
+                software_version=f"teleop_flywheel {__version__}", policy_checkpoint=fields.policy_checkpoint,
+                calibration=read_calibrations(cfg.calibration_files), cameras=list(cfg.cameras),
+                topics=list(cfg.topics), clock_start=self._mapping.to_dict(),
+                ptp_offset_ns=self._ptp(fields.ptp_offset_ns, extra, "ptp_probe"),
+                protocol_hash=fields.protocol_hash, condition=fields.condition, extra=extra, started_mono_ns=now_ns())
+            for _attempt in range(100):
+                path = self._new_bag_dir()
+                meta.episode_name = path.name
+                try:
+                    bag = BagWriter(path, episode=meta, chunk_size=int(cfg.chunk_size_mb * 2**20),
+                                    max_chunk_age_s=cfg.max_chunk_age_s, fsync=cfg.fsync)
+                    break
+                except BagExistsError:
+                    continue  # another recorder took the name between our check and mkdir
+                except OSError as exc:
+                    self.error = str(exc)
+                    raise RecordingError(str(exc)) from exc
+            else:
+                raise RecordingError(f"no free episode name under {path.parent}")
+            try:
+                for entry in self.topics.values():
+                    entry.count = entry.drops = entry.window_count = 0
+                    bag.add_topic(entry.name, entry.type, qos=entry.offered)
+            except OSError as exc:
+                bag.abort()
+                self.error = str(exc)
+                raise RecordingError(str(exc)) from exc
+            self._checkpoints = set()
+            self._bag, self._meta, self.error = bag, meta, ""
+        self._log("info", f"episode started: {path}")
+        return str(path)
+
+    def _final_meta(self, meta: EpisodeMeta, fields: EpisodeFields) -> EpisodeMeta:
+        started, stopped = meta.started_mono_ns, now_ns()
+        meta.stopped_mono_ns = stopped
+        meta.clock_end = sample_mapping().to_dict()
+        meta.outcome = fields.outcome or "unset"
+        meta.attempts = fields.attempts or None
+        meta.failure_label = fields.failure_label
+        if fields.machine_check:
+            meta.extra["machine_check"] = fields.machine_check
+        meta.drops = {t.name: t.drops for t in self.topics.values()}
+        meta.interventions = sorted(
+            (i for i in self._interventions.values()
+             if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)), key=lambda i: i.id)
+        if not meta.policy_checkpoint and self._checkpoints:
+            meta.policy_checkpoint = ",".join(sorted(c for c in self._checkpoints if c))
+        if self.config.ptp_probe:
+            end = self._ptp(None, meta.extra, "ptp_probe_end")
+            if end is not None:
+                meta.extra["ptp_offset_end_ns"] = end
+        return meta
+
+    def stop(self, fields: EpisodeFields) -> str:
+        """Close the bag with the final metadata; returns a one-line summary. Everything received
+        before must have been written (the node drains its queues first)."""
+        with self._lock:
+            bag, meta = self._bag, self._meta
+            if bag is None or meta is None:
+                raise RecordingError("not recording")
+            self._bag = None
+            final = self._final_meta(meta, fields)
+        try:
+            summary = bag.close(episode=final)
+        except OSError as exc:
+            bag.abort()
+            self.error = str(exc)
+            raise RecordingError(f"{exc} (partial bag kept for `teleop-flywheel recover`)") from exc
+        self.last_saved = str(summary.path)
+        text = f"saved {summary.path}: {summary.message_count} messages, outcome {final.outcome}"
+        self._log("info", text)
+        return text
+
+    def discard(self) -> str:
+        """Abort the bag and delete its directory: nothing left behind."""
+        with self._lock:
+            bag = self._bag
+            if bag is None:
+                raise RecordingError("not recording")
+            self._bag = self._meta = None
+        bag.abort()
+        shutil.rmtree(bag.path, ignore_errors=False)
+        self._log("info", f"episode discarded: {bag.path}")
+        return f"discarded {bag.path}"
+
+    def check_bag(self) -> None:
+        """A write error the bag's flusher thread met (disk full) stops the episode now."""
+        with self._lock:
+            if self._bag is not None and self._bag.error is not None:
+                self._fail(self._bag.error)
+
+    def _fail(self, exc: OSError) -> None:
+        """Disk full (or another write error): stop the episode, keep the partial bag, say where."""
+        bag, self._bag = self._bag, None
+        self.error = f"recording stopped: {exc}"
+        self._log("error", self.error)
+        if bag is not None:
+            bag.abort()
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self, wanted: Sequence[str] = (), unrecordable: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """State, episode, per-topic counts/drops/rates since the last status, disk space, last saved bag."""
+        now = now_ns()
+        with self._lock:
+            dt = max((now - self._status_window) / 1e9, 1e-9)
+            self._status_window = now
+            bag, meta = self._bag, self._meta
+            topics = {}
+            for t in self.topics.values():
+                topics[t.name] = {"type": t.type, "count": t.count, "drops": t.drops,
+                                  "rate_hz": round(t.window_count / dt, 2)}
+                t.window_count = 0
+        out_dir = self.config.output_dir.expanduser()
+        probe = out_dir if out_dir.exists() else out_dir.parent
+        try:
+            free: int | None = shutil.disk_usage(probe).free
+        except OSError:
+            free = None
+        return {
+            "state": "recording" if bag is not None else ("error" if self.error else "idle"),
+            "episode": bag.name if bag is not None else "",
+            "bag": str(bag.path) if bag is not None else "",
+            "elapsed_s": round((now - meta.started_mono_ns) / 1e9, 3) if bag is not None and meta else 0.0,
+            "messages": sum(t["count"] for t in topics.values()),
+            "topics": topics,
+            "missing_topics": [t for t in wanted if t not in self.topics],
+            "unrecordable": dict(unrecordable or {}),
+            "disk_free_bytes": free,
+            "output_dir": str(out_dir),
+            "last_saved": self.last_saved,
+            "error": self.error,
+        }
