@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "demo", "--out", str(out),
                            "--episodes", "4", "--seconds", "6"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Its own graph: a random ROS domain of its own, localhost discovery, both printed.
+    assert re.search(r"ROS graph: +domain \d+, discovery LOCALHOST", proc.stdout), proc.stdout[-2000:]
     report = json.loads((out / "validation.json").read_text())
     episodes = report["episodes"]
     assert report["summary"]["episodes"] == 4 and len(episodes) == 4
@@ -50,8 +53,8 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     assert len(quarantined) == sum(1 for e in ordered if e["reasons"])
 
     # The faulty episodes carry what was injected into them, the clean one nothing — except that a
-    # heavily loaded machine may stall the in-process arm drivers for a moment: a short FRAME_GAP
-    # on a joint stream, caught as it must be. Nothing else may appear.
+    # heavily loaded machine may stall an arm driver's process for a moment: a short FRAME_GAP on a
+    # joint stream, caught as it must be. Nothing else may appear.
     def load_stall(r: dict) -> bool:
         return r["code"] == "FRAME_GAP" and r["numbers"]["stream"].endswith("/joint_states") \
             and r["numbers"]["gap_s"] < 0.5

@@ -155,6 +155,17 @@ def test_every_executable_is_a_console_script() -> None:
             assert spec.executable in scripts
 
 
+def test_exec_node_runs_each_executables_main(capsys: pytest.CaptureFixture[str]) -> None:
+    """The supervisor starts `python -m ...exec_node EXECUTABLE`: each executable's module has the
+    console script's `main`; an unknown executable is a usage error."""
+    pytest.importorskip("rclpy")
+    from teleop_flywheel.ros.session import exec_node
+
+    for exe, target in EXECUTABLES.items():
+        assert callable(getattr(importlib.import_module(target.split(":")[0]), "main", None)), exe
+    assert exec_node.main(["nosuch"]) == 2 and "usage: exec_node" in capsys.readouterr().err
+
+
 def test_launch_files_are_installed_by_setup() -> None:
     setup_text = (ROOT / "setup.py").read_text()
     assert 'glob("launch/*.launch.py")' in setup_text

@@ -190,14 +190,15 @@ def test_run_reports_a_dead_node_and_stops_the_session(tmp_path: Path) -> None:
     assert wait_gone(list(kids.values()), 5) == []
 
 
-def test_sigterm_to_run_stops_every_child(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_to_run_stops_every_child(tmp_path: Path, sig: signal.Signals) -> None:
     proc, err = _start_run(tmp_path, "sim", *SIM_ARGS, "--arg", f"output_dir={tmp_path}")
     try:
         kids = {process_name(cmdline(pid)): pid for pid in children(proc.pid)}
         # The processes `run` started are exactly the graph's nodes plus the simulated arms.
         expected = [n.name for n in build_graph("sim", _cfg(tmp_path)).nodes] + ["sim_leader", "sim_follower"]
         assert sorted(kids) == sorted(expected)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
