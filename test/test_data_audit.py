@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import drop_rows, read_episodes, read_frames, rewrite_column, stack
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.audit import audit
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.testing.dataset_files import drop_rows, read_episodes, read_frames, rewrite_column, stack
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 

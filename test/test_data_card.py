@@ -6,10 +6,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from data_fixtures import read_episodes
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.card import MARKER, read_validation
+from teleop_flywheel.testing.dataset_files import read_episodes
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 REPORT = {

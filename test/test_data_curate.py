@@ -7,22 +7,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from data_fixtures import read_episodes, read_frames, rewrite_column, stack
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.curate import (
-    NS_PER_DAY,
-    WeightRule,
-    curate,
-    duration_ratios,
-    farthest_point_order,
-    frame_weights,
-    halton,
-    read_weights,
-    sample_weights,
-    target_start_poses,
-)
+from teleop_flywheel.data.coverage import farthest_point_order, halton, target_start_poses
+from teleop_flywheel.data.curate import curate, duration_ratios
 from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
+from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, rewrite_column, stack
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import read_episodes, read_frames, stack
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.audit import audit
 from teleop_flywheel.data.curate import curate
 from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.data.stats import stats_for
+from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 

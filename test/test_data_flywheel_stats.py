@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import read_episodes
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
 from teleop_flywheel.data.stats import iso_week, kmeans, stats_for
 from teleop_flywheel.recording.writer import BagWriter
+from teleop_flywheel.testing.dataset_files import read_episodes
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 DAY = 86_400 * 10**9

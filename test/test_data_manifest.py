@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_fixtures import data_files, rewrite_column
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.data.lineage import Registry
 from teleop_flywheel.data.manifest import create, identities, verify
+from teleop_flywheel.testing.dataset_files import data_files, rewrite_column
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 

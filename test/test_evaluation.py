@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
 from teleop_flywheel.evaluation.cli import simulate_protocol
+from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
 from teleop_flywheel.evaluation.report import (
     Cell,
     EvalError,

@@ -17,6 +17,7 @@ from teleop_flywheel.core.labels import TRIGGER_LABELS
 METADATA_RECORD = "teleop_flywheel.episode"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
+CALIBRATION_ROLES = ("leader", "follower")
 
 # Fields stored as JSON strings in the flat string map.
 _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra")
@@ -54,7 +55,7 @@ class EpisodeMeta:
     session_kind: str = "teleop"
     software_version: str = ""
     policy_checkpoint: str = ""
-    calibration: dict[str, Any] = field(default_factory=dict)
+    calibration: dict[str, Any] = field(default_factory=dict)  # role -> calibration document (see calibration_by_role)
     cameras: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
     outcome: str = "unset"
@@ -112,6 +113,22 @@ class EpisodeMeta:
         merged_extra.update(extra)
         kwargs["extra"] = merged_extra
         return cls(**kwargs)
+
+    def calibration_by_role(self) -> dict[str, Any]:
+        """{role: calibration document} for each of CALIBRATION_ROLES this episode recorded.
+
+        `calibration` is keyed by role: `{"leader": {...}, "follower": {...}}` (each document as in
+        the arm's calibration YAML). Bags recorded before keyed it by the file's stem
+        (`{"follower_sim": {...}}`): a stem that names exactly one role is read as that role,
+        unless a key is the role itself or two stems name it. A role left out is unknown here.
+        """
+        out = {role: doc for role, doc in self.calibration.items() if role in CALIBRATION_ROLES}
+        for role in CALIBRATION_ROLES:
+            stems = [k for k in self.calibration if k not in CALIBRATION_ROLES
+                     and [r for r in CALIBRATION_ROLES if r in k] == [role]]
+            if role not in out and len(stems) == 1:
+                out[role] = self.calibration[stems[0]]
+        return out
 
     @property
     def unlabelled_interventions(self) -> list[Intervention]:

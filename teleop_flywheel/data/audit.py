@@ -338,8 +338,8 @@ def write_plots(r: AuditReport, folder: Path) -> dict[str, Path]:
     starts = np.asarray(r.start_states)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     centred = starts - starts.mean(axis=0)
-    for j, name in enumerate(names):
-        a1.scatter(np.full(len(starts), j), centred[:, j], s=10, alpha=0.6)
+    for k, name in enumerate(names):
+        a1.scatter(np.full(len(starts), k), centred[:, k], s=10, alpha=0.6)
     a1.set_xticks(y, names, rotation=30, ha="right")
     a1.set_ylabel("start − mean start (dataset units)")
     a1.set_title("Start states per joint")

@@ -89,7 +89,7 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
 
 def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | None) -> str:
     recs = episode_records(ds)
-    name = ds.info.get("repo_id") or ds.root.name
+    name = ds.repo_id or ds.root.name
     cameras = [n.removeprefix("observation.images.") for n, f in ds.features.items() if f.is_visual]
     rigs = sorted({r.rig_id for r in recs if r.rig_id})
     kinds = Counter(r.session_kind or "unknown" for r in recs)

@@ -10,8 +10,9 @@ The seed's curation rule: look at the joint distribution of four scores, never o
    joint-range box): the k-th pick's contribution is its distance to the k-1 already picked.
 
 "Where to send operators next" runs the same farthest-point selection over candidate start poses
-spread through the joint-range box (a Halton sequence), against the start states already recorded.
-Sample weights follow the seed's `sample_weights` and SPEC §5 (see `sample_weights`).
+spread through the joint-range box (a Halton sequence), against the start states already recorded
+(`data/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
+(`data/weights.py`).
 """
 from __future__ import annotations
 
@@ -23,25 +24,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from teleop_flywheel.data.audit import Loaded, available_ranges, load
+from teleop_flywheel.data.audit import available_ranges, load
+from teleop_flywheel.data.coverage import farthest_point_order, target_start_poses
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.weights import (
+    HALF_LIFE_DAYS,
+    INTERVENTION_WEIGHT,
+    WEIGHT_RULE,
+    WEIGHTS_PATH,
+    WeightRule,
+    episode_has_intervention,
+    sample_weights,
+    write_weights,
+)
 
-WEIGHTS_PATH = "meta/sample_weights.parquet"
-INTERVENTION_WEIGHT = 2.5
-HALF_LIFE_DAYS = 30.0
 DURATION_TOLERANCE = 1.5
 TARGETS = 5
-CANDIDATES = 4096
-NS_PER_DAY = 86_400 * 10**9
-WEIGHT_RULE = (
-    "w_e = (intervention_weight if the episode contains an intervention else 1) "
-    "* 0.5 ** (age_days / half_life_days); age_days = (newest recording - this recording) / 1 day; "
-    "weights normalised to sum to 1 (per episode; a frame sampler uses w_e / length_e per frame)"
-)
 
 
 # --------------------------------------------------------------------------- the four axes
@@ -86,160 +86,7 @@ def duration_ratios(lengths: np.ndarray, tasks: list[str]) -> np.ndarray:
     return out
 
 
-def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy farthest-point order and each pick's distance to the points picked before it.
-
-    The first pick is `first`, by default the point farthest from the mean (its "gap" is that
-    distance). Ties go to the lowest index, so the order is deterministic.
-    """
-    pts = np.asarray(points, dtype=np.float64)
-    n = len(pts)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0)
-    if first is None:
-        to_mean = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
-        first = int(np.argmax(to_mean))
-        first_gap = float(to_mean[first])
-    else:
-        first_gap = float(np.linalg.norm(pts[first] - pts.mean(axis=0)))
-    order = [first]
-    gaps = [first_gap]
-    nearest = np.linalg.norm(pts - pts[first], axis=1)
-    nearest[first] = -1.0
-    for _ in range(n - 1):
-        pick = int(np.argmax(nearest))
-        order.append(pick)
-        gaps.append(float(nearest[pick]))
-        nearest = np.minimum(nearest, np.linalg.norm(pts - pts[pick], axis=1))
-        nearest[order] = -1.0
-    return np.asarray(order, dtype=np.int64), np.asarray(gaps)
-
-
-def halton(n: int, dims: int, skip: int = 20) -> np.ndarray:
-    """The first n points of the Halton sequence in [0, 1)^dims (deterministic, well spread)."""
-    primes: list[int] = []
-    candidate = 2
-    while len(primes) < dims:
-        if all(candidate % p for p in primes):
-            primes.append(candidate)
-        candidate += 1
-    out = np.empty((n, dims))
-    idx = np.arange(skip + 1, skip + n + 1)
-    for d, base in enumerate(primes):
-        value, f, i = np.zeros(n), 1.0, idx.copy()
-        while np.any(i > 0):
-            f /= base
-            value += f * (i % base)
-            i //= base
-        out[:, d] = value
-    return out
-
-
-def target_start_poses(starts: np.ndarray, box_lo: np.ndarray, box_hi: np.ndarray, count: int,
-                       vary: np.ndarray | None = None, candidates: int = CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
-    """`count` start poses farthest (box-normalised) from the recorded starts and from each other.
-
-    Candidates are a Halton sequence filling the box over the joints in `vary`; joints not varied
-    stay at the median recorded start. Returns (poses in dataset units, normalised gap of each).
-    """
-    dims = starts.shape[1]
-    vary = np.ones(dims, dtype=bool) if vary is None else vary
-    width = np.where(box_hi - box_lo > 0, box_hi - box_lo, 1.0)
-    cand = np.tile(np.median(starts, axis=0), (candidates, 1))
-    cand[:, vary] = box_lo[vary] + halton(candidates, int(vary.sum())) * (box_hi - box_lo)[vary]
-    norm_c = cand / width
-    norm_s = starts / width
-    nearest = np.full(candidates, np.inf)
-    for lo in range(0, len(norm_s), 512):
-        block = norm_s[lo:lo + 512]
-        d = np.sqrt(((norm_c[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-        nearest = np.minimum(nearest, d)
-    picks, gaps = [], []
-    for _ in range(min(count, candidates)):
-        k = int(np.argmax(nearest))
-        picks.append(k)
-        gaps.append(float(nearest[k]))
-        nearest = np.minimum(nearest, np.linalg.norm(norm_c - norm_c[k], axis=1))
-    return cand[picks], np.asarray(gaps)
-
-
 # --------------------------------------------------------------------------- weights
-@dataclass
-class WeightRule:
-    intervention_weight: float = INTERVENTION_WEIGHT
-    half_life_days: float = HALF_LIFE_DAYS
-
-    def __post_init__(self) -> None:
-        if self.intervention_weight < 1.0:
-            raise ValueError(f"intervention weight must be >= 1, got {self.intervention_weight}")
-        if self.half_life_days <= 0:
-            raise ValueError(f"recency half-life must be > 0 days, got {self.half_life_days}")
-
-
-def sample_weights(has_intervention: np.ndarray, recorded_wall_ns: list[int | None],
-                   rule: WeightRule = WeightRule()) -> tuple[np.ndarray, np.ndarray]:
-    """(weights summing to 1, age in days) by WEIGHT_RULE; episodes without a time get age 0."""
-    known = [t for t in recorded_wall_ns if t is not None]
-    newest = max(known) if known else 0
-    age = np.array([(newest - t) / NS_PER_DAY if t is not None else 0.0 for t in recorded_wall_ns])
-    raw = np.where(has_intervention, rule.intervention_weight, 1.0) * 0.5 ** (age / rule.half_life_days)
-    return raw / raw.sum(), age
-
-
-def episode_has_intervention(ds: LeRobotDataset, data: Loaded, records: list[EpisodeRecord]) -> tuple[np.ndarray, str]:
-    """From the per-frame `intervention` column when present, else from the episode metadata."""
-    if ds.has_column("intervention"):
-        flags = data.spans.take(ds.column("intervention")).astype(bool)
-        if flags.ndim > 1:
-            flags = flags.any(axis=1)
-        return np.logical_or.reduceat(flags, data.spans.start), "data column 'intervention'"
-    counts = [r.num_interventions for r in records]
-    if any(c is not None for c in counts):
-        return np.array([bool(c) for c in counts]), "episode metadata"
-    return np.zeros(len(records), dtype=bool), "none (no intervention column or metadata: all weighted as demos)"
-
-
-def write_weights(ds: LeRobotDataset, scores: "CurationReport", path: Path | None = None) -> Path:
-    path = Path(path) if path else ds.root / WEIGHTS_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.table({
-        "episode_index": pa.array([e.episode_index for e in scores.episodes], type=pa.int64()),
-        "episode_id": pa.array([e.episode_id for e in scores.episodes], type=pa.string()),
-        "weight": pa.array([e.weight for e in scores.episodes], type=pa.float64()),
-        "has_intervention": pa.array([e.has_intervention for e in scores.episodes]),
-        "age_days": pa.array([e.age_days for e in scores.episodes], type=pa.float64()),
-    })
-    rule = {"rule": WEIGHT_RULE, **asdict(scores.rule)}
-    table = table.replace_schema_metadata({b"teleop_flywheel.sample_weights": json.dumps(rule).encode()})
-    pq.write_table(table, path)
-    return path
-
-
-def read_weights(root: str | Path) -> tuple[dict[int, float], dict[str, Any]]:
-    """{episode_index: weight} and the rule they were made with, for a training loader."""
-    path = Path(root) / WEIGHTS_PATH
-    if not path.is_file():
-        raise DatasetError(f"{path}: no sample weights (run `teleop-flywheel curate {root}`)")
-    table = pq.read_table(path)
-    meta = table.schema.metadata or {}
-    rule = json.loads(meta.get(b"teleop_flywheel.sample_weights", b"{}"))
-    return dict(zip(table.column("episode_index").to_pylist(), table.column("weight").to_pylist())), rule
-
-
-def frame_weights(ds: LeRobotDataset) -> np.ndarray:
-    """Per-frame weights in data row order (w_e / length_e), for a WeightedRandomSampler."""
-    weights, _ = read_weights(ds.root)
-    ep = ds.column("episode_index").astype(np.int64)
-    table = ds.episodes
-    missing = set(table["episode_index"].astype(int)) - set(weights)
-    if missing:
-        raise DatasetError(f"{ds.root / WEIGHTS_PATH}: no weight for episode(s) {sorted(missing)[:10]}; re-run curate")
-    per_episode = np.zeros(int(table["episode_index"].max()) + 1)
-    for e, n in zip(table["episode_index"].astype(int), table["length"].astype(int)):
-        per_episode[e] = weights[e] / n
-    return per_episode[ep]
-
-
 # --------------------------------------------------------------------------- report
 @dataclass
 class EpisodeScore:
@@ -482,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_text(report))
     if not args.no_weights:
-        print(f"wrote {write_weights(ds, report, args.weights_out)}", file=sys.stderr)
+        print(f"wrote {write_weights(ds, report.episodes, report.rule, args.weights_out)}", file=sys.stderr)
     if args.plot:
         for path in write_plot(report, args.plot):
             print(f"wrote {path}", file=sys.stderr)

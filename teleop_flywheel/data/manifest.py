@@ -134,7 +134,7 @@ def create(ds: LeRobotDataset, filters: list[str] | None = None) -> dict[str, An
         "format": FORMAT,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "dataset": str(ds.root.resolve()),
-        "repo_id": ds.info.get("repo_id", ""),
+        "repo_id": ds.repo_id,
         "filter": filters,
         "fingerprint": fingerprint(entries),
         "episode_count": len(entries),

@@ -27,12 +27,11 @@ import yaml
 
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.data.audit import load
-from teleop_flywheel.data.curate import farthest_point_order
+from teleop_flywheel.data.coverage import farthest_point_order
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records, record_from_meta
 from teleop_flywheel.data.lerobot.reader import INFO_PATH, DatasetError, LeRobotDataset
 
 UNLABELLED = "unlabelled"
-NO_CHECKPOINT = "(teleop demos)"
 
 
 def iso_week(wall_ns: int | None) -> str:

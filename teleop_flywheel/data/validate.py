@@ -160,7 +160,7 @@ def _latency_check(bag: Bag, topic: str, cfg: ValidateConfig, camera: bool) -> R
         frac = (raw.publish_ns - m0) / max(m1 - m0, 1)
         offset = off0 + frac * (off1 - off0)
     else:
-        offset = off0
+        offset = np.full(len(raw.publish_ns), float(off0))
     latency_ms = (raw.log_ns - raw.publish_ns - offset) / 1e6
     med = float(np.median(latency_ms))
     hi = cfg.max_camera_latency_ms if camera else cfg.max_joint_latency_ms
@@ -305,7 +305,9 @@ def apply_schema(reports: list[EpisodeReport], cameras: list[str] | None) -> lis
     readable = [r for r in reports if r.episode_id is not None]
     if cameras is None:
         counts = Counter(tuple(r.cameras) for r in readable)
-        ref = list(max(counts, key=lambda k: (counts[k], -list(counts).index(k)))) if counts else []
+        first_seen = {k: i for i, k in enumerate(counts)}
+        common: tuple[str, ...] = max(counts, key=lambda k: (counts[k], -first_seen[k])) if counts else ()
+        ref = list(common)
     else:
         ref = sorted(cameras)
     for r in readable:

@@ -24,6 +24,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -32,7 +33,7 @@ from mcap.opcode import Opcode
 
 from teleop_flywheel.core.calibration import sim_calibration_file
 from teleop_flywheel.core.clock import ClockMapping
-from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
 from teleop_flywheel.core.labels import mode_code, trigger_code
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
 from teleop_flywheel.core.topics import (
@@ -88,6 +89,7 @@ class SessionSpec:
     condition: str = ""
     failure_label: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    calibration: dict[str, Any] | None = None  # EpisodeMeta.calibration; None: the simulated arms' files by role
 
 
 # -- the simulated session ---------------------------------------------------------------------
@@ -217,7 +219,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         captures[cam], cam_stamps[cam] = cap_ns, stamp_ns
 
     records.sort(key=lambda r: r[0])
-    calibration = {role + "_sim": yaml.safe_load(sim_calibration_file(role).read_text()) for role in ("follower", "leader")}
+    calibration = spec.calibration if spec.calibration is not None else {
+        role: yaml.safe_load(sim_calibration_file(role).read_text()) for role in CALIBRATION_ROLES}
     topics = [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
         [camera_image(cam) for cam in spec.cameras]
     meta = EpisodeMeta(

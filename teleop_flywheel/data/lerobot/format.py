@@ -32,6 +32,7 @@ from typing import Any
 import av
 import numpy as np
 import pyarrow as pa
+from av.video.stream import VideoStream
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNK_SIZE = 1000
@@ -201,7 +202,10 @@ class VideoEncoder:
         self.path = path
         self.container = av.open(str(path), "w")
         name = "libx264" if codec == "h264" else codec
-        self.stream = self.container.add_stream(name, rate=fps, options={"g": str(g), "crf": str(crf)})
+        stream = self.container.add_stream(name, rate=fps, options={"g": str(g), "crf": str(crf)})
+        if not isinstance(stream, VideoStream):
+            raise ValueError(f"{name}: not a video codec")
+        self.stream = stream
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
         self.frames = 0
@@ -231,9 +235,11 @@ def concat_videos(parts: list[Path], out: Path) -> None:
                 tb = istream.time_base
                 frames = istream.frames
                 rate = istream.average_rate or istream.base_rate
+                if tb is None or rate is None:
+                    raise ValueError(f"{part}: video stream without a time base or frame rate")
                 shift = int(round(offset / tb))
                 for packet in src.demux(istream):
-                    if packet.dts is None:
+                    if packet.dts is None or packet.pts is None:
                         continue
                     packet.pts += shift
                     packet.dts += shift

@@ -111,6 +111,11 @@ class LeRobotDataset:
     def robot_type(self) -> str:
         return str(self.info.get("robot_type") or "")
 
+    @property
+    def repo_id(self) -> str:
+        """info.json `repo_id` (our converter's `--repo-id`; LeRobot itself stores none): "" if unknown."""
+        return str(self.info.get("repo_id") or "")
+
     def joint_names(self, feature: str) -> list[str]:
         f = self.features[feature]
         if f.names and len(f.names) == f.width:
@@ -130,7 +135,7 @@ class LeRobotDataset:
         """Each episode's task strings (the `tasks` column), in episode order."""
         if "tasks" not in self.episodes.columns:
             return [[] for _ in range(len(self.episodes))]
-        out = []
+        out: list[list[str]] = []
         for value in self.episodes["tasks"]:
             if value is None:
                 out.append([])

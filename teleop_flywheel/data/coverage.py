@@ -1,0 +1,87 @@
+"""Coverage of start states: greedy farthest-point order, a Halton candidate set, target start poses.
+
+Used by `curate` (each episode's coverage contribution, where to send operators next) and by
+`stats` (deterministic k-means seeding).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+CANDIDATES = 4096
+
+
+def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy farthest-point order and each pick's distance to the points picked before it.
+
+    The first pick is `first`, by default the point farthest from the mean (its "gap" is that
+    distance). Ties go to the lowest index, so the order is deterministic.
+    """
+    pts = np.asarray(points, dtype=np.float64)
+    n = len(pts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    if first is None:
+        to_mean = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
+        first = int(np.argmax(to_mean))
+        first_gap = float(to_mean[first])
+    else:
+        first_gap = float(np.linalg.norm(pts[first] - pts.mean(axis=0)))
+    order = [first]
+    gaps = [first_gap]
+    nearest = np.linalg.norm(pts - pts[first], axis=1)
+    nearest[first] = -1.0
+    for _ in range(n - 1):
+        pick = int(np.argmax(nearest))
+        order.append(pick)
+        gaps.append(float(nearest[pick]))
+        nearest = np.minimum(nearest, np.linalg.norm(pts - pts[pick], axis=1))
+        nearest[order] = -1.0
+    return np.asarray(order, dtype=np.int64), np.asarray(gaps)
+
+
+def halton(n: int, dims: int, skip: int = 20) -> np.ndarray:
+    """The first n points of the Halton sequence in [0, 1)^dims (deterministic, well spread)."""
+    primes: list[int] = []
+    candidate = 2
+    while len(primes) < dims:
+        if all(candidate % p for p in primes):
+            primes.append(candidate)
+        candidate += 1
+    out = np.empty((n, dims))
+    idx = np.arange(skip + 1, skip + n + 1)
+    for d, base in enumerate(primes):
+        value, f, i = np.zeros(n), 1.0, idx.copy()
+        while np.any(i > 0):
+            f /= base
+            value += f * (i % base)
+            i //= base
+        out[:, d] = value
+    return out
+
+
+def target_start_poses(starts: np.ndarray, box_lo: np.ndarray, box_hi: np.ndarray, count: int,
+                       vary: np.ndarray | None = None, candidates: int = CANDIDATES) -> tuple[np.ndarray, np.ndarray]:
+    """`count` start poses farthest (box-normalised) from the recorded starts and from each other.
+
+    Candidates are a Halton sequence filling the box over the joints in `vary`; joints not varied
+    stay at the median recorded start. Returns (poses in dataset units, normalised gap of each).
+    """
+    dims = starts.shape[1]
+    vary = np.ones(dims, dtype=bool) if vary is None else vary
+    width = np.where(box_hi - box_lo > 0, box_hi - box_lo, 1.0)
+    cand = np.tile(np.median(starts, axis=0), (candidates, 1))
+    cand[:, vary] = box_lo[vary] + halton(candidates, int(vary.sum())) * (box_hi - box_lo)[vary]
+    norm_c = cand / width
+    norm_s = starts / width
+    nearest = np.full(candidates, np.inf)
+    for lo in range(0, len(norm_s), 512):
+        block = norm_s[lo:lo + 512]
+        d = np.sqrt(((norm_c[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+        nearest = np.minimum(nearest, d)
+    picks, gaps = [], []
+    for _ in range(min(count, candidates)):
+        k = int(np.argmax(nearest))
+        picks.append(k)
+        gaps.append(float(nearest[k]))
+        nearest = np.minimum(nearest, np.linalg.norm(norm_c - norm_c[k], axis=1))
+    return cand[picks], np.asarray(gaps)

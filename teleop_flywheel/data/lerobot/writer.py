@@ -1,0 +1,175 @@
+"""Append episodes to a LeRobot v3.0 dataset on disk, exactly as LeRobot 0.4.x lays it out.
+
+Per call (one camera schema): one new data parquet for all the episodes given, each camera's
+temporary mp4s remuxed back to back into new `videos/<key>/chunk-XXX/file-XXX.mp4` files (rolled
+over at `video_files_size_in_mb`), the episodes table rewritten with the new rows (LeRobot's
+columns, flattened per-episode stats, and the caller's own episode columns), tasks, `stats.json`
+(aggregated over every episode) and `info.json` (totals, splits, video `info` blocks, plus the
+caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
+Format details: `data/lerobot/format.py`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from teleop_flywheel.data.lerobot import format as lf
+
+IMAGES = "observation.images."
+Schema = tuple[tuple[str, int, int], ...]  # ((camera, height, width), ...) sorted
+
+
+@dataclass
+class EpisodeData:
+    """One episode ready to write: per-frame columns (features + frame_index, timestamp), their
+    per-episode stats, one temporary mp4 per camera, and extra episode-table columns."""
+
+    task: str
+    length: int
+    columns: dict[str, np.ndarray]
+    stats: dict[str, dict[str, np.ndarray]]
+    videos: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # camera -> (mp4, height, width)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> Schema:
+        return tuple(sorted((cam, h, w) for cam, (_, h, w) in self.videos.items()))
+
+
+def read_info(root: Path) -> dict[str, Any] | None:
+    path = root / lf.INFO_PATH
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _episodes_path(root: Path) -> Path:
+    return root / lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+
+
+def existing_ids(root: Path) -> set[str]:
+    """The `episode_id` column of the dataset's episodes table (empty for a new dataset)."""
+    path = _episodes_path(root)
+    if not path.exists():
+        return set()
+    table = pq.read_table(path)
+    if "episode_id" not in table.column_names:
+        return set()
+    return {x for x in table.column("episode_id").to_pylist() if x}
+
+
+def schema_of(root: Path) -> Schema | None:
+    """The camera set of an existing dataset (None if there is none yet)."""
+    info = read_info(root)
+    if info is None:
+        return None
+    return tuple(sorted((k[len(IMAGES):], f["shape"][0], f["shape"][1]) for k, f in info["features"].items()
+                        if k.startswith(IMAGES)))
+
+
+def _tasks(root: Path) -> list[str]:
+    if not (root / lf.TASKS_PATH).exists():
+        return []
+    df = pd.read_parquet(root / lf.TASKS_PATH)
+    return [str(t) for t in df.sort_values("task_index").index]
+
+
+def _count_files(root: Path, pattern: str) -> int:
+    return len(list(root.glob(pattern)))
+
+
+def _write_videos(root: Path, eps: list[EpisodeData], info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Each camera's episode mp4s back to back, new files rolled over at the size limit."""
+    fps, chunks = int(info["fps"]), int(info["chunks_size"])
+    limit = int(info["video_files_size_in_mb"]) * 1024 * 1024
+    for cam in sorted(eps[0].videos):
+        key = IMAGES + cam
+        file_no = _count_files(root, f"videos/{key}/chunk-*/file-*.mp4")
+        groups: list[list[int]] = []
+        group: list[int] = []
+        size = 0
+        for k, e in enumerate(eps):
+            part = Path(e.videos[cam][0]).stat().st_size
+            if group and size + part > limit:
+                groups.append(group)
+                group, size = [], 0
+            group.append(k)
+            size += part
+        groups.append(group)
+        for g in groups:
+            ci, fi = lf.chunk_file(file_no, chunks)
+            path = root / lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            lf.concat_videos([Path(eps[k].videos[cam][0]) for k in g], path)
+            t = 0.0
+            for k in g:
+                rows[k].update({f"videos/{key}/chunk_index": ci, f"videos/{key}/file_index": fi,
+                                f"videos/{key}/from_timestamp": t})
+                t += eps[k].length / fps
+                rows[k][f"videos/{key}/to_timestamp"] = t
+            file_no += 1
+            if "info" not in info["features"][key]:
+                info["features"][key]["info"] = lf.video_info(path)
+
+
+def write_episodes(root: Path, eps: list[EpisodeData], fps: int, robot_type: str, features: dict[str, Any],
+                   info_keys: dict[str, Any] | None = None) -> list[int]:
+    """Append episodes of one camera schema to the dataset at `root` (created if new); returns their
+    episode indices. `features` are the non-default features of a new dataset; `info_keys` are set in
+    info.json as given."""
+    info = read_info(root)
+    if info is None:
+        info = lf.new_info(fps, robot_type, features)
+    elif info["fps"] != fps:
+        raise ValueError(f"{root}: dataset is at {info['fps']} fps, not {fps}")
+    ep0, frame0 = int(info["total_episodes"]), int(info["total_frames"])
+    task_index = {t: i for i, t in enumerate(_tasks(root))}
+    for e in eps:
+        task_index.setdefault(e.task, len(task_index))
+    data_ci, data_fi = lf.chunk_file(_count_files(root, "data/chunk-*/file-*.parquet"), int(info["chunks_size"]))
+    order = [f for f in info["features"] if info["features"][f]["dtype"] != "video"]
+    rows: list[dict[str, Any]] = []
+    tables = []
+    cursor = frame0
+    for k, e in enumerate(eps):
+        n = e.length
+        c = dict(e.columns)
+        c["episode_index"] = np.full(n, ep0 + k, np.int64)
+        c["index"] = np.arange(cursor, cursor + n, dtype=np.int64)
+        c["task_index"] = np.full(n, task_index[e.task], np.int64)
+        for key in ("episode_index", "index", "task_index"):
+            e.stats[key] = lf.feature_stats(c[key])
+        tables.append(pa.table({f: lf.arrow_column(c[f], info["features"][f]["dtype"]) for f in order}))
+        rows.append({"episode_index": ep0 + k, "tasks": [e.task], "length": n, "data/chunk_index": data_ci,
+                     "data/file_index": data_fi, "dataset_from_index": cursor, "dataset_to_index": cursor + n})
+        cursor += n
+    data_path = root / lf.DATA_PATH.format(chunk_index=data_ci, file_index=data_fi)
+    data_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.concat_tables(tables), data_path)
+    _write_videos(root, eps, info, rows)
+    for row, e in zip(rows, eps):
+        row["meta/episodes/chunk_index"] = 0
+        row["meta/episodes/file_index"] = 0
+        for feat, st in e.stats.items():
+            for s in lf.STAT_NAMES:
+                row[f"stats/{feat}/{s}"] = np.asarray(st[s]).tolist()
+        row.update(e.extra)
+    ep_path = _episodes_path(root)
+    new = pa.Table.from_pylist(rows)
+    table = pa.concat_tables([pq.read_table(ep_path), new], promote_options="permissive") if ep_path.exists() else new
+    ep_path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, ep_path)
+    ordered = sorted(task_index, key=lambda t: task_index[t])
+    pd.DataFrame({"task_index": [task_index[t] for t in ordered]},
+                 index=pd.Index(ordered, name="task")).to_parquet(root / lf.TASKS_PATH)
+    all_stats = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_pylist()]
+    lf.write_json(root / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(all_stats)))
+    total = ep0 + len(eps)
+    info.update(total_episodes=total, total_frames=cursor, total_tasks=len(task_index), splits={"train": f"0:{total}"})
+    info.update(info_keys or {})
+    lf.write_json(root / lf.INFO_PATH, info)
+    return list(range(ep0, total))

@@ -1,0 +1,60 @@
+"""A LeRobot v3.0 dataset's files with plain pandas/pyarrow: the independent reader the reports are
+checked against (nothing of `data.lerobot.reader`), and edits that plant faults in a dataset
+(rows dropped, a column rewritten) the way `synthetic_session` plants them in bags."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def data_files(root: Path) -> list[Path]:
+    return sorted((root / "data").glob("chunk-*/file-*.parquet"))
+
+
+def read_frames(root: Path) -> pd.DataFrame:
+    """Every data row with pandas alone (the independent reader the reports are checked against)."""
+    return pd.concat([pd.read_parquet(p) for p in data_files(root)], ignore_index=True)
+
+
+def read_episodes(root: Path) -> pd.DataFrame:
+    files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+    return pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
+
+
+def stack(column: pd.Series) -> np.ndarray:
+    return np.stack([np.asarray(v) for v in column])
+
+
+def drop_rows(root: Path, episode: int, count: int) -> None:
+    """Remove the last `count` rows of one episode from its data file; metadata left untouched."""
+    for path in data_files(root):
+        table = pq.read_table(path)
+        ep = table.column("episode_index").to_numpy()
+        rows = np.flatnonzero(ep == episode)
+        if len(rows):
+            keep = np.ones(len(ep), dtype=bool)
+            keep[rows[-count:]] = False
+            pq.write_table(table.filter(pa.array(keep)), path)
+            return
+    raise ValueError(f"{root}: episode {episode} not found in any data file")
+
+
+def rewrite_column(root: Path, column: str, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Replace a data column in every file with fn(numpy array of it) (same Arrow type)."""
+    for path in data_files(root):
+        table = pq.read_table(path)
+        i = table.schema.get_field_index(column)
+        kind = table.schema.field(i).type
+        col = table.column(i).combine_chunks()
+        if pa.types.is_fixed_size_list(kind):
+            values = col.flatten().to_numpy().reshape(len(col), kind.list_size)
+            new = pa.FixedSizeListArray.from_arrays(pa.array(fn(values).reshape(-1), type=kind.value_type),
+                                                    kind.list_size)
+        else:
+            new = pa.array(fn(col.to_numpy(zero_copy_only=False)), type=kind)
+        pq.write_table(table.set_column(i, table.schema.field(i), new), path)
