@@ -216,7 +216,7 @@ class NodeParams:
         for f in fields(cls):
             if "param" not in f.metadata:
                 continue
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
             out.append(Field(f.name, default, hints[f.name], f.metadata["param"]))
         return out
 

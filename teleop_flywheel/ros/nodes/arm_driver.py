@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -57,7 +58,7 @@ class ArmDriverParams(NodeParams):
 class ArmDriverNode(Node):
     """One arm's bus loop, joint states, commands with safety, diagnostics (see module doc)."""
 
-    def __init__(self, node_name: str = "arm_driver", **kwargs: object) -> None:
+    def __init__(self, node_name: str = "arm_driver", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self.params = NodeParameters(self, ArmDriverParams)
         p = self.params.values

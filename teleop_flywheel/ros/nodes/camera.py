@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass, replace
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -68,7 +69,7 @@ class CameraParams(NodeParams):
 
 
 class CameraNode(Node):
-    def __init__(self, node_name: str = "camera", **kwargs: object) -> None:
+    def __init__(self, node_name: str = "camera", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self.params = NodeParameters(self, CameraParams, self._on_params)
         self.config = self.params.values.config()

@@ -28,7 +28,9 @@ import os
 import select
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -71,7 +73,7 @@ class PedalParams(NodeParams):
 
 
 class PedalNode(Node):
-    def __init__(self, node_name: str = "pedal", **kwargs: object) -> None:
+    def __init__(self, node_name: str = "pedal", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         p = NodeParameters(self, PedalParams).values
         self.device, self.grab = p.device, p.grab
@@ -106,7 +108,7 @@ class PedalNode(Node):
             msg.buttons = [buttons[0]] + [0] * len(TRIGGER_LABELS)
             self._pub.publish(msg)
 
-    def _handle(self, actions: list[tuple[str, object, int]]) -> None:
+    def _handle(self, actions: Sequence[tuple[str, object, int]]) -> None:
         for kind, value, stamp in actions:
             self._events += 1
             if kind == "takeover":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -90,7 +91,7 @@ class LatestImage:
 
 
 class PolicyNode(Node):
-    def __init__(self, node_name: str = "policy", **kwargs: object) -> None:
+    def __init__(self, node_name: str = "policy", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self._lock = threading.Lock()
         self.params = NodeParameters(self, PolicyParams, self._on_params)

@@ -220,6 +220,8 @@ class RecorderNode(Node):
         wait_set = None
         size = 0
         batch_s = self.params.values.take_batch_ms / 1e3
+        handle = self.context.handle if self.context is not None else None
+        assert handle is not None
         while not self._stop.is_set():
             subs = self._subs
             if not subs:
@@ -227,7 +229,7 @@ class RecorderNode(Node):
                 continue
             try:
                 if wait_set is None or size != len(subs):
-                    wait_set, size = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, self.context.handle), len(subs)
+                    wait_set, size = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, handle), len(subs)
                 wait_set.clear_entities()
                 for sub, _entry in subs:
                     wait_set.add_subscription(sub.handle)

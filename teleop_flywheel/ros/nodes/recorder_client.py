@@ -9,6 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import rclpy
+from rcl_interfaces.srv import SetParameters
+from rclpy.client import Client
+from rclpy.parameter import Parameter
+from std_srvs.srv import Trigger
+
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import RECORDER_NODE
 
@@ -19,14 +25,10 @@ class RecorderCallError(FlywheelError, RuntimeError):
 
 class RecorderClient:
     def __init__(self, context: Any, name: str = "recorder_client", recorder: str = RECORDER_NODE) -> None:
-        import rclpy
-        from rcl_interfaces.srv import SetParameters
-        from std_srvs.srv import Trigger
-
         self.recorder = recorder
         self.node = rclpy.create_node(name, context=context)
-        self._trigger = {a: self.node.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
-        self._params = self.node.create_client(SetParameters, f"{recorder}/set_parameters")
+        self._trigger: dict[str, Client] = {a: self.node.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
+        self._params: Client = self.node.create_client(SetParameters, f"{recorder}/set_parameters")
 
     def _wait(self, future: Any, what: str, timeout: float = 20.0) -> Any:
         deadline = time.monotonic() + timeout
@@ -41,8 +43,6 @@ class RecorderClient:
 
     def call(self, action: str) -> str:
         """`start`, `stop` or `discard`; returns the recorder's message (the bag name for stop)."""
-        from std_srvs.srv import Trigger
-
         what = f"{self.recorder}/{action}"
         res = self._wait(self._trigger[action].call_async(Trigger.Request()), what)
         if not res.success:
@@ -51,9 +51,6 @@ class RecorderClient:
 
     def set(self, **values: Any) -> None:
         """Set episode parameters (outcome, failure_label, condition, ...)."""
-        from rcl_interfaces.srv import SetParameters
-        from rclpy.parameter import Parameter
-
         req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()])
         res = self._wait(self._params.call_async(req), f"{self.recorder}/set_parameters")
         bad = [r.reason for r in res.results if not r.successful]

@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -89,7 +91,7 @@ def _ordered(msg: JointState) -> list[float] | None:
 
 
 class TeleopNode(Node):
-    def __init__(self, node_name: str = "teleop", **kwargs: object) -> None:
+    def __init__(self, node_name: str = "teleop", **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self._lock = threading.Lock()
         self.params = NodeParameters(self, TeleopParams, self._on_params)
@@ -117,7 +119,7 @@ class TeleopNode(Node):
         self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)
         self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
         for label in TRIGGER_LABELS:
-            self.create_service(Trigger, f"~/label/{label}", lambda req, res, lb=label: self._srv_label(lb, res))
+            self.create_service(Trigger, f"~/label/{label}", self._label_service(label))
         self.create_timer(1.0 / self.rate_hz, self._on_timer)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -180,6 +182,9 @@ class TeleopNode(Node):
         except ValueError as exc:  # refused: no intervention, or beyond the labelling window
             return False, str(exc)
         return True, f"intervention {iv.id} labelled {label}"
+
+    def _label_service(self, label: str) -> Callable[[Trigger.Request, Trigger.Response], Trigger.Response]:
+        return lambda _request, response: self._srv_label(label, response)
 
     def _srv_label(self, label: str, response: Trigger.Response) -> Trigger.Response:
         with self._lock:
