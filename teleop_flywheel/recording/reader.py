@@ -43,6 +43,7 @@ import numpy as np
 from mcap.exceptions import McapError
 from mcap.reader import make_reader
 from mcap.records import Channel, Message, Schema
+from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
@@ -241,8 +242,6 @@ class Bag:
 
     def decode(self, topic: str) -> list[Any]:
         """Any type (e.g. DiagnosticArray) with rosbags' pure-Python deserializer; slow, for rare topics."""
-        from rosbags.typesys import Stores, get_typestore
-
         store = get_typestore(Stores.LATEST)
         raw = self.raw(topic)
         return [store.deserialize_cdr(d, raw.type) for d in raw.data]
