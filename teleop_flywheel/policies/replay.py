@@ -24,6 +24,7 @@ import numpy as np
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_COMMAND
 from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
+from teleop_flywheel.recording.reader import open_bag
 
 if TYPE_CHECKING:
     from teleop_flywheel.data.lerobot.reader import Feature
@@ -56,8 +57,6 @@ class ReplayPolicy:
 
     @classmethod
     def from_bag(cls, path: str, checkpoint_id: str, topic: str = FOLLOWER_COMMAND) -> ReplayPolicy:
-        from teleop_flywheel.recording.reader import open_bag
-
         bag = open_bag(path)
         if not bag.has(topic):
             raise ValueError(f"{path}: bag has no {topic} to replay")
