@@ -8,8 +8,12 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
   leader tracks it; an empty message at pedal-down releases the leader's torque),
   `/teleop/authority` (JointState with named numeric fields alpha, mode, intervention_id,
   trigger — plottable in Foxglove), `/teleop/intervention` (JSON events, latched).
-- services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop) and
-  `~/label/<trigger>` (std_srvs/Trigger, one per trigger label).
+- services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop; the same as
+  setting the `mode` parameter) and `~/label/<trigger>` (std_srvs/Trigger, one per trigger label;
+  success false with the blender's reason when the label is refused).
+- parameters (`TeleopParams`): `mode`, `blend_duration_ms`, `stale_ms` and `label_window_ms` take
+  effect at run time (a new blend duration applies to a ramp under way from its current α);
+  `rate_hz` and `max_step_rad` are read-only.
 
 A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
 timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
