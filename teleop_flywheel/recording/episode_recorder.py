@@ -36,7 +36,7 @@ import yaml
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import ClockMapping, now_ns, sample_mapping
-from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND
 from teleop_flywheel.recording import clock_probe
@@ -53,7 +53,6 @@ from teleop_flywheel.recording.msgdefs import normalize_type
 from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriteError, BagWriter
 
 SAFE_NAME = r"[A-Za-z0-9_.-]+"
-ROLES = ("leader", "follower")  # calibration keys of the episode metadata
 OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
 Log = Callable[[str, str], None]  # (level "info" | "warning" | "error", message)
 
@@ -122,7 +121,7 @@ def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
         if not entry:
             continue
         role, sep, text = entry.partition("=")
-        if not sep or role not in ROLES:
+        if not sep or role not in CALIBRATION_ROLES:
             role, text = "", entry
         path = Path(text).expanduser()
         try:
