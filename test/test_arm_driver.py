@@ -26,7 +26,8 @@ from sensor_msgs.msg import JointState
 from teleop_flywheel.core.calibration import CalibrationError, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, default_human
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+from teleop_flywheel.hw.feetech.sim_servo import default_human
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
 

@@ -30,7 +30,6 @@ from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import FENCE_SIZES
 
 
-
 class Behaviour(enum.Enum):
     OK = "ok"
     SILENT = "silent"
