@@ -20,7 +20,13 @@ OUTCOMES = ("success", "failure", "unset")
 CALIBRATION_ROLES = ("leader", "follower")
 
 # Fields stored as JSON strings in the flat string map.
-_JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra")
+_JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra",
+                "clock_samples")
+# `stamp_clock`: the clock of every header stamp and recorded event time in the bag. "ros" (the
+# system clock, SPEC §4 revised) for bags recorded since; "" for older bags, whose stamps are
+# CLOCK_MONOTONIC and reach the wall clock through the clock mappings.
+STAMP_CLOCK_ROS = "ros"
+STAMP_CLOCK_MONOTONIC = ""
 _INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns")
 _OPTIONAL_INT_FIELDS = ("attempts", "ptp_offset_ns")
 
@@ -72,6 +78,8 @@ class EpisodeMeta:
     condition: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    stamp_clock: str = STAMP_CLOCK_MONOTONIC  # "ros" for bags whose header stamps are ROS time
+    clock_samples: list[dict[str, int]] = field(default_factory=list)  # ClockMapping dicts sampled through the episode
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
