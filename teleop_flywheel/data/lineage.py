@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.filelock import LockError, locked
 from teleop_flywheel.data.lerobot.reader import DatasetError
 from teleop_flywheel.data.manifest import load_manifest
 
@@ -62,10 +64,10 @@ class Registry:
         return cls(path, dict(data.get("checkpoints", {})))
 
     def save(self) -> None:
+        """Replace the registry file atomically (unique temp name + rename; `register_checkpoint`
+        holds the registry's lock around load, register and save)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "checkpoints": self.checkpoints}, indent=1) + "\n")
-        os.replace(tmp, self.path)
+        replace_atomic(self.path, json.dumps({"format": FORMAT, "checkpoints": self.checkpoints}, indent=1) + "\n")
 
     def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None) -> dict[str, Any]:
         """Record checkpoint → manifest. Re-registering the same pair is a no-op; a different one an error."""
@@ -103,6 +105,16 @@ class Registry:
 
     def episodes(self, run_or_checkpoint: str) -> list[str]:
         return [e["episode_id"] for e in self.run_entry(run_or_checkpoint)["manifest"]["episodes"]]
+
+
+def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: str | None = None) -> dict[str, Any]:
+    """Load, register and save under the registry's lock: two concurrent registrations never lose
+    an entry, and an entry, once written, is never replaced (checkpoint ids are never reused)."""
+    with locked(registry, what="lineage register"):
+        reg = Registry.load(registry)
+        entry = reg.register(checkpoint, manifest, run)
+        reg.save()
+    return entry
 
 
 def checkpoint_of_bag(bag: Path) -> str:
@@ -147,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         reg = Registry.load(args.registry)
         if args.action == "register":
-            entry = reg.register(args.checkpoint, args.manifest, args.run)
-            reg.save()
+            entry = register_checkpoint(reg.path, args.checkpoint, args.manifest, args.run)
             print(f"registered in {reg.path}:\n{describe(entry)}")
         elif args.action == "which":
             target = Path(args.checkpoint)
@@ -165,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 m = entry["manifest"]
                 print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {m['episode_count']:>6} episodes  "
                       f"{entry['registered']}")
-    except DatasetError as exc:
+    except (DatasetError, LockError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

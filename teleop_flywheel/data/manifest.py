@@ -18,7 +18,6 @@ import datetime as dt
 import hashlib
 import json
 import operator
-import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 
@@ -216,13 +216,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         ds = LeRobotDataset.open(args.dataset)
         if args.action == "create":
-            if args.out.exists():
-                raise DatasetError(f"{args.out}: exists; manifests are frozen, choose a new name")
+            if args.out.exists() or args.out.is_symlink():
+                raise DatasetError(f"{args.out}: already exists; manifests are frozen and never overwritten, "
+                                   "choose a new name")
             manifest = create(ds, args.filter)
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = args.out.with_name(args.out.name + ".tmp")
-            tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-            os.replace(tmp, args.out)
+            try:
+                create_exclusive(args.out, json.dumps(manifest, indent=1) + "\n")
+            except FileExistsRefused as exc:
+                raise DatasetError(str(exc)) from None
             print(f"wrote {args.out}: {manifest['episode_count']} episodes, {manifest['frame_count']} frames, "
                   f"fingerprint {manifest['fingerprint'][:16]}")
             return 0

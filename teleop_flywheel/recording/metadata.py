@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.files import create_exclusive
 
 METADATA_FILE = "metadata.yaml"
 VERSION = 9
@@ -186,15 +187,10 @@ def bagfile_information(
 
 
 def write_metadata_yaml(bag_dir: Path, info: Mapping[str, Any]) -> Path:
-    """Write `<bag_dir>/metadata.yaml` atomically (temp file + rename), never half a file."""
+    """Create `<bag_dir>/metadata.yaml` exclusively (O_EXCL|O_NOFOLLOW, fsynced): a bag's metadata is
+    written once and never overwritten, and no predictable temp name exists for a planted symlink."""
     path = Path(bag_dir) / METADATA_FILE
-    tmp = path.with_name(METADATA_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(dump_yaml({"rosbag2_bagfile_information": dict(info)}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return create_exclusive(path, dump_yaml({"rosbag2_bagfile_information": dict(info)}))
 
 
 def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:

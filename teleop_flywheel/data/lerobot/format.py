@@ -34,6 +34,8 @@ import numpy as np
 import pyarrow as pa
 from av.video.stream import VideoStream
 
+from teleop_flywheel.core.files import replace_atomic
+
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNK_SIZE = 1000
 DEFAULT_DATA_FILE_SIZE_IN_MB = 100
@@ -171,10 +173,9 @@ def new_info(fps: int, robot_type: str, features: dict[str, Any]) -> dict[str, A
 
 
 def write_json(path: Path, data: Any) -> None:
+    """info.json / stats.json: replaced by design, so through a unique temp file and `os.replace`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=4))
-    tmp.replace(path)
+    replace_atomic(path, json.dumps(data, indent=4))
 
 
 def arrow_column(values: np.ndarray, dtype: str) -> pa.Array:
