@@ -19,6 +19,7 @@ from teleop_flywheel.ros.session.graph import SIM_DIR, CameraSpec, Graph, Sessio
 pytest.importorskip("rclpy")
 
 from teleop_flywheel.recording.info import bag_info  # noqa: E402
+from teleop_flywheel.recording.reader import open_bag  # noqa: E402
 from teleop_flywheel.ros.session.supervisor import Session, SessionError  # noqa: E402
 
 SIM_ARGS = ["--arg", "cameras=front:synthetic"]
@@ -54,7 +55,8 @@ def test_a_failing_second_simulator_leaves_nothing_behind() -> None:
     assert session.exit_codes["sim_leader"] == 0  # stopped by SIGINT, as at every stop
 
 
-def _list_parameters(session: Session, names: list[str]) -> dict[str, set[str]]:
+def _list_parameters(session: Session, names: list[str]) -> tuple[dict[str, set[str]], list[str]]:
+    """Each node's declared parameters (over ROS), and the node names on the graph."""
     import rclpy
     from rcl_interfaces.srv import ListParameters
 
@@ -63,8 +65,9 @@ def _list_parameters(session: Session, names: list[str]) -> dict[str, set[str]]:
     node = rclpy.create_node("param_probe", context=session.context)
     session.add_node(node)
     try:
-        return {n: set(call(node.create_client(ListParameters, f"/{n}/list_parameters"),
-                            ListParameters.Request()).result.names) for n in names}
+        return ({n: set(call(node.create_client(ListParameters, f"/{n}/list_parameters"),
+                             ListParameters.Request()).result.names) for n in names},
+                [name for name, _ns in node.get_node_names_and_namespaces()])
     finally:
         session.remove_node(node)
 
@@ -81,14 +84,17 @@ def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Pat
         for name, proc in session.processes.items():
             argv = cmdline(proc.pid)
             assert process_name(argv) == name, argv
-            assert os.getpgid(proc.pid) == proc.pid  # its own group: a terminal's Ctrl-C goes to the supervisor
+            # its own session and group: a terminal's Ctrl-C goes to the supervisor; its own CPU share
+            assert os.getsid(proc.pid) == os.getpgid(proc.pid) == proc.pid
             if not name.startswith("sim_"):
                 spec = session.graph.node(name)
                 assert argv[1:5] == ["-m", "teleop_flywheel.ros.session.exec_node", spec.executable, "--ros-args"]
                 params = argv[argv.index("--params-file") + 1]
                 assert Path(params).parent.parent == session.dir
         # Every parameter the graph gives is one the node declares (no silent typos).
-        declared = _list_parameters(session, session.node_names)
+        declared, on_graph = _list_parameters(session, session.node_names)
+        # `-r __node:=recorder` names the recorder only, not its private raw node as well.
+        assert on_graph.count("recorder") == 1 and "recorder_raw" in on_graph, on_graph
         for spec in session.graph.nodes:
             assert set(spec.parameters) <= declared[spec.name], (spec.name, set(spec.parameters) - declared[spec.name])
         client = RecorderClient(session.context, "test_operator")
@@ -109,6 +115,8 @@ def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Pat
     assert running_with(str(sim_dir)) == []
     bags = sorted((tmp_path / "bags").iterdir())
     assert bags == [saved]
+    episode = open_bag(saved).episode
+    assert episode is not None and set(episode.calibration) == {"leader", "follower"}  # keyed by role
     counts = {t.name: t.count for t in bag_info(saved).topics}
     for topic in ("/leader/joint_states", "/follower/joint_states", "/policy/joint_command",
                   "/cameras/front/image/compressed"):

@@ -79,3 +79,21 @@ def test_parameter_files_hold_strings_as_strings() -> None:
                                                                 "rate_hz": 50.0}}}
     with pytest.raises(SessionError, match="node recorder: parameter topics is an empty list"):
         params_yaml(NodeSpec("recorder", "recorder", {"topics": []}))
+
+
+def test_the_shipped_params_file_applies_to_every_session_kind() -> None:
+    """`--arg params_file=config/params.yaml` (or `--param-file`) works for each kind: sections of
+    nodes another kind has are ignored, as ROS ignores them; what it sets reaches the nodes."""
+    import yaml
+
+    from teleop_flywheel.core.resources import config_path
+    from teleop_flywheel.ros.session.graph import KINDS, config_from_arguments, with_params_files
+
+    shipped = config_path("params.yaml")
+    body = {k.lstrip("/"): v["ros__parameters"] for k, v in yaml.safe_load(shipped.read_text()).items()}
+    for kind in KINDS:
+        graph = with_params_files(build_graph(kind, config_from_arguments({"params_file": str(shipped)})))
+        assert graph.params_files == ()
+        for spec in graph.nodes:
+            for key, value in {**body.get("**", {}), **body.get(spec.name, {})}.items():
+                assert spec.parameters[key] == value, (kind, spec.name, key)

@@ -146,8 +146,10 @@ class RecorderNode(Node):
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
         # Raw subscriptions live on a private node that no executor spins: one thread waits on
         # them and drains every ready queue (3–4× less CPU per message than executor dispatch).
+        # Its own name even under a launch's `-r __node:=NAME` (a local remap wins over the global one).
         self._sub_node: Node | None = Node(f"{self.get_name()}_raw", namespace=self.get_namespace(),
-                                           context=self.context, start_parameter_services=False)
+                                           context=self.context, start_parameter_services=False,
+                                           cli_args=["--ros-args", "-r", f"__node:={self.get_name()}_raw"])
         self._subs: list[tuple[Subscription, TopicEntry]] = []
         self._stop = threading.Event()
         self._wake = threading.Event()  # cuts the batch pause short (a drain is wanted)

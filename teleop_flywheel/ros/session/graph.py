@@ -157,7 +157,9 @@ class SessionConfig:
     sim_dir: str = ""  # empty: the session creates one (SIM_DIR in the graph until then)
     params_file: str = ""
 
-    def with_defaults(self) -> "SessionConfig":
+    def with_sim_calibrations(self) -> "SessionConfig":
+        """Simulated arms default to the shipped simulator calibrations; a real arm has no default
+        (its driver refuses to start without a calibration of its own, saying how to make one)."""
         return replace(
             self,
             leader_calibration=self.leader_calibration or str(sim_calibration_file("leader")),
@@ -169,8 +171,10 @@ class SessionConfig:
 LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "leader_port": (SessionConfig.leader_port, "serial port of the leader arm"),
     "follower_port": (SessionConfig.follower_port, "serial port of the follower arm"),
-    "leader_calibration": ("", "leader calibration YAML (default: config/calibration/leader_sim.yaml)"),
-    "follower_calibration": ("", "follower calibration YAML (default: config/calibration/follower_sim.yaml)"),
+    "leader_calibration": ("", "leader calibration YAML: required for a real arm (teleop-flywheel calibrate); "
+                               "sim: config/calibration/leader_sim.yaml"),
+    "follower_calibration": ("", "follower calibration YAML: required for a real arm (teleop-flywheel calibrate); "
+                                 "sim: config/calibration/follower_sim.yaml"),
     "cameras": ("front:/dev/video0", "comma-separated name:device (or name:synthetic)"),
     "pedal_device": (SessionConfig.pedal_device, "foot pedal evdev device (path, by-id or name)"),
     "policy": (SessionConfig.policy, "policy: scripted, replay or a teleop_flywheel.policies plugin"),
@@ -207,12 +211,11 @@ def config_from_arguments(values: dict[str, str]) -> SessionConfig:
     return SessionConfig(**kwargs)
 
 
-def _arm(role: str, port: str, calibration: str, rate_hz: float) -> NodeSpec:
-    return NodeSpec(
-        "arm_driver",
-        f"{role}_arm",
-        {"port": port, "role": role, "calibration_file": calibration, "rate_hz": rate_hz},
-    )
+def _arm(role: str, port: str, calibration: str, rate_hz: float, simulated: bool) -> NodeSpec:
+    params: dict[str, Any] = {"port": port, "role": role, "calibration_file": calibration, "rate_hz": rate_hz}
+    if simulated:  # the session started this port's simulator: simulator calibrations allowed
+        params["simulated"] = True
+    return NodeSpec("arm_driver", f"{role}_arm", params)
 
 
 def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
@@ -227,12 +230,18 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
         LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND,
         POLICY_COMMAND, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
     ] + [camera_image(cam.name) for cam in cfg.cameras]
-    nodes.append(NodeSpec("recorder", "recorder", {
+    recorder: dict[str, Any] = {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
-        # [""] = none (the recorder's own default): a parameter file cannot hold an empty list.
-        "cameras": [cam.name for cam in cfg.cameras] or [""], "session_kind": kind,
-        "calibration_files": [cfg.leader_calibration, cfg.follower_calibration],
-    }))
+        "session_kind": kind,
+    }
+    # Lists only when not empty (a parameter file cannot hold an empty list; the defaults are empty).
+    if cfg.cameras:
+        recorder["cameras"] = [cam.name for cam in cfg.cameras]
+    calibrations = [f"{role}={path}" for role, path in (("leader", cfg.leader_calibration),
+                                                          ("follower", cfg.follower_calibration)) if path]
+    if calibrations:  # keyed by role in the episode metadata
+        recorder["calibration_files"] = calibrations
+    nodes.append(NodeSpec("recorder", "recorder", recorder))
     return nodes
 
 
@@ -240,7 +249,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     """The node graph of a session kind."""
     if kind not in KINDS:
         raise ValueError(f"unknown session kind {kind!r}; expected one of {', '.join(KINDS)}")
-    cfg = (cfg or SessionConfig()).with_defaults()
+    cfg = cfg or SessionConfig()
     sim_arms: tuple[SimArmSpec, ...] = ()
     pedal_fifo = ""
     params_files = (cfg.params_file,) if cfg.params_file else ()
@@ -249,7 +258,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         sim_arms = (SimArmSpec("leader", f"{sim_dir}/leader"), SimArmSpec("follower", f"{sim_dir}/follower"))
         pedal_fifo = f"{sim_dir}/pedal"
         cfg = replace(
-            cfg,
+            cfg.with_sim_calibrations(),
             leader_port=sim_arms[0].link,
             follower_port=sim_arms[1].link,
             pedal_device=pedal_fifo,
@@ -260,8 +269,8 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
 
     human_only = kind == "teleop"
     nodes = [
-        _arm("leader", cfg.leader_port, cfg.leader_calibration, cfg.arm_rate_hz),
-        _arm("follower", cfg.follower_port, cfg.follower_calibration, cfg.arm_rate_hz),
+        _arm("leader", cfg.leader_port, cfg.leader_calibration, cfg.arm_rate_hz, kind == "sim"),
+        _arm("follower", cfg.follower_port, cfg.follower_calibration, cfg.arm_rate_hz, kind == "sim"),
         NodeSpec("teleop", "teleop", {
             "mode": "teleop" if human_only else "policy",
             "blend_duration_ms": cfg.blend_duration_ms,
@@ -269,9 +278,11 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         }),
     ]
     if not human_only:
-        nodes.append(NodeSpec("policy", "policy", {
-            "policy": cfg.policy, "policy_args": cfg.policy_args, "checkpoint_id": cfg.checkpoint_id,
-        }))
+        policy: dict[str, Any] = {"policy": cfg.policy, "policy_args": cfg.policy_args,
+                                   "checkpoint_id": cfg.checkpoint_id}
+        if kind == "sim":  # the follower is a simulator this session started (the scripted policy may drive it)
+            policy["simulated"] = True
+        nodes.append(NodeSpec("policy", "policy", policy))
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
         nodes += _record_nodes(cfg, kind)

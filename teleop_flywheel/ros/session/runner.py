@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGHUP, on_sigterm)  # the terminal went away: stop in order, as for SIGTERM
     session = Session(graph, log=lambda text: print(f"run: {text}", file=sys.stderr, flush=True),
                       on_failure=lambda _text: stop.set())
     bags: list[Path] = []
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"run: {exc}", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     if session.failed.is_set():
         print(f"run: session stopped because {session.failure}", file=sys.stderr, flush=True)
         return 1

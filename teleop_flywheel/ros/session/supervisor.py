@@ -15,10 +15,11 @@ Supervision: a child that exits while the session runs is reported with its name
 code and `failed` is set — the caller then stops the session (`runner.run` does at once).
 `stop()` sends SIGINT to the recorder first (it closes its bag while the streams still flow),
 then to every other node at once, waits up to `stop_timeout_s`, then SIGTERM, then SIGKILL; then
-the simulators the same way; then the directory goes. Children run in their own process group (a
-terminal's Ctrl-C reaches only the supervisor, which stops them in that order) with
-PR_SET_PDEATHSIG = SIGTERM, so if the supervisor dies — even by SIGKILL — the kernel stops every
-child. The death signal follows the *thread* that started the child: start a session from a
+the simulators the same way; then the directory goes. Each child runs in its own session: a
+terminal's Ctrl-C reaches only the supervisor, which stops them in that order, and with the
+kernel's sched_autogroup each process gets its own CPU share — a heavy job elsewhere (or a busy
+node of the same session) does not take an arm driver's. Each has PR_SET_PDEATHSIG = SIGTERM, so
+if the supervisor dies — even by SIGKILL — the kernel stops every child. The death signal follows the *thread* that started the child: start a session from a
 thread that outlives it (the main thread).
 
 Children inherit the environment with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless the user set
@@ -59,10 +60,13 @@ class SessionError(FlywheelError, RuntimeError):
 
 
 def child_setup(parent_pid: int) -> Callable[[], None]:
-    """`preexec_fn` of every child: its own process group, and SIGTERM when the supervisor dies."""
+    """`preexec_fn` of every child: its own session (so its own process group and, where the kernel
+    groups CPU time by session — sched_autogroup — its own share: a busy neighbour, another node
+    or a heavy job in another terminal, cannot take an arm driver's), and SIGTERM when the
+    supervisor dies."""
 
     def setup() -> None:
-        os.setpgid(0, 0)
+        os.setsid()
         if _prctl is not None:
             _prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent_pid:  # the supervisor died before the death signal was armed
