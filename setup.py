@@ -72,7 +72,8 @@ setup(
     entry_points={
         "console_scripts": [f"{n} = {PACKAGE}.ros.nodes.{n}:main" for n in NODES]
         + [f"teleop-flywheel = {PACKAGE}.cli:main"],
-        # Learned policies register here: name = "module:factory(args, checkpoint_id) -> Policy".
-        "teleop_flywheel.policies": [f"lerobot = {PACKAGE}.policies.lerobot_checkpoint:make_policy"],
+        # Every policy registers here, built-ins too: name = "module:factory(args, checkpoint_id) -> Policy".
+        "teleop_flywheel.policies": [f"{name} = {PACKAGE}.policies.{module}:make_policy" for name, module in
+                                     (("scripted", "scripted"), ("replay", "replay"), ("lerobot", "lerobot_checkpoint"))],
     },
 )

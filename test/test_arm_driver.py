@@ -59,7 +59,8 @@ class Graph:
 
     def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, **params: object) -> ArmDriverNode:
         overrides = [Parameter("port", value=str(arm.link)), Parameter("role", value=role),
-                     Parameter("calibration_file", value=str(sim_calibration_file(role)))]
+                     Parameter("calibration_file", value=str(sim_calibration_file(role))),
+                     Parameter("simulated", value=True)]
         overrides += [Parameter(k, value=v) for k, v in params.items()]
         cli = ["--ros-args"] + [a for r in (remap or []) for a in ("-r", r)] if remap else []
         node = ArmDriverNode(f"{role}_driver", context=self.context, parameter_overrides=overrides, cli_args=cli)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
-from teleop_flywheel.policies.base import load_policy
+from teleop_flywheel.policies import load_policy
 
 S = 1_000_000_000
 CAMERA = "wrist"
@@ -153,6 +153,15 @@ def test_act_matches_lerobot_inference_in_radians_on_the_training_frame_rate(che
     pol.reset(state, t0)
     other_image = pol.act(state, t0, {CAMERA: _image(2)})
     assert not np.allclose(moved, got[0], atol=1e-4) and not np.allclose(other_image, got[0], atol=1e-4)
+
+    # Hand-back: drop_plan empties the chunk queue too — mid-chunk, the next action is inferred
+    # afresh from the present observation (the rest of the old chunk never plays).
+    pol.reset(state, t0)
+    first = pol.act(state, t0, {CAMERA: rgb})
+    second = pol.act(state, t0 + period, {CAMERA: rgb})
+    pol.drop_plan()
+    assert pol.act(state, t0 + 2 * period, {CAMERA: rgb}) == pytest.approx(first, abs=1e-6)
+    assert second != pytest.approx(first, abs=1e-6)
 
     with pytest.raises(ValueError, match=f"feature observation.images.{CAMERA} wants 32x24x3 images.*delivers 24x32x3"):
         pol.reset(state, t0)

@@ -94,7 +94,7 @@ def test_arm_driver_process_stops_cleanly(listener: Node, tmp_path: Path, sig: i
     states: list[JointState] = []
     listener.create_subscription(JointState, "/follower/joint_states", states.append, STREAM_QOS)
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
-        proc = start(node_cmd("arm_driver", port=arm.link, role="follower",
+        proc = start(node_cmd("arm_driver", port=arm.link, role="follower", simulated="true",
                               calibration_file=sim_calibration_file("follower")))
         try:
             wait_for(lambda: len(states) >= 50, 60, "joint states from the bus loop", proc)

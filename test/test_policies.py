@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from teleop_flywheel.policies.base import load_policy
+from teleop_flywheel.policies import load_policy
 from teleop_flywheel.policies.scripted import ScriptedPolicy
 
 S = 1_000_000_000
@@ -43,7 +43,7 @@ def test_scripted_from_a_bad_file_names_it(tmp_path: Path) -> None:
     bad.write_text("waypoints: [[1, 2]]\n")
     with pytest.raises(ValueError, match="policy.yaml: waypoints"):
         load_policy("scripted", str(bad), "x")
-    with pytest.raises(ValueError, match="unknown policy 'gpt'.*scripted, replay"):
+    with pytest.raises(ValueError, match="unknown policy .gpt.; available: lerobot, replay, scripted"):
         load_policy("gpt", "", "x")
 
 
@@ -142,13 +142,13 @@ def test_plugins_are_imported_only_when_named() -> None:
     code = (
         "import sys\n"
         "import teleop_flywheel.ros.nodes.policy\n"
-        "from teleop_flywheel.policies.base import load_policy\n"
+        "from teleop_flywheel.policies import load_policy\n"
         "p = load_policy('scripted', '', '')\n"
         "assert p.checkpoint_id == 'scripted-v0' and p.act([0.0] * 6, 0) == [0.0] * 6\n"
         "try:\n"
         "    load_policy('gpt', '', '')\n"
         "except ValueError as exc:\n"
-        "    assert 'scripted, replay, lerobot' in str(exc), exc  # the plugin is listed, not imported\n"
+        "    assert 'lerobot, replay, scripted' in str(exc), exc  # the plugin is listed, not imported\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lerobot')\n"
         "             or m == 'teleop_flywheel.policies.lerobot_checkpoint')\n"
         "print(bad)\n"
@@ -170,7 +170,7 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
     from teleop_flywheel.ros.nodes.policy import PolicyNode
 
     rclpy.init()
-    node = PolicyNode(parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42")])
+    node = PolicyNode(parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42"), Parameter("simulated", value=True)])
     got: list[JointState] = []
     node.create_subscription(JointState, "/policy/joint_command", got.append, STREAM_QOS)
     state = node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
@@ -210,7 +210,8 @@ def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
     context = rclpy.Context()
     rclpy.init(context=context, args=[])
     spinner = NodeSpinner(context)
-    node = PolicyNode(context=context, parameter_overrides=[Parameter("rate_hz", value=100)])  # int: accepted
+    node = PolicyNode(context=context, parameter_overrides=[Parameter("rate_hz", value=100),  # int: accepted
+                                                            Parameter("simulated", value=True)])
     probe = Node("policy_probe", context=context)
     got: list[tuple[int, str, list[float]]] = []
     probe.create_subscription(JointState, "/policy/joint_command", lambda m: got.append(
@@ -264,6 +265,18 @@ def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
         assert {f for _t, f, _p in got[n:]} == {"ckpt-2"}
         assert node.get_parameter("checkpoint_id").value == "ckpt-2"
         assert node.get_parameter("policy_args").value == str(waypoints)
+        # hand-back: α back at 0 after a takeover makes the running policy drop its plan, once
+        authority = probe.create_publisher(JointState, "/teleop/authority", STREAM_QOS)
+
+        def alpha(value: float) -> JointState:
+            return joint_state(["alpha", "mode", "intervention_id", "trigger"], [value, 1.0, 1.0, 0.0], now_ns())
+
+        for value in (0.0, 0.0, 0.4, 1.0, 1.0, 0.5, 0.0, 0.0):
+            authority.publish(alpha(value))
+            time.sleep(0.05)
+        wait(lambda: node.plans_dropped >= 1, "drop_plan at hand-back")
+        time.sleep(0.3)
+        assert node.plans_dropped == 1 and node.policy.plans_dropped == 1  # type: ignore[attr-defined]
         # and the read-only rate cannot be changed
         (rate,) = done(params.set_parameters([Parameter("rate_hz", value=10.0)])).results
         assert not rate.successful and "read-only" in rate.reason
@@ -272,3 +285,16 @@ def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
         node.destroy_node()
         probe.destroy_node()
         context.shutdown()
+
+
+def test_scripted_drop_plan_restarts_the_move_under_way_from_the_present_state() -> None:
+    pol = load_policy("scripted", "", "")
+    start = [0.0] * 6
+    first = pol.act(start, 0)
+    assert first == pytest.approx(start)
+    mid = pol.act(start, int(1.0e9))  # halfway through move 0 toward waypoint 0
+    pol.drop_plan()
+    moved = [0.9, -0.9, 0.9, -0.9, 0.9, -0.9]  # where the human left the arm
+    assert pol.act(moved, int(1.2e9)) == pytest.approx(moved)  # continues from here, no jump back
+    assert pol.act(moved, int(3.2e9)) == pytest.approx(pol.target(0))  # and still reaches its target
+    assert mid != pytest.approx(moved)

@@ -2,11 +2,15 @@
 
 `ArmDriver(bus, calibration, guard, role)` owns one `FeetechBus` (one thread drives it):
 
-- `connect()` opens the port and `configure()`s the arm: checks every servo is an STS3215, writes
-  the calibration (homing offset, position limits, return delay 0 — only registers that differ)
-  and the torque state (follower: on, holding where it is; leader: off, a human moves it);
-- `tick(now)` is one control period: one SYNC_READ of Present_Position+Velocity → a `Reading`
-  (radians, rad/s, the bus's arrival-time stamp), then, while torque is on, one SYNC_WRITE of the
+- `connect()` opens the port and `configure()`s the arm: checks every servo is an STS3215, checks
+  that the servos' EEPROM holds this calibration (homing offset, position limits) and refuses to
+  drive the arm if not (`CalibrationMismatch`, naming the joint and both values: only `calibrate`
+  and `setup-motors` write EEPROM identity and calibration, never a session start), writes the
+  operating settings that differ (`OPERATING`), and sets the torque state (follower: on, holding
+  where it is; leader: off, a human moves it);
+- `tick(now)` is one control period: one SYNC_READ of Present_Position, Velocity and Load (one
+  contiguous block) → a `Reading` (radians, rad/s, load as a signed fraction of the servo's
+  maximum torque, the bus's arrival-time stamp), then, while torque is on, one SYNC_WRITE of the
   goal the `CommandGuard` allows (joint limits, max step per tick, stale-command hold);
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
   (torque off next tick); a leader engages (torque on at `leader_torque_limit`) when commands
@@ -14,7 +18,9 @@
 - `run(rate_hz, stop, on_reading)` is the bus loop: paced ticks, a slow read of voltage,
   temperature and status every `slow_period_s`, and on a lost port: close, retry with exponential
   backoff (0.1 s doubling to 2 s), re-`configure()` on return;
-- `health()` is what `/diagnostics` says (level, message, values); `close(torque_on_exit)`.
+- `health()` is what `/diagnostics` says (level, message, values), including the age of the last
+  good reading: a loop that stopped getting readings (line noise, a stuck adapter) is WARN and
+  then ERROR naming the port, however good its average rate was; `close(torque_on_exit)`.
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
 `health()` reports, naming the port.
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.core.so101 import JOINT_NAMES, MODEL_NUMBER
 from teleop_flywheel.hw.feetech import codec as proto
@@ -36,11 +43,25 @@ from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, Por
 from teleop_flywheel.hw.feetech.control_table import error_names, register
 
 ROLES = ("leader", "follower")
-POS_ADDR = register("Present_Position").address  # Present_Position (56) + Present_Velocity (58)
-SLOW_ADDR = register("Present_Voltage").address  # Voltage (62), Temperature (63), -, Status (65), Moving (66)
-# 5 bytes, deliberately not the position read's 4: a late reply to one can never pass for the other.
-SLOW_SIZE = register("Moving").address - SLOW_ADDR + 1
+# The fast read: Present_Position (56), Present_Velocity (58), Present_Load (60), one block.
+POS_ADDR = register("Present_Position").address
+POS_SIZE = register("Present_Load").address + register("Present_Load").size - POS_ADDR
+# The slow read: Voltage (62), Temperature (63), -, Status (65), Moving (66), -, -, Present_Current (69-70).
+SLOW_ADDR = register("Present_Voltage").address
+SLOW_SIZE = register("Present_Current").address + register("Present_Current").size - SLOW_ADDR
+LOAD_FULL_SCALE = 1000.0  # Present_Load counts 0.1 % of the servo's maximum torque
+CURRENT_MA_PER_UNIT = 6.5  # Present_Current of an STS3215
 BACKOFF_S = (0.1, 2.0)  # first retry, cap
+STALE_READING_S = (0.1, 0.5)  # age of the last good reading that makes health WARN, then ERROR
+# Operating settings the driver may write at start, idempotently (only a register that differs),
+# the EEPROM ones behind the Lock register (LeRobot's SO-101 values). Never identity or calibration.
+OPERATING = {"Return_Delay_Time": 0, "Operating_Mode": 0, "P_Coefficient": 16, "I_Coefficient": 0,
+             "D_Coefficient": 32, "Acceleration": 254, "Maximum_Acceleration": 254}
+CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
+
+
+class CalibrationMismatch(FlywheelError, RuntimeError):
+    """The servos' EEPROM does not hold the calibration the driver was given: it refuses to drive."""
 
 Log = Callable[[str, str], None]  # (level "info" | "error", message)
 
@@ -53,6 +74,7 @@ class Reading:
     velocities: list[float]
     stamp_ns: int
     errors: dict[int, int] = field(default_factory=dict)  # servo id → fault bits seen on this read
+    efforts: list[float] = field(default_factory=list)  # Present_Load / 1000: signed fraction of max torque
 
 
 @dataclass
@@ -60,7 +82,9 @@ class DriverState:
     """What the bus thread knows, shared with `health()` under the driver's lock."""
 
     connected: bool = False
+    fatal: str = ""  # a reason the driver refuses to drive this arm at all (stops the loop)
     last_error: str = ""
+    last_reading_ns: int = 0  # monotonic time of the last good reading (0 = none yet)
     ticks: int = 0
     read_errors: int = 0
     reconnects: int = 0
@@ -68,6 +92,7 @@ class DriverState:
     tick_times: deque[int] = field(default_factory=lambda: deque(maxlen=1000))
     voltage_v: dict[str, float] = field(default_factory=dict)
     temperature_c: dict[str, int] = field(default_factory=dict)
+    current_ma: dict[str, float] = field(default_factory=dict)
     error_bits: dict[str, int] = field(default_factory=dict)
 
     def achieved_hz(self) -> float:
@@ -140,10 +165,18 @@ class ArmDriver:
         try:
             self.bus.open()
             self.configure()
+        except CalibrationMismatch as exc:
+            self.bus.close()
+            with self._lock:  # the owner ends with this reason (the node: one line, exit 1)
+                self.state.connected, self.state.fatal = False, str(exc)
+            return False
         except BusError as exc:
             self.bus.close()
             with self._lock:
+                first = not self._ever_connected and self.state.last_error != str(exc)
                 self.state.connected, self.state.last_error = False, str(exc)
+            if first:  # one line on the console (then /diagnostics) while the loop retries
+                self._log("error", f"{exc}; retrying with backoff")
             return False
         with self._lock:
             if self._ever_connected:
@@ -153,8 +186,21 @@ class ArmDriver:
             self.state.connected, self.state.last_error = True, ""
         return True
 
+    def check_calibration(self) -> None:
+        """CalibrationMismatch unless every servo's EEPROM holds this calibration."""
+        current = {name: self.bus.sync_read_register(name, self._ids).values for name in CALIBRATION_REGISTERS}
+        for joint in self.calibration.joints:
+            wanted = dict(zip(CALIBRATION_REGISTERS, (joint.homing_offset, joint.range_min, joint.range_max)))
+            for name, value in wanted.items():
+                if current[name][joint.id] != value:
+                    raise CalibrationMismatch(
+                        f"{self.port}: {joint.name} (servo {joint.id}) {name} is {current[name][joint.id]} in the servo "
+                        f"but {value} in {self.calibration.source or self.calibration.arm_id}: this arm was calibrated "
+                        f"with another file. Give the driver that file, or recalibrate: teleop-flywheel calibrate "
+                        f"--port {self.port} --arm {self.role} --out NEW.yaml")
+
     def configure(self) -> None:
-        """Check the servos, write calibration (only registers that differ) and the torque state.
+        """Check the servos and their calibration, write operating settings that differ, set torque.
 
         Fault bits on a read or on a write's acknowledgement are recorded, not raised: a servo
         reporting e.g. overheat must still be configured and show up in diagnostics, not keep the
@@ -168,12 +214,10 @@ class ArmDriver:
                                           f"expected {MODEL_NUMBER}")
         self._record_faults(models.errors)
         bus.sync_write_register("Torque_Enable", {i: 0 for i in self._ids})
-        wanted = {j.id: {"Return_Delay_Time": 0, "Homing_Offset": j.homing_offset,
-                         "Min_Position_Limit": j.range_min, "Max_Position_Limit": j.range_max}
-                  for j in self.calibration.joints}
-        current = {name: bus.sync_read_register(name, self._ids).values for name in wanted[self._ids[0]]}
-        for sid, regs in wanted.items():
-            changed = {name: v for name, v in regs.items() if current[name][sid] != v}
+        self.check_calibration()
+        current = {name: bus.sync_read_register(name, self._ids).values for name in OPERATING}
+        for sid in self._ids:
+            changed = {name: v for name, v in OPERATING.items() if current[name][sid] != v}
             for name, value in ([("Lock", 0)] + list(changed.items()) + [("Lock", 1)]) if changed else []:
                 try:
                     bus.write_register(sid, name, value)
@@ -198,16 +242,20 @@ class ArmDriver:
 
     # -- the control period ----------------------------------------------------------------
     def read(self) -> Reading:
-        """One SYNC_READ of position and velocity."""
-        reading = self.bus.sync_read(POS_ADDR, 4, self._ids)
-        raw_pos, vel = [], []
+        """One SYNC_READ of position, velocity and load."""
+        reading = self.bus.sync_read(POS_ADDR, POS_SIZE, self._ids)
+        raw_pos, vel, load = [], [], []
         for sid in self._ids:
             value = reading.values[sid]
             raw_pos.append(proto.from_sign_magnitude(value & 0xFFFF, 15))
-            vel.append(proto.from_sign_magnitude(value >> 16, 15))
+            vel.append(proto.from_sign_magnitude((value >> 16) & 0xFFFF, 15))
+            load.append(proto.from_sign_magnitude((value >> 32) & 0xFFFF, register("Present_Load").sign_bit or 10))
         rad = self.calibration.raw_to_rad(raw_pos)
         rad_s = [j.sign * v * RAD_PER_STEP for j, v in zip(self.calibration.joints, vel)]
-        return Reading(rad, rad_s, reading.stamp_ns, dict(reading.errors))
+        effort = [j.sign * f / LOAD_FULL_SCALE for j, f in zip(self.calibration.joints, load)]
+        with self._lock:
+            self.state.last_reading_ns = now_ns()
+        return Reading(rad, rad_s, reading.stamp_ns, dict(reading.errors), effort)
 
     def tick(self, now: int | None = None) -> Reading:
         """Read, then write what the guard allows; `now` (default: after the read) is the time the
@@ -246,8 +294,9 @@ class ArmDriver:
         return reading
 
     def slow_read(self) -> None:
-        """Voltage, temperature and status bits of every servo (for `health()`)."""
+        """Voltage, temperature, status bits and current of every servo (for `health()`)."""
         reading = self.bus.sync_read(SLOW_ADDR, SLOW_SIZE, self._ids)
+        current_at = register("Present_Current").address - SLOW_ADDR
         with self._lock:
             for sid, value in reading.values.items():
                 data = value.to_bytes(SLOW_SIZE, "little")
@@ -255,6 +304,8 @@ class ArmDriver:
                 self.state.voltage_v[name] = data[0] / 10.0
                 self.state.temperature_c[name] = data[1]
                 self.state.error_bits[name] = data[3] | reading.errors.get(sid, 0)
+                raw = int.from_bytes(data[current_at:current_at + 2], "little")
+                self.state.current_ma[name] = abs(proto.from_sign_magnitude(raw, 15)) * CURRENT_MA_PER_UNIT
 
     # -- the bus loop -----------------------------------------------------------------------
     def run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:
@@ -264,7 +315,7 @@ class ArmDriver:
         backoff = BACKOFF_S[0]
         next_tick = now_ns()
         next_slow = 0
-        while not stop.is_set():
+        while not stop.is_set() and not self.state.fatal:
             if not self.state.connected:
                 if not self.connect():
                     stop.wait(backoff)
@@ -306,14 +357,25 @@ class ArmDriver:
                 "rate_limited": self.guard.stats.rate_limited, "stale_ticks": self.guard.stats.stale_ticks,
                 "command_stale": self.guard.stale(now_ns()),
             }
+            age_s = (now_ns() - s.last_reading_ns) / NS_PER_S if s.last_reading_ns else None
+            values["last_reading_age_s"] = round(age_s, 3) if age_s is not None else "never"
             for name in JOINT_NAMES:
                 if name in s.temperature_c:
                     values[f"{name}.temperature_c"] = s.temperature_c[name]
                     values[f"{name}.voltage_v"] = s.voltage_v[name]
+                    values[f"{name}.current_ma"] = round(s.current_ma.get(name, 0.0), 1)
                 bits = s.error_bits.get(name, 0)
                 values[f"{name}.error_bits"] = f"0x{bits:02x}" + (f" ({', '.join(error_names(bits))})" if bits else "")
             faults = [n for n in JOINT_NAMES if s.error_bits.get(n, 0)]
-            if not s.connected:
+            stale = s.connected and age_s is not None and age_s > STALE_READING_S[0]
+            if s.fatal:
+                health = Health("ERROR", f"refusing to drive the arm on {self.port}: {s.fatal}", values)
+            elif stale and age_s is not None and age_s > STALE_READING_S[1]:
+                health = Health("ERROR", f"no reading from {self.port} for {age_s:.1f} s "
+                                         f"(last error: {s.last_error or 'none'})", values)
+            elif stale:
+                health = Health("WARN", f"readings from {self.port} late: last one {age_s * 1e3:.0f} ms ago", values)
+            elif not s.connected:
                 health = Health("ERROR", f"port {self.port} unavailable: {s.last_error or 'not connected yet'}; "
                                          "reconnecting", values)
             elif faults:

@@ -1,10 +1,8 @@
-"""The policy interface and how a policy is chosen by name.
+"""The policy interface.
 
 A policy maps the follower's state (radians, JOINT_NAMES order) at a monotonic time — plus the
-latest image of each camera it names in `cameras` — to a joint command. Built-ins: `scripted`
-(waypoints, what the simulator runs) and `replay` (the commands of a recorded episode). Anything
-else is looked up in the entry-point group `teleop_flywheel.policies` and imported only then, so
-learned policies (and torch) cost nothing unless asked for.
+latest image of each camera it names in `cameras` — to a joint command. How one is found by name:
+`teleop_flywheel.policies.load_policy`.
 
 `policy_args` is one string, `TARGET[,key=value...]`: a file, bag, dataset or checkpoint, then
 options (`split_args`); each policy documents its own keys.
@@ -12,13 +10,10 @@ options (`split_args`); each policy documents its own keys.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from importlib.metadata import entry_points
 from types import MappingProxyType
 from typing import Protocol
 
 import numpy as np
-
-ENTRY_POINT_GROUP = "teleop_flywheel.policies"
 
 Images = Mapping[str, np.ndarray]
 """Camera name → the latest frame of `/cameras/<name>/image/compressed`, RGB uint8 (H, W, 3)."""
@@ -26,6 +21,8 @@ NO_IMAGES: Images = MappingProxyType({})
 
 
 class Policy(Protocol):
+    """What the policy node runs. Subclass it explicitly to inherit `drop_plan`'s default."""
+
     checkpoint_id: str
 
     @property
@@ -37,6 +34,11 @@ class Policy(Protocol):
 
     def act(self, state: Sequence[float] | None, t_ns: int, images: Images = NO_IMAGES) -> list[float] | None:
         """The joint command for time t (None = nothing to command yet)."""
+
+    def drop_plan(self) -> None:
+        """Authority came back after a human takeover: forget any plan made before it (an action
+        chunk planned from a state the human has since changed must not resume). Default: none."""
+        return None
 
 
 def split_args(args: str, keys: Collection[str]) -> tuple[str, dict[str, str]]:
@@ -51,21 +53,3 @@ def split_args(args: str, keys: Collection[str]) -> tuple[str, dict[str, str]]:
                              f"{', '.join(f'{k}=...' for k in sorted(keys))}")
         options[key] = value.strip()
     return target.strip(), options
-
-
-def load_policy(name: str, args: str, checkpoint_id: str) -> Policy:
-    """A policy by name: `scripted`, `replay`, or an installed plugin."""
-    if name == "scripted":
-        from teleop_flywheel.policies.scripted import ScriptedPolicy
-
-        return ScriptedPolicy.from_args(args, checkpoint_id)
-    if name == "replay":
-        from teleop_flywheel.policies.replay import ReplayPolicy
-
-        return ReplayPolicy.from_args(args, checkpoint_id)
-    plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    if name not in plugins:
-        known = ", ".join(["scripted", "replay", *sorted(plugins)])
-        raise ValueError(f"unknown policy {name!r}; available: {known}")
-    factory = plugins[name].load()
-    return factory(args, checkpoint_id)

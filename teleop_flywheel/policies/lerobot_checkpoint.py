@@ -31,7 +31,7 @@ import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
+from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, split_args
 
 KEYS = ("calibration", "device", "fps", "task")
 STATE = "observation.state"
@@ -61,7 +61,7 @@ def check_dir(root: Path) -> None:
 
 
 @dataclass
-class LeRobotPolicy:
+class LeRobotPolicy(Policy):
     """A loaded LeRobot policy with its processors, speaking radians and monotonic nanoseconds."""
 
     checkpoint_id: str
@@ -86,6 +86,12 @@ class LeRobotPolicy:
         self.policy.reset()
         self.preprocessor.reset()
         self.postprocessor.reset()
+        self._next_ns, self._held = None, None
+
+    def drop_plan(self) -> None:
+        """Hand-back after a takeover: LeRobot's reset empties the action-chunk queue (a chunk
+        planned before the human moved the arm must not resume); processors and episode keep."""
+        self.policy.reset()
         self._next_ns, self._held = None, None
 
     def act(self, state: Sequence[float] | None, t_ns: int, images: Images = NO_IMAGES) -> list[float] | None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_COMMAND
-from teleop_flywheel.policies.base import NO_IMAGES, Images, split_args
+from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, split_args
 from teleop_flywheel.recording.reader import open_bag
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ DATASET_KEYS = ("calibration",)
 
 
 @dataclass
-class ReplayPolicy:
+class ReplayPolicy(Policy):
     checkpoint_id: str
     stamps_ns: np.ndarray  # offsets from the episode's first command, ascending
     positions: np.ndarray  # (N, 6), JOINT_NAMES order, radians
@@ -113,6 +113,11 @@ class ReplayPolicy:
         k = int(np.searchsorted(self.stamps_ns, t_ns - (self._t0 or 0), side="right")) - 1
         return [float(v) for v in self.positions[max(k, 0)]]
 
+
+
+def make_policy(args: str, checkpoint_id: str) -> ReplayPolicy:
+    """Entry point `replay` (teleop_flywheel.policies): its timeline goes on through a takeover."""
+    return ReplayPolicy.from_args(args, checkpoint_id)
 
 def _action_columns(feature: Feature, where: str) -> list[int]:
     """Columns of the six SO-101 joints in JOINT_NAMES order, from LeRobot's `<joint>.pos` names."""

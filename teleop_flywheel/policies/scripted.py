@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from teleop_flywheel.policies.base import NO_IMAGES, Images
+from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy
 
 DEFAULT_WAYPOINTS: list[list[float]] = [
     [0.0, -0.3, 0.4, 0.2, 0.0, 0.1],
@@ -28,15 +28,18 @@ def min_jerk(s: float) -> float:
 
 
 @dataclass
-class ScriptedPolicy:
+class ScriptedPolicy(Policy):
     checkpoint_id: str = "scripted-v0"
     waypoints: list[list[float]] = field(default_factory=lambda: [list(w) for w in DEFAULT_WAYPOINTS])
     move_s: float = 2.0
     fail_every: int = 0
     fail_offset_rad: float = 0.35
     cameras: tuple[str, ...] = field(default=(), init=False)
-    _start: list[float] | None = None
+    _start: list[float] | None = None  # the plan: from this state at _t0, move number _first onwards
     _t0: int = 0
+    _first: int = 0
+    _resume: bool = False  # after a takeover: re-plan the move under way from where the arm is
+    plans_dropped: int = 0
 
     @classmethod
     def from_args(cls, args: str, checkpoint_id: str) -> ScriptedPolicy:
@@ -57,7 +60,7 @@ class ScriptedPolicy:
 
     def reset(self, state: Sequence[float] | None, t_ns: int) -> None:
         self._start = None if state is None else list(state)
-        self._t0 = t_ns
+        self._t0, self._first = t_ns, 0
 
     def target(self, move: int) -> list[float]:
         goal = list(self.waypoints[move % len(self.waypoints)])
@@ -65,14 +68,29 @@ class ScriptedPolicy:
             goal = [g + self.fail_offset_rad for g in goal]
         return goal
 
+    def drop_plan(self) -> None:
+        """The human moved the arm: the move under way starts over from the present state."""
+        self._resume = True
+        self.plans_dropped += 1
+
     def act(self, state: Sequence[float] | None, t_ns: int, images: Images = NO_IMAGES) -> list[float] | None:
         if self._start is None:
             if state is None:
                 return None
             self.reset(state, t_ns)
+        if self._resume and state is not None:
+            self._resume = False
+            move = self._first + int((t_ns - self._t0) / 1e9 // self.move_s)
+            self._start, self._t0, self._first = list(state), t_ns, move
         elapsed = (t_ns - self._t0) / 1e9
-        move = int(elapsed // self.move_s)
-        frm = self._start if move == 0 else self.target(move - 1)
+        step = int(elapsed // self.move_s)
+        move = self._first + step
+        frm = self._start if step == 0 else self.target(move - 1)
         to = self.target(move)
-        s = min_jerk((elapsed - move * self.move_s) / self.move_s)
+        s = min_jerk((elapsed - step * self.move_s) / self.move_s)
         return [a + (b - a) * s for a, b in zip(frm, to)]  # type: ignore[arg-type]
+
+
+def make_policy(args: str, checkpoint_id: str) -> ScriptedPolicy:
+    """Entry point `scripted` (teleop_flywheel.policies)."""
+    return ScriptedPolicy.from_args(args, checkpoint_id)

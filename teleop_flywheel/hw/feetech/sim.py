@@ -8,10 +8,12 @@ leader arm while torque is off, wire-time emulation at the baud rate, the servos
 delay, and injectable faults (dropped replies, corrupted checksums, error bits, noise, a
 stall, an unplug with optional re-plug).
 
-Bring-up is simulated too: `calibration=` boots the servos with the EEPROM a calibration implies
-(homing offsets, position limits), so a driver that checks EEPROM against its calibration file
-finds them equal; `factory_new=True` is one servo straight from the box (id 1, factory baud,
-offset 0, full limits), for `setup-motors`; EEPROM registers (address < 40) take a write only
+Bring-up is simulated too: the servos boot with the EEPROM a calibration implies (homing offsets,
+position limits) — the shipped simulator calibration of the arm's role unless `calibration=` names
+another — so a driver that checks EEPROM against its calibration file finds them equal;
+`uncalibrated=True` boots them as delivered (offset 0, full limits), for `calibrate`;
+`factory_new=True` is one servo straight from the box (id 1, factory baud, offset 0, full
+limits), for `setup-motors`; EEPROM registers (address < 40) take a write only
 while `Lock` is 0; a Baud_Rate write moves the servo to that baud, and a host whose port is
 set to another baud gets no answer (the pty's termios speed is the host's setting); a
 broadcast PING is answered by every servo, in id order, each after its return delay.
@@ -29,11 +31,12 @@ import tty
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from teleop_flywheel.core.calibration import ArmCalibration
+from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
 from teleop_flywheel.hw.feetech.sim_servo import (
+    GRIPPER_ID,
     JOINT_RANGES,
     SERVO_IDS,
     HumanMotion,
@@ -102,6 +105,8 @@ class SimulatedArm:
         calibration: ArmCalibration | None = None,
         human: bool | None = None,
         factory_new: bool = False,
+        uncalibrated: bool = False,
+        grip_object: float | None = None,
     ) -> None:
         if role not in ("leader", "follower"):
             raise ValueError(f"role must be leader or follower, got {role!r}")
@@ -113,10 +118,15 @@ class SimulatedArm:
         # The scripted human moves a leader by default; `human=True` lets it move a follower
         # with torque off too (so `calibrate` can be run on either arm unattended).
         self.human = role == "leader" if human is None else human
+        # Shaft position (raw steps) where the gripper closes on an object: closing further stalls
+        # it there, and its load rises to full (the "gripper squeezed" the effort stream shows).
+        self.grip_object = grip_object
         if factory_new:
             self.servos = {1: Servo(1, return_delay)}
         else:
             self.servos = {sid: Servo(sid, return_delay, JOINT_RANGES[sid]) for sid in SERVO_IDS}
+        if calibration is None and not (uncalibrated or factory_new):
+            calibration = load_calibration(sim_calibration_file(role))
         if calibration is not None:
             for joint in calibration.joints:
                 if joint.id in self.servos:
@@ -207,6 +217,8 @@ class SimulatedArm:
                 continue
             k = 1.0 - math.exp(-dt / tau)
             new = s.position + (target - s.position) * k
+            if self.grip_object is not None and s.id == GRIPPER_ID and new < self.grip_object <= s.position:
+                new = self.grip_object  # the jaws met the object: the gripper stalls on it
             s.velocity = (new - s.position) / dt
             s.position = new
 

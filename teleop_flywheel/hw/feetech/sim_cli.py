@@ -25,9 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-wire-time", action="store_true", help="answer instantly (no wire-time emulation)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for probabilistic faults")
     parser.add_argument("--calibration", metavar="FILE",
-                        help="boot with the EEPROM this calibration implies (homing offsets, position limits)")
+                        help="boot with the EEPROM this calibration implies (homing offsets, position limits); "
+                             "default: the shipped simulator calibration of --arm")
+    parser.add_argument("--uncalibrated", action="store_true",
+                        help="boot as delivered: homing offsets 0, limits 0..4095 (for calibrate)")
     parser.add_argument("--human", action="store_true",
                         help="the scripted human moves this arm while its torque is off (default: leader only)")
+    parser.add_argument("--grip-object", type=float, metavar="STEPS",
+                        help="an object between the jaws: the gripper stalls when it closes to this shaft position")
     parser.add_argument("--factory-new", action="store_true",
                         help="one servo straight from the box (id 1, factory baud), for setup-motors")
 
@@ -49,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"sim-bus: {exc}", file=sys.stderr)
         return 2
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
-                       calibration=calibration, human=True if args.human else None, factory_new=args.factory_new)
+                       calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
+                       uncalibrated=args.uncalibrated, grip_object=args.grip_object)
     try:
         arm.start()
     except OSError as exc:

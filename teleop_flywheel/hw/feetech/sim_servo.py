@@ -10,10 +10,12 @@ from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, REGISTERS, TABLE_SIZE, register
 
 SERVO_IDS = (1, 2, 3, 4, 5, 6)
+GRIPPER_ID = 6
 # Physical travel of each SO-101 joint in raw steps (roughly what a calibrated arm visits).
 JOINT_RANGES: dict[int, tuple[int, int]] = {
     1: (900, 3200), 2: (800, 3300), 3: (850, 3100), 4: (850, 3200), 5: (200, 3900), 6: (2000, 3300),
 }
+LOAD_PER_STEP_ERROR = 8.0  # Present_Load units per step of tracking error: full torque at ~125 steps
 EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
 
 HumanMotion = Callable[[float], Sequence[float]]
@@ -99,7 +101,16 @@ class Servo:
         present = int(round(self.position)) - self.get("Homing_Offset")
         self.set("Present_Position", max(-4095, min(4095, present)))
         self.set("Present_Velocity", int(max(-32767, min(32767, round(self.velocity)))))
-        load = int(max(-1000, min(1000, self.velocity / 5))) if self.get("Torque_Enable") else 0
-        self.set("Present_Load", load)
+        self.set("Present_Load", self.load())
         self.set("Moving", 1 if abs(self.velocity) > 5 else 0)
-        self.set("Present_Current", abs(load) // 2)
+        # ~6.5 mA per unit; a stalled STS3215 at full torque draws ~2 A.
+        self.set("Present_Current", abs(self.load()) * 300 // 1000 + (5 if self.get("Torque_Enable") else 0))
+
+    def load(self) -> int:
+        """Present_Load (0.1 % of max torque, signed): the position loop's effort, proportional to
+        how far the shaft is from its goal — small while tracking, full when blocked (a gripper
+        closed on an object). Zero with torque off."""
+        if not self.get("Torque_Enable"):
+            return 0
+        error = self.goal_physical() - self.position
+        return int(max(-1000, min(1000, error * LOAD_PER_STEP_ERROR)))

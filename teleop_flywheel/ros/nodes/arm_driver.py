@@ -6,22 +6,31 @@ bus loop runs in this node's thread at `rate_hz` and every sample is published o
 the target (the shared `safety.CommandGuard`: limits, max step per tick, stale-command hold);
 for a leader an EMPTY position list releases the torque at once. `/diagnostics` once a second:
 connection, loop rate, bus and guard counters, voltage/temperature/fault bits per servo; a lost
-port is ERROR naming it while the loop reconnects with backoff. Every parameter is read-only
-(a running arm's port, calibration and safety settings do not change under it). On exit the bus
-thread stops first, then torque is released unless `torque_on_exit`.
+port is ERROR naming it while the loop reconnects with backoff (and one line on the console).
+`JointState.effort` is Present_Load as a signed fraction of the servo's maximum torque (−1..1).
+Every parameter is read-only (a running arm's port, calibration and safety settings do not
+change under it). On exit the bus thread stops first, then torque is released unless
+`torque_on_exit`.
+
+Safe by default on real hardware: a port is real unless the session that started its simulator
+says `simulated: true`. A real port needs a calibration file of its own (refused at start with
+how to make one), and a simulator's calibration (`config/calibration/*_sim.yaml`) is refused on
+it; a calibration that differs from what the servos hold in EEPROM stops the node with the joint
+and both values (`hw.arm.CalibrationMismatch`) — the driver never writes calibration to EEPROM.
 """
 from __future__ import annotations
 
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
-from teleop_flywheel.core.calibration import load_calibration
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import BAUD_RATE, DEFAULT_LIMITS_RAD, JOINT_NAMES
@@ -40,7 +49,8 @@ class ArmDriverParams(NodeParams):
     role: str = spec("follower", "leader (human-moved, torque off) or follower (torque on)", choices=ROLES)
     rate_hz: float = spec(200.0, "bus loop rate (Hz): one sync read + one sync write per tick", range=(1.0, 2000.0))
     baudrate: int = spec(BAUD_RATE, "bus baud rate", range=(9600, 1_000_000))
-    calibration_file: str = spec("", "calibration YAML of this arm (config/calibration/*.yaml)", required=True)
+    calibration_file: str = spec("", "calibration YAML (or LeRobot JSON) of this arm, made by teleop-flywheel calibrate")
+    simulated: bool = spec(False, "the port is a simulator this session started (allows simulator calibrations)")
     max_step_rad: float = spec(0.05, "largest change of a joint's goal per tick (rad); 0 = off", range=(0.0, 1.0))
     watchdog_ms: float = spec(100.0, "hold position when no command for this long (ms); 0 = off",
                               range=(0.0, 10_000.0))
@@ -62,6 +72,7 @@ class ArmDriverNode(Node):
         super().__init__(node_name, **kwargs)
         self.params = NodeParameters(self, ArmDriverParams)
         p = self.params.values
+        self._check_calibration_choice(p)
         calibration = load_calibration(p.calibration_file)  # CalibrationError names the file and field
         try:
             limits = effective_limits(calibration, p.joint_lower_limits, p.joint_upper_limits)
@@ -82,6 +93,23 @@ class ArmDriverNode(Node):
                                         name=f"arm-driver-{p.role}", daemon=True)
         self._thread.start()
 
+    @property
+    def failure(self) -> str:
+        """Why this node cannot go on (spin_node ends the process with it), else empty."""
+        return self.arm.state.fatal
+
+    def _check_calibration_choice(self, p: ArmDriverParams) -> None:
+        node = self.get_fully_qualified_name()
+        make_one = (f"make one with: teleop-flywheel calibrate --port {p.port} --arm {p.role} --out "
+                    f"~/so101_{p.role}.yaml (docs/arm_driver.md)")
+        if not p.calibration_file:
+            raise ParameterError(node, "calibration_file", "", f"a calibration of this arm is required; {make_one}")
+        sims = {sim_calibration_file(role).resolve() for role in ROLES}
+        if not p.simulated and Path(p.calibration_file).expanduser().resolve() in sims:
+            raise ParameterError(node, "calibration_file", p.calibration_file,
+                                 f"a simulator's calibration is used only with simulators (simulated: true) and "
+                                 f"{p.port} is a real port; {make_one}")
+
     def _log(self, level: str, message: str) -> None:
         if level == "error":  # one call site per severity: rclpy refuses a site that changes it
             self.get_logger().error(message)
@@ -91,7 +119,7 @@ class ArmDriverNode(Node):
     def _publish(self, reading: Reading) -> None:
         """Bus thread: one sample out, stamped at the bus."""
         self._pub.publish(joint_state(JOINT_NAMES, reading.positions, reading.stamp_ns, reading.velocities,
-                                      frame_id=self.arm.calibration.arm_id))
+                                      reading.efforts, frame_id=self.arm.calibration.arm_id))
 
     def _on_command(self, msg: JointState) -> None:
         if not msg.position:

@@ -95,7 +95,8 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
     threads (bus loop, camera loop, recorder take loop) may still publish: each then dies with
     `RCLError: publisher's context is invalid`. Here a signal only ends the spin loop; the node's
     `close()` stops its threads, and only then are the node and the context shut down. A node that
-    cannot start (a `FlywheelError`: bad parameter, calibration file, …) prints one line and
+    cannot start (a `FlywheelError`: bad parameter, calibration file, …), or that reports a
+    `failure` while running (an arm whose EEPROM holds another calibration), prints one line and
     returns 1.
     """
     rclpy.init(args=list(sys.argv if args is None else args), signal_handler_options=SignalHandlerOptions.NO)
@@ -112,8 +113,9 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         try:
-            while not stop.is_set() and rclpy.ok():
-                executor.spin_once(timeout_sec=0.1)  # a signal is seen within 0.1 s
+            # A signal is seen within 0.1 s; so is a node's `failure` (a reason it cannot go on).
+            while not stop.is_set() and rclpy.ok() and not getattr(node, "failure", ""):
+                executor.spin_once(timeout_sec=0.1)
         except ExternalShutdownException:
             pass
         finally:
@@ -122,6 +124,10 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
                 close()
             executor.remove_node(node)
             executor.shutdown()
+        failure = getattr(node, "failure", "")
+        if failure:
+            print(f"{node.get_fully_qualified_name()}: {failure}", file=sys.stderr, flush=True)
+            return 1
         return 0
     finally:
         if node is not None:

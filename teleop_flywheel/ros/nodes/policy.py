@@ -17,7 +17,13 @@ produced each episode. Parameters:
 (set them together with `/policy/set_parameters_atomically`, or one at a time when each step
 loads); one that cannot be loaded is refused with the reason and the running policy stays.
 `~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
-(between episodes or evaluation trials).
+(between episodes or evaluation trials). When the blend weight α on `/teleop/authority` returns
+to 0 after a human takeover, the node calls `Policy.drop_plan()`: a plan made before the human
+moved the arm (LeRobot's action-chunk queue) never resumes.
+
+The scripted policy drives the follower to hard-coded waypoints: it runs only when the session
+says the follower is a simulator (`simulated: true`, which `sim` sessions pass) or when asked for
+on purpose (`scripted_on_real: true`); otherwise the node refuses to start and says so.
 
 A policy that needs images names its cameras (`Policy.cameras`); the node subscribes to
 `/cameras/<name>/image/compressed` for each, decodes the latest JPEG to RGB at the tick that uses
@@ -40,10 +46,11 @@ from std_srvs.srv import Trigger
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_STATE, POLICY_COMMAND, camera_image
-from teleop_flywheel.policies.base import Policy, load_policy
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, camera_image
+from teleop_flywheel.policies import load_policy
+from teleop_flywheel.policies.base import Policy
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
-from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 RESET_SERVICE = "~/reset"
 
@@ -61,6 +68,14 @@ class PolicyParams(NodeParams):
     checkpoint_id: str = spec("", "checkpoint id tagged on every command (empty: the policy's own); "
                               "changeable at run time", read_only=False)
     rate_hz: float = spec(50.0, "command rate (Hz)", range=(0.1, 1000.0))
+    simulated: bool = spec(False, "the follower is a simulator this session started")
+    scripted_on_real: bool = spec(False, "let the scripted policy (hard-coded waypoints) drive a real follower")
+
+    def check(self) -> None:
+        if self.policy == "scripted" and not (self.simulated or self.scripted_on_real):
+            raise Invalid("policy", "'scripted' drives the follower to hard-coded waypoints and the follower is "
+                                    "not a simulator: choose your policy (policy:=lerobot policy_args:=CHECKPOINT_DIR), "
+                                    "or set scripted_on_real:=true if you mean it")
 
 
 def _load(p: PolicyParams) -> Policy:
@@ -104,6 +119,9 @@ class PolicyNode(Node):
         self._image_subs: dict[str, Subscription] = {}
         self._pub = self.create_publisher(JointState, POLICY_COMMAND, STREAM_QOS)
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
+        self._alpha = 0.0
+        self.plans_dropped = 0
+        self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS)
         self._watch_cameras(self.policy.cameras)
         self.create_service(Trigger, RESET_SERVICE, self._srv_reset)
         self.create_timer(1.0 / self.params.values.rate_hz, self._tick)
@@ -138,6 +156,16 @@ class PolicyNode(Node):
         if all(n in by_name for n in JOINT_NAMES):
             with self._lock:
                 self._state = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def _on_authority(self, msg: JointState) -> None:
+        """α back at 0 after a takeover: the policy drops any plan made before it."""
+        fields = dict(zip(msg.name, msg.position))
+        alpha = float(fields.get("alpha", 0.0))
+        if alpha == 0.0 and self._alpha > 0.0:
+            with self._lock:
+                self.policy.drop_plan()
+                self.plans_dropped += 1
+        self._alpha = alpha
 
     def _tick(self) -> None:
         t = now_ns()

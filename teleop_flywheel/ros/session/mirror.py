@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
             for role in ("leader", "follower"):
                 overrides = [Parameter("port", value=str(Path(tmp) / role)), Parameter("role", value=role),
                              Parameter("rate_hz", value=float(args.rate_hz)),
-                             Parameter("calibration_file", value=str(sim_calibration_file(role)))]
+                             Parameter("calibration_file", value=str(sim_calibration_file(role))),
+                             Parameter("simulated", value=True)]
                 remap = ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
                 drivers[role] = ArmDriverNode(f"{role}_driver", context=context, parameter_overrides=overrides,
                                               cli_args=remap)

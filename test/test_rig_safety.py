@@ -1,0 +1,172 @@
+"""Safe by default on a real SO-101 (issue 14): what a driver refuses, says and measures.
+
+Node executables run as their own processes against simulated arms on real ptys; a port counts
+as real unless the driver is told `simulated:=true`, exactly as with hardware.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.core.safety import CommandGuard
+from teleop_flywheel.core.so101 import DEFAULT_LIMITS_RAD, JOINT_NAMES
+from teleop_flywheel.hw.arm import ArmDriver, CalibrationMismatch, Reading, effective_limits
+from teleop_flywheel.hw.feetech.bus import FeetechBus
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def node_cmd(module: str, **params: object) -> list[str]:
+    cmd = [sys.executable, "-m", f"teleop_flywheel.ros.nodes.{module}", "--ros-args"]
+    for k, v in params.items():
+        cmd += ["-p", f"{k}:={v}"]
+    return cmd
+
+
+def one_line_failure(cmd: list[str], timeout: float = 120) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 1, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+def driver(arm: SimulatedArm, cal_path: Path | str, role: str = "follower") -> ArmDriver:
+    cal = load_calibration(cal_path)
+    limits = effective_limits(cal, [lo for lo, _ in DEFAULT_LIMITS_RAD.values()],
+                              [hi for _, hi in DEFAULT_LIMITS_RAD.values()])
+    return ArmDriver(FeetechBus(str(arm.link)), cal, CommandGuard(JOINT_NAMES, limits), role)
+
+
+def test_a_real_port_without_calibration_is_refused_with_how_to_make_one(tmp_path: Path) -> None:
+    line = one_line_failure(node_cmd("arm_driver", port=tmp_path / "ttyACM0", role="follower"))
+    assert "calibration_file" in line and "teleop-flywheel calibrate --port" in line
+
+
+def test_a_simulator_calibration_is_refused_on_a_real_port(tmp_path: Path) -> None:
+    line = one_line_failure(node_cmd("arm_driver", port=tmp_path / "ttyACM0", role="follower",
+                                     calibration_file=sim_calibration_file("follower")))
+    assert "used only with simulators" in line and "real port" in line
+
+
+def test_the_scripted_policy_never_drives_a_real_follower_by_default() -> None:
+    line = one_line_failure(node_cmd("policy", policy="scripted"))
+    assert "hard-coded waypoints" in line and "scripted_on_real" in line
+
+
+def test_eeprom_that_differs_from_the_calibration_stops_the_driver_naming_both_values(tmp_path: Path) -> None:
+    other = yaml.safe_load(sim_calibration_file("follower").read_text())
+    other["joints"]["elbow_flex"]["homing_offset"] = 77
+    other_file = tmp_path / "other_follower.yaml"
+    other_file.write_text(yaml.safe_dump(other))
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        before = {sid: s.get("Homing_Offset") for sid, s in arm.servos.items()}
+        line = one_line_failure(node_cmd("arm_driver", port=arm.link, role="follower", simulated="true",
+                                         calibration_file=other_file))
+        assert "elbow_flex (servo 3) Homing_Offset is 0 in the servo but 77 in" in line
+        assert "teleop-flywheel calibrate" in line
+        assert {sid: s.get("Homing_Offset") for sid, s in arm.servos.items()} == before  # EEPROM untouched
+        d = driver(arm, other_file)
+        d.bus.open()
+        try:
+            with pytest.raises(CalibrationMismatch, match="elbow_flex"):
+                d.configure()
+        finally:
+            d.bus.close()
+
+
+def test_a_port_that_cannot_be_opened_is_one_console_line_then_retries(tmp_path: Path) -> None:
+    port = tmp_path / "so101_follower"
+    proc = subprocess.Popen(node_cmd("arm_driver", port=port, role="follower", simulated="true",
+                                     calibration_file=sim_calibration_file("follower")),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert str(port) in line and "cannot open" in line and "retrying with backoff" in line, line
+        time.sleep(1.0)
+        assert proc.poll() is None  # still running, retrying
+    finally:
+        proc.send_signal(2)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err
+    assert err.count("cannot open") == 0  # the same reason is said once, not every retry
+
+
+def test_the_driver_never_writes_calibration_at_start(tmp_path: Path) -> None:
+    """Operating settings only: homing offsets and limits stay what calibrate wrote."""
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        writes: list[tuple[int, int]] = []
+        for servo in arm.servos.values():
+            original = servo.write
+
+            def spy(address: int, data: bytes, _orig=original, _sid=servo.id) -> None:
+                writes.append((_sid, address))
+                _orig(address, data)
+
+            servo.write = spy  # type: ignore[method-assign]
+        d = driver(arm, sim_calibration_file("follower"))
+        assert d.connect()
+        d.close()
+    eeprom_identity = {3, 5, 6, 9, 10, 11, 12, 31, 32}  # model, ID, baud, limits, homing offset
+    assert not [w for w in writes if w[1] in eeprom_identity], writes
+
+
+def test_effort_is_load_and_a_gripper_closing_on_an_object_squeezes(tmp_path: Path) -> None:
+    cal = load_calibration(sim_calibration_file("follower"))
+    with SimulatedArm("follower", link=tmp_path / "follower", grip_object=2300.0) as arm:
+        d = driver(arm, sim_calibration_file("follower"))
+        assert d.connect()
+        try:
+            readings: list[Reading] = []
+            stop = threading.Event()
+            runner = threading.Thread(target=d.run, args=(200.0, stop, readings.append))
+            runner.start()
+            time.sleep(0.5)
+            assert all(abs(e) < 0.2 for e in readings[-1].efforts), readings[-1].efforts  # holding still
+            closed = list(readings[-1].positions)
+            closed[5] = float(cal["gripper"].raw_to_rad(cal["gripper"].range_min))  # close fully
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not (arm.servos[6].position <= 2300.5 and
+                                                       readings[-1].efforts[5] < -0.8):
+                d.command(JOINT_NAMES, closed, time.monotonic_ns())
+                time.sleep(0.02)
+            stop.set()
+            runner.join(5)
+        finally:
+            d.close()
+    last = readings[-1]
+    assert len(last.efforts) == 6
+    assert last.efforts[5] < -0.8, last.efforts  # squeezing: near full torque, closing direction
+    assert arm.servos[6].position == pytest.approx(2300.0, abs=1.0)  # stalled on the object
+
+
+def test_a_frozen_loop_is_not_reported_healthy(tmp_path: Path) -> None:
+    """The old health said OK "at 200 Hz" (an average over past ticks) while no reading came."""
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(stall_at=1.0, stall_for=60)) as arm:
+        d = driver(arm, sim_calibration_file("follower"))
+        stop = threading.Event()
+        runner = threading.Thread(target=d.run, args=(200.0, stop, lambda _r: None))
+        runner.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and d.health().level != "OK":
+                time.sleep(0.05)
+            assert d.health().level == "OK"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and "no reading" not in d.health().message:
+                time.sleep(0.05)
+            health = d.health()
+            assert health.level == "ERROR" and f"no reading from {arm.link}" in health.message, health
+        finally:
+            stop.set()
+            runner.join(10)
+            d.close()
