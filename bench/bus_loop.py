@@ -1,7 +1,10 @@
 """Benchmark: leader sync-read + follower sync-write through two simulated 1 Mbaud buses.
 
+The read is the arm driver's fast read: Present_Position, Present_Velocity and Present_Load
+(addresses 56-61, 6 bytes per servo) of all six servos; the write is Goal_Position of all six.
 Two `sim-bus` processes (wire-time emulation on, return delay 0) stand in for the arms. In one
-run we measure, for our `FeetechBus` and for the vendor SDK's GroupSyncRead/GroupSyncWrite:
+run we measure, for our `FeetechBus` (which fences after any anomaly, so it never returns a stale
+reply) and for the vendor SDK's GroupSyncRead/GroupSyncWrite:
 - free-running loop rate (Hz) and its ratio to the wire-time limit of one read + one write;
 - a loop paced at 500 Hz: achieved rate and period jitter (|period - 2 ms|) p50/p99.
 Writes bench/results/bus_loop.json. Usage: python bench/bus_loop.py [--seconds 5]
@@ -20,13 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
+from teleop_flywheel.hw.arm import POS_ADDR, POS_SIZE
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus
 from teleop_flywheel.hw.feetech.control_table import register
 
 IDS = list(range(1, 7))
-POS = register("Present_Position")
 GOAL = register("Goal_Position")
+FENCES = {"ours": 0}
 BAUD = 1_000_000
 FAILURES = {"ours": 0, "vendor_sdk": 0}  # reads that timed out (after retries, for ours)
 
@@ -44,13 +48,18 @@ def ours(leader: str, follower: str) -> tuple[Callable[[], None], Callable[[], N
 
     def step() -> None:
         try:
-            reading = lb.sync_read(POS.address, POS.size, IDS)
+            reading = lb.sync_read(POS_ADDR, POS_SIZE, IDS)
         except BusTimeout:
             FAILURES["ours"] += 1
             return
-        fb.sync_write(GOAL.address, GOAL.size, reading.values)
+        fb.sync_write(GOAL.address, GOAL.size, {sid: v & 0xFFFF for sid, v in reading.values.items()})
 
-    return step, lambda: (lb.close(), fb.close())
+    def close() -> None:
+        FENCES["ours"] = lb.stats.fences
+        lb.close()
+        fb.close()
+
+    return step, close
 
 
 def vendor(leader: str, follower: str) -> tuple[Callable[[], None], Callable[[], None]]:
@@ -61,7 +70,7 @@ def vendor(leader: str, follower: str) -> tuple[Callable[[], None], Callable[[],
         port.openPort()
         port.setBaudRate(BAUD)
     ph = scs.PacketHandler(0)
-    reader = scs.GroupSyncRead(lp, ph, POS.address, POS.size)
+    reader = scs.GroupSyncRead(lp, ph, POS_ADDR, POS_SIZE)
     for sid in IDS:
         reader.addParam(sid)
     writer = scs.GroupSyncWrite(fp, ph, GOAL.address, GOAL.size)
@@ -72,7 +81,7 @@ def vendor(leader: str, follower: str) -> tuple[Callable[[], None], Callable[[],
             return
         writer.clearParam()
         for sid in IDS:
-            v = reader.getData(sid, POS.address, POS.size)
+            v = reader.getData(sid, POS_ADDR, 2)
             writer.addParam(sid, [v & 0xFF, v >> 8])
         writer.txPacket()
 
@@ -114,12 +123,14 @@ def main() -> int:
     args = ap.parse_args()
     sims = [start_sim("leader"), start_sim("follower")]
     leader, follower = sims[0][1], sims[1][1]
-    read_bytes = len(p.sync_read(POS.address, POS.size, IDS)) + len(IDS) * (POS.size + 6)
+    read_bytes = len(p.sync_read(POS_ADDR, POS_SIZE, IDS)) + len(IDS) * (POS_SIZE + 6)
     write_bytes = len(p.sync_write(GOAL.address, GOAL.size, {i: 0 for i in IDS}))
     # Read and write are on separate buses but sequential in one loop: the limit is their sum.
     wire_limit_hz = 1e9 / (p.wire_time_ns(read_bytes, BAUD) + p.wire_time_ns(write_bytes, BAUD))
     results: dict[str, object] = {"wire_limit_hz": wire_limit_hz, "seconds": args.seconds,
-                                  "machine": f"{platform.machine()} x{os.cpu_count()}"}
+                                  "read": f"sync read {POS_SIZE} bytes at {POS_ADDR} (position, velocity, load) x6",
+                                  "machine": f"{platform.machine()} x{os.cpu_count()}",
+                                  "load_average_before": os.getloadavg()}
     try:
         for name, make in (("ours", ours), ("vendor_sdk", vendor)):
             step, close = make(leader, follower)
@@ -135,6 +146,8 @@ def main() -> int:
             proc.wait(5)
     ours_hz = results["ours"]["free_running_hz"]  # type: ignore[index]
     results["failed_reads"] = FAILURES
+    results["fences_ours"] = FENCES["ours"]
+    results["load_average_after"] = os.getloadavg()
     results["ratio_ours_to_vendor"] = ours_hz / results["vendor_sdk"]["free_running_hz"]  # type: ignore[index]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
