@@ -55,6 +55,14 @@ def header_stamp_ns(data: Buffer) -> int:
     return int(sec) * 1_000_000_000 + int(nanosec)
 
 
+def header_stamps_ns(messages: list[bytes]) -> np.ndarray:
+    """header.stamp (ns) of many messages that start with std_msgs/Header (int64 array)."""
+    out = np.empty(len(messages), np.int64)
+    for i, d in enumerate(messages):
+        out[i] = header_stamp_ns(d)
+    return out
+
+
 def cdr_string(data: Buffer, offset: int) -> str:
     """A CDR string (uint32 length incl. NUL, bytes) at `offset` of the payload-with-header."""
     if len(data) < offset + 4:
@@ -130,6 +138,13 @@ class CdrReader:
     def u32(self) -> int:
         return int(self._unpack("I", 4))
 
+    def count(self, min_size: int) -> int:
+        """A sequence length whose elements (at least `min_size` bytes each) must fit in what is left."""
+        n = self.u32()
+        if n * min_size > len(self.data) - self.pos:
+            raise CdrError(f"CDR sequence of {n} elements at {self.pos} cannot fit in {len(self.data)} bytes")
+        return n
+
     def i32(self) -> int:
         return int(self._unpack("i", 4))
 
@@ -137,7 +152,10 @@ class CdrReader:
         n = self.u32()
         if self.pos + n > len(self.data):
             raise CdrError(f"CDR string of {n} bytes at {self.pos} runs past {len(self.data)} bytes")
-        s = bytes(self.data[self.pos:self.pos + n - 1]).decode("utf-8") if n else ""
+        try:
+            s = bytes(self.data[self.pos:self.pos + n - 1]).decode("utf-8") if n else ""
+        except UnicodeDecodeError as exc:
+            raise CdrError(f"CDR string at {self.pos} is not UTF-8: {exc}") from None
         self.pos += n
         return s
 
@@ -253,10 +271,12 @@ def joint_state_layout(data: Buffer) -> tuple[int, str, list[str], list[tuple[in
     c = CdrReader(data)
     stamp = c.stamp()
     frame = c.string()
-    names = [c.string() for _ in range(c.u32())]
+    names = [c.string() for _ in range(c.count(4))]
     spans = []
-    for _ in range(3):
+    for field_name in ("position", "velocity", "effort"):
         arr, off = c.array("f8", 8)
+        if len(arr) not in (0, len(names)):
+            raise CdrError(f"JointState {field_name} has {len(arr)} values for {len(names)} names")
         spans.append((off, len(arr)))
     return stamp, frame, names, spans
 

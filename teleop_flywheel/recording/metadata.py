@@ -10,6 +10,7 @@ is the same sequence dumped to a string (what rosbag2's `serialize_rclcpp_qos_ve
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -220,18 +221,40 @@ def find_mcap(bag: str | os.PathLike[str]) -> tuple[Path, Path]:
     """(bag directory, its .mcap file) from a bag directory or the .mcap file itself.
 
     A directory's file is `<name>_0.mcap` if present, else its only `*.mcap` (a renamed bag
-    directory); none, or several without `<name>_0.mcap`, is an error that names them.
+    directory); none, or several without `<name>_0.mcap`, is an error that names them. Only
+    regular files count: a FIFO or device named `.mcap` is an error, never opened (it would block).
     """
     bag = Path(bag)
     if bag.is_file():
         return bag.parent, bag
     if not bag.is_dir():
+        if bag.exists() or bag.is_symlink():
+            raise BagNotFoundError(f"{bag}: {_kind(bag)}, not a bag directory or .mcap file")
         raise BagNotFoundError(f"{bag}: no such bag directory (or .mcap file)")
     expected = bag / mcap_file_name(bag.name)
     if expected.is_file():
         return bag, expected
-    found = sorted(bag.glob("*.mcap"))
+    candidates = sorted(bag.glob("*.mcap"))
+    found = [p for p in candidates if p.is_file()]
     if len(found) != 1:
-        names = ", ".join(p.name for p in found) or "none"
+        odd = [f"{p.name} ({_kind(p)})" for p in candidates if not p.is_file()]
+        names = ", ".join([p.name for p in found] + odd) or "none"
         raise BagNotFoundError(f"{bag}: expected {expected.name} or a single .mcap file, found {names}")
     return bag, found[0]
+
+
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is, for an error message."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        return exc.strerror or "unreadable"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISLNK(mode):
+        return "a dangling symlink" if not path.exists() else "a symlink"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"

@@ -8,8 +8,10 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
     bag.metadata_yaml                        # dict | None (rosbag2_bagfile_information)
     bag.topics                               # {topic: type name}
     bag.damage                               # [BagDamage(code="TRUNCATED"|"CORRUPT", file, detail)]
-    bag.episode_id                           # sha256 of the messages (see `content_id`)
-    raw = bag.raw("/follower/joint_states")  # RawTopic(log_ns, publish_ns, data: list[bytes])
+    bag.episode_id                           # content id v2: messages + episode metadata (`episode_id_for`)
+    bag.episode_id_v1                        # content id v1: the messages only (`content_id`)
+    raw = bag.raw("/follower/joint_states")  # RawTopic(log_ns, publish_ns, sequence, data: list[bytes])
+    bag.stamps("/follower/joint_states")     # header.stamp of every message, read from the CDR
     js = bag.joint_state("/follower/joint_states")  # JointStream: stamps_ns, names, position (N,J), ...
     imgs = bag.images("/cameras/wrist/image/compressed")  # ImageStream: stamps_ns, log_ns, jpeg bytes
     bag.authority(), bag.strings("/teleop/intervention"), bag.joy("/pedal/joy"),
@@ -21,18 +23,26 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
     for m in idx.messages(start_ns):         # RawMessage(channel_id, log_time, publish_time, data)
         ...                                  # in log-time order, read through the MCAP index
 
-`stamps_ns` are the source stamps (`header.stamp`, = MCAP publish_time); `log_ns` the receive
-times (wall clock). All arrays are numpy; stamps int64. Decoding is `recording.cdr`'s.
+`stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
+base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
+writes the DDS send time there; bags recorded here before the ROS-time revision wrote the header
+stamp) and never used as a stamp. `log_ns` are the receive times (wall clock). Header stamps are
+ROS time in bags with `EpisodeMeta.stamp_clock == "ros"` and in foreign rosbag2 bags,
+CLOCK_MONOTONIC in older bags of ours. All arrays are numpy; stamps int64. Decoding is
+`recording.cdr`'s.
 
 Damage: `open_bag` reads the file record by record with `recording.scan`, so a bag cut
-mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`, and a
-chunk whose CRC or zstd frame is bad is skipped and marked `CORRUPT`; both name the file.
+mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a
+chunk whose CRC or compressed frame is bad, a data-section or summary CRC mismatch, a duplicated
+chunk or record, counts that disagree with the summary or with metadata.yaml, and an episode record
+that disagrees with metadata.yaml `custom_data` are `CORRUPT` (`recording.integrity`); all name the file.
 `open_indexed` needs the summary and index a complete file has (else: `teleop-flywheel recover`).
 Both find the file with `recording.metadata.find_mcap`.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -48,14 +58,14 @@ from rosbags.typesys import Stores, get_typestore
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import AUTHORITY
-from teleop_flywheel.recording import cdr
+from teleop_flywheel.recording import cdr, integrity
 from teleop_flywheel.recording.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
-from teleop_flywheel.recording.scan import NotMcapError, scan
+from teleop_flywheel.recording.scan import NotMcapError, ScanResult, scan
 from teleop_flywheel.recording.writer import START_RECORD
 
 __all__ = ["Bag", "BagDamage", "BagReadError", "UnindexedBagError", "RawTopic", "RawChannel", "RawMessage",
            "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
-           "TRUNCATED", "CORRUPT"]
+           "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
 
 TRUNCATED = "TRUNCATED"
 CORRUPT = "CORRUPT"
@@ -112,6 +122,7 @@ class RawTopic:
     log_ns: np.ndarray
     publish_ns: np.ndarray
     data: list[bytes]
+    sequence: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -157,8 +168,11 @@ class ImageStream:
     data: list[bytes]  # compressed bytes (jpeg)
 
 
+ID_VERSION = 2  # what `Bag.episode_id` is; v1 ids (`Bag.episode_id_v1`) stay resolvable
+
+
 def content_id(topics: dict[str, RawTopic]) -> str:
-    """sha256 over every message: topic, type, log/publish time and CDR bytes, topics sorted.
+    """Content id v1: sha256 over every message: topic, type, log/publish time and CDR bytes, topics sorted.
 
     Independent of file and directory names, compression and chunking (it hashes decoded
     messages, not file bytes); any changed, added or removed message changes it.
@@ -175,6 +189,16 @@ def content_id(topics: dict[str, RawTopic]) -> str:
     return h.hexdigest()
 
 
+def episode_id_for(messages_id: str, record: dict[str, str] | None) -> str:
+    """Content id v2: the v1 message hash and the episode metadata record (canonical JSON, without
+    `episode_name`, the bag's label; none for a bag without one). A flipped calibration or outcome
+    in the metadata changes the id; renaming or copying the bag does not."""
+    h = hashlib.sha256(f"teleop_flywheel.episode_id/{ID_VERSION}\0{messages_id}\0".encode())
+    covered = None if record is None else {k: v for k, v in record.items() if k != "episode_name"}
+    h.update(json.dumps(covered, sort_keys=True, ensure_ascii=True).encode())
+    return h.hexdigest()
+
+
 @dataclass
 class Bag:
     path: Path
@@ -185,14 +209,28 @@ class Bag:
     damage: list[BagDamage]
     mcap_metadata: dict[str, dict[str, str]]
     _raw: dict[str, RawTopic] = field(repr=False, default_factory=dict)
+    episode_record: dict[str, str] | None = None  # the MCAP record `episode` was read from
+    _stamps: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.path.name if self.path.is_dir() else self.mcap_path.stem
 
     @cached_property
-    def episode_id(self) -> str:
+    def episode_id_v1(self) -> str:
         return content_id(self._raw)
+
+    @cached_property
+    def episode_id(self) -> str:
+        return episode_id_for(self.episode_id_v1, self.episode_record)
+
+    def stamps(self, topic: str) -> np.ndarray:
+        """header.stamp (ns) of every message of a stamped topic, read from the CDR (CdrError if a
+        payload is too short); the time base of alignment and validation, never publish_time."""
+        cached = self._stamps.get(topic)
+        if cached is None:
+            cached = self._stamps[topic] = cdr.header_stamps_ns(self.raw(topic).data)
+        return cached
 
     def raw(self, topic: str) -> RawTopic:
         if topic not in self._raw:
@@ -264,50 +302,74 @@ def open_bag(path: str | Path) -> Bag:
             meta_yaml = read_metadata_yaml(bag_dir)
         except Exception:  # missing (crashed recorder) or unreadable: the MCAP is the truth
             meta_yaml = None
-    per_channel: dict[int, tuple[list[int], list[int], list[bytes]]] = {}
+    per_channel: dict[int, tuple[list[int], list[int], list[int], list[bytes]]] = {}
 
     def keep(m: Message) -> None:
         entry = per_channel.get(m.channel_id)
         if entry is None:
-            entry = per_channel[m.channel_id] = ([], [], [])
+            entry = per_channel[m.channel_id] = ([], [], [], [])
         entry[0].append(m.log_time)
         entry[1].append(m.publish_time)
-        entry[2].append(m.data)
+        entry[2].append(m.sequence)
+        entry[3].append(m.data)
 
     try:
         scanned = scan(mcap_path, keep)
     except NotMcapError as exc:
         raise BagReadError(str(exc)) from None
     file = str(mcap_path)
+    damage = _scan_damage(scanned, file)
+    topics: dict[str, str] = {}
+    raw: dict[str, RawTopic] = {}
+    for cid, ch in sorted(scanned.channels.items()):
+        schema = scanned.schemas.get(ch.schema_id)
+        type_name = schema.name if schema is not None else ""
+        if ch.topic in raw:
+            damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))
+            continue
+        topics[ch.topic] = type_name
+        log, pub, seq, data = per_channel.get(cid, ([], [], [], []))
+        raw[ch.topic] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data,
+                                 np.asarray(seq, np.int64))
+        dup = integrity.duplicate_records(ch.topic, raw[ch.topic].log_ns, raw[ch.topic].publish_ns,
+                                          raw[ch.topic].sequence, data)
+        if dup:
+            damage.append(BagDamage(CORRUPT, file, dup))
+    if scanned.complete and not scanned.bad_chunks:
+        damage += [BagDamage(CORRUPT, file, p)
+                   for p in integrity.yaml_count_problems(meta_yaml, {t: len(r) for t, r in raw.items()})]
+    episode = None
+    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
+    if record:
+        try:
+            episode = EpisodeMeta.from_strings(record)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
+    disagree = integrity.metadata_disagreement(scanned.metadata.get(METADATA_RECORD), meta_yaml)
+    if disagree and scanned.complete:
+        damage.append(BagDamage(CORRUPT, file, disagree))
+    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
+               scanned.metadata, raw, record or None)
+
+
+def _scan_damage(scanned: ScanResult, file: str) -> list[BagDamage]:
     damage: list[BagDamage] = []
     if scanned.malformed:
         damage.append(BagDamage(CORRUPT, file, scanned.malformed))
     if scanned.bad_chunks:
         damage.append(BagDamage(CORRUPT, file, f"{scanned.bad_chunks} chunk(s) failed their CRC or decompression "
                                                "and were skipped"))
-    if not scanned.complete:
+    damage += [BagDamage(CORRUPT, file, p) for p in scanned.problems]
+    if scanned.zero_tail_at is not None:
+        damage.append(BagDamage(TRUNCATED, file, f"no footer/summary: file ends in zeros from byte "
+                                                 f"{scanned.zero_tail_at} of {scanned.size}"))
+    elif not scanned.complete and not scanned.malformed:
         damage.append(BagDamage(TRUNCATED, file,
                                 f"no footer/summary: file ends after {scanned.good_bytes} readable bytes of "
                                 f"{scanned.size} ({scanned.discarded_bytes} bytes of a cut record discarded)"))
     if scanned.orphans:
         damage.append(BagDamage(CORRUPT, file, f"messages on channels {scanned.orphans} without definitions"))
-    topics: dict[str, str] = {}
-    raw: dict[str, RawTopic] = {}
-    for cid, ch in sorted(scanned.channels.items()):
-        schema = scanned.schemas.get(ch.schema_id)
-        type_name = schema.name if schema is not None else ""
-        topics[ch.topic] = type_name
-        log, pub, data = per_channel.get(cid, ([], [], []))
-        raw[ch.topic] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data)
-    episode = None
-    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
-    if record:
-        try:
-            episode = EpisodeMeta.from_strings(record)
-        except (ValueError, TypeError) as exc:
-            damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
-    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
-               scanned.metadata, raw)
+    return damage
 
 
 class IndexedBag:

@@ -1,39 +1,64 @@
-"""The record-by-record scan of an MCAP file that tolerates what a crash leaves (no ROS import).
+"""The record-by-record scan of an MCAP file that tolerates what a crash leaves and names what damage
+did (no ROS import).
 
 `open_bag` (the reader) and `recover` both read bags with it, so they agree on what survived:
 
-- records are read top level one at a time (no footer, summary or index needed); chunks are
-  opened and their CRC checked;
-- the scan stops at the first incomplete record (a file cut mid-write): `complete` stays False
-  and `good_bytes` says where the readable part ends;
-- a chunk whose CRC or compressed frame is bad is skipped and counted (`bad_chunks`);
-- a malformed record (a length that points inside the file but bytes that do not parse) stops
-  the scan with `malformed` saying where; messages whose channel record was lost are `orphans`.
+- only a regular file is opened (a FIFO or device named `.mcap` would block a reader forever);
+- records are read top level one at a time (no footer, summary or index needed); every length is
+  checked against the bytes that are there, and records are parsed by this module with explicit
+  bounds (mcap's parsers read short silently or raise its own `EndOfFile`);
+- the scan stops at the first incomplete record (a file cut mid-write): `complete` stays False and
+  `good_bytes` says where the readable part ends. A run of zero bytes where a record should start
+  (a crash on a filesystem that had allocated the blocks) is the same: `zero_tail_at`, found in
+  large blocks instead of walked 9 bytes at a time;
+- an impossible record (opcode 0 followed by data, an opcode MCAP does not define, a record whose
+  fields do not fill it exactly, a length past the end of a file that has its closing magic)
+  stops the scan with `malformed` saying where;
+- a chunk is decompressed with its declared size as a bound and checked against its CRC (when the
+  writer computed one); a bad chunk is skipped and counted (`bad_chunks`), a byte-identical copy
+  of an earlier chunk is skipped and reported;
+- the data-section CRC (DataEnd) and the summary CRC (Footer) are verified when present, the
+  summary's Statistics are compared with the messages counted, and anything wrong is a line in
+  `problems`.
 
 Definitions, metadata records, per-channel counts and time spans are collected; messages are
 handed to `on_message` (and not kept) so memory stays small for a multi-GB bag.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import lz4.frame
+import zstandard
 from mcap.data_stream import ReadDataStream
+from mcap.exceptions import McapError
 from mcap.opcode import Opcode
-from mcap.records import Channel, Chunk, Message, Metadata, Schema
-from mcap.stream_reader import breakup_chunk
+from mcap.records import Channel, DataEnd, Footer, Message, Metadata, Schema, Statistics
 
 from teleop_flywheel.core.errors import FlywheelError
 
 MAGIC = b"\x89MCAP0\r\n"
+KNOWN_OPCODES = frozenset(int(o) for o in Opcode)
+MAX_CHUNK_BYTES = 1 << 30  # a declared uncompressed chunk size beyond this is damage, not data
+_BLOCK = 1 << 20
+_RECORD_TYPES: dict[int, type] = {Opcode.SCHEMA: Schema, Opcode.CHANNEL: Channel, Opcode.METADATA: Metadata}
 
 
 class NotMcapError(FlywheelError, ValueError):
-    """The file does not start with the MCAP magic."""
+    """The file does not start with the MCAP magic, or is not a regular file."""
+
+
+class Malformed(ValueError):
+    """A record whose bytes cannot be what its header says."""
 
 
 @dataclass
@@ -50,9 +75,13 @@ class ScanResult:
     counts: dict[int, int] = field(default_factory=dict)
     start_log_ns: int | None = None
     end_log_ns: int | None = None
-    last_stamp_ns: int | None = None  # largest publish_time (the source stamp)
+    last_stamp_ns: int | None = None  # largest publish_time
     bad_chunks: int = 0
-    malformed: str | None = None  # why the scan stopped before the end of a file with a footer
+    malformed: str | None = None  # why the scan stopped before the end of the file
+    zero_tail_at: int | None = None  # offset where an all-zero tail begins (treated as a cut)
+    statistics: Statistics | None = None
+    data_crc: bool = False  # the file carried a data-section CRC and it matched
+    problems: list[str] = field(default_factory=list)  # CRC mismatches, duplicate chunks, count disagreements
 
     @property
     def discarded_bytes(self) -> int:
@@ -77,24 +106,150 @@ class ScanResult:
             self.last_stamp_ns = m.publish_time
 
 
-def _top_level(f: BinaryIO, size: int) -> Iterator[tuple[int, int, bytes]]:
-    """(offset, opcode, content) of each complete top-level record after the magic."""
+def open_regular(path: str | Path) -> BinaryIO:
+    """Open a file for reading only if it is a regular file (never blocks on a FIFO or device)."""
+    p = Path(path)
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            raise NotMcapError(f"{p}: {kind}, not an MCAP file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _all_zero(f: BinaryIO, start: int, size: int) -> bool:
+    f.seek(start)
+    remaining = size - start
+    while remaining > 0:
+        block = f.read(min(_BLOCK, remaining))
+        if not block or block.strip(b"\0"):
+            return False
+        remaining -= len(block)
+    return True
+
+
+def _top_level(f: BinaryIO, size: int, result: ScanResult, crc: list[int]) -> Iterator[tuple[int, int, bytes]]:
+    """(offset, opcode, content) of each complete top-level record after the magic; stops at a cut,
+    a zero tail or an impossible record (recorded in `result`). `crc[0]` accumulates the data CRC."""
     pos = len(MAGIC)
+    closed = size >= 2 * len(MAGIC) and _tail_is_magic(f, size)
     while pos + 9 <= size:
         f.seek(pos)
-        opcode, length = struct.unpack("<BQ", f.read(9))
+        prefix = f.read(9)
+        opcode, length = struct.unpack("<BQ", prefix)
+        if opcode == 0 and length == 0 and _all_zero(f, pos, size):
+            result.zero_tail_at = pos
+            return
+        if opcode not in KNOWN_OPCODES:
+            result.malformed = f"{result.path}: impossible record (opcode 0x{opcode:02x}) at byte {pos}"
+            return
         if pos + 9 + length > size:
+            if closed:
+                result.malformed = (f"{result.path}: record at byte {pos} claims {length} bytes, past the end of a "
+                                    "file that has its closing magic")
             return  # cut mid-record
-        yield pos, opcode, f.read(length)
+        content = f.read(length)
+        crc[0] = zlib.crc32(content, zlib.crc32(prefix, crc[0]))
+        yield pos, opcode, content
         pos += 9 + length
+
+
+def _tail_is_magic(f: BinaryIO, size: int) -> bool:
+    f.seek(size - len(MAGIC))
+    return f.read(len(MAGIC)) == MAGIC
+
+
+def _parse(cls: Any, content: bytes) -> Any:
+    """A fixed-layout record that must fill its content exactly."""
+    stream = ReadDataStream(BytesIO(content))
+    rec = cls.read(stream)
+    if stream.count != len(content):
+        raise Malformed(f"{cls.__name__} record of {len(content)} bytes holds {stream.count} bytes of fields")
+    return rec
+
+
+def _message(buf: bytes, off: int, length: int) -> Message:
+    if length < 22:
+        raise Malformed(f"message record of {length} bytes (< 22)")
+    channel_id, sequence, log_time, publish_time = struct.unpack_from("<HIQQ", buf, off)
+    return Message(channel_id=channel_id, sequence=sequence, log_time=log_time, publish_time=publish_time,
+                   data=bytes(buf[off + 22:off + length]))
+
+
+def _decompress(compression: str, data: bytes, size: int) -> bytes:
+    if size > MAX_CHUNK_BYTES:
+        raise Malformed(f"chunk declares {size} uncompressed bytes")
+    if compression == "":
+        out = data
+    elif compression == "zstd":
+        reader = zstandard.ZstdDecompressor().stream_reader(data)
+        parts, total = [], 0
+        while total <= size:
+            block = reader.read(min(_BLOCK, size + 1 - total))
+            if not block:
+                break
+            parts.append(block)
+            total += len(block)
+        out = b"".join(parts)
+    elif compression == "lz4":
+        out = lz4.frame.LZ4FrameDecompressor().decompress(data, max_length=size + 1)
+    else:
+        raise Malformed(f"unknown chunk compression {compression[:20]!r}")
+    if len(out) != size:
+        raise Malformed(f"chunk decompresses to {len(out)} bytes, declares {size}")
+    return out
+
+
+def _chunk_records(content: bytes) -> list[Any]:
+    """Schemas, channels and messages of one chunk; Malformed for any inconsistency."""
+    if len(content) < 40:
+        raise Malformed(f"chunk record of {len(content)} bytes")
+    _start, _end, size, crc, clen = struct.unpack_from("<QQQII", content, 0)
+    if 32 + clen + 8 > len(content):
+        raise Malformed("chunk compression name runs past the record")
+    compression = content[32:32 + clen].decode("utf-8")
+    (dlen,) = struct.unpack_from("<Q", content, 32 + clen)
+    if 40 + clen + dlen != len(content):
+        raise Malformed(f"chunk data of {dlen} bytes does not fill the record of {len(content)} bytes")
+    data = _decompress(compression, content[40 + clen:], size)
+    if crc != 0 and zlib.crc32(data) != crc:
+        raise Malformed("chunk CRC mismatch")
+    if crc == 0 and size and not data.strip(b"\0"):
+        raise Malformed("chunk of zeros")
+    out: list[Any] = []
+    pos = 0
+    while pos < len(data):
+        if pos + 9 > len(data):
+            raise Malformed("chunk ends inside a record header")
+        opcode, length = struct.unpack_from("<BQ", data, pos)
+        body = pos + 9
+        if body + length > len(data):
+            raise Malformed(f"chunk record at {pos} runs past the chunk")
+        if opcode == Opcode.MESSAGE:
+            out.append(_message(data, body, length))
+        elif opcode == Opcode.SCHEMA:
+            out.append(_parse(Schema, data[body:body + length]))
+        elif opcode == Opcode.CHANNEL:
+            out.append(_parse(Channel, data[body:body + length]))
+        else:
+            raise Malformed(f"record with opcode 0x{opcode:02x} inside a chunk")
+        pos = body + length
+    return out
 
 
 def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int, int]]:
     """(offset, length with the 9-byte prefix) of the top-level records (of `opcode`) up to the footer."""
     path = Path(path)
     out = []
-    with open(path, "rb") as f:
-        for pos, op, content in _top_level(f, path.stat().st_size):
+    result = ScanResult(path=path, size=path.stat().st_size)
+    with open_regular(path) as f:
+        for pos, op, content in _top_level(f, result.size, result, [0]):
             if opcode is None or op == opcode:
                 out.append((pos, 9 + len(content)))
             if op == Opcode.FOOTER:
@@ -102,48 +257,90 @@ def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int,
     return out
 
 
-def _records(opcode: int, content: bytes, result: ScanResult) -> list[Any]:
-    stream = ReadDataStream(BytesIO(content))
-    if opcode == Opcode.CHUNK:
-        try:
-            return list(breakup_chunk(Chunk.read(stream), validate_crc=True))
-        except Exception:  # corrupt chunk (bad CRC/zstd frame): lose it, keep going
-            result.bad_chunks += 1
+class _Scanner:
+    def __init__(self, f: BinaryIO, result: ScanResult, on_message: Callable[[Message], None] | None) -> None:
+        self.f, self.result, self.on_message = f, result, on_message
+        self.chunk_digests: set[bytes] = set()
+        self.data_end_at: int | None = None
+
+    def records(self, pos: int, opcode: int, content: bytes, crc_before: int) -> list[Any]:
+        r = self.result
+        if self.data_end_at is not None and opcode in (Opcode.CHUNK, Opcode.MESSAGE, Opcode.METADATA,
+                                                       Opcode.ATTACHMENT, Opcode.DATA_END):
+            r.problems.append(f"data record (opcode 0x{opcode:02x}) at byte {pos}, after the end of the data section")
             return []
-    if opcode == Opcode.MESSAGE:
-        return [Message.read(stream, len(content))]
-    if opcode == Opcode.SCHEMA:
-        return [Schema.read(stream)]
-    if opcode == Opcode.CHANNEL:
-        return [Channel.read(stream)]
-    if opcode == Opcode.METADATA:
-        return [Metadata.read(stream)]
-    if opcode == Opcode.FOOTER:
-        result.complete = True
-    return []  # indexes, statistics, attachments: the summary is rebuilt, not read
+        if opcode == Opcode.CHUNK:
+            digest = hashlib.blake2b(content, digest_size=20).digest()
+            if digest in self.chunk_digests:
+                r.problems.append(f"chunk at byte {pos} is a byte-identical copy of an earlier chunk (skipped)")
+                return []
+            self.chunk_digests.add(digest)
+            try:
+                return _chunk_records(content)
+            except (Malformed, struct.error, UnicodeDecodeError, McapError, zstandard.ZstdError, RuntimeError,
+                    MemoryError):
+                r.bad_chunks += 1
+                return []
+        if opcode == Opcode.MESSAGE:
+            return [_message(content, 0, len(content))]
+        if opcode in (Opcode.SCHEMA, Opcode.CHANNEL, Opcode.METADATA):
+            return [_parse(_RECORD_TYPES[opcode], content)]
+        if opcode == Opcode.STATISTICS:
+            r.statistics = _parse(Statistics, content)
+        elif opcode == Opcode.DATA_END:
+            self.data_end_at = pos + 9 + len(content)
+            expected = _parse(DataEnd, content).data_section_crc
+            if expected:
+                if expected == crc_before:
+                    r.data_crc = True
+                else:
+                    r.problems.append(f"data section CRC mismatch (recorded {expected:08x}, computed {crc_before:08x})")
+        elif opcode == Opcode.FOOTER:
+            self.footer(pos, _parse(Footer, content))
+        return []  # header, indexes, attachments, summary offsets: the summary is rebuilt, not read
+
+    def footer(self, pos: int, footer: Footer) -> None:
+        r, f = self.result, self.f
+        r.complete = True
+        if footer.summary_start and footer.summary_start != self.data_end_at:
+            r.problems.append(f"footer says the summary starts at byte {footer.summary_start}, the data section "
+                              f"ends at {self.data_end_at}")
+        elif footer.summary_crc:
+            start = footer.summary_start or pos
+            f.seek(start)
+            covered = f.read(pos + 9 + 16 - start)
+            if zlib.crc32(covered) != footer.summary_crc:
+                r.problems.append("summary section CRC mismatch")
+        f.seek(pos + 9 + 20)
+        if f.read(len(MAGIC)) != MAGIC:
+            r.problems.append("no closing magic after the footer")
+        elif pos + 9 + 20 + len(MAGIC) != r.size:
+            r.problems.append(f"{r.size - (pos + 9 + 20 + len(MAGIC))} bytes after the closing magic")
 
 
 def scan(path: str | Path, on_message: Callable[[Message], None] | None = None) -> ScanResult:
     """Read every surviving record of `path` in file order (see the module docstring).
 
-    Raises `NotMcapError` for a file that is not MCAP and OSError if it cannot be read; damage
-    is reported in the result, not raised.
+    Raises `NotMcapError` for a file that is not MCAP (or not a regular file) and OSError if it
+    cannot be read; damage is reported in the result, not raised.
     """
     path = Path(path)
-    result = ScanResult(path=path, size=path.stat().st_size)
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
+        result = ScanResult(path=path, size=os.fstat(f.fileno()).st_size)
         if f.read(len(MAGIC)) != MAGIC:
             raise NotMcapError(f"{path}: not an MCAP file (bad magic)")
-        for pos, opcode, content in _top_level(f, result.size):
+        scanner = _Scanner(f, result, on_message)
+        crc = [zlib.crc32(MAGIC)]
+        before = crc[0]
+        for pos, opcode, content in _top_level(f, result.size, result, crc):
             try:
-                records = _records(opcode, content, result)
-            except (struct.error, ValueError, UnicodeDecodeError, EOFError) as exc:
+                records = scanner.records(pos, opcode, content, before)
+            except (Malformed, struct.error, ValueError, UnicodeDecodeError, McapError) as exc:
                 result.malformed = f"{path}: malformed record at byte {pos}: {exc}"
                 break
+            before = crc[0]
             end = pos + 9 + len(content)
-            if result.complete and f.read(len(MAGIC)) == MAGIC:  # the closing magic after the footer
-                end += len(MAGIC)
-            result.good_bytes = end
+            result.good_bytes = end + (len(MAGIC) if result.complete else 0)
             for r in records:
                 if isinstance(r, Message):
                     result._add_message(r)
@@ -157,4 +354,17 @@ def scan(path: str | Path, on_message: Callable[[Message], None] | None = None) 
                     result.metadata[r.name] = dict(r.metadata)
             if result.complete:
                 break
+        _check_statistics(result)
     return result
+
+
+def _check_statistics(result: ScanResult) -> None:
+    s = result.statistics
+    if s is None or result.bad_chunks:
+        return
+    counted = {cid: n for cid, n in result.counts.items() if n}
+    recorded = {cid: n for cid, n in s.channel_message_counts.items() if n}
+    if counted != recorded or s.message_count != result.message_count:
+        diff = sorted(cid for cid in set(counted) | set(recorded) if counted.get(cid) != recorded.get(cid))
+        result.problems.append(f"{result.message_count} messages read, the summary statistics say {s.message_count}"
+                               f" (channels {diff[:8]} differ)")

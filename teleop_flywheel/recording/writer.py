@@ -5,7 +5,8 @@ Layout written (what `ros2 bag record -s mcap` writes, plus our episode metadata
     <name>/
       <name>_0.mcap    profile "ros2"; schemas "ros2msg" with full dependency text; "cdr"
                        channels with metadata offered_qos_profiles + topic_type_hash;
-                       zstd chunks + message indexes + summary; metadata records
+                       zstd chunks (CRC each) + message indexes + summary (CRC) +
+                       data-section CRC covering every record; metadata records
                        "teleop_flywheel.episode.start" (at open), "teleop_flywheel.episode"
                        (final, at close) and "rosbag2" (serialized_metadata, at close)
       metadata.yaml    rosbag2_bagfile_information v9 (written at close, atomically)
@@ -165,7 +166,8 @@ class BagWriter:
             self._raise_io(exc, self.path)
         try:
             self._file = open(self.mcap_path, "xb")
-            self._mcap = Writer(self._file, chunk_size=chunk_size, compression=COMPRESSION[compression])
+            self._mcap = Writer(self._file, chunk_size=chunk_size, compression=COMPRESSION[compression],
+                                enable_crcs=True, enable_data_crcs=True)
             self._mcap.start(profile=PROFILE, library=LIBRARY)
             if episode is not None:
                 self._mcap.add_metadata(START_RECORD, episode.to_strings())
