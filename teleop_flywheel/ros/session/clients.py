@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rcl_interfaces.srv import GetParameters, SetParameters, SetParametersAtomically
+from rclpy.client import Client
 from rclpy.node import Node
 from rclpy.parameter import Parameter, parameter_value_to_python
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -73,9 +74,9 @@ class ParameterClient:
 
     def __init__(self, node: Node, target: str) -> None:
         self.target = target
-        self._get = node.create_client(GetParameters, f"{target}/get_parameters")
-        self._set = node.create_client(SetParameters, f"{target}/set_parameters")
-        self._set_atomic = node.create_client(SetParametersAtomically, f"{target}/set_parameters_atomically")
+        self._get: Client = node.create_client(GetParameters, f"{target}/get_parameters")
+        self._set: Client = node.create_client(SetParameters, f"{target}/set_parameters")
+        self._set_atomic: Client = node.create_client(SetParametersAtomically, f"{target}/set_parameters_atomically")
 
     def get(self, *names: str) -> dict[str, Any]:
         res = call(self._get, GetParameters.Request(names=list(names)))
@@ -100,7 +101,7 @@ class PolicyClient:
 
     def __init__(self, node: Node, policy: str = POLICY_NODE) -> None:
         self.params = ParameterClient(node, policy)
-        self._reset = node.create_client(Trigger, f"{policy}/{POLICY_RESET}")
+        self._reset: Client = node.create_client(Trigger, f"{policy}/{POLICY_RESET}")
 
     def reset(self) -> None:
         trigger(self._reset)

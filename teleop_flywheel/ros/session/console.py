@@ -55,10 +55,10 @@ class ConsoleNode:
                 state.on_diagnostic(s.name, levels.get(level, str(level)), s.message, {kv.key: kv.value for kv in s.values})
 
         n.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diag, 50)
-        self._trigger = {a: n.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
-        self._rec_params = n.create_client(SetParameters, f"{recorder}/set_parameters")
-        self._mode = n.create_client(SetBool, f"{teleop}/set_policy_mode")
-        self._label = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
+        self._trigger: dict[str, Any] = {a: n.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
+        self._rec_params: Any = n.create_client(SetParameters, f"{recorder}/set_parameters")
+        self._mode: Any = n.create_client(SetBool, f"{teleop}/set_policy_mode")
+        self._label: dict[str, Any] = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
         # Terminal fallback for rigs without a foot pedal: the space bar toggles the takeover on
         # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
         self._pedal = n.create_publisher(Joy, PEDAL_JOY, STREAM_QOS)

@@ -27,7 +27,7 @@ def generate(kind: str) -> Any:
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
-    from launch import LaunchDescription
+    from launch import LaunchDescription  # type: ignore[attr-defined]
 
     def setup(context: Any) -> list[Any]:
         values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}

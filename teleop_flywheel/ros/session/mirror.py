@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import rclpy
 from rclpy.context import Context
@@ -63,7 +64,7 @@ class TrackingStats:
 class TrackingMonitor(Node):
     """Compares each follower sample with the latest leader sample (both stamped at the bus)."""
 
-    def __init__(self, settle_s: float, **kwargs: object) -> None:
+    def __init__(self, settle_s: float, **kwargs: Any) -> None:
         super().__init__("mirror_monitor", **kwargs)
         self.settle_ns = int(settle_s * NS_PER_S)
         self.started_ns = now_ns()

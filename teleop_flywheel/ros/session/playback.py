@@ -193,7 +193,7 @@ def serve_foxglove(
     """Start a Foxglove WebSocket server playing `source` in a background thread."""
     import foxglove
     from foxglove import Channel, Schema
-    from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus
+    from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus, ServerListener
 
     context = foxglove.Context()
     channels: dict[int, Any] = {}
@@ -207,7 +207,7 @@ def serve_foxglove(
         return PlaybackState(status=status, current_time=player.position_ns, playback_speed=player.speed,
                              did_seek=did_seek, request_id=request_id)
 
-    class Listener:
+    class Listener(ServerListener):
         def on_subscribe(self, client: object, channel: object) -> None:
             pass
 
@@ -280,7 +280,7 @@ def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False, wai
 
     rclpy.init()
     node = Node("bag_replay")
-    publishers = {}
+    publishers: dict[int, Any] = {}
     for cid, ch in source.channels.items():
         try:
             publishers[cid] = node.create_publisher(msg_class(ch.schema_name), ch.topic, STREAM_QOS)

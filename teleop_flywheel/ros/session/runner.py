@@ -87,6 +87,11 @@ def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, st
     return driver.bags
 
 
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
     import termios
     import tty
@@ -101,7 +106,7 @@ def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
     saved = termios.tcgetattr(fd)
     try:
         tty.setcbreak(fd)
-        run_attended(driver, console, fd, lambda text: (sys.stdout.write(text), sys.stdout.flush()), stop)
+        run_attended(driver, console, fd, _write, stop)
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         session.remove_node(console.node)
