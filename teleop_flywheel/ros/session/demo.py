@@ -82,43 +82,45 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
         status.wait_all_topics(READY_S)  # the recorder has found every stream it records
         t_start = time.monotonic()
         pedal = VirtualPedal(session.graph.pedal_fifo)
-        print(f"demo: session up ({', '.join(session.node_names)}: one process each); "
-              f"recording {len(plans)} episodes of {seconds:.0f} s", flush=True)
-        for p in plans:
-            t_episode = t_start + WARMUP_S + p.index * episode_span
-            while time.monotonic() < t_episode:
-                if session.failed.wait(0.05):
-                    raise RuntimeError(f"the session failed: {session.failure}")
-            policy.reset()
-            operator.call("start")
-            t0 = time.monotonic()
+        try:
+            print(f"demo: session up ({', '.join(session.node_names)}: one process each); "
+                  f"recording {len(plans)} episodes of {seconds:.0f} s", flush=True)
+            for p in plans:
+                t_episode = t_start + WARMUP_S + p.index * episode_span
+                while time.monotonic() < t_episode:
+                    if session.failed.wait(0.05):
+                        raise RuntimeError(f"the session failed: {session.failure}")
+                policy.reset()
+                operator.call("start")
+                t0 = time.monotonic()
 
-            def at(t: float) -> None:
-                while time.monotonic() < t0 + t:
-                    time.sleep(0.01)
+                def at(t: float) -> None:
+                    while time.monotonic() < t0 + t:
+                        time.sleep(0.01)
 
-            # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
-            at(2.4)
-            pedal.takeover(True)
-            at(2.9)
-            if p.label:
-                pedal.label(p.label)
-            if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
-                at(seconds * 0.4)
-                camera.set(stall_now_s=4.0)
-            at(min(4.4, seconds - 1.0))
-            pedal.takeover(False)
-            at(seconds - 0.3)
-            if p.outcome:
-                operator.set(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
-                             failure_label="dropped the brick" if p.outcome == "failure" else "")
-            at(seconds)
-            before = status.last_saved()
-            operator.call("stop")
-            name = Path(status.saved_after(before)).name
-            print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
-                  f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''})", flush=True)
-        pedal.close()
+                # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
+                at(2.4)
+                pedal.takeover(True)
+                at(2.9)
+                if p.label:
+                    pedal.label(p.label)
+                if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
+                    at(seconds * 0.4)
+                    camera.set(stall_now_s=4.0)
+                at(min(4.4, seconds - 1.0))
+                pedal.takeover(False)
+                at(seconds - 0.3)
+                if p.outcome:
+                    operator.set(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
+                                 failure_label="dropped the brick" if p.outcome == "failure" else "")
+                at(seconds)
+                before = status.last_saved()
+                operator.call("stop")
+                name = Path(status.saved_after(before)).name
+                print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
+                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''})", flush=True)
+        finally:
+            pedal.close()
         session.remove_node(operator.node)
         if session.failed.is_set():
             raise RuntimeError(f"the session failed: {session.failure}")
