@@ -367,14 +367,14 @@ class ArmDriver:
                 bits = s.error_bits.get(name, 0)
                 values[f"{name}.error_bits"] = f"0x{bits:02x}" + (f" ({', '.join(error_names(bits))})" if bits else "")
             faults = [n for n in JOINT_NAMES if s.error_bits.get(n, 0)]
-            stale = s.connected and age_s is not None and age_s > STALE_READING_S[0]
+            age = age_s if s.connected and age_s is not None else 0.0
             if s.fatal:
                 health = Health("ERROR", f"refusing to drive the arm on {self.port}: {s.fatal}", values)
-            elif stale and age_s is not None and age_s > STALE_READING_S[1]:
-                health = Health("ERROR", f"no reading from {self.port} for {age_s:.1f} s "
+            elif age > STALE_READING_S[1]:
+                health = Health("ERROR", f"no reading from {self.port} for {age:.1f} s "
                                          f"(last error: {s.last_error or 'none'})", values)
-            elif stale:
-                health = Health("WARN", f"readings from {self.port} late: last one {age_s * 1e3:.0f} ms ago", values)
+            elif age > STALE_READING_S[0]:
+                health = Health("WARN", f"readings from {self.port} late: last one {age * 1e3:.0f} ms ago", values)
             elif not s.connected:
                 health = Health("ERROR", f"port {self.port} unavailable: {s.last_error or 'not connected yet'}; "
                                          "reconnecting", values)
