@@ -100,7 +100,7 @@ def test_calibration_by_role_reads_both_forms() -> None:
 def test_bad_calibration_arguments_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bag = _session(tmp_path / "ep", {})
     for arg, message in (("wrist=x.yaml", "ROLE=FILE"), (f"follower={tmp_path}/none.yaml", "none.yaml")):
-        assert cli_main(["convert", str(bag), "--out", str(tmp_path / "ds"), "--calibration", arg]) == 1
+        assert cli_main(["convert", str(bag), "--out", str(tmp_path / "ds"), "--calibration", arg]) == 2  # usage
         assert message in capsys.readouterr().err
     res = _convert([bag], tmp_path / "ds", calibrations={"follower": REAL})
     assert "--calibration leader=FILE" in res.errors[0]

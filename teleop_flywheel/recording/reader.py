@@ -60,10 +60,10 @@ from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import AUTHORITY
 from teleop_flywheel.recording import cdr, integrity
 from teleop_flywheel.recording.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
-from teleop_flywheel.recording.scan import NotMcapError, ScanResult, scan
+from teleop_flywheel.recording.scan import NotMcapError, NotRegularFileError, ScanResult, scan
 from teleop_flywheel.recording.writer import START_RECORD
 
-__all__ = ["Bag", "BagDamage", "BagReadError", "UnindexedBagError", "RawTopic", "RawChannel", "RawMessage",
+__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "UnindexedBagError", "RawTopic", "RawChannel", "RawMessage",
            "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
            "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
 
@@ -75,6 +75,10 @@ COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 
 class BagReadError(FlywheelError, RuntimeError):
     """The bag cannot be read at all (missing, not MCAP, no definitions); names the path."""
+
+
+class NotABagError(BagReadError):
+    """No bag at that path: missing, no .mcap in the directory, or a FIFO/device instead of a file."""
 
 
 class UnindexedBagError(BagReadError):
@@ -289,7 +293,7 @@ def _find(path: Path) -> tuple[Path, Path]:
     try:
         return find_mcap(path)
     except BagNotFoundError as exc:
-        raise BagReadError(str(exc)) from None
+        raise NotABagError(str(exc)) from None
 
 
 def open_bag(path: str | Path) -> Bag:
@@ -315,6 +319,8 @@ def open_bag(path: str | Path) -> Bag:
 
     try:
         scanned = scan(mcap_path, keep)
+    except NotRegularFileError as exc:
+        raise NotABagError(str(exc)) from None
     except NotMcapError as exc:
         raise BagReadError(str(exc)) from None
     file = str(mcap_path)

@@ -57,6 +57,10 @@ class NotMcapError(FlywheelError, ValueError):
     """The file does not start with the MCAP magic, or is not a regular file."""
 
 
+class NotRegularFileError(NotMcapError):
+    """A FIFO, device, socket or directory where an MCAP file should be: never opened for reading."""
+
+
 class Malformed(ValueError):
     """A record whose bytes cannot be what its header says."""
 
@@ -115,7 +119,7 @@ def open_regular(path: str | Path) -> BinaryIO:
         if not stat.S_ISREG(mode):
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
                 else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-            raise NotMcapError(f"{p}: {kind}, not an MCAP file")
+            raise NotRegularFileError(f"{p}: {kind}, not an MCAP file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

@@ -6,6 +6,8 @@ over at `video_files_size_in_mb`), the episodes table rewritten with the new row
 columns, flattened per-episode stats, and the caller's own episode columns), tasks, `stats.json`
 (aggregated over every episode) and `info.json` (totals, splits, video `info` blocks, plus the
 caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
+Nothing is written inside the dataset: every file goes to the staging directory at its relative
+path and `commit` (`data/lerobot/commit.py`) moves them into place atomically.
 Format details: `data/lerobot/format.py`.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.commit import fault
 
 IMAGES = "observation.images."
 Schema = tuple[tuple[str, int, int], ...]  # ((camera, height, width), ...) sorted
@@ -53,14 +56,17 @@ def _episodes_path(root: Path) -> Path:
 
 
 def existing_ids(root: Path) -> set[str]:
-    """The `episode_id` column of the dataset's episodes table (empty for a new dataset)."""
+    """Every content id in the dataset's episodes table, v2 (`episode_id`) and v1 (`episode_id_v1`,
+    and `episode_id` of datasets converted before v2): empty for a new dataset."""
     path = _episodes_path(root)
     if not path.exists():
         return set()
     table = pq.read_table(path)
-    if "episode_id" not in table.column_names:
-        return set()
-    return {x for x in table.column("episode_id").to_pylist() if x}
+    out: set[str] = set()
+    for col in ("episode_id", "episode_id_v1"):
+        if col in table.column_names:
+            out |= {x for x in table.column(col).to_pylist() if x}
+    return out
 
 
 def schema_of(root: Path) -> Schema | None:
@@ -79,17 +85,25 @@ def _tasks(root: Path) -> list[str]:
     return [str(t) for t in df.sort_values("task_index").index]
 
 
-def _count_files(root: Path, pattern: str) -> int:
-    return len(list(root.glob(pattern)))
+def _next_file(root: Path, pattern: str, chunks: int) -> int:
+    """The number of the next file of a kind: one past the highest (chunk, file) there is."""
+    numbers = []
+    for p in root.glob(pattern):
+        try:
+            numbers.append(int(p.parent.name.removeprefix("chunk-")) * chunks + int(p.stem.removeprefix("file-")))
+        except ValueError:
+            continue
+    return max(numbers) + 1 if numbers else 0
 
 
-def _write_videos(root: Path, eps: list[EpisodeData], info: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[str, Any],
+                  rows: list[dict[str, Any]], new: list[str]) -> None:
     """Each camera's episode mp4s back to back, new files rolled over at the size limit."""
     fps, chunks = int(info["fps"]), int(info["chunks_size"])
     limit = int(info["video_files_size_in_mb"]) * 1024 * 1024
     for cam in sorted(eps[0].videos):
         key = IMAGES + cam
-        file_no = _count_files(root, f"videos/{key}/chunk-*/file-*.mp4")
+        file_no = _next_file(root, f"videos/{key}/chunk-*/file-*.mp4", chunks)
         groups: list[list[int]] = []
         group: list[int] = []
         size = 0
@@ -103,8 +117,11 @@ def _write_videos(root: Path, eps: list[EpisodeData], info: dict[str, Any], rows
         groups.append(group)
         for g in groups:
             ci, fi = lf.chunk_file(file_no, chunks)
-            path = root / lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            path = stage / rel
             lf.concat_videos([Path(eps[k].videos[cam][0]) for k in g], path)
+            new.append(rel)
+            fault(f"stage {rel}")
             t = 0.0
             for k in g:
                 rows[k].update({f"videos/{key}/chunk_index": ci, f"videos/{key}/file_index": fi,
@@ -116,11 +133,13 @@ def _write_videos(root: Path, eps: list[EpisodeData], info: dict[str, Any], rows
                 info["features"][key]["info"] = lf.video_info(path)
 
 
-def write_episodes(root: Path, eps: list[EpisodeData], fps: int, robot_type: str, features: dict[str, Any],
-                   info_keys: dict[str, Any] | None = None) -> list[int]:
-    """Append episodes of one camera schema to the dataset at `root` (created if new); returns their
-    episode indices. `features` are the non-default features of a new dataset; `info_keys` are set in
-    info.json as given."""
+def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, robot_type: str,
+                   features: dict[str, Any], info_keys: dict[str, Any] | None = None
+                   ) -> tuple[list[int], list[str], list[str]]:
+    """Stage an append of episodes of one camera schema to the dataset at `root` (created if new):
+    every file is written under `stage` at its path relative to the dataset. Returns (their episode
+    indices, new files, replaced files) for `commit.write_journal`. `features` are the non-default
+    features of a new dataset; `info_keys` are set in info.json as given."""
     info = read_info(root)
     if info is None:
         info = lf.new_info(fps, robot_type, features)
@@ -130,7 +149,8 @@ def write_episodes(root: Path, eps: list[EpisodeData], fps: int, robot_type: str
     task_index = {t: i for i, t in enumerate(_tasks(root))}
     for e in eps:
         task_index.setdefault(e.task, len(task_index))
-    data_ci, data_fi = lf.chunk_file(_count_files(root, "data/chunk-*/file-*.parquet"), int(info["chunks_size"]))
+    data_ci, data_fi = lf.chunk_file(_next_file(root, "data/chunk-*/file-*.parquet", int(info["chunks_size"])),
+                                     int(info["chunks_size"]))
     order = [f for f in info["features"] if info["features"][f]["dtype"] != "video"]
     rows: list[dict[str, Any]] = []
     tables = []
@@ -147,10 +167,12 @@ def write_episodes(root: Path, eps: list[EpisodeData], fps: int, robot_type: str
         rows.append({"episode_index": ep0 + k, "tasks": [e.task], "length": n, "data/chunk_index": data_ci,
                      "data/file_index": data_fi, "dataset_from_index": cursor, "dataset_to_index": cursor + n})
         cursor += n
-    data_path = root / lf.DATA_PATH.format(chunk_index=data_ci, file_index=data_fi)
-    data_path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.concat_tables(tables), data_path)
-    _write_videos(root, eps, info, rows)
+    data_rel = lf.DATA_PATH.format(chunk_index=data_ci, file_index=data_fi)
+    (stage / data_rel).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.concat_tables(tables), stage / data_rel)
+    new = [data_rel]
+    fault(f"stage {data_rel}")
+    _write_videos(root, stage, eps, info, rows, new)
     for row, e in zip(rows, eps):
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
@@ -159,17 +181,23 @@ def write_episodes(root: Path, eps: list[EpisodeData], fps: int, robot_type: str
                 row[f"stats/{feat}/{s}"] = np.asarray(st[s]).tolist()
         row.update(e.extra)
     ep_path = _episodes_path(root)
-    new = pa.Table.from_pylist(rows)
-    table = pa.concat_tables([pq.read_table(ep_path), new], promote_options="permissive") if ep_path.exists() else new
-    ep_path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, ep_path)
+    added = pa.Table.from_pylist(rows)
+    table = pa.concat_tables([pq.read_table(ep_path), added], promote_options="permissive") if ep_path.exists() \
+        else added
+    ep_rel = str(ep_path.relative_to(root))
+    (stage / ep_rel).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, stage / ep_rel)
+    fault(f"stage {ep_rel}")
     ordered = sorted(task_index, key=lambda t: task_index[t])
     pd.DataFrame({"task_index": [task_index[t] for t in ordered]},
-                 index=pd.Index(ordered, name="task")).to_parquet(root / lf.TASKS_PATH)
+                 index=pd.Index(ordered, name="task")).to_parquet(stage / lf.TASKS_PATH)
+    fault(f"stage {lf.TASKS_PATH}")
     all_stats = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_pylist()]
-    lf.write_json(root / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(all_stats)))
+    lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(all_stats)))
+    fault(f"stage {lf.STATS_PATH}")
     total = ep0 + len(eps)
     info.update(total_episodes=total, total_frames=cursor, total_tasks=len(task_index), splits={"train": f"0:{total}"})
     info.update(info_keys or {})
-    lf.write_json(root / lf.INFO_PATH, info)
-    return list(range(ep0, total))
+    lf.write_json(stage / lf.INFO_PATH, info)
+    fault(f"stage {lf.INFO_PATH}")
+    return list(range(ep0, total)), new, [ep_rel, lf.TASKS_PATH, lf.STATS_PATH, lf.INFO_PATH]

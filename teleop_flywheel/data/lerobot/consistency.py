@@ -1,0 +1,219 @@
+"""Is a LeRobot v3.0 dataset on disk consistent, and what can be repaired without losing data?
+
+`convert` refuses to append to a dataset with any problem here, and `teleop-flywheel doctor`
+explains them and, with `--repair`, applies the repairs that lose nothing:
+
+| problem | repair |
+|---|---|
+| an append interrupted by a crash (journal / staging directory beside the dataset) | roll it forward or back (`commit.finish`) |
+| temp directories of the converter before it staged (`.convert-*` beside the dataset) | remove them (temporary videos only) |
+| a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter, or copied in) | move it to `<DATASET>.orphans/` (never deleted) |
+| info.json totals/splits that disagree with the episodes table | recompute them from the table |
+| stats.json missing or unreadable | recompute it from the table's per-episode stats |
+| an unreadable episodes table, tasks table or info.json; a referenced file missing, unreadable (a parquet without footer) or with other row/frame counts than the table says | none: the episodes named are lost; re-convert their bags into a new dataset |
+
+Checks read footers and headers only (parquet metadata, mp4 stream headers), never the data.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import av
+import pandas as pd
+import pyarrow.parquet as pq
+
+from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot import format as lf
+
+ORPHANS_SUFFIX = ".orphans"
+
+
+@dataclass
+class Problem:
+    detail: str
+    repair: str | None = None  # what `--repair` does; None: not repairable
+    fix: Callable[[], None] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.detail, "repair": self.repair}
+
+
+def _legacy_temps(root: Path) -> list[Path]:
+    if not root.parent.is_dir():
+        return []
+    return sorted(p for p in root.parent.glob(".convert-*") if p.is_dir() and not p.is_symlink())
+
+
+def _move_aside(root: Path, rel: str) -> None:
+    dest = root.with_name(root.name + ORPHANS_SUFFIX) / rel
+    k = 1
+    while os.path.lexists(dest):
+        dest = dest.with_name(f"{dest.stem}_{k}{dest.suffix}")
+        k += 1
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(root / rel, dest)
+
+
+def _read_table(root: Path, problems: list[Problem]) -> pd.DataFrame | None:
+    files = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
+    if not files:
+        problems.append(Problem(f"{root}: meta/info.json exists but no episodes table (meta/episodes/*/*.parquet)"))
+        return None
+    frames = []
+    for path in files:
+        try:
+            frames.append(pq.read_table(path).to_pandas())
+        except Exception as exc:  # noqa: BLE001 - any parse failure is the finding
+            problems.append(Problem(f"{path.relative_to(root)}: unreadable episodes table ({exc}); every episode "
+                                    "it lists is lost from this dataset"))
+            return None
+    table = pd.concat(frames, ignore_index=True)
+    idx = sorted(int(i) for i in table["episode_index"]) if "episode_index" in table else []
+    if idx != list(range(len(table))):
+        problems.append(Problem(f"{root}: episodes table episode_index is not 0..{len(table) - 1} exactly once"))
+        return None
+    return table.sort_values("episode_index").reset_index(drop=True)
+
+
+def _data_files(root: Path, table: pd.DataFrame, problems: list[Problem]) -> None:
+    wanted: dict[str, int] = {}
+    cols = ("data/chunk_index", "data/file_index")
+    if not set(cols) <= set(table.columns):
+        problems.append(Problem("episodes table has no data/chunk_index, data/file_index columns"))
+        return
+    for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"]):
+        rel = lf.DATA_PATH.format(chunk_index=int(ci), file_index=int(fi))
+        wanted[rel] = wanted.get(rel, 0) + int(n)
+    present = sorted(p.relative_to(root).as_posix() for p in (root / "data").glob("*/*.parquet"))
+    _check_files(root, wanted, present, problems, _parquet_rows, "rows")
+
+
+def _parquet_rows(path: Path) -> int:
+    return int(pq.read_metadata(path).num_rows)
+
+
+def _video_frames(path: Path) -> int:
+    with av.open(str(path)) as c:
+        return int(c.streams.video[0].frames)
+
+
+def _check_files(root: Path, wanted: dict[str, int], present: list[str], problems: list[Problem],
+                 count: Callable[[Path], int], unit: str) -> None:
+    for rel in present:
+        if rel not in wanted:
+            problems.append(Problem(f"{rel}: no episode refers to it (an orphan: its {unit} are not part of the "
+                                    "dataset, but a reader globbing the folder would count them)",
+                                    f"move it to {root.name}{ORPHANS_SUFFIX}/{rel}", partial(_move_aside, root, rel)))
+    for rel, expected in sorted(wanted.items()):
+        path = root / rel
+        if not path.is_file():
+            problems.append(Problem(f"{rel}: missing, but episodes refer to it; they are lost from this dataset"))
+            continue
+        try:
+            n = count(path)
+        except Exception as exc:  # noqa: BLE001 - unreadable is the finding
+            problems.append(Problem(f"{rel}: unreadable ({type(exc).__name__}: {exc}); the episodes in it are lost"))
+            continue
+        if n and n != expected:
+            problems.append(Problem(f"{rel}: holds {n} {unit}, the episodes table says {expected}"))
+
+
+def _videos(root: Path, info: dict[str, Any], table: pd.DataFrame, problems: list[Problem]) -> None:
+    for key, feat in info.get("features", {}).items():
+        if feat.get("dtype") != "video":
+            continue
+        wanted: dict[str, int] = {}
+        cols = (f"videos/{key}/chunk_index", f"videos/{key}/file_index")
+        if not set(cols) <= set(table.columns):
+            problems.append(Problem(f"episodes table has no {cols[0]} column for video feature {key}"))
+            continue
+        for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"]):
+            rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=int(ci), file_index=int(fi))
+            wanted[rel] = wanted.get(rel, 0) + int(n)
+        present = sorted(p.relative_to(root).as_posix() for p in (root / "videos" / key).glob("*/*.mp4"))
+        _check_files(root, wanted, present, problems, _video_frames, "frames")
+
+
+def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[str], problems: list[Problem]) -> None:
+    n, frames = len(table), int(table["length"].sum())
+    want = {"total_episodes": n, "total_frames": frames, "total_tasks": len(tasks), "splits": {"train": f"0:{n}"}}
+    wrong = {k: v for k, v in want.items() if info.get(k) != v}
+    if wrong:
+        def fix() -> None:
+            fresh = json.loads((root / lf.INFO_PATH).read_text())
+            fresh.update(want)
+            lf.write_json(root / lf.INFO_PATH, fresh)
+        said = ", ".join(f"{k} {info.get(k)!r}" for k in wrong)
+        problems.append(Problem(f"meta/info.json says {said}; the episodes table has {n} episodes, {frames} frames",
+                                "recompute the totals and splits in meta/info.json from the episodes table", fix))
+    try:
+        json.loads((root / lf.STATS_PATH).read_text())
+    except (OSError, ValueError):
+        def fix_stats() -> None:
+            per = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_dict("records")]
+            lf.write_json(root / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per)))
+        problems.append(Problem("meta/stats.json missing or unreadable",
+                                "recompute it from the per-episode stats in the episodes table", fix_stats))
+    listed = {t for ts in table.get("tasks", pd.Series(dtype=object)) for t in (ts if ts is not None else [])}
+    missing = sorted(listed - set(tasks))
+    if missing:
+        problems.append(Problem(f"meta/tasks.parquet lacks task(s) {missing[:3]} the episodes list"))
+
+
+def _finish(root: Path) -> None:
+    commit.finish(root)
+
+
+def problems(root: Path) -> list[Problem]:
+    """Every inconsistency of the dataset at `root` (and leftovers beside it), repairable or not."""
+    out: list[Problem] = []
+    for msg in commit.pending(root):
+        out.append(Problem(msg, msg.split(": ", 1)[1].split(": ", 1)[-1], partial(_finish, root)))
+    for tmp in _legacy_temps(root):
+        out.append(Problem(f"{tmp}: temporary directory of an interrupted convert", "remove it (temporary videos)",
+                           partial(shutil.rmtree, tmp)))
+    if out or not root.exists():
+        return out  # the rest is checked once an interrupted append is finished
+    if not (root / lf.INFO_PATH).is_file():
+        stray = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
+                       and p.relative_to(root).parts[0] in ("data", "videos", "meta"))
+        for rel in stray:
+            out.append(Problem(f"{rel}: dataset files without meta/info.json (a first convert that crashed)",
+                               f"move it to {root.name}{ORPHANS_SUFFIX}/{rel}", partial(_move_aside, root, rel)))
+        return out
+    try:
+        info = json.loads((root / lf.INFO_PATH).read_text())
+    except (OSError, ValueError) as exc:
+        return [Problem(f"meta/info.json unreadable ({exc})")]
+    table = _read_table(root, out)
+    if table is None:
+        return out
+    try:
+        tasks = [str(t) for t in pd.read_parquet(root / lf.TASKS_PATH).index] if (root / lf.TASKS_PATH).exists() else []
+    except Exception as exc:  # noqa: BLE001
+        return out + [Problem(f"meta/tasks.parquet unreadable ({exc})")]
+    _data_files(root, table, out)
+    _videos(root, info, table, out)
+    _totals(root, info, table, tasks, out)
+    return out
+
+
+def repair(root: Path) -> tuple[list[str], list[Problem]]:
+    """Apply every repair that loses nothing, until none is left; (what was done, what remains)."""
+    done: list[str] = []
+    for _ in range(4):  # finishing a journal can reveal the next layer of checks
+        found = problems(root)
+        fixable = [p for p in found if p.fix is not None]
+        if not fixable:
+            return done, found
+        for p in fixable:
+            assert p.fix is not None
+            p.fix()
+            done.append(f"{p.repair} ({p.detail})")
+    return done, problems(root)

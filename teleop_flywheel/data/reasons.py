@@ -1,0 +1,96 @@
+"""What the validator can say about an episode: reason codes, a reason, the thresholds, and what a
+user supplies for foreign bags (no ROS import).
+
+Codes (thresholds: `config/validate.yaml`, documented there and in docs/data_engine.md):
+MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
+UNLABELLED_INTERVENTION, DEAD_AIR, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE
+from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED
+
+MISSING_STREAM = "MISSING_STREAM"
+FRAME_GAP = "FRAME_GAP"
+CLOCK_OFFSET = "CLOCK_OFFSET"
+CLOCK_STEP = "CLOCK_STEP"
+DURATION_OUT_OF_RANGE = "DURATION_OUT_OF_RANGE"
+OUTCOME_UNSET = "OUTCOME_UNSET"
+UNLABELLED_INTERVENTION = "UNLABELLED_INTERVENTION"
+DEAD_AIR = "DEAD_AIR"
+SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
+CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
+         UNLABELLED_INTERVENTION, DEAD_AIR, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
+
+
+@dataclass
+class Reason:
+    code: str
+    detail: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.code}({self.detail})"
+
+
+@dataclass
+class ValidateConfig:
+    fps: float = 30.0
+    max_gap_s: float | None = None
+    required_topics: list[str] = field(default_factory=lambda: [
+        FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
+    min_messages: int = 2
+    gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
+    min_duration_s: float = 2.0
+    max_duration_s: float = 600.0
+    min_latency_ms: float = -1.0
+    max_camera_latency_ms: float = 25.0
+    max_joint_latency_ms: float = 10.0
+    max_ptp_offset_ms: float = 1.0
+    max_leading_dead_s: float = 3.0
+    max_internal_dead_s: float = 5.0
+    command_topic: str = FOLLOWER_COMMAND
+    cameras: list[str] | None = None
+
+    @property
+    def gap_bound_s(self) -> float:
+        return 2.0 / self.fps if self.max_gap_s is None else float(self.max_gap_s)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "ValidateConfig":
+        """Defaults, overridden by the YAML file (the shipped one unless `path` is given)."""
+        p = Path(path) if path is not None else config_path("validate.yaml")
+        if path is None and not p.is_file():
+            return cls()
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"validate config {p}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"validate config {p}: expected a mapping")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"validate config {p}: unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Supplied:
+    """What the user says about bags that carry no episode metadata (a `ros2 bag record` bag from
+    another rig): `--task`, `--outcome`. Never applied to a bag that has its own metadata (its
+    recorded outcome, even `unset`, stands). Calibrations are supplied to convert by role."""
+
+    task: str | None = None
+    outcome: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in (None, "success", "failure"):
+            raise ValueError(f"--outcome must be success or failure, got {self.outcome!r}")
