@@ -210,8 +210,8 @@ def _timing(bag: Bag, ep: EpisodeMeta, foreign: bool, decoded: Decoded | None, c
     for step in timebase.steps(None if foreign else ep):
         at = (step.at_mono_ns - (ep.started_mono_ns or step.at_mono_ns)) / 1e9
         out.append(Reason(CLOCK_STEP, f"system clock stepped {step.drift_ns / 1e6:+.1f}ms during the episode "
-                          f"(sample at t={at:.1f}s; slewing allows {step.bound_ns / 1e6:.1f}ms): ROS-time stamps "
-                          "on both sides of it are on two timelines",
+                          f"(sample at t={at:.1f}s; slewing allows {step.bound_ns / 1e6:.1f}ms): stamps and receive "
+                          "times on the two sides of it are on two timelines",
                           {"drift_ns": step.drift_ns, "bound_ns": step.bound_ns, "at_mono_ns": step.at_mono_ns}))
     for name, n in sorted((decoded.backwards if decoded else {}).items()):
         out.append(Reason(CLOCK_STEP, f"{name} header stamps go backwards {n} time(s)", {"stream": name, "times": n}))

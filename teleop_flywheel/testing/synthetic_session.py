@@ -10,13 +10,22 @@ the follower follows it with a first-order lag (the simulated servo dynamics, τ
 `/teleop/authority` carries [alpha, mode, intervention_id, trigger]; cameras render the follower
 (`camera.synthetic.draw_arm`) with the true capture time in the pixels (`camera.timecode`) and
 deliver after a pipeline latency. Receive times (`log_time`) are wall clock through the
-episode's `ClockMapping`; `publish_time` = source stamp, as the recorder writes them.
+episode's `ClockMapping`.
+
+Two generations of bags (`SessionSpec.stamp_clock`): "monotonic" (default) writes what the recorder
+wrote before the ROS-time revision — header stamps on CLOCK_MONOTONIC, `publish_time` = the header
+stamp, no `stamp_clock` in the metadata; "ros" writes what it writes since — header stamps in ROS
+time (the monotonic capture instant + the wall−monotonic offset at that instant), `publish_time` =
+the DDS send time (receive time less a transport delay, as rosbag2 records it), `stamp_clock: ros`,
+intervention times in ROS time, and (monotonic, wall) `clock_samples` every second. A system-clock
+step (`clock_step`) moves the wall clock, hence the samples, the receive times and ROS-time stamps.
 
 Faults (`SessionSpec`): `camera_stall` (no frames for a window), `dead_air` (the human lets go:
 bit-identical commands for a window), `camera_stamp_offset_ms` (header stamp = capture + offset:
 the restarted camera), outcome unset, an unlabelled intervention, extra cameras (schema drift),
 `truncate_bag` (cut mid-chunk, as a crash leaves it) and `corrupt_chunk` (bytes flipped inside
-one chunk).
+one chunk); `camera_publish_offset_ms` (publish_time = header stamp + offset on the cameras: a
+pipeline latency rosbag2 would record, which must change nothing) and `clock_step`.
 """
 from __future__ import annotations
 
@@ -90,6 +99,38 @@ class SessionSpec:
     failure_label: str = ""
     extra: dict[str, str] = field(default_factory=dict)
     calibration: dict[str, Any] | None = None  # EpisodeMeta.calibration; None: the simulated arms' files by role
+    stamp_clock: str = "monotonic"  # "monotonic": bags recorded before the ROS-time revision; "ros": since
+    camera_publish_offset_ms: float | None = None  # publish_time = header stamp + this on the cameras
+    clock_step: tuple[float, float] | None = None  # (at s, ms): the system clock steps during the episode
+
+
+class _SimClock:
+    """The simulated host's clocks: monotonic instants, the wall clock (with an optional step) and
+    what a driver writes into header.stamp."""
+
+    def __init__(self, spec: SessionSpec) -> None:
+        if spec.stamp_clock not in ("monotonic", "ros"):
+            raise ValueError(f"stamp_clock must be 'monotonic' or 'ros', got {spec.stamp_clock!r}")
+        self.ros = spec.stamp_clock == "ros"
+        self.step_at = MONO0_NS + int(spec.clock_step[0] * 1e9) if spec.clock_step else None
+        self.step_ns = int(spec.clock_step[1] * 1e6) if spec.clock_step else 0
+
+    def offset(self, mono: Any) -> Any:
+        """wall − monotonic at monotonic instant(s) `mono`."""
+        base = WALL0_NS - MONO0_NS
+        if self.step_at is None:
+            return base + np.zeros_like(mono) if isinstance(mono, np.ndarray) else base
+        return base + np.where(np.asarray(mono) >= self.step_at, self.step_ns, 0).astype(np.int64)
+
+    def wall(self, mono: Any) -> Any:
+        return mono + self.offset(mono)
+
+    def stamp(self, mono: Any) -> Any:
+        """header.stamp for a capture at monotonic `mono`: ROS time, or the monotonic instant itself."""
+        return self.wall(mono) if self.ros else mono
+
+    def sample(self, mono: int) -> ClockMapping:
+        return ClockMapping(int(mono), int(self.wall(np.int64(mono))), 2_000)
 
 
 # -- the simulated session ---------------------------------------------------------------------
@@ -130,7 +171,9 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     dt = 1.0 / spec.joint_hz
     t = np.arange(n) * dt
     jitter = rng.normal(0, 0.2e-3, n).clip(-0.4e-3, 0.4e-3)
-    stamps = MONO0_NS + ((t + jitter) * 1e9).astype(np.int64)
+    clock = _SimClock(spec)
+    mono_stamps = MONO0_NS + ((t + jitter) * 1e9).astype(np.int64)
+    stamps = clock.stamp(mono_stamps)
 
     phase = rng.uniform(0, 2 * math.pi, 6)
     amp = np.array([0.6, 0.4, 0.5, 0.4, 0.8, 0.5])
@@ -160,33 +203,36 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         inside = (t >= start) & (t < end)
         interv_id[inside] = j
         trig[inside] = trigger_code(label)
-        interventions.append(Intervention(j, int(MONO0_NS + start * 1e9), int(MONO0_NS + end * 1e9), label))
+        interventions.append(Intervention(j, int(clock.stamp(np.int64(MONO0_NS + start * 1e9))),
+                                          int(clock.stamp(np.int64(MONO0_NS + end * 1e9))), label))
     mode = np.full(n, mode_code("teleop" if spec.session_kind == "teleop" else "policy"), float)
     authority = np.stack([alpha, mode, interv_id, trig], axis=1)
 
-    mapping = ClockMapping(MONO0_NS, WALL0_NS, 2_000)
-    wall = mapping.offset_ns
-
     def joint_log(lat_ms: float) -> np.ndarray:
         lat = np.abs(rng.normal(lat_ms, 0.2, n)) * 1e6
-        return stamps + lat.astype(np.int64) + wall
+        return clock.wall(mono_stamps + lat.astype(np.int64))
+
+    def publish(log: int, stamp: int) -> int:
+        """rosbag2's publish_time (the DDS send time, a little before receipt), or the header stamp."""
+        return log - 150_000 if clock.ros else stamp
 
     records: list[tuple[int, str, int, bytes]] = []
     names = list(JOINT_NAMES)
     for topic, values, frame in ((FOLLOWER_STATE, follower, ""), (FOLLOWER_COMMAND, command, ""),
                                  (LEADER_STATE, human, ""), (POLICY_COMMAND, policy, spec.policy_checkpoint)):
         logs = joint_log(spec.joint_latency_ms)
-        records += [(int(logs[i]), topic, int(stamps[i]), joint_state_cdr(int(stamps[i]), names, values[i], frame))
-                    for i in range(n)]
+        records += [(int(logs[i]), topic, publish(int(logs[i]), int(stamps[i])),
+                     joint_state_cdr(int(stamps[i]), names, values[i], frame)) for i in range(n)]
     logs = joint_log(spec.joint_latency_ms)
-    records += [(int(logs[i]), AUTHORITY, int(stamps[i]),
+    records += [(int(logs[i]), AUTHORITY, publish(int(logs[i]), int(stamps[i])),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
-    for iv in interventions:
-        for event_ns, end_ns in ((iv.start_ns, None), (iv.end_ns, iv.end_ns)):  # the start event, then the end event
-            if event_ns is None:
-                continue
+    for j, iv in enumerate(interventions, start=1):
+        events = ((spec.interventions[j - 1][0], None), (spec.interventions[j - 1][1], iv.end_ns))
+        for at_s, end_ns in events:  # the start event, then the end event
+            mono = np.int64(MONO0_NS + at_s * 1e9)
             text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns, "trigger": iv.trigger})
-            records.append((int(event_ns + wall), INTERVENTION, int(event_ns), string_cdr(text)))
+            log = int(clock.wall(mono)) + 300_000
+            records.append((log, INTERVENTION, publish(log, int(clock.stamp(mono))), string_cdr(text)))
 
     captures: dict[str, np.ndarray] = {}
     cam_stamps: dict[str, np.ndarray] = {}
@@ -199,14 +245,15 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         if spec.camera_stall is not None and c == 0:
             a, length = spec.camera_stall
             ct = ct[(ct < a) | (ct >= a + length)]
-        cap_ns = MONO0_NS + (ct * 1e9).astype(np.int64) + rng.integers(-50_000, 50_000, len(ct))
+        cap_mono = MONO0_NS + (ct * 1e9).astype(np.int64) + rng.integers(-50_000, 50_000, len(ct))
         lat = np.abs(rng.normal(spec.camera_latency_ms, 1.5, len(ct))) * 1e6
         # As a recorder stops: frames still in the pipeline when the last joint sample arrived are not in the bag.
-        arrived = cap_ns + lat.astype(np.int64) <= stamps[-1] + int(spec.joint_latency_ms * 1e6)
-        ct, cap_ns, lat = ct[arrived], cap_ns[arrived], lat[arrived]
+        arrived = cap_mono + lat.astype(np.int64) <= mono_stamps[-1] + int(spec.joint_latency_ms * 1e6)
+        ct, cap_mono, lat = ct[arrived], cap_mono[arrived], lat[arrived]
+        cap_ns = clock.stamp(cap_mono)  # the capture instant on the stamp clock: the pixel truth
         stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6)
-        logs_c = cap_ns + lat.astype(np.int64) + wall
-        idx = np.searchsorted(stamps, cap_ns, side="right") - 1
+        logs_c = clock.wall(cap_mono + lat.astype(np.int64))
+        idx = np.searchsorted(mono_stamps, cap_mono, side="right") - 1
         for i in range(len(ct)):
             image = background.copy()
             draw_arm(image, dict(zip(names, follower[max(idx[i], 0)])), top=top)
@@ -214,7 +261,9 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
             if not ok:
                 raise RuntimeError(f"JPEG encode failed for camera {cam}")
-            records.append((int(logs_c[i]), camera_image(cam), int(stamp_ns[i]),
+            pub = (int(stamp_ns[i]) + int(spec.camera_publish_offset_ms * 1e6) if spec.camera_publish_offset_ms
+                   is not None else publish(int(logs_c[i]), int(stamp_ns[i])))
+            records.append((int(logs_c[i]), camera_image(cam), pub,
                             compressed_image_cdr(int(stamp_ns[i]), jpeg.tobytes(), cam)))
         captures[cam], cam_stamps[cam] = cap_ns, stamp_ns
 
@@ -228,9 +277,10 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         session_kind=spec.session_kind, software_version="sim", policy_checkpoint=spec.policy_checkpoint,
         calibration=calibration, cameras=list(spec.cameras), topics=topics, outcome=spec.outcome,
         attempts=1 if spec.outcome != "unset" else None, interventions=interventions,
-        clock_start=mapping.to_dict(),
-        clock_end=ClockMapping(int(stamps[-1]), int(stamps[-1]) + wall, 2_000).to_dict(),
-        ptp_offset_ns=spec.ptp_offset_ns, started_mono_ns=int(stamps[0]), stopped_mono_ns=int(stamps[-1]),
+        clock_start=clock.sample(MONO0_NS).to_dict(), clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
+        clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)] if clock.ros else [],
+        stamp_clock="ros" if clock.ros else "",
+        ptp_offset_ns=spec.ptp_offset_ns, started_mono_ns=int(mono_stamps[0]), stopped_mono_ns=int(mono_stamps[-1]),
         protocol_hash=spec.protocol_hash, condition=spec.condition, failure_label=spec.failure_label,
         extra=dict(spec.extra))
     with BagWriter(bag_dir, episode=meta, chunk_size=spec.chunk_size, compression=spec.compression,
