@@ -170,3 +170,26 @@ def test_a_frozen_loop_is_not_reported_healthy(tmp_path: Path) -> None:
             stop.set()
             runner.join(10)
             d.close()
+
+
+def test_a_real_rollout_session_refuses_the_scripted_policy_unless_asked() -> None:
+    from teleop_flywheel.ros.session.graph import build_graph, config_from_arguments
+
+    real = {"leader_calibration": "/cal/leader.yaml", "follower_calibration": "/cal/follower.yaml"}
+    plain = build_graph("rollout", config_from_arguments(real)).node("policy").parameters
+    assert plain["policy"] == "scripted" and "simulated" not in plain and "scripted_on_real" not in plain
+    asked = build_graph("rollout", config_from_arguments({**real, "scripted_on_real": "true"}))
+    assert asked.node("policy").parameters["scripted_on_real"] is True
+    assert "simulated" not in build_graph("rollout", config_from_arguments(real)).node("follower_arm").parameters
+    sim = build_graph("sim")
+    assert sim.node("policy").parameters["simulated"] is True
+    assert "--grip-object" in sim.sim_arms[1].command("python")
+    # What the real session's policy node does with those parameters: refuses, one line.
+    line = one_line_failure(node_cmd("policy", **{k: v for k, v in plain.items() if v != ""}))
+    assert "hard-coded waypoints" in line and "scripted_on_real" in line
+
+
+def test_malformed_ros_arguments_are_one_line_and_exit_2() -> None:
+    res = subprocess.run(node_cmd("policy", checkpoint_id=""), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("policy: cannot parse the ROS arguments")

@@ -72,11 +72,14 @@ class SimArmSpec:
     role: str
     link: str
     faults: tuple[str, ...] = ()
+    grip_object: float | None = None  # shaft steps where an object between the jaws stalls the gripper
 
     def command(self, python: str) -> list[str]:
         cmd = [python, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", self.role, "--link", self.link]
         for fault in self.faults:
             cmd += ["--fault", fault]
+        if self.grip_object is not None:
+            cmd += ["--grip-object", f"{self.grip_object:g}"]
         return cmd
 
 
@@ -89,6 +92,8 @@ class CameraSpec:
     height: int = 480
     fps: float = 30.0
 
+
+SIM_GRIP_OBJECT = 2750.0
 
 # Stands for the directory a session creates for a `sim` graph's pty links and pedal FIFO
 # (`Graph.in_sim_dir` puts the real one in): build_graph itself creates nothing.
@@ -145,6 +150,7 @@ class SessionConfig:
     cameras: tuple[CameraSpec, ...] = (CameraSpec("front", device="/dev/video0"),)
     pedal_device: str = "/dev/input/by-id/usb-foot-pedal-event-kbd"
     policy: str = "scripted"
+    scripted_on_real: bool = False  # the scripted policy may drive a real follower (asked for on purpose)
     policy_args: str = ""
     checkpoint_id: str = ""  # empty = the policy's own id (scripted-v0, replay:<episode>, lerobot:<dir>:<hash>)
     output_dir: str = str(Path.home() / "teleop_flywheel" / "bags")
@@ -177,7 +183,9 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
                                  "sim: config/calibration/follower_sim.yaml"),
     "cameras": ("front:/dev/video0", "comma-separated name:device (or name:synthetic)"),
     "pedal_device": (SessionConfig.pedal_device, "foot pedal evdev device (path, by-id or name)"),
-    "policy": (SessionConfig.policy, "policy: scripted, replay or a teleop_flywheel.policies plugin"),
+    "policy": (SessionConfig.policy, "policy: scripted (simulated arms only, unless scripted_on_real), replay or "
+                                     "a teleop_flywheel.policies plugin such as lerobot"),
+    "scripted_on_real": ("false", "let the scripted policy (hard-coded waypoints) drive a real follower"),
     "policy_args": ("", "policy arguments (e.g. a bag path for replay, a checkpoint dir)"),
     "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
@@ -203,11 +211,13 @@ def config_from_arguments(values: dict[str, str]) -> SessionConfig:
     unknown = set(values) - set(LAUNCH_ARGUMENTS)
     if unknown:
         raise ValueError(f"unknown session arguments: {', '.join(sorted(unknown))}")
-    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", "record")}
+    flags = ("record", "scripted_on_real")
+    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", *flags)}
     if "cameras" in values:
         kwargs["cameras"] = parse_cameras(values["cameras"])
-    if "record" in values:
-        kwargs["record"] = values["record"].strip().lower() in ("1", "true", "yes", "on")
+    for flag in flags:
+        if flag in values:
+            kwargs[flag] = values[flag].strip().lower() in ("1", "true", "yes", "on")
     return SessionConfig(**kwargs)
 
 
@@ -255,7 +265,10 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     params_files = (cfg.params_file,) if cfg.params_file else ()
     if kind == "sim":
         sim_dir = cfg.sim_dir or SIM_DIR
-        sim_arms = (SimArmSpec("leader", f"{sim_dir}/leader"), SimArmSpec("follower", f"{sim_dir}/follower"))
+        # The follower's gripper closes on an object at its lowest scripted waypoint: the effort
+        # stream shows the squeeze.
+        sim_arms = (SimArmSpec("leader", f"{sim_dir}/leader"),
+                    SimArmSpec("follower", f"{sim_dir}/follower", grip_object=SIM_GRIP_OBJECT))
         pedal_fifo = f"{sim_dir}/pedal"
         cfg = replace(
             cfg.with_sim_calibrations(),
@@ -282,6 +295,8 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
                                    "checkpoint_id": cfg.checkpoint_id}
         if kind == "sim":  # the follower is a simulator this session started (the scripted policy may drive it)
             policy["simulated"] = True
+        if cfg.scripted_on_real:
+            policy["scripted_on_real"] = True
         nodes.append(NodeSpec("policy", "policy", policy))
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
