@@ -3,9 +3,58 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
 
 # Set before anything imports rclpy. A run's domain is fixed once so that child processes
 # (simulators, recorders under test) started by a test join the same graph.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+
+
+def _live_children() -> set[int]:
+    """Children of this pytest process that are alive (not zombies)."""
+    out = set()
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            out.add(int(entry))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must not leave processes behind: an orphaned simulator or node would keep
+    publishing into later tests' graphs (and did: a stray arm broke a process-list check)."""
+    before = _live_children()
+    yield
+    deadline = time.monotonic() + 10
+    while (leaked := _live_children() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)  # a child told to stop may need a moment
+    if leaked:
+        names = {pid: _cmdline(pid) for pid in leaked}
+        for pid in leaked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        pytest.fail(f"{request.node.nodeid} left processes running: {names}")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
+    except OSError:
+        return "?"

@@ -29,7 +29,7 @@ from teleop_flywheel.ros.nodes.policy import PolicyParams
 from teleop_flywheel.ros.nodes.recorder import RecorderParams
 from teleop_flywheel.ros.nodes.teleop import TeleopParams
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
-from teleop_flywheel.ros.session.graph import build_graph, load_param_file, with_parameters
+from teleop_flywheel.ros.session.graph import build_graph, config_from_arguments, load_param_file, with_parameters
 
 PARAMS: dict[str, type[NodeParams]] = {
     "arm_driver": ArmDriverParams, "teleop": TeleopParams, "policy": PolicyParams, "pedal": PedalParams,
@@ -138,7 +138,9 @@ def test_the_shipped_params_yaml_lists_every_parameter_with_its_default() -> Non
 
 @pytest.mark.parametrize("kind", ["rollout", "sim"])
 def test_the_shipped_params_yaml_loads_into_a_session_graph(kind: str) -> None:
-    graph = build_graph(kind)
+    # A real rollout names its policy (the scripted one refuses a real follower).
+    graph = build_graph(kind, config_from_arguments({"policy": "lerobot", "policy_args": "/ckpt"}) if kind == "rollout"
+                        else None)
     loaded = with_parameters(graph, load_param_file(config_path("params.yaml")))
     for before, after in zip(graph.nodes, loaded.nodes):
         assert after.parameters["use_sim_time"] is False  # `/**` reached every node
