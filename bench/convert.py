@@ -25,7 +25,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from teleop_flywheel.core.topics import camera_image
+from teleop_flywheel.core.bag_topics import camera_image
 from teleop_flywheel.data.convert import convert
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.recording.reader import open_bag

@@ -14,12 +14,13 @@ from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from rosbags.highlevel import AnyReader
 
+from teleop_flywheel.core import bag_topics, topics
 from teleop_flywheel.core.calibration import sim_calibration_file
-from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.clock import ClockMapping, clock_steps, now_ns, to_ros_ns
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
-from teleop_flywheel.recording.cdr import joint_state_cdr, string_cdr
+from teleop_flywheel.recording import episode_recorder
+from teleop_flywheel.recording.cdr import header_stamp_ns, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.episode_recorder import (
     EpisodeFields,
     EpisodeRecorder,
@@ -28,7 +29,12 @@ from teleop_flywheel.recording.episode_recorder import (
     TopicEntry,
 )
 from teleop_flywheel.recording.metadata import Qos
+from teleop_flywheel.recording.reader import open_bag
 
+# Given to the recorder as ROS names (relative); a bag records them fully qualified.
+FOLLOWER_STATE, POLICY_COMMAND, INTERVENTION = topics.FOLLOWER_STATE, topics.POLICY_COMMAND, topics.INTERVENTION
+IN_BAG = {FOLLOWER_STATE: bag_topics.FOLLOWER_STATE, POLICY_COMMAND: bag_topics.POLICY_COMMAND,
+          INTERVENTION: bag_topics.INTERVENTION}
 JS, STRING = "sensor_msgs/msg/JointState", "std_msgs/msg/String"
 LATCHED = Qos(durability="transient_local", depth=20)
 
@@ -44,7 +50,7 @@ class Publisher:
         self.seq += 1 + skip
         wall = time.time_ns()
         return {"publisher_gid": {"data": self.gid}, "publication_sequence_number": self.seq,
-                "source_timestamp": wall - 1000, "received_timestamp": wall}
+                "source_timestamp": wall - 300_000, "received_timestamp": wall}
 
 
 def recorder(tmp_path: Path, **kw: Any) -> EpisodeRecorder:
@@ -75,30 +81,35 @@ def test_an_episode_end_to_end(tmp_path: Path) -> None:
     rec.write(js, joint_state_cdr(now_ns(), list(JOINT_NAMES), [0.0] * 6), arm.info())  # before: not recorded
     path = Path(rec.start(EpisodeFields(task="pick mug", operator="ana", ptp_offset_ns=-27)))
     assert path.parent == tmp_path / "bags" and path.name.startswith("episode_") and rec.recording
-    stamps = []
-    t0 = now_ns()
+    stamps, sent = [], []  # header stamps (ROS time, as nodes stamp) and DDS source timestamps
+    t0 = to_ros_ns(now_ns())  # intervention times are ROS time, like header stamps
     rec.write(iv, string_cdr(json.dumps({"id": 1, "start_ns": t0, "end_ns": None, "trigger": None})), teleop.info())
     for i in range(50):
-        stamps.append(now_ns())
-        rec.write(js, joint_state_cdr(stamps[-1], list(JOINT_NAMES), [0.01 * i] * 6), arm.info(skip=1 if i == 30 else 0))
+        stamps.append(to_ros_ns(now_ns()))
+        info = arm.info(skip=1 if i == 30 else 0)
+        sent.append(info["source_timestamp"])
+        rec.write(js, joint_state_cdr(stamps[-1], list(JOINT_NAMES), [0.01 * i] * 6), info)
         if i % 5 == 0:
-            rec.write(pol, joint_state_cdr(now_ns(), list(JOINT_NAMES), [0.0] * 6, frame_id="ckpt-7"), policy.info())
-    end_event = {"id": 1, "start_ns": t0, "end_ns": now_ns(), "trigger": "wrong_grasp"}
+            rec.write(pol, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES), [0.0] * 6, frame_id="ckpt-7"),
+                      policy.info())
+    end_event = {"id": 1, "start_ns": t0, "end_ns": to_ros_ns(now_ns()), "trigger": "wrong_grasp"}
     rec.write(iv, string_cdr(json.dumps(end_event)), teleop.info())
-    topic = rec.status()["topics"][FOLLOWER_STATE]
+    topic = rec.status()["topics"][IN_BAG[FOLLOWER_STATE]]
     assert (topic["type"], topic["count"], topic["drops"]) == (JS, 50, 1)  # one sequence number skipped
     summary = rec.stop(EpisodeFields(task="pick mug", operator="ana", outcome="success", attempts=2))
     assert summary == f"saved {path}: {50 + 10 + 2} messages, outcome success"
     assert rec.last_saved == str(path) and rec.status()["last_saved"] == str(path) and not rec.recording
 
     got, records = read_back(path)
-    assert [msg.publish_time for msg, _d in got[FOLLOWER_STATE]] == stamps  # header stamps, untouched
-    assert [list(d.position) for _m, d in got[FOLLOWER_STATE]][10] == pytest.approx([0.1] * 6)
-    assert json.loads(got[INTERVENTION][-1][1].data) == end_event
+    follower = got[IN_BAG[FOLLOWER_STATE]]
+    assert [msg.publish_time for msg, _d in follower] == sent  # the DDS source timestamp, as rosbag2 records
+    assert [header_stamp_ns(msg.data) for msg, _d in follower] == stamps  # header stamps untouched in the bytes
+    assert [list(d.position) for _m, d in follower][10] == pytest.approx([0.1] * 6)
+    assert json.loads(got[IN_BAG[INTERVENTION]][-1][1].data) == end_event
     with AnyReader([path]) as reader:
         assert reader.message_count == 62
-        assert {c.topic: c.msgtype for c in reader.connections} == {FOLLOWER_STATE: JS, POLICY_COMMAND: JS,
-                                                                    INTERVENTION: STRING}
+        assert {c.topic: c.msgtype for c in reader.connections} == {IN_BAG[FOLLOWER_STATE]: JS,
+                                                                    IN_BAG[POLICY_COMMAND]: JS, IN_BAG[INTERVENTION]: STRING}
     meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
     assert yaml.safe_load((path / "metadata.yaml").read_text())["rosbag2_bagfile_information"]["custom_data"] == \
         records[METADATA_RECORD]
@@ -106,10 +117,15 @@ def test_an_episode_end_to_end(tmp_path: Path) -> None:
                                                                                           "success", 2, -27)
     assert meta.policy_checkpoint == "ckpt-7"  # from the commands' frame_id
     assert [(i.id, i.trigger) for i in meta.interventions] == [(1, "wrong_grasp")]
-    assert meta.drops == {FOLLOWER_STATE: 1, POLICY_COMMAND: 0, INTERVENTION: 0}
+    assert meta.drops == {IN_BAG[FOLLOWER_STATE]: 1, IN_BAG[POLICY_COMMAND]: 0, IN_BAG[INTERVENTION]: 0}
     assert set(meta.calibration) == {"leader", "follower"}
     assert meta.calibration["follower"] == yaml.safe_load(follower_cal.read_text())
     assert meta.clock_start and meta.clock_end and meta.stopped_mono_ns > meta.started_mono_ns
+    # Times the data engine compares with header stamps are ROS time; the monotonic ones stay for durations.
+    assert meta.stamp_clock == "ros" and meta.namespace == ""
+    assert meta.started_ros_ns <= stamps[0] and stamps[-1] <= meta.stopped_ros_ns
+    assert meta.started_ros_ns <= meta.interventions[0].start_ns <= meta.interventions[0].end_ns <= meta.stopped_ros_ns
+    assert meta.clock_samples[0] == meta.clock_start and meta.clock_samples[-1] == meta.clock_end
 
 
 def test_outcome_is_never_defaulted_names_never_reused_and_discard_leaves_nothing(tmp_path: Path) -> None:
@@ -136,20 +152,83 @@ def test_outcome_is_never_defaulted_names_never_reused_and_discard_leaves_nothin
     assert rec.last_saved == str(first)
 
 
-def test_a_stream_without_a_header_is_stamped_from_dds_on_the_monotonic_clock(tmp_path: Path) -> None:
+def test_a_stream_without_a_header_keeps_the_dds_times(tmp_path: Path) -> None:
     rec = recorder(tmp_path)
     _js, _pol, iv = add_streams(rec)
     teleop = Publisher(3)
     path = Path(rec.start(EpisodeFields()))
     info = teleop.info()
-    before = now_ns()
     rec.write(iv, string_cdr("{not json"), info)  # a bad event is recorded anyway, and ignored as an event
     rec.stop(EpisodeFields())
     got, records = read_back(path)
-    (msg, _decoded), = got[INTERVENTION]
-    assert msg.log_time == info["received_timestamp"]
-    assert abs(msg.publish_time - before) < 50_000_000  # source stamp mapped to CLOCK_MONOTONIC
+    (msg, _decoded), = got[IN_BAG[INTERVENTION]]
+    assert (msg.log_time, msg.publish_time) == (info["received_timestamp"], info["source_timestamp"])
     assert EpisodeMeta.from_strings(records[METADATA_RECORD]).interventions == []
+
+
+def test_clock_samples_through_the_episode_and_a_step_is_said_at_once(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """(monotonic, wall) pairs at start, about once a second (the node's timer calls `sample_clock`
+    more often; it samples when the last is a period old) and at stop. A system-clock step between
+    two samples is logged the moment it is seen (the host clock is never stepped here: the sample
+    after it is made up)."""
+    logged: list[tuple[str, str]] = []
+    rec = EpisodeRecorder(RecorderConfig(tmp_path / "bags", topics=(FOLLOWER_STATE,)),
+                          log=lambda level, text: logged.append((level, text)))
+    js = rec.add_topic(FOLLOWER_STATE, JS, [Qos()])
+    path = Path(rec.start(EpisodeFields()))
+    monkeypatch.setattr(episode_recorder, "CLOCK_SAMPLE_PERIOD_NS", 50_000_000)
+    rec.sample_clock()  # too soon after the start sample: nothing
+    for _ in range(3):
+        time.sleep(0.06)
+        rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES), [0.0] * 6), Publisher(1).info())
+        rec.sample_clock()
+        rec.sample_clock()
+    real = episode_recorder.sample_mapping
+
+    def stepped(samples: int = 16) -> ClockMapping:
+        m = real(samples)
+        return ClockMapping(m.mono_ns, m.wall_ns + 2_000_000_000, m.uncertainty_ns)  # the wall clock jumped 2 s
+
+    time.sleep(0.06)
+    monkeypatch.setattr(episode_recorder, "sample_mapping", stepped)
+    rec.sample_clock()
+    monkeypatch.setattr(episode_recorder, "sample_mapping", real)
+    assert [lvl for lvl, text in logged if "stepped +2000.0 ms" in text] == ["warning"]
+    rec.stop(EpisodeFields())
+    meta = EpisodeMeta.from_strings(read_back(path)[1][METADATA_RECORD])
+    samples = [ClockMapping.from_dict(d) for d in meta.clock_samples]
+    assert len(samples) == 1 + 3 + 1 + 1  # start, three periods, the stepped one, stop
+    assert meta.clock_samples[0] == meta.clock_start and meta.clock_samples[-1] == meta.clock_end
+    assert all(b.mono_ns - a.mono_ns >= 50_000_000 for a, b in zip(samples[:-1], samples[1:-1]))
+    assert len(clock_steps(samples)) == 2  # the jump, and the jump back at stop: the validator rejects it
+
+
+def test_a_namespaced_rig_records_its_names_and_the_reader_strips_them(tmp_path: Path) -> None:
+    """`namespace:=rig_a`: relative names resolve under /rig_a (as rclpy resolves them in the
+    node), the namespace goes into the metadata, and the reader presents the streams by the names
+    config/validate.yaml uses."""
+    rec = EpisodeRecorder(RecorderConfig(tmp_path / "bags", topics=(FOLLOWER_STATE, INTERVENTION, "/diagnostics"),
+                                         namespace="rig_a"))
+    assert rec.config.topics == ("/rig_a/follower/joint_states", "/rig_a/teleop/intervention", "/diagnostics")
+    js, iv = rec.add_topic(FOLLOWER_STATE, JS, [Qos()]), rec.add_topic(INTERVENTION, STRING, [LATCHED])
+    assert (js.name, iv.name) == ("/rig_a/follower/joint_states", "/rig_a/teleop/intervention")
+    path = Path(rec.start(EpisodeFields()))
+    t0 = to_ros_ns(now_ns())
+    rec.write(iv, string_cdr(json.dumps({"id": 1, "start_ns": t0, "end_ns": t0 + 1000, "trigger": "other"})),
+              Publisher(3).info())
+    for _ in range(3):
+        rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES), [0.0] * 6), Publisher(1).info())
+    rec.stop(EpisodeFields())
+    got, records = read_back(path)
+    assert set(got) == {"/rig_a/follower/joint_states", "/rig_a/teleop/intervention"}  # as ROS named them
+    meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
+    assert meta.namespace == "/rig_a" and [(i.id, i.trigger) for i in meta.interventions] == [(1, "other")]
+    bag = open_bag(path)
+    assert set(bag.topics) == {bag_topics.FOLLOWER_STATE, bag_topics.INTERVENTION}
+    assert bag.has(bag_topics.FOLLOWER_STATE) and bag.episode is not None
+    assert set(bag.episode.topics) == {bag_topics.FOLLOWER_STATE, bag_topics.INTERVENTION, "/diagnostics"}
+    assert not bag.damage
 
 
 def test_config_refuses_what_must_not_reach_the_file_system(tmp_path: Path) -> None:

@@ -198,11 +198,11 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import CompressedImage, JointState
 
-    from teleop_flywheel.core.clock import fill_stamp, now_ns
+    from teleop_flywheel.core.clock import now_ns
     from teleop_flywheel.core.so101 import JOINT_NAMES
     from teleop_flywheel.core.topics import camera_image
     from teleop_flywheel.hw.camera.source import encode_jpeg
-    from teleop_flywheel.ros.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state
+    from teleop_flywheel.ros.nodes.common import IMAGE_QOS, STREAM_QOS, joint_state, stamp
     from teleop_flywheel.ros.nodes.policy import PolicyNode
 
     rclpy.init()
@@ -226,7 +226,7 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
         deadline = time.monotonic() + 60
         while len(got) < 5 and time.monotonic() < deadline:
             state.publish(joint_state(JOINT_NAMES, [0.1] * 6, now_ns()))
-            fill_stamp(frame.header.stamp, now_ns())
+            stamp(frame.header.stamp, now_ns())
             camera.publish(frame)
             time.sleep(0.02)
     finally:

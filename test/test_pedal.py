@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from teleop_flywheel.core.clock import now_ns, sample_mapping
+from teleop_flywheel.core.clock import now_ns, sample_mapping, to_ros_ns
 from teleop_flywheel.hw.pedal.events import (
     EV_KEY,
     EV_SYN,
@@ -27,6 +27,7 @@ from teleop_flywheel.hw.pedal.events import (
 )
 
 MS = 1_000_000
+SAME_INSTANT_NS = 20_000  # one instant converted to ROS time and back, with offsets sampled apart
 
 
 def test_decode_matches_kernel_layout() -> None:
@@ -119,7 +120,8 @@ class PedalRig:
 
     node: Any
     fifo: Path
-    joy: list[tuple[int, list[int]]] = field(default_factory=list)
+    joy: list[tuple[int, list[int]]] = field(default_factory=list)  # (stamp on this host's monotonic clock, buttons)
+    raw: list[int] = field(default_factory=list)  # header stamps as published (ROS time)
     diags: list[tuple[int, str, dict[str, str]]] = field(default_factory=list)  # (level, message, values)
 
     def wait(self, condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
@@ -149,15 +151,18 @@ def _running(device: str, fifo: Path) -> Iterator[PedalRig]:
     from rclpy.parameter import Parameter
     from sensor_msgs.msg import Joy
 
-    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS, msg_stamp_ns
     from teleop_flywheel.ros.nodes.pedal import PedalNode
 
     rclpy.init()
     try:
         node = PedalNode(parameter_overrides=[Parameter("device", value=device)])
         rig = PedalRig(node, fifo)
-        node.create_subscription(Joy, "/pedal/joy", lambda m: rig.joy.append(
-            (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.buttons))), STREAM_QOS)
+        def on_joy(m: Joy) -> None:
+            rig.raw.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)
+            rig.joy.append((msg_stamp_ns(m), list(m.buttons)))  # back on the monotonic clock, as teleop reads it
+
+        node.create_subscription(Joy, "/pedal/joy", on_joy, STREAM_QOS)
         node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: rig.diags.extend(
             (s.level[0] if isinstance(s.level, bytes) else s.level, s.message, {kv.key: kv.value for kv in s.values})
             for s in m.status if s.name.endswith("foot pedal")), 10)
@@ -182,7 +187,10 @@ def test_pedal_node_reads_a_fifo(rig: PedalRig) -> None:
     os.write(writer, encode(InputEvent(now_ns(), EV_KEY, 3, 1)))  # KEY_2 = wrong_grasp in config/pedal.yaml
     rig.wait(lambda: len(rig.joy) >= 3, "label press and release")
     os.close(writer)
-    assert rig.joy[0] == (t_down, [1, 0, 0, 0, 0, 0])
+    # The kernel's event time, in ROS time on the wire (two conversions sampled at two instants
+    # agree within microseconds): the teleop node gets back the instant the pedal went down.
+    assert rig.joy[0] == (pytest.approx(t_down, abs=SAME_INSTANT_NS), [1, 0, 0, 0, 0, 0])
+    assert rig.raw[0] == pytest.approx(to_ros_ns(t_down), abs=SAME_INSTANT_NS)
     assert rig.joy[1][1] == [1, 0, 1, 0, 0, 0] and rig.joy[2][1] == [1, 0, 0, 0, 0, 0]
     assert rig.diags[-1][2]["clock"].startswith("as written")
 
@@ -200,7 +208,7 @@ def test_pedal_node_bounce_inside_the_debounce_window_publishes_nothing(rig: Ped
     os.write(writer, encode(InputEvent(t_press, EV_KEY, 30, 1)))
     rig.wait(lambda: rig.joy, "the real press")
     os.close(writer)
-    assert rig.joy == [(t_press, [1, 0, 0, 0, 0, 0])]
+    assert rig.joy == [(pytest.approx(t_press, abs=SAME_INSTANT_NS), [1, 0, 0, 0, 0, 0])]
 
 
 def test_pedal_node_refuses_a_regular_file(tmp_path: Path) -> None:
@@ -243,7 +251,8 @@ def test_pedal_node_unplug_releases_and_reconnects(rig: PedalRig) -> None:
     os.write(writer, encode(InputEvent(t + 100 * MS, EV_KEY, 30, 0)))
     rig.wait(lambda: len(rig.joy) > n + 1, "its release")
     os.close(writer)
-    assert rig.joy[n:] == [(t, [1, 0, 0, 0, 0, 0]), (t + 100 * MS, [0, 0, 0, 0, 0, 0])]
+    assert rig.joy[n:] == [(pytest.approx(t, abs=SAME_INSTANT_NS), [1, 0, 0, 0, 0, 0]),
+                           (pytest.approx(t + 100 * MS, abs=SAME_INSTANT_NS), [0, 0, 0, 0, 0, 0])]
 
 
 @pytest.mark.skipif(not os.access("/dev/uinput", os.W_OK), reason="no writable /dev/uinput on this machine")

@@ -27,13 +27,14 @@ from sensor_msgs.msg import CompressedImage, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.core.clock import fill_stamp, now_ns
+from teleop_flywheel.core.clock import ClockMapping, now_ns, to_ros_ns
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.recording.cdr import header_stamp_ns
 from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recover import recover
 from teleop_flywheel.ros.nodes.camera import CameraNode
-from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state
+from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state, stamp
 from teleop_flywheel.ros.nodes.recorder import RecorderNode
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
@@ -155,7 +156,7 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
         wait_for(lambda p=p: p.get_subscription_count() >= 1, what="matched")
     assert graph.call("/recorder/start").success
     sent: dict[str, list[Any]] = {t: [] for t in topics}
-    t0 = now_ns()
+    t0 = to_ros_ns(now_ns())  # intervention times are ROS time, as the teleop node publishes them
     start_iv = String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": None, "trigger": None}))
     iv.publish(start_iv)
     sent["/teleop/intervention"].append(start_iv)
@@ -169,11 +170,11 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
             sent["/policy/joint_command"].append(c)
         if i % 20 == 0:
             j = Joy(axes=[0.5], buttons=[1, 0, 0, 1, 0, 0])
-            fill_stamp(j.header.stamp, now_ns())
+            stamp(j.header.stamp, now_ns())
             joy.publish(j)
             sent["/pedal/joy"].append(j)
         time.sleep(0.002)
-    end_iv = String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": now_ns(), "trigger": "wrong_grasp"}))
+    end_iv = String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": to_ros_ns(now_ns()), "trigger": "wrong_grasp"}))
     iv.publish(end_iv)
     sent["/teleop/intervention"].append(end_iv)
     total = sum(len(v) for v in sent.values())
@@ -189,9 +190,8 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
         assert len(got[topic]) == len(sent[topic]), topic
         for ros_msg, (m, decoded) in zip(sent[topic], got[topic]):
             assert same_fields(ros_msg, decoded), topic
-            if hasattr(ros_msg, "header"):
-                assert m.publish_time == ros_msg.header.stamp.sec * 10**9 + ros_msg.header.stamp.nanosec
-            assert abs(m.log_time - time.time_ns()) < 120 * 10**9  # receive time, wall clock
+            # publish_time = the DDS source timestamp (send time), log_time = receive time: rosbag2's
+            assert m.publish_time <= m.log_time and abs(m.log_time - time.time_ns()) < 120 * 10**9
     assert [m.sequence for m, _ in got["/follower/joint_states"]] == list(range(1, 201))
     assert "transient_local" in channels["/teleop/intervention"].metadata["offered_qos_profiles"]
     # Reader 2: rosbags AnyReader.
@@ -213,9 +213,45 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
     assert [(i.id, i.trigger) for i in meta.interventions] == [(1, "wrong_grasp")]
     assert meta.drops == {t: 0 for t in topics}
     assert meta.clock_start and meta.clock_end and meta.stopped_mono_ns > meta.started_mono_ns
+    assert meta.stamp_clock == "ros" and meta.started_ros_ns <= t0 < meta.stopped_ros_ns
     assert meta.software_version.startswith("teleop_flywheel")
     # Labels are cleared for the next episode, never carried over.
     assert rec.get_parameter("outcome").value == "" and rec.get_parameter("attempts").value == 0
+
+
+def test_header_stamps_are_ros_time_and_clock_samples_span_the_episode(graph: Graph, tmp_path: Path) -> None:
+    """Stamps as the nodes make them (ROS time) reach the bag within a few ms of their receive time
+    on this host; publish_time is the send time between the two; (monotonic, wall) samples are taken
+    at start, about once a second, and at stop."""
+    pubs = graph.add(Node("arm", context=graph.context))
+    js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+    rec = recorder(graph, tmp_path, ["/follower/joint_states"])
+    wait_for(subscribed(rec, "/follower/joint_states"))
+    wait_for(lambda: js.get_subscription_count() >= 1, what="matched")
+    assert graph.call("/recorder/start").success
+    begin = time.monotonic()
+    while time.monotonic() - begin < 2.6:
+        js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
+        time.sleep(0.01)
+    wait_for(lambda: rec.status()["messages"] >= 100, what="messages recorded")
+    assert graph.call("/recorder/stop").success
+    got, records, _ = read_mcap(only_bag(tmp_path))
+    msgs = [m for m, _d in got["/follower/joint_states"]]
+    stamps = np.array([header_stamp_ns(m.data) for m in msgs])
+    log = np.array([m.log_time for m in msgs])
+    pub = np.array([m.publish_time for m in msgs])
+    latency_ms = (log - stamps) / 1e6
+    assert np.median(latency_ms) < 5.0 and latency_ms.min() > -1.0, latency_ms  # one clock: ROS time
+    assert ((pub - stamps) / 1e6).min() > -1.0 and (pub <= log).all()  # sent after stamped, received after sent
+    meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
+    assert meta.stamp_clock == "ros"
+    samples = [ClockMapping.from_dict(d) for d in meta.clock_samples]
+    assert samples[0].to_dict() == meta.clock_start and samples[-1].to_dict() == meta.clock_end
+    assert (samples[0].mono_ns, samples[-1].mono_ns) == (meta.started_mono_ns, meta.stopped_mono_ns)
+    assert (samples[0].wall_ns, samples[-1].wall_ns) == (meta.started_ros_ns, meta.stopped_ros_ns)
+    assert meta.started_ros_ns < stamps.min() and stamps.max() < meta.stopped_ros_ns  # the span covers the data
+    gaps_s = np.diff([m.mono_ns for m in samples]) / 1e9
+    assert len(samples) >= 4 and gaps_s[:-1].min() >= 1.0 and gaps_s.max() < 3.0, gaps_s  # about every second
 
 
 def test_stop_takes_what_arrived_before_it(graph: Graph, tmp_path: Path) -> None:
@@ -231,10 +267,11 @@ def test_stop_takes_what_arrived_before_it(graph: Graph, tmp_path: Path) -> None
         wait_for(lambda pub=pub: pub.get_subscription_count() >= 1, what="matched")
     assert graph.call("/recorder/start").success
     time.sleep(0.5)
-    t0 = now_ns()
+    t0 = to_ros_ns(now_ns())
     for i in range(20):
         js.publish(joint_state(JOINTS, [0.01 * i] * 6, now_ns()))
-    iv.publish(String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": now_ns(), "trigger": "too_slow"})))
+    iv.publish(String(data=json.dumps({"id": 1, "start_ns": t0, "end_ns": to_ros_ns(now_ns()),
+                                       "trigger": "too_slow"})))
     time.sleep(0.3)  # delivered to the recorder's queues, not yet taken (the batch pause is 3 s)
     assert graph.call("/recorder/stop").success
     got, records, _channels = read_mcap(only_bag(tmp_path))
@@ -318,13 +355,11 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
     got, records, _ = read_mcap(only_bag(tmp_path))
     frames = got["/cameras/wrist/image/compressed"]
     assert len(frames) >= 30
-    offset = EpisodeMeta.from_strings(records[METADATA_RECORD]).clock_start["wall_ns"] - \
-        EpisodeMeta.from_strings(records[METADATA_RECORD]).clock_start["mono_ns"]
     for m, decoded in frames:
-        stamp = decoded.header.stamp.sec * 10**9 + decoded.header.stamp.nanosec
-        assert abs(stamp - _decode_pixels(decoded.data)) <= 1_000_000  # within 1 ms of true capture
-        assert m.publish_time == stamp
-        assert (m.log_time - offset) - stamp >= 75_000_000  # received ≥ the pipeline latency later
+        capture = decoded.header.stamp.sec * 10**9 + decoded.header.stamp.nanosec  # ROS time
+        assert abs(capture - _decode_pixels(decoded.data)) <= 1_000_000  # within 1 ms of true capture
+        assert m.publish_time - capture >= 75_000_000  # sent (DDS source time) after the pipeline latency
+        assert m.log_time >= m.publish_time  # and received after that
     # A loaded machine may miss captures; each one must be counted, never silent.
     stamps = sorted(d.header.stamp.sec * 10**9 + d.header.stamp.nanosec for _m, d in frames)
     period = 1e9 / 30.0
@@ -357,14 +392,14 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
     wait_for(lambda: stall.drops.dropped > 0 and recorded() >= before + 15, timeout=40, what="frames after the stall")
     assert graph.call("/recorder/stop").success
     got, _, _ = read_mcap(only_bag(tmp_path))
-    stamps = [m.publish_time for m, _ in got["/cameras/stall/image/compressed"]]
+    stamps = [header_stamp_ns(m.data) for m, _ in got["/cameras/stall/image/compressed"]]
     assert max(np.diff(stamps)) >= 1.4e9  # the 1.5 s stall is a visible gap in the recorded stamps
     assert stall.drops.dropped >= 25  # 1.5 s at 20 fps ≈ 29 frames never captured
     reported = wait_for(lambda: [d for d in diags if d.name == "camera/stall" and d.level == DiagnosticStatus.WARN
                                  and int({kv.key: kv.value for kv in d.values}["dropped"]) >= 25], what="drop diagnostics")
     assert "frames dropped" in reported[-1].message
     for m, decoded in got["/cameras/skew/image/compressed"]:
-        assert abs((m.publish_time - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
+        assert abs((header_stamp_ns(m.data) - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
 
 
 _RECORDER_CMD = [sys.executable, "-c", "from teleop_flywheel.ros.nodes.recorder import main; main()"]
@@ -395,8 +430,8 @@ def test_kill_9_recorder_then_recover_loses_at_most_one_second(graph: Graph, tmp
     report = recover(bag)
     assert report.messages > 100
     got, records, _ = read_mcap(bag)
-    last_recorded = max(m.publish_time for m, _ in got["/follower/joint_states"])
-    assert (last_stamp - last_recorded) / 1e9 <= 1.0
+    last_recorded = max(header_stamp_ns(m.data) for m, _ in got["/follower/joint_states"])
+    assert (to_ros_ns(last_stamp) - last_recorded) / 1e9 <= 1.0
     assert EpisodeMeta.from_strings(records[METADATA_RECORD]).extra["recovered"]["from"] == "start record"
 
 
@@ -415,7 +450,7 @@ def test_full_disk_stops_episode_with_path_and_keeps_earlier_bag(graph: Graph, t
         def burst(n: int) -> None:
             for _ in range(n):
                 m = CompressedImage(format="jpeg", data=os.urandom(30_000))
-                fill_stamp(m.header.stamp, now_ns())
+                stamp(m.header.stamp, now_ns())
                 img.publish(m)
                 time.sleep(0.002)
 

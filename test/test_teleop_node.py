@@ -29,10 +29,10 @@ from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
-from teleop_flywheel.core.clock import fill_stamp, now_ns  # noqa: E402
+from teleop_flywheel.core.clock import now_ns, to_ros_ns  # noqa: E402
 from teleop_flywheel.core.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
 from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
-from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns  # noqa: E402
+from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns, stamp  # noqa: E402
 from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
 
 BLEND_MS = 150.0
@@ -51,8 +51,9 @@ class Probe:
         self.events: list[dict] = []
         self.diagnostics: list[tuple[bytes, str]] = []  # (level, message) of the teleop's status
         self.inputs = {"policy": 0.0, "leader": 0.2, "follower": 0.0}
-        node.create_subscription(JointState, "/follower/joint_command", lambda m: self.commands.append(
-            (msg_stamp_ns(m), m.position[0])), STREAM_QOS)
+        self.age_ms = {"policy": 0.0, "leader": 0.0, "follower": 0.0}  # how old each input's stamp is when sent
+        self.raw_stamps: list[int] = []  # header stamps of /follower/joint_command as sent (ROS time)
+        node.create_subscription(JointState, "/follower/joint_command", self._on_command, STREAM_QOS)
         node.create_subscription(JointState, "/teleop/authority", lambda m: self.authority.append(
             (msg_stamp_ns(m), list(m.position))), STREAM_QOS)
         node.create_subscription(JointState, "/leader/joint_command", lambda m: self.leader_cmds.append(
@@ -65,6 +66,10 @@ class Probe:
                      "policy": node.create_publisher(JointState, "/policy/joint_command", STREAM_QOS),
                      "follower": node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)}
         self.pedal = node.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+
+    def _on_command(self, m: JointState) -> None:
+        self.commands.append((msg_stamp_ns(m), m.position[0]))  # on this host's monotonic clock
+        self.raw_stamps.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)
 
     def wait_matched(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -79,7 +84,7 @@ class Probe:
     def joy(self, buttons: list[int]) -> None:
         """A /pedal/joy message as the pedal node publishes it: buttons[0] takeover, [1..5] labels."""
         msg = Joy()
-        fill_stamp(msg.header.stamp, now_ns())
+        stamp(msg.header.stamp, now_ns())  # ROS time, as the pedal node stamps
         msg.buttons = buttons
         self.pedal.publish(msg)
 
@@ -96,7 +101,7 @@ class Probe:
             t = now_ns()
             for name, pub in self.pubs.items():
                 if name not in silent:
-                    pub.publish(joint_state(JOINT_NAMES, [self.inputs[name]] * 6, t))
+                    pub.publish(joint_state(JOINT_NAMES, [self.inputs[name]] * 6, t - int(self.age_ms[name] * 1e6)))
             if buttons is not None:
                 self.joy(buttons)
             time.sleep(0.01)
@@ -212,6 +217,9 @@ def test_takeover_blends_labels_and_releases_the_leader(teleop_factory) -> None:
     events = probe.events
     assert events[-1]["id"] == 1 and events[-1]["end_ns"] and events[-1]["trigger"] == "wrong_grasp"
     assert any(a[2] == 1.0 for _t, a in auth), "authority carries the intervention id during the takeover"
+    # The intervention's start/end are the pedal edges' stamps, in ROS time (the clock the data
+    # engine aligns them with header stamps on): start after the pedal went down, end after it came up.
+    assert to_ros_ns(t_down) <= events[-1]["start_ns"] <= to_ros_ns(t_up) <= events[-1]["end_ns"] <= time.time_ns()
 
 
 def label_press(down: bool, label: str) -> list[int]:
@@ -267,6 +275,29 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     probe.drive(lambda: now_ns() - t_check > 400_000_000, "a while silent", DOWN, silent=("leader",))
     after = [v for t, v in probe.commands_since(t_check)]
     assert after and max(after) - min(after) < 1e-9
+
+
+def test_header_stamps_are_ros_time_and_an_old_one_is_stale_on_the_node_clock(teleop_factory) -> None:
+    """Header stamps carry ROS time both ways: the node's commands are stamped in ROS time (within a
+    second of the wall clock), and an incoming leader stamp is converted back onto the node's
+    monotonic clock before the staleness check: one stamped now drives, one stamped 200 ms in the
+    past (stale_ms 100) is held as stale at once. (Read as monotonic, a ROS-time stamp lies ~1.8e9 s
+    in the future of the node's clock and would never be stale.)"""
+    probe = teleop_factory(mode="teleop", stale_ms=100.0)
+    probe.inputs["leader"] = 0.3
+    probe.drive(lambda: bool(probe.commands) and probe.commands[-1][1] == pytest.approx(0.3, abs=1e-6),
+                "the command following a leader stamped now")
+    assert abs(probe.raw_stamps[-1] - time.time_ns()) < 1_000_000_000, "commands are stamped in ROS time"
+    assert not any("stale" in m for _l, m in probe.diagnostics)
+    probe.age_ms["leader"] = 200.0
+    probe.inputs["leader"] = 0.6  # fresh samples would move the command; old ones must not
+    t_old = now_ns()
+    probe.drive(lambda: any("leader stale" in m for _l, m in probe.diagnostics)
+                and len(probe.commands_since(t_old)) >= 20, "the leader-stale diagnostic and held commands")
+    held = [v for _t, v in probe.commands_since(t_old)]
+    assert max(held) == pytest.approx(0.3, abs=1e-6), "a 200 ms old leader sample was acted on"
+    probe.age_ms["leader"] = 0.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.35, "fresh samples drive again")
 
 
 def test_mode_switch_during_a_takeover_ends_the_intervention(teleop_factory) -> None:

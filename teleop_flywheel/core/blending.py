@@ -9,7 +9,9 @@ and the operator's trigger label; one nobody labelled stays unlabelled (the vali
 rejects it). Stale inputs hold the last command; nothing is ever extrapolated.
 
 All times are CLOCK_MONOTONIC ns passed in by the caller, so the whole machine is testable
-without sleeping.
+without sleeping — ramps, staleness and the labelling window never see a clock step. The teleop
+node converts incoming header stamps (ROS time) back with `clock.from_ros_ns` before they get
+here, and the intervention start/end it publishes to ROS time with `clock.to_ros_ns`.
 """
 from __future__ import annotations
 

@@ -9,10 +9,11 @@ claim: an outcome nobody set is `"unset"`, an intervention nobody labelled has
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.core.topics import strip_namespace
 
 METADATA_RECORD = "teleop_flywheel.episode"
 SCHEMA_VERSION = 1
@@ -27,7 +28,7 @@ _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock
 # CLOCK_MONOTONIC and reach the wall clock through the clock mappings.
 STAMP_CLOCK_ROS = "ros"
 STAMP_CLOCK_MONOTONIC = ""
-_INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns")
+_INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns", "started_ros_ns", "stopped_ros_ns")
 _OPTIONAL_INT_FIELDS = ("attempts", "ptp_offset_ns")
 
 
@@ -80,6 +81,11 @@ class EpisodeMeta:
     schema_version: int = SCHEMA_VERSION
     stamp_clock: str = STAMP_CLOCK_MONOTONIC  # "ros" for bags whose header stamps are ROS time
     clock_samples: list[dict[str, int]] = field(default_factory=list)  # ClockMapping dicts sampled through the episode
+    # Start/stop in ROS time (the clock of header stamps and intervention times when stamp_clock is
+    # "ros"); 0 in older bags. started/stopped_mono_ns stay CLOCK_MONOTONIC (durations, clock samples).
+    started_ros_ns: int = 0
+    stopped_ros_ns: int = 0
+    namespace: str = ""  # the rig's ROS namespace ("/rig_a"): recorded topic names carry it, readers strip it
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -137,6 +143,24 @@ class EpisodeMeta:
             if role not in out and len(stems) == 1:
                 out[role] = self.calibration[stems[0]]
         return out
+
+    @property
+    def start_stamp_ns(self) -> int:
+        """The episode's start on the clock of its header stamps and intervention times."""
+        return self.started_ros_ns if self.stamp_clock == STAMP_CLOCK_ROS else self.started_mono_ns
+
+    @property
+    def stop_stamp_ns(self) -> int:
+        """The episode's stop on the clock of its header stamps and intervention times."""
+        return self.stopped_ros_ns if self.stamp_clock == STAMP_CLOCK_ROS else self.stopped_mono_ns
+
+    def without_namespace(self) -> "EpisodeMeta":
+        """A copy whose topic names (`topics`, `drops`) have the rig's namespace stripped, as the
+        reader presents the bag's topics (`core.topics.strip_namespace`)."""
+        if not self.namespace:
+            return self
+        return replace(self, topics=[strip_namespace(t, self.namespace) for t in self.topics],
+                       drops={strip_namespace(t, self.namespace): n for t, n in self.drops.items()})
 
     @property
     def unlabelled_interventions(self) -> list[Intervention]:

@@ -1,39 +1,53 @@
 """Every topic and service name of the project, once.
 
-Nodes, the recorder, the session graph, the data engine and the tests all take names from here,
-so a rename is one line and a recorded bag's topics always match what the engine looks for.
+Rig names are **relative** (no leading `/`): a node resolves them inside its namespace, so a rig
+started with `namespace:=rig_a` publishes `/rig_a/leader/joint_states`, and two rigs share one ROS
+domain without seeing each other's streams. Without a namespace they resolve to `/leader/…` as
+before. `/diagnostics`, `/tf` and `/tf_static` stay global (ROS conventions: one diagnostics
+aggregator, frames told apart by prefix).
+
+A bag records fully qualified names (`/rig_a/leader/joint_states`) and its episode metadata the
+namespace; the reader strips it, so the data engine and `config/validate.yaml` see the rig's
+streams as `/leader/joint_states` whatever rig recorded them (`core/bag_topics.py` holds those
+names).
 """
 from __future__ import annotations
 
-LEADER_STATE = "/leader/joint_states"
-FOLLOWER_STATE = "/follower/joint_states"
-LEADER_COMMAND = "/leader/joint_command"  # empty = release the leader's torque
-FOLLOWER_COMMAND = "/follower/joint_command"  # the command actually sent: the dataset's action
-POLICY_COMMAND = "/policy/joint_command"  # header.frame_id = checkpoint id
-AUTHORITY = "/teleop/authority"
-INTERVENTION = "/teleop/intervention"
-PEDAL_JOY = "/pedal/joy"
+import re
+
+LEADER_STATE = "leader/joint_states"
+FOLLOWER_STATE = "follower/joint_states"
+LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
+FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
+POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
+AUTHORITY = "teleop/authority"
+INTERVENTION = "teleop/intervention"
+PEDAL_JOY = "pedal/joy"
+CAMERA_PREFIX = "cameras/"
+# Global by ROS convention, in every namespace.
 DIAGNOSTICS = "/diagnostics"
-CAMERA_PREFIX = "/cameras/"
+TF = "/tf"
+TF_STATIC = "/tf_static"
 
 
 def arm_state(role: str) -> str:
-    """`/<role>/joint_states` (role: leader | follower)."""
-    return f"/{role}/joint_states"
+    """`<role>/joint_states` (role: leader | follower)."""
+    return f"{role}/joint_states"
 
 
 def arm_command(role: str) -> str:
-    """`/<role>/joint_command` (role: leader | follower)."""
-    return f"/{role}/joint_command"
+    """`<role>/joint_command` (role: leader | follower)."""
+    return f"{role}/joint_command"
 
 
 def camera_image(name: str) -> str:
-    """`/cameras/<name>/image/compressed`."""
+    """`cameras/<name>/image/compressed`."""
     return f"{CAMERA_PREFIX}{name}/image/compressed"
 
 
 def camera_name(topic: str) -> str | None:
-    """The camera name of a camera image topic, else None."""
+    """The camera name of a camera image topic (relative or namespace-stripped), else None."""
+    topic = topic.lstrip("/")
     if topic.startswith(CAMERA_PREFIX) and topic.endswith("/image/compressed"):
         return topic[len(CAMERA_PREFIX):-len("/image/compressed")]
     return None
@@ -43,9 +57,10 @@ def camera_name(topic: str) -> str | None:
 RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, AUTHORITY,
             INTERVENTION, PEDAL_JOY, DIAGNOSTICS)
 
-# Nodes whose services other nodes call, and their services (relative to the node: `~/start`).
-RECORDER_NODE = "/recorder"
-TELEOP_NODE = "/teleop"
+# Nodes whose services other nodes call (relative: `recorder` in a namespaced rig is
+# `/<namespace>/recorder`), and their services (relative to the node: `~/start`).
+RECORDER_NODE = "recorder"
+TELEOP_NODE = "teleop"
 RECORDER_START, RECORDER_STOP, RECORDER_DISCARD, RECORDER_STATUS = "start", "stop", "discard", "status"
 SET_POLICY_MODE = "set_policy_mode"
 
@@ -53,3 +68,36 @@ SET_POLICY_MODE = "set_policy_mode"
 def label_service(trigger: str) -> str:
     """The teleop node's service that labels the current intervention: `label/<trigger>`."""
     return f"label/{trigger}"
+
+
+# -- namespaces ------------------------------------------------------------------------------------
+_TOKEN = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def normalize_namespace(namespace: str) -> str:
+    """`rig_a`, `/rig_a` or `/lab/rig_a/` → `/rig_a` / `/lab/rig_a`; empty or `/` → "" (none).
+    ValueError for anything ROS would refuse (tokens of letters, digits and `_`, not starting with
+    a digit; no `//`, `~` or spaces)."""
+    text = namespace.strip().strip("/")
+    if not text:
+        return ""
+    if not re.fullmatch(rf"{_TOKEN}(/{_TOKEN})*", text):
+        raise ValueError(f"namespace {namespace!r} is not a ROS namespace: tokens of letters, digits and '_' "
+                         "separated by '/', none starting with a digit")
+    return "/" + text
+
+
+def qualify(name: str, namespace: str = "") -> str:
+    """The fully qualified name of `name` in `namespace` (absolute names are left as they are)."""
+    if name.startswith("/"):
+        return name
+    return f"{normalize_namespace(namespace)}/{name}"
+
+
+def strip_namespace(name: str, namespace: str) -> str:
+    """A fully qualified name with the rig's namespace removed: `/rig_a/leader/joint_states` →
+    `/leader/joint_states`; a name outside the namespace (`/diagnostics`) is returned unchanged."""
+    ns = normalize_namespace(namespace)
+    if ns and name.startswith(ns + "/"):
+        return name[len(ns):]
+    return name

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.core.topics import AUTHORITY
 from teleop_flywheel.data.lineage import LineageError, Registry
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
@@ -66,7 +66,7 @@ def read_trial(path: str | Path) -> Trial:
         elif len(stamps):
             share = float(alpha[0])
     starts = [i.start_ns for i in meta.interventions]
-    first = max(0.0, (min(starts) - meta.started_mono_ns) / 1e9) if starts else None
+    first = max(0.0, (min(starts) - meta.start_stamp_ns) / 1e9) if starts else None  # on the events' clock
     return Trial(str(path), meta.policy_checkpoint, meta.condition, meta.protocol_hash, meta.outcome,
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
                  share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,

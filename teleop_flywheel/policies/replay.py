@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_COMMAND
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, split_args
 from teleop_flywheel.recording.reader import open_bag
 

@@ -5,17 +5,25 @@ DDS and serves parameters, services and status over it:
 
 - `add_topic(name, type, offered_qos)` registers a stream (added to the open bag at once);
 - `write(topic, cdr_bytes, info)` is the hot path: drops counted per publisher from publication
-  sequence numbers, `log_time` = the DDS reception stamp, `publish_time` = header.stamp read
-  from the bytes (without a header: the DDS source stamp mapped onto CLOCK_MONOTONIC with the
-  episode's clock mapping), intervention events and policy checkpoints picked up on the way;
+  sequence numbers, `log_time` = the DDS reception stamp, `publish_time` = the DDS source
+  timestamp (both wall clock, as rosbag2 records them; the data engine reads time from the header
+  stamps in the bytes, ROS time), intervention events and policy checkpoints picked up on the way;
   nothing is written between episodes;
 - `start(fields)` opens `<output_dir>/<episode_prefix>_<YYYYmmdd_HHMMSS>[_n]` (never an existing
-  one) with the episode metadata known at start: operator fields, calibration documents, clock
-  mapping, PTP/chrony offset (`ptp_offset_ns` if given, else the configured probe);
+  one) with the episode metadata known at start: operator fields, calibration documents, the first
+  (monotonic, wall) clock sample, `stamp_clock: ros`, the rig's namespace, PTP/chrony offset
+  (`ptp_offset_ns` if given, else the configured probe);
+- `sample_clock()` (the node calls it every second) adds a (monotonic, wall) sample to the
+  episode's `clock_samples` once a second, and warns when the system clock stepped since the last;
 - `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
-  failure label, machine check, interventions overlapping the episode, drops, checkpoints,
-  end clock mapping and probe; `discard()` deletes it; a write error (disk full) stops the
-  episode and keeps the partial bag for `teleop-flywheel recover`.
+  failure label, machine check, interventions overlapping the episode (their times and the
+  episode's `started_ros_ns`/`stopped_ros_ns` are ROS time), drops, checkpoints, the last clock
+  sample and probe; `discard()` deletes it; a write error (disk full) stops the episode and keeps
+  the partial bag for `teleop-flywheel recover`.
+
+Topic names are fully qualified (`add_topic` qualifies a relative name in `namespace`): a rig
+under `namespace:=rig_a` records `/rig_a/leader/joint_states`, and the reader strips the
+namespace the metadata names.
 
 Calibration files are given as `ROLE=PATH` (stored under the role, e.g. `follower`) or a plain
 `PATH` (stored under the file's stem, as bags did before roles).
@@ -35,17 +43,16 @@ from typing import Any
 import yaml
 
 from teleop_flywheel import __version__
-from teleop_flywheel.core.clock import ClockMapping, now_ns, sample_mapping
-from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
+from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_ns, sample_mapping
+from teleop_flywheel.core.episode import CALIBRATION_ROLES, STAMP_CLOCK_ROS, EpisodeMeta, Intervention
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND
+from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND, normalize_namespace, qualify
 from teleop_flywheel.recording import clock_probe
 from teleop_flywheel.recording.cdr import (
     CdrError,
     SequenceTracker,
     cdr_string,
     header_frame_id,
-    header_stamp_ns,
     starts_with_header,
 )
 from teleop_flywheel.recording.metadata import Qos
@@ -55,6 +62,7 @@ from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriteE
 SAFE_NAME = r"[A-Za-z0-9_.-]+"
 OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
 Log = Callable[[str, str], None]  # (level "info" | "warning" | "error", message)
+CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
 
 
 class RecordingError(FlywheelError, RuntimeError):
@@ -74,11 +82,14 @@ class RecorderConfig:
     fsync: bool = True
     calibration_files: tuple[str, ...] = ()
     ptp_probe: str = ""
+    namespace: str = ""  # the rig's ROS namespace ("/rig_a"; "" = none): relative topics resolve in it
 
     def __post_init__(self) -> None:
         if not re.fullmatch(SAFE_NAME, self.episode_prefix):
             raise ValueError(f"episode_prefix {self.episode_prefix!r} must be letters, digits, '-', '_' or '.'")
         clock_probe.check_probe(self.ptp_probe)
+        object.__setattr__(self, "namespace", normalize_namespace(self.namespace))
+        object.__setattr__(self, "topics", tuple(qualify(t, self.namespace) for t in self.topics))
 
 
 @dataclass
@@ -143,7 +154,8 @@ class EpisodeRecorder:
         self._lock = threading.RLock()
         self._bag: BagWriter | None = None
         self._meta: EpisodeMeta | None = None
-        self._mapping: ClockMapping = sample_mapping()
+        self._intervention_topic = qualify(INTERVENTION, config.namespace)
+        self._policy_topic = qualify(POLICY_COMMAND, config.namespace)
         self._interventions: dict[int, Intervention] = {}
         self._checkpoints: set[str] = set()
         self._status_window = now_ns()
@@ -159,8 +171,9 @@ class EpisodeRecorder:
 
     # -- streams ----------------------------------------------------------------------------
     def add_topic(self, name: str, type_name: str, offered: Sequence[Qos]) -> TopicEntry:
-        """Register a stream; DefinitionNotFoundError/ValueError if its type cannot be recorded here."""
-        type_name = normalize_type(type_name)
+        """Register a stream (a relative name is qualified in the namespace); DefinitionNotFoundError/
+        ValueError if its type cannot be recorded here."""
+        name, type_name = qualify(name, self.config.namespace), normalize_type(type_name)
         entry = TopicEntry(name, type_name, starts_with_header(type_name), list(offered))
         with self._lock:
             self.topics[name] = entry
@@ -170,25 +183,22 @@ class EpisodeRecorder:
 
     def write(self, entry: TopicEntry, data: bytes, info: Mapping[str, Any]) -> None:
         """One received message: `info` as DDS gives it (publisher_gid, publication_sequence_number,
-        source_timestamp and received_timestamp in wall-clock ns)."""
+        source_timestamp and received_timestamp in wall-clock ns). log_time = received,
+        publish_time = the source timestamp (rosbag2's meaning; the header stamp stays in the bytes)."""
         gid = info.get("publisher_gid") or {}
         lost = entry.tracker.add(bytes(gid.get("data", b"")), info.get("publication_sequence_number"))
         recv = int(info.get("received_timestamp") or time.time_ns())
-        try:
-            if entry.has_header:
-                stamp = header_stamp_ns(data)
-            else:
-                stamp = int(info.get("source_timestamp") or recv) - self._mapping.offset_ns
-            if entry.name == INTERVENTION:
+        sent = int(info.get("source_timestamp") or recv)
+        if entry.name == self._intervention_topic:
+            try:
                 self._on_intervention(cdr_string(data, 4))
-        except (CdrError, ValueError) as exc:
-            self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
-            stamp = recv - self._mapping.offset_ns
+            except (CdrError, ValueError) as exc:
+                self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
         with self._lock:
             bag = self._bag
             if bag is None:
                 return
-            if entry.name == POLICY_COMMAND and entry.has_header:
+            if entry.name == self._policy_topic and entry.has_header:
                 try:
                     self._checkpoints.add(header_frame_id(data))
                 except CdrError:
@@ -197,7 +207,7 @@ class EpisodeRecorder:
             entry.window_count += 1
             entry.drops += lost
             try:
-                bag.write(entry.name, data, recv, stamp, info.get("publication_sequence_number") or 0)
+                bag.write(entry.name, data, recv, sent, info.get("publication_sequence_number") or 0)
             except BagWriteError as exc:
                 self._fail(exc)
             except BagError:
@@ -209,7 +219,7 @@ class EpisodeRecorder:
             iv = Intervention(int(event["id"]), int(event["start_ns"]),
                               None if event.get("end_ns") is None else int(event["end_ns"]), event.get("trigger"))
         except (ValueError, KeyError, TypeError) as exc:
-            self._log("warning", f"{INTERVENTION}: bad event {text[:120]!r}: {exc}")
+            self._log("warning", f"{self._intervention_topic}: bad event {text[:120]!r}: {exc}")
             return
         with self._lock:
             self._interventions[iv.id] = iv
@@ -241,7 +251,7 @@ class EpisodeRecorder:
         with self._lock:
             if self._bag is not None:
                 raise RecordingError(f"already recording {self._bag.path}")
-            self._mapping = sample_mapping()
+            first = sample_mapping()  # the episode's start: its monotonic and its ROS (wall) time
             extra: dict[str, Any] = {}
             cfg = self.config
             meta = EpisodeMeta(
@@ -249,9 +259,11 @@ class EpisodeRecorder:
                 robot_type=fields.robot_type, session_kind=fields.session_kind,
                 software_version=f"teleop_flywheel {__version__}", policy_checkpoint=fields.policy_checkpoint,
                 calibration=read_calibrations(cfg.calibration_files), cameras=list(cfg.cameras),
-                topics=list(cfg.topics), clock_start=self._mapping.to_dict(),
+                topics=list(cfg.topics), clock_start=first.to_dict(), clock_samples=[first.to_dict()],
+                stamp_clock=STAMP_CLOCK_ROS, namespace=cfg.namespace,
                 ptp_offset_ns=self._ptp(fields.ptp_offset_ns, extra, "ptp_probe"),
-                protocol_hash=fields.protocol_hash, condition=fields.condition, extra=extra, started_mono_ns=now_ns())
+                protocol_hash=fields.protocol_hash, condition=fields.condition, extra=extra,
+                started_mono_ns=first.mono_ns, started_ros_ns=first.wall_ns)
             for _attempt in range(100):
                 path = self._new_bag_dir()
                 meta.episode_name = path.name
@@ -279,10 +291,32 @@ class EpisodeRecorder:
         self._log("info", f"episode started: {path}")
         return str(path)
 
+    def sample_clock(self) -> None:
+        """Add a (monotonic, wall) sample to the open episode if the last is a period old; a system
+        clock step since the last sample is logged (the validator rejects the episode for it)."""
+        with self._lock:
+            meta = self._meta
+            if self._bag is None or meta is None:
+                return
+            last = ClockMapping.from_dict(meta.clock_samples[-1])
+            if now_ns() - last.mono_ns < CLOCK_SAMPLE_PERIOD_NS:
+                return
+            self._add_sample(meta, last)
+
+    def _add_sample(self, meta: EpisodeMeta, last: ClockMapping) -> ClockMapping:
+        sample = sample_mapping()
+        meta.clock_samples.append(sample.to_dict())
+        for step in clock_steps([last, sample]):
+            self._log("warning", f"the system clock stepped {step.drift_ns / 1e6:+.1f} ms during episode "
+                                 f"{meta.episode_name}: ROS-time stamps on both sides of it are on two timelines "
+                                 "(the validator rejects the episode)")
+        return sample
+
     def _final_meta(self, meta: EpisodeMeta, fields: EpisodeFields) -> EpisodeMeta:
-        started, stopped = meta.started_mono_ns, now_ns()
-        meta.stopped_mono_ns = stopped
-        meta.clock_end = sample_mapping().to_dict()
+        last = self._add_sample(meta, ClockMapping.from_dict(meta.clock_samples[-1]))
+        started, stopped = meta.started_ros_ns, last.wall_ns  # ROS time, the clock of intervention events
+        meta.stopped_mono_ns, meta.stopped_ros_ns = last.mono_ns, last.wall_ns
+        meta.clock_end = last.to_dict()
         meta.outcome = fields.outcome or "unset"
         meta.attempts = fields.attempts or None
         meta.failure_label = fields.failure_label

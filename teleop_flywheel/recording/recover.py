@@ -13,8 +13,9 @@ What it does, never destroying anything:
 2. writes a new, chunked, indexed, summarised `<name>_0.mcap` with the same messages (bytes,
    log/publish times and sequence numbers unchanged) and a fresh `metadata.yaml`;
 3. episode metadata: the final `teleop_flywheel.episode` record if it survived, else the
-   `.start` record plus `extra.recovered` (what was lost) and `stopped_mono_ns` = the last
-   surviving source stamp;
+   `.start` record plus `extra.recovered` (what was lost) and the stop = the last surviving
+   publish_time (`stopped_ros_ns`, and `stopped_mono_ns` through the start's clock sample; in
+   bags before `stamp_clock: ros`, `stopped_mono_ns` = that monotonic stamp);
 4. in place (default): the damaged file is renamed `<name>_0.mcap.damaged` (and an old
    metadata.yaml `metadata.yaml.damaged`) beside the repaired one; with `--output DIR` the
    repaired bag goes to DIR and the original directory is not touched at all.
@@ -32,7 +33,8 @@ from pathlib import Path
 
 from mcap.records import Message
 
-from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.clock import ClockMapping
+from teleop_flywheel.core.episode import METADATA_RECORD, STAMP_CLOCK_ROS, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording import msgdefs
 from teleop_flywheel.recording.metadata import (
@@ -94,7 +96,11 @@ def _episode(scanned: ScanResult, notes: list[str]) -> tuple[EpisodeMeta | None,
         notes.append("no episode metadata survived")
         return None, None, "none"
     final_meta = EpisodeMeta.from_strings(start)  # a second copy, completed below
-    if scanned.last_stamp_ns is not None:
+    if scanned.last_stamp_ns is not None and final_meta.stamp_clock == STAMP_CLOCK_ROS and final_meta.clock_start:
+        # publish_time is the DDS send time (wall clock): the stop in ROS time, and on CLOCK_MONOTONIC
+        final_meta.stopped_ros_ns = scanned.last_stamp_ns
+        final_meta.stopped_mono_ns = scanned.last_stamp_ns - ClockMapping.from_dict(final_meta.clock_start).offset_ns
+    elif scanned.last_stamp_ns is not None:  # older bags: publish_time was the monotonic header stamp
         final_meta.stopped_mono_ns = scanned.last_stamp_ns
     final_meta.extra["recovered"] = {
         "from": "start record", "discarded_bytes": scanned.discarded_bytes, "bad_chunks": scanned.bad_chunks,

@@ -59,7 +59,7 @@ class Frame:
     """One captured image (BGR uint8) and when it was captured."""
 
     image: np.ndarray
-    stamp_ns: int  # what the source reports (CLOCK_MONOTONIC); goes into header.stamp
+    stamp_ns: int  # what the source reports (CLOCK_MONOTONIC); header.stamp = clock.to_ros_ns(stamp_ns)
     index: int  # frames captured by this source so far (gaps = frames never captured)
 
 
@@ -80,12 +80,14 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     return buf.tobytes()
 
 
-def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None) -> FrameSource:
-    """The source `config.source` names; `arm_state` feeds the synthetic scene (joint → rad)."""
+def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,
+                timecode_clock: Callable[[int], int] | None = None) -> FrameSource:
+    """The source `config.source` names; `arm_state` feeds the synthetic scene (joint → rad),
+    `timecode_clock` maps its monotonic capture instant to the time written into its pixels."""
     if config.source == "synthetic":
         from teleop_flywheel.hw.camera.synthetic import SyntheticSource
 
-        return SyntheticSource(config, arm_state)
+        return SyntheticSource(config, arm_state, timecode_clock=timecode_clock)
     from teleop_flywheel.hw.camera.v4l2 import V4L2Source
 
     return V4L2Source(config)

@@ -76,9 +76,12 @@ class SyntheticSource:
     """Captures on a schedule in its own thread; `read()` delivers after the pipeline latency."""
 
     def __init__(self, config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,
-                 block: int = timecode.DEFAULT_BLOCK) -> None:
+                 block: int = timecode.DEFAULT_BLOCK, timecode_clock: Callable[[int], int] | None = None) -> None:
         self.config = config
         self._arm_state = arm_state or (lambda: {})
+        # The clock of the pixel timecode: the monotonic capture instant as is, or (camera node)
+        # `clock.to_ros_ns`, so the pixels carry the true capture time on the header stamps' clock.
+        self._timecode_clock = timecode_clock or (lambda ns: ns)
         self._block = block
         self._top = timecode.strip_height(config.width, config.height, block)
         self._background = _background(config.width, config.height)
@@ -93,10 +96,10 @@ class SyntheticSource:
         self._thread.start()
 
     def render(self, capture_ns: int) -> np.ndarray:
-        """The scene at `capture_ns` with that time in its pixels."""
+        """The scene at `capture_ns` (monotonic) with that time in its pixels (on the timecode clock)."""
         image = self._background.copy()
         draw_arm(image, self._arm_state(), top=self._top)
-        return timecode.encode(image, capture_ns, self._block)
+        return timecode.encode(image, self._timecode_clock(capture_ns), self._block)
 
     def _stalled(self, t: int) -> bool:
         c = self.config

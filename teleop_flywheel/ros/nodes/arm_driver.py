@@ -2,8 +2,10 @@
 
 A thin node over `hw.arm.ArmDriver` (configure, tick, safety, torque, reconnect — no ROS): its
 bus loop runs in this node's thread at `rate_hz` and every sample is published on
-`/<role>/joint_states`, stamped with the bus's arrival-time stamp. `/<role>/joint_command` sets
-the target (the shared `safety.CommandGuard`: limits, max step per tick, stale-command hold);
+`<role>/joint_states`, stamped with the bus's arrival time less the wire time
+(`Reading.stamp_ns`, CLOCK_MONOTONIC) converted to ROS time (`common.stamp`). The command
+watchdog runs on the driver's own monotonic clock (when a command arrived), never on a header
+stamp. `<role>/joint_command` sets the target (the shared `safety.CommandGuard`: limits, max step per tick, stale-command hold);
 for a leader an EMPTY position list releases the torque at once. `/diagnostics` once a second:
 connection, loop rate, bus and guard counters, voltage/temperature/fault bits per servo; a lost
 port is ERROR naming it while the loop reconnects with backoff (and one line on the console).

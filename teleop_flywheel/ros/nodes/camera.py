@@ -1,7 +1,9 @@
 """`camera` node: one camera → `/cameras/<name>/image/compressed` (JPEG), stamped at capture.
 
 header.stamp is the source's capture time (V4L2 driver buffer time, or the synthetic camera's
-capture instant) — never the time this node got the frame. A stamp gap above 1.5 frame
+capture instant), both CLOCK_MONOTONIC, converted to ROS time as the frame is published
+(`common.stamp`) — never the time this node got the frame. The synthetic camera writes that same
+capture time, in ROS time, into its pixel timecode. A stamp gap above 1.5 frame
 periods counts the missing frames as dropped; counts and rates go to `/diagnostics` once a
 second. The synthetic source draws the arm from `/follower/joint_states`; setting its
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
@@ -21,12 +23,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
 
-from teleop_flywheel.core.clock import fill_stamp, now_ns
+from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.topics import DIAGNOSTICS, FOLLOWER_STATE, camera_image
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.source import SOURCES, DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
-from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node, stamp
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 _D = CameraConfig()
@@ -82,7 +84,7 @@ class CameraNode(Node):
             self.create_subscription(JointState, FOLLOWER_STATE, self._on_joints, CONTROL_QOS)
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
-        self._source: FrameSource | None = open_source(self.config, lambda: self._joints)
+        self._source: FrameSource | None = open_source(self.config, lambda: self._joints, timecode_clock=to_ros_ns)
         self._error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"camera-node-{self.config.name}", daemon=True)
@@ -114,7 +116,7 @@ class CameraNode(Node):
             if frame is None:
                 continue
             msg = CompressedImage()
-            fill_stamp(msg.header.stamp, frame.stamp_ns)
+            stamp(msg.header.stamp, frame.stamp_ns)
             msg.header.frame_id = self.frame_id
             msg.format = "jpeg"
             msg.data = encode_jpeg(frame.image, self.config.jpeg_quality)

@@ -1,6 +1,11 @@
 """Small rclpy helpers every node shares: stamped messages, QoS, diagnostics, entry points.
 
 Kept deliberately thin: nodes translate between topics and the ROS-free core, nothing more.
+
+Time at a node's edge (SPEC §4): sources and control timing work on CLOCK_MONOTONIC; a header
+carries ROS time. `stamp` is the one way a node writes a header stamp (the monotonic source instant
+through `clock.to_ros_ns`), and `msg_stamp_ns` the one way it reads one back onto its own
+monotonic clock (`clock.from_ros_ns`) before comparing it with `now_ns()`.
 """
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -19,7 +25,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 
-from teleop_flywheel.core.clock import fill_stamp, now_ns, stamp_to_ns
+from teleop_flywheel.core.clock import fill_stamp, from_ros_ns, now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.errors import FlywheelError
 
 # Reliable everywhere data is recorded: a dataset must not silently lose samples.
@@ -42,6 +48,11 @@ LEVELS = {"OK": DiagnosticStatus.OK, "WARN": DiagnosticStatus.WARN, "ERROR": Dia
           "STALE": DiagnosticStatus.STALE}
 
 
+def stamp(header_stamp: Any, mono_ns: int) -> Any:
+    """Write a monotonic source instant into a `builtin_interfaces/Time` as ROS time, in place."""
+    return fill_stamp(header_stamp, to_ros_ns(mono_ns))
+
+
 def joint_state(
     names: Sequence[str],
     positions: Sequence[float],
@@ -50,9 +61,9 @@ def joint_state(
     efforts: Sequence[float] = (),
     frame_id: str = "",
 ) -> JointState:
-    """A JointState stamped with a source time (monotonic ns)."""
+    """A JointState stamped with a source time (`stamp_ns`: monotonic ns; the header gets ROS time)."""
     msg = JointState()
-    fill_stamp(msg.header.stamp, stamp_ns)
+    stamp(msg.header.stamp, stamp_ns)
     msg.header.frame_id = frame_id
     msg.name = list(names)
     msg.position = [float(p) for p in positions]
@@ -66,8 +77,9 @@ def positions_by_name(msg: JointState) -> dict[str, float]:
 
 
 def msg_stamp_ns(msg: object) -> int:
-    """The source stamp of a stamped message, as monotonic ns."""
-    return stamp_to_ns(msg.header.stamp)  # type: ignore[attr-defined]
+    """The source stamp of a stamped message (ROS time) on this host's monotonic clock, to compare
+    with `now_ns()`."""
+    return from_ros_ns(stamp_to_ns(msg.header.stamp))  # type: ignore[attr-defined]
 
 
 def diag_status(
@@ -84,7 +96,7 @@ def diag_status(
 
 def diag_array(statuses: Sequence[DiagnosticStatus]) -> DiagnosticArray:
     arr = DiagnosticArray()
-    fill_stamp(arr.header.stamp, now_ns())
+    stamp(arr.header.stamp, now_ns())
     arr.status = list(statuses)
     return arr
 

@@ -2,7 +2,9 @@
 
 `buttons[0]` is the takeover pedal (debounced level), `buttons[1..5]` pulse when a key mapped
 to a trigger label is pressed (TRIGGER_LABELS order). `header.stamp` is the kernel's event
-time on CLOCK_MONOTONIC, never the time this node read it: the node asks the kernel for
+time, never the time this node read it, taken on CLOCK_MONOTONIC and converted to ROS time as the
+message is published (`common.stamp`; the teleop node converts it back to compare it with its own
+clock). The node asks the kernel for
 monotonic stamps (EVIOCSCLOCKID); where the kernel refuses, its CLOCK_REALTIME stamps are
 converted with a realtime−monotonic offset measured by bracketing clock reads and re-measured
 every check period (NTP may step realtime). `/diagnostics` says which clock is in use.
@@ -39,7 +41,6 @@ from sensor_msgs.msg import Joy
 from teleop_flywheel.core.clock import (
     NS_PER_S,
     ClockMapping,
-    fill_stamp,
     now_ns,
     sample_mapping,
 )
@@ -58,7 +59,7 @@ from teleop_flywheel.hw.pedal.events import (
     realtime_to_monotonic,
     resolve_device,
 )
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node, stamp
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
 CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
@@ -97,7 +98,7 @@ class PedalNode(Node):
 
     def _publish(self, stamp_ns: int, label_index: int | None = None) -> None:
         msg = Joy()
-        fill_stamp(msg.header.stamp, stamp_ns)
+        stamp(msg.header.stamp, stamp_ns)
         msg.header.frame_id = "pedal"
         buttons = [1 if self.state.down else 0] + [0] * len(TRIGGER_LABELS)
         if label_index is not None:
@@ -109,12 +110,12 @@ class PedalNode(Node):
             self._pub.publish(msg)
 
     def _handle(self, actions: Sequence[tuple[str, object, int]]) -> None:
-        for kind, value, stamp in actions:
+        for kind, value, stamp_ns in actions:
             self._events += 1
             if kind == "takeover":
-                self._publish(stamp)
+                self._publish(stamp_ns)
             else:
-                self._publish(stamp, TRIGGER_LABELS.index(str(value)))
+                self._publish(stamp_ns, TRIGGER_LABELS.index(str(value)))
 
     def _open(self) -> int:
         """Resolve and open the device; -1 (with the reason in the diagnostics) if it is not there."""

@@ -1,7 +1,8 @@
 """`policy` node: runs a policy on the follower's state and publishes `/policy/joint_command`.
 
 `header.frame_id` of every command is the checkpoint id, so the recorder stores which model
-produced each episode. Parameters:
+produced each episode; `header.stamp` is the tick, taken on CLOCK_MONOTONIC (the time the policy
+sees) and converted to ROS time (`common.stamp`). Parameters:
 
 * `policy`: `scripted` | `replay` | a `teleop_flywheel.policies` plugin (`lerobot` ships with the
   package; it needs the `lerobot` extra installed).

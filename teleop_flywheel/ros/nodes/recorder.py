@@ -7,6 +7,13 @@ publishers like rosbag2: reliable if every publisher is, transient-local if ever
 one thread that takes the received CDR bytes off every queue and hands them over untouched,
 parameters, services and status.
 
+Topics are given relative (`leader/joint_states`, the default set) or absolute (`/diagnostics`) and
+resolved in this node's namespace: a rig under `namespace:=rig_a` records `/rig_a/…`, and the
+episode metadata names the namespace (the data engine strips it). Times: `log_time` = DDS
+reception, `publish_time` = DDS source timestamp (rosbag2's), header stamps (ROS time) untouched
+in the bytes; (monotonic, wall) clock samples about once a second go into the episode's
+`clock_samples`, with `stamp_clock: ros`.
+
 Lifecycle (std_srvs/Trigger): `~/start`, `~/stop`, `~/discard` (= `/recorder/start` … with the
 default node name). Episode fields are parameters, set with the standard
 `/recorder/set_parameters` service (or `ros2 param set /recorder outcome success`); operator
@@ -139,10 +146,12 @@ class RecorderNode(Node):
         super().__init__(node_name, **kwargs)
         self.params = NodeParameters(self, RecorderParams)
         p = self.params.values
-        wanted = list(dict.fromkeys(p.topics + [camera_image(c) for c in p.cameras]))  # unique, in order
+        # Fully qualified as this node resolves them (its namespace, remappings): what the bag records.
+        wanted = list(dict.fromkeys(self.resolve_topic_name(t) for t in p.topics + [camera_image(c) for c in p.cameras]))
         self.episodes = EpisodeRecorder(RecorderConfig(
             Path(p.output_dir), tuple(wanted), tuple(p.cameras), p.episode_prefix, p.chunk_size_mb,
-            p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe), log=self._log)
+            p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe, self.get_namespace()),
+            log=self._log)
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
         # Raw subscriptions live on a private node that no executor spins: one thread waits on
         # them and drains every ready queue (3–4× less CPU per message than executor dispatch).
@@ -163,6 +172,7 @@ class RecorderNode(Node):
         self.create_service(Trigger, "~/discard", lambda _q, r: self._trigger(self.discard_episode, r))
         self.create_timer(p.discovery_period_s, self._discover)
         self.create_timer(p.status_period_s, self._publish_status)
+        self.create_timer(0.25, self.episodes.sample_clock)  # (monotonic, wall) about once a second
         self._take_thread.start()
         self._discover()
         if p.auto_start:

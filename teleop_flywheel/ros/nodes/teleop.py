@@ -17,7 +17,11 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
 
 A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
 timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
-the policy keeps driving with the leader silent). Stamps are the tick's monotonic time. The
+the policy keeps driving with the leader silent). Time: the blender, ramps and staleness run on
+CLOCK_MONOTONIC; what leaves the node is ROS time — header stamps (the tick's instant) and the
+intervention events' start/end, converted at the edge (`common.stamp`, `clock.to_ros_ns`) — and
+incoming header stamps (leader, policy, pedal edges) are converted back (`common.msg_stamp_ns`)
+before they are compared with the node's clock. The
 control inputs keep only their newest sample (`CONTROL_QOS`): a node that fell behind acts on
 the present instead of working through a queue of targets that are stale by then.
 
@@ -42,7 +46,8 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
 from teleop_flywheel.core.blending import BLEND_MS_DEFAULT, BLEND_MS_RANGE, AuthorityBlender
-from teleop_flywheel.core.clock import now_ns, stamp_to_ns
+from teleop_flywheel.core.clock import now_ns, to_ros_ns
+from teleop_flywheel.core.episode import Intervention
 from teleop_flywheel.core.labels import MODES, TRIGGER_LABELS, mode_code, trigger_code
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
@@ -64,6 +69,7 @@ from teleop_flywheel.ros.nodes.common import (
     diag_array,
     diag_status,
     joint_state,
+    msg_stamp_ns,
     spin_node,
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
@@ -84,6 +90,13 @@ class TeleopParams(NodeParams):
     max_step_rad: float = spec(0.05, "largest change of any joint command per tick (rad)", range=(1e-4, 1.0))
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
                                   range=(0.0, 600_000.0), read_only=False)
+
+
+def event(iv: Intervention) -> dict[str, Any]:
+    """An `/teleop/intervention` event: the blender's monotonic start/end in ROS time, the clock of
+    the header stamps the data engine aligns them with."""
+    return {"id": iv.id, "start_ns": to_ros_ns(iv.start_ns),
+            "end_ns": None if iv.end_ns is None else to_ros_ns(iv.end_ns), "trigger": iv.trigger}
 
 
 def _ordered(msg: JointState) -> list[float] | None:
@@ -147,14 +160,14 @@ class TeleopNode(Node):
         if positions is None:
             return
         with self._lock:
-            self.blender.human(positions, stamp_to_ns(msg.header.stamp))
+            self.blender.human(positions, msg_stamp_ns(msg))  # ROS time back to monotonic: staleness
             self._tick(now_ns())
 
     def _on_policy(self, msg: JointState) -> None:
         positions = _ordered(msg)
         if positions is not None:
             with self._lock:
-                self.blender.policy(positions, stamp_to_ns(msg.header.stamp))
+                self.blender.policy(positions, msg_stamp_ns(msg))
 
     def _on_follower(self, msg: JointState) -> None:
         positions = _ordered(msg)
@@ -163,7 +176,7 @@ class TeleopNode(Node):
                 self._follower = positions
 
     def _on_pedal(self, msg: Joy) -> None:
-        stamp = stamp_to_ns(msg.header.stamp)
+        stamp = msg_stamp_ns(msg)  # the kernel's event time, on this node's monotonic clock
         buttons = list(msg.buttons)
         with self._lock:
             previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
@@ -253,8 +266,7 @@ class TeleopNode(Node):
             state = (iv.end_ns, iv.trigger)
             if self._reported.get(iv.id) != state:
                 self._reported[iv.id] = state
-                self._event_pub.publish(String(data=json.dumps(
-                    {"id": iv.id, "start_ns": iv.start_ns, "end_ns": iv.end_ns, "trigger": iv.trigger})))
+                self._event_pub.publish(String(data=json.dumps(event(iv))))
 
     def _publish_diagnostics(self) -> None:
         with self._lock:

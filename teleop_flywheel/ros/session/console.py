@@ -118,12 +118,13 @@ class ConsoleNode:
         elif action == "pedal":
             from sensor_msgs.msg import Joy
 
-            from teleop_flywheel.core.clock import fill_stamp, now_ns
+            from teleop_flywheel.core.clock import now_ns
             from teleop_flywheel.core.labels import TRIGGER_LABELS
+            from teleop_flywheel.ros.nodes.common import stamp
 
             self._pedal_down = not self._pedal_down
             msg = Joy()
-            fill_stamp(msg.header.stamp, now_ns())
+            stamp(msg.header.stamp, now_ns())  # ROS time, as the pedal node stamps
             msg.header.frame_id = "console"
             msg.buttons = [int(self._pedal_down)] + [0] * len(TRIGGER_LABELS)
             self._pedal.publish(msg)

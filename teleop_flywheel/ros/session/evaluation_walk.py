@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_STATE, INTERVENTION
 from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
@@ -133,7 +133,8 @@ class TrialDriver:
         recorder stores every takeover that overlaps the episode; the walk counts the same)."""
         if self.slot is None:
             return 0
-        return sum(1 for e in list(self._events.values()) if e["end_ns"] is None or e["end_ns"] >= self._t0_ns)
+        t0 = to_ros_ns(self._t0_ns)  # event times are ROS time
+        return sum(1 for e in list(self._events.values()) if e["end_ns"] is None or e["end_ns"] >= t0)
 
     def elapsed_s(self) -> float:
         return (now_ns() - self._t0_ns) / 1e9 if self.slot else 0.0

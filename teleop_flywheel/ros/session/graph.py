@@ -13,6 +13,10 @@ Session kinds:
 - `record`: cameras + recorder (teleop and rollout include it unless `record=False`);
 - `sim`: rollout + record on simulated hardware: two simulated arms on pseudo-terminals,
   synthetic cameras, a virtual pedal (a FIFO fed with real `input_event` records).
+
+`namespace` (launch argument `namespace:=rig_a`) puts every node of the graph, and with it every
+rig topic and service (`core/topics.py` names are relative), under `/rig_a`: two rigs run in one
+ROS domain and record separately. `/diagnostics` stays global.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from teleop_flywheel.core.topics import (
     PEDAL_JOY,
     POLICY_COMMAND,
     camera_image,
+    normalize_namespace,
 )
 
 KINDS = ("teleop", "rollout", "record", "sim")
@@ -55,10 +60,15 @@ class NodeSpec:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
     remappings: tuple[tuple[str, str], ...] = ()
+    namespace: str = ""  # "/rig_a" (fully qualified) or "" for the root namespace
 
     def __post_init__(self) -> None:
         if self.executable not in EXECUTABLES:
             raise ValueError(f"node {self.name}: unknown executable {self.executable!r}")
+
+    @property
+    def fully_qualified_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
     @property
     def target(self) -> str:
@@ -162,6 +172,7 @@ class SessionConfig:
     record: bool = True
     sim_dir: str = ""  # empty: the session creates one (SIM_DIR in the graph until then)
     params_file: str = ""
+    namespace: str = ""  # the rig's ROS namespace (`rig_a`); empty = the root namespace
 
     def with_sim_calibrations(self) -> "SessionConfig":
         """Simulated arms default to the shipped simulator calibrations; a real arm has no default
@@ -190,6 +201,8 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
     "record": ("true", "start cameras + recorder too"),
+    "namespace": ("", "ROS namespace of the whole rig (e.g. rig_a): every node, topic and service under it, so "
+                      "two rigs share a ROS domain and record separately (/diagnostics stays global)"),
     "params_file": ("", "ROS 2 parameter YAML applied to every node after the session's own parameters "
                         "(e.g. config/params.yaml; `/**:` or `/<node>:` with `ros__parameters:`)"),
 }
@@ -260,6 +273,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     if kind not in KINDS:
         raise ValueError(f"unknown session kind {kind!r}; expected one of {', '.join(KINDS)}")
     cfg = cfg or SessionConfig()
+    namespace = normalize_namespace(cfg.namespace)  # ValueError naming a bad one
     sim_arms: tuple[SimArmSpec, ...] = ()
     pedal_fifo = ""
     params_files = (cfg.params_file,) if cfg.params_file else ()
@@ -278,7 +292,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
         )
     if kind == "record":
-        return Graph(kind, tuple(_record_nodes(cfg, kind)), params_files=params_files)
+        return Graph(kind, _in_namespace(_record_nodes(cfg, kind), namespace), params_files=params_files)
 
     human_only = kind == "teleop"
     nodes = [
@@ -301,7 +315,11 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
         nodes += _record_nodes(cfg, kind)
-    return Graph(kind, tuple(nodes), sim_arms, pedal_fifo, params_files)
+    return Graph(kind, _in_namespace(nodes, namespace), sim_arms, pedal_fifo, params_files)
+
+
+def _in_namespace(nodes: list[NodeSpec], namespace: str) -> tuple[NodeSpec, ...]:
+    return tuple(replace(n, namespace=namespace) for n in nodes)
 
 
 def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,7 @@
 virtual pedal's FIFO, then every node of `graph.nodes` in its own process:
 
     python -m teleop_flywheel.ros.session.exec_node EXECUTABLE --ros-args -r __node:=NAME
-        --params-file <session dir>/params/NAME.yaml [-r FROM:=TO ...]
+        [-r __ns:=/NAMESPACE] --params-file <session dir>/params/NAME.yaml [-r FROM:=TO ...]
 
 — what `ros2 launch` runs for the same `launch_ros` Node action (`exec_node` runs the console
 script `EXECUTABLE`). The parameter files and a `sim` session's pty links and pedal FIFO live in
@@ -95,8 +95,9 @@ def describe_exit(code: int | None) -> str:
 def node_argv(spec: NodeSpec, params_file: str, python: str = sys.executable) -> list[str]:
     """The command line of one node's process (the launch_ros Node action's, run through exec_node)."""
     remaps = [arg for src, dst in spec.remappings for arg in ("-r", f"{src}:={dst}")]
+    namespace = ["-r", f"__ns:={spec.namespace}"] if spec.namespace else []
     return [python, "-m", "teleop_flywheel.ros.session.exec_node", spec.executable, "--ros-args",
-            "-r", f"__node:={spec.name}", "--params-file", params_file, *remaps]
+            "-r", f"__node:={spec.name}", *namespace, "--params-file", params_file, *remaps]
 
 
 def params_yaml(spec: NodeSpec) -> str:
@@ -277,12 +278,12 @@ class Session:
             import rclpy
 
             self._probe = rclpy.create_node(PROBE_NODE, context=self.context, start_parameter_services=False)
-        wanted = set(self.node_names)
+        wanted = {spec.fully_qualified_name for spec in self.graph.nodes}
         deadline = time.monotonic() + timeout_s
         while True:
             if self.failed.is_set():
                 raise SessionError(self.failure)
-            seen = {name for name, ns in self._probe.get_node_names_and_namespaces() if ns == "/"}
+            seen = {f"{ns.rstrip('/')}/{name}" for name, ns in self._probe.get_node_names_and_namespaces()}
             if wanted <= seen:
                 return
             if time.monotonic() > deadline:
