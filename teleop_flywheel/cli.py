@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("teleop_flywheel.data.stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.cli", "success-rate tables with N and intervals from rollouts"),
     "replay": ("teleop_flywheel.ros.session.playback", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
+    "view": ("teleop_flywheel.ros.session.view", "serve the live session to Foxglove (WebSocket on 127.0.0.1, 3D arms)"),
     "console": ("teleop_flywheel.ros.session.console", "operator console for a live session"),
 }
 

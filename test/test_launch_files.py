@@ -9,8 +9,10 @@ the description with it for real.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import runpy
+import signal
 import stat
 import sys
 import tempfile
@@ -29,6 +31,7 @@ from teleop_flywheel.ros.session.graph import (
     load_param_file,
     with_params_files,
 )
+from teleop_flywheel.ros.session.launch_description import LAUNCH_ONLY_ARGUMENTS
 from teleop_flywheel.ros.session.supervisor import commands
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,20 +51,34 @@ class _LaunchConfiguration:
         return context[self.name]
 
 
+class _Context(dict):  # type: ignore[type-arg]
+    """launch's LaunchContext as the launch description uses it: argument values, is_shutdown."""
+
+    is_shutdown = False
+
+
 def _stand_ins() -> dict[str, types.ModuleType]:
     launch = types.ModuleType("launch")
     launch.LaunchDescription = type("LaunchDescription", (_Recorded,), {})
     actions = types.ModuleType("launch.actions")
-    for name in ("DeclareLaunchArgument", "ExecuteProcess", "OpaqueFunction", "RegisterEventHandler"):
+    for name in ("DeclareLaunchArgument", "EmitEvent", "ExecuteProcess", "LogInfo", "OpaqueFunction",
+                 "RegisterEventHandler"):
         setattr(actions, name, type(name, (_Recorded,), {}))
     handlers = types.ModuleType("launch.event_handlers")
     handlers.OnShutdown = type("OnShutdown", (_Recorded,), {})
+    handlers.OnProcessExit = type("OnProcessExit", (_Recorded,), {})
+    events = types.ModuleType("launch.events")
+    events.Shutdown = type("Shutdown", (_Recorded,), {})
+    events.matches_action = lambda action: ("matches", action)
+    process_events = types.ModuleType("launch.events.process")
+    process_events.SignalProcess = type("SignalProcess", (_Recorded,), {})
     subs = types.ModuleType("launch.substitutions")
     subs.LaunchConfiguration = _LaunchConfiguration
     launch_ros = types.ModuleType("launch_ros")
     ros_actions = types.ModuleType("launch_ros.actions")
     ros_actions.Node = type("Node", (_Recorded,), {})
-    return {"launch": launch, "launch.actions": actions, "launch.event_handlers": handlers, "launch.substitutions": subs,
+    return {"launch": launch, "launch.actions": actions, "launch.event_handlers": handlers, "launch.events": events,
+            "launch.events.process": process_events, "launch.substitutions": subs,
             "launch_ros": launch_ros, "launch_ros.actions": ros_actions}
 
 
@@ -72,24 +89,35 @@ def _expand(kind: str, monkeypatch: pytest.MonkeyPatch, **arguments: str) -> tup
     declared = [a for a in desc.args[0] if type(a).__name__ == "DeclareLaunchArgument"]
     opaque = [a for a in desc.args[0] if type(a).__name__ == "OpaqueFunction"]
     assert len(opaque) == 1
-    context = {a.args[0]: a.kwargs["default_value"] for a in declared} | arguments
+    context = _Context({a.args[0]: a.kwargs["default_value"] for a in declared} | arguments)
     actions = opaque[0].kwargs["function"](context)
     return declared, actions
+
+
+def _exit_handlers(actions: list[_Recorded]) -> dict[str, Any]:
+    """The OnProcessExit handler of each started node, by node name."""
+    out = {}
+    for action in actions:
+        if type(action).__name__ == "RegisterEventHandler" and type(action.args[0]).__name__ == "OnProcessExit":
+            handler = action.args[0]
+            out[handler.kwargs["target_action"].kwargs["name"]] = handler.kwargs["on_exit"]
+    return out
 
 
 def _shutdown(actions: list[_Recorded]) -> None:
     """What launch does at shutdown: the registered OnShutdown handlers run."""
     for action in actions:
-        if type(action).__name__ == "RegisterEventHandler":
+        if type(action).__name__ == "RegisterEventHandler" and type(action.args[0]).__name__ == "OnShutdown":
             action.args[0].kwargs["on_shutdown"]()
 
 
 @pytest.mark.parametrize("kind", sorted(LAUNCH_FILES))
 def test_launch_file_starts_what_the_runner_starts(kind: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path / "no_ros"))  # no robot_state_publisher here
     declared, actions = _expand(kind, monkeypatch)
     try:
-        assert {a.args[0] for a in declared} == set(LAUNCH_ARGUMENTS)
+        assert {a.args[0] for a in declared} == set(LAUNCH_ARGUMENTS) | set(LAUNCH_ONLY_ARGUMENTS)
         defaults = {name: default for name, (default, _text) in LAUNCH_ARGUMENTS.items()}
         graph = build_graph(kind, config_from_arguments(defaults))
         sim_dirs = list(tmp_path.iterdir())
@@ -101,10 +129,13 @@ def test_launch_file_starts_what_the_runner_starts(kind: str, monkeypatch: pytes
         started = [a for a in actions if type(a).__name__ in ("ExecuteProcess", "Node")]
         names = [a.kwargs["name"] for a in started]
         assert names == list(runner)
+        sims = {}
         for action in started:
             argv = runner[action.kwargs["name"]]
-            if type(action).__name__ == "ExecuteProcess":  # a simulated arm: the same command line
+            if type(action).__name__ == "ExecuteProcess":  # a simulated arm: the same command line, own session
                 assert action.kwargs["cmd"] == argv
+                assert action.kwargs["prefix"] == f"{sys.executable} -m teleop_flywheel.ros.session.detach"
+                sims[action.kwargs["name"]] = action
                 continue
             spec = graph.node(action.kwargs["name"])
             assert action.kwargs["package"] == "teleop_flywheel"
@@ -112,9 +143,127 @@ def test_launch_file_starts_what_the_runner_starts(kind: str, monkeypatch: pytes
             assert f"__node:={spec.name}" in argv
             assert action.kwargs["remappings"] == list(spec.remappings)
             assert action.kwargs["parameters"] == [spec.parameters]
+        # Not on this machine: said once, nothing started for it.
+        assert any(type(a).__name__ == "LogInfo" and "robot_state_publisher not started" in a.kwargs["msg"]
+                   for a in actions)
+        # Supervision as the supervisor's: a failing node ends the session, a clean stop does not;
+        # an arm driver's exit stops its simulator (SIGTERM: the terminal's Ctrl-C never reaches it).
+        handlers = _exit_handlers(actions)
+        assert set(handlers) == {spec.name for spec in graph.nodes}
+        running = _Context()
+        for name, on_exit in handlers.items():
+            failed = on_exit(types.SimpleNamespace(returncode=1), running)
+            assert [type(e.kwargs["event"]).__name__ for e in failed][-1] == "Shutdown"
+            assert name in failed[-1].kwargs["event"].kwargs["reason"]
+            clean = on_exit(types.SimpleNamespace(returncode=0), running)
+            assert all(type(e.kwargs["event"]).__name__ != "Shutdown" for e in clean)
+            sim = sims.get("sim_" + graph.node(name).parameters.get("role", "")) if name.endswith("_arm") else None
+            signals = [e.kwargs["event"] for e in clean if type(e.kwargs["event"]).__name__ == "SignalProcess"]
+            if sim is None:
+                assert signals == []
+            else:
+                assert [(s.kwargs["signal_number"], s.kwargs["process_matcher"]) for s in signals] == \
+                    [(signal.SIGTERM, ("matches", sim))]
     finally:
         _shutdown(actions)
     assert list(tmp_path.iterdir()) == [], "the sim directory is removed at shutdown"
+
+
+def test_sim_says_which_arguments_it_ignores_and_calibration_texts_match_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for kind in LAUNCH_FILES:
+        declared, _ = _expand(kind, monkeypatch, **({} if kind != "sim" else {}))
+        texts = {a.args[0]: (a.kwargs["default_value"], a.kwargs["description"]) for a in declared}
+        for role in ("leader", "follower"):
+            default, text = texts[f"{role}_calibration"]
+            assert default == "" and "empty (default)" in text
+            assert ("_sim.yaml" in text) == (kind == "sim"), text
+        for name in ("leader_port", "follower_port", "pedal_device"):
+            assert texts[name][1].startswith("ignored by sim") == (kind == "sim"), (kind, name)
+        assert ("sim keeps the names" in texts["cameras"][1]) == (kind == "sim")
+
+
+def test_robot_state_publisher_per_arm_on_a_ros_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """robot_state_publisher:=true (auto: when installed) adds, per arm, robot_state_publisher on the
+    shipped URDF with the arm's frame prefix, in `<rig>/<role>` (it reads `<role>/joint_states`),
+    and the world→base transform the Foxglove view uses; with namespace:=rig_a all under /rig_a."""
+    from teleop_flywheel.core.kinematics import so101
+    from teleop_flywheel.ros.session.arms3d import BASE_OFFSETS
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for namespace, prefix in (("", ""), ("rig_a", "rig_a/")):
+        _declared, actions = _expand("rollout", monkeypatch, robot_state_publisher="true", namespace=namespace)
+        nodes = [a for a in actions if type(a).__name__ == "Node"]
+        ours = [a for a in nodes if a.kwargs["package"] == "teleop_flywheel"]
+        assert all(a.kwargs.get("namespace", "") == ("/rig_a" if namespace else "") for a in ours)
+        rsp = {a.kwargs["namespace"]: a for a in nodes if a.kwargs["package"] == "robot_state_publisher"}
+        ns = "/rig_a" if namespace else ""
+        assert set(rsp) == {f"{ns}/leader", f"{ns}/follower"}
+        for role in ("leader", "follower"):
+            (params,) = rsp[f"{ns}/{role}"].kwargs["parameters"]
+            assert params == {"robot_description": so101().text, "frame_prefix": f"{prefix}{role}/"}
+            (tf,) = [a for a in nodes if a.kwargs["name"] == f"{role}_base_tf"]
+            args = tf.kwargs["arguments"]
+            assert args[args.index("--child-frame-id") + 1] == f"{prefix}{role}/base_link"
+            assert args[args.index("--frame-id") + 1] == "world"
+            assert float(args[args.index("--y") + 1]) == BASE_OFFSETS[role][1]
+
+
+def test_robot_state_publisher_publishes_the_view_s_transforms(tmp_path: Path) -> None:
+    """On a ROS install: robot_state_publisher, started as the launch files start it, publishes on
+    /tf the transforms `arms3d` computes for the same joint state."""
+    pytest.importorskip("tf2_msgs", reason="tf2_msgs is not installable on this machine (no ROS 2 distro): "
+                                           "robot_state_publisher's /tf is checked only on a ROS install")
+    import shutil
+    import subprocess
+    import time
+
+    import rclpy
+    from sensor_msgs.msg import JointState
+    from tf2_msgs.msg import TFMessage
+
+    from teleop_flywheel.ros.session.arms3d import arm_transforms
+    from teleop_flywheel.ros.session.launch_description import installed, state_publishers
+
+    if not installed("robot_state_publisher") or shutil.which("ros2") is None:
+        pytest.skip("robot_state_publisher or ros2 is not installed")
+    (rsp, _tf) = state_publishers(build_graph("teleop"))[:2]
+    params = tmp_path / "rsp.yaml"
+    params.write_text(json.dumps({"/**": {"ros__parameters": rsp["parameters"][0]}}))
+    proc = subprocess.Popen(["ros2", "run", "robot_state_publisher", "robot_state_publisher", "--ros-args",
+                             "-r", f"__ns:={rsp['namespace']}", "--params-file", str(params)])
+    rclpy.init()
+    got: dict[str, Any] = {}
+    try:
+        node = rclpy.create_node("rsp_probe")
+        node.create_subscription(TFMessage, "/tf", lambda m: got.update({t.child_frame_id: t for t in m.transforms}), 10)
+        pub = node.create_publisher(JointState, "/leader/joint_states", 10)
+        q = {"shoulder_pan": 0.5, "elbow_flex": -0.7}
+        deadline = time.monotonic() + 30
+        while "leader/tool_link" not in got and time.monotonic() < deadline:
+            pub.publish(JointState(name=list(q), position=list(q.values())))
+            rclpy.spin_once(node, timeout_sec=0.1)
+        expected = {t.child: t for t in arm_transforms("leader", q)[1:]}
+        for child, t in expected.items():
+            if child in got:
+                r = got[child].transform
+                assert (r.translation.x, r.translation.y, r.translation.z) == pytest.approx(t.translation, abs=1e-6)
+                assert (r.rotation.x, r.rotation.y, r.rotation.z, r.rotation.w) == pytest.approx(t.rotation, abs=1e-6)
+        assert "leader/shoulder_link" in got
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        rclpy.shutdown()
+
+
+def test_detach_runs_the_command_in_its_own_session_in_place() -> None:
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.ros.session.detach", "sh", "-c",
+                          'echo "$$ $(ps -o sid= -p $$) $PPID"'], capture_output=True, text=True, timeout=30)
+    pid, sid, ppid = (int(x) for x in out.stdout.split())
+    assert pid == sid  # a session of its own: a terminal's Ctrl-C to the launch does not reach it
+    assert ppid == os.getpid()  # exec'd in place: the process launch started is the command itself
 
 
 def test_params_file_argument(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

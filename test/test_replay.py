@@ -83,9 +83,9 @@ def test_foxglove_websocket_client_receives_bag(tmp_path: Path) -> None:
         async with websockets.connect(f"ws://127.0.0.1:{session.port}", subprotocols=["foxglove.sdk.v1"]) as ws:
             info = json.loads(await ws.recv())
             adv = json.loads(await ws.recv())
-            while adv.get("op") != "advertise":
+            while adv.get("op") != "advertise" or all(c["topic"] != "/chatter" for c in adv["channels"]):
                 adv = json.loads(await ws.recv())
-            channel = adv["channels"][0]
+            channel = next(c for c in adv["channels"] if c["topic"] == "/chatter")
             await ws.send(json.dumps({"op": "subscribe", "subscriptions": [{"id": 3, "channelId": channel["id"]}]}))
             await asyncio.sleep(0.2)
             # PlaybackControlRequest (opcode 3): play at 4x after seeking to message 20.
@@ -140,3 +140,151 @@ def test_ros_republish_reaches_a_subscriber(tmp_path: Path) -> None:
         rclpy.shutdown()
     # Playback waited for the subscriber to match, so every message arrives, in order.
     assert received == [f"m{i}" for i in range(N)]
+
+
+# -- both arms in 3D, playback state at the end ---------------------------------------------------
+
+ROS_T0 = 1_780_000_000 * 10**9  # header stamps are ROS time (wall clock)
+REACH = 0.135 + 0.061 + 0.098  # forearm + wrist + tool, along +x at zero (urdf/so101.urdf)
+PAN_HEIGHT, UPPER_ARM = 0.095, 0.116
+
+
+def make_arm_bag(root: Path, leader: dict[str, float], follower: dict[str, float], n: int = 30) -> Path:
+    """Both arms' joint states (100 Hz, fixed positions) as the recorder writes them."""
+    from mcap.writer import Writer
+
+    from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.recording.cdr import joint_state_cdr
+    from teleop_flywheel.recording.msgdefs import definition
+
+    bag = root / "arms"
+    bag.mkdir()
+    js = definition("sensor_msgs/msg/JointState")
+    with (bag / "arms_0.mcap").open("wb") as f:
+        writer = Writer(f)
+        writer.start(profile="ros2")
+        schema = writer.register_schema(name=js.type_name, encoding="ros2msg", data=js.text.encode())
+        channels = {role: writer.register_channel(f"/{role}/joint_states", "cdr", schema) for role in ("leader", "follower")}
+        for i in range(n):
+            for role, q in (("leader", leader), ("follower", follower)):
+                stamp = ROS_T0 + i * STEP_NS
+                data = joint_state_cdr(stamp, list(JOINT_NAMES), [q.get(j, 0.0) for j in JOINT_NAMES])
+                writer.add_message(channels[role], log_time=stamp + 1_000_000, data=data, publish_time=stamp)
+        writer.finish()
+    return bag
+
+
+def test_foxglove_replay_sends_the_urdf_and_both_arms_transforms(tmp_path: Path) -> None:
+    """A Foxglove client gets /robot_description (the shipped URDF) and /tf frame transforms of both
+    prefixed arms whose composed poses are the hand-computed forward kinematics; at the end of the
+    data the server says Ended."""
+    pytest.importorskip("websockets")
+    import math
+
+    import foxglove_client as fc
+
+    from teleop_flywheel.core.kinematics import so101
+
+    bag = make_arm_bag(tmp_path, leader={"shoulder_pan": math.pi / 2}, follower={"elbow_flex": -math.pi / 2})
+    session = serve_foxglove(BagSource(bag), port=0, start_paused=True)
+    try:
+        got = fc.run(f"ws://127.0.0.1:{session.port}", ["/robot_description", "/tf", "/leader/joint_states"],
+                     until=lambda g: any(s == fc.PLAYBACK_ENDED for s, _ in g.playback_states),
+                     play=(4.0, None), timeout_s=30)
+    finally:
+        session.stop()
+    assert got.info["metadata"]["fg-library"].startswith("foxglove-sdk-python/")
+    assert got.channels["/robot_description"]["schemaName"] == "std_msgs/msg/String"
+    assert got.channels["/robot_description"]["encoding"] == "cdr"
+    assert fc.cdr_string(got.messages["/robot_description"][0][1]) == so101().text
+    assert got.channels["/tf"]["schemaName"] == "foxglove.FrameTransforms"
+    edges = fc.transforms(got)
+    assert {e["child"] for e in edges} >= {"leader/base_link", "leader/tool_link", "follower/tool_link"}
+    # Transforms are stamped with the joint states' header stamps (ROS time): on the bag's timeline.
+    assert all(ROS_T0 <= e["stamp_ns"] <= ROS_T0 + 30 * STEP_NS for e in edges)
+    # Leader: base at world +0.25 y, pan +90° turns the straight-forward arm to +y.
+    leader_tool = fc.world_pose(edges, "leader/tool_link")
+    assert leader_tool[:3, 3] == pytest.approx((0.0, 0.25 + REACH, PAN_HEIGHT + UPPER_ARM), abs=1e-9)
+    assert leader_tool[:3, 0] == pytest.approx((0.0, 1.0, 0.0), abs=1e-9)  # tool x axis along world +y
+    # Follower: base at world −0.25 y, elbow −90° points forearm, wrist and tool straight up.
+    follower_tool = fc.world_pose(edges, "follower/tool_link")
+    assert follower_tool[:3, 3] == pytest.approx((0.0, -0.25, PAN_HEIGHT + UPPER_ARM + REACH), abs=1e-9)
+    elbow = fc.world_pose(edges, "follower/lower_arm_link")
+    assert elbow[:3, 3] == pytest.approx((0.0, -0.25, PAN_HEIGHT + UPPER_ARM), abs=1e-9)
+    # Ended, at the end of the data (the client's player stops waiting).
+    status, current = got.playback_states[-1]
+    assert status == fc.PLAYBACK_ENDED and current == ROS_T0 + 29 * STEP_NS + 1_000_000
+
+
+def make_latched_bag(root: Path) -> Path:
+    """A stream (/chatter, volatile) and a latched topic (/teleop/intervention, transient-local),
+    each with the QoS its publisher offered in the channel metadata, as rosbag2 and our recorder write it."""
+    from mcap.writer import Writer
+
+    from teleop_flywheel.recording.cdr import string_cdr
+    from teleop_flywheel.recording.metadata import Qos, qos_yaml
+    from teleop_flywheel.recording.msgdefs import definition
+
+    bag = root / "latched"
+    bag.mkdir()
+    sd = definition("std_msgs/msg/String")
+    with (bag / "latched_0.mcap").open("wb") as f:
+        writer = Writer(f)
+        writer.start(profile="ros2")
+        schema = writer.register_schema(name=sd.type_name, encoding="ros2msg", data=sd.text.encode())
+        chatter = writer.register_channel("/chatter", "cdr", schema,
+                                          {"offered_qos_profiles": qos_yaml([Qos(depth=50)])})
+        events = writer.register_channel("/teleop/intervention", "cdr", schema, {
+            "offered_qos_profiles": qos_yaml([Qos(depth=20, durability="transient_local")])})
+        for i in range(N):
+            t = T0 + i * STEP_NS
+            writer.add_message(chatter, log_time=t, data=string_cdr(f"m{i}"), publish_time=t)
+            if i in (0, 10, 20):
+                writer.add_message(events, log_time=t, data=string_cdr(f'{{"id": {i}}}'), publish_time=t)
+        writer.finish()
+    return bag
+
+
+def test_ros_republish_keeps_recorded_qos_and_waits_for_subscribers(tmp_path: Path) -> None:
+    """`replay --ros` (no options) publishes the latched topic transient-local, as recorded, so the
+    console's transient-local subscriber matches it; and it waits for subscribers: ones created
+    seconds after the start still get the first message."""
+    rclpy = pytest.importorskip("rclpy")
+    from rclpy.qos import DurabilityPolicy
+    from std_msgs.msg import String
+
+    from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS
+    from teleop_flywheel.ros.session.republish import recorded_qos
+
+    bag = make_latched_bag(tmp_path)
+    src = BagSource(bag)
+    by_topic = {ch.topic: ch for ch in src.channels.values()}
+    assert recorded_qos(by_topic["/teleop/intervention"]).durability == "transient_local"
+    assert recorded_qos(by_topic["/chatter"]).durability == "volatile"
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "replay", str(bag), "--ros", "--rate", "2"],
+                            stdout=subprocess.PIPE, text=True)
+    chatter: list[str] = []
+    events: list[str] = []
+    rclpy.init()
+    try:
+        assert "waiting for subscribers" in proc.stdout.readline()  # type: ignore[union-attr]
+        time.sleep(2.0)  # discovery long done: without waiting, the first second would be lost
+        node = rclpy.create_node("replay_console_like")
+        node.create_subscription(String, "/teleop/intervention", lambda m: events.append(m.data), LATCHED_QOS)
+        node.create_subscription(String, "/chatter", lambda m: chatter.append(m.data), STREAM_QOS)
+        deadline = time.monotonic() + 30
+        offered = []
+        while proc.poll() is None and time.monotonic() < deadline:
+            rclpy.spin_once(node, timeout_sec=0.05)
+            offered = offered or node.get_publishers_info_by_topic("/teleop/intervention")
+        for _ in range(20):
+            rclpy.spin_once(node, timeout_sec=0.05)
+        assert proc.wait(5) == 0
+        node.destroy_node()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        rclpy.shutdown()
+    assert offered and offered[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+    assert events == ['{"id": 0}', '{"id": 10}', '{"id": 20}']
+    assert chatter == [f"m{i}" for i in range(N)]

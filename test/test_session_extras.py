@@ -3,7 +3,6 @@ stay on this machine unless asked; node parameter files keep their types."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import sys
@@ -26,14 +25,28 @@ def _panels(node: object) -> list[str]:
 
 
 def test_foxglove_layout_panels_and_topics() -> None:
-    layout = json.loads((ROOT / "config" / "foxglove_layout.json").read_text())
-    assert sorted(_panels(layout["layout"])) == sorted(layout["configById"])
-    text = json.dumps(layout["configById"])
-    topics = set(re.findall(r"(/[a-z_/]+?)(?:\.position|\")", text))
-    cams = {f"/cameras/{name}/image/compressed" for name in ("front", "wrist")}
-    recorded = set(build_graph("sim", SessionConfig(sim_dir="/tmp/tf_layout_probe")).node("recorder").parameters["topics"])
-    assert topics <= PUBLISHED | cams, topics - PUBLISHED - cams
-    assert topics - cams <= recorded  # every plotted stream is also recorded
+    """The shipped layout is the generated one for the default camera set; every panel is placed;
+    titles are where Foxglove reads them; every topic it reads is published by the graph (and
+    recorded) or served beside it by replay/view (URDF, transforms)."""
+    from teleop_flywheel.ros.session.arms3d import DESCRIPTION_TOPIC, TF_TOPIC
+    from teleop_flywheel.ros.session.layout import layout, topics_of
+
+    shipped = json.loads((ROOT / "config" / "foxglove_layout.json").read_text())
+    assert shipped == layout(("front",))
+    assert sorted(_panels(shipped["layout"])) == sorted(shipped["configById"])
+    assert all(body.get("foxglovePanelTitle") for body in shipped["configById"].values())
+    assert not any("title" in body for body in shipped["configById"].values())
+    topics = set(topics_of(shipped))
+    recorded = {"/" + t.lstrip("/") for t in
+                build_graph("sim", SessionConfig(sim_dir="/tmp/tf_layout_probe")).node("recorder").parameters["topics"]}
+    assert topics - {DESCRIPTION_TOPIC, TF_TOPIC} <= recorded & (PUBLISHED | {"/cameras/front/image/compressed"})
+    # Another camera set: one image panel per camera, nothing else changes.
+    two = layout(("front", "wrist"))
+    assert {k for k in two["configById"] if k.startswith("Image!")} == {"Image!front", "Image!wrist"}
+    assert sorted(_panels(two["layout"])) == sorted(two["configById"])
+    three_d = shipped["configById"]["3D!arms"]
+    assert {(la["topic"], la["framePrefix"]) for la in three_d["layers"].values() if la.get("sourceType") == "topic"} \
+        == {(DESCRIPTION_TOPIC, "leader/"), (DESCRIPTION_TOPIC, "follower/")}
 
 
 def test_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:

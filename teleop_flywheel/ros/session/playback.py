@@ -1,12 +1,16 @@
 """`teleop-flywheel replay BAG`: play a recorded episode to Foxglove or back onto the ROS graph.
 
-`--foxglove` serves the bag over the Foxglove WebSocket protocol (foxglove-sdk) with ranged
-playback: the Foxglove app's play, pause, speed and seek controls drive a `Player` here.
-`--ros` republishes every message, byte for byte, onto the ROS graph with the original
-spacing (scaled by `--rate`), for machines without `ros2 bag play`.
+`--foxglove` serves the bag over the Foxglove WebSocket protocol (foxglove-sdk's server, bound to
+127.0.0.1) with ranged playback: the Foxglove app's play, pause, speed and seek controls drive a
+`Player` here, and at the end of the data every client is told `Ended` (its player stops waiting).
+Besides the bag's own channels it serves the 3D scene of `arms3d.ArmScene`: the URDF on
+`/robot_description` and both arms' frame transforms on `/tf`, computed from the recorded joint
+states. A bag recorded under a rig namespace is served with the namespace stripped from its topic
+names (as the data engine reads it), so the shipped layout fits every rig.
+`--ros` republishes every message, byte for byte, onto the ROS graph (`republish.py`).
 
-Messages are forwarded as the CDR bytes stored in the bag — nothing is decoded — with their
-stored `log_time` (receive time on the recording machine's monotonic clock).
+Messages are forwarded as the CDR bytes stored in the bag — nothing is decoded but the joint
+states the 3D scene needs — with their stored `log_time` (receive time, wall clock).
 """
 from __future__ import annotations
 
@@ -20,8 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.episode import METADATA_RECORD
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.topics import camera_name, normalize_namespace, strip_namespace
+from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import BagReadError, IndexedBag, RawMessage
+from teleop_flywheel.ros.session.arms3d import DESCRIPTION_TOPIC, ArmScene, arm_of
+from teleop_flywheel.ros.session.layout import write_layout
 
 
 class ReplayError(FlywheelError, RuntimeError):
@@ -53,12 +62,14 @@ class Player:
         playing: bool = True,
         loop: bool = False,
         on_time: Callable[[int], None] | None = None,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError(f"playback rate must be positive, got {speed}")
         self.source = source
         self._emit = emit
         self._on_time = on_time
+        self._on_end = on_end
         self._lock = threading.Condition()
         self._speed = speed
         self._playing = playing
@@ -71,9 +82,12 @@ class Player:
 
     # -- controls -----------------------------------------------------------------
     def play(self, speed: float | None = None) -> None:
+        """Play (at `speed` if given); after the end, from the start again unless a seek is pending."""
         with self._lock:
             if speed is not None and speed > 0:
                 self._speed = speed
+            if self.ended and self._seek_to is None:
+                self._seek_to = self._position = self.source.start_ns
             self._playing = True
             self.ended = False
             self._lock.notify_all()
@@ -126,6 +140,9 @@ class Player:
                         continue
                     self.ended = True
                     self._playing = False
+                if self._on_end is not None:  # outside the lock: it reads the player's state
+                    self._on_end()
+                with self._lock:
                     while not self._stopped and self.ended:
                         self._lock.wait(0.1)
                     if self._stopped:
@@ -167,7 +184,7 @@ class Player:
 
 @dataclass
 class FoxgloveReplay:
-    """A running Foxglove replay. Holds the SDK context and channels: the SDK detaches
+    """A running Foxglove replay. Holds the SDK context, channels and 3D scene: the SDK detaches
     channels whose Python objects are collected, so they live exactly as long as this."""
 
     server: Any
@@ -175,6 +192,7 @@ class FoxgloveReplay:
     thread: threading.Thread
     context: Any
     channels: dict[int, Any]
+    scene: ArmScene
 
     @property
     def port(self) -> int:
@@ -184,6 +202,15 @@ class FoxgloveReplay:
         self.player.stop()
         self.thread.join(2)
         self.server.stop()
+
+
+def recorded_namespace(source: BagSource) -> str:
+    """The rig namespace a bag was recorded under ("" if none, or an older bag)."""
+    try:
+        record = source.metadata().get(METADATA_RECORD) or {}
+        return normalize_namespace(str(record.get("namespace", "")))
+    except (BagReadError, ValueError, OSError):
+        return ""
 
 
 def serve_foxglove(
@@ -198,6 +225,9 @@ def serve_foxglove(
     context = foxglove.Context()
     channels: dict[int, Any] = {}
     holder: dict[str, Any] = {}
+    namespace = recorded_namespace(source)
+    scene = ArmScene(context, namespace)
+    arms = {cid: role for cid, ch in source.channels.items() if (role := arm_of(ch.topic, namespace))}
 
     def state(request_id: str | None, did_seek: bool = False) -> PlaybackState:
         if player.ended:
@@ -208,8 +238,9 @@ def serve_foxglove(
                              did_seek=did_seek, request_id=request_id)
 
     class Listener(ServerListener):
-        def on_subscribe(self, client: object, channel: object) -> None:
-            pass
+        def on_subscribe(self, client: object, channel: Any) -> None:
+            if channel.topic == DESCRIPTION_TOPIC:  # not latched: each new subscriber needs it once
+                threading.Thread(target=scene.send_description, args=(player.position_ns,), daemon=True).start()
 
         def on_unsubscribe(self, client: object, channel: object) -> None:
             pass
@@ -231,9 +262,24 @@ def serve_foxglove(
         if server is not None and t - last_time[0] >= 50_000_000:
             last_time[0] = t
             server.broadcast_time(t)
+            scene.keep_description(t)
 
-    player = Player(source, lambda m: channels[m.channel_id].log(m.data, log_time=m.log_time),
-                    speed=speed, playing=not start_paused, loop=loop, on_time=on_time)
+    def on_end() -> None:  # tell every client the data is over (its player stops waiting)
+        server = holder.get("server")
+        if server is not None:
+            server.broadcast_time(player.position_ns)
+            server.broadcast_playback_state(state(None))
+
+    def emit(m: RawMessage) -> None:
+        channels[m.channel_id].log(m.data, log_time=m.log_time)
+        role = arms.get(m.channel_id)
+        if role is not None:
+            try:
+                scene.on_joint_state(role, m.data, m.log_time)
+            except CdrError:
+                pass  # a damaged joint state: its own channel still carries it; no transforms
+
+    player = Player(source, emit, speed=speed, playing=not start_paused, loop=loop, on_time=on_time, on_end=on_end)
     server = foxglove.start_server(
         name=f"teleop_flywheel replay {source.path.name}",
         host=host,
@@ -247,67 +293,14 @@ def serve_foxglove(
     # Channels are made after the server exists so that it advertises them to every client.
     for cid, ch in source.channels.items():
         channels[cid] = Channel(
-            ch.topic,
+            strip_namespace(ch.topic, namespace) if namespace else ch.topic,
             schema=Schema(name=ch.schema_name, encoding=ch.schema_encoding, data=ch.schema_data),
             message_encoding=ch.message_encoding,
             context=context,
         )
     thread = threading.Thread(target=player.run, name="foxglove-replay", daemon=True)
     thread.start()
-    return FoxgloveReplay(server, player, thread, context, channels)
-
-
-# -- ROS --------------------------------------------------------------------------------
-
-def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False, wait_for_subscribers: int = 0,
-                  wait_timeout_s: float = 30.0) -> int:
-    """Publish every message of the bag onto the ROS graph with original timing.
-
-    With `wait_for_subscribers=N`, playback starts only once every topic has N matched
-    subscriptions (or after `wait_timeout_s`), so nothing is sent before discovery.
-    """
-    import importlib
-
-    import rclpy
-    from rclpy.duration import Duration
-    from rclpy.node import Node
-
-    from teleop_flywheel.ros.nodes.common import STREAM_QOS
-
-    def msg_class(type_name: str) -> type:
-        pkg, kind, name = type_name.split("/")
-        return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
-
-    rclpy.init()
-    node = Node("bag_replay")
-    publishers: dict[int, Any] = {}
-    for cid, ch in source.channels.items():
-        try:
-            publishers[cid] = node.create_publisher(msg_class(ch.schema_name), ch.topic, STREAM_QOS)
-        except (ImportError, AttributeError, ValueError) as exc:
-            print(f"replay: skipping {ch.topic}: message type {ch.schema_name} not installed ({exc})", file=sys.stderr)
-    deadline = time.monotonic() + wait_timeout_s
-    while wait_for_subscribers > 0 and time.monotonic() < deadline and any(
-        pub.get_subscription_count() < wait_for_subscribers for pub in publishers.values()
-    ):
-        time.sleep(0.05)
-    player = Player(source, lambda m: publishers[m.channel_id].publish(m.data) if m.channel_id in publishers else None,
-                    speed=speed, loop=loop)
-    try:
-        thread = threading.Thread(target=player.run, daemon=True)
-        thread.start()
-        while thread.is_alive() and not player.ended:
-            thread.join(0.1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        player.stop()
-        for pub in publishers.values():  # let reliable subscribers receive the tail
-            pub.wait_for_all_acked(Duration(seconds=2))
-        node.destroy_node()
-        rclpy.shutdown()
-    print(f"replay: published {player.emitted} of {source.message_count} messages from {source.path}")
-    return 0
+    return FoxgloveReplay(server, player, thread, context, channels, scene)
 
 
 # -- CLI --------------------------------------------------------------------------------
@@ -315,17 +308,26 @@ def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False, wai
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="bag directory or .mcap file")
     parser.add_argument("--foxglove", action="store_true", help="serve over the Foxglove WebSocket protocol")
-    parser.add_argument("--ros", action="store_true", help="republish onto the ROS graph with original timing")
+    parser.add_argument("--ros", action="store_true", help="republish onto the ROS graph with original timing and QoS")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
     parser.add_argument("--host", default="127.0.0.1", help="Foxglove bind address (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8765, help="Foxglove port (default 8765)")
     parser.add_argument("--loop", action="store_true", help="start over at the end")
     parser.add_argument("--paused", action="store_true", help="(Foxglove) start paused; press play in the app")
-    parser.add_argument("--wait-for-subscribers", type=int, default=0, metavar="N",
-                        help="(ROS) start once every topic has N subscribers (at most 30 s)")
+    parser.add_argument("--layout", type=Path, metavar="FILE",
+                        help="(Foxglove) write a layout for this bag's cameras to FILE (import it in the app)")
+    wait = parser.add_mutually_exclusive_group()
+    wait.add_argument("--wait-for-subscribers", type=int, default=None, metavar="N",
+                      help="(ROS) start once every topic has N subscribers (default: once any subscriber has "
+                           "matched and discovery has settled)")
+    wait.add_argument("--no-wait", action="store_true", help="(ROS) start at once, subscribers or not")
+    parser.add_argument("--wait-timeout", type=float, default=0.0, metavar="S",
+                        help="(ROS) start anyway after S seconds of waiting (default 0: wait until Ctrl-C)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from teleop_flywheel.ros.session.republish import WaitPolicy, republish_ros
+
     if not args.foxglove and not args.ros:
         print("replay: choose --foxglove and/or --ros", file=sys.stderr)
         return 2
@@ -337,15 +339,22 @@ def run(args: argparse.Namespace) -> int:
     except ReplayError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return 1
+    wait = WaitPolicy(0 if args.no_wait else (args.wait_for_subscribers or 0),
+                      any_subscriber=not args.no_wait and args.wait_for_subscribers is None,
+                      timeout_s=args.wait_timeout)
     if args.ros:  # the bag's streams stay on this machine unless the user opened discovery on purpose
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if args.foxglove:
+        if args.layout is not None:
+            cameras = sorted({name for ch in source.channels.values() if (name := camera_name(ch.topic))})
+            write_layout(args.layout, cameras)
+            print(f"replay: layout for cameras {', '.join(cameras) or '(none)'} written to {args.layout}")
         session = serve_foxglove(source, args.host, args.port, args.rate, args.loop, args.paused)
         print(f"replay: serving {source.path} on ws://{args.host}:{session.port} "
               f"(Foxglove: Open connection → Foxglove WebSocket); Ctrl-C to stop", flush=True)
         try:
             if args.ros:
-                republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)
+                republish_ros(source, args.rate, args.loop, wait)
             while session.thread.is_alive():
                 session.thread.join(0.2)
         except KeyboardInterrupt:
@@ -353,4 +362,4 @@ def run(args: argparse.Namespace) -> int:
         finally:
             session.stop()
         return 0
-    return republish_ros(source, args.rate, args.loop, args.wait_for_subscribers)
+    return republish_ros(source, args.rate, args.loop, wait)

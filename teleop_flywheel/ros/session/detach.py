@@ -1,0 +1,45 @@
+"""`python -m teleop_flywheel.ros.session.detach CMD ARGS...`: run CMD in its own session, dying with its parent.
+
+What the supervisor's `child_setup` does for every child, as a command prefix for `ros2 launch`
+(whose ExecuteProcess cannot run code in the child): `setsid`, the parent-death signal SIGTERM,
+then `exec` — the process *is* CMD afterwards (same pid, same command line for everything after
+this prefix). The launch files start the simulated arms this way, so a terminal's Ctrl-C reaches
+the nodes but not the simulators: the arm drivers close their ports first, and launch stops
+each simulator once its driver has exited (no "bus lost" at the end of a session).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m teleop_flywheel.ros.session.detach CMD [ARGS...]", file=sys.stderr)
+        return 2
+    parent = os.getppid()
+    try:
+        os.setsid()
+    except PermissionError:  # already a process group leader: its own group already, keep it
+        pass
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no parent-death signal
+        pass
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        return 1
+    try:
+        os.execvp(args[0], args)
+    except OSError as exc:
+        print(f"detach: cannot run {args[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
