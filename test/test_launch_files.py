@@ -317,7 +317,10 @@ def test_exec_node_runs_each_executables_main(capsys: pytest.CaptureFixture[str]
 
 def test_launch_files_are_installed_by_setup() -> None:
     setup_text = (ROOT / "setup.py").read_text()
-    assert 'glob("launch/*.launch.py")' in setup_text
+    assert 'glob("launch/*.launch.py")' in setup_text and 'glob("urdf/*.urdf")' in setup_text
+    package = (ROOT / "package.xml").read_text()
+    for dep in ("launch", "launch_ros", "robot_state_publisher", "tf2_ros"):
+        assert f"<exec_depend>{dep}</exec_depend>" in package, dep
     assert set(LAUNCH_FILES.values()) <= {p.name for p in (ROOT / "launch").glob("*.launch.py")}
 
 
