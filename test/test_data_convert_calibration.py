@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.resources import config_path
-from teleop_flywheel.core.topics import FOLLOWER_STATE
 from teleop_flywheel.data import convert as conv
 from teleop_flywheel.data.calibrations import joint_limits
 from teleop_flywheel.data.card import write_card

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, camera_image
 from teleop_flywheel.data import convert as conv
 from teleop_flywheel.data import validate as val
 from teleop_flywheel.data.align import AlignError, align

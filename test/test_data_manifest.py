@@ -16,6 +16,7 @@ from teleop_flywheel.data.lineage import Registry
 from teleop_flywheel.data.manifest import create, identities, verify
 from teleop_flywheel.testing.dataset_files import data_files, rewrite_column
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
 def make(root: Path, episodes: int = 6, metadata: bool = True) -> Path:
@@ -141,15 +142,17 @@ def test_lineage_answers_which_manifest_and_which_episodes(tmp_path: Path, monke
     m47.unlink()  # the registry keeps its own copy
     capsys.readouterr()
 
-    # the model on the robot: a bag recorded with it names the checkpoint in its metadata
-    bag = tmp_path / "bag"
-    bag.mkdir()
-    (bag / "metadata.yaml").write_text(
-        "rosbag2_bagfile_information:\n  version: 9\n  custom_data:\n    policy_checkpoint: ckpt-047\n")
+    # the model on the robot: a bag recorded with it names the checkpoint in its episode metadata (MCAP)
+    bag = write_session(tmp_path / "bag", SessionSpec(duration_s=2.0, policy_checkpoint="ckpt-047")).bag
     assert cli_main(["lineage", "which", str(bag), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["run"] == "run47" and answer["manifest_path"] == str(m47.resolve())
     assert answer["episode_count"] == 6
+    # metadata.yaml is never trusted over the MCAP: an edited copy of the checkpoint there is refused
+    meta = bag / "metadata.yaml"
+    meta.write_text(meta.read_text().replace("policy_checkpoint: ckpt-047", "policy_checkpoint: ckpt-046"))
+    assert cli_main(["lineage", "which", str(bag)]) == 1
+    assert "disagree on policy_checkpoint" in capsys.readouterr().err
 
     assert cli_main(["lineage", "episodes", "run46", "--json"]) == 0
     expected = [e["episode_id"] for e in json.loads(m46.read_text())["episodes"]]

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, camera_image
 from teleop_flywheel.data import timebase
 from teleop_flywheel.data.decode import (
     COMPRESSED_IMAGE,

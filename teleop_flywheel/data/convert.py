@@ -48,7 +48,7 @@ from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.writer import Schema, existing_ids, read_info, schema_of, write_episodes
-from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
+from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 from teleop_flywheel.data.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate import add_supplied_arguments, display, load_inputs
 
@@ -158,8 +158,13 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
                                supplied) for p in paths]
-            prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
-                                    desc="convert" if progress else None)
+            try:
+                prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
+                                        desc="convert" if progress else None)
+            except ParallelJobError as exc:
+                if isinstance(exc.__cause__, OSError):
+                    raise exc.__cause__ from None  # the disk is full: not one bag's fault
+                raise
             result = ConvertResult(len(paths), {}, [], {}, [], recovered)
             groups = _group(prepared, result)
             primary = schema_of(out)

@@ -27,11 +27,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from teleop_flywheel.core.calibration import parse_calibration
-from teleop_flywheel.core.episode import EpisodeMeta, Intervention
-from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import (
+from teleop_flywheel.core.bag_topics import (
     AUTHORITY,
     DIAGNOSTICS,
     FOLLOWER_COMMAND,
@@ -42,6 +38,10 @@ from teleop_flywheel.core.topics import (
     PEDAL_JOY,
     POLICY_COMMAND,
 )
+from teleop_flywheel.core.calibration import parse_calibration
+from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.reasons import CORRUPT, MISSING_STREAM, SCHEMA_MISMATCH, Reason, Supplied
 from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import Bag, BagReadError, ImageStream, Stream

@@ -17,6 +17,7 @@ clock, through the episode's time base), interventions (JSON), source_bag.
 """
 from __future__ import annotations
 
+import errno
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -148,6 +149,11 @@ def prepare_episode(job: ConvertJob) -> Prepared:
     except MissingCalibrationError as exc:
         out.status = "error"
         out.reasons.append(Reason(CALIBRATION_MISSING, str(exc)))
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # the disk, not this bag: the whole run stops and says so
+        out.status = "error"
+        out.reasons.append(Reason("CORRUPT", f"{display(Path(job.bag).name)}: {type(exc).__name__}: {exc}"))
     except Exception as exc:  # noqa: BLE001 - undecodable content: report this bag, the batch goes on
         out.status = "error"
         out.reasons.append(Reason("CORRUPT", f"{display(Path(job.bag).name)}: {type(exc).__name__}: {exc}"))

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import LockError, locked
 from teleop_flywheel.data.lerobot.reader import DatasetError
 from teleop_flywheel.data.manifest import load_manifest
+from teleop_flywheel.recording.reader import BagReadError, read_episode
 
 FORMAT = "teleop_flywheel.lineage/1"
 ENV = "TELEOP_FLYWHEEL_LINEAGE"
@@ -118,13 +117,13 @@ def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: st
 
 
 def checkpoint_of_bag(bag: Path) -> str:
-    """The policy checkpoint a bag recorded (metadata.yaml custom_data, written by the recorder)."""
-    meta = bag / "metadata.yaml"
+    """The policy checkpoint a bag recorded, from its MCAP episode record (a metadata.yaml that
+    disagrees with it is refused: it is not trusted over the MCAP)."""
     try:
-        info = yaml.safe_load(meta.read_text())["rosbag2_bagfile_information"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise LineageError(f"{meta}: cannot read bag metadata: {exc}") from None
-    ckpt = (info.get("custom_data") or {}).get("policy_checkpoint") or ""
+        meta = read_episode(bag)
+    except BagReadError as exc:
+        raise LineageError(f"{bag}: cannot read its episode metadata: {exc}") from None
+    ckpt = meta.policy_checkpoint if meta is not None else ""
     if not ckpt:
         raise LineageError(f"{bag}: no policy_checkpoint in its metadata (a teleop-only recording?)")
     return str(ckpt)
@@ -163,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"registered in {reg.path}:\n{describe(entry)}")
         elif args.action == "which":
             target = Path(args.checkpoint)
-            ckpt = checkpoint_of_bag(target) if (target / "metadata.yaml").is_file() else args.checkpoint
+            ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else args.checkpoint
             entry = reg.which(ckpt)
             print(json.dumps({k: v for k, v in entry.items() if k != "manifest"} | {
                 "fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"]},

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE
 from teleop_flywheel.core.resources import config_path
-from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE
 from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED
 
 MISSING_STREAM = "MISSING_STREAM"

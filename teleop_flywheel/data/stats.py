@@ -8,7 +8,8 @@
 - the intervention rate of the current checkpoint (the one in the most recently recorded episode).
 
 Input is a LeRobot dataset made by our converter (episode metadata columns) or bag directories,
-read through their `metadata.yaml` custom_data (`EpisodeMeta`), so no bag is decoded. Start-state
+read through each MCAP's episode metadata record (`recording.reader.read_episode`, via the summary
+index; a metadata.yaml that disagrees with it is refused), so no message is decoded. Start-state
 clusters need joint data and are computed for datasets only.
 """
 from __future__ import annotations
@@ -23,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.data.audit import load
 from teleop_flywheel.data.coverage import farthest_point_order
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records, record_from_meta
 from teleop_flywheel.data.lerobot.reader import INFO_PATH, DatasetError, LeRobotDataset
+from teleop_flywheel.data.validate import find_bags
+from teleop_flywheel.recording.reader import BagReadError, read_episode
 
 UNLABELLED = "unlabelled"
 
@@ -161,18 +162,19 @@ def compute(records: list[EpisodeRecord], source: str, starts: np.ndarray | None
 
 
 def bag_records(paths: list[Path]) -> list[EpisodeRecord]:
-    """Episode metadata of every bag directory under the given paths (metadata.yaml custom_data)."""
-    bags = sorted({m.parent for p in paths for m in ([p / "metadata.yaml"] if (p / "metadata.yaml").is_file()
-                                                      else p.rglob("metadata.yaml"))})
+    """Episode metadata of every bag under the given paths, from each MCAP's episode record (never
+    metadata.yaml alone: a bag whose metadata.yaml disagrees with its MCAP is refused, naming it)."""
+    bags, errors = find_bags(list(paths))
     if not bags:
-        raise DatasetError(f"no bags (directories with metadata.yaml) under {', '.join(map(str, paths))}")
+        raise DatasetError(f"no bags under {', '.join(map(str, paths))}" + (f" ({errors[0]})" if errors else ""))
     out = []
     for i, bag in enumerate(bags):
         try:
-            info = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
-            meta = EpisodeMeta.from_strings({str(k): str(v) for k, v in (info.get("custom_data") or {}).items()})
-        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
-            raise DatasetError(f"{bag / 'metadata.yaml'}: unreadable episode metadata: {exc}") from None
+            meta = read_episode(bag)
+        except BagReadError as exc:
+            raise DatasetError(str(exc)) from None
+        if meta is None:
+            raise DatasetError(f"{bag}: no episode metadata record (a foreign bag?): nothing to count")
         out.append(record_from_meta(meta, episode_index=i, episode_id=bag.name))
     return out
 

@@ -22,6 +22,8 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
     idx.start_ns, idx.end_ns, idx.message_count, idx.metadata()
     for m in idx.messages(start_ns):         # RawMessage(channel_id, log_time, publish_time, data)
         ...                                  # in log-time order, read through the MCAP index
+    read_episode("/data/ep_0001")            # EpisodeMeta from the MCAP record alone (reports: stats,
+                                             # lineage); BagReadError if metadata.yaml disagrees
 
 `stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
 base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
@@ -43,27 +45,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mcap.exceptions import McapError
-from mcap.reader import make_reader
-from mcap.records import Channel, Message, Schema
+from mcap.records import Message
 from rosbags.typesys import Stores, get_typestore
 
+from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.core.topics import AUTHORITY
+from teleop_flywheel.core.topics import strip_namespace
 from teleop_flywheel.recording import cdr, integrity
-from teleop_flywheel.recording.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
+from teleop_flywheel.recording.indexed import (
+    BagReadError,
+    IndexedBag,
+    NotABagError,
+    RawChannel,
+    RawMessage,
+    UnindexedBagError,
+    find_bag,
+    open_indexed,
+    read_episode,
+)
+from teleop_flywheel.recording.metadata import read_metadata_yaml
 from teleop_flywheel.recording.scan import NotMcapError, NotRegularFileError, ScanResult, scan
 from teleop_flywheel.recording.writer import START_RECORD
 
-__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "UnindexedBagError", "RawTopic", "RawChannel", "RawMessage",
+__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "UnindexedBagError", "RawTopic", "RawChannel",
+           "RawMessage", "read_episode", "find_bag",
            "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
            "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
 
@@ -73,49 +84,11 @@ JOINT_STATE = "sensor_msgs/msg/JointState"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 
 
-class BagReadError(FlywheelError, RuntimeError):
-    """The bag cannot be read at all (missing, not MCAP, no definitions); names the path."""
-
-
-class NotABagError(BagReadError):
-    """No bag at that path: missing, no .mcap in the directory, or a FIFO/device instead of a file."""
-
-
-class UnindexedBagError(BagReadError):
-    """The MCAP has no summary/index (a crashed recording): `recover` it before seeking in it."""
-
-
 @dataclass(frozen=True)
 class BagDamage:
     code: str  # TRUNCATED | CORRUPT
     file: str
     detail: str
-
-
-@dataclass(frozen=True)
-class RawChannel:
-    """One MCAP channel with its schema, as stored (nothing decoded)."""
-
-    id: int
-    topic: str
-    schema_name: str
-    schema_encoding: str
-    schema_data: bytes
-    message_encoding: str
-    metadata: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, channel: Channel, schema: Schema | None) -> RawChannel:
-        return cls(channel.id, channel.topic, schema.name if schema else "", schema.encoding if schema else "",
-                   schema.data if schema else b"", channel.message_encoding, dict(channel.metadata))
-
-
-@dataclass(frozen=True)
-class RawMessage:
-    channel_id: int
-    log_time: int
-    publish_time: int
-    data: bytes
 
 
 @dataclass
@@ -289,17 +262,10 @@ class Bag:
         return [store.deserialize_cdr(d, raw.type) for d in raw.data]
 
 
-def _find(path: Path) -> tuple[Path, Path]:
-    try:
-        return find_mcap(path)
-    except BagNotFoundError as exc:
-        raise NotABagError(str(exc)) from None
-
-
 def open_bag(path: str | Path) -> Bag:
     """Read the whole bag (what survived of it); damage is recorded in `Bag.damage`, not raised."""
     path = Path(path)
-    bag_dir, mcap_path = _find(path)
+    bag_dir, mcap_path = find_bag(path)
     meta_yaml: dict[str, Any] | None = None
     if path.is_dir():
         try:
@@ -325,25 +291,6 @@ def open_bag(path: str | Path) -> Bag:
         raise BagReadError(str(exc)) from None
     file = str(mcap_path)
     damage = _scan_damage(scanned, file)
-    topics: dict[str, str] = {}
-    raw: dict[str, RawTopic] = {}
-    for cid, ch in sorted(scanned.channels.items()):
-        schema = scanned.schemas.get(ch.schema_id)
-        type_name = schema.name if schema is not None else ""
-        if ch.topic in raw:
-            damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))
-            continue
-        topics[ch.topic] = type_name
-        log, pub, seq, data = per_channel.get(cid, ([], [], [], []))
-        raw[ch.topic] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data,
-                                 np.asarray(seq, np.int64))
-        dup = integrity.duplicate_records(ch.topic, raw[ch.topic].log_ns, raw[ch.topic].publish_ns,
-                                          raw[ch.topic].sequence, data)
-        if dup:
-            damage.append(BagDamage(CORRUPT, file, dup))
-    if scanned.complete and not scanned.bad_chunks:
-        damage += [BagDamage(CORRUPT, file, p)
-                   for p in integrity.yaml_count_problems(meta_yaml, {t: len(r) for t, r in raw.items()})]
     episode = None
     record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
     if record:
@@ -351,6 +298,32 @@ def open_bag(path: str | Path) -> Bag:
             episode = EpisodeMeta.from_strings(record)
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
+    namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
+    topics: dict[str, str] = {}
+    raw: dict[str, RawTopic] = {}
+    for cid, ch in sorted(scanned.channels.items()):
+        schema = scanned.schemas.get(ch.schema_id)
+        type_name = schema.name if schema is not None else ""
+        name = strip_namespace(ch.topic, namespace) if namespace else ch.topic
+        if name in raw:
+            damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))
+            continue
+        topics[name] = type_name
+        log, pub, seq, data = per_channel.get(cid, ([], [], [], []))
+        raw[name] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data,
+                             np.asarray(seq, np.int64))
+        dup = integrity.duplicate_records(ch.topic, raw[name].log_ns, raw[name].publish_ns, raw[name].sequence, data)
+        if dup:
+            damage.append(BagDamage(CORRUPT, file, dup))
+    if scanned.complete and not scanned.bad_chunks:
+        counts = {ch.topic: len(raw[strip_namespace(ch.topic, namespace) if namespace else ch.topic])
+                  for ch in scanned.channels.values()}
+        damage += [BagDamage(CORRUPT, file, p) for p in integrity.yaml_count_problems(meta_yaml, counts)]
+    if episode is not None and namespace:
+        try:
+            episode = episode.without_namespace()
+        except (ValueError, TypeError, AttributeError) as exc:
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata namespace unusable: {exc}"))
     disagree = integrity.metadata_disagreement(scanned.metadata.get(METADATA_RECORD), meta_yaml)
     if disagree and scanned.complete:
         damage.append(BagDamage(CORRUPT, file, disagree))
@@ -376,42 +349,3 @@ def _scan_damage(scanned: ScanResult, file: str) -> list[BagDamage]:
     if scanned.orphans:
         damage.append(BagDamage(CORRUPT, file, f"messages on channels {scanned.orphans} without definitions"))
     return damage
-
-
-class IndexedBag:
-    """Seekable access to one complete bag through its MCAP summary and index: channels, time
-    span, metadata records and raw messages in log-time order; nothing is decoded."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.bag_dir, self.path = _find(Path(path))
-        try:
-            with self.path.open("rb") as f:
-                reader = make_reader(f)
-                summary = reader.get_summary()
-                self.chunk_indexed = bool(summary and summary.chunk_indexes)
-        except (McapError, OSError, ValueError, EOFError) as exc:
-            raise BagReadError(f"{self.path}: cannot read MCAP summary ({exc}); try `teleop-flywheel recover`") from exc
-        if summary is None or summary.statistics is None:
-            raise UnindexedBagError(f"{self.path}: MCAP has no summary/index (crashed recording?); "
-                                    "run `teleop-flywheel recover` first")
-        self.channels = {cid: RawChannel.of(ch, summary.schemas.get(ch.schema_id))
-                         for cid, ch in summary.channels.items()}
-        self.start_ns = summary.statistics.message_start_time
-        self.end_ns = summary.statistics.message_end_time
-        self.message_count = summary.statistics.message_count
-
-    def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
-        """Messages with log_time >= start_ns, in log-time order, read through the index."""
-        with self.path.open("rb") as f:
-            for _schema, channel, message in make_reader(f).iter_messages(starting_at=start_ns, log_time_order=True):
-                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data)
-
-    def metadata(self) -> dict[str, dict[str, str]]:
-        """The MCAP metadata records by name (episode metadata, rosbag2's own)."""
-        with self.path.open("rb") as f:
-            return {r.name: dict(r.metadata) for r in make_reader(f).iter_metadata()}
-
-
-def open_indexed(path: str | Path) -> IndexedBag:
-    """`IndexedBag` of a bag directory or .mcap; BagReadError (UnindexedBagError without a summary)."""
-    return IndexedBag(path)

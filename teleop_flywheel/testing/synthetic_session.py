@@ -40,12 +40,7 @@ import numpy as np
 import yaml
 from mcap.opcode import Opcode
 
-from teleop_flywheel.core.calibration import sim_calibration_file
-from teleop_flywheel.core.clock import ClockMapping
-from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
-from teleop_flywheel.core.labels import mode_code, trigger_code
-from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
-from teleop_flywheel.core.topics import (
+from teleop_flywheel.core.bag_topics import (
     AUTHORITY,
     FOLLOWER_COMMAND,
     FOLLOWER_STATE,
@@ -54,6 +49,11 @@ from teleop_flywheel.core.topics import (
     POLICY_COMMAND,
     camera_image,
 )
+from teleop_flywheel.core.calibration import sim_calibration_file
+from teleop_flywheel.core.clock import ClockMapping
+from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
+from teleop_flywheel.core.labels import mode_code, trigger_code
+from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
 from teleop_flywheel.recording.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
@@ -280,6 +280,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         clock_start=clock.sample(MONO0_NS).to_dict(), clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
         clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)] if clock.ros else [],
         stamp_clock="ros" if clock.ros else "",
+        started_ros_ns=int(clock.wall(mono_stamps[0])) if clock.ros else 0,
+        stopped_ros_ns=int(clock.wall(mono_stamps[-1])) if clock.ros else 0,
         ptp_offset_ns=spec.ptp_offset_ns, started_mono_ns=int(mono_stamps[0]), stopped_mono_ns=int(mono_stamps[-1]),
         protocol_hash=spec.protocol_hash, condition=spec.condition, failure_label=spec.failure_label,
         extra=dict(spec.extra))

@@ -172,14 +172,15 @@ def _finish(root: Path) -> None:
 
 def problems(root: Path) -> list[Problem]:
     """Every inconsistency of the dataset at `root` (and leftovers beside it), repairable or not."""
-    out: list[Problem] = []
-    for msg in commit.pending(root):
-        out.append(Problem(msg, msg.split(": ", 1)[1].split(": ", 1)[-1], partial(_finish, root)))
+    out = [Problem(msg, msg.split(": ", 1)[1].split(": ", 1)[-1], partial(_finish, root))
+           for msg in commit.pending(root)]
+    if out:
+        return out  # the rest is checked once the interrupted append is finished
     for tmp in _legacy_temps(root):
         out.append(Problem(f"{tmp}: temporary directory of an interrupted convert", "remove it (temporary videos)",
                            partial(shutil.rmtree, tmp)))
-    if out or not root.exists():
-        return out  # the rest is checked once an interrupted append is finished
+    if not root.exists():
+        return out
     if not (root / lf.INFO_PATH).is_file():
         stray = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
                        and p.relative_to(root).parts[0] in ("data", "videos", "meta"))
