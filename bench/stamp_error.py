@@ -28,7 +28,6 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     from mcap_ros2.decoder import DecoderFactory
     from rclpy.parameter import Parameter
 
-    from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
     from teleop_flywheel.hw.camera import timecode
     from teleop_flywheel.ros.nodes.camera import CameraNode
     from teleop_flywheel.ros.nodes.common import NodeSpinner
@@ -59,12 +58,12 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
     source_err, callback_err = [], []
     with open(bag / f"{bag.name}_0.mcap", "rb") as f:
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
-        meta = next(EpisodeMeta.from_strings(dict(r.metadata)) for r in reader.iter_metadata() if r.name == METADATA_RECORD)
-        offset = meta.clock_start["wall_ns"] - meta.clock_start["mono_ns"]
         for _s, _c, m, decoded in reader.iter_decoded_messages():
+            # pixels, header stamps and log_time are all ROS time (the system clock) on one host
             truth = timecode.decode(cv2.imdecode(np.frombuffer(bytes(decoded.data), np.uint8), cv2.IMREAD_COLOR))
-            source_err.append(abs(m.publish_time - truth) / 1e6)
-            callback_err.append(abs((m.log_time - offset) - truth) / 1e6)
+            stamp = decoded.header.stamp.sec * 10**9 + decoded.header.stamp.nanosec
+            source_err.append(abs(stamp - truth) / 1e6)
+            callback_err.append(abs(m.log_time - truth) / 1e6)
 
     def stats(v: list[float]) -> dict[str, float]:
         return {"median_ms": round(float(np.median(v)), 3), "p99_ms": round(float(np.percentile(v, 99)), 3),
