@@ -20,6 +20,9 @@ What it does, never destroying anything:
    metadata.yaml `metadata.yaml.damaged`) beside the repaired one; with `--output DIR` the
    repaired bag goes to DIR and the original directory is not touched at all.
 A complete file (it has its footer) is not rewritten; only a missing metadata.yaml is added.
+
+`--fix-schemas` instead writes a Foxglove-readable copy of a bag recorded before the schema fix
+next to it (`recording/fix_schemas.py`), never touching the original.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from teleop_flywheel.core.clock import ClockMapping
 from teleop_flywheel.core.episode import METADATA_RECORD, STAMP_CLOCK_ROS, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording import msgdefs
+from teleop_flywheel.recording.fix_schemas import fix_schemas
 from teleop_flywheel.recording.metadata import (
     METADATA_FILE,
     TopicRecord,
@@ -199,10 +203,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="bag directory (or its .mcap file)")
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="write the repaired bag to this new directory instead of in place")
+    parser.add_argument("--fix-schemas", action="store_true",
+                        help="write a Foxglove-readable copy of a bag recorded before the schema fix "
+                             "(MSG: pkg/msg/Type dependency headers) next to it, <bag>_foxglove or --output; "
+                             "the original is never touched")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+def _run_fix_schemas(args: argparse.Namespace) -> int:
+    try:
+        fixed = fix_schemas(args.bag, args.output)
+    except (FlywheelError, OSError) as exc:
+        print(f"recover: {exc}")
+        return 1
+    if args.json:
+        print(json.dumps(asdict(fixed), indent=2))
+        return 0
+    if fixed.copy:
+        print(f"{fixed.bag}: Foxglove-readable copy written to {fixed.copy} ({fixed.messages} messages; schemas "
+              f"fixed: {', '.join(fixed.schemas_fixed)}); the original is unchanged")
+    for note in fixed.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.fix_schemas:
+        return _run_fix_schemas(args)
     try:
         report = recover(args.bag, args.output)
     except (RecoverError, OSError) as exc:

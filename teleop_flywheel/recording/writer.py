@@ -241,6 +241,15 @@ class BagWriter:
             elif now - self._chunk_opened_ns >= self._max_age_ns:
                 self._flush_locked()
 
+    def add_metadata(self, name: str, record: Mapping[str, str]) -> None:
+        """Write an MCAP metadata record verbatim (copies of bags keep their records byte for byte)."""
+        with self._lock:
+            self._check_open()
+            try:
+                self._mcap.add_metadata(name, dict(record))
+            except OSError as exc:
+                self._raise_io(exc, self.mcap_path)
+
     @property
     def message_count(self) -> int:
         return sum(t.record.message_count for t in self._topics.values())
