@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import os
 import runpy
+import shutil
 import signal
 import stat
 import sys
@@ -324,10 +325,66 @@ def test_launch_files_are_installed_by_setup() -> None:
     assert set(LAUNCH_FILES.values()) <= {p.name for p in (ROOT / "launch").glob("*.launch.py")}
 
 
-def test_with_real_launch_ros() -> None:
+def test_with_real_launch_ros(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Under the real launch/launch_ros (where installed: a ROS install, or their sources in a
+    scratch venv): each launch file's actions, with substitutions performed as `ros2 launch` does,
+    start the runner's processes in its order: the simulators' exact command lines (after the
+    detach prefix), each node's installed executable under its node name."""
     pytest.importorskip("launch_ros", reason="launch_ros is not installable on this machine (no ROS 2 distro)")
-    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+    from launch.utilities import perform_substitutions
+    from launch_ros.actions import Node
 
-    for name in LAUNCH_FILES.values():
+    from launch import LaunchContext, LaunchDescription
+
+    prefix = tmp_path / "install"  # an ament prefix holding the package's executables, as colcon installs them
+    (prefix / "share" / "ament_index" / "resource_index" / "packages").mkdir(parents=True)
+    (prefix / "share" / "ament_index" / "resource_index" / "packages" / "teleop_flywheel").write_text("")
+    (prefix / "lib" / "teleop_flywheel").mkdir(parents=True)
+    for exe in EXECUTABLES:
+        (prefix / "lib" / "teleop_flywheel" / exe).write_text("#!/bin/sh\n")
+        (prefix / "lib" / "teleop_flywheel" / exe).chmod(0o755)
+    monkeypatch.setenv("AMENT_PREFIX_PATH", str(prefix))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for kind, name in LAUNCH_FILES.items():
         desc = runpy.run_path(str(ROOT / "launch" / name))["generate_launch_description"]()
         assert isinstance(desc, LaunchDescription)
+        context = LaunchContext()
+        actions: list[Any] = []
+        for entity in desc.entities:
+            if isinstance(entity, DeclareLaunchArgument):
+                context.launch_configurations[entity.name] = perform_substitutions(context, entity.default_value)
+            elif isinstance(entity, OpaqueFunction):
+                actions = list(entity.execute(context) or [])
+        defaults = {n: context.launch_configurations[n] for n in LAUNCH_ARGUMENTS}
+        graph = build_graph(kind, config_from_arguments(defaults))
+        if graph.needs_sim_dir:
+            (sim_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("teleop_flywheel_session_")]
+            graph = graph.in_sim_dir(sim_dir)
+        runner = commands(graph, "/params")
+        started = []
+        for action in actions:
+            if isinstance(action, ExecuteProcess):
+                node_name = ""
+                if isinstance(action, Node):  # what Node.execute does before preparing its command
+                    action._perform_substitutions(context)
+                    node_name = action.node_name
+                    namespace = action.expanded_node_namespace
+                    context.extend_locals({"ros_specific_arguments": {
+                        "name": f"__node:={node_name.rsplit('/', 1)[-1]}",
+                        **({"ns": f"__ns:={namespace}"} if namespace not in ("", "/") else {})}})
+                action.prepare(context)
+                started.append((node_name or action.process_details["name"], action.process_details["cmd"]))
+        assert len(started) == len(runner)
+        for (label, cmd), (runner_name, argv) in zip(started, runner.items(), strict=True):
+            if runner_name.startswith("sim_"):
+                assert label.startswith(runner_name)
+                assert cmd == [sys.executable, "-m", "teleop_flywheel.ros.session.detach", *argv]
+            else:
+                spec = graph.node(runner_name)
+                assert label.rsplit("/", 1)[-1] == spec.name, label  # launch_ros: "<unspecified ns>/name"
+                assert cmd[0] == str(prefix / "lib" / "teleop_flywheel" / spec.executable), (label, cmd)
+                assert cmd[cmd.index("-r") + 1] == f"__node:={spec.name}"
+        for p in tmp_path.iterdir():  # what launch's OnShutdown does: the session directory goes
+            if p.name.startswith("teleop_flywheel_session_"):
+                shutil.rmtree(p)

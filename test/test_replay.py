@@ -149,8 +149,10 @@ REACH = 0.135 + 0.061 + 0.098  # forearm + wrist + tool, along +x at zero (urdf/
 PAN_HEIGHT, UPPER_ARM = 0.095, 0.116
 
 
-def make_arm_bag(root: Path, leader: dict[str, float], follower: dict[str, float], n: int = 30) -> Path:
-    """Both arms' joint states (100 Hz, fixed positions) as the recorder writes them."""
+def make_arm_bag(root: Path, leader: dict[str, float], follower: dict[str, float], n: int = 30,
+                 namespace: str = "") -> Path:
+    """Both arms' joint states (100 Hz, fixed positions) as the recorder writes them (under a rig
+    namespace: fully qualified topic names, the namespace in the episode record)."""
     from mcap.writer import Writer
 
     from teleop_flywheel.core.so101 import JOINT_NAMES
@@ -164,7 +166,10 @@ def make_arm_bag(root: Path, leader: dict[str, float], follower: dict[str, float
         writer = Writer(f)
         writer.start(profile="ros2")
         schema = writer.register_schema(name=js.type_name, encoding="ros2msg", data=js.text.encode())
-        channels = {role: writer.register_channel(f"/{role}/joint_states", "cdr", schema) for role in ("leader", "follower")}
+        channels = {role: writer.register_channel(f"{namespace}/{role}/joint_states", "cdr", schema)
+                    for role in ("leader", "follower")}
+        if namespace:
+            writer.add_metadata("teleop_flywheel.episode", {"namespace": namespace})
         for i in range(n):
             for role, q in (("leader", leader), ("follower", follower)):
                 stamp = ROS_T0 + i * STEP_NS
@@ -288,3 +293,24 @@ def test_ros_republish_keeps_recorded_qos_and_waits_for_subscribers(tmp_path: Pa
     assert offered and offered[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
     assert events == ['{"id": 0}', '{"id": 10}', '{"id": 20}']
     assert chatter == [f"m{i}" for i in range(N)]
+
+
+def test_foxglove_replay_of_a_namespaced_rig_serves_the_layout_s_names(tmp_path: Path) -> None:
+    """A bag recorded under namespace:=rig_a is served namespace-free (the shipped layout fits it);
+    its arms' frames carry the namespace, as robot_state_publisher's frame_prefix would."""
+    pytest.importorskip("websockets")
+    import foxglove_client as fc
+
+    bag = make_arm_bag(tmp_path, leader={}, follower={}, namespace="/rig_a")
+    session = serve_foxglove(BagSource(bag), port=0, start_paused=True)
+    try:
+        got = fc.run(f"ws://127.0.0.1:{session.port}", ["/tf", "/leader/joint_states"],
+                     until=lambda g: any(s == fc.PLAYBACK_ENDED for s, _ in g.playback_states),
+                     play=(4.0, None), timeout_s=30)
+    finally:
+        session.stop()
+    assert {"/leader/joint_states", "/follower/joint_states"} <= set(got.channels)
+    assert not any(t.startswith("/rig_a") for t in got.channels)
+    assert len(got.messages["/leader/joint_states"]) == 30
+    frames = {e["child"] for e in fc.transforms(got)}
+    assert {"rig_a/leader/base_link", "rig_a/follower/tool_link"} <= frames
