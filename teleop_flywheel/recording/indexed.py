@@ -66,6 +66,7 @@ class RawMessage:
     log_time: int
     publish_time: int
     data: bytes
+    sequence: int = 0
 
 
 def find_bag(path: Path) -> tuple[Path, Path]:
@@ -101,7 +102,7 @@ class IndexedBag:
         """Messages with log_time >= start_ns, in log-time order, read through the index."""
         with self.path.open("rb") as f:
             for _schema, channel, message in make_reader(f).iter_messages(starting_at=start_ns, log_time_order=True):
-                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data)
+                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data, message.sequence)
 
     def metadata(self) -> dict[str, dict[str, str]]:
         """The MCAP metadata records by name (episode metadata, rosbag2's own)."""

@@ -19,6 +19,7 @@ import yaml
 
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.files import create_exclusive
+from teleop_flywheel.recording.scan import NotMcapError, open_regular
 
 METADATA_FILE = "metadata.yaml"
 VERSION = 9
@@ -198,12 +199,13 @@ def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:
     """The `rosbag2_bagfile_information` mapping of a bag directory, with a clear error."""
     path = Path(bag_dir) / METADATA_FILE
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with open_regular(path) as f:  # a FIFO named metadata.yaml must not block a reader
+            data = yaml.safe_load(f.read().decode("utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no metadata.yaml (crashed recording? run `teleop-flywheel recover`)") from None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, UnicodeDecodeError, NotMcapError) as exc:
         raise ValueError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(data, dict) or "rosbag2_bagfile_information" not in data:
+    if not isinstance(data, dict) or not isinstance(data.get("rosbag2_bagfile_information"), dict):
         raise ValueError(f"{path}: no rosbag2_bagfile_information mapping")
     return data["rosbag2_bagfile_information"]
 

@@ -267,11 +267,14 @@ def open_bag(path: str | Path) -> Bag:
     path = Path(path)
     bag_dir, mcap_path = find_bag(path)
     meta_yaml: dict[str, Any] | None = None
+    yaml_problem = None
     if path.is_dir():
         try:
             meta_yaml = read_metadata_yaml(bag_dir)
-        except Exception:  # missing (crashed recorder) or unreadable: the MCAP is the truth
+        except FileNotFoundError:  # a crashed recorder writes none: the MCAP is the truth
             meta_yaml = None
+        except Exception as exc:  # noqa: BLE001 - there but unreadable: damage, named
+            yaml_problem = f"metadata.yaml unreadable: {exc}"
     per_channel: dict[int, tuple[list[int], list[int], list[int], list[bytes]]] = {}
 
     def keep(m: Message) -> None:
@@ -291,6 +294,8 @@ def open_bag(path: str | Path) -> Bag:
         raise BagReadError(str(exc)) from None
     file = str(mcap_path)
     damage = _scan_damage(scanned, file)
+    if yaml_problem:
+        damage.append(BagDamage(CORRUPT, str(bag_dir / "metadata.yaml"), yaml_problem))
     episode = None
     record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
     if record:

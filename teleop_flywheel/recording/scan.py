@@ -119,7 +119,7 @@ def open_regular(path: str | Path) -> BinaryIO:
         if not stat.S_ISREG(mode):
             kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
                 else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-            raise NotRegularFileError(f"{p}: {kind}, not an MCAP file")
+            raise NotRegularFileError(f"{p}: {kind}, not a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
