@@ -74,9 +74,10 @@ class ConsoleNode:
         while (item := self._calls.get()) is not None:
             client, request, what = item
             if not client.service_is_ready():
-                self.state.message = f"{what}: waiting for {client.srv_name}"
+                name = self.node.resolve_service_name(client.srv_name)  # as resolved: /recorder/start, /rig_a/…
+                self.state.message = f"{what}: waiting for {name}"
                 if not client.wait_for_service(timeout_sec=SERVICE_WAIT_S):
-                    self.state.message = f"{what}: service {client.srv_name} not available after {SERVICE_WAIT_S:.0f} s"
+                    self.state.message = f"{what}: service {name} not available after {SERVICE_WAIT_S:.0f} s"
                     continue
             client.call_async(request).add_done_callback(self._report(what))
 
