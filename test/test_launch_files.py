@@ -144,6 +144,7 @@ def test_launch_file_starts_what_the_runner_starts(kind: str, monkeypatch: pytes
             assert f"__node:={spec.name}" in argv
             assert action.kwargs["remappings"] == list(spec.remappings)
             assert action.kwargs["parameters"] == [spec.parameters]
+            assert action.kwargs["prefix"] == f"{sys.executable} -m teleop_flywheel.ros.session.detach --same-session"
         # Not on this machine: said once, nothing started for it.
         assert any(type(a).__name__ == "LogInfo" and "robot_state_publisher not started" in a.kwargs["msg"]
                    for a in actions)
@@ -257,14 +258,33 @@ def test_robot_state_publisher_publishes_the_view_s_transforms(tmp_path: Path) -
         rclpy.shutdown()
 
 
-def test_detach_runs_the_command_in_its_own_session_in_place() -> None:
+def test_detach_runs_the_command_in_place_and_it_dies_with_its_parent(tmp_path: Path) -> None:
     import subprocess
+    import time
 
     out = subprocess.run([sys.executable, "-m", "teleop_flywheel.ros.session.detach", "sh", "-c",
                           'echo "$$ $(ps -o sid= -p $$) $PPID"'], capture_output=True, text=True, timeout=30)
     pid, sid, ppid = (int(x) for x in out.stdout.split())
     assert pid == sid  # a session of its own: a terminal's Ctrl-C to the launch does not reach it
     assert ppid == os.getpid()  # exec'd in place: the process launch started is the command itself
+    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.ros.session.detach", "--same-session", "sh", "-c",
+                          'echo "$(ps -o sid= -p $$)"'], capture_output=True, text=True, timeout=30)
+    assert int(out.stdout) == os.getsid(0)  # --same-session: stays where a terminal's Ctrl-C reaches it
+    # The parent dies (as `ros2 launch` does on SIGTERM, without stopping its processes): the child follows.
+    pid_file = tmp_path / "pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-m', 'teleop_flywheel.ros.session.detach', '--same-session', "
+        f"'sh', '-c', 'echo $$ > {pid_file}; exec sleep 60']); time.sleep(60)")])
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parent.kill()
+    parent.wait()
+    from procs import wait_gone
+
+    assert wait_gone([child], 10) == []
 
 
 def test_params_file_argument(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -383,7 +403,8 @@ def test_with_real_launch_ros(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
             else:
                 spec = graph.node(runner_name)
                 assert label.rsplit("/", 1)[-1] == spec.name, label  # launch_ros: "<unspecified ns>/name"
-                assert cmd[0] == str(prefix / "lib" / "teleop_flywheel" / spec.executable), (label, cmd)
+                assert cmd[:4] == [sys.executable, "-m", "teleop_flywheel.ros.session.detach", "--same-session"]
+                assert cmd[4] == str(prefix / "lib" / "teleop_flywheel" / spec.executable), (label, cmd)
                 assert cmd[cmd.index("-r") + 1] == f"__node:={spec.name}"
         for p in tmp_path.iterdir():  # what launch's OnShutdown does: the session directory goes
             if p.name.startswith("teleop_flywheel_session_"):

@@ -1,4 +1,4 @@
-"""`python -m teleop_flywheel.ros.session.detach CMD ARGS...`: run CMD in its own session, dying with its parent.
+"""`python -m teleop_flywheel.ros.session.detach [--same-session] CMD ARGS...`: run CMD dying with its parent.
 
 What the supervisor's `child_setup` does for every child, as a command prefix for `ros2 launch`
 (whose ExecuteProcess cannot run code in the child): `setsid`, the parent-death signal SIGTERM,
@@ -6,6 +6,11 @@ then `exec` — the process *is* CMD afterwards (same pid, same command line for
 this prefix). The launch files start the simulated arms this way, so a terminal's Ctrl-C reaches
 the nodes but not the simulators: the arm drivers close their ports first, and launch stops
 each simulator once its driver has exited (no "bus lost" at the end of a session).
+
+`--same-session` skips `setsid`: the launch files start every node so — still in the terminal's
+process group (Ctrl-C reaches it), but stopped with SIGTERM if `ros2 launch` itself dies (launch
+exits on SIGTERM or SIGQUIT without stopping its processes, by design: "can result in orphaned
+processes"), as the supervisor's children are.
 """
 from __future__ import annotations
 
@@ -19,14 +24,18 @@ PR_SET_PDEATHSIG = 1
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    same_session = bool(args) and args[0] == "--same-session"
+    if same_session:
+        args = args[1:]
     if not args:
-        print("usage: python -m teleop_flywheel.ros.session.detach CMD [ARGS...]", file=sys.stderr)
+        print("usage: python -m teleop_flywheel.ros.session.detach [--same-session] CMD [ARGS...]", file=sys.stderr)
         return 2
     parent = os.getppid()
-    try:
-        os.setsid()
-    except PermissionError:  # already a process group leader: its own group already, keep it
-        pass
+    if not same_session:
+        try:
+            os.setsid()
+        except PermissionError:  # already a process group leader: its own group already, keep it
+            pass
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: no parent-death signal

@@ -10,7 +10,10 @@ imported inside `generate`, so importing this module never needs them. What it s
   simulators; each simulator gets SIGTERM once its arm driver has exited (or from launch's own
   escalation timer), so no driver sees its bus vanish while it is still running;
 - one `launch_ros` Node per graph node, in the rig's namespace, with the graph's parameters
-  followed by the `params_file` argument (later files win, as in the runner);
+  followed by the `params_file` argument (later files win, as in the runner); through
+  `detach --same-session`: in the terminal's process group, but stopped (SIGTERM) if `ros2 launch`
+  itself dies — launch exits on SIGTERM without stopping its processes — as the supervisor's
+  children are;
 - like the supervisor, a node that fails ends the session (`Shutdown`, with its name and exit).
 
 Only on a ROS install that has them (`robot_state_publisher:=auto`, the default; `true` insists,
@@ -141,7 +144,8 @@ def generate(kind: str) -> Any:
                 for arm in graph.sim_arms}
         nodes = [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
                       parameters=[spec.parameters, *graph.params_files], remappings=list(spec.remappings),
-                      **({"namespace": spec.namespace} if spec.namespace else {}), output="screen")
+                      **({"namespace": spec.namespace} if spec.namespace else {}), output="screen",
+                      prefix=f"{sys.executable} -m {DETACH} --same-session")
                  for spec in graph.nodes]
         actions += [*sims.values(), *nodes]
         for spec, node in zip(graph.nodes, nodes, strict=True):
