@@ -32,9 +32,12 @@ class Received:
 
 
 async def session(url: str, topics: list[str] | None, until: Any, timeout_s: float = 30.0,
-                  play: tuple[float, int | None] | None = None, settle_s: float = 1.0) -> Received:
+                  play: tuple[float, int | None] | None = None, settle_s: float = 1.0,
+                  drain_s: float = 0.5) -> Received:
     """Connect, subscribe to `topics` (None: every advertised topic) once advertised, optionally send
-    a play request (speed, seek time), and collect until `until(received)` is true or the timeout."""
+    a play request (speed, seek time), and collect until `until(received)` is true or the timeout,
+    then `drain_s` longer: the server queues control messages (playback state) and data apart, so
+    `Ended` may overtake the last messages."""
     import websockets
 
     got = Received()
@@ -42,6 +45,7 @@ async def session(url: str, topics: list[str] | None, until: Any, timeout_s: flo
     async with websockets.connect(url, subprotocols=[SUBPROTOCOL], max_size=None) as ws:
         assert ws.subprotocol == SUBPROTOCOL
         deadline = time.monotonic() + timeout_s
+        drained = False
         sub_deadline = time.monotonic() + settle_s
         played = play is None
         next_id = 1
@@ -65,6 +69,7 @@ async def session(url: str, topics: list[str] | None, until: Any, timeout_s: flo
                         next_id += 1
                     if subs:
                         await ws.send(json.dumps({"op": "subscribe", "subscriptions": subs}))
+                        sub_deadline = time.monotonic() + settle_s  # play once the server has had them a while
             elif isinstance(frame, bytes):
                 if frame[0] == 1:
                     sub_id, log_time = struct.unpack_from("<IQ", frame, 1)
@@ -77,8 +82,9 @@ async def session(url: str, topics: list[str] | None, until: Any, timeout_s: flo
                 req = b"p1"
                 await ws.send(bytes([3, 0]) + struct.pack("<fBQI", speed, seek is not None, seek or 0, len(req)) + req)
                 played = True
-            if played and until(got):
-                break
+            if played and not drained and until(got):
+                drained = True
+                deadline = min(deadline, time.monotonic() + drain_s)
     return got
 
 

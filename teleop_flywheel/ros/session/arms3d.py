@@ -9,7 +9,9 @@ cannot disagree; `launch_description` gives a real ROS install's `robot_state_pu
 URDF, prefixes and base poses.
 
 `ArmScene` is the Foxglove side, shared by `replay --foxglove` (`playback.py`) and the live view
-(`view.py`): a `/robot_description` channel (`std_msgs/msg/String`, CDR — the topic type
+(`view.py`), which serve a rig namespace-free — its frames too (`leader/…`), so the shipped
+layout's URDF layers fit every rig; a ROS install's TF tree keeps the namespace in the prefix
+(`rig_a/leader/…`: `launch_description`), since rigs share it. It has a `/robot_description` channel (`std_msgs/msg/String`, CDR — the topic type
 Foxglove's URDF layer reads; re-sent when a client subscribes and every few seconds, as a latched
 ROS topic would be) and a `/tf` channel of `foxglove.FrameTransforms` (protobuf, the SDK's own
 schema). The layout's 3D panel has one URDF layer per arm on that topic with the arm's frame

@@ -226,7 +226,7 @@ def serve_foxglove(
     channels: dict[int, Any] = {}
     holder: dict[str, Any] = {}
     namespace = recorded_namespace(source)
-    scene = ArmScene(context, namespace)
+    scene = ArmScene(context)  # frames namespace-free, like the topics served: the layout fits any rig
     arms = {cid: role for cid, ch in source.channels.items() if (role := arm_of(ch.topic, namespace))}
 
     def state(request_id: str | None, did_seek: bool = False) -> PlaybackState:

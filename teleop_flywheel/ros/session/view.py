@@ -80,7 +80,7 @@ class LiveView:
         self.node = rclpy.create_node("foxglove_view", namespace=self.namespace or "/", context=context,
                                       start_parameter_services=False)
         self.fox = foxglove.Context()
-        self.scene = ArmScene(self.fox, self.namespace)
+        self.scene = ArmScene(self.fox)  # frames namespace-free, like the topics it serves
         self.streams: dict[str, _Stream] = {}  # by ROS topic
         self.skipped: dict[str, str] = {}
         self._lock = threading.Lock()
