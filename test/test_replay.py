@@ -316,3 +316,26 @@ def test_foxglove_replay_of_a_namespaced_rig_serves_the_layout_s_names(tmp_path:
     frames = {e["child"] for e in fc.transforms(got)}
     assert {"leader/base_link", "follower/tool_link"} <= frames
     assert not any(f.startswith("rig_a") for f in frames)
+
+
+def test_the_server_speaks_the_subprotocol_the_readme_names(tmp_path: Path) -> None:
+    """README names the foxglove-sdk version and its subprotocol: `foxglove.sdk.v1` is accepted, a
+    client offering only the classic `foxglove.websocket.v1` is refused (HTTP 400)."""
+    websockets = pytest.importorskip("websockets")
+    import importlib.metadata
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"foxglove-sdk {importlib.metadata.version('foxglove-sdk')}" in readme
+    assert "`foxglove.sdk.v1`" in readme
+    session = serve_foxglove(BagSource(make_bag(tmp_path)), port=0, start_paused=True)
+
+    async def offer(protocol: str) -> str | None:
+        async with websockets.connect(f"ws://127.0.0.1:{session.port}", subprotocols=[protocol]) as ws:
+            return ws.subprotocol
+
+    try:
+        assert asyncio.run(offer("foxglove.sdk.v1")) == "foxglove.sdk.v1"
+        with pytest.raises(websockets.exceptions.InvalidStatus, match="400"):
+            asyncio.run(offer("foxglove.websocket.v1"))
+    finally:
+        session.stop()
