@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     except (FlywheelError, OSError) as exc:
         print(f"doctor: {exc}", file=sys.stderr)
         return 2
+    if not found and not done and not (root / "meta" / "info.json").is_file():
+        print(f"doctor: {display(root)}: not a LeRobot dataset (no meta/info.json)", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
                           "consistent": not found}, indent=2))
