@@ -22,11 +22,13 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.calibration import sim_calibration_file
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.data import convert as conv
 from teleop_flywheel.data import validate as val
 from teleop_flywheel.data.reasons import Supplied
 from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.recording.reader import open_bag
+from teleop_flywheel.recording.reader import open_bag, open_indexed
+from teleop_flywheel.recording.writer import BagWriter
 from teleop_flywheel.testing.foreign_bag import write_with_mcap, write_with_rosbags
 from teleop_flywheel.testing.synthetic_session import MONO0_NS, WALL0_NS, SessionSpec, write_session
 
@@ -135,3 +137,26 @@ def test_foreign_rosbag2_bag_converts_to_the_same_frames(writer: object, ours: P
     row = pq.read_table(next((out / "meta" / "episodes").rglob("*.parquet"))).to_pylist()[0]
     assert row["outcome"] == "success" and row["tasks"] == ["pick the brick"]
     assert [i["trigger"] for i in json.loads(row["interventions"])] == ["wrong_grasp"]  # from the JSON events
+
+
+def test_a_namespaced_rig_validates_and_converts_like_any_other(ours: Path, tmp_path: Path) -> None:
+    """A rig under `namespace:=rig_a` records `/rig_a/...`; the reader strips the namespace its episode
+    metadata names, so config/validate.yaml's names and the frames stay the same."""
+    idx = open_indexed(ours)
+    meta = EpisodeMeta.from_strings(idx.metadata()[METADATA_RECORD])
+    meta.namespace = "/rig_a"
+    meta.topics = ["/rig_a" + t for t in meta.topics]
+    rig = tmp_path / "episode_rig_a"
+    with BagWriter(rig, episode=meta, fsync=False) as w:
+        names = {cid: ("/rig_a" + ch.topic if ch.topic != "/diagnostics" else ch.topic, ch.schema_name)
+                 for cid, ch in idx.channels.items()}
+        for topic, type_name in names.values():
+            w.add_topic(topic, type_name)
+        for m in idx.messages():
+            w.write(names[m.channel_id][0], m.data, m.log_time, m.publish_time, m.sequence)
+    bag = open_bag(rig)
+    assert "/follower/joint_states" in bag.topics and not any(t.startswith("/rig_a") for t in bag.topics)
+    assert _verdict(rig).passed, _verdict(rig).line()
+    _convert([ours], tmp_path / "a")
+    _convert([rig], tmp_path / "b")
+    assert_same_frames(tmp_path / "a", tmp_path / "b")
