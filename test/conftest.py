@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -58,3 +60,21 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
     except OSError:
         return "?"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A temp root of this run's own (unless --basetemp is given): pytest keeps only the newest
+    three `pytest-N` folders per user, so a concurrent run on a shared machine deleted the folders
+    of this one's module-scoped fixtures mid-run."""
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="teleop_flywheel_pytest_")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
