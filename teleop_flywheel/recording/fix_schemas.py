@@ -17,12 +17,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mcap.records import Message
-
 from teleop_flywheel.core.episode import METADATA_RECORD
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.recording import msgdefs
-from teleop_flywheel.recording.metadata import find_mcap, parse_qos_yaml
+from teleop_flywheel.recording.copy import copy_messages
+from teleop_flywheel.recording.metadata import find_mcap
 from teleop_flywheel.recording.scan import NotMcapError, scan
 from teleop_flywheel.recording.writer import ROSBAG2_RECORD, START_RECORD, BagWriter
 
@@ -68,21 +66,7 @@ def fix_schemas(bag: Path, output: Path | None = None) -> FixReport:
     with BagWriter(dest, custom_data=custom, fsync=True) as writer:
         if START_RECORD in scanned.metadata:
             writer.add_metadata(START_RECORD, scanned.metadata[START_RECORD])
-        names: dict[int, str] = {}
-        for cid, ch in sorted(scanned.channels.items()):
-            schema = scanned.schemas.get(ch.schema_id)
-            if schema is None:
-                raise FixSchemasError(f"{mcap_path}: channel {ch.topic} has no schema record")
-            d = msgdefs.MessageDefinition(schema.name, fixed_text(texts[ch.schema_id]),
-                                          ch.metadata.get("topic_type_hash", ""), schema.encoding)
-            writer.add_topic(ch.topic, schema.name, qos=parse_qos_yaml(ch.metadata.get("offered_qos_profiles", "")),
-                             serialization_format=ch.message_encoding, definition=d)
-            names[cid] = ch.topic
-
-        def copy(m: Message) -> None:
-            writer.write(names[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence)
-
-        scan(mcap_path, copy)
+        copy_messages(scanned, writer, FixSchemasError, lambda schema: fixed_text(texts[schema.id]))
         for name, record in scanned.metadata.items():
             if name not in (START_RECORD, ROSBAG2_RECORD):
                 writer.add_metadata(name, record)

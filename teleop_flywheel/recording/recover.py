@@ -34,12 +34,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mcap.records import Message
-
 from teleop_flywheel.core.clock import ClockMapping
 from teleop_flywheel.core.episode import METADATA_RECORD, STAMP_CLOCK_ROS, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.recording import msgdefs
+from teleop_flywheel.recording.copy import copy_messages
 from teleop_flywheel.recording.fix_schemas import fix_schemas
 from teleop_flywheel.recording.metadata import (
     METADATA_FILE,
@@ -131,21 +129,7 @@ def _write_repaired(scanned: ScanResult, out_dir: Path, start: EpisodeMeta | Non
                     final: EpisodeMeta | None) -> None:
     """Pass two: stream the surviving messages into a fresh bag (same bytes, times, sequence)."""
     with BagWriter(out_dir, episode=start, fsync=True) as bag:
-        names: dict[int, str] = {}
-        for cid, ch in sorted(scanned.channels.items()):
-            schema = scanned.schemas.get(ch.schema_id)
-            if schema is None:
-                raise RecoverError(f"{scanned.path}: channel {ch.topic} has no schema record")
-            d = msgdefs.MessageDefinition(schema.name, schema.data.decode("utf-8"),
-                                          ch.metadata.get("topic_type_hash", ""), schema.encoding)
-            bag.add_topic(ch.topic, schema.name, qos=parse_qos_yaml(ch.metadata.get("offered_qos_profiles", "")),
-                          serialization_format=ch.message_encoding, definition=d)
-            names[cid] = ch.topic
-
-        def copy(m: Message) -> None:
-            bag.write(names[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence)
-
-        scan(scanned.path, copy)
+        copy_messages(scanned, bag, RecoverError)
         bag.episode = final
 
 
