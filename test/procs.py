@@ -2,8 +2,17 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
+
+
+def node_cmd(module: str, **params: object) -> list[str]:
+    """A node executable as its own process, with `-p name:=value` parameters."""
+    cmd = [sys.executable, "-m", f"teleop_flywheel.ros.nodes.{module}", "--ros-args"]
+    for k, v in params.items():
+        cmd += ["-p", f"{k}:={v}"]
+    return cmd
 
 
 def cmdline(pid: int) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 import rclpy
+from procs import node_cmd
 from rclpy.context import Context
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
@@ -25,13 +25,6 @@ from teleop_flywheel.hw.feetech.sim import SimulatedArm
 from teleop_flywheel.ros.nodes.common import IMAGE_QOS, LATCHED_QOS, STREAM_QOS, NodeSpinner
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def node_cmd(module: str, **params: object) -> list[str]:
-    cmd = [sys.executable, "-m", f"teleop_flywheel.ros.nodes.{module}", "--ros-args"]
-    for k, v in params.items():
-        cmd += ["-p", f"{k}:={v}"]
-    return cmd
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> None:

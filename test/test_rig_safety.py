@@ -6,13 +6,13 @@ as real unless the driver is told `simulated:=true`, exactly as with hardware.
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from procs import node_cmd
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.safety import CommandGuard
@@ -22,13 +22,6 @@ from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def node_cmd(module: str, **params: object) -> list[str]:
-    cmd = [sys.executable, "-m", f"teleop_flywheel.ros.nodes.{module}", "--ros-args"]
-    for k, v in params.items():
-        cmd += ["-p", f"{k}:={v}"]
-    return cmd
 
 
 def one_line_failure(cmd: list[str], timeout: float = 120) -> str:
