@@ -295,8 +295,8 @@ def decode_joint_states(messages: list[bytes], where: str = "JointState") -> Joi
     stamps = np.empty(n, np.int64)
     frames = [frame0] * n
     layout_len = len(first)
-    prefix_end = spans0[0][0]  # everything before position: the stamp differs, the rest must match
-    same = np.fromiter((len(d) == layout_len and d[8:prefix_end] == first[8:prefix_end] and d[1] == first[1]
+    prefix_end = spans0[0][0]  # everything after the stamp (bytes 4:12) up to position must match
+    same = np.fromiter((len(d) == layout_len and d[12:prefix_end] == first[12:prefix_end] and d[1] == first[1]
                         for d in messages), dtype=bool, count=n)
     idx = np.flatnonzero(same)
     e = _endian(first)
