@@ -3,15 +3,27 @@
 Each subcommand lives in the module that owns the capability and exposes two functions:
 `add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
 subcommand runs, so `teleop-flywheel validate` never imports rclpy, torch or OpenCV.
+
+One voice for every subcommand (`core/errors.py`): an error is ONE line, the last on stderr,
+`teleop-flywheel <command>: error: <what>, <where> (<how to fix>)`; argparse's usage errors too.
+A `FlywheelError` or `OSError` that ends a command is printed that way here, once, with its exit
+code (0 ran to completion, 1 some inputs could not be processed, 2 usage error or nothing could be
+read); `--debug` (or TELEOP_FLYWHEEL_DEBUG=1) prints the traceback above it. Anything else is a
+bug: its traceback, then the same one line asking for a report.
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from teleop_flywheel import __version__
+from teleop_flywheel.core.errors import EXIT_CODES, EXIT_PARTIAL, EXIT_USAGE, PROG, FlywheelError, error_line
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -41,30 +53,79 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's error line (usage above it, exit 2) and the exit codes in --help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        command = self.prog.removeprefix(PROG).strip() or PROG
+        print(error_line(command, message, fix=f"see {self.prog} --help"), file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teleop-flywheel", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"teleop-flywheel {__version__}")
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in SUBCOMMANDS:
-        build_parser().parse_args(argv or ["--help"])
-        return 2
-    name, rest = argv[0], argv[1:]
+def command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
+    """The parser of one subcommand (its module's arguments plus --debug) and the module."""
     module_name, help_text = SUBCOMMANDS[name]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"teleop-flywheel {name}", description=help_text)
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
+    parser = Parser(prog=f"{PROG} {name}", description=help_text)
+    module.add_arguments(parser)  # type: ignore[attr-defined]
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the Python traceback above the one-line message")
+    return parser, module
+
+
+def _debug(args: argparse.Namespace | None) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("TELEOP_FLYWHEEL_DEBUG", "") not in ("", "0")
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, FlywheelError):
+        return int(exc.exit_code)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+        return EXIT_PARTIAL  # it ran and the disk failed under it
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(module.run(args) or 0)
+        if not argv or argv[0] not in SUBCOMMANDS:
+            build_parser().parse_args(argv or ["--help"])
+            return EXIT_USAGE
+        name, rest = argv[0], argv[1:]
+        parser, module = command_parser(name)
+        args = parser.parse_args(rest)
+    except SystemExit as exc:  # --help, --version, a usage error (its line is printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    try:
+        return int(module.run(args) or 0)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
         return 130
+    except (FlywheelError, OSError) as exc:
+        sys.stdout.flush()
+        if _debug(args):
+            traceback.print_exc()
+        print(error_line(name, exc), file=sys.stderr, flush=True)
+        return _exit_code(exc)
+    except Exception as exc:  # a bug, not a user mistake: the traceback, then the one line
+        sys.stdout.flush()
+        traceback.print_exc()
+        print(error_line(name, f"internal error: {type(exc).__name__}: {exc}",
+                         fix="a bug: please report it with the traceback above"), file=sys.stderr, flush=True)
+        return EXIT_PARTIAL
 
 
 if __name__ == "__main__":

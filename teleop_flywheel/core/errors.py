@@ -1,11 +1,124 @@
-"""One root for every error the project raises on purpose.
+"""One root for every error the project raises on purpose, and the one voice the CLI tells them in.
 
 Each specific error also keeps its natural built-in base (ValueError for bad input, RuntimeError
 for a failed operation, OSError for the disk), so callers that catch those keep working, while
-the CLI catches `FlywheelError` once and prints its one-line message instead of a traceback.
+the CLI catches `FlywheelError` (and `OSError`) once and prints ONE line instead of a traceback:
+
+    teleop-flywheel <command>: error: <what>, <where> (<how to fix>)
+
+An error may carry `where` (the file, port or node) and `fix` (what to do) itself; otherwise a
+message written the old way, `<path>: <what>`, is turned around into `<what>, <path>`, and the fix
+is the error class's `fix`, the one an `OSError`'s errno implies, or the command's `--help`.
+
+Exit codes, the same for every command (`EXIT_CODES`, shown in every `--help`):
+0 the command ran to completion (rejected episodes and warnings are results);
+1 it ran, but some inputs could not be processed (an unreadable bag, a failed encode), or a check
+  (`manifest verify`, `doctor`) found the data differs;
+2 usage error, or nothing could be read.
 """
 from __future__ import annotations
 
+import errno
+import re
+
+PROG = "teleop-flywheel"
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
+EXIT_CODES = ("exit codes: 0 ran to completion (rejected episodes and warnings are results); "
+              "1 ran, but some inputs could not be processed (or a check found a difference); "
+              "2 usage error, or nothing could be read. An error is one line on stderr: "
+              f"{PROG} <command>: error: <what>, <where> (<how to fix>); --debug adds the traceback.")
+
 
 class FlywheelError(Exception):
-    """An expected failure whose message names the file/port/node and the reason."""
+    """An expected failure whose message names the file/port/node and the reason.
+
+    Class attributes a subclass (or an instance) may set: `exit_code` (what a command that stops
+    on it returns), `fix` (how to fix it, when the message does not say), `where`.
+    """
+
+    exit_code: int = EXIT_USAGE
+    fix: str = ""
+    where: str = ""
+
+
+class UsageError(FlywheelError, ValueError):
+    """A command cannot run as asked: a bad argument, or input it cannot read at all (exit 2)."""
+
+    def __init__(self, what: str, where: str = "", fix: str = "", exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(what)
+        self.where, self.fix, self.exit_code = where, fix, exit_code
+
+
+class PartialFailure(FlywheelError, RuntimeError):
+    """A command ran, but some inputs could not be processed (exit 1); the lines above say which."""
+
+    exit_code = EXIT_PARTIAL
+
+    def __init__(self, what: str, where: str = "", fix: str = "") -> None:
+        super().__init__(what)
+        self.where, self.fix = where, fix
+
+
+_OS_FIXES = {
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path",
+    errno.EISDIR: "give a file, not a directory",
+    errno.EACCES: "check its permissions",
+    errno.EPERM: "check its permissions",
+    errno.ENOSPC: "free disk space and run it again",
+    errno.EDQUOT: "free disk space and run it again",
+    errno.EROFS: "choose a writable place",
+    errno.EEXIST: "choose another name; nothing is ever overwritten",
+    errno.ENODEV: "is the device plugged in?",
+    errno.EBUSY: "another program holds it: close that one first",
+}
+# `<path>: <what>`: a leading path-like word (no spaces, a `/` or a file suffix in it), then `: `.
+_LEADING_PATH = re.compile(r"^(?P<where>[^\s:]*(?:/|\.[A-Za-z0-9]{1,8})[^\s:]*|/[^:]*): (?P<what>.+)$", re.S)
+
+
+def one_line(text: str) -> str:
+    """Text on one line: lines joined with spaces, a YAML error's caret line and blank lines dropped."""
+    parts = [line.strip() for line in str(text).splitlines()]
+    return " ".join(p for p in parts if p and set(p) != {"^"})
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A YAML parser error as one phrase: `line 2, column 4: expected ',' or ']', but got ':'`."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return one_line(str(exc))
+
+
+def _parts(exc: BaseException) -> tuple[str, str, str]:
+    """(what, where, fix) of an exception."""
+    if isinstance(exc, OSError) and not isinstance(exc, FlywheelError) and exc.strerror:
+        where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        what = exc.strerror[:1].lower() + exc.strerror[1:]
+        return what, where, _OS_FIXES.get(exc.errno or 0, "")
+    text = one_line(str(exc)) or type(exc).__name__
+    if not isinstance(exc, (FlywheelError, OSError)):
+        text = f"{type(exc).__name__}: {text}"
+    return text, str(getattr(exc, "where", "") or ""), str(getattr(exc, "fix", "") or "")
+
+
+def error_line(command: str, error: BaseException | str, where: str = "", fix: str = "") -> str:
+    """`teleop-flywheel <command>: error: <what>, <where> (<how to fix>)`, one line.
+
+    `error` is an exception or the text of what went wrong; `where`/`fix` given here win over the
+    exception's own. Without a known fix the command's `--help` is named."""
+    if isinstance(error, BaseException):
+        what, own_where, own_fix = _parts(error)
+    else:
+        what, own_where, own_fix = one_line(error), "", ""
+    where, fix = one_line(where or own_where), one_line(fix or own_fix)
+    if not where:
+        m = _LEADING_PATH.match(what)
+        if m and m.group("what").strip():
+            what, where = m.group("what").strip(), m.group("where")
+    what = what.rstrip(" .;")
+    text = what if not where or where in what else f"{what}, {where}"
+    if not fix:
+        fix = f"see {PROG} {command} --help"
+    return f"{PROG} {command}: error: {text} ({fix.strip('()')})"
