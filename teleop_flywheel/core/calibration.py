@@ -53,6 +53,8 @@ ArrayLike = float | Sequence[float] | np.ndarray
 class CalibrationError(FlywheelError, ValueError):
     """A calibration file is missing or wrong; the message names the file and the field."""
 
+    fix = "docs/arm_driver.md lists a calibration file's fields; teleop-flywheel calibrate writes one"
+
 
 @dataclass(frozen=True)
 class JointCalibration:

@@ -23,6 +23,8 @@ CALIBRATION_MISSING = "CALIBRATION_MISSING"
 class MissingCalibrationError(FlywheelError, ValueError):
     """An episode recorded no calibration for a role and none was supplied with --calibration."""
 
+    fix = 'supply it with --calibration ROLE=FILE'
+
 
 def episode_calibrations(bag: Bag, supplied: Mapping[str, ArmCalibration]) -> dict[str, ArmCalibration]:
     """{role: calibration}: the episode's own by role, else the one supplied for that role."""

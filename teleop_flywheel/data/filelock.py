@@ -18,6 +18,8 @@ from teleop_flywheel.core.errors import FlywheelError
 class LockError(FlywheelError, RuntimeError):
     """The lock is held by another process (wait=False) or cannot be taken."""
 
+    fix = 'another command is using it: wait for it to finish'
+
 
 def lock_path(path: str | os.PathLike[str]) -> Path:
     p = Path(path)

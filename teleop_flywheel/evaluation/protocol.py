@@ -28,6 +28,8 @@ RESERVED_FAILURES = ("timeout", "intervened")
 class ProtocolError(FlywheelError, ValueError):
     """A protocol file that cannot be used; the message names the file and the field."""
 
+    fix = 'config/eval_example.yaml shows every field'
+
 
 @dataclass(frozen=True)
 class Condition:

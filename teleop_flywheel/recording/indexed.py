@@ -33,6 +33,8 @@ from teleop_flywheel.recording.writer import START_RECORD
 class BagReadError(FlywheelError, RuntimeError):
     """The bag cannot be read at all (missing, not MCAP, no definitions); names the path."""
 
+    fix = 'a crashed or damaged bag: teleop-flywheel recover BAG'
+
 
 class NotABagError(BagReadError):
     """No bag at that path: missing, no .mcap in the directory, or a FIFO/device instead of a file."""

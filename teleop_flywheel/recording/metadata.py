@@ -213,6 +213,8 @@ def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:
 class BagNotFoundError(FlywheelError, FileNotFoundError):
     """No bag at that path, or a directory without exactly one `.mcap` to read."""
 
+    fix = 'check the path: a bag is a directory holding metadata.yaml and one .mcap file'
+
 
 def mcap_file_name(bag_name: str) -> str:
     """`<name>_0.mcap`: the file rosbag2 (and `BagWriter`) writes in bag directory `<name>`."""

@@ -58,6 +58,8 @@ _RECORD_TYPES: dict[int, type] = {Opcode.SCHEMA: Schema, Opcode.CHANNEL: Channel
 class NotMcapError(FlywheelError, ValueError):
     """The file does not start with the MCAP magic, or is not a regular file."""
 
+    fix = 'give a bag directory or its .mcap file; a crashed bag: teleop-flywheel recover BAG'
+
 
 class NotRegularFileError(NotMcapError):
     """A FIFO, device, socket or directory where an MCAP file should be: never opened for reading."""
