@@ -326,19 +326,19 @@ def test_info_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["message_count"] == 120 and data["episode"]["operator"] == "ana"
     assert {t["name"]: t["drops"] for t in data["topics"]}["/follower/joint_states"] == 3
-    assert cli.main(["info", str(tmp_path / "missing")]) == 1
-    assert "no such bag directory" in capsys.readouterr().out
+    assert cli.main(["info", str(tmp_path / "missing")]) == 2  # nothing could be read: one line on stderr
+    assert "teleop-flywheel info: error: no such bag directory" in capsys.readouterr().err
     bag, _ = write_bag(tmp_path / "crashed", n=3, close=False)
     bag.abort()
-    assert cli.main(["info", str(tmp_path / "crashed")]) == 1
-    assert "recover" in capsys.readouterr().out
+    assert cli.main(["info", str(tmp_path / "crashed")]) == 2
+    assert "recover" in capsys.readouterr().err
 
 
 def test_recover_rejects_non_mcap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "bad_0.mcap").write_bytes(b"not an mcap file at all")
-    assert cli.main(["recover", str(tmp_path / "bad")]) == 1
-    assert "not an MCAP file" in capsys.readouterr().out
+    assert cli.main(["recover", str(tmp_path / "bad")]) == 2
+    assert "teleop-flywheel recover: error: not an MCAP file" in capsys.readouterr().err
 
 
 _CRASH_WRITER = textwrap.dedent("""

@@ -90,7 +90,7 @@ def test_fix_schemas_writes_a_foxglove_readable_copy(tmp_path: Path, capsys: pyt
     a, b = open_bag(bag), open_bag(copy)
     assert b.damage == [] and (a.episode_id, a.episode_id_v1) == (b.episode_id, b.episode_id_v1)
 
-    assert cli_main(["recover", "--fix-schemas", str(bag)]) == 1  # never overwritten
-    assert "refusing to overwrite" in capsys.readouterr().out
+    assert cli_main(["recover", "--fix-schemas", str(bag)]) == 2  # never overwritten
+    assert "refusing to overwrite" in capsys.readouterr().err
     assert cli_main(["recover", "--fix-schemas", str(src)]) == 0  # already in rosbag2's form
     assert "nothing to fix" in capsys.readouterr().out and not (tmp_path / "src_foxglove").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.recording.metadata import find_mcap, read_metadata_yaml
 from teleop_flywheel.recording.reader import BagReadError, IndexedBag, UnindexedBagError
 
@@ -149,13 +150,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    try:  # a bag it cannot read ends the command with one line (cli.py): exit 2, nothing could be read
         info = bag_info(args.bag)
     except KeyError as exc:
-        print(f"info: {args.bag}: metadata.yaml lacks the key {exc}")
-        return 1
-    except (OSError, ValueError) as exc:
-        print(f"info: {exc}")
-        return 1
+        raise UsageError(f"metadata.yaml lacks the key {exc}", where=str(args.bag),
+                         fix="teleop-flywheel recover BAG --output NEW writes a complete bag") from exc
+    except ValueError as exc:
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc), where=str(args.bag)) from exc
     print(json.dumps(asdict(info), indent=2) if args.json else format_info(info))
     return 0

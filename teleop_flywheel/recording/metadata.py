@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.recording.scan import NotMcapError, open_regular
 
@@ -202,12 +202,24 @@ def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:
         with open_regular(path) as f:  # a FIFO named metadata.yaml must not block a reader
             data = yaml.safe_load(f.read().decode("utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no metadata.yaml (crashed recording? run `teleop-flywheel recover`)") from None
+        raise MissingMetadataError(f"{path}: no metadata.yaml") from None
     except (yaml.YAMLError, UnicodeDecodeError, NotMcapError) as exc:
-        raise ValueError(f"{path}: not valid YAML ({exc})") from exc
+        raise BadMetadataError(f"{path}: not valid YAML ({yaml_problem(exc)})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("rosbag2_bagfile_information"), dict):
-        raise ValueError(f"{path}: no rosbag2_bagfile_information mapping")
+        raise BadMetadataError(f"{path}: no rosbag2_bagfile_information mapping")
     return data["rosbag2_bagfile_information"]
+
+
+class MissingMetadataError(FlywheelError, FileNotFoundError):
+    """A bag directory without metadata.yaml: a recording that crashed before its stop."""
+
+    fix = "a crashed recording: teleop-flywheel recover BAG writes it"
+
+
+class BadMetadataError(FlywheelError, ValueError):
+    """A metadata.yaml that is not rosbag2's: not YAML, or without its mapping."""
+
+    fix = "teleop-flywheel recover BAG --output NEW writes a fresh bag from the .mcap"
 
 
 class BagNotFoundError(FlywheelError, FileNotFoundError):

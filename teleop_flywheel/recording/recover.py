@@ -79,7 +79,9 @@ def _scan(mcap_path: Path) -> ScanResult:
     try:
         scanned = scan(mcap_path)
     except NotMcapError as exc:
-        raise RecoverError(str(exc)) from None
+        error = RecoverError(str(exc))
+        error.fix = "it holds no recording to recover: give a bag directory or its .mcap file"
+        raise error from None
     if scanned.malformed:
         raise RecoverError(scanned.malformed)
     if scanned.orphans:
@@ -195,11 +197,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_fix_schemas(args: argparse.Namespace) -> int:
-    try:
-        fixed = fix_schemas(args.bag, args.output)
-    except (FlywheelError, OSError) as exc:
-        print(f"recover: {exc}")
-        return 1
+    fixed = fix_schemas(args.bag, args.output)  # an error ends the command with one line on stderr (cli.py)
     if args.json:
         print(json.dumps(asdict(fixed), indent=2))
         return 0
@@ -214,11 +212,7 @@ def _run_fix_schemas(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.fix_schemas:
         return _run_fix_schemas(args)
-    try:
-        report = recover(args.bag, args.output)
-    except (RecoverError, OSError) as exc:
-        print(f"recover: {exc}")
-        return 1
+    report = recover(args.bag, args.output)  # RecoverError/OSError: one line on stderr, exit 2 (cli.py)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0
