@@ -86,16 +86,18 @@ def test_edge_received_late_ramps_from_when_it_is_known() -> None:
 
 def test_mode_switches_open_and_close_interventions() -> None:
     # An intervention is exactly "policy mode with the pedal down": leaving policy mode ends it;
-    # entering policy mode with the pedal held starts one; the pedal in teleop mode does nothing.
+    # entering policy mode with the pedal held starts one; the pedal in teleop mode marks a correction.
     b = AuthorityBlender(mode="policy")
     b.pedal(True, 100 * MS)
     b.set_mode("teleop", 200 * MS)
     assert [(i.id, i.start_ns, i.end_ns) for i in b.interventions] == [(1, 100 * MS, 200 * MS)]
     assert b.alpha(400 * MS) == 1.0 and not b.takeover
+    assert [(c.id, c.start_ns, c.end_ns) for c in b.corrections] == [(1, 200 * MS, None)]  # held on in teleop
     b.pedal(False, 500 * MS)
     b.pedal(True, 600 * MS)
     assert len(b.interventions) == 1
     b.set_mode("policy", 700 * MS)  # the pedal is held: the human keeps authority, as a takeover
+    assert [(c.id, c.start_ns, c.end_ns) for c in b.corrections] == [(1, 200 * MS, 500 * MS), (2, 600 * MS, 700 * MS)]
     assert b.takeover and b.interventions[-1].id == 2 and b.interventions[-1].end_ns is None
     assert b.alpha(900 * MS) == 1.0
     b.pedal(False, 1_000 * MS)
@@ -166,3 +168,47 @@ def test_teleop_mode_is_human_only_and_ignores_pedal() -> None:
     assert b.tick(1 * MS).command == [0.7] * 6 and b.interventions == []
     with pytest.raises(ValueError, match="mode must be"):
         AuthorityBlender(mode="autopilot")
+
+
+def test_a_pedal_in_teleop_mode_marks_a_correction_and_never_changes_authority() -> None:
+    b = AuthorityBlender(mode="teleop")
+    commands = []
+    for k in range(200):  # 1 s at 200 Hz; the pedal goes down at 0.2 s and up at 0.6 s
+        t = k * TICK
+        b.human([0.01 * k] * 6, t)
+        if k == 40:
+            b.pedal(True, t)
+        if k == 120:
+            b.pedal(False, t)
+        out = b.tick(t)
+        assert out.alpha == 1.0 and out.mode == "teleop" and out.intervention_id == 0 and not out.holding
+        commands.append(out.command)
+    assert commands == [[0.01 * k] * 6 for k in range(200)]  # the human's command, untouched throughout
+    assert b.interventions == []
+    assert [(c.id, c.start_ns, c.end_ns, c.trigger) for c in b.corrections] == [(1, 40 * TICK, 120 * TICK, None)]
+    b.label("wrong_grasp", 130 * TICK)  # labelled like an intervention, within the window after its end
+    assert b.corrections[0].trigger == "wrong_grasp" and b.last_span() == ("correction", b.corrections[0])
+    b.pedal(True, 2_000 * MS)
+    b.pedal(False, 2_500 * MS)  # never labelled
+    with pytest.raises(ValueError, match="correction 2 ended .* beyond the 10 s labelling window"):
+        b.label("other", 2_500 * MS + 11_000 * MS)
+    assert [c.trigger for c in b.corrections] == ["wrong_grasp", None]
+
+
+def test_a_label_goes_to_the_latest_span_of_either_kind() -> None:
+    b = AuthorityBlender(mode="policy")
+    _feed(b, 0, 0.5, 0.2)
+    b.pedal(True, 100 * MS)
+    b.pedal(False, 300 * MS)  # intervention 1
+    b.set_mode("teleop", 400 * MS)
+    b.pedal(True, 500 * MS)  # correction 1 running
+    b.label("too_slow", 600 * MS)
+    assert b.interventions[0].trigger is None and b.corrections[0].trigger == "too_slow"
+    b.pedal(False, 700 * MS)
+    b.set_mode("policy", 800 * MS)
+    b.pedal(True, 900 * MS)  # intervention 2 running: it takes the next label
+    b.label("wrong_object", 950 * MS)
+    assert [i.trigger for i in b.interventions] == [None, "wrong_object"]
+    assert [c.trigger for c in b.corrections] == ["too_slow"]
+    with pytest.raises(ValueError, match="no intervention or correction"):
+        AuthorityBlender().label("other", 0)

@@ -236,7 +236,8 @@ def test_trigger_label_from_pedal_buttons(teleop_factory) -> None:
     probe.joy(label_press(False, "wrong_object"))
     probe.joy(UP)
     probe.drive(lambda: bool(probe.events), "intervention start", DOWN)
-    assert probe.events[0] == {"id": 1, "start_ns": probe.events[0]["start_ns"], "end_ns": None, "trigger": None}
+    assert probe.events[0] == {"id": 1, "start_ns": probe.events[0]["start_ns"], "end_ns": None, "trigger": None,
+                               "kind": "intervention"}
     probe.drive(lambda: probe.alpha == pytest.approx(1.0), "human authority", DOWN)
 
     probe.joy(label_press(True, "too_slow"))  # pressed while holding the takeover pedal
@@ -308,14 +309,17 @@ def test_mode_switch_during_a_takeover_ends_the_intervention(teleop_factory) -> 
     probe.drive(lambda: 6 in probe.leader_cmds, "leader tracking")
     probe.drive(lambda: bool(probe.events) and probe.alpha == pytest.approx(1.0), "takeover", DOWN)
     assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=False)).success
-    probe.drive(lambda: probe.events[-1]["end_ns"] is not None, "the intervention's end", DOWN)
-    t_up = time.monotonic()  # the pedal comes up in teleop mode, where it means nothing
+    interventions = lambda: [e for e in probe.events if e["kind"] == "intervention"]  # noqa: E731
+    probe.drive(lambda: interventions()[-1]["end_ns"] is not None, "the intervention's end", DOWN)
+    t_up = time.monotonic()  # the pedal comes up in teleop mode: it ends the correction it held there
     probe.drive(lambda: probe.authority[-1][1][1] == 0.0 and time.monotonic() - t_up > 0.3,
                 "teleop mode on /teleop/authority", UP)
     assert probe.authority[-1][1][2] == 0.0 and probe.alpha == pytest.approx(1.0)
     assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=True)).success
     probe.drive(lambda: probe.alpha == 0.0 and probe.leader_cmds[-1] == 6, "policy driving again, leader tracking", UP)
-    assert {e["id"] for e in probe.events} == {1} and probe.events[-1]["end_ns"] is not None
+    assert {e["id"] for e in interventions()} == {1} and interventions()[-1]["end_ns"] is not None
+    corrections = [e for e in probe.events if e["kind"] == "correction"]  # the pedal held on in teleop mode
+    assert {e["id"] for e in corrections} == {1} and corrections[-1]["end_ns"] is not None
 
 
 def test_a_label_the_blender_refuses_is_reported_as_refused(teleop_factory) -> None:
@@ -367,3 +371,29 @@ def test_parameters_refused_at_run_time_say_why(teleop_factory) -> None:
     (same,) = probe.set_params(mode="policy")
     assert same.successful
     probe.drive(lambda: probe.authority and probe.authority[-1][1][1] == 1.0, "policy mode on /teleop/authority")
+
+
+def test_a_pedal_in_teleop_mode_marks_a_labelled_correction_and_never_changes_authority(teleop_factory) -> None:
+    """Teleop mode: the pedal marks a correction span (kind correction on /teleop/intervention),
+    labelled through the same services and pedal keys; α stays 1, the mode teleop, no intervention,
+    and the command sent stays the leader's."""
+    probe = teleop_factory(mode="teleop")
+    probe.drive(lambda: bool(probe.commands) and probe.commands[-1][1] == pytest.approx(0.2, abs=1e-6),
+                "teleoperation")
+    t_down = now_ns()
+    probe.drive(lambda: bool(probe.events), "the correction's start", DOWN)
+    assert probe.events[0] == {"id": 1, "start_ns": probe.events[0]["start_ns"], "end_ns": None, "trigger": None,
+                               "kind": "correction"}
+    result = probe.call(Trigger, "/teleop/label/other", Trigger.Request())
+    assert result.success and result.message == "correction 1 labelled other"
+    probe.drive(lambda: probe.events[-1]["trigger"] == "other", "the label event", DOWN)
+    probe.drive(lambda: probe.events[-1]["end_ns"] is not None, "the correction's end", UP)
+    t_up = now_ns()
+    probe.joy(label_press(False, "too_slow"))  # a pedal label key relabels it (within the window)
+    probe.joy(UP)
+    probe.drive(lambda: probe.events[-1]["trigger"] == "too_slow", "the pedal's label", UP)
+    assert {(e["kind"], e["id"]) for e in probe.events} == {("correction", 1)}
+    assert to_ros_ns(t_down) <= probe.events[-1]["start_ns"] <= probe.events[-1]["end_ns"] <= to_ros_ns(t_up)
+    during = [a for t, a in probe.authority if t >= t_down]
+    assert during and all(a[0] == 1.0 and a[1] == 0.0 and a[2] == 0.0 for a in during), "authority never changed"
+    assert all(v == pytest.approx(0.2, abs=1e-6) for t, v in probe.commands_since(t_down))

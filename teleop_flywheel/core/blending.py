@@ -8,6 +8,13 @@ guard (limits, max step). Every takeover is an `Intervention` with an id, start/
 and the operator's trigger label; one nobody labelled stays unlabelled (the validator
 rejects it). Stale inputs hold the last command; nothing is ever extrapolated.
 
+In `teleop` mode the human already has authority: a pedal press there never changes it (α stays
+1). It marks a **correction** instead — "I reached in to fix something" — a span with its own ids,
+start/end at the pedal edges and a trigger label given exactly like an intervention's (the label
+goes to the most recent span of either kind, within the same window). Corrections are recorded
+beside interventions (`EpisodeMeta.corrections`), so a teleoperated demonstration carries its
+"I reached in" marks and an unlabelled one is flagged like an unlabelled intervention.
+
 All times are CLOCK_MONOTONIC ns passed in by the caller, so the whole machine is testable
 without sleeping — ramps, staleness and the labelling window never see a clock step. The teleop
 node converts incoming header stamps (ROS time) back with `clock.from_ros_ns` before they get
@@ -20,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from teleop_flywheel.core.episode import Intervention
-from teleop_flywheel.core.labels import MODES, TRIGGER_LABELS
+from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, MODES, TRIGGER_LABELS
 
 BLEND_MS_DEFAULT = 150.0
 BLEND_MS_RANGE = (20.0, 1000.0)
@@ -54,6 +61,7 @@ class AuthorityBlender:
     stale_ms: float = 100.0
     label_window_ms: float = 10_000.0
     interventions: list[Intervention] = field(default_factory=list)
+    corrections: list[Intervention] = field(default_factory=list)  # teleop mode, pedal down
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -109,24 +117,36 @@ class AuthorityBlender:
         teleop mode, and in policy mode while the pedal is down — that, and only that, is an
         intervention. So leaving policy mode ends a running takeover, and entering it with the
         pedal held starts one."""
-        running = self.interventions[-1] if self.interventions and self.interventions[-1].end_ns is None else None
         takeover = self.takeover
-        if takeover and running is None:
-            self.interventions.append(Intervention(id=len(self.interventions) + 1, start_ns=stamp_ns))
-        elif not takeover and running is not None:
-            running.end_ns = max(stamp_ns, running.start_ns)
+        for spans, active in ((self.interventions, takeover), (self.corrections, self.correcting)):
+            running = spans[-1] if spans and spans[-1].end_ns is None else None
+            if active and running is None:
+                spans.append(Intervention(id=len(spans) + 1, start_ns=stamp_ns))
+            elif not active and running is not None:
+                running.end_ns = max(stamp_ns, running.start_ns)
         self._start_ramp(1.0 if self.mode == "teleop" or takeover else 0.0, known_ns)
 
+    def last_span(self) -> tuple[str, Intervention] | None:
+        """(kind, span) of the most recent intervention or correction: a running one, else the one
+        that started last."""
+        spans = ([(INTERVENTION_KIND, s) for s in self.interventions[-1:]]
+                 + [(CORRECTION_KIND, s) for s in self.corrections[-1:]])
+        if not spans:
+            return None
+        return max(spans, key=lambda ks: (ks[1].end_ns is None, ks[1].start_ns))
+
     def label(self, trigger: str, t_ns: int) -> Intervention:
-        """Label the running intervention, or the last one if it ended within the label window."""
+        """Label the running intervention or correction, or the last one if it ended within the label
+        window (`last_span` says which kind it was)."""
         if trigger not in TRIGGER_LABELS:
             raise ValueError(f"unknown trigger label {trigger!r}; expected one of {', '.join(TRIGGER_LABELS)}")
-        if not self.interventions:
-            raise ValueError("no intervention to label")
-        last = self.interventions[-1]
+        found = self.last_span()
+        if found is None:
+            raise ValueError("no intervention or correction to label")
+        kind, last = found
         if last.end_ns is not None and t_ns - last.end_ns > self.label_window_ms * 1e6:
             raise ValueError(
-                f"intervention {last.id} ended {(t_ns - last.end_ns) / 1e9:.1f} s ago, beyond the "
+                f"{kind} {last.id} ended {(t_ns - last.end_ns) / 1e9:.1f} s ago, beyond the "
                 f"{self.label_window_ms / 1000:.0f} s labelling window")
         last.trigger = trigger
         return last
@@ -140,6 +160,11 @@ class AuthorityBlender:
     def takeover(self) -> bool:
         """The human holds authority in policy mode (an intervention is running)."""
         return self.mode == "policy" and self._pedal_down
+
+    @property
+    def correcting(self) -> bool:
+        """The pedal is down in teleop mode (a correction is running; authority unchanged)."""
+        return self.mode == "teleop" and self._pedal_down
 
     def _phase(self, t_ns: int) -> float:
         step = (t_ns - self._ramp_start_ns) / (self.blend_ms * 1e6)

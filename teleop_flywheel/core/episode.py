@@ -22,7 +22,9 @@ CALIBRATION_ROLES = ("leader", "follower")
 
 # Fields stored as JSON strings in the flat string map.
 _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra",
-                "clock_samples")
+                "clock_samples", "corrections")
+# Written only when there are some: bags recorded before corrections existed read back unchanged.
+_OMITTED_WHEN_EMPTY = ("corrections",)
 # `stamp_clock`: the clock of every header stamp and recorded event time in the bag. "ros" (the
 # system clock, SPEC §4 revised) for bags recorded since; "" for older bags, whose stamps are
 # CLOCK_MONOTONIC and reach the wall clock through the clock mappings.
@@ -34,7 +36,9 @@ _OPTIONAL_INT_FIELDS = ("attempts", "ptp_offset_ns")
 
 @dataclass
 class Intervention:
-    """One takeover: human authority from start_ns to end_ns (None while still running)."""
+    """One takeover: human authority from start_ns to end_ns (None while still running). The same
+    record describes a teleop-mode correction span (`EpisodeMeta.corrections`): the operator marked,
+    with the pedal, a stretch where they reached in to fix something; authority never changed."""
 
     id: int
     start_ns: int
@@ -86,6 +90,9 @@ class EpisodeMeta:
     started_ros_ns: int = 0
     stopped_ros_ns: int = 0
     namespace: str = ""  # the rig's ROS namespace ("/rig_a"): recorded topic names carry it, readers strip it
+    # Teleop-mode corrections (the pedal pressed while the human teleoperates: "I reached in to fix
+    # something"), labelled like interventions; their own ids (1, 2, …), times like interventions'.
+    corrections: list[Intervention] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -96,6 +103,8 @@ class EpisodeMeta:
         raw = asdict(self)
         out: dict[str, str] = {}
         for key, value in raw.items():
+            if key in _OMITTED_WHEN_EMPTY and not value:
+                continue
             if key in _JSON_FIELDS:
                 out[key] = json.dumps(value, sort_keys=True)
             elif value is None:
@@ -123,6 +132,7 @@ class EpisodeMeta:
                 kwargs[key] = value
         kwargs = {k: v for k, v in kwargs.items() if v is not None or k in _OPTIONAL_INT_FIELDS}
         kwargs["interventions"] = [Intervention(**i) for i in kwargs.get("interventions") or []]
+        kwargs["corrections"] = [Intervention(**i) for i in kwargs.get("corrections") or []]
         merged_extra = dict(kwargs.get("extra") or {})
         merged_extra.update(extra)
         kwargs["extra"] = merged_extra
@@ -165,3 +175,7 @@ class EpisodeMeta:
     @property
     def unlabelled_interventions(self) -> list[Intervention]:
         return [i for i in self.interventions if not i.labelled]
+
+    @property
+    def unlabelled_corrections(self) -> list[Intervention]:
+        return [c for c in self.corrections if not c.labelled]

@@ -13,6 +13,23 @@ TRIGGER_LABELS: tuple[str, ...] = ("wrong_object", "wrong_grasp", "about_to_coll
 
 UNLABELLED = 0
 
+INTERVENTION_KIND, CORRECTION_KIND = "intervention", "correction"
+SPAN_KINDS: tuple[str, ...] = (INTERVENTION_KIND, CORRECTION_KIND)
+"""What a `/teleop/intervention` event's `kind` says. `intervention`: a takeover from the policy
+(policy mode, pedal down; authority ramps to the human). `correction`: the pedal pressed in teleop
+mode — authority never changes (the human already has it); the operator marks a stretch where they
+reached in to fix something, labelled with the same trigger labels. Events without `kind` (recorded
+before corrections existed) are interventions."""
+
+
+def span_kind(value: object) -> str:
+    """The `kind` of an event (None/absent = intervention); ValueError for anything else."""
+    if value is None or value == "":
+        return INTERVENTION_KIND
+    if value not in SPAN_KINDS:
+        raise ValueError(f"unknown event kind {value!r}; expected one of {', '.join(SPAN_KINDS)}")
+    return str(value)
+
 
 def mode_code(mode: str) -> int:
     try:

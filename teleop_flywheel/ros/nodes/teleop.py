@@ -7,7 +7,9 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
   action), `/leader/joint_command` (while the policy drives, the follower's position so the
   leader tracks it; an empty message at pedal-down releases the leader's torque),
   `/teleop/authority` (JointState with named numeric fields alpha, mode, intervention_id,
-  trigger — plottable in Foxglove), `/teleop/intervention` (JSON events, latched).
+  trigger — plottable in Foxglove), `/teleop/intervention` (JSON events, latched: `kind`
+  `intervention` for a takeover from the policy, `correction` for the pedal pressed in teleop
+  mode, which marks "I reached in" and never changes authority).
 - services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop; the same as
   setting the `mode` parameter) and `~/label/<trigger>` (std_srvs/Trigger, one per trigger label;
   success false with the blender's reason when the label is refused).
@@ -48,7 +50,14 @@ from std_srvs.srv import SetBool, Trigger
 from teleop_flywheel.core.blending import BLEND_MS_DEFAULT, BLEND_MS_RANGE, AuthorityBlender
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.episode import Intervention
-from teleop_flywheel.core.labels import MODES, TRIGGER_LABELS, mode_code, trigger_code
+from teleop_flywheel.core.labels import (
+    CORRECTION_KIND,
+    INTERVENTION_KIND,
+    MODES,
+    TRIGGER_LABELS,
+    mode_code,
+    trigger_code,
+)
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
 from teleop_flywheel.core.topics import (
@@ -92,11 +101,11 @@ class TeleopParams(NodeParams):
                                   range=(0.0, 600_000.0), read_only=False)
 
 
-def event(iv: Intervention) -> dict[str, Any]:
+def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
     """An `/teleop/intervention` event: the blender's monotonic start/end in ROS time, the clock of
-    the header stamps the data engine aligns them with."""
+    the header stamps the data engine aligns them with; `kind` intervention or correction."""
     return {"id": iv.id, "start_ns": to_ros_ns(iv.start_ns),
-            "end_ns": None if iv.end_ns is None else to_ros_ns(iv.end_ns), "trigger": iv.trigger}
+            "end_ns": None if iv.end_ns is None else to_ros_ns(iv.end_ns), "trigger": iv.trigger, "kind": kind}
 
 
 def _ordered(msg: JointState) -> list[float] | None:
@@ -121,7 +130,7 @@ class TeleopNode(Node):
         self._last_tick_ns = 0
         self._buttons: list[int] = []
         self._leader_released = False
-        self._reported: dict[int, tuple[int | None, str | None]] = {}
+        self._reported: dict[tuple[str, int], tuple[int | None, str | None]] = {}  # (kind, id) → (end, trigger)
         self._hold_reason = ""  # the current hold, "" when not holding
         self._holds: dict[str, int] = {}  # hold reason → ticks held since the last diagnostics
 
@@ -198,7 +207,8 @@ class TeleopNode(Node):
             iv = self.blender.label(label, t_ns)
         except ValueError as exc:  # refused: no intervention, or beyond the labelling window
             return False, str(exc)
-        return True, f"intervention {iv.id} labelled {label}"
+        kind = INTERVENTION_KIND if any(iv is i for i in self.blender.interventions) else CORRECTION_KIND
+        return True, f"{kind} {iv.id} labelled {label}"
 
     def _label_service(self, label: str) -> Callable[[Trigger.Request, Trigger.Response], Trigger.Response]:
         return lambda _request, response: self._srv_label(label, response)
@@ -262,11 +272,12 @@ class TeleopNode(Node):
         self._publish_events()
 
     def _publish_events(self) -> None:
-        for iv in self.blender.interventions:
-            state = (iv.end_ns, iv.trigger)
-            if self._reported.get(iv.id) != state:
-                self._reported[iv.id] = state
-                self._event_pub.publish(String(data=json.dumps(event(iv))))
+        for kind, spans in ((INTERVENTION_KIND, self.blender.interventions), (CORRECTION_KIND, self.blender.corrections)):
+            for iv in spans:
+                state = (iv.end_ns, iv.trigger)
+                if self._reported.get((kind, iv.id)) != state:
+                    self._reported[(kind, iv.id)] = state
+                    self._event_pub.publish(String(data=json.dumps(event(iv, kind))))
 
     def _publish_diagnostics(self) -> None:
         with self._lock:
@@ -277,15 +288,18 @@ class TeleopNode(Node):
         ticks between two statuses is still reported), or when interventions are unlabelled."""
         holds, self._holds = self._holds, {}
         unlabelled = [iv.id for iv in self.blender.interventions if iv.end_ns is not None and iv.trigger is None]
+        unlabelled_c = [c.id for c in self.blender.corrections if c.end_ns is not None and c.trigger is None]
         values = {"mode": self.blender.mode, "interventions": len(self.blender.interventions),
-                  "unlabelled": unlabelled, "held_ticks": sum(holds.values()),
+                  "unlabelled": unlabelled, "corrections": len(self.blender.corrections),
+                  "unlabelled_corrections": unlabelled_c, "held_ticks": sum(holds.values()),
                   "clamped": self.guard.stats.clamped, "rate_limited": self.guard.stats.rate_limited}
         if self._hold_reason:
             message = f"holding: {self._hold_reason}"
         elif holds:
             message = "held since the last status: " + ", ".join(f"{r} ({n} ticks)" for r, n in holds.items())
         else:
-            message = f"unlabelled interventions {unlabelled}" if unlabelled else "ok"
+            message = "; ".join([f"unlabelled interventions {unlabelled}"] * bool(unlabelled)
+                                + [f"unlabelled corrections {unlabelled_c}"] * bool(unlabelled_c)) or "ok"
         level = "OK" if message == "ok" else "WARN"
         self._diag_pub.publish(diag_array([diag_status(f"{self.get_name()}: authority", level, message, values)]))
 
