@@ -132,7 +132,7 @@ def test_truncated_episode_fires_the_length_check(tmp_path: Path, capsys: pytest
     drop_rows(root, episode=5, count=7)
     with pytest.raises(DatasetError, match=f"episode 5: metadata length {declared} but {declared - 7} data rows"):
         audit(LeRobotDataset.open(root))
-    assert cli_main(["audit", str(root)]) == 1
+    assert cli_main(["audit", str(root)]) == 2
     err = capsys.readouterr().err
     assert f"episode 5: metadata length {declared}" in err
     assert "total_frames" in err  # info.json totals disagree too, and say so
@@ -166,11 +166,11 @@ def test_cli_json_and_html(ours: Path, tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["audit", str(tmp_path)]) == 1
+    assert cli_main(["audit", str(tmp_path)]) == 2
     assert "not a LeRobot dataset (no meta/info.json)" in capsys.readouterr().err
     root = write(tmp_path / "v2", SyntheticSpec(episodes=2, min_length=5, max_length=6,
                                                 extra_info={"codebase_version": "v2.1"})).root
-    assert cli_main(["audit", str(root)]) == 1
+    assert cli_main(["audit", str(root)]) == 2
     assert "codebase_version 'v2.1' is not supported" in capsys.readouterr().err
 
 

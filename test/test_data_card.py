@@ -55,7 +55,7 @@ def test_no_rejections_is_said_loudly(tmp_path: Path) -> None:
 def test_foreign_readme_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30, episode_metadata=False)).root
     (root / "README.md").write_text("# somebody's card\n")
-    assert cli_main(["card", str(root)]) == 1
+    assert cli_main(["card", str(root)]) == 2
     assert "was not written by" in capsys.readouterr().err
     assert cli_main(["card", str(root), "--force"]) == 0
     text = (root / "README.md").read_text()
@@ -67,7 +67,7 @@ def test_foreign_readme_is_not_overwritten(tmp_path: Path, capsys: pytest.Captur
 def test_bad_report_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30)).root
     (tmp_path / "val.json").write_text(json.dumps({"summary": {}}))
-    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 1
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 2
     assert "no per-episode list" in capsys.readouterr().err
 
 

@@ -71,7 +71,7 @@ def test_a_role_nobody_recorded_is_an_error_naming_role_and_option(tmp_path: Pat
     assert "follower" in res.errors[0] and "--calibration follower=FILE" in res.errors[0]
     assert not (tmp_path / "ds" / "meta").exists()
     assert cli_main(["convert", str(bag), "--out", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1"]) == 1
-    assert "--calibration follower=FILE" in capsys.readouterr().out
+    assert "--calibration follower=FILE" in capsys.readouterr().err.splitlines()[-1]
     # Supplied: that file is used for the follower (the recorded leader stays the recorded one).
     assert cli_main(["convert", str(bag), "--out", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1",
                      "--calibration", f"follower={REAL}"]) == 0

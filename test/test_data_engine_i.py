@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import JOINT_NAMES
@@ -187,7 +188,8 @@ def test_cli_quarantine_moves_and_records(bags: dict[str, Path], tmp_path: Path,
     assert doc["summary"]["rejected"] == 1 and (q / "FRAME_GAP" / "stall_1").is_dir()
     assert val.run(parser.parse_args([str(work), "--workers", "1"])) == 0
     assert "WARNING: nothing was rejected" in capsys.readouterr().err
-    assert val.run(parser.parse_args([str(tmp_path / "nope")])) == 2
+    assert cli_main(["validate", str(tmp_path / "nope")]) == 2  # one line, exit 2 (cli.py)
+    assert capsys.readouterr().err.splitlines()[-1].startswith("teleop-flywheel validate: error: no such file")
 
 
 def test_schema_reference_from_config(reports: dict[str, val.EpisodeReport]) -> None:
@@ -342,4 +344,4 @@ def test_convert_cli_summary(bags: dict[str, Path], tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     assert "episodes in: 2; converted: 1;" in out and "rejected FRAME_GAP: 1 (stall)" in out
     assert "LeRobotDataset('me/so101'" in out
-    assert conv.run(parser.parse_args([str(tmp_path / "missing"), "--out", str(tmp_path / "x")])) == 2
+    assert cli_main(["convert", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2

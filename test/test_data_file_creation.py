@@ -56,7 +56,7 @@ def test_manifest_is_created_exclusively(tmp_path: Path, capsys: pytest.CaptureF
     assert victim.read_text() == "precious" and json.loads(out.read_text())["episode_count"] == 2
     dangling = tmp_path / "run2.json"
     dangling.symlink_to(tmp_path / "elsewhere.json")  # a link to a file that does not exist yet
-    assert cli_main(["manifest", "create", str(root), "--out", str(dangling)]) == 1
+    assert cli_main(["manifest", "create", str(root), "--out", str(dangling)]) == 2  # a usage error: one line
     assert not (tmp_path / "elsewhere.json").exists()
     assert "never overwritten" in capsys.readouterr().err
 

@@ -78,7 +78,7 @@ def test_kmeans_finds_obvious_clusters() -> None:
 
 
 def test_no_bags_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["stats", str(tmp_path)]) == 1
+    assert cli_main(["stats", str(tmp_path)]) == 2
     assert "no bags" in capsys.readouterr().err
 
 
@@ -88,6 +88,6 @@ def test_stats_reads_the_mcap_not_metadata_yaml(tmp_path: Path, capsys: pytest.C
     bag(tmp_path, "e2", "ckpt-a", 1, "ben", [])
     meta = tmp_path / "e2" / "metadata.yaml"
     meta.write_text(meta.read_text().replace("operator: ben", "operator: eve"))
-    assert cli_main(["stats", str(tmp_path)]) == 1
+    assert cli_main(["stats", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "e2" in err and "disagree on operator" in err

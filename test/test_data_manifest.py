@@ -123,7 +123,7 @@ def test_manifests_are_never_overwritten(tmp_path: Path, capsys: pytest.CaptureF
     root = make(tmp_path / "ds")
     out = tmp_path / "run.json"
     out.write_text("{}")
-    assert cli_main(["manifest", "create", str(root), "--out", str(out)]) == 1
+    assert cli_main(["manifest", "create", str(root), "--out", str(out)]) == 2
     assert "manifests are frozen" in capsys.readouterr().err
 
 
@@ -137,7 +137,7 @@ def test_lineage_answers_which_manifest_and_which_episodes(tmp_path: Path, monke
     assert cli_main(["lineage", "register", "ckpt-046", str(m46)]) == 0
     assert cli_main(["lineage", "register", "ckpt-047", str(m47), "--run", "run47"]) == 0
     assert cli_main(["lineage", "register", "ckpt-047", str(m47), "--run", "run47"]) == 0  # idempotent
-    assert cli_main(["lineage", "register", "ckpt-047", str(m46)]) == 1
+    assert cli_main(["lineage", "register", "ckpt-047", str(m46)]) == 2
     assert "never reused" in capsys.readouterr().err
     m47.unlink()  # the registry keeps its own copy
     capsys.readouterr()
@@ -151,12 +151,12 @@ def test_lineage_answers_which_manifest_and_which_episodes(tmp_path: Path, monke
     # metadata.yaml is never trusted over the MCAP: an edited copy of the checkpoint there is refused
     meta = bag / "metadata.yaml"
     meta.write_text(meta.read_text().replace("policy_checkpoint: ckpt-047", "policy_checkpoint: ckpt-046"))
-    assert cli_main(["lineage", "which", str(bag)]) == 1
+    assert cli_main(["lineage", "which", str(bag)]) == 2
     assert "disagree on policy_checkpoint" in capsys.readouterr().err
 
     assert cli_main(["lineage", "episodes", "run46", "--json"]) == 0
     expected = [e["episode_id"] for e in json.loads(m46.read_text())["episodes"]]
     assert json.loads(capsys.readouterr().out) == expected and len(expected) == 3
     assert Registry.load().episodes("ckpt-047") == [e.episode_id for e in identities(LeRobotDataset.open(root))]
-    assert cli_main(["lineage", "which", "ckpt-999"]) == 1
+    assert cli_main(["lineage", "which", "ckpt-999"]) == 2
     assert "not in" in capsys.readouterr().err

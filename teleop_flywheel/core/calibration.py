@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_IDS, JOINT_NAMES, MAX_RAW
 
@@ -229,7 +229,7 @@ def load_calibration(path: str | Path) -> ArmCalibration:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise CalibrationError(f"{path}: not valid YAML/JSON ({exc})") from exc
+        raise CalibrationError(f"{path}: not valid YAML/JSON ({yaml_problem(exc)})") from exc
     return parse_calibration(data, str(path), default_arm_id=path.stem)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.data.lerobot.reader import (
     ACTION,
     STATE,
@@ -399,11 +400,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
+    try:  # DatasetError: one line on stderr, exit 2 (cli.py)
         report = audit(LeRobotDataset.open(args.dataset), args.state, args.action)
-    except DatasetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc), where=str(args.dataset)) from exc
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_text(report))
     if args.html:
         path = write_html(report, args.html)

@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import (
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    FlywheelError,
+    PartialFailure,
+    UsageError,
+    error_line,
+)
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.data.calibrations import load_supplied, role_files, union_limits
 from teleop_flywheel.data.episode_frames import ConvertJob, Prepared, features_for, prepare_episode
@@ -192,15 +200,18 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="BAG_OR_DIR")
+    parser.add_argument("paths", nargs="+", metavar="BAG_OR_DIR", help="bag directories, .mcap files or folders of bags")
     parser.add_argument("--out", required=True, metavar="DATASET", help="dataset root (created or appended to)")
-    parser.add_argument("--fps", type=int, default=30)
+    parser.add_argument("--fps", type=int, default=30,
+                        help="frames per second of the dataset's grid; every stream is sampled onto it (default 30)")
     parser.add_argument("--repo-id", default=None,
                         help="stored as info.json repo_id (card, manifest; LeRobot loads by repo_id + root)")
-    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1")
+    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1",
+                        help="video codec: libsvtav1 (AV1, LeRobot's default) or h264 (faster to encode)")
     parser.add_argument("--task", default=None, help="task text for every episode (default: the recorded task)")
     parser.add_argument("--include-failed", action="store_true", help="also convert episodes that fail validation")
-    parser.add_argument("--robot-type", default="so101_follower")
+    parser.add_argument("--robot-type", default="so101_follower",
+                        help="info.json robot_type, as LeRobot names the robot (default so101_follower)")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
     parser.add_argument("--calibration", action="append", default=[], metavar="ROLE=FILE",
                         help="calibration YAML of the leader or follower arm for the episodes that recorded none "
@@ -209,38 +220,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments_to(parser)
 
 
-def _failure(exc: BaseException, out: Path) -> str:
+def _failure(exc: OSError, out: Path) -> PartialFailure:
+    """The run failed midway on the disk: what, where, and what state the dataset is in."""
     journal = commit.journal_path(Path(os.path.abspath(out)))
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = f" writing {exc.filename}" if exc.filename else ""
-        state = (f"the append is committed and will be finished by the next run (journal {journal.name})"
-                 if journal.exists() else "the dataset was not changed")
-        return f"convert: disk full{where}: {exc.strerror or exc}; {state}"
-    return f"convert: {exc}"
+    state = (f"the append is committed and will be finished by the next run (journal {journal.name})"
+             if journal.exists() else "the dataset was not changed")
+    where = f"writing {exc.filename}" if exc.filename else display(out)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PartialFailure(f"disk full ({exc.strerror or exc}); {state}", where, "free disk space and run it again")
+    return PartialFailure(f"{exc.strerror or exc}; {state}", where, "run it again once the disk is healthy")
 
 
 def run(args: argparse.Namespace) -> int:
-    inputs = load_inputs(args, "convert")
-    if inputs is None:
-        return 2
-    cfg, paths, path_errors = inputs
+    cfg, paths, path_errors = load_inputs(args, "convert")  # UsageError (exit 2) when it cannot run at all
     out = Path(args.out)
     try:
         calibrations = role_files(args.calibration)
         supplied = Supplied(task=args.task, outcome=args.outcome)
     except ValueError as exc:
-        print(f"convert: {exc}", file=sys.stderr)
-        return 2
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
     try:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
                       supplied=supplied)
-    except (InconsistentDatasetError, commit.CommitError, FlywheelError, ValueError) as exc:
-        print(f"convert: {exc}", file=sys.stderr)
-        return 2 if not isinstance(exc, commit.CommitError) else 1
-    except OSError as exc:
-        print(_failure(exc, out), file=sys.stderr)
-        return 1
+    except commit.CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
+        exc.exit_code = EXIT_PARTIAL
+        raise
+    except (FlywheelError, OSError) as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, FlywheelError):
+            raise _failure(exc, out) from exc
+        raise  # an inconsistent or busy dataset, a bad argument: one line, exit 2
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     for line in res.recovered or []:
         print(f"  recovered: {line}")
     n_conv = sum(len(v) for v in res.converted.values())
@@ -253,8 +266,12 @@ def run(args: argparse.Namespace) -> int:
               f"LeRobotDataset({repo!r}, root={display(root)!r}, video_backend='pyav')")
     for code, names in res.rejected.items():
         print(f"  rejected {code}: {len(names)} ({', '.join(names)})")
-    for err in res.errors:
-        print(f"  error {err}")
-    if res.episodes_in and sum("NOT_A_BAG(" in e for e in res.errors) == res.episodes_in:
-        return 2  # nothing could be read
-    return 1 if res.errors or path_errors else 0
+    sys.stdout.flush()
+    for err in res.errors:  # one line each, the last lines on stderr
+        fix = ("supply it with --calibration ROLE=FILE" if "--calibration" in err else
+               "teleop-flywheel info BAG says what it holds; teleop-flywheel recover BAG repairs a crashed one")
+        print(error_line("convert", err, fix=fix), file=sys.stderr)
+    unreadable = sum("NOT_A_BAG(" in e or "CORRUPT(unreadable" in e for e in res.errors)
+    if res.episodes_in and unreadable == res.episodes_in:
+        return EXIT_USAGE  # nothing could be read
+    return EXIT_PARTIAL if res.errors or path_errors else EXIT_OK

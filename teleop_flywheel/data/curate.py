@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.data.audit import available_ranges, load
 from teleop_flywheel.data.coverage import farthest_point_order, target_start_poses
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
@@ -324,9 +325,10 @@ def run(args: argparse.Namespace) -> int:
         ds = LeRobotDataset.open(args.dataset)
         vary = [v.strip() for v in args.vary.split(",")] if args.vary else None
         report = curate(ds, rule, args.targets, args.box, args.duration_tolerance, vary)
-    except (DatasetError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # a DatasetError as it is; a bad option value as a usage error (cli.py prints it)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
     print(json.dumps(report.to_dict(), indent=2) if args.json else format_text(report))
     if not args.no_weights:
         print(f"wrote {write_weights(ds, report.episodes, report.rule, args.weights_out)}", file=sys.stderr)

@@ -18,13 +18,13 @@ import datetime as dt
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.data.filelock import LockError, locked
+from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.reader import DatasetError
 from teleop_flywheel.data.manifest import load_manifest
 from teleop_flywheel.recording.reader import BagReadError, read_episode
@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
                 m = entry["manifest"]
                 print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {m['episode_count']:>6} episodes  "
                       f"{entry['registered']}")
-    except (DatasetError, LockError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli.py)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
     return 0

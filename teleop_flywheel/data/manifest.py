@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
@@ -320,14 +321,15 @@ def run(args: argparse.Namespace) -> int:
         ds = LeRobotDataset.open(args.dataset)
         if args.action == "create":
             if args.out.exists() or args.out.is_symlink():
-                raise DatasetError(f"{args.out}: already exists; manifests are frozen and never overwritten, "
-                                   "choose a new name")
+                raise UsageError("manifest already exists", where=str(args.out),
+                                 fix="choose a new name: manifests are frozen and never overwritten")
             manifest = create(ds, args.filter)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             try:
                 create_exclusive(args.out, json.dumps(manifest, indent=1) + "\n")
-            except FileExistsRefused as exc:
-                raise DatasetError(str(exc)) from None
+            except FileExistsRefused:
+                raise UsageError("manifest already exists", where=str(args.out),
+                                 fix="choose a new name: manifests are frozen and never overwritten") from None
             print(f"wrote {args.out}: {manifest['episode_count']} episodes, {manifest['frame_count']} frames, "
                   f"fingerprint {manifest['fingerprint'][:16]}")
             return 0
@@ -335,9 +337,10 @@ def run(args: argparse.Namespace) -> int:
         result = verify(ds, manifest, args.subset)
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
-    except (DatasetError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli.py); a bad --filter as usage
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
     if args.json:
         print(json.dumps({"ok": result.ok, "matched": result.matched, "differences": result.lines(),
                           "id_version": result.id_version, "notes": result.notes,

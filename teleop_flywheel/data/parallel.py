@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
@@ -175,8 +176,13 @@ class _NoBar:
 
 
 def _progress(total: int, desc: str | None) -> Any:
+    """A progress bar on a terminal; in a log file or a pipe one line saying what runs (a bar there
+    is a single line of carriage returns)."""
     if desc is None:
+        return _NoBar()
+    if not sys.stderr.isatty():
+        print(f"{desc}: {total} {'bag' if total == 1 else 'bags'}...", file=sys.stderr, flush=True)
         return _NoBar()
     from tqdm import tqdm  # noqa: PLC0415
 
-    return tqdm(total=total, desc=desc, unit="job")
+    return tqdm(total=total, desc=desc, unit="bag")

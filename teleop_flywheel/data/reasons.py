@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE
+from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED
 
@@ -71,14 +72,16 @@ class ValidateConfig:
             return cls()
         try:
             data = yaml.safe_load(p.read_text()) or {}
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ValueError(f"validate config {p}: {exc}") from exc
+        except OSError as exc:
+            raise ValueError(f"{p}: cannot read the validator thresholds ({exc.strerror or exc})") from exc
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{p}: validator thresholds are not valid YAML ({yaml_problem(exc)})") from exc
         if not isinstance(data, dict):
-            raise ValueError(f"validate config {p}: expected a mapping")
+            raise ValueError(f"{p}: validator thresholds: expected a mapping")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"validate config {p}: unknown key(s) {unknown}; known: {sorted(known)}")
+            raise ValueError(f"{p}: validator thresholds: unknown key(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UsageError, error_line
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.checks import STAMPED_TYPES, check_bag, inspect_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
@@ -253,9 +254,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_inputs(args: argparse.Namespace, command: str, exclude: Path | None = None
-                ) -> tuple[ValidateConfig, list[Path], list[str]] | None:
-    """Thresholds, bags and path errors for a CLI run (validate, convert); None after printing why
-    it cannot run at all (bad config, nothing found)."""
+                ) -> tuple[ValidateConfig, list[Path], list[str]]:
+    """Thresholds, bags and path errors for a CLI run (validate, convert); each path error is one line
+    on stderr; UsageError when it cannot run at all (bad config, nothing found)."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -263,23 +264,21 @@ def load_inputs(args: argparse.Namespace, command: str, exclude: Path | None = N
     try:
         cfg = ValidateConfig.load(args.config)
     except ValueError as exc:
-        print(f"{command}: {exc}", file=sys.stderr)
-        return None
+        raise UsageError(str(exc), fix="config/validate.yaml shows every threshold") from exc
     paths, errors = find_bags(args.paths, exclude)
-    for e in errors:
-        print(f"{command}: error: {e}", file=sys.stderr)
     if not paths:
-        print(f"{command}: no bags found in {' '.join(display(p) for p in args.paths)}", file=sys.stderr)
-        return None
+        for e in errors[:-1]:
+            print(error_line(command, e), file=sys.stderr)
+        what = errors[-1] if errors else f"no bags found in {' '.join(display(p) for p in args.paths)}"
+        raise UsageError(what, fix="give bag directories, .mcap files or folders of bags")
+    for e in errors:
+        print(error_line(command, e, fix="check the path"), file=sys.stderr)
     return cfg, paths, errors
 
 
 def run(args: argparse.Namespace) -> int:
     qroot = Path(args.quarantine) if args.quarantine else None
-    inputs = load_inputs(args, "validate", qroot)
-    if inputs is None:
-        return 2
-    cfg, paths, errors = inputs
+    cfg, paths, errors = load_inputs(args, "validate", qroot)
     supplied = Supplied(task=args.task, outcome=args.outcome)
     reports = validate_paths(paths, cfg, args.workers, args.executor, None if args.json else "validate", supplied)
     moved_errors: list[str] = []
@@ -302,11 +301,11 @@ def run(args: argparse.Namespace) -> int:
         breakdown = ", ".join(f"{c} {n}" for c, n in s["reasons"].items())
         print(f"{s['rejected']}/{s['episodes']} rejected ({100 * s['rejection_rate']:.1f} %)"
               + (f": {breakdown}" if breakdown else ""))
-    for e in unprocessed:
-        print(f"validate: error: {display(e)}", file=sys.stderr)
     if s["episodes"] and not s["rejected"]:
         print("WARNING: nothing was rejected. On a real recording session a 0 % rejection rate means the "
               "checks are not checking: look at the thresholds in config/validate.yaml.", file=sys.stderr)
+    for e in unprocessed:  # one line each, the last lines on stderr
+        print(error_line("validate", display(e)), file=sys.stderr)
     if not s["episodes"]:
-        return 2
-    return 1 if errors or unprocessed else 0
+        return EXIT_USAGE
+    return EXIT_PARTIAL if errors or unprocessed else EXIT_OK

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.evaluation.protocol import (
     RESERVED_FAILURES,
     Protocol,
@@ -22,7 +22,6 @@ from teleop_flywheel.evaluation.protocol import (
     load_protocol,
 )
 from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
-from teleop_flywheel.recording.reader import BagReadError
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
@@ -88,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
                 raise EvalError("--simulate needs --protocol")
             bags += simulate_protocol(protocol, args.simulate, seed=args.seed)
         report = build_report([read_trial(b) for b in bags], protocol, args.registry)
-    except (EvalError, ProtocolError, BagReadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except ValueError as exc:  # EvalError/ProtocolError/BagReadError pass through: one line, exit 2 (cli.py)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
     print(json.dumps(report.to_dict(), indent=1, allow_nan=False) if args.json else format_table(report))
     if args.html:
         write_html(report, args.html)

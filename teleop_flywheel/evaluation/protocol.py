@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 
 FORMAT = "teleop_flywheel.eval_protocol/1"
 # Failure labels every protocol accepts, whatever its own list says: the walker itself ends a
@@ -233,7 +233,7 @@ def load_protocol(path: str | Path) -> Protocol:
     except OSError as exc:
         raise ProtocolError(f"{path}: cannot read protocol: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ProtocolError(f"{path}: not valid YAML: {exc}") from None
+        raise ProtocolError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     return parse_protocol(data, str(path))
 
 

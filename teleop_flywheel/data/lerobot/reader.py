@@ -82,7 +82,10 @@ class LeRobotDataset:
         root = Path(root)
         info_path = root / INFO_PATH
         if not info_path.is_file():
-            raise DatasetError(f"{root}: not a LeRobot dataset (no {INFO_PATH})")
+            error = DatasetError(f"{root}: " + (f"not a LeRobot dataset (no {INFO_PATH})" if root.exists()
+                                                else "no such dataset directory"))
+            error.fix = "give a dataset's root folder, the one `teleop-flywheel convert --out` wrote"
+            raise error
         try:
             info = json.loads(info_path.read_text())
         except json.JSONDecodeError as exc:
