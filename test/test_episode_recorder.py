@@ -128,7 +128,7 @@ def test_an_episode_end_to_end(tmp_path: Path) -> None:
     assert meta.clock_samples[0] == meta.clock_start and meta.clock_samples[-1] == meta.clock_end
 
 
-def test_outcome_is_never_defaulted_names_never_reused_and_discard_leaves_nothing(tmp_path: Path) -> None:
+def test_outcome_is_never_defaulted_names_never_reused_and_discard_moves_the_bag_aside(tmp_path: Path) -> None:
     rec = recorder(tmp_path, episode_prefix="trial", calibration_files=(str(sim_calibration_file("leader")),))
     js, _pol, _iv = add_streams(rec)
     arm = Publisher(1)
@@ -144,8 +144,15 @@ def test_outcome_is_never_defaulted_names_never_reused_and_discard_leaves_nothin
     assert rec.status()["state"] == "recording" and rec.status()["bag"] == str(second)
     with pytest.raises(RecordingError, match="already recording"):
         rec.start(EpisodeFields())
-    assert rec.discard() == f"discarded {second}"
-    assert sorted(p.name for p in (tmp_path / "bags").iterdir()) == [first.name]
+    rec.write(js, joint_state_cdr(now_ns(), list(JOINT_NAMES), [0.1] * 6), arm.info())
+    # A discard while recording closes the bag and moves it aside, never deletes it.
+    moved = tmp_path / "bags" / "discarded" / second.name
+    assert rec.discard(EpisodeFields(outcome="failure")) == f"discarded {second.name}: moved to {moved}"
+    assert sorted(p.name for p in (tmp_path / "bags").iterdir()) == ["discarded", first.name]
+    assert rec.last_discarded == moved and open_bag(moved).damage == []  # a whole bag, closed with its metadata
+    doc = json.loads((moved / "verdict.json").read_text())
+    assert doc["verdict"] is None and doc["error"] == "discarded while recording: not validated"
+    assert doc["decision"]["action"] == "discard" and doc["discarded_to"] == str(moved)
     for action in (lambda: rec.stop(EpisodeFields()), rec.discard):
         with pytest.raises(RecordingError, match="not recording"):
             action()
@@ -240,3 +247,47 @@ def test_config_refuses_what_must_not_reach_the_file_system(tmp_path: Path) -> N
     with pytest.raises(RecordingError, match="missing.yaml"):
         rec.start(EpisodeFields())
     assert not (tmp_path / "bags").exists() or not any((tmp_path / "bags").iterdir())
+
+
+def test_corrections_are_recorded_beside_interventions(tmp_path: Path) -> None:
+    """`kind: correction` events (the pedal in teleop mode) go to EpisodeMeta.corrections with their own
+    ids; events without `kind` (recorded before corrections existed) are interventions."""
+    rec = recorder(tmp_path)
+    js, _pol, iv = add_streams(rec)
+    arm, teleop = Publisher(1), Publisher(3)
+    path = Path(rec.start(EpisodeFields(outcome="success")))
+    t = to_ros_ns(now_ns())
+    events = [{"id": 1, "start_ns": t, "end_ns": None, "trigger": None, "kind": "correction"},
+              {"id": 1, "start_ns": t + 1, "end_ns": t + 2, "trigger": "too_slow"},  # an old-style intervention
+              {"id": 1, "start_ns": t, "end_ns": t + 5, "trigger": "other", "kind": "correction"},
+              {"id": 2, "start_ns": t + 6, "end_ns": t + 7, "trigger": None, "kind": "correction"},
+              {"id": 9, "start_ns": t, "end_ns": None, "trigger": None, "kind": "nap"}]  # refused, said
+    for e in events:
+        rec.write(iv, string_cdr(json.dumps(e)), teleop.info())
+    rec.write(js, joint_state_cdr(now_ns(), list(JOINT_NAMES), [0.0] * 6), arm.info())
+    rec.stop(EpisodeFields(outcome="success"))
+    meta = EpisodeMeta.from_strings(read_back(path)[1][METADATA_RECORD])
+    assert [(i.id, i.trigger) for i in meta.interventions] == [(1, "too_slow")]
+    assert [(c.id, c.start_ns, c.end_ns, c.trigger) for c in meta.corrections] == [(1, t, t + 5, "other"),
+                                                                                 (2, t + 6, t + 7, None)]
+    assert [c.id for c in meta.unlabelled_corrections] == [2]
+    # without corrections the metadata has no `corrections` key: older bags read back unchanged
+    assert "corrections" not in EpisodeMeta("x").to_strings()
+    assert EpisodeMeta.from_strings(EpisodeMeta("x").to_strings()).corrections == []
+
+
+def test_status_carries_each_cameras_receive_latency_and_the_ptp_offset(tmp_path: Path) -> None:
+    config = RecorderConfig(tmp_path / "bags", topics=("cameras/front/image/compressed",), cameras=("front",),
+                            namespace="rig_a")
+    rec = EpisodeRecorder(config)
+    cam = rec.add_topic("cameras/front/image/compressed", "sensor_msgs/msg/CompressedImage", [Qos()])
+    assert cam.camera == "front"
+    pub = Publisher(4)
+    from teleop_flywheel.recording.cdr import compressed_image_cdr
+
+    for latency_ms in (8, 12, 10):
+        info = pub.info()
+        rec.write(cam, compressed_image_cdr(info["received_timestamp"] - latency_ms * 1_000_000, b"\xff\xd8"), info)
+    rec.start(EpisodeFields(ptp_offset_ns=1234))
+    status = rec.status()
+    assert status["clock"] == {"cameras": {"front": {"latency_ms": 10.0}}, "ptp_offset_ns": 1234}

@@ -18,128 +18,52 @@ DDS and serves parameters, services and status over it:
 - `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
   failure label, machine check, interventions overlapping the episode (their times and the
   episode's `started_ros_ns`/`stopped_ros_ns` are ROS time), drops, checkpoints, the last clock
-  sample and probe; `discard()` deletes it; a write error (disk full) stops the episode and keeps
-  the partial bag for `teleop-flywheel recover`.
+  sample and probe, teleop-mode correction spans beside the interventions; `discard(fields)` closes
+  it the same way and moves it to `<output_dir>/discarded/` with a `verdict.json` saying so (never
+  deletes); a write error (disk full) stops the episode and keeps the partial bag for
+  `teleop-flywheel recover`.
 
 Topic names are fully qualified (`add_topic` qualifies a relative name in `namespace`): a rig
 under `namespace:=rig_a` records `/rig_a/leader/joint_states`, and the reader strips the
 namespace the metadata names.
 
-Calibration files are given as `ROLE=PATH` (stored under the role, e.g. `follower`) or a plain
-`PATH` (stored under the file's stem, as bags did before roles).
+Configuration and episode fields: `recording/episode_config.py`.
 """
 from __future__ import annotations
 
 import json
-import re
 import shutil
+import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_ns, sample_mapping
-from teleop_flywheel.core.episode import CALIBRATION_ROLES, STAMP_CLOCK_ROS, EpisodeMeta, Intervention
-from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND, normalize_namespace, qualify
-from teleop_flywheel.recording import clock_probe
-from teleop_flywheel.recording.cdr import (
-    CdrError,
-    SequenceTracker,
-    cdr_string,
-    header_frame_id,
-    starts_with_header,
+from teleop_flywheel.core.episode import STAMP_CLOCK_ROS, EpisodeMeta, Intervention
+from teleop_flywheel.core.labels import CORRECTION_KIND, span_kind
+from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND, camera_name, qualify, strip_namespace
+from teleop_flywheel.recording import clock_probe, verdict
+from teleop_flywheel.recording.cdr import CdrError, cdr_string, header_frame_id, header_stamp_ns, starts_with_header
+from teleop_flywheel.recording.episode_config import (  # re-exported: the recorder's vocabulary
+    OUTCOMES,
+    SAFE_NAME,
+    EpisodeFields,
+    Log,
+    RecorderConfig,
+    RecordingError,
+    TopicEntry,
+    read_calibrations,
 )
 from teleop_flywheel.recording.metadata import Qos
 from teleop_flywheel.recording.msgdefs import normalize_type
 from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriteError, BagWriter
 
-SAFE_NAME = r"[A-Za-z0-9_.-]+"
-OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
-Log = Callable[[str, str], None]  # (level "info" | "warning" | "error", message)
+__all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig", "RecordingError",
+           "TopicEntry", "read_calibrations"]
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
-
-
-class RecordingError(FlywheelError, RuntimeError):
-    """An episode could not be started, stopped or discarded; the message says why."""
-
-
-@dataclass(frozen=True)
-class RecorderConfig:
-    """Fixed for the recorder's life: where data goes and what is recorded."""
-
-    output_dir: Path
-    topics: tuple[str, ...] = ()
-    cameras: tuple[str, ...] = ()
-    episode_prefix: str = "episode"
-    chunk_size_mb: float = 1.0
-    max_chunk_age_s: float = 0.5
-    fsync: bool = True
-    calibration_files: tuple[str, ...] = ()
-    ptp_probe: str = ""
-    namespace: str = ""  # the rig's ROS namespace ("/rig_a"; "" = none): relative topics resolve in it
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(SAFE_NAME, self.episode_prefix):
-            raise ValueError(f"episode_prefix {self.episode_prefix!r} must be letters, digits, '-', '_' or '.'")
-        clock_probe.check_probe(self.ptp_probe)
-        object.__setattr__(self, "namespace", normalize_namespace(self.namespace))
-        object.__setattr__(self, "topics", tuple(qualify(t, self.namespace) for t in self.topics))
-
-
-@dataclass
-class EpisodeFields:
-    """What the operator or the session says about an episode (start: the first block; stop: all)."""
-
-    task: str = ""
-    operator: str = ""
-    rig_id: str = ""
-    robot_type: str = "so101_follower"
-    session_kind: str = "teleop"
-    policy_checkpoint: str = ""  # empty: the checkpoint ids seen on /policy/joint_command
-    protocol_hash: str = ""
-    condition: str = ""
-    ptp_offset_ns: int | None = None  # measured elsewhere; None: ask the probe, if any
-    outcome: str = ""  # success | failure; "" = unset
-    attempts: int = 0  # 0 = unset
-    failure_label: str = ""
-    machine_check: str = ""
-
-
-@dataclass
-class TopicEntry:
-    """One recorded stream and its counters (this episode; `window_count` since the last status)."""
-
-    name: str
-    type: str
-    has_header: bool
-    offered: list[Qos]
-    tracker: SequenceTracker = field(default_factory=SequenceTracker)
-    count: int = 0
-    drops: int = 0
-    window_count: int = 0
-
-
-def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
-    """{role or file stem: calibration document} of `ROLE=PATH` / `PATH` entries (empty ones skipped)."""
-    out: dict[str, Any] = {}
-    for entry in files:
-        if not entry:
-            continue
-        role, sep, text = entry.partition("=")
-        if not sep or role not in CALIBRATION_ROLES:
-            role, text = "", entry
-        path = Path(text).expanduser()
-        try:
-            out[role or path.stem] = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise RecordingError(f"calibration file {path}: {exc}") from exc
-    return out
 
 
 class EpisodeRecorder:
@@ -157,6 +81,9 @@ class EpisodeRecorder:
         self._intervention_topic = qualify(INTERVENTION, config.namespace)
         self._policy_topic = qualify(POLICY_COMMAND, config.namespace)
         self._interventions: dict[int, Intervention] = {}
+        self._corrections: dict[int, Intervention] = {}
+        self.last_ptp_offset_ns: int | None = None  # of the latest episode (status: the clock field)
+        self.last_discarded: Path | None = None
         self._checkpoints: set[str] = set()
         self._status_window = now_ns()
 
@@ -174,7 +101,8 @@ class EpisodeRecorder:
         """Register a stream (a relative name is qualified in the namespace); DefinitionNotFoundError/
         ValueError if its type cannot be recorded here."""
         name, type_name = qualify(name, self.config.namespace), normalize_type(type_name)
-        entry = TopicEntry(name, type_name, starts_with_header(type_name), list(offered))
+        entry = TopicEntry(name, type_name, starts_with_header(type_name), list(offered),
+                           camera=camera_name(strip_namespace(name, self.config.namespace)))
         with self._lock:
             self.topics[name] = entry
             if self._bag is not None:
@@ -194,6 +122,11 @@ class EpisodeRecorder:
                 self._on_intervention(cdr_string(data, 4))
             except (CdrError, ValueError) as exc:
                 self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
+        elif entry.camera is not None and entry.has_header:
+            try:  # receive − capture stamp (both wall clock / ROS time): the status's per-camera latency
+                entry.latencies_ns.append(recv - header_stamp_ns(data))
+            except CdrError:
+                pass
         with self._lock:
             bag = self._bag
             if bag is None:
@@ -216,13 +149,14 @@ class EpisodeRecorder:
     def _on_intervention(self, text: str) -> None:
         try:
             event = json.loads(text)
+            kind = span_kind(event.get("kind"))  # absent: an intervention (events before corrections)
             iv = Intervention(int(event["id"]), int(event["start_ns"]),
                               None if event.get("end_ns") is None else int(event["end_ns"]), event.get("trigger"))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._log("warning", f"{self._intervention_topic}: bad event {text[:120]!r}: {exc}")
             return
         with self._lock:
-            self._interventions[iv.id] = iv
+            (self._corrections if kind == CORRECTION_KIND else self._interventions)[iv.id] = iv
 
     # -- episode lifecycle ------------------------------------------------------------------
     def _new_bag_dir(self) -> Path:
@@ -288,6 +222,7 @@ class EpisodeRecorder:
                 raise RecordingError(str(exc)) from exc
             self._checkpoints = set()
             self._bag, self._meta, self.error = bag, meta, ""
+            self.last_ptp_offset_ns = meta.ptp_offset_ns
         self._log("info", f"episode started: {path}")
         return str(path)
 
@@ -323,9 +258,9 @@ class EpisodeRecorder:
         if fields.machine_check:
             meta.extra["machine_check"] = fields.machine_check
         meta.drops = {t.name: t.drops for t in self.topics.values()}
-        meta.interventions = sorted(
-            (i for i in self._interventions.values()
-             if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)), key=lambda i: i.id)
+        meta.interventions, meta.corrections = (sorted(
+            (i for i in spans.values() if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)),
+            key=lambda i: i.id) for spans in (self._interventions, self._corrections))
         if not meta.policy_checkpoint and self._checkpoints:
             meta.policy_checkpoint = ",".join(sorted(c for c in self._checkpoints if c))
         if self.config.ptp_probe:
@@ -334,9 +269,7 @@ class EpisodeRecorder:
                 meta.extra["ptp_offset_end_ns"] = end
         return meta
 
-    def stop(self, fields: EpisodeFields) -> str:
-        """Close the bag with the final metadata; returns a one-line summary. Everything received
-        before must have been written (the node drains its queues first)."""
+    def _close(self, fields: EpisodeFields) -> tuple[Path, int, EpisodeMeta]:
         with self._lock:
             bag, meta = self._bag, self._meta
             if bag is None or meta is None:
@@ -349,22 +282,31 @@ class EpisodeRecorder:
             bag.abort()
             self.error = str(exc)
             raise RecordingError(f"{exc} (partial bag kept for `teleop-flywheel recover`)") from exc
-        self.last_saved = str(summary.path)
-        text = f"saved {summary.path}: {summary.message_count} messages, outcome {final.outcome}"
+        return summary.path, summary.message_count, final
+
+    def stop(self, fields: EpisodeFields) -> str:
+        """Close the bag with the final metadata; returns a one-line summary (`last_saved` is the
+        bag). Everything received before must have been written (the node drains its queues first)."""
+        path, count, final = self._close(fields)
+        self.last_saved = str(path)
+        text = f"saved {path}: {count} messages, outcome {final.outcome}"
         self._log("info", text)
         return text
 
-    def discard(self) -> str:
-        """Abort the bag and delete its directory: nothing left behind."""
-        with self._lock:
-            bag = self._bag
-            if bag is None:
-                raise RecordingError("not recording")
-            self._bag = self._meta = None
-        bag.abort()
-        shutil.rmtree(bag.path, ignore_errors=False)
-        self._log("info", f"episode discarded: {bag.path}")
-        return f"discarded {bag.path}"
+    def discard(self, fields: EpisodeFields | None = None) -> str:
+        """Close the episode as `stop` does, then move it to `<output_dir>/discarded/` (`last_discarded`)
+        with a `verdict.json` that says it was discarded while recording (not validated): never deleted."""
+        path, _count, final = self._close(fields or EpisodeFields())
+        dest = verdict.move_to_discarded(path, self.config.output_dir)
+        doc = verdict.verdict_doc(dest.name, None, error="discarded while recording: not validated",
+                                  expected_cameras=list(self.config.cameras),
+                                  stopped_wall_ns=final.stopped_ros_ns)
+        doc["decision"], doc["discarded_to"] = {"action": verdict.DISCARD, "wall_ns": time.time_ns(),
+                                                "by": "operator"}, str(dest)
+        verdict.write_verdict(dest, doc)
+        self.last_discarded = dest
+        self._log("info", f"episode discarded: {path} moved to {dest}")
+        return f"discarded {path.name}: moved to {dest}"
 
     def check_bag(self) -> None:
         """A write error the bag's flusher thread met (disk full) stops the episode now."""
@@ -388,11 +330,13 @@ class EpisodeRecorder:
             dt = max((now - self._status_window) / 1e9, 1e-9)
             self._status_window = now
             bag, meta = self._bag, self._meta
-            topics = {}
+            topics, cameras = {}, {}
             for t in self.topics.values():
                 topics[t.name] = {"type": t.type, "count": t.count, "drops": t.drops,
                                   "rate_hz": round(t.window_count / dt, 2)}
                 t.window_count = 0
+                if t.camera is not None and t.latencies_ns:
+                    cameras[t.camera] = {"latency_ms": round(statistics.median(t.latencies_ns) / 1e6, 2)}
         out_dir = self.config.output_dir.expanduser()
         probe = out_dir if out_dir.exists() else out_dir.parent
         try:
@@ -412,4 +356,7 @@ class EpisodeRecorder:
             "output_dir": str(out_dir),
             "last_saved": self.last_saved,
             "error": self.error,
+            # receive − capture stamp per camera (median of the last frames; a proxy for the camera's
+            # clock offset until the verdict's content-based estimate) and the episode's PTP offset
+            "clock": {"cameras": cameras, "ptp_offset_ns": self.last_ptp_offset_ns},
         }

@@ -14,8 +14,13 @@ reception, `publish_time` = DDS source timestamp (rosbag2's), header stamps (ROS
 in the bytes; (monotonic, wall) clock samples about once a second go into the episode's
 `clock_samples`, with `stamp_clock: ros`.
 
-Lifecycle (std_srvs/Trigger): `~/start`, `~/stop`, `~/discard` (= `/recorder/start` … with the
-default node name). Episode fields are parameters, set with the standard
+Lifecycle (std_srvs/Trigger): `~/start`, `~/stop`, `~/discard`, `~/keep` (= `/recorder/start` … with
+the default node name). At every stop the bag is validated at once — the checks and thresholds of
+`teleop-flywheel validate`, the camera set against this session's `cameras` — by a worker process
+(`recorder_verdict`), so the next episode is never delayed; the verdict goes to `<bag>/verdict.json`,
+`~/status` (`verdict`, `verdicts`) and the log. `~/discard` moves the episode being recorded, or the
+last one stopped, to `<output_dir>/discarded/` (never deletes) and marks its verdict.json; `~/keep`
+marks the last one stopped as kept (what `ingest` waits for, besides a grace period). Episode fields are parameters, set with the standard
 `/recorder/set_parameters` service (or `ros2 param set /recorder outcome success`); operator
 text is at most 1000 characters without control characters. The outcome is never defaulted:
 stopped without one the bag says `unset`, and outcome, attempts, failure_label and
@@ -46,7 +51,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
-from teleop_flywheel.recording import clock_probe, msgdefs
+from teleop_flywheel.recording import clock_probe, msgdefs, verdict
 from teleop_flywheel.recording.episode_recorder import (
     OUTCOMES,
     SAFE_NAME,
@@ -58,6 +63,7 @@ from teleop_flywheel.recording.episode_recorder import (
 )
 from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
+from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": "", "machine_check": ""}  # cleared after every episode
@@ -90,6 +96,9 @@ class RecorderParams(NodeParams):
     discovery_period_s: float = spec(0.5, "graph discovery period (s)", range=(0.01, 60.0))
     status_period_s: float = spec(0.5, "status/diagnostics period (s)", range=(0.01, 60.0))
     auto_start: bool = spec(False, "start an episode as soon as the node is up")
+    verdict: bool = spec(True, "validate every stopped episode at once (a worker process) and write "
+                         "<bag>/verdict.json: the checks and thresholds of teleop-flywheel validate")
+    validate_config: str = spec("", "thresholds YAML of the verdict at stop; empty = the shipped config/validate.yaml")
     task: str = _text("", "task description")
     operator: str = _text("", "who teleoperated")
     rig_id: str = _text("", "rig / robot id")
@@ -153,6 +162,11 @@ class RecorderNode(Node):
             p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe, self.get_namespace()),
             log=self._log)
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
+        cameras = [c for c in p.cameras if c]
+        self._judge = ValidatorProcess(p.validate_config, cameras) if p.verdict else None
+        self.verdicts = verdict.VerdictKeeper(
+            Path(p.output_dir), self._judge, cameras, p.validate_config or "config/validate.yaml (shipped)",
+            log=self._log, on_change=self._publish_status)
         # Raw subscriptions live on a private node that no executor spins: one thread waits on
         # them and drains every ready queue (3–4× less CPU per message than executor dispatch).
         # Its own name even under a launch's `-r __node:=NAME` (a local remap wins over the global one).
@@ -170,6 +184,7 @@ class RecorderNode(Node):
         self.create_service(Trigger, "~/start", lambda _q, r: self._trigger(self.start_episode, r))
         self.create_service(Trigger, "~/stop", lambda _q, r: self._trigger(self.stop_episode, r))
         self.create_service(Trigger, "~/discard", lambda _q, r: self._trigger(self.discard_episode, r))
+        self.create_service(Trigger, "~/keep", lambda _q, r: self._trigger(self.verdicts.keep, r))
         self.create_timer(p.discovery_period_s, self._discover)
         self.create_timer(p.status_period_s, self._publish_status)
         self.create_timer(0.25, self.episodes.sample_clock)  # (monotonic, wall) about once a second
@@ -283,19 +298,31 @@ class RecorderNode(Node):
         return self.episodes.start(self.params.values.fields())
 
     def stop_episode(self) -> str:
-        """Take what has arrived, then close the bag with the final metadata; returns a summary."""
+        """Take what has arrived, then close the bag with the final metadata and hand it to the
+        verdict worker; returns a summary."""
         if not self.episodes.recording:
             raise RecordingError("not recording")
         if not self._drain():
             self.get_logger().warning("stop: the take thread did not drain within 1 s; the last messages may be missing")
         try:
-            return self.episodes.stop(self.params.values.fields())
+            text = self.episodes.stop(self.params.values.fields())
         finally:
             self._clear_labels()
+        self.verdicts.submit(self.episodes.last_saved)
+        return text
 
     def discard_episode(self) -> str:
-        text = self.episodes.discard()
-        self._clear_labels()
+        """While recording: close the episode and move it to discarded/; else the last one stopped."""
+        if not self.episodes.recording:
+            return self.verdicts.discard()
+        self._drain()
+        try:
+            text = self.episodes.discard(self.params.values.fields())
+        finally:
+            self._clear_labels()
+        moved = self.episodes.last_discarded
+        if moved is not None:
+            self.verdicts.discarded_while_recording(moved, verdict.read_verdict(moved) or {})
         return text
 
     def _clear_labels(self) -> None:
@@ -313,7 +340,10 @@ class RecorderNode(Node):
     def status(self) -> dict[str, Any]:
         p = self.params.values
         s = self.episodes.status(self.episodes.config.topics, self.unrecordable)
-        s.update(outcome=p.outcome or "unset", task=p.task, operator=p.operator)
+        s.update(outcome=p.outcome or "unset", attempts=p.attempts, task=p.task, operator=p.operator)
+        s.update(self.verdicts.status())
+        for name, lag in (s["verdict"].get("camera_lag") or {}).items():  # the content-based estimate, when given
+            s["clock"]["cameras"].setdefault(name, {})["lag"] = lag
         return s
 
     def _publish_status(self) -> None:
@@ -340,6 +370,10 @@ class RecorderNode(Node):
         self._wake.set()
         if self._take_thread.is_alive() and self._take_thread is not threading.current_thread():
             self._take_thread.join(timeout=5.0)
+        if not self.verdicts.close(timeout_s=5.0):  # the last episode's verdict, if it comes soon
+            self.get_logger().warning("closing before every verdict was written (ingest validates those bags itself)")
+        if self._judge is not None:
+            self._judge.close()
         if self._sub_node is not None:
             self._subs = []
             self._sub_node.destroy_node()

@@ -1,0 +1,165 @@
+"""The recorder's judge: the validator in a worker process, so a verdict never delays recording.
+
+`ValidatorProcess(config, cameras)` is what `recording.verdict.VerdictKeeper` calls with a stopped
+bag; it hands the path to a long-lived worker (`python -m teleop_flywheel.ros.nodes.recorder_verdict`,
+started at once so its imports are done before the first stop) and waits for the report. The
+worker runs exactly what `teleop-flywheel validate` runs on one bag — `data.validate.validate_bag`
+with the thresholds of `config/validate.yaml` (or the recorder's `validate_config`) — and then the
+camera-set check against the session's configured cameras (`apply_schema`; a single episode has
+no batch to compare with).
+
+The worker runs at nice 10 in the recorder's own session (its autogroup): the recorder's take
+thread always wins the CPU it needs, the validator gets the rest. It exits when the recorder goes
+(end of its stdin, or SIGTERM through PR_SET_PDEATHSIG). No ROS is imported here.
+
+Protocol: one JSON line per job on stdin `{"path": …}`; one JSON line per answer on stdout
+`{"report": EpisodeReport.to_dict(), "seconds": …}` or `{"error": …}`; the first line the worker
+writes is `{"ready": true}` or `{"ready": false, "error": …}` (a bad thresholds file).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+NICE = 10
+JOB_TIMEOUT_S = 600.0  # a bag the validator has not judged by then is given up (the worker is restarted)
+READY_TIMEOUT_S = 120.0  # imports on a loaded 2-core machine
+
+
+class ValidatorProcess:
+    """Callable judge: bag path -> {"report", "seconds"}; RuntimeError when the worker cannot answer."""
+
+    def __init__(self, config: str = "", cameras: list[str] | None = None) -> None:
+        self.config = config
+        self.cameras = [c for c in cameras or [] if c]
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._ready_error: str | None = None
+        self._start()
+
+    def _start(self) -> None:
+        cmd = [sys.executable, "-m", "teleop_flywheel.ros.nodes.recorder_verdict", "--cameras", ",".join(self.cameras)]
+        if self.config:
+            cmd += ["--config", self.config]
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._ready_error = None
+        self._ready: bool | None = None
+
+    def _readline(self, stream: IO[str], timeout_s: float) -> str:
+        if not select.select([stream], [], [], timeout_s)[0]:
+            raise TimeoutError(f"no answer from the validator worker within {timeout_s:.0f} s")
+        line = stream.readline()
+        if not line:
+            raise RuntimeError("the validator worker exited")
+        return line
+
+    def __call__(self, bag: Path) -> Mapping[str, Any]:
+        with self._lock:
+            for attempt in (1, 2):
+                proc = self._proc
+                if proc is None or proc.poll() is not None:
+                    self._start()
+                    proc = self._proc
+                assert proc is not None and proc.stdin is not None and proc.stdout is not None
+                try:
+                    if self._ready is None:
+                        hello = json.loads(self._readline(proc.stdout, READY_TIMEOUT_S))
+                        self._ready, self._ready_error = bool(hello.get("ready")), hello.get("error")
+                    if not self._ready:
+                        raise RuntimeError(self._ready_error or "the validator worker is not ready")
+                    proc.stdin.write(json.dumps({"path": str(bag)}) + "\n")
+                    proc.stdin.flush()
+                    answer = json.loads(self._readline(proc.stdout, JOB_TIMEOUT_S))
+                except (OSError, ValueError, TimeoutError, RuntimeError) as exc:
+                    if self._ready is False or attempt == 2:
+                        raise RuntimeError(str(exc)) from exc
+                    self._kill()  # once more with a fresh worker
+                    continue
+                if "error" in answer:
+                    raise RuntimeError(str(answer["error"]))
+                return dict(answer)
+        raise RuntimeError("unreachable")
+
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(5.0)
+
+    def close(self) -> None:
+        """End the worker (its stdin closes; killed if it does not go)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(2.0)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(5.0)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        sys.exit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="the recorder's validator worker (JSON lines on stdin/stdout)")
+    parser.add_argument("--config", default=None, help="thresholds YAML (default: the shipped config/validate.yaml)")
+    parser.add_argument("--cameras", default="", help="the session's configured cameras, comma-separated")
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
+    out = sys.stdout
+    try:
+        from teleop_flywheel.data.reasons import ValidateConfig
+        from teleop_flywheel.data.validate import apply_schema, validate_bag
+
+        cfg = ValidateConfig.load(args.config)
+    except ValueError as exc:
+        out.write(json.dumps({"ready": False, "error": f"validator thresholds: {exc}"}) + "\n")
+        out.flush()
+        return 1
+    cameras = sorted(c for c in args.cameras.split(",") if c)
+    out.write(json.dumps({"ready": True}) + "\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            path = str(json.loads(line)["path"])
+            t0 = time.perf_counter()
+            report = validate_bag((path, cfg))
+            if report.error is None:
+                apply_schema([report], cameras)
+            answer: dict[str, Any] = {"report": report.to_dict(), "seconds": round(time.perf_counter() - t0, 3)}
+        except Exception as exc:  # noqa: BLE001 - an answer that says why, never a dead worker
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        out.write(json.dumps(answer, default=str) + "\n")
+        out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

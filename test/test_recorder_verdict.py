@@ -1,0 +1,223 @@
+"""The verdict at stop on the real recorder node, in its own process as deployed: verdict.json,
+`/recorder/status`, the next episode recorded while the verdict is computed (0 drops, on time),
+keep and discard (moves, never deletes)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from procs import node_cmd  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from teleop_flywheel.core.clock import now_ns  # noqa: E402
+from teleop_flywheel.core.episode import EpisodeMeta  # noqa: E402
+from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
+from teleop_flywheel.data.reasons import ValidateConfig  # noqa: E402
+from teleop_flywheel.data.validate import apply_schema, validate_bag  # noqa: E402
+from teleop_flywheel.recording.metadata import read_metadata_yaml  # noqa: E402
+from teleop_flywheel.recording.reader import open_bag  # noqa: E402
+from teleop_flywheel.recording.verdict import read_verdict  # noqa: E402
+from teleop_flywheel.ros.nodes.camera import CameraNode  # noqa: E402
+from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state  # noqa: E402
+from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
+
+STREAMS = ["/follower/joint_states", "/follower/joint_command", "/teleop/authority"]
+CAMERA = "/cameras/front/image/compressed"
+
+
+def wait_for(pred: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Rig:
+    """Publishers of a session's required streams at 200 Hz and a synthetic camera, in this process;
+    the recorder in its own."""
+
+    def __init__(self, out: Path) -> None:
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.spinner = NodeSpinner(self.context)
+        self.node = Node("rig", context=self.context)
+        self.pubs = [self.node.create_publisher(JointState, t, STREAM_QOS) for t in STREAMS]
+        self.statuses: list[dict[str, Any]] = []
+        self.node.create_subscription(String, "/recorder/status", lambda m: self.statuses.append(json.loads(m.data)),
+                                      LATCHED_QOS)
+        self.camera = CameraNode("camera_front", context=self.context, parameter_overrides=[
+            Parameter("name", value="front"), Parameter("width", value=320), Parameter("height", value=240)])
+        for n in (self.node, self.camera):
+            self.spinner.add(n)
+        self.proc = subprocess.Popen(
+            node_cmd("recorder", output_dir=str(out), topics=f"[{','.join(STREAMS)}]", cameras="[front]",
+                     discovery_period_s=0.1, status_period_s=0.2),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._publish, daemon=True)
+        self._thread.start()
+
+    def _publish(self) -> None:
+        k = 0
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            k += 1
+            t = now_ns()
+            pos = [0.3 * math.sin(2 * math.pi * 0.5 * k / 200.0)] * 6
+            for pub in self.pubs[:2]:
+                pub.publish(joint_state(JOINT_NAMES, pos, t))
+            self.pubs[2].publish(joint_state(["alpha", "mode", "intervention_id", "trigger"], [1.0, 0.0, 0.0, 0.0], t))
+            delay = t0 + k / 200.0 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def call(self, service: str) -> tuple[bool, str, float]:
+        cli = self.node.create_client(Trigger, f"/recorder/{service}")
+        assert cli.wait_for_service(timeout_sec=60), service
+        t = time.monotonic()
+        future = cli.call_async(Trigger.Request())
+        wait_for(future.done, 30, f"/recorder/{service}")
+        took = time.monotonic() - t
+        self.node.destroy_client(cli)
+        return future.result().success, future.result().message, took
+
+    def set(self, **values: Any) -> None:
+        client = AsyncParameterClient(self.node, "recorder")
+        assert client.wait_for_services(timeout_sec=60)
+        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        wait_for(future.done, 30, "set_parameters")
+
+    def verdict_of(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            for s in reversed(self.statuses[-3:]):
+                for v in s.get("verdicts", []):
+                    if v["episode"] == name and v["verdict"] != "pending":
+                        return s
+            return None
+        return wait_for(done, timeout, f"the verdict of {name} on /recorder/status")  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        end_process(self.proc, 15.0)
+        self.camera.close()
+        self.spinner.shutdown()
+        for n in (self.camera, self.node):
+            n.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Any:
+    r = Rig(tmp_path / "bags")
+    try:
+        wait_for(lambda: r.statuses and not r.statuses[-1]["missing_topics"], 90, "the recorder finding every stream")
+        yield r
+    finally:
+        r.close()
+
+
+def test_verdict_at_stop_while_the_next_episode_records_on_time_without_drops(rig: Rig, tmp_path: Path) -> None:
+    out = tmp_path / "bags"
+    assert rig.call("start")[0]
+    time.sleep(4.0)
+    rig.set(outcome="success", attempts=2)
+    ok, saved, _ = rig.call("stop")
+    assert ok, saved
+    t_stop = time.monotonic()
+    ok, second, start_took = rig.call("start")  # at once: the verdict of the first is being computed
+    t_started = time.monotonic()
+    assert ok, second
+    first = Path(saved.split()[1].rstrip(":"))
+    wait_for(lambda: [s for s in rig.statuses if s["state"] == "recording" and s["episode"] == Path(second).name],
+             10, "the second episode on /recorder/status")
+    status = rig.verdict_of(first.name)
+    t_verdict = time.monotonic()
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - t_started)))
+    ok, _msg, _ = rig.call("stop")
+    assert ok
+    t_second_stopped = time.monotonic()
+
+    # The verdict came while the second episode was recording.
+    assert t_stop < t_verdict < t_second_stopped
+    doc = read_verdict(first)
+    assert doc is not None
+    cfg = ValidateConfig.load(None)
+    report = validate_bag((str(first), cfg))
+    apply_schema([report], ["front"])  # the session's cameras
+    assert doc["verdict"] == ("PASS" if report.passed else "FAIL"), (doc, report.line())
+    assert doc["codes"] == list(dict.fromkeys(r.code for r in report.reasons))
+    assert doc["expected_cameras"] == ["front"] and doc["cameras"] == ["front"]
+    last = status["verdict"]
+    assert last["episode"] == first.name and last["verdict"] == doc["verdict"] and last["codes"] == doc["codes"]
+    # verdict.json lives beside the bag: outside its content id and the MCAP/metadata.yaml agreement
+    bag = open_bag(first)
+    assert bag.damage == [] and bag.episode_id == report.episode_id
+    # The status carries the clock field: each camera's receive latency (and the verdict's estimate, once given).
+    assert "front" in status["clock"]["cameras"] and "latency_ms" in status["clock"]["cameras"]["front"]
+
+    # The second episode started on time and lost nothing while the worker judged the first.
+    assert start_took < 2.0, f"start took {start_took:.2f} s"
+    meta = EpisodeMeta.from_strings(read_metadata_yaml(Path(second))["custom_data"])
+    assert meta.attempts is None and meta.outcome == "unset"  # the first episode's labels did not leak
+    assert set(meta.drops) == set(STREAMS) | {CAMERA} and not any(meta.drops.values()), meta.drops
+    sec = open_bag(Path(second))
+    follower = sec.stamps("/follower/joint_states")
+    assert (follower[0] - meta.started_ros_ns) / 1e9 < 0.1, "the first sample came late after start"
+    assert (max(follower[1:] - follower[:-1]) / 1e9) < 0.1, "a stall in the recorded stream"
+    assert (meta.stopped_ros_ns - meta.started_ros_ns) / 1e9 > 2.5
+    assert sorted(p.name for p in out.iterdir()) == sorted([first.name, Path(second).name])
+
+
+def test_keep_and_discard_after_stop_and_while_recording_never_delete(rig: Rig, tmp_path: Path) -> None:
+    out = tmp_path / "bags"
+    names = []
+    assert rig.call("start")[0]
+    time.sleep(2.5)
+    ok, saved, _ = rig.call("stop")
+    names.append(Path(saved.split()[1].rstrip(":")).name)
+    ok, text, _ = rig.call("keep")
+    assert ok and text == f"kept {out / names[0]}"
+    ok, text, _ = rig.call("discard")  # kept: refused, says why
+    assert not ok and "already kept" in text
+    assert rig.call("start")[0]
+    time.sleep(2.5)
+    ok, saved, _ = rig.call("stop")
+    names.append(Path(saved.split()[1].rstrip(":")).name)
+    ok, text, _ = rig.call("discard")  # the last stopped episode, probably before its verdict
+    assert ok and text == f"discarded {names[1]}: moved to {out / 'discarded' / names[1]}"
+    ok, second, _ = rig.call("start")
+    time.sleep(1.0)
+    ok, text, _ = rig.call("discard")  # while recording: closed and moved the same way
+    assert ok and text.startswith(f"discarded {Path(second).name}: moved to")
+    names.append(Path(second).name)
+    status = rig.verdict_of(names[1])
+    assert [v["decision"] for v in status["verdicts"]] == ["keep", "discard", "discard"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(["discarded", names[0]])
+    assert sorted(p.name for p in (out / "discarded").iterdir()) == sorted(names[1:])
+    kept = wait_for(lambda: read_verdict(out / names[0]), 60, "the kept episode's verdict")
+    assert kept["decision"]["action"] == "keep"
+    moved = read_verdict(out / "discarded" / names[1])
+    assert moved is not None and moved["verdict"] in ("PASS", "FAIL") and moved["decision"]["action"] == "discard"
+    cut = read_verdict(out / "discarded" / names[2])
+    assert cut is not None and cut["verdict"] is None and cut["decision"]["action"] == "discard"
+    for name in names[1:]:
+        assert open_bag(out / "discarded" / name).damage == []  # whole bags, closed with their metadata
