@@ -100,7 +100,24 @@ def _parts(exc: BaseException) -> tuple[str, str, str]:
     text = one_line(str(exc)) or type(exc).__name__
     if not isinstance(exc, (FlywheelError, OSError)):
         text = f"{type(exc).__name__}: {text}"
-    return text, str(getattr(exc, "where", "") or ""), str(getattr(exc, "fix", "") or "")
+    return text, str(getattr(exc, "where", "") or ""), _fix(exc)
+
+
+def _fix(exc: BaseException) -> str:
+    """The fix set on this error itself, else the innermost one along the errors it wraps
+    (`raise Outer(...) from inner`): the deepest cause knows best what went wrong."""
+    if vars(exc).get("fix"):
+        return str(vars(exc)["fix"])
+    found, seen = "", set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if getattr(cause, "fix", ""):
+            found = str(cause.fix)  # type: ignore[attr-defined]
+        elif isinstance(cause, OSError) and cause.errno in _OS_FIXES:
+            found = _OS_FIXES[cause.errno]
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return found
 
 
 def error_line(command: str, error: BaseException | str, where: str = "", fix: str = "") -> str:

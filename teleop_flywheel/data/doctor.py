@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import EXIT_USAGE, FlywheelError, UsageError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems, repair
 from teleop_flywheel.data.validate import display
@@ -35,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     root = Path(os.path.abspath(args.dataset))
     if not root.exists() and not commit.pending(root):
-        print(f"doctor: {display(root)}: no such dataset (and no interrupted append beside it)", file=sys.stderr)
-        return 2
+        raise UsageError("no such dataset (and no interrupted append beside it)", where=display(root),
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --out` wrote")
     done: list[str] = []
     try:
         with commit.locked_dataset(root):
@@ -44,12 +43,12 @@ def run(args: argparse.Namespace) -> int:
                 done, found = repair(root)
             else:
                 found = problems(root)
-    except (FlywheelError, OSError) as exc:
-        print(f"doctor: {exc}", file=sys.stderr)
-        return 2
+    except FlywheelError as exc:  # one line on stderr, exit 2 (cli.py)
+        exc.exit_code = EXIT_USAGE
+        raise
     if not found and not done and not (root / "meta" / "info.json").is_file():
-        print(f"doctor: {display(root)}: not a LeRobot dataset (no meta/info.json)", file=sys.stderr)
-        return 2
+        raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --out` wrote")
     if args.json:
         print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
                           "consistent": not found}, indent=2))

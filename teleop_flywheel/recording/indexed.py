@@ -39,6 +39,8 @@ class BagReadError(FlywheelError, RuntimeError):
 class NotABagError(BagReadError):
     """No bag at that path: missing, no .mcap in the directory, or a FIFO/device instead of a file."""
 
+    fix = "check the path: a bag is a directory holding metadata.yaml and one .mcap file"
+
 
 class UnindexedBagError(BagReadError):
     """The MCAP has no summary/index (a crashed recording): `recover` it before seeking in it."""

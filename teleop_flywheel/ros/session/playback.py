@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.episode import METADATA_RECORD
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.topics import camera_name, normalize_namespace, strip_namespace
 from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import BagReadError, IndexedBag, RawMessage
@@ -329,16 +328,10 @@ def run(args: argparse.Namespace) -> int:
     from teleop_flywheel.ros.session.republish import WaitPolicy, republish_ros
 
     if not args.foxglove and not args.ros:
-        print("replay: choose --foxglove and/or --ros", file=sys.stderr)
-        return 2
+        raise UsageError("nothing to replay to", where="the command line", fix="choose --foxglove and/or --ros")
     if args.rate <= 0:
-        print(f"replay: --rate must be positive, got {args.rate}", file=sys.stderr)
-        return 2
-    try:
-        source = BagSource(args.bag)
-    except ReplayError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError(f"--rate must be positive, got {args.rate}", fix="1.0 is the recorded speed")
+    source = BagSource(args.bag)  # ReplayError: one line on stderr, exit 2 (cli.py)
     wait = WaitPolicy(0 if args.no_wait else (args.wait_for_subscribers or 0),
                       any_subscriber=not args.no_wait and args.wait_for_subscribers is None,
                       timeout_s=args.wait_timeout)
