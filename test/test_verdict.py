@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from teleop_flywheel.data.reasons import ValidateConfig
-from teleop_flywheel.data.validate import apply_schema, validate_bag
+from teleop_flywheel.data.validate import apply_schema, find_bags, validate_bag
 from teleop_flywheel.recording import verdict
 from teleop_flywheel.recording.verdict import VerdictKeeper, read_verdict
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
@@ -126,6 +126,9 @@ def test_keep_before_or_after_the_verdict_and_discard_after_the_verdict(tmp_path
     doc = read_verdict(out / "discarded" / "second")
     assert doc is not None and doc["verdict"] == "PASS" and doc["decision"]["action"] == "discard"
     assert sorted(p.name for p in out.iterdir()) == ["discarded", "first"]
+    # a batch over the output folder leaves thrown-away episodes out; named, they are read
+    assert find_bags([out]) == ([first], [])
+    assert find_bags([out / "discarded"]) == ([out / "discarded" / "second"], [])
     keeper.close()
 
 

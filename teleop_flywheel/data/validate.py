@@ -46,6 +46,7 @@ from teleop_flywheel.data.reasons import (
     ValidateConfig,
 )
 from teleop_flywheel.recording.reader import BagReadError, NotABagError, open_bag
+from teleop_flywheel.recording.verdict import DISCARDED_DIR
 
 __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP", "DURATION_OUT_OF_RANGE",
            "OUTCOME_UNSET", "UNLABELLED_INTERVENTION", "DEAD_AIR", "SCHEMA_MISMATCH", "TRUNCATED", "CORRUPT",
@@ -150,7 +151,8 @@ def find_bags(paths: list[str | Path], exclude: Path | None = None) -> tuple[lis
 
     A directory holding `.mcap` files is a bag; the walk does not descend into a bag (a bag
     directory inside another is an error naming both: validate it by naming it), follows no
-    symlinked directory, and skips `exclude` (the quarantine) and everything below it.
+    symlinked directory, and skips `exclude` (the quarantine) and everything below it, and the
+    recorder's `discarded/` folders (episodes the operator threw away; name one to read it).
     """
     out: list[Path] = []
     errors: list[str] = []
@@ -167,7 +169,7 @@ def find_bags(paths: list[str | Path], exclude: Path | None = None) -> tuple[lis
             for root, dirs, _files in os.walk(p, onerror=lambda e: errors.append(f"{display(e.filename)}: "
                                                                                   f"{e.strerror}")):
                 here = Path(root)
-                if skip is not None and here.resolve() == skip:
+                if (skip is not None and here.resolve() == skip) or (here != p and here.name == DISCARDED_DIR):
                     dirs[:] = []
                     continue
                 if here != p and _is_bag_dir(here):

@@ -22,6 +22,7 @@ from teleop_flywheel.evaluation.protocol import (
     load_protocol,
 )
 from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
+from teleop_flywheel.recording.verdict import DISCARDED_DIR
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
@@ -72,7 +73,7 @@ def _expand(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir() and not (p / "metadata.yaml").exists() and not list(p.glob("*.mcap")):
-            out += sorted(d for d in p.iterdir() if d.is_dir())
+            out += sorted(d for d in p.iterdir() if d.is_dir() and d.name != DISCARDED_DIR)  # thrown away
         else:
             out.append(p)
     return out
