@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.calibration import sim_calibration_file
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     DIAGNOSTICS,
@@ -322,6 +323,12 @@ def _in_namespace(nodes: list[NodeSpec], namespace: str) -> tuple[NodeSpec, ...]
     return tuple(replace(n, namespace=namespace) for n in nodes)
 
 
+class ParamFileError(FlywheelError, ValueError):
+    """A ROS 2 parameter file the session cannot use; names the file."""
+
+    fix = "a parameter file maps node: {ros__parameters: {...}}; config/params.yaml lists every parameter"
+
+
 def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """A ROS 2 parameter YAML (`node: {ros__parameters: {...}}`) as {node_name: params}."""
     import yaml
@@ -330,16 +337,16 @@ def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except OSError as exc:
-        raise ValueError(f"{p}: cannot read parameter file ({exc.strerror})") from exc
+        raise ParamFileError(f"{p}: cannot read parameter file ({exc.strerror})") from exc
     except yaml.YAMLError as exc:
-        raise ValueError(f"{p}: not valid YAML ({exc})") from exc
+        raise ParamFileError(f"{p}: not valid YAML ({yaml_problem(exc)})") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{p}: expected a mapping of node names to ros__parameters")
+        raise ParamFileError(f"{p}: expected a mapping of node names to ros__parameters")
     out: dict[str, dict[str, Any]] = {}
     for node, body in data.items():
         params = (body or {}).get("ros__parameters") if isinstance(body, dict) else None
         if not isinstance(params, dict):
-            raise ValueError(f"{p}: node {node!r} has no ros__parameters mapping")
+            raise ParamFileError(f"{p}: node {node!r} has no ros__parameters mapping")
         out[str(node).lstrip("/")] = params
     return out
 

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, FlywheelError, UsageError, error_line
 from teleop_flywheel.ros.session.graph import (
     KINDS,
     LAUNCH_ARGUMENTS,
@@ -49,12 +50,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="unattended runs: the simulated failures' random seed")
 
 
+def check_calibrations(graph: Any) -> None:
+    """A calibration file an arm driver would die on stops `run` before anything starts, with the
+    file and field named (CalibrationError), as a malformed argument does."""
+    from teleop_flywheel.core.calibration import load_calibration
+
+    for node in graph.nodes:
+        path = node.parameters.get("calibration_file") if node.executable == "arm_driver" else None
+        if path:
+            load_calibration(path)
+
+
 def parse_args_list(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--arg {item!r}: expected NAME=VALUE")
+            raise UsageError(f"--arg {item!r}: expected NAME=VALUE", fix=f"e.g. --arg cameras=front:/dev/video0; "
+                             f"names: {', '.join(LAUNCH_ARGUMENTS)}")
         out[name.strip()] = value
     return out
 
@@ -128,9 +141,11 @@ def run(args: argparse.Namespace) -> int:
                                  "is not one (use kind sim with --unattended for a run without an operator)")
             cfg = replace(cfg, task=protocol.task)
         graph = with_params_files(build_graph(args.kind, cfg), tuple(args.param_file))
-    except (ValueError, ProtocolError) as exc:
-        print(f"run: {exc}", file=sys.stderr)
-        return 2
+        check_calibrations(graph)
+    except ValueError as exc:  # a ProtocolError/CalibrationError as it is: one line, exit 2 (cli.py)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc), fix=f"{PROG} run --help lists the session arguments") from exc
     stop = threading.Event()
     starting = True
 
@@ -144,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(graph, log=lambda text: print(f"run: {text}", file=sys.stderr, flush=True),
                       on_failure=lambda _text: stop.set())
     bags: list[Path] = []
-    error = False
+    error: BaseException | None = None
     try:
         with session:
             starting = False
@@ -160,20 +175,22 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except (SessionError, ProtocolError, RuntimeError) as exc:
-        error = True
-        if not session.failed.is_set() or str(exc) != session.failure:
-            print(f"run: {exc}", file=sys.stderr, flush=True)
+        error = exc
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    see_above = "the lines above say why; --arg and --param-file set what the nodes run with"
     if session.failed.is_set():
-        print(f"run: session stopped because {session.failure}", file=sys.stderr, flush=True)
-        return 1
+        print(error_line("run", f"session stopped because {session.failure}", fix=see_above),
+              file=sys.stderr, flush=True)
+        return EXIT_PARTIAL
     if session.problems:
-        print(f"run: session stopped; not cleanly: {'; '.join(session.problems)}", file=sys.stderr, flush=True)
-        return 1
-    if error:
-        return 1
+        print(error_line("run", f"session stopped, not cleanly: {'; '.join(session.problems)}", fix=see_above),
+              file=sys.stderr, flush=True)
+        return EXIT_PARTIAL
+    if error is not None:
+        print(error_line("run", error), file=sys.stderr, flush=True)
+        return EXIT_PARTIAL
     print("run: session stopped cleanly", flush=True)
     if bags and protocol is not None:
         from teleop_flywheel.evaluation.report import build_report, format_table, read_trial
