@@ -34,7 +34,48 @@ def test_view_shows_authority_streams_and_labels() -> None:
 
 def test_keys_cover_every_trigger_label_and_lifecycle() -> None:
     assert {arg for a, arg in KEYS.values() if a == "trigger"} == set(TRIGGER_LABELS)
-    assert {a for a, _ in KEYS.values()} >= {"start", "stop", "discard", "outcome", "mode", "quit", "pedal"}
+    assert {a for a, _ in KEYS.values()} >= {"start", "stop", "discard", "keep", "attempts", "outcome", "mode",
+                                             "quit", "pedal"}
+
+
+def test_a_then_a_digit_sets_attempts_and_digits_alone_stay_labels() -> None:
+    st = ConsoleState()
+    assert st.key("3") == ("trigger", TRIGGER_LABELS[2])
+    assert st.key("a") is None and "press a digit" in st.message
+    assert st.key("3") == ("attempts", "3")
+    assert st.key("3") == ("trigger", TRIGGER_LABELS[2])  # the pair is over
+    assert st.key("a") is None
+    assert st.key("x") == ("discard", "") and st.message == "attempts: cancelled"  # another key cancels, then acts
+    assert st.key("k") == ("keep", "") and st.key("?") is None
+
+
+def test_view_shows_the_verdict_what_to_do_and_the_clock_field() -> None:
+    st = ConsoleState(session="sim")
+    status = {"state": "idle", "episode": "", "attempts": 2, "outcome": "unset",
+              "verdict": {"episode": "ep_0008", "verdict": "pending", "codes": [], "decision": None},
+              "clock": {"cameras": {"front": {"latency_ms": 4.25}}, "ptp_offset_ns": None}}
+    st.on_recorder_status(json.dumps(status))
+    text = "\n".join(st.render(200))
+    assert "verdict ep_0008: … validating" in text and "attempts: 2" in text
+    assert "clock offset: front ? (recv 4.2 ms)" in text  # no estimate yet: the receive latency
+    status["verdict"] = {"episode": "ep_0008", "verdict": "FAIL", "codes": ["FRAME_GAP", "OUTCOME_UNSET"],
+                         "reasons": [{"code": "FRAME_GAP", "detail": "/cameras/front/image/compressed gap 4.0s"},
+                                     {"code": "OUTCOME_UNSET", "detail": "outcome was never set"}],
+                         "warnings": [{"code": "CAMERA_LAG_UNKNOWN", "detail": "too little motion"}], "decision": None}
+    status["clock"] = {"cameras": {"front": {"latency_ms": 4.0, "lag": {"lag_ms": 31.5, "confidence": 0.9}}},
+                       "ptp_offset_ns": 250_000}
+    st.on_recorder_status(json.dumps(status))
+    text = "\n".join(st.render(200))
+    assert "verdict ep_0008: FAIL FRAME_GAP OUTCOME_UNSET" in text
+    assert "  FRAME_GAP: /cameras/front/image/compressed gap 4.0s" in text
+    assert "warning CAMERA_LAG_UNKNOWN: too little motion" in text
+    assert "x discard and re-record   k keep" in text
+    assert "front lag +31.5 ms (recv 4.0 ms), PTP +0.250 ms" in text
+    status["verdict"]["decision"] = "discard"
+    st.on_recorder_status(json.dumps(status))
+    assert "discarded (moved to discarded/)" in "\n".join(st.render(200))
+    st.on_intervention(json.dumps({"id": 2, "start_ns": 1, "end_ns": None, "trigger": None, "kind": "correction"}))
+    assert "last correction: #2 trigger=UNLABELLED (running)" in "\n".join(st.render(200))
 
 
 def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
@@ -72,10 +113,17 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
         read_until(fd, r"recording: recording", 30)
         os.write(fd, b"y")
         read_until(fd, r"outcome: success", 30)
+        os.write(fd, b"a4")  # attempts: `a` then a digit
+        read_until(fd, r"attempts: 4", 30)
         os.write(fd, b" ")  # the terminal fallback pedal
         read_until(fd, r"takeover \(pedal down\)", 30)
         os.write(fd, b"e")
         read_until(fd, r"recording: idle", 30)
+        # The verdict of the episode just stopped comes onto the screen (this one has no joint streams).
+        screen = read_until(fd, r"verdict episode_\S+: FAIL [A-Z_ ]*MISSING_STREAM.*x discard and re-record", 60)
+        assert "/follower/joint_states has 0 messages" in screen
+        os.write(fd, b"k")
+        read_until(fd, r"keep: ok kept .*  kept", 30)
         os.write(fd, b"q")
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
@@ -93,3 +141,6 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     bags = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(bags) == 1, f"expected one saved episode, found {bags}"
     assert "outcome: success" in (bags[0] / "metadata.yaml").read_text()
+    assert "attempts: '4'" in (bags[0] / "metadata.yaml").read_text()
+    doc = json.loads((bags[0] / "verdict.json").read_text())
+    assert doc["verdict"] == "FAIL" and "MISSING_STREAM" in doc["codes"] and doc["decision"]["action"] == "keep"

@@ -2,9 +2,10 @@
 
 It talks to the nodes only through their topics and services: it subscribes
 `/teleop/authority`, `/teleop/intervention`, `/recorder/status` and `/diagnostics`, and its
-keys call `/recorder/{start,stop,discard}` (std_srvs/Trigger), set the episode outcome with
-the standard `/recorder/set_parameters` service, and switch mode / label the intervention
-through the teleop node's services. The screen is redrawn a few times a second with plain
+keys call `/recorder/{start,stop,discard,keep}` (std_srvs/Trigger), set the episode outcome and
+attempts with the standard `/recorder/set_parameters` service, and switch mode / label the
+intervention through the teleop node's services. The recorder's status brings the verdict of the
+last episode (validated at stop), which the screen shows with what to do about it. The screen is redrawn a few times a second with plain
 ANSI codes, so it works over ssh and in any terminal.
 """
 from __future__ import annotations
@@ -55,7 +56,8 @@ class ConsoleNode:
                 state.on_diagnostic(s.name, levels.get(level, str(level)), s.message, {kv.key: kv.value for kv in s.values})
 
         n.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diag, 50)
-        self._trigger: dict[str, Any] = {a: n.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
+        self._trigger: dict[str, Any] = {a: n.create_client(Trigger, f"{recorder}/{a}")
+                                         for a in ("start", "stop", "discard", "keep")}
         self._rec_params: Any = n.create_client(SetParameters, f"{recorder}/set_parameters")
         self._mode: Any = n.create_client(SetBool, f"{teleop}/set_policy_mode")
         self._label: dict[str, Any] = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
@@ -109,9 +111,10 @@ class ConsoleNode:
 
         if action in self._trigger:
             call(self._trigger[action], Trigger.Request(), action)
-        elif action == "outcome":
-            req = SetParameters.Request(parameters=[Parameter("outcome", value=arg).to_parameter_msg()])
-            call(self._rec_params, req, f"outcome={arg}")
+        elif action in ("outcome", "attempts"):
+            value: str | int = int(arg) if action == "attempts" else arg
+            req = SetParameters.Request(parameters=[Parameter(action, value=value).to_parameter_msg()])
+            call(self._rec_params, req, f"{action}={arg}")
         elif action == "mode":
             call(self._mode, SetBool.Request(data=arg == "policy"), f"mode={arg}")
         elif action == "trigger":
@@ -173,10 +176,10 @@ def run(args: argparse.Namespace) -> int:
             ready, _, _ = select.select([fd], [], [], period)
             if not ready:
                 continue
-            key = os.read(fd, 1).decode(errors="replace")
-            if key not in KEYS:
+            pressed = state.key(os.read(fd, 1).decode(errors="replace"))
+            if pressed is None:
                 continue
-            action, arg = KEYS[key]
+            action, arg = pressed
             if action == "quit":
                 break
             console.act(action, arg)

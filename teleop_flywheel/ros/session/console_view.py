@@ -13,11 +13,14 @@ from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_name, trigger_name
 
-# key -> (action, argument). Digits pick a trigger label in TRIGGER_LABELS order.
+# key -> (action, argument). Digits pick a trigger label in TRIGGER_LABELS order; `a` then a digit
+# sets the attempts of the episode being recorded (ConsoleState.key reads the pair).
 KEYS: dict[str, tuple[str, str]] = {
     "s": ("start", ""),
     "e": ("stop", ""),
-    "x": ("discard", ""),
+    "x": ("discard", ""),  # the episode being recorded, else the last one stopped: moved to discarded/
+    "k": ("keep", ""),  # the last episode stopped: kept (verdict.json says so; ingest takes it)
+    "a": ("attempts", ""),  # followed by a digit 0-9 (0 = not given)
     "y": ("outcome", "success"),
     "n": ("outcome", "failure"),
     "p": ("mode", "policy"),
@@ -40,7 +43,26 @@ class ConsoleState:
     diagnostics: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (level, message)
     clock_offset_ms: float | None = None
     message: str = ""
+    awaiting_attempts: bool = False  # `a` was pressed: the next digit is the number of attempts
     updated: float = field(default_factory=time.monotonic)
+
+    # -- keys -----------------------------------------------------------------------------------
+    def key(self, ch: str) -> tuple[str, str] | None:
+        """The action a key press asks for (None: nothing to send). `a` then a digit is the number of
+        attempts; any other key after `a` cancels it and does what it always does."""
+        if self.awaiting_attempts:
+            self.awaiting_attempts = False
+            if ch.isdigit() and len(ch) == 1:
+                return ("attempts", ch)
+            self.message = "attempts: cancelled"
+        if ch not in KEYS:
+            return None
+        action, arg = KEYS[ch]
+        if action == "attempts":
+            self.awaiting_attempts = True
+            self.message = "attempts: press a digit 0-9 (0 = not given)"
+            return None
+        return action, arg
 
     # -- updates from topics ---------------------------------------------------------------
     def on_authority(self, names: list[str], values: list[float]) -> None:
@@ -85,17 +107,17 @@ class ConsoleState:
             "",
             f"recording: {state:<10} episode: {rec.get('episode') or '-':<28} elapsed: {rec.get('elapsed_s', 0.0):7.1f} s",
             f"task: {rec.get('task') or '(unset)'}   operator: {rec.get('operator') or '(unset)'}   "
-            f"outcome: {rec.get('outcome', 'unset')}",
+            f"outcome: {rec.get('outcome', 'unset')}   attempts: {rec.get('attempts') or '-'}",
             f"authority: mode {self.mode:<7} alpha {_fmt(self.alpha)}   intervention "
             f"{self.intervention_id or '-'}   trigger {self.trigger or ('UNLABELLED' if self.intervention_id else '-')}",
         ]
         if self.last_intervention:
             li = self.last_intervention
-            lines.append(f"last intervention: #{li.get('id')} trigger={li.get('trigger') or 'UNLABELLED'} "
+            lines.append(f"last {li.get('kind') or 'intervention'}: #{li.get('id')} trigger={li.get('trigger') or 'UNLABELLED'} "
                          f"{'(running)' if li.get('end_ns') in (None, 0) else '(ended)'}")
         free = rec.get("disk_free_bytes")
-        lines.append(f"clock offset: {_fmt(self.clock_offset_ms)} ms   disk free: "
-                     f"{'?' if free is None else f'{free / 1e9:.1f} GB'}")
+        lines.append(f"clock offset: {self._clock(rec)}   disk free: {'?' if free is None else f'{free / 1e9:.1f} GB'}")
+        lines += _verdict_lines(rec.get("verdict") or {}, hint=keys and state != "recording")
         lines.append("")
         lines.append(f"{'stream':<44}{'rate Hz':>10}{'msgs':>10}{'drops':>8}")
         for name, t in sorted((rec.get("topics") or {}).items()):
@@ -111,12 +133,55 @@ class ConsoleState:
         labels = "  ".join(f"{i + 1}={label}" for i, label in enumerate(TRIGGER_LABELS))
         if keys:
             lines.append("")
-            lines.append("keys: s start  e stop  x discard  y success  n failure  p policy  t teleop  "
-                         "space take over/hand back  q quit")
+            lines.append("keys: s start  e stop  x discard  k keep  y success  n failure  a+digit attempts  "
+                         "p policy  t teleop  space take over/hand back  q quit")
         lines.append(f"trigger: {labels}")
         if self.message:
             lines.append(f"> {self.message}")
         return [line[:width] for line in lines]
+
+
+    def _clock(self, rec: dict[str, Any]) -> str:
+        """Per camera: the content-based lag estimate of the last verdict (once the validator gives
+        one), else the receive − capture latency the recorder sees; the PTP offset when measured; an
+        offset a node reports on /diagnostics."""
+        clock = rec.get("clock") or {}
+        parts = []
+        for name, c in sorted((clock.get("cameras") or {}).items()):
+            lag = _lag_ms(c.get("lag"))
+            text = f"{name} lag {lag:+.1f} ms" if lag is not None else f"{name} ?"
+            if c.get("latency_ms") is not None:
+                text += f" (recv {c['latency_ms']:.1f} ms)"
+            parts.append(text)
+        if clock.get("ptp_offset_ns") is not None:
+            parts.append(f"PTP {clock['ptp_offset_ns'] / 1e6:+.3f} ms")
+        if self.clock_offset_ms is not None:
+            parts.append(f"{self.clock_offset_ms:.2f} ms")
+        return ", ".join(parts) or "?"
+
+
+def _lag_ms(lag: Any) -> float | None:
+    """A lag estimate as the validator reports it: a number (ms) or a mapping with `lag_ms`."""
+    if isinstance(lag, dict):
+        lag = lag.get("lag_ms")
+    return float(lag) if isinstance(lag, (int, float)) else None
+
+
+def _verdict_lines(v: dict[str, Any], hint: bool) -> list[str]:
+    """The last episode's verdict (pending while the validator works), its reasons, what to do."""
+    if not v:
+        return []
+    verdict = v.get("verdict")
+    head = {"pending": "… validating", None: f"NOT VALIDATED ({v.get('error') or 'no verdict'})"}.get(verdict, verdict)
+    out = [f"verdict {v.get('episode')}: {head}" + (f" {' '.join(v.get('codes') or [])}" if v.get("codes") else "")]
+    out += [f"  {r['code']}: {r['detail']}" for r in (v.get("reasons") or [])[:4]]
+    out += [f"  warning {w['code']}: {w['detail']}" for w in (v.get("warnings") or [])[:3] if isinstance(w, dict)]
+    decision = v.get("decision")
+    if decision:
+        out.append(f"  {'kept' if decision == 'keep' else 'discarded (moved to discarded/)'}")
+    elif hint:
+        out.append("  x discard and re-record   k keep")
+    return out
 
 
 def _fmt(value: float | None) -> str:
