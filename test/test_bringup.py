@@ -112,5 +112,5 @@ def test_find_cameras_without_devices_says_so(tmp_path: Path) -> None:
     if glob.glob("/dev/video*"):
         pytest.skip("this machine has V4L2 devices")
     done = cli("find-cameras", "--out", str(tmp_path))
-    assert done.returncode == 1 and "no V4L2 capture device" in done.stderr
+    assert done.returncode == 2 and "no V4L2 capture device" in done.stderr
     time.sleep(0)

@@ -28,10 +28,11 @@ from typing import TextIO
 import yaml
 
 from teleop_flywheel.core.calibration import ArmCalibration, CalibrationError, JointCalibration, parse_calibration
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
-from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus
+from teleop_flywheel.hw.bringup import require_port
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
 FULL_TURN_JOINTS = ("wrist_roll",)
@@ -126,8 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     for path in filter(None, (args.out, args.lerobot_json)):
         if path.exists() or path.is_symlink():
-            print(f"calibrate: {path} already exists; it is never overwritten (choose another path)", file=sys.stderr)
-            return 2
+            raise UsageError("already exists", where=str(path),
+                             fix="choose another path: a calibration is never overwritten")
+    require_port(args.port)
     try:
         with FeetechBus(args.port) as bus:
             cal = calibrate(bus, args.arm_id or args.out.stem, args.non_interactive, sys.stdout, sys.stdin)
@@ -135,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
                          + yaml.safe_dump(cal.to_dict(), sort_keys=False))
         if args.lerobot_json:
             create_exclusive(args.lerobot_json, json.dumps(cal.to_lerobot_json(), indent=4) + "\n")
-    except (BusError, FlywheelError) as exc:
-        print(f"calibrate: {exc}", file=sys.stderr)
-        return 1
+    except FlywheelError as exc:  # it ran on the arm and failed there: one line, exit 1 (cli.py)
+        exc.exit_code = EXIT_PARTIAL
+        raise
     for j in cal.joints:
         print(f"calibrate: {j.name:13s} id {j.id}  homing_offset {j.homing_offset:+5d}  "
               f"range {j.range_min}..{j.range_max}")

@@ -14,12 +14,12 @@ import fcntl
 import glob
 import os
 import struct
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
 
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, open_source
 
 
@@ -129,9 +129,9 @@ def run(args: argparse.Namespace) -> int:
     devices = sorted(glob.glob("/dev/video*"), key=lambda d: (len(d), d))
     cameras = [info for info in map(describe, devices) if info is not None]
     if not cameras:
-        print("find-cameras: no V4L2 capture device (/dev/video*) on this machine; is the camera plugged in, "
-              "and are you in the 'video' group?", file=sys.stderr)
-        return 1
+        raise UsageError("no V4L2 capture device on this machine", where="/dev/video*",
+                         fix="is the camera plugged in, and are you in the 'video' group? "
+                             "--synthetic shows the simulator's camera")
     for info in cameras:
         print(f"{info.device}: {info.name}")
         for mode in info.modes:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import sys
 import time
 
 from serial.tools import list_ports
+
+from teleop_flywheel.core.errors import PartialFailure, UsageError
 
 
 def current_ports(pattern: str | None) -> set[str]:
@@ -31,24 +32,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     before = current_ports(args.ports)
     if not before:
-        print(f"find-port: no serial ports found{f' matching {args.ports}' if args.ports else ''} "
-              "(is the arm's USB cable plugged in?)", file=sys.stderr)
-        return 1
+        raise UsageError("no serial ports found", where=args.ports or "the system's serial ports",
+                         fix="is the arm's USB cable plugged in?")
     print("find-port: ports now: " + ", ".join(sorted(before)), flush=True)
     if args.after_seconds is None:
         try:
             input("Unplug the arm's USB cable, then press Enter. ")
         except EOFError:
-            print("find-port: no answer on standard input (use --after-seconds N)", file=sys.stderr)
-            return 2
+            raise UsageError("no answer", where="standard input", fix="use --after-seconds N") from None
     else:
         print(f"find-port: unplug the arm's USB cable within {args.after_seconds:g} s", flush=True)
         time.sleep(args.after_seconds)
     gone = sorted(before - current_ports(args.ports))
     if len(gone) != 1:
         what = "no port disappeared" if not gone else f"{len(gone)} ports disappeared ({', '.join(gone)})"
-        print(f"find-port: {what}; unplug exactly one arm and try again", file=sys.stderr)
-        return 1
+        raise PartialFailure(what, where=args.ports or "the serial ports", fix="unplug exactly one arm and try again")
     port = gone[0]
     print(f"find-port: the arm is on {port}")
     print("find-port: give it a stable name with a udev rule on the adapter's serial number, e.g.\n"

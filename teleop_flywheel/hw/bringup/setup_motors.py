@@ -12,11 +12,11 @@ locks it again and verifies it by ping at the new id and baud. EEPROM writes hap
 from __future__ import annotations
 
 import argparse
-import sys
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, PartialFailure, UsageError
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_IDS, JOINT_NAMES, MODEL_NUMBER
-from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus
+from teleop_flywheel.hw.bringup import require_port
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
 
 BAUD_CODES = {rate: code for code, rate in BAUD_RATES.items()}
@@ -75,9 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.non_interactive and not args.joint:
-        print("setup-motors: --non-interactive needs --joint NAME (which joint the connected servo is)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("--non-interactive needs --joint NAME", fix="name the joint the connected servo is")
+    require_port(args.port)
     joints = [args.joint] if args.non_interactive else list(reversed(JOINT_NAMES))
     try:
         for joint in joints:
@@ -85,10 +84,10 @@ def run(args: argparse.Namespace) -> int:
                 input(f"Connect ONLY the {args.arm}'s {joint} servo (id {JOINT_IDS[joint]} to be) to the "
                       f"controller board, then press Enter.")
             print(f"setup-motors: {configure(args.port, joint, args.baud)}", flush=True)
-    except (BusError, FlywheelError) as exc:
-        print(f"setup-motors: {exc}", file=sys.stderr)
-        return 1
+    except FlywheelError as exc:  # it ran on the bus and failed there: one line, exit 1 (cli.py)
+        exc.exit_code = EXIT_PARTIAL
+        raise
     except (EOFError, KeyboardInterrupt):
-        print("setup-motors: stopped; servos already done keep their new ids", file=sys.stderr)
-        return 1
+        raise PartialFailure("stopped before every servo was set up", where=args.port,
+                             fix="run it again: servos already done keep their new ids") from None
     return 0

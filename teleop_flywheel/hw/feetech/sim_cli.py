@@ -10,7 +10,8 @@ import signal
 import sys
 import threading
 
-from teleop_flywheel.core.calibration import CalibrationError, load_calibration
+from teleop_flywheel.core.calibration import load_calibration
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
@@ -43,24 +44,19 @@ def run(args: argparse.Namespace) -> int:
         for spec in args.fault:
             parse_fault(spec, faults)
     except ValueError as exc:
-        print(f"sim-bus: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc), where="--fault", fix="see the --fault forms in --help") from exc
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    try:
-        calibration = load_calibration(args.calibration) if args.calibration else None
-    except CalibrationError as exc:
-        print(f"sim-bus: {exc}", file=sys.stderr)
-        return 2
+    calibration = load_calibration(args.calibration) if args.calibration else None  # CalibrationError: exit 2
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
                        uncalibrated=args.uncalibrated, grip_object=args.grip_object)
     try:
         arm.start()
     except OSError as exc:
-        print(f"sim-bus: cannot create pseudo-terminal or link {args.link}: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError(f"cannot create the pseudo-terminal or its link ({exc.strerror or exc})",
+                         where=str(args.link or "/dev/ptmx"), fix="choose a --link path in a folder you can write") from exc
     print(arm.port, flush=True)
     servos = "1 factory-new STS3215 (id 1)" if args.factory_new else "6 x STS3215, ids 1-6"
     print(f"sim-bus: {args.arm} arm ({servos}) on {arm.port}"
