@@ -138,4 +138,6 @@ def error_line(command: str, error: BaseException | str, where: str = "", fix: s
     text = what if not where or where in what else f"{what}, {where}"
     if not fix:
         fix = f"see {PROG} {command} --help"
-    return f"{PROG} {command}: error: {text} ({fix.strip('()')})"
+    if fix.startswith("(") and fix.endswith(")"):
+        fix = fix[1:-1]
+    return f"{PROG} {command}: error: {text} ({fix})"

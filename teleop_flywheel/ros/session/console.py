@@ -22,6 +22,7 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_JOY, RECORDER_NODE, TELEOP_NODE
 from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
@@ -147,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
     if not sys.stdin.isatty():
-        print("console: standard input is not a terminal; run it in a terminal (or a pty)", file=sys.stderr)
-        return 2
+        raise UsageError("standard input is not a terminal", where="standard input",
+                         fix="run it in a terminal (or a pty)")
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # as `run` and `demo` do
     rclpy.init()
     state = ConsoleState(session=args.session)

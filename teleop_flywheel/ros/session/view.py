@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.topics import DIAGNOSTICS, camera_name, normalize_namespace, strip_namespace
 from teleop_flywheel.recording import msgdefs
@@ -216,15 +216,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         namespace = normalize_namespace(args.namespace)
     except ValueError as exc:
-        print(f"view: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc), where="--namespace", fix="the rig's namespace argument, e.g. rig_a") from exc
     rclpy.init()
     try:
         view = LiveView(namespace=namespace, host=args.host, port=args.port)
     except (RuntimeError, OSError) as exc:
-        print(f"view: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
-        return 1
+        raise UsageError(f"cannot serve ({exc})", where=f"{args.host}:{args.port}",
+                         fix="another server holds the port: stop it, or choose --port") from exc
     executor = SingleThreadedExecutor()
     executor.add_node(view.node)
     print(f"view: serving the live session{' ' + namespace if namespace else ''} on ws://{args.host}:{view.port} "
