@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from teleop_flywheel.core.errors import PartialFailure, UsageError
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
@@ -71,7 +72,10 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
                                             width=320, height=240),),
                         output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
                         checkpoint_id="scripted-v0", policy_args=str(policy_file))
-    with Session(build_graph("sim", cfg)) as session:  # returns once every node is on the graph
+    graph = build_graph("sim", cfg)
+    print(f"demo: starting the simulated rig: {len(graph.sim_arms)} simulated arms (sim-bus) and {len(graph.nodes)} "
+          f"nodes, one process each (up to {READY_S:.0f} s on a loaded machine)...", flush=True)
+    with Session(graph) as session:  # returns once every node is on the graph
         operator = RecorderClient(session.context, "demo_operator")
         policy = PolicyClient(operator.node)
         camera = ParameterClient(operator.node, "/camera_front")
@@ -136,13 +140,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
-    if out.exists() and any(out.iterdir()):
-        print(f"demo: {out} exists and is not empty; choose a new --out (nothing is ever overwritten)", file=sys.stderr)
-        return 2
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError("exists and is not an empty folder", where=str(out),
+                         fix="choose a new --out: nothing is ever overwritten")
     if args.seconds < 6 or args.episodes < 1:
-        print("demo: need --episodes >= 1 and --seconds >= 6 (the scripted takeover happens at 2.4-4.4 s)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("need --episodes >= 1 and --seconds >= 6", where="the command line",
+                         fix="the scripted takeover happens at 2.4-4.4 s into each episode")
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     # Its own graph: a random domain per run, so no other session's nodes join this one.
     domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
@@ -152,15 +155,18 @@ def run(args: argparse.Namespace) -> int:
     plans = plan(args.episodes)
     try:
         bags = record(out, plans, args.seconds)
-    except RuntimeError as exc:  # RecorderCallError included
-        print(f"demo: {exc}", file=sys.stderr)
-        return 1
+    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
+        raise PartialFailure(f"recording stopped: {exc}", where=str(out),
+                             fix="the lines above say which node; a loaded machine can starve one: run it again") from exc
+    print(f"\ndemo: {len(plans)} episodes recorded in {bags}; now validate, convert, audit, curate and write the "
+          "data card", flush=True)
     dataset, quarantine = out / "dataset", out / "quarantine"
     report = out / "validation.json"
     validated = cli("validate", str(bags), "--json", capture=True)
     if validated.returncode != 0:
-        print(validated.stderr, file=sys.stderr)
-        return 1
+        print(validated.stderr, end="", file=sys.stderr)
+        raise PartialFailure("validation could not read the recorded bags", where=str(bags),
+                             fix="the line above says why")
     report.write_text(validated.stdout)
     cli("validate", str(bags))
     failed = [] if cli("convert", str(bags), "--out", str(dataset), "--codec", args.codec,
@@ -189,6 +195,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
           f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
     if failed:
-        print(f"demo: these steps failed: {', '.join(failed)} (see their output above)", file=sys.stderr)
-        return 1
+        raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
     return 0
