@@ -153,7 +153,7 @@ def write_card(root: str | Path, validation: str | Path | None = None, force: bo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", type=Path)
+    parser.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory; the card is its README.md")
     parser.add_argument("--validation", type=Path, metavar="REPORT",
                         help="the validator's JSON report (teleop-flywheel validate ... --json > report.json)")
     parser.add_argument("--force", action="store_true", help="overwrite a README.md this command did not write")

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair", action="store_true",
                         help="apply the repairs that lose nothing (roll an interrupted append forward/back, move "
                              "orphan files aside, recompute totals and stats)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -304,16 +304,16 @@ def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     c = sub.add_parser("create", help="freeze the dataset's episodes into a manifest")
-    c.add_argument("dataset", type=Path)
+    c.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
     c.add_argument("--out", type=Path, required=True, help="manifest JSON to write (never overwritten)")
     c.add_argument("--filter", action="append", default=[], metavar="EXPR",
                    help="keep episodes where EXPR holds, e.g. outcome=success, operator!=ben, length>=200, "
                         "task='pick the brick' (repeatable; all must hold)")
     v = sub.add_parser("verify", help="prove a dataset is exactly a manifest")
-    v.add_argument("dataset", type=Path)
-    v.add_argument("manifest", type=Path)
+    v.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
+    v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
     v.add_argument("--subset", action="store_true", help="only require the manifest's episodes (ignore additions)")
-    v.add_argument("--json", action="store_true")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

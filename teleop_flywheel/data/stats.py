@@ -215,7 +215,7 @@ def format_text(s: FlywheelStats) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="a LeRobot dataset, or bag directories / folders of bags")
     parser.add_argument("--clusters", type=int, default=4, help="start-state clusters (k-means k, default 4)")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,12 +61,12 @@ def simulate_protocol(protocol: Protocol, out_dir: str | Path, seed: int = 0, du
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bags", nargs="*", type=Path, help="trial bag directories (or folders of them)")
     parser.add_argument("--protocol", type=Path, help="the protocol YAML the trials must belong to")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("--html", type=Path, help="write an HTML report (and a PNG bar chart beside it)")
     parser.add_argument("--registry", type=Path, help="lineage registry (default: lineage's default)")
     parser.add_argument("--simulate", type=Path, metavar="OUT",
                         help="run the protocol unattended in the simulator, writing trial bags to OUT, then evaluate")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="with --simulate: the simulated failures' random seed")
 
 
 def _expand(paths: list[Path]) -> list[Path]:
