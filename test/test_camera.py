@@ -121,3 +121,48 @@ def test_config_and_v4l2_errors_name_the_problem() -> None:
         CameraConfig(jpeg_quality=0)
     with pytest.raises(CameraError, match="/dev/video97"):
         open_source(CameraConfig(source="v4l2", device="/dev/video97"))
+
+
+def test_the_pose_drawn_is_the_followers_at_the_exposure_instant_however_late_the_frame_is_drawn() -> None:
+    from teleop_flywheel.core import frame_meta
+    from teleop_flywheel.hw.camera.synthetic import JointHistory, draw_arm
+
+    history = JointHistory()
+    t0 = now_ns()
+    for k in range(400):  # 2 s of follower samples at 200 Hz: a ramp of shoulder_lift, stamps 7 ms after
+        history.add(t0 + k * 5_000_000, 10**18 + k, ["shoulder_lift", "elbow_flex"], [0.002 * k, -0.5])
+    src = SyntheticSource(CameraConfig(width=320, height=240), history=history, timecode_clock=lambda ns: ns + 7)
+    src.close()
+    capture = t0 + 1_234_000_000  # between samples 246 and 247, 4 ms after 246
+    image, meta = src.render_frame(capture)  # drawn "late": long after the samples arrived
+    assert meta == {"capture_ns": capture + 7, "pose_ns": capture + 7, "samples": [10**18 + 246, 10**18 + 247],
+                    "held_ms": 0.0}
+    expected = src._background.copy()
+    draw_arm(expected, {"shoulder_lift": 0.002 * (246 + 0.8), "elbow_flex": -0.5}, top=timecode.strip_height(320, 240))
+    top = timecode.strip_height(320, 240)
+    assert np.array_equal(image[top:], expected[top:])  # the interpolated pose, not the newest sample
+    assert timecode.decode(image) == capture + 7
+    # after the last sample: the newest pose, held, and said so
+    _img, held = src.render_frame(t0 + 2_100_000_000)
+    assert held is not None and held["samples"] == [10**18 + 399, None] and held["held_ms"] == 105.0
+    # the metadata rides in the JPEG, which decoders read as before
+    jpeg = frame_meta.add(encode_jpeg(image, 90), meta)
+    assert frame_meta.read(jpeg) == meta and frame_meta.read(encode_jpeg(image, 90)) is None
+    assert timecode.decode(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)) == capture + 7
+
+
+def test_a_frame_waits_for_the_sample_after_its_exposure_only_while_the_follower_is_alive() -> None:
+    from teleop_flywheel.hw.camera.synthetic import POSE_WAIT_S, JointHistory
+
+    history = JointHistory()
+    t = now_ns()
+    history.add(t, 1, ["gripper"], [0.0])
+    start = now_ns()
+    assert not history.wait_past(t + 10**9, timeout_s=POSE_WAIT_S)  # nothing after it came: bounded wait
+    assert 0.9 * POSE_WAIT_S <= (now_ns() - start) / 1e9 < 0.5
+    history.add(t - 10**9, 2, ["gripper"], [0.1])  # a restarted publisher: older stamps start over
+    assert history.at(t)[1] is not None and history.at(t)[1].stamp_ns == 2  # type: ignore[union-attr]
+    silent = JointHistory()
+    silent.add(now_ns() - 2 * 10**9, 3, ["gripper"], [0.0])  # silent for 2 s: no waiting at all
+    start = now_ns()
+    assert not silent.wait_past(now_ns(), timeout_s=1.0) and now_ns() - start < 20_000_000

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import cv2
 import numpy as np
@@ -61,6 +61,7 @@ class Frame:
     image: np.ndarray
     stamp_ns: int  # what the source reports (CLOCK_MONOTONIC); header.stamp = clock.to_ros_ns(stamp_ns)
     index: int  # frames captured by this source so far (gaps = frames never captured)
+    meta: dict[str, Any] | None = None  # what a synthetic frame drew (core.frame_meta; the node puts it in the JPEG)
 
 
 class FrameSource(Protocol):
@@ -81,13 +82,14 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
 
 
 def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,
-                timecode_clock: Callable[[int], int] | None = None) -> FrameSource:
-    """The source `config.source` names; `arm_state` feeds the synthetic scene (joint → rad),
-    `timecode_clock` maps its monotonic capture instant to the time written into its pixels."""
+                timecode_clock: Callable[[int], int] | None = None, history: Any = None) -> FrameSource:
+    """The source `config.source` names; `arm_state` (joint → rad now) or `history` (a
+    `synthetic.JointHistory`: the pose at each exposure) feed the synthetic scene, `timecode_clock`
+    maps its monotonic capture instant to the time written into its pixels."""
     if config.source == "synthetic":
         from teleop_flywheel.hw.camera.synthetic import SyntheticSource
 
-        return SyntheticSource(config, arm_state, timecode_clock=timecode_clock)
+        return SyntheticSource(config, arm_state, timecode_clock=timecode_clock, history=history)
     from teleop_flywheel.hw.camera.v4l2 import V4L2Source
 
     return V4L2Source(config)

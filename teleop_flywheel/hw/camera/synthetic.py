@@ -7,6 +7,16 @@ so a consumer that stamped on receipt would be wrong by exactly that latency —
 timecode proves it. Faults reproduce the seeds' bugs: a stall (no frames for N s, the 4-second
 wrist-camera dropout) and a stamp offset (the restarted-camera skew: header stamp = capture +
 offset while the pixels keep the truth).
+
+The arm it draws is the follower's pose **at the frame's exposure instant**: the follower's joint
+samples (a `JointHistory` the camera node feeds from `/follower/joint_states`) interpolated to the
+capture time. A frame due before the sample after its exposure has arrived waits for it (at most
+`POSE_WAIT_S`, only while the follower stream is alive; else it holds the newest pose and says
+so), and a frame drawn late — a loaded machine — still shows the pose at its exposure, not the
+pose when it got drawn. So a clean episode's true camera lag is ~0 however busy the host, and a
+lag the data engine finds in the pixels is the stamp's. Each frame says what it drew
+(`Frame.meta`, written into the JPEG by the camera node: `core.frame_meta`): the exposure and pose
+instants and the follower samples the pose came from.
 """
 from __future__ import annotations
 
@@ -14,7 +24,10 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -24,6 +37,60 @@ from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.source import CameraConfig, Frame
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
+POSE_WAIT_S = 0.04  # longest a frame waits for the follower sample after its exposure
+HISTORY_S = 2.0  # joint samples kept: a frame drawn up to this late still shows its exposure's pose
+ALIVE_S = 0.5  # a follower stream silent this long is not waited for
+
+
+@dataclass(frozen=True)
+class Sample:
+    mono_ns: int  # the sample's instant on CLOCK_MONOTONIC (its header stamp converted back)
+    stamp_ns: int  # its header stamp as published (ROS time): which sample, as a bag records it
+    joints: dict[str, float]
+
+
+class JointHistory:
+    """The follower's recent joint samples, for drawing the pose at an exposure instant. Thread-safe."""
+
+    def __init__(self, span_s: float = HISTORY_S) -> None:
+        self._span_ns = int(span_s * 1e9)
+        self._samples: deque[Sample] = deque()
+        self._changed = threading.Condition()
+
+    def add(self, mono_ns: int, stamp_ns: int, names: Sequence[str], positions: Sequence[float]) -> None:
+        sample = Sample(int(mono_ns), int(stamp_ns), {n: float(p) for n, p in zip(names, positions)})
+        with self._changed:
+            if self._samples and sample.mono_ns < self._samples[-1].mono_ns:
+                self._samples.clear()  # a restarted publisher (or a clock step): start over
+            self._samples.append(sample)
+            while self._samples and self._samples[0].mono_ns < sample.mono_ns - self._span_ns:
+                self._samples.popleft()
+            self._changed.notify_all()
+
+    def wait_past(self, t_ns: int, timeout_s: float, now: Callable[[], int] = now_ns) -> bool:
+        """Until a sample at or after `t_ns` is here (True), the timeout, or at once (False) when the
+        stream has been silent for ALIVE_S (nothing is coming)."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not self._samples or self._samples[-1].mono_ns < t_ns:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._samples or now() - self._samples[-1].mono_ns > ALIVE_S * 1e9:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def at(self, t_ns: int) -> tuple[dict[str, float], Sample | None, Sample | None, int | None]:
+        """(joints, sample at or before, sample after, pose instant) for `t_ns`: interpolated between
+        the two samples around it (pose instant = t_ns); only one side: that sample's pose, held."""
+        with self._changed:
+            after = next((i for i in range(len(self._samples) - 1, -1, -1) if self._samples[i].mono_ns < t_ns), -1) + 1
+            a = self._samples[after - 1] if after > 0 else None
+            b = self._samples[after] if after < len(self._samples) else None
+        if a is not None and b is not None:
+            f = 0.0 if b.mono_ns == a.mono_ns else (t_ns - a.mono_ns) / (b.mono_ns - a.mono_ns)
+            return {n: v + f * (b.joints[n] - v) for n, v in a.joints.items() if n in b.joints}, a, b, t_ns
+        only = a or b
+        return (dict(only.joints), a, b, only.mono_ns) if only is not None else ({}, None, None, None)
 
 
 def _background(width: int, height: int) -> np.ndarray:
@@ -76,9 +143,11 @@ class SyntheticSource:
     """Captures on a schedule in its own thread; `read()` delivers after the pipeline latency."""
 
     def __init__(self, config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,
-                 block: int = timecode.DEFAULT_BLOCK, timecode_clock: Callable[[int], int] | None = None) -> None:
+                 block: int = timecode.DEFAULT_BLOCK, timecode_clock: Callable[[int], int] | None = None,
+                 history: JointHistory | None = None) -> None:
         self.config = config
-        self._arm_state = arm_state or (lambda: {})
+        self._arm_state = arm_state or (lambda: {})  # without a history: the pose as it is when drawn
+        self.history = history
         # The clock of the pixel timecode: the monotonic capture instant as is, or (camera node)
         # `clock.to_ros_ns`, so the pixels carry the true capture time on the header stamps' clock.
         self._timecode_clock = timecode_clock or (lambda ns: ns)
@@ -97,9 +166,23 @@ class SyntheticSource:
 
     def render(self, capture_ns: int) -> np.ndarray:
         """The scene at `capture_ns` (monotonic) with that time in its pixels (on the timecode clock)."""
+        return self.render_frame(capture_ns)[0]
+
+    def render_frame(self, capture_ns: int) -> tuple[np.ndarray, dict[str, Any] | None]:
+        """(image, what it drew): the arm at `capture_ns` from the history (interpolated), else as
+        `arm_state` says now (no metadata)."""
         image = self._background.copy()
-        draw_arm(image, self._arm_state(), top=self._top)
-        return timecode.encode(image, self._timecode_clock(capture_ns), self._block)
+        meta: dict[str, Any] | None = None
+        capture = self._timecode_clock(capture_ns)  # once: the pixels and the metadata say the same instant
+        if self.history is not None:
+            joints, a, b, pose_ns = self.history.at(capture_ns)
+            meta = {"capture_ns": capture, "pose_ns": None if pose_ns is None else capture + pose_ns - capture_ns,
+                    "samples": [a.stamp_ns if a else None, b.stamp_ns if b else None],
+                    "held_ms": None if pose_ns is None else round((capture_ns - pose_ns) / 1e6, 3)}
+        else:
+            joints = dict(self._arm_state())
+        draw_arm(image, joints, top=self._top)
+        return timecode.encode(image, capture, self._block), meta
 
     def _stalled(self, t: int) -> bool:
         c = self.config
@@ -112,8 +195,8 @@ class SyntheticSource:
         """Expose on the sensor's own clock: frame k is captured at start + k·period whenever this
         thread gets to draw it, as a hardware sensor exposes on schedule however late the host
         reads. A thread more than DRIVER_BUFFERS frames behind loses the oldest, as a driver does.
-        Simulator limit: a frame drawn late shows the arm as it is when drawn (up to DRIVER_BUFFERS
-        periods after its stamp); the stamp and the pixel timecode are the exposure time."""
+        With a joint history the arm is drawn at the exposure instant (waiting up to POSE_WAIT_S for
+        the sample after it); the stamp and the pixel timecode are the exposure time."""
         period = self.config.period_ns
         k = 1
         while not self._stop.is_set():
@@ -129,7 +212,10 @@ class SyntheticSource:
             capture = due
             if self._stalled(capture):
                 continue
-            frame = Frame(self.render(capture), capture + self._offset_ns, self.captured)
+            if self.history is not None:
+                self.history.wait_past(capture, POSE_WAIT_S)
+            image, meta = self.render_frame(capture)
+            frame = Frame(image, capture + self._offset_ns, self.captured, meta)
             self.captured += 1
             try:
                 self._queue.put_nowait((capture + self._latency_ns, frame))

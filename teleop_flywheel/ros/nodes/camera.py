@@ -5,7 +5,9 @@ capture instant), both CLOCK_MONOTONIC, converted to ROS time as the frame is pu
 (`common.stamp`) — never the time this node got the frame. The synthetic camera writes that same
 capture time, in ROS time, into its pixel timecode. A stamp gap above 1.5 frame
 periods counts the missing frames as dropped; counts and rates go to `/diagnostics` once a
-second. The synthetic source draws the arm from `/follower/joint_states`; setting its
+second. The synthetic source draws the arm from `/follower/joint_states` as it was at each frame's
+exposure (the samples interpolated to it) and says in the JPEG which samples it drew
+(`core.frame_meta`: a COM segment every decoder skips); setting its
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
 deliver nothing for that long from now: the seeds' dropped camera second, on demand (every set
 stalls again, also with the same value). Every other parameter is read-only.
@@ -23,12 +25,21 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
 
-from teleop_flywheel.core.clock import now_ns, to_ros_ns
+from teleop_flywheel.core import frame_meta
+from teleop_flywheel.core.clock import now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.topics import DIAGNOSTICS, FOLLOWER_STATE, camera_image
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.source import SOURCES, DropCounter
-from teleop_flywheel.hw.camera.synthetic import SyntheticSource
-from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, diag_array, diag_status, spin_node, stamp
+from teleop_flywheel.hw.camera.synthetic import JointHistory, SyntheticSource
+from teleop_flywheel.ros.nodes.common import (
+    IMAGE_QOS,
+    STREAM_QOS,
+    diag_array,
+    diag_status,
+    msg_stamp_ns,
+    spin_node,
+    stamp,
+)
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 _D = CameraConfig()
@@ -79,12 +90,12 @@ class CameraNode(Node):
         self.topic = camera_image(self.config.name)
         self._pub = self.create_publisher(CompressedImage, self.topic, IMAGE_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
-        self._joints: dict[str, float] = {}
-        if self.config.source == "synthetic":
-            self.create_subscription(JointState, FOLLOWER_STATE, self._on_joints, CONTROL_QOS)
+        self.history = JointHistory()
+        if self.config.source == "synthetic":  # every sample (a deep queue): the pose at each exposure
+            self.create_subscription(JointState, FOLLOWER_STATE, self._on_joints, STREAM_QOS)
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
-        self._source: FrameSource | None = open_source(self.config, lambda: self._joints, timecode_clock=to_ros_ns)
+        self._source: FrameSource | None = open_source(self.config, timecode_clock=to_ros_ns, history=self.history)
         self._error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"camera-node-{self.config.name}", daemon=True)
@@ -101,7 +112,7 @@ class CameraNode(Node):
         return None
 
     def _on_joints(self, msg: JointState) -> None:
-        self._joints = dict(zip(msg.name, msg.position))
+        self.history.add(msg_stamp_ns(msg), stamp_to_ns(msg.header.stamp), msg.name, msg.position)
 
     def _loop(self) -> None:
         source = self._source
@@ -119,7 +130,8 @@ class CameraNode(Node):
             stamp(msg.header.stamp, frame.stamp_ns)
             msg.header.frame_id = self.frame_id
             msg.format = "jpeg"
-            msg.data = encode_jpeg(frame.image, self.config.jpeg_quality)
+            data = encode_jpeg(frame.image, self.config.jpeg_quality)
+            msg.data = frame_meta.add(data, frame.meta) if frame.meta is not None else data
             lost = self.drops.add(frame.stamp_ns)
             if lost:
                 self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}",
