@@ -12,7 +12,6 @@ rows; a mismatch is an error naming the episode (the numbers would otherwise be 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import sys
 from dataclasses import asdict, dataclass, field
@@ -32,6 +31,7 @@ from teleop_flywheel.data.lerobot.reader import (
     check_lengths,
     episode_spans,
 )
+from teleop_flywheel.data.plots import write_audit_html, write_audit_plots
 
 # LeRobot's SO-101 default normalisation (MotorNormMode.RANGE_M100_100 for the body joints,
 # RANGE_0_100 for the gripper): the fallback "available" range when the dataset carries no limits.
@@ -310,84 +310,14 @@ def format_text(r: AuditReport) -> str:
 
 
 def write_plots(r: AuditReport, folder: Path) -> dict[str, Path]:
-    """PNG plots of joint ranges, start states and episode lengths (matplotlib, Agg backend)."""
-    import matplotlib  # noqa: PLC0415 - only for --html
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    folder.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Path] = {}
-    names = [j.joint for j in r.joint_ranges]
-    y = np.arange(len(names))
-
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
-    for i, j in enumerate(r.joint_ranges):
-        if j.available is not None:
-            ax.barh(i, j.available, left=j.available_min, color="#dddddd", height=0.7,
-                    label="available" if i == 0 else None)
-        ax.barh(i, j.visited, left=j.visited_min, color="#3b75af", height=0.45, label="visited" if i == 0 else None)
-        s = r.start_spread[i]
-        ax.barh(i, max(s.span, 1e-9), left=s.min, color="#e6862a", height=0.2, label="start states" if i == 0 else None)
-    ax.set_yticks(y, names)
-    ax.invert_yaxis()
-    ax.set_xlabel("dataset units")
-    ax.set_title("Joint range visited vs available")
-    ax.legend(loc="lower right", fontsize=8)
-    out["joint_ranges"] = _save(fig, folder / "joint_ranges.png")
-
-    starts = np.asarray(r.start_states)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    centred = starts - starts.mean(axis=0)
-    for k, name in enumerate(names):
-        a1.scatter(np.full(len(starts), k), centred[:, k], s=10, alpha=0.6)
-    a1.set_xticks(y, names, rotation=30, ha="right")
-    a1.set_ylabel("start − mean start (dataset units)")
-    a1.set_title("Start states per joint")
-    colors = ["#c0392b" if e in set(r.outliers) else "#3b75af" for e in r.episode_index]
-    a2.bar(r.episode_index, r.start_distance, color=colors)
-    a2.axhline(r.outlier_fence, color="#c0392b", ls="--", lw=1, label="outlier fence")
-    a2.set_xlabel("episode")
-    a2.set_ylabel("distance from mean start")
-    a2.set_title("Distance from the mean start state")
-    a2.legend(fontsize=8)
-    out["start_states"] = _save(fig, folder / "start_states.png")
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    sec = np.asarray(r.episode_lengths) / r.fps
-    a1.hist(sec, bins=min(30, max(5, len(sec) // 2)), color="#3b75af")
-    a1.set_xlabel("episode length (s)")
-    a1.set_ylabel("episodes")
-    a1.set_title("Episode lengths")
-    a2.bar(r.episode_index, np.asarray(r.leading_dead) / r.fps, color="#e6862a")
-    a2.set_xlabel("episode")
-    a2.set_ylabel("leading dead air (s)")
-    a2.set_title("Leading frames with an unchanged command")
-    out["episode_lengths"] = _save(fig, folder / "episode_lengths.png")
-    return out
-
-
-def _save(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    plt.close(fig)
-    return path
+    """PNG plots of joint ranges, start states and episode lengths (`data/plots.py`)."""
+    return write_audit_plots(r, folder)
 
 
 def write_html(r: AuditReport, out: Path) -> Path:
-    """An HTML page beside its PNGs (`<stem>_files/`): the text report and the three plots."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(r, out.parent / f"{out.stem}_files")
-    imgs = "\n".join(f'<h2>{html.escape(k.replace("_", " "))}</h2><img src="{p.parent.name}/{p.name}" alt="{k}">'
-                     for k, p in plots.items())
-    out.write_text(
-        "<!doctype html><meta charset='utf-8'><title>audit</title>"
-        f"<h1>Audit of {html.escape(r.dataset)}</h1><pre>{html.escape(format_text(r))}</pre>\n{imgs}\n"
-    )
-    return out
+    """An HTML page beside its PNGs (`<stem>_files/`): the text report and the three plots, each
+    explained in a sentence."""
+    return write_audit_html(r, format_text(r), out)
 
 
 # --------------------------------------------------------------------------- CLI

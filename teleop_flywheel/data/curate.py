@@ -30,6 +30,7 @@ from teleop_flywheel.data.audit import available_ranges, load
 from teleop_flywheel.data.coverage import farthest_point_order, target_start_poses
 from teleop_flywheel.data.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.plots import write_curation_plots
 from teleop_flywheel.data.weights import (
     HALF_LIFE_DAYS,
     INTERVENTION_WEIGHT,
@@ -229,75 +230,10 @@ def format_text(r: CurationReport) -> str:
     return "\n".join(lines)
 
 
-def _edge_labels(ax: Any, bottom: bool, left: bool, xlabel: str, ylabel: str, size: int) -> None:
-    """Labels and tick numbers only on the outer axes of a matrix (text is most of the draw time)."""
-    ax.locator_params(nbins=3)
-    ax.tick_params(labelsize=size - 2, labelbottom=bottom, labelleft=left)
-    if bottom:
-        ax.set_xlabel(xlabel, fontsize=size)
-    if left:
-        ax.set_ylabel(ylabel, fontsize=size)
-
-
 def write_plot(r: CurationReport, out: Path) -> list[Path]:
-    """Scatter matrix of the four scores (flagged episodes in red), and start states with targets."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    axes = {
-        "graded success": [np.nan if s.success is None else s.success for s in r.episodes],
-        "log10 jerk": [np.nan if s.jerk is None else np.log10(s.jerk + 1.0) for s in r.episodes],
-        "duration / task median": [s.duration_ratio for s in r.episodes],
-        "coverage gap": [s.coverage_gap for s in r.episodes],
-    }
-    flagged = np.array([s.jerky or bool(s.duration_flag) for s in r.episodes])
-    colors = np.where(flagged, "#c0392b", "#3b75af")
-    names = list(axes)
-    fig, grid = plt.subplots(len(names), len(names), figsize=(10, 10))
-    for i, yi in enumerate(names):
-        for j, xj in enumerate(names):
-            ax = grid[i, j]
-            x, y = np.asarray(axes[xj], float), np.asarray(axes[yi], float)
-            if i == j:
-                finite = x[np.isfinite(x)]
-                if len(finite):
-                    ax.hist(finite, bins=15, color="#888888")
-                else:
-                    ax.text(0.5, 0.5, "unknown", ha="center", va="center", transform=ax.transAxes)
-            else:
-                ax.scatter(x, y, s=10, c=colors)
-            _edge_labels(ax, i == len(names) - 1, j == 0, xj, yi, 8)
-    fig.suptitle("Episode scores: joint distribution (red = flagged jerky or duration tail)")
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.07, top=0.94, wspace=0.3, hspace=0.3)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-
-    starts_png = out.with_name(f"{out.stem}_starts.png")
-    starts = np.asarray(r.start_states)
-    targets = np.asarray(r.targets)
-    d = len(r.joints)
-    fig, grid = plt.subplots(d, d, figsize=(2 * d, 2 * d), squeeze=False)
-    for i in range(d):
-        for j in range(d):
-            ax = grid[i, j]
-            if j > i:  # the upper triangle mirrors the lower one
-                ax.set_axis_off()
-                continue
-            if i == j:
-                ax.hist(starts[:, i], bins=15, color="#888888")
-            else:
-                ax.scatter(starts[:, j], starts[:, i], s=6, c="#3b75af")
-                ax.scatter(targets[:, j], targets[:, i], s=30, marker="x", c="#c0392b")
-            _edge_labels(ax, i == d - 1, j == 0, r.joints[j], r.joints[i], 7)
-    fig.suptitle("Start states (blue) and where to send operators next (red x)")
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.07, top=0.95, wspace=0.35, hspace=0.35)
-    fig.savefig(starts_png, dpi=70)
-    plt.close(fig)
-    return [out, starts_png]
+    """Scatter matrix of the four scores (flagged episodes in red), and start states with targets
+    (`<out>_starts.png`); `data/plots.py`."""
+    return write_curation_plots(r, out)
 
 
 # --------------------------------------------------------------------------- CLI
