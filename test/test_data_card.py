@@ -59,7 +59,7 @@ def test_foreign_readme_is_not_overwritten(tmp_path: Path, capsys: pytest.Captur
     assert "was not written by" in capsys.readouterr().err
     assert cli_main(["card", str(root), "--force"]) == 0
     text = (root / "README.md").read_text()
-    assert text.startswith(MARKER) and "recorded and rejected counts are unknown" in text
+    assert text.startswith("---\n") and MARKER in text and "recorded and rejected counts are unknown" in text
     assert "Collection method not recorded" in text
     assert cli_main(["card", str(root)]) == 0  # our own card is regenerated
 
@@ -91,3 +91,29 @@ def test_card_counts_equal_the_real_validators(tmp_path: Path, capsys: pytest.Ca
     for code, n in s["reasons"].items():
         assert f"| {code} | {n} |" in card
     assert f"Rejection rate {100 * s['rejection_rate']:.1f} %" in card
+
+
+def test_card_has_hub_front_matter_repo_id_and_keeps_the_operators_notes(tmp_path: Path) -> None:
+    import yaml
+
+    from teleop_flywheel.data.card import NOTES_BEGIN, NOTES_END, NOTES_TEMPLATE
+
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30,
+                                                extra_info={"repo_id": "lab/so101_bricks"})).root
+    assert cli_main(["card", str(root), "--tag", "pick-place"]) == 0
+    text = (root / "README.md").read_text()
+    meta = yaml.safe_load(text.split("---\n")[1])  # what the hub reads, as on LeRobot's own cards
+    assert meta["license"] == "apache-2.0" and meta["task_categories"] == ["robotics"]
+    assert meta["tags"][0] == "LeRobot" and "pick-place" in meta["tags"]
+    assert meta["configs"] == [{"config_name": "default", "data_files": "data/*/*.parquet"}]
+    assert "# Data card: lab/so101_bricks" in text and "LeRobotDataset('lab/so101_bricks'" in text
+    assert NOTES_TEMPLATE in text
+    notes = "The brick starts left of the tape.\n\n- camera re-mounted on day 2"
+    (root / "README.md").write_text(text.replace(NOTES_TEMPLATE, notes))
+    assert cli_main(["card", str(root), "--license", "cc-by-4.0"]) == 0  # regenerated
+    again = (root / "README.md").read_text()
+    assert again.split(NOTES_BEGIN)[1].split(NOTES_END)[0].strip("\n") == notes
+    meta = yaml.safe_load(again.split("---\n")[1])
+    assert meta["license"] == "cc-by-4.0" and "pick-place" in meta["tags"]  # tags kept, license changed
+    assert cli_main(["card", str(root)]) == 0
+    assert yaml.safe_load((root / "README.md").read_text().split("---\n")[1])["license"] == "cc-by-4.0"

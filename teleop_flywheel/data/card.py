@@ -5,6 +5,12 @@ the validator's reason breakdown) and accepted, who recorded them, which tasks, 
 start-state space they cover, and what the data must not be used for. Every number comes from the
 dataset's own metadata, the audit, or the validator's JSON report; nothing is typed in by hand.
 A README.md that this command did not write is never overwritten (without --force).
+
+The card opens with the Hugging Face front matter LeRobot's hub cards carry (license, tags with
+`LeRobot`, task_categories `robotics`, the parquet data files), so `huggingface-cli upload` of the
+folder gives a hub page like LeRobot's own; it names the dataset's repo id and how to load it. A
+section for the operator's own words sits between two markers and is kept, as written, every time
+the card is regenerated (and its license and tags, unless given again).
 """
 from __future__ import annotations
 
@@ -15,11 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.audit import AuditReport, audit
 from teleop_flywheel.data.episode_table import episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
-MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit -->"
+MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit (except the operator's notes below) -->"
+NOTES_BEGIN = "<!-- operator notes: begin (yours to edit; kept when the card is regenerated) -->"
+NOTES_END = "<!-- operator notes: end -->"
+NOTES_TEMPLATE = ("_Write here what the numbers cannot say: the task and scene (objects, lighting, table), anything "
+                  "unusual in these sessions, known problems, and who to ask about this data._")
+LICENSE = "apache-2.0"  # LeRobot's push_to_hub default
 
 
 @dataclass
@@ -86,9 +100,34 @@ def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
     return out
 
 
-def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | None) -> str:
+def front_matter(license_id: str, tags: list[str]) -> list[str]:
+    """The Hugging Face dataset-card metadata LeRobot's hub cards carry."""
+    meta = {"license": license_id, "task_categories": ["robotics"], "tags": tags,
+            "configs": [{"config_name": "default", "data_files": "data/*/*.parquet"}]}
+    return ["---", *yaml.safe_dump(meta, sort_keys=False).rstrip("\n").splitlines(), "---"]
+
+
+def previous(text: str) -> tuple[dict[str, Any], str]:
+    """(front matter, operator notes) of a card written before; ({}, "") when it has none."""
+    meta: dict[str, Any] = {}
+    if text.startswith("---\n") and "\n---\n" in text[4:]:
+        try:
+            loaded = yaml.safe_load(text[4:text.index("\n---\n", 4)])
+            meta = loaded if isinstance(loaded, dict) else {}
+        except yaml.YAMLError:
+            meta = {}
+    notes = ""
+    if NOTES_BEGIN in text and NOTES_END in text.split(NOTES_BEGIN, 1)[1]:
+        notes = text.split(NOTES_BEGIN, 1)[1].split(NOTES_END, 1)[0].strip("\n")
+    return meta, notes
+
+
+def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | None,
+           license_id: str = LICENSE, tags: list[str] | None = None, notes: str = "") -> str:
     recs = episode_records(ds)
     name = ds.repo_id or ds.root.name
+    tags = list(dict.fromkeys(["LeRobot", *(tags or []), *([ds.robot_type] if ds.robot_type else []),
+                               "teleoperation", "teleop_flywheel"]))
     cameras = [n.removeprefix("observation.images.") for n, f in ds.features.items() if f.is_visual]
     rigs = sorted({r.rig_id for r in recs if r.rig_id})
     kinds = Counter(r.session_kind or "unknown" for r in recs)
@@ -96,7 +135,14 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
     operators = Counter(r.operator or "unknown" for r in recs)
     tasks = Counter(r.task or "(no task)" for r in recs)
     interventions = sum(r.num_interventions or 0 for r in recs)
-    lines = [MARKER, f"# Data card: {name}", "", "## How it was collected", "",
+    repo = ds.repo_id or f"local/{ds.root.name}"
+    lines = [*front_matter(license_id, tags), MARKER, f"# Data card: {name}", "",
+             f"Repo id `{repo}`"
+             + ("" if ds.repo_id else " (none was given to `teleop-flywheel convert --repo-id`: a local name)")
+             + f"; LeRobot v3.0, license {license_id}. Load it with "
+             f"`LeRobotDataset({repo!r}, root=<this folder>, video_backend='pyav')`.", "",
+             "## Operator's notes", "", NOTES_BEGIN, notes or NOTES_TEMPLATE, NOTES_END, "",
+             "## How it was collected", "",
              f"- Robot: `{ds.robot_type or 'unknown'}`; rigs: {', '.join(rigs) or 'not recorded'}; "
              f"cameras: {', '.join(cameras) or 'none'}; {a.fps:g} fps.",
              "- Sessions: " + (", ".join(f"{k} {v}" for k, v in kinds.items()) if set(kinds) != {"unknown"}
@@ -142,13 +188,23 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
     return "\n".join(lines) + "\n"
 
 
-def write_card(root: str | Path, validation: str | Path | None = None, force: bool = False) -> Path:
+def write_card(root: str | Path, validation: str | Path | None = None, force: bool = False,
+               license_id: str | None = None, tags: list[str] | None = None) -> Path:
+    """Write (or regenerate) the card; the operator's notes, license and tags of a card written
+    before are kept unless `license_id`/`tags` are given."""
     ds = LeRobotDataset.open(root)
     out = ds.root / "README.md"
-    if out.exists() and MARKER not in out.read_text() and not force:
-        raise DatasetError(f"{out}: exists and was not written by `teleop-flywheel card` (use --force)")
-    text = render(ds, audit(ds), read_validation(validation) if validation else None)
-    out.write_text(text)
+    old = out.read_text(errors="replace") if out.exists() else ""
+    ours = "<!-- written by teleop-flywheel card;" in old
+    if out.exists() and not ours and not force:
+        error = DatasetError(f"{out}: exists and was not written by `teleop-flywheel card`")
+        error.fix = "--force replaces it; or move it aside first"
+        raise error
+    meta, notes = previous(old) if ours else ({}, "")
+    old_tags = [str(t) for t in meta.get("tags") or [] if isinstance(t, (str, int, float))]
+    text = render(ds, audit(ds), read_validation(validation) if validation else None,
+                  license_id or str(meta.get("license") or LICENSE), [*old_tags, *(tags or [])], notes)
+    replace_atomic(out, text)
     return out
 
 
@@ -157,9 +213,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--validation", type=Path, metavar="REPORT",
                         help="the validator's JSON report (teleop-flywheel validate ... --json > report.json)")
     parser.add_argument("--force", action="store_true", help="overwrite a README.md this command did not write")
+    parser.add_argument("--license", default=None, metavar="ID",
+                        help=f"license in the card's front matter (default: the card's own, else {LICENSE}, "
+                             "as LeRobot's push_to_hub)")
+    parser.add_argument("--tag", action="append", default=[], metavar="TAG",
+                        help="an extra tag for the hub (repeatable; LeRobot, the robot type, teleoperation are "
+                             "always there)")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = write_card(args.dataset, args.validation, args.force)  # DatasetError: one line, exit 2 (cli.py)
+    out = write_card(args.dataset, args.validation, args.force, args.license, args.tag)  # DatasetError: exit 2
     print(f"wrote {out}")
     return 0
