@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import re
 
-LEADER_STATE = "leader/joint_states"
-FOLLOWER_STATE = "follower/joint_states"
+LEADER_STATE = "leader/joint_states"  # rad; stamp = bus arrival − wire time
+FOLLOWER_STATE = "follower/joint_states"  # rad; stamp = bus arrival − wire time
 LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
 FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
-AUTHORITY = "teleop/authority"
-INTERVENTION = "teleop/intervention"
-PEDAL_JOY = "pedal/joy"
-CAMERA_PREFIX = "cameras/"
+AUTHORITY = "teleop/authority"  # name [alpha, mode, intervention_id, trigger], values in position; every tick
+INTERVENTION = "teleop/intervention"  # one JSON event per takeover start, end and label change
+PEDAL_JOY = "pedal/joy"  # buttons[0] takeover, [1..5] trigger labels; stamp = kernel event time
+CAMERA_PREFIX = "cameras/"  # cameras/<name>/image/compressed: JPEG; stamp = capture time
 # Global by ROS convention, in every namespace.
-DIAGNOSTICS = "/diagnostics"
+DIAGNOSTICS = "/diagnostics"  # every node: rates, drops, bus errors, temperatures
 TF = "/tf"
 TF_STATIC = "/tf_static"
 
