@@ -14,6 +14,7 @@ import numpy as np
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.data import timebase
+from teleop_flywheel.data.content_checks import camera_lags, tracking_lag, tracking_warnings
 from teleop_flywheel.data.decode import (
     COMPRESSED_IMAGE,
     JOINT_STATE,
@@ -39,6 +40,7 @@ from teleop_flywheel.data.reasons import (
     Supplied,
     ValidateConfig,
 )
+from teleop_flywheel.recording.camera_lag import LagEstimate
 from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import Bag
 
@@ -49,7 +51,9 @@ STAMPED_TYPES = (JOINT_STATE, COMPRESSED_IMAGE)
 
 @dataclass
 class Inspection:
-    """A bag as the validator saw it: reasons, the metadata used, the decoded streams (for convert)."""
+    """A bag as the validator saw it: reasons (rejections), warnings (a third outcome: never a
+    rejection), the metadata used, the decoded streams (for convert), what the content says about
+    its clocks (camera lag per camera, the follower's tracking lag per joint)."""
 
     reasons: list[Reason]
     episode: EpisodeMeta | None
@@ -58,6 +62,9 @@ class Inspection:
     time_base: timebase.TimeBase | None = None
     span_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    warnings: list[Reason] = field(default_factory=list)
+    camera_lag: dict[str, LagEstimate] = field(default_factory=dict)
+    tracking_lag_ms: list[float | None] = field(default_factory=list)
 
 
 def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int, t1: int) -> Reason | None:
@@ -97,20 +104,28 @@ def _latency(bag: Bag, topic: str, tb: timebase.TimeBase, cfg: ValidateConfig, c
                    "stamp_clock": tb.clock})
 
 
-def _dead_air(stamps: np.ndarray, cmd: np.ndarray, cfg: ValidateConfig) -> list[Reason]:
-    """Runs of bit-identical consecutive commands, by duration."""
-    if len(cmd) < 2:
-        return []
+def dead_runs(stamps: np.ndarray, cmd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, last index, seconds) of every run of bit-identical consecutive commands."""
     bits = np.ascontiguousarray(cmd).view(np.uint8).reshape(len(cmd), -1)
     changed = np.any(bits[1:] != bits[:-1], axis=1)
     starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
     ends = np.concatenate((starts[1:] - 1, [len(cmd) - 1]))
-    dur = (stamps[ends] - stamps[starts]) / 1e9
+    return starts, ends, (stamps[ends] - stamps[starts]) / 1e9
+
+
+def _dead_air(stamps: np.ndarray, cmd: np.ndarray, cfg: ValidateConfig) -> list[Reason]:
+    """Runs of bit-identical consecutive commands, by duration: leading, trailing, internal."""
+    if len(cmd) < 2:
+        return []
+    starts, ends, dur = dead_runs(stamps, cmd)
     out = []
     if dur[0] > cfg.max_leading_dead_s:
         out.append(Reason(DEAD_AIR, f"leading {dur[0]:.1f}s of identical commands > {cfg.max_leading_dead_s:g}s",
                           {"kind": "leading", "seconds": float(dur[0]), "bound_s": cfg.max_leading_dead_s}))
-    internal = np.flatnonzero(dur[1:] > cfg.max_internal_dead_s) + 1
+    if len(dur) > 1 and dur[-1] > cfg.max_trailing_dead_s:
+        out.append(Reason(DEAD_AIR, f"trailing {dur[-1]:.1f}s of identical commands > {cfg.max_trailing_dead_s:g}s",
+                          {"kind": "trailing", "seconds": float(dur[-1]), "bound_s": cfg.max_trailing_dead_s}))
+    internal = np.flatnonzero(dur[1:-1] > cfg.max_internal_dead_s) + 1
     if len(internal):
         i = int(internal[np.argmax(dur[internal])])
         out.append(Reason(DEAD_AIR, f"{dur[i]:.1f}s of identical commands at t={(stamps[starts[i]] - stamps[0]) / 1e9:.1f}s"
@@ -123,6 +138,8 @@ def _dead_air(stamps: np.ndarray, cmd: np.ndarray, cfg: ValidateConfig) -> list[
 def _interventions(ep: EpisodeMeta, authority: np.ndarray | None) -> list[Reason]:
     out = [Reason(UNLABELLED_INTERVENTION, f"intervention {i.id} has no trigger label in the metadata",
                   {"intervention_id": i.id}) for i in ep.unlabelled_interventions]
+    out += [Reason(UNLABELLED_INTERVENTION, f"correction {c.id} (teleop mode) has no trigger label in the metadata",
+                   {"correction_id": c.id}) for c in ep.unlabelled_corrections]
     known = {i.id for i in ep.interventions}
     if authority is not None and len(authority):
         ids, trig = authority[:, 1], authority[:, 2]
@@ -142,10 +159,10 @@ def _missing(bag: Bag, ep: EpisodeMeta, cfg: ValidateConfig) -> list[Reason]:
     out = []
     for topic in expected:
         n = len(bag.raw(topic)) if topic in bag.topics else 0
-        if topic.endswith("/intervention"):
-            if not ep.interventions:
-                continue
-            needed = 1
+        if topic.endswith("/intervention") and ep.interventions:
+            needed = 1  # the events the recorded interventions came from
+        elif topic in cfg.event_topics:
+            continue  # published only when something happens (a pedal press): no message is no fault
         else:
             needed = cfg.min_messages
         if n < needed:
@@ -240,8 +257,9 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
     except DecodeError as exc:
         if not any(r.code == exc.code and r.detail.startswith(str(exc).split(" ")[0]) for r in reasons):
             reasons.append(Reason(exc.code, str(exc)))
+    energies: dict[str, np.ndarray] = {}
     if ins.decoded is not None and images:
-        reasons += image_problems(ins.decoded.images)
+        reasons += image_problems(ins.decoded.images, energies)
     try:
         reasons += _timing(bag, ep, foreign, ins.decoded, cfg, ins)
     except CdrError as exc:  # a stamped payload too short for its header
@@ -252,6 +270,11 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
     reasons += _interventions(ep, ins.decoded.authority.values if ins.decoded and ins.decoded.authority else None)
     if ins.decoded is not None and cfg.command_topic == ins.decoded.command.name:
         reasons += _dead_air(ins.decoded.command.stamps_ns, ins.decoded.command.values, cfg)
+    if ins.decoded is not None:
+        ins.camera_lag, lag_reasons, ins.warnings = camera_lags(ins.decoded.images, energies, ins.decoded.follower, cfg)
+        reasons += lag_reasons
+        ins.tracking_lag_ms = tracking_lag(ins.decoded.command, ins.decoded.follower)
+        ins.warnings += tracking_warnings(ins.tracking_lag_ms, cfg)
     return ins
 
 

@@ -16,7 +16,8 @@ that are not a JPEG, a calibration stored as a list) is a verdict, not a crash l
 
 Foreign bags (no episode metadata: `ros2 bag record` on another rig) get a stand-in `EpisodeMeta`
 from what the user supplies (`Supplied`: task, outcome) and the bag itself (cameras; interventions
-from the `/teleop/intervention` JSON events, with their own times, latest event per id).
+from the `/teleop/intervention` JSON events, with their own times, latest event per id;
+corrections from the events whose `kind` is `correction`).
 """
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ from teleop_flywheel.core.bag_topics import (
 from teleop_flywheel.core.calibration import parse_calibration
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, span_kind
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.reasons import CORRUPT, MISSING_STREAM, SCHEMA_MISMATCH, Reason, Supplied
+from teleop_flywheel.recording.camera_lag import MotionEnergy, small_grey
 from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import Bag, BagReadError, ImageStream, Stream
 
@@ -55,7 +58,7 @@ EXPECTED_TYPES = {FOLLOWER_STATE: JOINT_STATE, FOLLOWER_COMMAND: JOINT_STATE, LE
                   DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray"}
 AUTHORITY_FIELDS = ["alpha", "intervention_id", "trigger"]
 _STRUCTURE = {"calibration": dict, "cameras": list, "topics": list, "interventions": list, "clock_start": dict,
-              "clock_end": dict, "clock_samples": list, "drops": dict, "extra": dict}
+              "clock_end": dict, "clock_samples": list, "drops": dict, "extra": dict, "corrections": list}
 
 
 class DecodeError(FlywheelError, ValueError):
@@ -120,21 +123,23 @@ def _mapping_problem(name: str, value: Any) -> list[Reason]:
     return []
 
 
-def interventions_from_events(bag: Bag) -> list[Intervention]:
-    """`/teleop/intervention` JSON events (start, end, label changes) → interventions, latest event
-    per id; times are the events' own (`start_ns`/`end_ns`), never the MCAP times."""
+def interventions_from_events(bag: Bag) -> tuple[list[Intervention], list[Intervention]]:
+    """`/teleop/intervention` JSON events (start, end, label changes) → (interventions, teleop-mode
+    corrections: events with `kind: correction`), latest event per kind and id; times are the
+    events' own (`start_ns`/`end_ns`), never the MCAP times."""
     if not bag.has(INTERVENTION) or bag.topics.get(INTERVENTION) != STRING:
-        return []
-    latest: dict[int, Intervention] = {}
+        return [], []
+    latest: dict[str, dict[int, Intervention]] = {INTERVENTION_KIND: {}, CORRECTION_KIND: {}}
     for _log, text in bag.strings(INTERVENTION):
         try:
             event = json.loads(text)
+            kind = span_kind(event.get("kind"))
             iv = Intervention(int(event["id"]), int(event["start_ns"]),
                               None if event.get("end_ns") is None else int(event["end_ns"]), event.get("trigger"))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise DecodeError(CORRUPT, f"{INTERVENTION}: event {text[:80]!r} unreadable: {exc}") from None
-        latest[iv.id] = iv
-    return [latest[k] for k in sorted(latest)]
+        latest[kind][iv.id] = iv
+    return tuple([spans[k] for k in sorted(spans)] for spans in latest.values())  # type: ignore[return-value]
 
 
 def episode_of(bag: Bag, supplied: Supplied | None = None) -> tuple[EpisodeMeta, bool]:
@@ -142,8 +147,10 @@ def episode_of(bag: Bag, supplied: Supplied | None = None) -> tuple[EpisodeMeta,
     if bag.episode is not None:
         return bag.episode, False
     s = supplied or Supplied()
+    interventions, corrections = interventions_from_events(bag)
     stand_in = EpisodeMeta(episode_name=bag.name, task=s.task or "", outcome=s.outcome or "unset", session_kind="",
-                           robot_type="", cameras=sorted(bag.camera_topics()), interventions=interventions_from_events(bag))
+                           robot_type="", cameras=sorted(bag.camera_topics()), interventions=interventions,
+                           corrections=corrections)
     return stand_in, True
 
 
@@ -158,6 +165,9 @@ class Decoded:
     authority: Stream | None  # values: alpha, intervention_id, trigger
     images: dict[str, ImageStream]
     backwards: dict[str, int] = field(default_factory=dict)  # stream -> times its stamps went back
+    # The follower's JointState.effort (load, signed fraction of max torque) at the follower's stamps,
+    # when every message carries all six (bags recorded before efforts were recorded: None).
+    effort: Stream | None = None
 
 
 def _sorted(stream: Stream, backwards: dict[str, int]) -> Stream:
@@ -170,14 +180,24 @@ def _sorted(stream: Stream, backwards: dict[str, int]) -> Stream:
 
 
 def _joints(bag: Bag, topic: str, columns: list[str]) -> Stream:
+    return _joint_state(bag, topic, columns)[0]
+
+
+def _joint_state(bag: Bag, topic: str, columns: list[str]) -> tuple[Stream, Stream | None]:
+    """(positions, efforts or None) of a JointState topic, columns in `columns` order."""
     try:
-        return bag.joint_state(topic).stream(columns)
+        js = bag.joint_state(topic)
+        positions = js.stream(columns)
     except BagReadError as exc:
         if "not in names" in str(exc):
             raise DecodeError(SCHEMA_MISMATCH, str(exc)) from None
         raise DecodeError(CORRUPT, f"{topic}: undecodable JointState payload: {exc}") from None
     except (CdrError, ValueError, IndexError) as exc:
         raise DecodeError(CORRUPT, f"{topic}: undecodable JointState payload: {exc}") from None
+    effort = None
+    if js.effort.shape == js.position.shape and len(js.effort) and np.isfinite(js.effort).all():
+        effort = Stream(f"{topic} effort", js.stamps_ns, js.effort[:, [js.names.index(c) for c in columns]])
+    return positions, effort
 
 
 def decode_streams(bag: Bag) -> Decoded:
@@ -189,7 +209,9 @@ def decode_streams(bag: Bag) -> Decoded:
         raise DecodeError(r.code, r.detail)
     backwards: dict[str, int] = {}
     joints = list(JOINT_NAMES)
-    follower = _sorted(_joints(bag, FOLLOWER_STATE, joints), backwards)
+    follower_positions, effort = _joint_state(bag, FOLLOWER_STATE, joints)
+    follower = _sorted(follower_positions, backwards)
+    effort = _sorted(effort, {}) if effort is not None else None
     command = _sorted(_joints(bag, FOLLOWER_COMMAND, joints), backwards)
     leader = _sorted(_joints(bag, LEADER_STATE, joints), backwards) if bag.has(LEADER_STATE) else None
     policy = _sorted(_joints(bag, POLICY_COMMAND, joints), backwards) if bag.has(POLICY_COMMAND) else None
@@ -207,20 +229,24 @@ def decode_streams(bag: Bag) -> Decoded:
             im = ImageStream(im.name, im.stamps_ns[order], im.log_ns[order], [im.formats[i] for i in order],
                              [im.data[i] for i in order])
         images[cam] = im
-    return Decoded(follower, command, leader, policy, authority, images, backwards)
+    return Decoded(follower, command, leader, policy, authority, images, backwards, effort)
 
 
 def decode_jpeg(data: bytes, reduced: bool = False) -> np.ndarray | None:
     """BGR image (or a 1/8-scale grey one, `reduced`: the same entropy decode, a fraction of the
     work) from JPEG bytes; None if they do not decode."""
+    if reduced:
+        return small_grey(data)
     buf = np.frombuffer(data, np.uint8)
     if buf.size == 0:
         return None
-    return cv2.imdecode(buf, cv2.IMREAD_REDUCED_GRAYSCALE_8 if reduced else cv2.IMREAD_COLOR)
+    return cv2.imdecode(buf, cv2.IMREAD_COLOR)
 
 
-def image_problems(images: dict[str, ImageStream]) -> list[Reason]:
-    """Every image decodes as a JPEG of its camera's first image's size (what `convert` requires)."""
+def image_problems(images: dict[str, ImageStream], energies: dict[str, np.ndarray] | None = None) -> list[Reason]:
+    """Every image decodes as a JPEG of its camera's first image's size (what `convert` requires).
+    The same 1/8-scale decode gives each camera's motion energy (`recording.camera_lag`), put in
+    `energies` when given."""
     out = []
     for cam, im in sorted(images.items()):
         if not im.data:
@@ -231,10 +257,15 @@ def image_problems(images: dict[str, ImageStream]) -> list[Reason]:
             continue
         h, w = first.shape[:2]
         small = (-(-h // 8), -(-w // 8))
-        for i in range(1, len(im.data)):
+        motion = MotionEnergy()
+        for i in range(len(im.data)):
             img = decode_jpeg(im.data[i], reduced=True)
             if img is None or img.shape[:2] != small:
                 what = "is not a decodable JPEG" if img is None else f"is not {w}x{h} like image 0"
                 out.append(Reason(CORRUPT, f"camera {cam}: image {i} {what}", {"camera": cam, "image": i}))
                 break
+            motion.add(img)
+        else:
+            if energies is not None:
+                energies[cam] = motion.energy()
     return out

@@ -4,6 +4,9 @@ user supplies for foreign bags (no ROS import).
 Codes (thresholds: `config/validate.yaml`, documented there and in docs/data_engine.md):
 MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
 UNLABELLED_INTERVENTION, DEAD_AIR, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+
+Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
+camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound).
 """
 from __future__ import annotations
 
@@ -13,7 +16,14 @@ from typing import Any
 
 import yaml
 
-from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_COMMAND, FOLLOWER_STATE, LEADER_STATE
+from teleop_flywheel.core.bag_topics import (
+    AUTHORITY,
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    LEADER_STATE,
+    PEDAL_JOY,
+)
 from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED
@@ -29,6 +39,9 @@ DEAD_AIR = "DEAD_AIR"
 SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
 CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
          UNLABELLED_INTERVENTION, DEAD_AIR, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
+CAMERA_LAG_UNKNOWN = "CAMERA_LAG_UNKNOWN"
+TRACKING_LAG = "TRACKING_LAG"
+WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG)
 
 
 @dataclass
@@ -48,6 +61,7 @@ class ValidateConfig:
     required_topics: list[str] = field(default_factory=lambda: [
         FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
     min_messages: int = 2
+    event_topics: list[str] = field(default_factory=lambda: [PEDAL_JOY, INTERVENTION])
     gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
     min_duration_s: float = 2.0
     max_duration_s: float = 600.0
@@ -55,8 +69,13 @@ class ValidateConfig:
     max_camera_latency_ms: float = 25.0
     max_joint_latency_ms: float = 10.0
     max_ptp_offset_ms: float = 1.0
-    max_leading_dead_s: float = 3.0
+    max_leading_dead_s: float = 2.0
+    max_trailing_dead_s: float = 2.0
     max_internal_dead_s: float = 5.0
+    camera_lag_max_ms: float = 15.0
+    camera_lag_max_stderr_ms: float = 5.0
+    camera_lag_search_ms: float = 200.0
+    tracking_lag_max_ms: float = 150.0
     command_topic: str = FOLLOWER_COMMAND
     cameras: list[str] | None = None
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UsageError, error_line
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
-from teleop_flywheel.data.checks import STAMPED_TYPES, check_bag, inspect_bag
+from teleop_flywheel.data.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.reasons import (
     CLOCK_OFFSET,
@@ -71,10 +71,18 @@ class EpisodeReport:
     quarantined_to: str | None = None
     error: str | None = None  # the input could not be processed (not a bag): no verdict
     episode_id_v1: str | None = None
+    warnings: list[Reason] = field(default_factory=list)  # a third outcome: printed, never a rejection
+    camera_lag: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> LagEstimate.to_dict()
+    tracking_lag_ms: list[float | None] = field(default_factory=list)  # per joint
 
     @property
     def passed(self) -> bool:
         return not self.reasons and self.error is None
+
+    @property
+    def status(self) -> str:
+        """PASS, WARN (passed, with warnings) or FAIL."""
+        return "FAIL" if not self.passed else ("WARN" if self.warnings else "PASS")
 
     @property
     def codes(self) -> list[str]:
@@ -84,8 +92,8 @@ class EpisodeReport:
         if self.error is not None:
             return f"error: {self.error}"
         ident = (self.episode_id or "-" * 12)[:12]
-        status = "PASS" if self.passed else "FAIL"
-        return f"{ident} {status} {display(self.name)}" + ("" if self.passed else " " + " ".join(map(str, self.reasons)))
+        return (f"{ident} {self.status} {display(self.name)}" + "".join(f" {r}" for r in self.reasons)
+                + "".join(f" warning: {w}" for w in self.warnings))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -93,7 +101,9 @@ class EpisodeReport:
         if self.quarantined_to:
             d["quarantined_to"] = display(self.quarantined_to)
         d["passed"] = self.passed
+        d["status"] = self.status
         d["codes"] = self.codes
+        d["warning_codes"] = sorted({w.code for w in self.warnings})
         return d
 
 
@@ -112,11 +122,19 @@ def validate_bag(job: tuple[str, ValidateConfig] | tuple[str, ValidateConfig, Su
         return EpisodeReport(str(p), p.name, None, [Reason(CORRUPT, f"unreadable: {type(exc).__name__}: {exc}")])
     try:
         ins = inspect_bag(bag, cfg, supplied)
-        reasons, span = ins.reasons, ins.span_s
     except Exception as exc:  # noqa: BLE001 - a malformed message must not stop the batch
-        reasons, span = [Reason(CORRUPT, f"{bag.mcap_path.name}: undecodable content: {type(exc).__name__}: {exc}")], None
-    return EpisodeReport(str(p), bag.name, bag.episode_id, reasons, sorted(bag.camera_topics()), span,
-                         episode_id_v1=bag.episode_id_v1)
+        return EpisodeReport(str(p), bag.name, bag.episode_id, [Reason(CORRUPT, f"{bag.mcap_path.name}: undecodable "
+                             f"content: {type(exc).__name__}: {exc}")], sorted(bag.camera_topics()),
+                             episode_id_v1=bag.episode_id_v1)
+    return report_of(str(p), bag.name, bag.episode_id, bag.episode_id_v1, sorted(bag.camera_topics()), ins)
+
+
+def report_of(path: str, name: str, episode_id: str | None, episode_id_v1: str | None, cameras: list[str],
+              ins: Inspection) -> EpisodeReport:
+    """The report of an inspected bag (validate; convert reports its verdicts the same way)."""
+    return EpisodeReport(path, name, episode_id, list(ins.reasons), cameras, ins.span_s, episode_id_v1=episode_id_v1,
+                         warnings=list(ins.warnings), camera_lag={c: e.to_dict() for c, e in ins.camera_lag.items()},
+                         tracking_lag_ms=list(ins.tracking_lag_ms))
 
 
 def apply_schema(reports: list[EpisodeReport], cameras: list[str] | None) -> list[str]:
@@ -232,9 +250,12 @@ def summary(reports: list[EpisodeReport]) -> dict[str, Any]:
     judged = [r for r in reports if r.error is None]
     rejected = [r for r in judged if not r.passed]
     by_code = Counter(c for r in rejected for c in r.codes)
+    warned = [r for r in judged if r.passed and r.warnings]
+    by_warning = Counter(w for r in warned for w in sorted({x.code for x in r.warnings}))
     return {"episodes": len(judged), "passed": len(judged) - len(rejected), "rejected": len(rejected),
             "rejection_rate": len(rejected) / len(judged) if judged else 0.0,
             "reasons": {c: by_code[c] for c in CODES if by_code[c]},
+            "warned": len(warned), "warnings": dict(sorted(by_warning.items())),
             "errors": len(reports) - len(judged)}
 
 
@@ -302,7 +323,9 @@ def run(args: argparse.Namespace) -> int:
                 print(r.line() + (f" -> {display(r.quarantined_to)}" if r.quarantined_to else ""))
         breakdown = ", ".join(f"{c} {n}" for c, n in s["reasons"].items())
         print(f"{s['rejected']}/{s['episodes']} rejected ({100 * s['rejection_rate']:.1f} %)"
-              + (f": {breakdown}" if breakdown else ""))
+              + (f": {breakdown}" if breakdown else "")
+              + (f"; {s['warned']} passed with warnings: " + ", ".join(f"{c} {n}" for c, n in s["warnings"].items())
+                 if s["warned"] else ""))
     if s["episodes"] and not s["rejected"]:
         print("WARNING: nothing was rejected. On a real recording session a 0 % rejection rate means the "
               "checks are not checking: look at the thresholds in config/validate.yaml.", file=sys.stderr)

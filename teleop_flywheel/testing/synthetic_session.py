@@ -25,7 +25,12 @@ bit-identical commands for a window), `camera_stamp_offset_ms` (header stamp = c
 the restarted camera), outcome unset, an unlabelled intervention, extra cameras (schema drift),
 `truncate_bag` (cut mid-chunk, as a crash leaves it) and `corrupt_chunk` (bytes flipped inside
 one chunk); `camera_publish_offset_ms` (publish_time = header stamp + offset on the cameras: a
-pipeline latency rosbag2 would record, which must change nothing) and `clock_step`.
+pipeline latency rosbag2 would record, which must change nothing), `clock_step`, and
+`camera_clock_skew_ms` (stamp, publish and receive times of the camera shifted together: only the
+pixels tell, through the content-based camera lag). The camera draws the arm as it was at each
+frame's exposure instant (the follower's samples interpolated to it), so a clean episode's true
+camera lag is 0. The follower's JointState carries efforts (`effort`, on by default): its load as a
+signed fraction of max torque, as the arm driver publishes Present_Load.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ from teleop_flywheel.core.bag_topics import (
     FOLLOWER_STATE,
     INTERVENTION,
     LEADER_STATE,
+    PEDAL_JOY,
     POLICY_COMMAND,
     camera_image,
 )
@@ -102,6 +108,18 @@ class SessionSpec:
     stamp_clock: str = "monotonic"  # "monotonic": bags recorded before the ROS-time revision; "ros": since
     camera_publish_offset_ms: float | None = None  # publish_time = header stamp + this on the cameras
     clock_step: tuple[float, float] | None = None  # (at s, ms): the system clock steps during the episode
+    # The scripted human: "smooth" (slow sinusoids, periods 7–13 s) or "reach" (a hand at work:
+    # minimum-jerk moves of 0.5–1 s between poses with short pauses, as in pick-and-place).
+    motion: str = "smooth"
+    # header stamp, publish and receive times of every camera message shifted together (a camera whose
+    # frames are stamped when the driver got them, not when exposed: the pipeline latency looks normal)
+    camera_clock_skew_ms: float = 0.0
+    effort: bool = True  # the follower's JointState.effort (load as a signed fraction of max torque)
+    pedal_topic: bool = False  # record /pedal/joy (listed in the metadata) although nobody pressed the pedal
+    corrections: tuple[tuple[float, float, str | None], ...] = ()  # teleop-mode correction spans (start, end, label)
+    # The operator labels each takeover/correction this long after it started (0: at once). While
+    # unlabelled, /teleop/authority's trigger is 0; a label after the hand-back never reaches it.
+    label_delay_s: float = 0.0
 
 
 class _SimClock:
@@ -150,6 +168,22 @@ def _alpha(t: np.ndarray, spec: SessionSpec) -> np.ndarray:
     return a
 
 
+def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Point-to-point moves (minimum jerk, 0.5–1.0 s) between random poses, with 0.1–0.4 s pauses:
+    every joint starts and stops together, as a hand reaching, grasping and placing moves the arm."""
+    out = np.empty((len(t), 6))
+    pose = center.copy()
+    t0 = 0.0
+    while t0 <= t[-1]:
+        move, pause = rng.uniform(0.5, 1.0), rng.uniform(0.1, 0.4)
+        goal = center + amp * rng.uniform(-1, 1, 6)
+        u = np.clip((t - t0) / move, 0, 1)[:, None]
+        inside = (t >= t0) & (t < t0 + move + pause)
+        out[inside] = (pose + (goal - pose) * (10 * u**3 - 15 * u**4 + 6 * u**5))[inside]
+        pose, t0 = goal, t0 + move + pause
+    return out
+
+
 @dataclass
 class SessionTruth:
     """What the simulation knows (tests compare the bag and the dataset with it)."""
@@ -184,7 +218,13 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         held = (t >= a) & (t < a + length)
         human_t = np.where(held, a, t)
         human_t = np.where(t >= a + length, t - length, human_t)
-    human = _quantise(center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase))
+    if spec.motion == "reach":
+        human = _reaches(human_t, center, amp, rng)
+    elif spec.motion == "smooth":
+        human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
+    else:
+        raise ValueError(f"motion must be 'smooth' or 'reach', got {spec.motion!r}")
+    human = _quantise(human)
     policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
     alpha = _alpha(t, spec)
     command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
@@ -195,6 +235,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         follower[i] = state
         state = state + (command[i] - state) * k
     follower = _quantise(follower)
+    # Load follows the position loop's effort: proportional to the tracking error, saturating at full torque.
+    effort = np.clip((command - follower) * 8.0, -1.0, 1.0) if spec.effort else None
 
     interv_id = np.zeros(n)
     trig = np.zeros(n)
@@ -202,7 +244,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     for j, (start, end, label) in enumerate(spec.interventions, start=1):
         inside = (t >= start) & (t < end)
         interv_id[inside] = j
-        trig[inside] = trigger_code(label)
+        trig[inside & (t >= start + spec.label_delay_s)] = trigger_code(label)
         interventions.append(Intervention(j, int(clock.stamp(np.int64(MONO0_NS + start * 1e9))),
                                           int(clock.stamp(np.int64(MONO0_NS + end * 1e9))), label))
     mode = np.full(n, mode_code("teleop" if spec.session_kind == "teleop" else "policy"), float)
@@ -221,18 +263,29 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     for topic, values, frame in ((FOLLOWER_STATE, follower, ""), (FOLLOWER_COMMAND, command, ""),
                                  (LEADER_STATE, human, ""), (POLICY_COMMAND, policy, spec.policy_checkpoint)):
         logs = joint_log(spec.joint_latency_ms)
+        efforts = effort if topic == FOLLOWER_STATE and effort is not None else None
         records += [(int(logs[i]), topic, publish(int(logs[i]), int(stamps[i])),
-                     joint_state_cdr(int(stamps[i]), names, values[i], frame)) for i in range(n)]
+                     joint_state_cdr(int(stamps[i]), names, values[i], frame,
+                                     effort=None if efforts is None else efforts[i])) for i in range(n)]
     logs = joint_log(spec.joint_latency_ms)
     records += [(int(logs[i]), AUTHORITY, publish(int(logs[i]), int(stamps[i])),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
-    for j, iv in enumerate(interventions, start=1):
-        events = ((spec.interventions[j - 1][0], None), (spec.interventions[j - 1][1], iv.end_ns))
-        for at_s, end_ns in events:  # the start event, then the end event
-            mono = np.int64(MONO0_NS + at_s * 1e9)
-            text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns, "trigger": iv.trigger})
-            log = int(clock.wall(mono)) + 300_000
-            records.append((log, INTERVENTION, publish(log, int(clock.stamp(mono))), string_cdr(text)))
+    corrections = [Intervention(j, int(clock.stamp(np.int64(MONO0_NS + start * 1e9))),
+                                int(clock.stamp(np.int64(MONO0_NS + end * 1e9))), label)
+                   for j, (start, end, label) in enumerate(spec.corrections, start=1)]
+    for kind, spans, times in (("intervention", interventions, spec.interventions),
+                               ("correction", corrections, spec.corrections)):
+        for iv, (start, end, _label) in zip(spans, times):
+            label_at = start + spec.label_delay_s
+            events = [(start, None, None), (end, iv.end_ns, iv.trigger if label_at <= end else None)]
+            if iv.trigger is not None and spec.label_delay_s > 0:
+                events.append((label_at, iv.end_ns if label_at > end else None, iv.trigger))
+            for at_s, end_ns, trigger in sorted(events, key=lambda e: e[0]):  # start, label, end (as published)
+                mono = np.int64(MONO0_NS + at_s * 1e9)
+                text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns,
+                                   "trigger": trigger if spec.label_delay_s > 0 else iv.trigger, "kind": kind})
+                log = int(clock.wall(mono)) + 300_000
+                records.append((log, INTERVENTION, publish(log, int(clock.stamp(mono))), string_cdr(text)))
 
     captures: dict[str, np.ndarray] = {}
     cam_stamps: dict[str, np.ndarray] = {}
@@ -251,12 +304,14 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         arrived = cap_mono + lat.astype(np.int64) <= mono_stamps[-1] + int(spec.joint_latency_ms * 1e6)
         ct, cap_mono, lat = ct[arrived], cap_mono[arrived], lat[arrived]
         cap_ns = clock.stamp(cap_mono)  # the capture instant on the stamp clock: the pixel truth
-        stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6)
-        logs_c = clock.wall(cap_mono + lat.astype(np.int64))
-        idx = np.searchsorted(mono_stamps, cap_mono, side="right") - 1
+        skew = int(spec.camera_clock_skew_ms * 1e6)
+        stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6) + skew
+        logs_c = clock.wall(cap_mono + lat.astype(np.int64)) + skew
+        # The arm as it was at the exposure instant: the follower's samples interpolated to it.
+        pose = np.stack([np.interp(cap_mono, mono_stamps, follower[:, j]) for j in range(6)], axis=1)
         for i in range(len(ct)):
             image = background.copy()
-            draw_arm(image, dict(zip(names, follower[max(idx[i], 0)])), top=top)
+            draw_arm(image, dict(zip(names, pose[i])), top=top)
             timecode.encode(image, int(cap_ns[i]))
             ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
             if not ok:
@@ -271,12 +326,12 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     calibration = spec.calibration if spec.calibration is not None else {
         role: yaml.safe_load(sim_calibration_file(role).read_text()) for role in CALIBRATION_ROLES}
     topics = [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
-        [camera_image(cam) for cam in spec.cameras]
+        [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else [])
     meta = EpisodeMeta(
         episode_name=bag_dir.name, task=spec.task, operator=spec.operator, rig_id="sim-rig",
         session_kind=spec.session_kind, software_version="sim", policy_checkpoint=spec.policy_checkpoint,
         calibration=calibration, cameras=list(spec.cameras), topics=topics, outcome=spec.outcome,
-        attempts=1 if spec.outcome != "unset" else None, interventions=interventions,
+        attempts=1 if spec.outcome != "unset" else None, interventions=interventions, corrections=corrections,
         clock_start=clock.sample(MONO0_NS).to_dict(), clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
         clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)] if clock.ros else [],
         stamp_clock="ros" if clock.ros else "",
@@ -290,6 +345,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         for topic in topics:
             if topic == INTERVENTION:
                 bag.add_topic(topic, "std_msgs/msg/String")
+            elif topic == PEDAL_JOY:
+                bag.add_topic(topic, "sensor_msgs/msg/Joy")
             elif topic.startswith("/cameras/"):
                 bag.add_topic(topic, "sensor_msgs/msg/CompressedImage")
             else:
