@@ -62,7 +62,7 @@ def test_view_shows_the_verdict_what_to_do_and_the_clock_field() -> None:
                          "reasons": [{"code": "FRAME_GAP", "detail": "/cameras/front/image/compressed gap 4.0s"},
                                      {"code": "OUTCOME_UNSET", "detail": "outcome was never set"}],
                          "warnings": [{"code": "CAMERA_LAG_UNKNOWN", "detail": "too little motion"}], "decision": None}
-    status["clock"] = {"cameras": {"front": {"latency_ms": 4.0, "lag": {"lag_ms": 31.5, "confidence": 0.9}}},
+    status["clock"] = {"cameras": {"front": {"latency_ms": 4.0, "lag": {"lag_ms": 31.5, "stderr_ms": 1.25, "r2": 0.9}}},
                        "ptp_offset_ns": 250_000}
     st.on_recorder_status(json.dumps(status))
     text = "\n".join(st.render(200))
@@ -70,7 +70,7 @@ def test_view_shows_the_verdict_what_to_do_and_the_clock_field() -> None:
     assert "  FRAME_GAP: /cameras/front/image/compressed gap 4.0s" in text
     assert "warning CAMERA_LAG_UNKNOWN: too little motion" in text
     assert "x discard and re-record   k keep" in text
-    assert "front lag +31.5 ms (recv 4.0 ms), PTP +0.250 ms" in text
+    assert "front lag +31.5±1.2 ms (recv 4.0 ms), PTP +0.250 ms" in text
     status["verdict"]["decision"] = "discard"
     st.on_recorder_status(json.dumps(status))
     assert "discarded (moved to discarded/)" in "\n".join(st.render(200))

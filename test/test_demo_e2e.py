@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rclpy")
-
 
 def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
+    pytest.importorskip("rclpy")
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "demo", "--out", str(out),
                            "--episodes", "4", "--seconds", "6"], capture_output=True, text=True, timeout=600)
@@ -49,7 +48,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         n = sum(1 for _ in reader.messages())
         assert n > 100
     # Rejected bags were moved, with a JSON record of why, never deleted.
-    quarantined = list((out / "quarantine").rglob("*.json"))
+    quarantined = [p for p in (out / "quarantine").rglob("*.json") if p.name != "verdict.json"]
     assert len(quarantined) == sum(1 for e in ordered if e["reasons"])
 
     # The faulty episodes carry what was injected into them, the clean one nothing — except that a
@@ -63,6 +62,26 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     for i, e in enumerate(ordered):
         extra = [r for r in e["reasons"] if r["code"] not in injected[i] and not load_stall(r)]
         assert not extra, (e["name"], extra)
+    # Every episode was judged at stop: its verdict in the log and beside its bag (quarantined or not),
+    # the same as the batch validation's, kept by the scripted operator.
+    verdict_lines = re.findall(r"demo: verdict [\d.]+ s after stop — episode (\d) (\S+): (PASS|FAIL)", proc.stdout)
+    assert sorted(int(i) for i, _n, _v in verdict_lines) == [0, 1, 2, 3], proc.stdout[-3000:]
+    docs = {p.parent.name: json.loads(p.read_text()) for p in out.rglob("verdict.json")}
+    assert sorted(docs) == names
+    for e in ordered:
+        doc = docs[e["name"]]
+        assert doc["verdict"] == ("PASS" if not e["reasons"] else "FAIL") and doc["decision"]["action"] == "keep"
+        assert set(doc["codes"]) == {r["code"] for r in e["reasons"]}
+        assert (e["name"], doc["verdict"]) in {(n, v) for _i, n, v in verdict_lines}
+    assert re.search(r"verdicts: +4/4 episodes judged at stop \(stop -> verdict median [\d.]+ s, max [\d.]+ s\); "
+                     r"the same as the batch validation for 4/4", proc.stdout), proc.stdout[-2000:]
+    # The summary tells the failures injected on purpose from the ones nobody injected.
+    assert re.search(r"injected: +3 failures injected on purpose, 3 caught: \S+ FRAME_GAP \(camera stall\); "
+                     r"\S+ UNLABELLED_INTERVENTION \(takeover left unlabelled\); \S+ OUTCOME_UNSET", proc.stdout)
+    assert "NOT CAUGHT" not in proc.stdout
+    nobody = sum(1 for i, e in enumerate(ordered) for r in e["reasons"] if r["code"] not in injected[i]
+                 or (i == 1 and "/cameras/" not in r["detail"]))
+    assert re.search(rf"unexpected: +{nobody} failure\(s\) nobody injected", proc.stdout), proc.stdout[-2000:]
     passed = [e for e in ordered if not e["reasons"]]
     info = out / "dataset" / "meta" / "info.json"
     if passed:
@@ -71,3 +90,20 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         assert (out / "dataset" / "README.md").exists()
     else:
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout
+
+
+def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -> None:
+    from teleop_flywheel.ros.session.demo import classify, plan
+
+    plans = plan(4)  # clean, camera stall, unlabelled takeover, outcome unset
+    names = {i: f"ep{i}" for i in range(4)}
+    reports = {
+        "ep0": [{"code": "FRAME_GAP", "detail": "/follower/joint_states gap 0.2s"}],  # a loaded machine
+        "ep1": [{"code": "FRAME_GAP", "detail": "/cameras/front/image/compressed gap 4.0s"}],
+        "ep2": [],  # the unlabelled takeover was not caught
+        "ep3": [{"code": "OUTCOME_UNSET", "detail": "outcome was never set"}],
+    }
+    caught, missed, unexpected = classify(plans, names, reports)
+    assert caught == ["ep1 FRAME_GAP (camera stall)", "ep3 OUTCOME_UNSET (outcome not set)"]
+    assert missed == ["ep2 UNLABELLED_INTERVENTION (takeover left unlabelled)"]
+    assert unexpected == ["ep0 FRAME_GAP(/follower/joint_states gap 0.2s)"]

@@ -157,3 +157,23 @@ def test_a_worker_that_cannot_judge_says_why_and_comes_back(tmp_path: Path) -> N
     finally:
         good.close()
     assert json.loads((bag / "verdict.json").read_text())["format"] == 1
+
+
+def test_the_worker_yields_the_cpu_to_the_rig(tmp_path: Path) -> None:
+    """Nice 10 in a session of its own whose scheduler autogroup is nice 10 too: with sched_autogroup
+    every session competes as a group, so only that keeps it from taking an arm driver's share."""
+    import os
+
+    worker = ValidatorProcess("", ["front"])
+    try:
+        worker(_bag(tmp_path / "bags", "ep"))  # ready and working
+        assert worker._proc is not None
+        pid = worker._proc.pid
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(stat[16]) == 10  # nice
+        assert os.getsid(pid) == pid != os.getsid(0)  # its own session
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            assert autogroup.read_text().strip().endswith("nice 10")
+    finally:
+        worker.close()

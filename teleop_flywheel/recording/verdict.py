@@ -14,6 +14,7 @@ verdict.json (`FORMAT` 1):
     {"format": 1, "episode": "episode_20261203_124500",
      "verdict": "PASS" | "FAIL" | null,          # null: not validated (discarded while recording, or the
      "error": null | "why it could not run",     #   validator could not run: `error` says why)
+     "status": "PASS" | "WARN" | "FAIL" | null,  # validate's three outcomes: WARN = passed with warnings
      "codes": ["FRAME_GAP"], "reasons": [{"code", "detail", "numbers"}], "warnings": [{"code", "detail", ...}],
      "episode_id": "…", "cameras": ["front"], "expected_cameras": ["front"], "camera_lag": {…},
      "duration_s": 60.0, "stopped_wall_ns": …,
@@ -100,8 +101,9 @@ def verdict_doc(name: str, result: Mapping[str, Any] | None, *, error: str | Non
                 for w in report.get("warnings") or []]
     lag: Any = next((report[k] for k in ("camera_lag", "camera_lags", "camera_lag_ms") if report.get(k)), {})
     verdict = None if error else ("FAIL" if reasons else "PASS")
+    status = None if verdict is None else ("WARN" if verdict == "PASS" and warnings else verdict)
     return {
-        "format": FORMAT, "episode": name, "verdict": verdict, "error": error,
+        "format": FORMAT, "episode": name, "verdict": verdict, "status": status, "error": error,
         "codes": list(dict.fromkeys(r["code"] for r in reasons)), "reasons": reasons, "warnings": warnings,
         "episode_id": report.get("episode_id"), "cameras": report.get("cameras") or [],
         "expected_cameras": list(expected_cameras or []), "camera_lag": lag, "duration_s": report.get("duration_s"),
@@ -286,8 +288,8 @@ class VerdictKeeper:
 def summary(ep: _Episode) -> dict[str, Any]:
     doc = ep.doc or {}
     return {"episode": ep.name, "bag": str(ep.path), "verdict": doc.get("verdict") if ep.doc else PENDING,
-            "codes": doc.get("codes", []), "warnings": len(doc.get("warnings") or []), "decision": ep.decision,
-            "seconds": ep.verdict_after_s}
+            "status": doc.get("status") if ep.doc else PENDING, "codes": doc.get("codes", []),
+            "warnings": len(doc.get("warnings") or []), "decision": ep.decision, "seconds": ep.verdict_after_s}
 
 
 def line(doc: Mapping[str, Any]) -> str:

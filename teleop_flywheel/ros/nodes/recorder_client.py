@@ -27,7 +27,8 @@ class RecorderClient:
     def __init__(self, context: Any, name: str = "recorder_client", recorder: str = RECORDER_NODE) -> None:
         self.recorder = recorder
         self.node = rclpy.create_node(name, context=context)
-        self._trigger: dict[str, Client] = {a: self.node.create_client(Trigger, f"{recorder}/{a}") for a in ("start", "stop", "discard")}
+        self._trigger: dict[str, Client] = {a: self.node.create_client(Trigger, f"{recorder}/{a}")
+                                            for a in ("start", "stop", "discard", "keep")}
         self._params: Client = self.node.create_client(SetParameters, f"{recorder}/set_parameters")
 
     def _wait(self, future: Any, what: str, timeout: float = 20.0) -> Any:
@@ -42,7 +43,7 @@ class RecorderClient:
         return all(c.wait_for_service(timeout_sec=timeout) for c in [*self._trigger.values(), self._params])
 
     def call(self, action: str) -> str:
-        """`start`, `stop` or `discard`; returns the recorder's message (the bag name for stop)."""
+        """`start`, `stop`, `discard` or `keep`; returns the recorder's message (the bag name for stop)."""
         what = f"{self.recorder}/{action}"
         res = self._wait(self._trigger[action].call_async(Trigger.Request()), what)
         if not res.success:

@@ -8,9 +8,14 @@ with the thresholds of `config/validate.yaml` (or the recorder's `validate_confi
 camera-set check against the session's configured cameras (`apply_schema`; a single episode has
 no batch to compare with).
 
-The worker runs at nice 10 in the recorder's own session (its autogroup): the recorder's take
-thread always wins the CPU it needs, the validator gets the rest. It exits when the recorder goes
-(end of its stdin, or SIGTERM through PR_SET_PDEATHSIG). No ROS is imported here.
+The worker yields the CPU to the rig: it runs in a session of its own whose scheduler autogroup
+it sets to nice 10 (`/proc/self/autogroup`; with the kernel's sched_autogroup every session
+competes as a group, so a nice inside the recorder's group would only yield to the recorder, not
+to the arm drivers or the teleop node), and at nice 10 itself where there are no autogroups. Nice
+10 weighs about a tenth of a node: idle CPU is all its own (a 60 s episode is judged in seconds),
+a busy rig keeps nine tenths of what it contends for. (Nice 19, a sixtieth, starved the verdict for
+minutes on a machine loaded by other work.) It exits when the recorder goes (end of its stdin, or SIGTERM through
+PR_SET_PDEATHSIG). No ROS is imported here.
 
 Protocol: one JSON line per job on stdin `{"path": …}`; one JSON line per answer on stdout
 `{"report": EpisodeReport.to_dict(), "seconds": …}` or `{"error": …}`; the first line the worker
@@ -32,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-NICE = 10
+NICE = 10  # below every node of the rig: a verdict may wait, a control loop may not
 JOB_TIMEOUT_S = 600.0  # a bag the validator has not judged by then is given up (the worker is restarted)
 READY_TIMEOUT_S = 120.0  # imports on a loaded 2-core machine
 
@@ -52,7 +57,8 @@ class ValidatorProcess:
         cmd = [sys.executable, "-m", "teleop_flywheel.ros.nodes.recorder_verdict", "--cameras", ",".join(self.cameras)]
         if self.config:
             cmd += ["--config", self.config]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                      start_new_session=True)  # its own autogroup (main sets its nice)
         self._ready_error = None
         self._ready: bool | None = None
 
@@ -122,16 +128,27 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
+def lowest_priority() -> None:
+    """NICE for this process and, where the kernel groups sessions (sched_autogroup), for its
+    session's group: what competes with the rig's nodes is the group, not the process."""
+    try:
+        os.nice(NICE - os.nice(0))
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(NICE))
+    except OSError:
+        pass  # no autogroups here: the process nice is what counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the recorder's validator worker (JSON lines on stdin/stdout)")
     parser.add_argument("--config", default=None, help="thresholds YAML (default: the shipped config/validate.yaml)")
     parser.add_argument("--cameras", default="", help="the session's configured cameras, comma-separated")
     args = parser.parse_args(argv)
     _die_with_parent()
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass
+    lowest_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
     out = sys.stdout
     try:

@@ -148,8 +148,8 @@ class ConsoleState:
         clock = rec.get("clock") or {}
         parts = []
         for name, c in sorted((clock.get("cameras") or {}).items()):
-            lag = _lag_ms(c.get("lag"))
-            text = f"{name} lag {lag:+.1f} ms" if lag is not None else f"{name} ?"
+            lag, err = _lag_ms(c.get("lag"))
+            text = f"{name} ?" if lag is None else f"{name} lag {lag:+.1f}" + (f"±{err:.1f}" if err else "") + " ms"
             if c.get("latency_ms") is not None:
                 text += f" (recv {c['latency_ms']:.1f} ms)"
             parts.append(text)
@@ -160,11 +160,14 @@ class ConsoleState:
         return ", ".join(parts) or "?"
 
 
-def _lag_ms(lag: Any) -> float | None:
-    """A lag estimate as the validator reports it: a number (ms) or a mapping with `lag_ms`."""
+def _lag_ms(lag: Any) -> tuple[float | None, float | None]:
+    """(lag, standard error) in ms of an estimate as the validator reports it (`LagEstimate.to_dict()`:
+    `lag_ms`, `stderr_ms`; or a bare number)."""
+    err = lag.get("stderr_ms") if isinstance(lag, dict) else None
     if isinstance(lag, dict):
         lag = lag.get("lag_ms")
-    return float(lag) if isinstance(lag, (int, float)) else None
+    return (float(lag) if isinstance(lag, (int, float)) else None,
+            float(err) if isinstance(err, (int, float)) else None)
 
 
 def _verdict_lines(v: dict[str, Any], hint: bool) -> list[str]:

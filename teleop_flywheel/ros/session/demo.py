@@ -6,9 +6,13 @@ operator who watches it: when the policy goes wrong they press the virtual foot 
 `input_event` records into the pedal node's FIFO), take over, label why, and hand back. One
 bag per episode, outcomes set through the recorder's parameters. Some of the seeds' failures
 are injected on purpose — a camera stall, an intervention nobody labelled, an outcome
-nobody set — so the validator has something real to reject. Then: validate (rejects go to
-quarantine), convert the rest to a LeRobot v3.0 dataset, audit, curate, write the data card,
-and print where everything is with the key numbers.
+nobody set — so the validator has something real to reject. Every episode is judged the moment
+it stops (the recorder's verdict at stop): its verdict is in `/recorder/status`, in
+`<bag>/verdict.json` and in this log as it comes; the scripted operator keeps every episode (the
+failures are there to be rejected). Then: validate (rejects go to quarantine), convert the rest to a
+LeRobot v3.0 dataset, audit, curate, write the data card, and print where everything is with the
+key numbers — the failures injected on purpose apart from the ones nobody injected (a loaded
+machine can stall a simulated arm), and any injected one the validator missed.
 """
 from __future__ import annotations
 
@@ -21,15 +25,18 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from teleop_flywheel.core.errors import PartialFailure, UsageError
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+from teleop_flywheel.recording import verdict
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
 
 WARMUP_S = 2.0  # after every stream is found; then episodes start on a fixed schedule
 GAP_S = 2.0
 READY_S = 60.0  # bound on the recorder's services and streams coming up (a loaded 2-core machine)
+VERDICT_WAIT_S = 120.0  # after the last stop, for the verdicts still being computed
 
 
 @dataclass(frozen=True)
@@ -54,13 +61,77 @@ def plan(episodes: int) -> list[EpisodePlan]:
     return plans
 
 
+def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
+    """What the demo injected into an episode: (code the validator must give, text the reason's
+    detail must contain, what was injected)."""
+    out = [("FRAME_GAP", "/cameras/", "camera stall")] if p.camera_stall else []
+    if p.label is None:
+        out.append(("UNLABELLED_INTERVENTION", "", "takeover left unlabelled"))
+    if not p.outcome:
+        out.append(("OUTCOME_UNSET", "", "outcome not set"))
+    return out
+
+
+def classify(plans: list[EpisodePlan], names: dict[int, str], reports: dict[str, list[dict[str, Any]]]
+             ) -> tuple[list[str], list[str], list[str]]:
+    """(caught, missed, unexpected): each injected failure the validator reported, each it did not,
+    and each reason nobody injected — one line each, `episode CODE …`."""
+    caught: list[str] = []
+    missed: list[str] = []
+    unexpected: list[str] = []
+    for p in plans:
+        name = names.get(p.index, f"episode {p.index}")
+        reasons = list(reports.get(name, []))
+        for code, needle, what in injected(p):
+            hit = [r for r in reasons if r["code"] == code and needle in r.get("detail", "")]
+            (caught if hit else missed).append(f"{name} {code} ({what})")
+            reasons = [r for r in reasons if r not in hit]
+        unexpected += [f"{name} {r['code']}({r.get('detail', '')})" for r in reasons]
+    return caught, missed, unexpected
+
+
+class VerdictLog:
+    """Prints each episode's verdict at stop as it appears on `/recorder/status` (read from the bag's
+    verdict.json), with what the demo injected into it."""
+
+    def __init__(self, status: Any, plans: list[EpisodePlan]) -> None:
+        self.status, self.plans = status, plans
+        self.names: dict[int, str] = {}
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def poll(self) -> None:
+        by_name = {n: i for i, n in self.names.items()}
+        for v in (self.status.latest or {}).get("verdicts", []):
+            name = v.get("episode")
+            if name not in by_name or name in self.docs or v.get("verdict") == verdict.PENDING:
+                continue
+            doc = verdict.read_verdict(v["bag"]) or {"verdict": v.get("verdict"), "codes": v.get("codes")}
+            self.docs[name] = doc
+            if v.get("seconds") is not None:
+                self.seconds[name] = float(v["seconds"])
+            what = ", ".join(w for _c, _n, w in injected(self.plans[by_name[name]])) or "nothing"
+            after = f" {v['seconds']:.1f} s after stop" if v.get("seconds") is not None else ""
+            print(f"demo: verdict{after} — episode {by_name[name]} {name}: {verdict.line(doc)} "
+                  f"[injected: {what}]", flush=True)
+
+    def wait_all(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.docs) < len(self.names) and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.1)
+        for i, name in sorted(self.names.items()):
+            if name not in self.docs:
+                print(f"demo: no verdict for episode {i} {name} within {timeout_s:.0f} s of the last stop", flush=True)
+
+
 def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "teleop_flywheel.cli", *args]
     print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
     return subprocess.run(cmd, text=True, capture_output=capture, check=False)
 
 
-def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
+def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, VerdictLog]:
     from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
     from teleop_flywheel.ros.session.supervisor import Session
 
@@ -84,6 +155,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
         if not operator.ready(READY_S):
             raise RuntimeError("the recorder's services did not come up")
         status.wait_all_topics(READY_S)  # the recorder has found every stream it records
+        verdicts = VerdictLog(status, plans)
         t_start = time.monotonic()
         pedal = VirtualPedal(session.graph.pedal_fifo)
         try:
@@ -92,6 +164,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
             for p in plans:
                 t_episode = t_start + WARMUP_S + p.index * episode_span
                 while time.monotonic() < t_episode:
+                    verdicts.poll()  # the last episode's verdict, as soon as the recorder has it
                     if session.failed.wait(0.05):
                         raise RuntimeError(f"the session failed: {session.failure}")
                 policy.reset()
@@ -120,15 +193,18 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> Path:
                 at(seconds)
                 before = status.last_saved()
                 operator.call("stop")
-                name = Path(status.saved_after(before)).name
+                name = verdicts.names[p.index] = Path(status.saved_after(before)).name
+                operator.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
                 print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
-                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''})", flush=True)
+                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}); validating...",
+                      flush=True)
+            verdicts.wait_all(VERDICT_WAIT_S)
         finally:
             pedal.close()
         session.remove_node(operator.node)
         if session.failed.is_set():
             raise RuntimeError(f"the session failed: {session.failure}")
-    return bags
+    return bags, verdicts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plans = plan(args.episodes)
     try:
-        bags = record(out, plans, args.seconds)
+        bags, verdicts = record(out, plans, args.seconds)
     except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
         raise PartialFailure(f"recording stopped: {exc}", where=str(out),
                              fix="the lines above say which node; a loaded machine can starve one: run it again") from exc
@@ -183,7 +259,13 @@ def run(args: argparse.Namespace) -> int:
               "loaded machine the simulated arms' streams can stall (FRAME_GAP) — that is the validator working.")
     # Quarantine after conversion so the converter saw (and skipped) the rejects itself.
     cli("validate", str(bags), "--quarantine", str(quarantine), capture=True)
-    summary = json.loads(report.read_text())["summary"]
+    batch = json.loads(report.read_text())
+    summary = batch["summary"]
+    reports = {e["name"]: e["reasons"] for e in batch["episodes"] if e.get("error") is None}
+    caught, missed, unexpected = classify(plans, verdicts.names, reports)
+    agree = sum(1 for n, d in verdicts.docs.items() if n in reports
+                and set(d.get("codes") or []) == {r["code"] for r in reports[n]})
+    times = sorted(verdicts.seconds.values())
     print("\n=== demo summary ===")
     print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
     print(f"dataset:     {dataset}  (LeRobot v3.0; data card {dataset / 'README.md'})")
@@ -191,6 +273,16 @@ def run(args: argparse.Namespace) -> int:
     rate = 100 * summary["rejection_rate"]
     reasons = ", ".join(f"{c} {n}" for c, n in summary["reasons"].items()) or "none"
     print(f"rejected:    {summary['rejected']}/{summary['episodes']} episodes ({rate:.0f} %): {reasons}")
+    print(f"verdicts:    {len(verdicts.docs)}/{len(plans)} episodes judged at stop"
+          + (f" (stop -> verdict median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s)" if times else "")
+          + f"; the same as the batch validation for {agree}/{len(reports)}")
+    print(f"injected:    {len(caught) + len(missed)} failures injected on purpose, {len(caught)} caught"
+          + (": " + "; ".join(caught) if caught else ""))
+    if missed:
+        print(f"NOT CAUGHT:  {'; '.join(missed)} — injected on purpose and not rejected: the validator missed it")
+    print(f"unexpected:  {len(unexpected)} failure(s) nobody injected"
+          + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a simulated arm's process)"
+             if unexpected else ""))
     print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
     print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
           f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
