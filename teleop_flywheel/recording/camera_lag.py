@@ -104,18 +104,54 @@ def _cells(diff: np.ndarray) -> np.ndarray:
     return (sums / np.maximum(counts, 1)).reshape(-1).astype(np.float32)
 
 
-def _speeds(jt: np.ndarray, q: np.ndarray, tp: np.ndarray, tc: np.ndarray, tau: float) -> np.ndarray:
-    return np.abs(np.stack([np.interp(tc - tau, jt, q[:, j]) - np.interp(tp - tau, jt, q[:, j])
-                            for j in range(q.shape[1])], axis=1))
+class _Joints:
+    """The follower's positions, interpolated linearly at any instants (all joints at once)."""
+
+    def __init__(self, jt: np.ndarray, q: np.ndarray) -> None:
+        self.jt, self.q = jt, q
+        self.dq = np.diff(q, axis=0)
+        self.dt = np.maximum(np.diff(jt), 1e-12)
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(self.jt, t, side="right") - 1, 0, len(self.jt) - 2)
+        w = np.clip((t - self.jt[i]) / self.dt[i], 0.0, 1.0)
+        return self.q[i] + w[:, None] * self.dq[i]
+
+    def speeds(self, tp: np.ndarray, tc: np.ndarray, tau: float) -> np.ndarray:
+        """|q(t_c − τ) − q(t_p − τ)| per joint: how far each joint moved between the two exposures."""
+        return np.abs(self.at(tc - tau) - self.at(tp - tau))
 
 
-def _r2(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """R² of a least-squares fit of each column of y by x (plus a constant); 0 for a constant column."""
-    design = np.column_stack([np.ones(len(x)), x])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    ss = ((y - y.mean(0)) ** 2).sum(0)
-    res = ((y - design @ coef) ** 2).sum(0)
-    return np.where(ss > 1e-9, 1.0 - res / np.maximum(ss, 1e-12), 0.0)
+class _Fit:
+    """R² of least-squares fits of each column of y (plus a constant) by regressors x, for many x:
+    the normal equations of the centred data (a 6×6 solve; y centred once)."""
+
+    def __init__(self, y: np.ndarray) -> None:
+        self.yc = y - y.mean(axis=0)
+        self.ss = (self.yc * self.yc).sum(axis=0)
+
+    def r2(self, x: np.ndarray) -> np.ndarray:
+        xc = x - x.mean(axis=0)
+        cross = xc.T @ self.yc
+        coef = np.linalg.pinv(xc.T @ xc, hermitian=True) @ cross
+        return np.where(self.ss > 1e-9, (cross * coef).sum(axis=0) / np.maximum(self.ss, 1e-12), 0.0)
+
+
+def _r2_without(y: np.ndarray, x: np.ndarray, blocks: list[np.ndarray]) -> np.ndarray:
+    """R² of the single column y by x with each block of samples left out in turn (from per-block
+    sums: one pass instead of one fit per block)."""
+    xa = np.column_stack([x, y])
+    sums = np.array([xa[b].sum(axis=0) for b in blocks])
+    prods = np.array([xa[b].T @ xa[b] for b in blocks])
+    counts = np.array([len(b) for b in blocks], float)
+    out = np.empty(len(blocks))
+    for k in range(len(blocks)):
+        n = counts.sum() - counts[k]
+        s = sums.sum(axis=0) - sums[k]
+        c = prods.sum(axis=0) - prods[k] - np.outer(s, s) / n
+        gram, cross, ss = c[:-1, :-1], c[:-1, -1], c[-1, -1]
+        out[k] = float(cross @ np.linalg.pinv(gram, hermitian=True) @ cross / ss) if ss > 1e-9 else 0.0
+    return out
 
 
 def _peak(lags: np.ndarray, score: np.ndarray) -> float:
@@ -128,28 +164,15 @@ def _peak(lags: np.ndarray, score: np.ndarray) -> float:
     return float(lags[i])
 
 
-def _best(m: np.ndarray, jt: np.ndarray, q: np.ndarray, tp: np.ndarray, tc: np.ndarray, lo: float, hi: float,
-          step: float) -> tuple[float, float]:
-    lags = np.arange(lo, hi + step / 2, step)
-    score = np.array([_r2(m, _speeds(jt, q, tp, tc, tau))[0] for tau in lags])
-    return _peak(lags, score), float(score.max())
-
-
-def _sse(m: np.ndarray, jt: np.ndarray, q: np.ndarray, tp: np.ndarray, tc: np.ndarray, tau: float) -> float:
-    x = _speeds(jt, q, tp, tc, tau)
-    design = np.column_stack([np.ones(len(x)), x])
-    coef, *_ = np.linalg.lstsq(design, m, rcond=None)
-    return float(((m - design @ coef) ** 2).sum())
-
-
-def _stderr(m: np.ndarray, jt: np.ndarray, q: np.ndarray, tp: np.ndarray, tc: np.ndarray, lag: float) -> float:
-    """Standard error of a least-squares lag: σ²·2 / (d²SSE/dτ²), σ² the residual variance (s)."""
+def _stderr(m: np.ndarray, fit: Any, lag: float) -> float:
+    """Standard error of a least-squares lag: sqrt(2σ² / (d²SSE/dτ²)), σ² the residual variance (s)."""
     h = 0.004
-    s0 = _sse(m, jt, q, tp, tc, lag)
-    curvature = (_sse(m, jt, q, tp, tc, lag + h) + _sse(m, jt, q, tp, tc, lag - h) - 2 * s0) / h**2
+    ss = float(((m - m.mean(axis=0)) ** 2).sum())
+    s0, sp, sm = (ss * (1.0 - fit(lag + d)) for d in (0.0, h, -h))
+    curvature = (sp + sm - 2 * s0) / h**2
     if curvature <= 0:
         return float("inf")
-    return float(np.sqrt(2 * s0 / max(len(m) - q.shape[1] - 1, 1) / curvature))
+    return float(np.sqrt(2 * s0 / max(len(m) - 7, 1) / curvature))
 
 
 def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_ns: np.ndarray,
@@ -164,7 +187,7 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
         return LagEstimate(None, None, 0.0, n, 0, f"too few frames ({n} image pairs; {MIN_FRAMES} needed)")
     t0 = int(stamps[0])
     tp, tc = (stamps[:-1] - t0) / 1e9, (stamps[1:] - t0) / 1e9
-    jt = (np.asarray(joint_stamps_ns, np.int64) - t0) / 1e9
+    joints = _Joints((np.asarray(joint_stamps_ns, np.int64) - t0) / 1e9, q)
     dt = tc - tp
     # A pair across a stall (a 4 s hole) compares two unrelated poses: it says nothing about the lag.
     ok = np.all(np.isfinite(e), axis=1) & (dt > 0) & (dt <= 2.5 * np.median(dt))
@@ -173,17 +196,26 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
         return LagEstimate(None, None, 0.0, n, 0, "too few comparable frames")
     span = search_ms / 1000.0
     coarse = np.arange(-span, span + COARSE_STEP_S / 2, COARSE_STEP_S)
-    fits = np.array([_r2(e, _speeds(jt, q, tp, tc, tau)) for tau in coarse])  # (lags, cells)
+    speeds = [joints.speeds(tp, tc, tau) for tau in coarse]
+    by_cell = _Fit(e)
+    fits = np.array([by_cell.r2(x) for x in speeds])  # (lags, cells)
     chance = max(0.1, 4.0 * (q.shape[1] + 1) / len(e))
     cells = fits.max(axis=0) > chance
     if not cells.any():
         return LagEstimate(None, None, float(fits.max()), n, 0,
                            "no image motion follows the arm (too little motion to tell)")
     m = e[:, cells].sum(axis=1, keepdims=True)
-    score = np.array([_r2(m, _speeds(jt, q, tp, tc, tau))[0] for tau in coarse])
+    total = _Fit(m)
+
+    def fit(tau: float) -> float:
+        return float(total.r2(joints.speeds(tp, tc, tau))[0])
+
+    score = np.array([float(total.r2(x)[0]) for x in speeds])
     rough = _peak(coarse, score)
-    lag, r2 = _best(m, jt, q, tp, tc, rough - 2 * COARSE_STEP_S, rough + 2 * COARSE_STEP_S, FINE_STEP_S)
-    stderr = _stderr(m, jt, q, tp, tc, lag)
+    fine = np.arange(rough - COARSE_STEP_S, rough + COARSE_STEP_S + FINE_STEP_S / 2, FINE_STEP_S)
+    fine_score = np.array([fit(tau) for tau in fine])
+    lag, r2 = _peak(fine, fine_score), float(fine_score.max())
+    stderr = _stderr(m, fit, lag)
     note = ""
     if abs(lag) > span - 2 * COARSE_STEP_S:
         note = f"best fit at the edge of the ±{search_ms:g} ms search"
@@ -193,7 +225,7 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
         note = (f"a lag {PROMINENCE_AT_S * 1000:.0f} ms away fits almost as well (R² {far.max():.2f} vs {r2:.2f}): "
                 "the motion is too smooth to tell")
     else:
-        spread = _jackknife_spread(m, jt, q, tp, tc, lag)
+        spread = _jackknife_spread(m, joints, tp, tc, lag)
         if spread > max(JACKKNIFE_MS / 1000, 5 * stderr):
             note = f"leaving out 1/{BLOCKS} of the episode moves the estimate by {spread * 1000:.0f} ms"
     if note:
@@ -202,14 +234,10 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
                        note)
 
 
-def _jackknife_spread(m: np.ndarray, jt: np.ndarray, q: np.ndarray, tp: np.ndarray, tc: np.ndarray,
-                      lag: float) -> float:
+def _jackknife_spread(m: np.ndarray, joints: _Joints, tp: np.ndarray, tc: np.ndarray, lag: float) -> float:
     """The largest move of the estimate when one of BLOCKS stretches of the episode is left out:
     a lag that only one part of the episode supports is no estimate."""
-    worst = 0.0
-    idx = np.arange(len(m))
-    for block in np.array_split(idx, BLOCKS):
-        keep = np.setdiff1d(idx, block)
-        tau, _ = _best(m[keep], jt, q, tp[keep], tc[keep], lag - 0.03, lag + 0.03, 0.002)
-        worst = max(worst, abs(tau - lag))
-    return worst
+    lags = np.arange(lag - 0.03, lag + 0.0301, 0.002)
+    blocks = np.array_split(np.arange(len(m)), BLOCKS)
+    scores = np.array([_r2_without(m[:, 0], joints.speeds(tp, tc, tau), blocks) for tau in lags])  # (lags, blocks)
+    return max(abs(_peak(lags, scores[:, k]) - lag) for k in range(BLOCKS))
