@@ -37,7 +37,7 @@ from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.source import CameraConfig, Frame
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
-POSE_WAIT_S = 0.04  # longest a frame waits for the follower sample after its exposure
+POSE_WAIT_S = 0.025  # longest a frame waits for the follower sample after its exposure (5 periods at 200 Hz)
 HISTORY_S = 2.0  # joint samples kept: a frame drawn up to this late still shows its exposure's pose
 ALIVE_S = 0.5  # a follower stream silent this long is not waited for
 
