@@ -319,12 +319,12 @@ def test_foxglove_replay_of_a_namespaced_rig_serves_the_layout_s_names(tmp_path:
 
 
 def test_the_server_speaks_the_subprotocol_the_readme_names(tmp_path: Path) -> None:
-    """README names the foxglove-sdk version and its subprotocol: `foxglove.sdk.v1` is accepted, a
+    """docs/foxglove.md names the foxglove-sdk version and its subprotocol: `foxglove.sdk.v1` is accepted, a
     client offering only the classic `foxglove.websocket.v1` is refused (HTTP 400)."""
     websockets = pytest.importorskip("websockets")
     import importlib.metadata
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs" / "foxglove.md").read_text()
     assert f"foxglove-sdk {importlib.metadata.version('foxglove-sdk')}" in readme
     assert "`foxglove.sdk.v1`" in readme
     session = serve_foxglove(BagSource(make_bag(tmp_path)), port=0, start_paused=True)
