@@ -197,3 +197,16 @@ def test_run_with_missing_ports_retries_after_one_line_and_no_cameras_is_valid(t
         named = [x for x in proc.stderr.splitlines() if port in x]
         assert len(named) == 1 and "retrying" in named[0], named  # one line, then quiet retries
     assert "Traceback" not in proc.stderr
+
+
+def test_progress_is_a_bar_only_on_a_terminal(tmp_path: Path) -> None:
+    """In a log file (here a pipe) a long step says what it does in one line, never a line of
+    carriage returns."""
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+    bags = [write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=2.0, seed=i)).bag for i in range(2)]
+    proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "validate", *map(str, bags), "--workers", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stderr + proc.stdout
+    assert "validate: 2 bags..." in proc.stderr.splitlines()
