@@ -305,6 +305,12 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['ours_fps']:g} frames/s, {d['ratio_lerobot_over_ours']:g}× LeRobot "
         f"({_met(d['ratio_lerobot_over_ours'] >= d['target_ratio_lerobot_min'])}), "
         f"{d['ratio_ours_over_pyav_floor']:.2f}× encode-only ({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])})"),
+    "verdict": lambda d: (
+        f"`verdict` (stop → the recorder's verdict at stop, a {d['episode_s']:g} s one-camera episode, the validator "
+        f"in a worker process): target ≤ 5 s; {d['idle']['stop_to_verdict_s']:.1f} s, "
+        f"{d['busy']['stop_to_verdict_s']:.1f} s while the next episode records "
+        f"({sum(d['busy']['next_episode']['drops'].values())} drops in it; load {d['load_average_before'][0]:.1f}) "
+        f"({_met(d['met_idle'] and d['met_busy'])})"),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())
