@@ -90,6 +90,16 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         assert (out / "dataset" / "README.md").exists()
     else:
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout
+    # Every output the README lists (ros/session/demo_outputs.py) exists, and nothing else is at the top.
+    from teleop_flywheel.ros.session.demo_outputs import OUTPUTS, expected
+
+    listed = expected(passed=bool(passed), rejected=any(e["reasons"] for e in ordered))
+    missing = [p for p in listed if not (out / p).exists() or p.endswith("/") != (out / p).is_dir()]
+    assert not missing, missing
+    top = {o.path.split("/")[0] + ("/" if "/" in o.path else "") for o in OUTPUTS}
+    unlisted = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir()
+                      if p.name + ("/" if p.is_dir() else "") not in top)
+    assert not unlisted, f"the demo wrote {unlisted}: add them to ros/session/demo_outputs.py (the README's list)"
 
 
 def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -> None:
