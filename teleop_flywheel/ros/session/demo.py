@@ -268,8 +268,12 @@ def run(args: argparse.Namespace) -> int:
     times = sorted(verdicts.seconds.values())
     print("\n=== demo summary ===")
     print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
-    print(f"dataset:     {dataset}  (LeRobot v3.0; data card {dataset / 'README.md'})")
-    print(f"reports:     {report}, {out / 'audit.html'}, {out / 'curation.png'}")
+    if (dataset / "meta" / "info.json").exists():
+        print(f"dataset:     {dataset}  (LeRobot v3.0; data card {dataset / 'README.md'})")
+    else:
+        print("dataset:     none written: no episode passed validation")
+    written = [p for p in (report, out / "audit.html", out / "curation.png") if p.exists()]
+    print(f"reports:     {', '.join(map(str, written))}  (every file the demo writes: README.md)")
     rate = 100 * summary["rejection_rate"]
     reasons = ", ".join(f"{c} {n}" for c, n in summary["reasons"].items()) or "none"
     print(f"rejected:    {summary['rejected']}/{summary['episodes']} episodes ({rate:.0f} %): {reasons}")
