@@ -39,6 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recover": ("teleop_flywheel.recording.recover", "rebuild an indexed MCAP and metadata.yaml from a crashed bag"),
     "validate": ("teleop_flywheel.data.validate", "PASS/FAIL per episode with reason codes; quarantine rejects"),
     "convert": ("teleop_flywheel.data.convert", "bags → LeRobot v3.0 dataset (validated episodes only)"),
+    "ingest": ("teleop_flywheel.data.ingest", "keep a dataset current: validate, quarantine or convert every closed bag"),
     "doctor": ("teleop_flywheel.data.doctor", "is a dataset consistent; explain and (--repair) repair it"),
     "audit": ("teleop_flywheel.data.audit", "dataset audit from numeric columns"),
     "curate": ("teleop_flywheel.data.curate", "per-episode scores, coverage and where to send operators"),

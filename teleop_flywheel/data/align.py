@@ -69,14 +69,16 @@ class Aligned:
     ages_ns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def make_grid(streams: list[Stream], fps: float) -> Grid:
+def make_grid(streams: list[Stream], fps: float, start_ns: int | None = None, end_ns: int | None = None) -> Grid:
+    """The grid over the span every stream covers, narrowed to [start_ns, end_ns] when given (the
+    converter's `--trim-dead-air`)."""
     if fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
     empty = [s.name for s in streams if len(s.stamps_ns) == 0]
     if empty:
         raise AlignError(f"stream(s) with no samples: {', '.join(empty)}", code="MISSING_STREAM")
-    t0 = max(int(s.stamps_ns[0]) for s in streams)
-    end = min(int(s.stamps_ns[-1]) for s in streams)
+    t0 = max([int(s.stamps_ns[0]) for s in streams] + ([start_ns] if start_ns is not None else []))
+    end = min([int(s.stamps_ns[-1]) for s in streams] + ([end_ns] if end_ns is not None else []))
     if end <= t0:
         raise AlignError("the streams share no common time span", code="MISSING_STREAM")
     n = int(np.floor((end - t0) * fps / 1e9))

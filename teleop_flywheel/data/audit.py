@@ -4,7 +4,9 @@ The seed's data-engine lesson as a report: episode count and frames; episode len
 median, max, max/min); dead air (share of frames whose action is bit-identical to the previous
 frame's in the same episode, and the leading dead frames per episode); per-joint range visited
 against the range available; the spread of start states; each episode's distance from the mean
-start state with outliers named. Video is never decoded, so it runs in seconds on a million frames.
+start state with outliers named; what the content says about clocks and force (each camera's lag
+behind the joints, the follower's tracking lag, the effort range, dead air trimmed:
+`data/audit_content.py`). Video is never decoded, so it runs in seconds on a million frames.
 
 Before any number is computed the episode lengths in the metadata are checked against the data
 rows; a mismatch is an error naming the episode (the numbers would otherwise be plausible lies).
@@ -22,6 +24,7 @@ import numpy as np
 
 from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.audit_content import ContentAudit, content_audit, format_lines
 from teleop_flywheel.data.lerobot.reader import (
     ACTION,
     STATE,
@@ -114,6 +117,7 @@ class AuditReport:
     outlier_fence: float
     outliers: list[int]
     notes: list[str] = field(default_factory=list)
+    content: ContentAudit = field(default_factory=ContentAudit)  # camera/tracking lag, effort, trimmed
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -272,6 +276,7 @@ def audit(ds: LeRobotDataset, state: str | None = None, action: str | None = Non
         episode_index=[int(e) for e in spans.episode_index], episode_lengths=[int(n) for n in lengths],
         leading_dead=[int(n) for n in leading], start_states=starts.tolist(),
         start_distance=[float(d) for d in distance], outlier_fence=fence, outliers=outliers, notes=notes,
+        content=content_audit(ds, [int(e) for e in spans.episode_index], names),
     )
 
 
@@ -305,6 +310,8 @@ def format_text(r: AuditReport) -> str:
         lines.append("outliers: " + ", ".join(f"episode {e} ({by_ep[e]:.2f})" for e in r.outliers))
     else:
         lines.append("outliers: none")
+    extra = format_lines(r.content, r.episode_index)
+    lines += [""] + extra if extra else []
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ import yaml
 
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.audit import AuditReport, audit
+from teleop_flywheel.data.audit_content import card_lines
 from teleop_flywheel.data.episode_table import episode_records
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
@@ -34,6 +35,7 @@ NOTES_END = "<!-- operator notes: end -->"
 NOTES_TEMPLATE = ("_Write here what the numbers cannot say: the task and scene (objects, lighting, table), anything "
                   "unusual in these sessions, known problems, and who to ask about this data._")
 LICENSE = "apache-2.0"  # LeRobot's push_to_hub default
+RECORD_PATH = "meta/validation.json"  # the validation record convert keeps (data/refresh.py); the default report
 
 
 @dataclass
@@ -168,7 +170,8 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
                   "rejected counts are unknown."]
     lines += ["", f"{a.frames} frames ({a.seconds / 60:.1f} min); episode length {a.length_seconds['min']:.1f}–"
               f"{a.length_seconds['max']:.1f} s (median {a.length_seconds['median']:.1f} s); "
-              f"dead air {100 * a.dead_share:.1f} % of frames.", "", "## Operators", ""]
+              f"dead air {100 * a.dead_share:.1f} % of frames."] + card_lines(a.content, a.episode_index)
+    lines += ["", "## Operators", ""]
     lines += _table(("operator", "episodes"), sorted(operators.items()))
     lines += ["", "## Tasks", ""] + _table(("task", "episodes"), sorted(tasks.items()))
     lines += ["", "## Start-state coverage", "",
@@ -202,6 +205,8 @@ def write_card(root: str | Path, validation: str | Path | None = None, force: bo
         raise error
     meta, notes = previous(old) if ours else ({}, "")
     old_tags = [str(t) for t in meta.get("tags") or [] if isinstance(t, (str, int, float))]
+    if validation is None and (ds.root / RECORD_PATH).is_file():
+        validation = ds.root / RECORD_PATH  # the verdicts convert/ingest recorded for this dataset
     text = render(ds, audit(ds), read_validation(validation) if validation else None,
                   license_id or str(meta.get("license") or LICENSE), [*old_tags, *(tags or [])], notes)
     replace_atomic(out, text)

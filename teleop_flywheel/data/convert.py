@@ -36,7 +36,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +50,25 @@ from teleop_flywheel.core.errors import (
     error_line,
 )
 from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.data.append_rules import check_append, feature_expectations
 from teleop_flywheel.data.calibrations import load_supplied, role_files, union_limits
-from teleop_flywheel.data.episode_frames import ConvertJob, Prepared, features_for, prepare_episode
+from teleop_flywheel.data.episode_frames import (
+    EFFORT,
+    ConvertJob,
+    FeatureSetError,
+    Prepared,
+    features_for,
+    prepare_episode,
+)
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.lerobot.reader import DatasetError
 from teleop_flywheel.data.lerobot.writer import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 from teleop_flywheel.data.reasons import Supplied, ValidateConfig
-from teleop_flywheel.data.validate import add_supplied_arguments, display, load_inputs
+from teleop_flywheel.data.refresh import recorded_ids, refresh, stale
+from teleop_flywheel.data.validate import EpisodeReport, add_supplied_arguments, display, load_inputs
 
 __all__ = ["convert", "ConvertResult", "ConvertJob", "Prepared", "prepare_episode", "InconsistentDatasetError",
            "add_arguments", "run"]
@@ -74,11 +84,17 @@ def schema_root(out: Path, schema: Schema) -> Path:
     return out.with_name(f"{out.name}__{tag}")
 
 
-def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None
-           ) -> tuple[list[str], list[str]]:
+def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None,
+           correction: bool) -> tuple[list[str], list[str]]:
     """Stage one schema group; dataset-level info keys: trigger labels, joint limits, repo_id.
     Returns (new files, replaced files) for the journal."""
     info = read_info(root) or {}
+    if info:
+        have = {k for k in info["features"] if not k.startswith("observation.images.")}
+        extra = sorted(set(eps[0].data.columns if eps[0].data else ()) - have - {"frame_index", "timestamp"})
+        if extra:  # never drop a column the episodes carry: a feature-set change is a new dataset
+            raise FeatureSetError(f"{root}: dataset has no {', '.join(extra)}: a feature-set change is a new dataset "
+                                  "(convert these episodes into another --out)")
     limits: dict[str, list[float]] = dict(info.get("joint_limits") or {})
     for e in eps:
         limits = union_limits(limits, e.joint_limits)
@@ -88,7 +104,8 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
         keys["repo_id"] = repo_id
     data = [e.data for e in eps if e.data is not None]
     shapes = {cam: (h, w) for cam, (_, h, w) in data[0].videos.items()}
-    _, new, replace = write_episodes(root, stage, data, fps, robot_type, features_for(shapes), keys)
+    features = features_for(shapes, effort=EFFORT in data[0].columns, correction=correction)
+    _, new, replace = write_episodes(root, stage, data, fps, robot_type, features, keys)
     return new, replace
 
 
@@ -112,6 +129,10 @@ class ConvertResult:
     rejected: dict[str, list[str]]  # code -> bag names
     errors: list[str]
     recovered: list[str] | None = None  # interrupted appends rolled forward/back before this run
+    refused: list[str] = field(default_factory=list)  # episodes whose features the dataset cannot hold
+    reports: list[EpisodeReport] = field(default_factory=list)  # every verdict (warnings, camera lag, ...)
+    refreshed: list[str] = field(default_factory=list)  # validation record, card, weights written after
+    outcomes: dict[str, str] = field(default_factory=dict)  # bag -> converted|duplicate|rejected|refused|error
 
 
 def _siblings(out: Path) -> list[Path]:
@@ -127,18 +148,36 @@ def _refuse_inconsistent(roots: list[Path]) -> None:
                                            f"nothing was converted. Run `teleop-flywheel doctor {root}`")
 
 
-def _group(prepared: list[Prepared], result: ConvertResult) -> dict[Schema, list[Prepared]]:
+def _refuse(p: Prepared, why: str, result: ConvertResult) -> None:
+    p.status = "refused"
+    result.refused.append(f"{display(p.name)}: {why}")
+
+
+def _group(prepared: list[Prepared], result: ConvertResult, effort: bool | None) -> dict[Schema, list[Prepared]]:
+    """Episodes by camera schema. `effort`: whether the dataset has observation.effort (None: a new
+    dataset, which takes what most of this batch has; the others are refused)."""
+    ok = [p for p in prepared if p.status == "ok" and p.data is not None]
+    if effort is None and ok:
+        with_effort = sum(EFFORT in p.data.columns for p in ok if p.data is not None)
+        effort = with_effort * 2 >= len(ok)
     seen: set[str] = set()
     groups: dict[Schema, list[Prepared]] = {}
     for p in prepared:
         if p.status == "duplicate" or (p.status == "ok" and p.episode_id in seen):
+            p.status = "duplicate"
             result.duplicates.append(display(p.name))
         elif p.status == "ok" and p.data is not None:
+            if (EFFORT in p.data.columns) != effort:
+                _refuse(p, f"{'has' if not effort else 'lacks'} observation.effort, unlike the rest of the dataset: "
+                        "a feature-set change is a new dataset (convert it into another --out)", result)
+                continue
             seen.add(p.episode_id or "")
             groups.setdefault(p.data.schema, []).append(p)
         elif p.status == "rejected":
             for code in sorted({r.code for r in p.reasons}):
                 result.rejected.setdefault(code, []).append(display(p.name))
+        elif p.status == "refused":
+            result.refused.append(f"{display(p.name)}: " + "; ".join(r.detail for r in p.reasons))
         else:
             result.errors.append(f"{display(p.name)}: " + "; ".join(map(str, p.reasons)))
     return groups
@@ -148,9 +187,12 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             include_failed: bool = False, robot_type: str = "so101_follower", workers: int | None = None,
             executor: str = "local", validate: ValidateConfig | None = None, progress: bool = True,
             repo_id: str | None = None, calibrations: Mapping[str, str | Path] | None = None,
-            supplied: Supplied | None = None) -> ConvertResult:
+            supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True
+            ) -> ConvertResult:
     """`calibrations`: {role: calibration file} for the episodes that recorded none for that role;
-    `supplied`: task/outcome of bags that carry no episode metadata."""
+    `supplied`: task/outcome of bags that carry no episode metadata; `trim_dead_air`: cut leading and
+    trailing dead air instead of rejecting it; `refresh_after`: update the validation record, data
+    card and sample weights of every dataset appended to (`data/refresh.py`)."""
     cfg = validate or ValidateConfig.load()
     cfg.fps = fps
     cals = load_supplied(calibrations or {})
@@ -160,12 +202,15 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         siblings = _siblings(out)
         _refuse_inconsistent([out, *siblings])
         _repo_ids(out, repo_id, [out, *siblings])  # refuse before any work
+        check_append([out, *siblings], fps, codec)
+        effort, correction = feature_expectations(out)
         known = set().union(existing_ids(out), *(existing_ids(s) for s in siblings))
+        recorded = frozenset().union(*(recorded_ids(r) for r in [out, *siblings]))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
-                               supplied) for p in paths]
+                               supplied, trim_dead_air, effort, correction, recorded) for p in paths]
             try:
                 prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
                                         desc="convert" if progress else None)
@@ -174,7 +219,8 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                     raise exc.__cause__ from None  # the disk is full: not one bag's fault
                 raise
             result = ConvertResult(len(paths), {}, [], {}, [], recovered)
-            groups = _group(prepared, result)
+            result.reports = [p.report for p in prepared if p.report is not None]
+            groups = _group(prepared, result, effort)
             primary = schema_of(out)
             if primary is None and groups:
                 counts = Counter({s: len(g) for s, g in groups.items()})
@@ -185,18 +231,49 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             for schema, eps in groups.items():
                 root = roots[schema]
                 stage = commit.staging_path(out) if root == out else commit.new_stage(root)
-                new, replace = _write(root, stage, eps, fps, robot_type, repo_ids[root])
+                try:
+                    new, replace = _write(root, stage, eps, fps, robot_type, repo_ids[root], correction)
+                except FeatureSetError as exc:
+                    for e in eps:
+                        _refuse(e, str(exc), result)
+                    continue
                 staged.append((root, new, replace, [e.episode_id or "" for e in eps]))
             for root, new, replace, ids in sorted(staged, key=lambda s: s[0] == out):  # the primary last
                 commit.write_journal(root, new, replace, ids)
                 commit.finish(root)
                 result.converted[str(root)] = ids
+            result.outcomes = {p.bag: "converted" if p.status == "ok" else p.status for p in prepared}
+            if refresh_after:
+                _refresh(out, result, prepared, roots)
             return result
         finally:
             try:
                 commit.recover_all(out)  # staging without a journal: rolled back; a journal: finished
             except OSError:
                 pass  # e.g. still no space: the next run finishes it
+
+
+def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path]) -> None:
+    """Each dataset appended to (now, or by the append a crash left and this run finished) gets its
+    verdicts recorded, its card and weights written again, and so does one whose record, card or
+    weights are behind its episodes; the verdicts of episodes not converted go to the main dataset's
+    record (when it exists)."""
+    where = {p.episode_id: roots[p.data.schema] for p in prepared if p.status == "ok" and p.data is not None}
+    related = [out, *_siblings(out)]
+    where.update({i: root for root in related for i in existing_ids(root)} if any(
+        p.status == "duplicate" and p.report is not None for p in prepared) else {})
+    by_root: dict[Path, list[EpisodeReport]] = {}
+    for p in prepared:
+        if p.report is not None:
+            by_root.setdefault(where.get(p.episode_id, out), []).append(p.report)
+    todo = set(by_root) | {Path(r) for r in result.converted} | {r for r in related if result.recovered or stale(r)}
+    for root in sorted(todo):
+        if read_info(root) is None:
+            continue
+        try:
+            result.refreshed += refresh(root, by_root.get(root, []))
+        except (DatasetError, OSError, ValueError) as exc:
+            result.refreshed.append(f"{display(root)}: not refreshed: {exc}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -210,6 +287,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="video codec: libsvtav1 (AV1, LeRobot's default) or h264 (faster to encode)")
     parser.add_argument("--task", default=None, help="task text for every episode (default: the recorded task)")
     parser.add_argument("--include-failed", action="store_true", help="also convert episodes that fail validation")
+    parser.add_argument("--trim-dead-air", action="store_true",
+                        help="cut leading and trailing dead air beyond the validator's bounds instead of rejecting the "
+                             "episode (what was cut goes into the episodes table and the data card)")
     parser.add_argument("--robot-type", default="so101_follower",
                         help="info.json robot_type, as LeRobot names the robot (default so101_follower)")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
@@ -244,7 +324,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
-                      supplied=supplied)
+                      supplied=supplied, trim_dead_air=args.trim_dead_air)
     except commit.CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
         exc.exit_code = EXIT_PARTIAL
         raise
@@ -266,7 +346,14 @@ def run(args: argparse.Namespace) -> int:
               f"LeRobotDataset({repo!r}, root={display(root)!r}, video_backend='pyav')")
     for code, names in res.rejected.items():
         print(f"  rejected {code}: {len(names)} ({', '.join(names)})")
+    warned = [r for r in res.reports if r.passed and r.warnings]
+    for r in warned:
+        print(f"  warning {display(r.name)}: " + "; ".join(map(str, r.warnings)))
+    for line in res.refreshed:
+        print(f"  refreshed {line}")
     sys.stdout.flush()
+    for line in res.refused:  # a feature-set change: these bags were not converted (exit 1)
+        print(error_line("convert", line, fix="convert them into another --out"), file=sys.stderr)
     for err in res.errors:  # one line each, the last lines on stderr
         fix = ("supply it with --calibration ROLE=FILE" if "--calibration" in err else
                "teleop-flywheel info BAG says what it holds; teleop-flywheel recover BAG repairs a crashed one")
@@ -274,4 +361,4 @@ def run(args: argparse.Namespace) -> int:
     unreadable = sum("NOT_A_BAG(" in e or "CORRUPT(unreadable" in e for e in res.errors)
     if res.episodes_in and unreadable == res.episodes_in:
         return EXIT_USAGE  # nothing could be read
-    return EXIT_PARTIAL if res.errors or path_errors else EXIT_OK
+    return EXIT_PARTIAL if res.errors or path_errors or res.refused else EXIT_OK

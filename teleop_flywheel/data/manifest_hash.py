@@ -4,7 +4,8 @@ a manifest of earlier episodes and a change names the file and the episode.
 Per episode (besides the data rows of `manifest.identities`):
 - `row_sha256`: its row of the episodes table (`meta/episodes/*/*.parquet`: outcome, operator,
   tasks, length, per-episode stats, ids, ...), without the columns that only say where it is
-  (`episode_index`, `dataset_from/to_index`, `data/*`, `videos/*`, `meta/episodes/*`);
+  (`episode_index`, `dataset_from/to_index`, `data/*`, `videos/*`, `meta/episodes/*`) and without
+  the nulls an append gives an older row in columns added later (`ADDED_LATER`);
 - `task_sha256`: the task texts `meta/tasks.parquet` gives the task_index values of its rows;
 - `videos`: per video feature, SHA-256 over the compressed packets (pts and bytes) of its range
   `[from_timestamp, to_timestamp)` in its mp4, read by demuxing (never decoded); the file is named.
@@ -31,6 +32,11 @@ from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
 LOCATION_PREFIXES = ("data/", "videos/", "meta/episodes/")
 LOCATION_COLUMNS = ("episode_index", "dataset_from_index", "dataset_to_index")
+# Episode columns added by later converters (data/episode_columns.py): an older row holds null there
+# once a newer one is appended (a parquet table gives every row every column), which must not change
+# its hash; a value there is hashed.
+ADDED_LATER = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",
+               "warnings")
 INFO_KEYS = ("codebase_version", "robot_type", "fps", "features", "chunks_size", "data_path", "video_path")
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -75,8 +81,9 @@ def episode_rows(ds: LeRobotDataset) -> pd.DataFrame:
 
 
 def row_sha256(row: dict[str, Any]) -> str:
-    kept = {k: _plain(v) for k, v in sorted(row.items())
-            if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES)}
+    plain = {k: _plain(v) for k, v in sorted(row.items())
+             if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES)}
+    kept = {k: v for k, v in plain.items() if not (v is None and k.startswith(ADDED_LATER))}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 

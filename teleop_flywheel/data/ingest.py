@@ -1,0 +1,228 @@
+"""`teleop-flywheel ingest WATCH_DIR --dataset DS`: the flywheel turns by itself.
+
+Every episode the recorder closes in WATCH_DIR (its `output_dir`) is validated, then quarantined
+or converted into the dataset (an append), and the dataset's validation record, data card, sample
+weights and the audit are refreshed — without anyone running four commands.
+
+When a bag is taken: it is closed (metadata.yaml written), it has the recorder's verdict
+(`verdict.json`, `recording/verdict.py`) and the operator kept it — or the grace period
+(`--grace`, default 30 s) has passed since the verdict without a discard. A discarded bag has
+been moved to `<output_dir>/discarded/` by the recorder and is never looked at. `--without-verdict`
+also takes bags that have none (recorded before verdicts existed) once their metadata.yaml is
+older than the grace period.
+
+Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
+atomically after every batch) lists every bag taken and what became of it, and the converter
+itself skips episodes already in the dataset (content ids) and finishes an append a crash
+interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
+ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
+
+Safe while recording continues: the bag being recorded has no metadata.yaml yet and no verdict;
+the process runs at low priority (`--nice`, default 10, and SCHED_BATCH; in a session of its own —
+`setsid`, or a session started by `teleop-flywheel run` — its autogroup is niced too), and
+converts with one worker by default.
+
+Rejected bags are moved (never deleted) to `--quarantine` (default `<WATCH_DIR>/../quarantine`)
+under their first reason code, with a JSON record of why; the dataset's record says where they
+went. `--once` ingests what is ready and exits (cron, tests); otherwise it polls every `--poll` s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.audit import audit, write_html
+from teleop_flywheel.data.convert import ConvertResult, convert
+from teleop_flywheel.data.filelock import locked
+from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.reasons import ValidateConfig
+from teleop_flywheel.data.refresh import update_record
+from teleop_flywheel.data.validate import EpisodeReport, display, find_bags, quarantine
+from teleop_flywheel.recording.verdict import DISCARD, KEEP, decision, read_verdict
+
+STATE_FORMAT = "teleop_flywheel.ingest/1"
+GRACE_S = 30.0
+
+
+@dataclass
+class IngestConfig:
+    watch: Path
+    dataset: Path
+    quarantine: Path
+    grace_s: float = GRACE_S
+    codec: str = "libsvtav1"
+    fps: int = 30
+    validate: ValidateConfig = field(default_factory=ValidateConfig.load)
+    trim_dead_air: bool = False
+    without_verdict: bool = False
+    workers: int = 1
+    audit_html: Path | None = None
+    repo_id: str | None = None
+
+
+def state_path(dataset: Path) -> Path:
+    return dataset.with_name(dataset.name + ".ingest.json")
+
+
+def read_state(dataset: Path) -> dict[str, Any]:
+    path = state_path(dataset)
+    if not path.is_file():
+        return {"format": STATE_FORMAT, "bags": {}}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: unreadable ingest state: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("bags"), dict):
+        raise DatasetError(f"{path}: not an ingest state")
+    return doc
+
+
+def _since_ns(bag: Path, verdict: dict[str, Any] | None) -> int:
+    """When the bag became ready to wait out the grace period: the verdict's time, else its close."""
+    validated = (verdict or {}).get("validated") or {}
+    if isinstance(validated, dict) and isinstance(validated.get("wall_ns"), int):
+        return int(validated["wall_ns"])
+    target = bag / "verdict.json" if verdict is not None else bag / "metadata.yaml"
+    return target.stat().st_mtime_ns
+
+
+def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool, str]:
+    """(take it now, why not)."""
+    if not bag.is_dir() or not (bag / "metadata.yaml").is_file():
+        return False, "still recording (no metadata.yaml)"
+    try:
+        verdict = read_verdict(bag)
+    except ValueError as exc:
+        return False, f"unreadable verdict: {exc}"
+    if verdict is None and not cfg.without_verdict:
+        return False, "no verdict yet"
+    said = decision(verdict)
+    if said == DISCARD:
+        return False, "discarded by the operator"
+    if said == KEEP:
+        return True, ""
+    waited = ((now_ns or time.time_ns()) - _since_ns(bag, verdict)) / 1e9
+    if waited < cfg.grace_s:
+        return False, f"grace period: {cfg.grace_s - waited:.0f} s left for a keep or discard"
+    return True, ""
+
+
+def candidates(cfg: IngestConfig, state: dict[str, Any]) -> list[Path]:
+    """Closed bags in the watch folder not taken before, ready now (discarded/ and the quarantine skipped)."""
+    bags, _errors = find_bags([cfg.watch], exclude=cfg.quarantine)
+    done = state["bags"]
+    return [b for b in bags if b.is_dir() and str(b.resolve()) not in done and ready(b, cfg)[0]]
+
+
+def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
+    moved = []
+    for r in res.reports:
+        if res.outcomes.get(r.path) == "rejected" and os.path.isdir(r.path):
+            try:
+                quarantine(r, cfg.quarantine)
+                moved.append(r)
+            except (OSError, ValueError, shutil.Error) as exc:
+                print(f"ingest: quarantine of {display(r.path)} failed: {exc}", file=sys.stderr)
+    return moved
+
+
+def ingest_once(cfg: IngestConfig, log: Any = print) -> dict[str, str]:
+    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}."""
+    with locked(cfg.dataset.with_name(cfg.dataset.name + ".ingest"), what="ingest"):
+        state = read_state(cfg.dataset)
+        bags = candidates(cfg, state)
+        if not bags:
+            return {}
+        t0 = time.monotonic()
+        res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
+                      progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id)
+        moved = _quarantine(res, cfg)
+        if moved and (cfg.dataset / lf.INFO_PATH).is_file():
+            update_record(cfg.dataset, moved)  # where each rejected bag went
+        by_path = {r.path: r for r in res.reports}
+        now = time.time_ns()
+        for bag in bags:
+            outcome = res.outcomes.get(str(bag), "error")
+            report = by_path.get(str(bag))
+            state["bags"][str(bag.resolve())] = {
+                "name": bag.name, "outcome": outcome, "episode_id": report.episode_id if report else None,
+                "codes": report.codes if report else [], "quarantined_to": report.quarantined_to if report else None,
+                "at_wall_ns": now}
+            log(f"ingest: {display(bag.name)}: {outcome}" + (f" {' '.join(report.codes)}" if report and report.codes
+                                                          else "")
+                + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else ""))
+        for line in res.refused + res.errors:
+            log(f"ingest: not converted: {line}")
+        replace_atomic(state_path(cfg.dataset), json.dumps(state, indent=1))
+        if res.converted and cfg.audit_html is not None:
+            write_html(audit(LeRobotDataset.open(cfg.dataset)), cfg.audit_html)
+        log(f"ingest: {len(bags)} bag(s) in {time.monotonic() - t0:.1f} s")
+        return {str(b): res.outcomes.get(str(b), "error") for b in bags}
+
+
+def lower_priority(nice: int) -> None:
+    """Nice (and SCHED_BATCH) for this process and the workers it starts; the autogroup too when this
+    process leads its own session (so the recorder's sessions keep their CPU share)."""
+    if nice > 0:
+        os.nice(nice)
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    if nice > 0 and os.getsid(0) == os.getpid():
+        try:
+            Path("/proc/self/autogroup").write_text(str(min(19, nice)))
+        except OSError:
+            pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("watch", type=Path, metavar="WATCH_DIR", help="the recorder's output folder (its bags)")
+    parser.add_argument("--dataset", type=Path, required=True, metavar="DS", help="dataset to append to (created)")
+    parser.add_argument("--quarantine", type=Path, metavar="DIR",
+                        help="where rejected bags are moved (default: <WATCH_DIR>/../quarantine)")
+    parser.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
+                        help=f"take a bag this long after its verdict when the operator neither kept nor discarded it "
+                             f"(default {GRACE_S:g})")
+    parser.add_argument("--without-verdict", action="store_true",
+                        help="also take closed bags without a verdict.json, once the grace period has passed")
+    parser.add_argument("--once", action="store_true", help="ingest what is ready, then exit")
+    parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
+    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="video codec of a new dataset")
+    parser.add_argument("--fps", type=int, default=30, help="frames per second of a new dataset (default 30)")
+    parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
+    parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
+    parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
+    parser.add_argument("--workers", type=int, default=1, help="parallel conversions (default 1: low impact)")
+    parser.add_argument("--nice", type=int, default=10, help="niceness to run at (default 10; 0 keeps it)")
+    parser.add_argument("--audit", type=Path, metavar="OUT.html",
+                        help="audit page to refresh after every append (default <DS>_audit.html beside the dataset)")
+
+
+def run(args: argparse.Namespace) -> int:
+    watch = Path(args.watch)
+    if not watch.is_dir():
+        raise UsageError("no such folder", where=str(watch), fix="give the recorder's output_dir")
+    dataset = Path(os.path.abspath(args.dataset))
+    cfg = IngestConfig(watch, dataset, Path(args.quarantine) if args.quarantine else watch.resolve().parent / "quarantine",
+                       args.grace, args.codec, args.fps, ValidateConfig.load(args.config), args.trim_dead_air,
+                       args.without_verdict, args.workers,
+                       args.audit or dataset.with_name(dataset.name + "_audit.html"), args.repo_id)
+    lower_priority(args.nice)
+    print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine {display(cfg.quarantine)}, grace "
+          f"{cfg.grace_s:g} s, nice {os.nice(0)})", flush=True)
+    while True:
+        ingest_once(cfg, lambda line: print(line, flush=True))
+        if args.once:
+            return 0
+        time.sleep(args.poll)
