@@ -90,3 +90,19 @@ def test_estimator_on_arrays_sign_and_edges(tmp_path: Path) -> None:
     assert few.lag_ms is None and "too few frames" in few.note and not few.confident(5.0)
     still = estimate_lag(im.stamps_ns, energy, js.stamps_ns, np.zeros_like(js.position))
     assert still.lag_ms is None and "no image motion follows the arm" in still.note
+
+
+def test_info_prints_each_cameras_lag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from teleop_flywheel.cli import main as cli_main
+    from teleop_flywheel.recording.verdict import verdict_doc, write_verdict
+
+    bag = _session(tmp_path, 40.0, seed=7)
+    assert cli_main(["info", str(bag)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Camera lag wrist:"))
+    lag = float(line.split(":")[1].split("±")[0])
+    assert abs(lag - 40.0) <= 5.0 and "from the images (estimated from the bag)" in line
+    report = val.validate_bag((str(bag), val.ValidateConfig.load()))
+    write_verdict(bag, verdict_doc(bag.name, {"report": report.to_dict(), "seconds": 1.0}))
+    assert cli_main(["info", str(bag), "--json"]) == 0
+    doc = __import__("json").loads(capsys.readouterr().out)
+    assert doc["camera_lag_source"] == "verdict.json" and doc["camera_lag"]["wrist"] == report.camera_lag["wrist"]

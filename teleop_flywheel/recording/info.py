@@ -3,7 +3,9 @@
 Reads `metadata.yaml` (as `ros2 bag info` does), checks it against the MCAP summary (a bag whose
 two disagree, or whose MCAP has no summary, is reported, not hidden), and adds the episode
 metadata record and the per-topic drop counts the recorder measured from publication
-sequence numbers.
+sequence numbers, and each camera's lag behind the follower's joints found in its images
+(`recording/camera_lag.py`): the verdict's estimate when the bag has a verdict.json, else
+estimated here (reading the images: a few seconds for a minute of video; `--no-lag` skips it).
 """
 from __future__ import annotations
 
@@ -14,10 +16,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.recording.camera_lag import MotionEnergy, estimate_lag, small_grey
 from teleop_flywheel.recording.metadata import find_mcap, read_metadata_yaml
-from teleop_flywheel.recording.reader import BagReadError, IndexedBag, UnindexedBagError
+from teleop_flywheel.recording.reader import BagReadError, IndexedBag, UnindexedBagError, open_bag
+from teleop_flywheel.recording.verdict import read_verdict
 
 
 @dataclass
@@ -43,6 +50,8 @@ class BagInfo:
     topics: list[TopicInfo]
     episode: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
+    camera_lag: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> LagEstimate as a dict
+    camera_lag_source: str = ""
 
 
 def _mcap_check(path: Path, info: BagInfo) -> dict[str, str] | None:
@@ -140,18 +149,60 @@ def format_info(info: BagInfo) -> str:
             drift = (e["clock_end"]["wall_ns"] - e["clock_end"]["mono_ns"]) - (
                 e["clock_start"]["wall_ns"] - e["clock_start"]["mono_ns"])
             lines.append(f"  {'clock drift:':<{w}}{drift / 1e6:.3f} ms (wall vs monotonic over the episode)")
+    for cam, est in sorted(info.camera_lag.items()):
+        value = "unknown" if est.get("lag_ms") is None else f"{est['lag_ms']:+.1f} ± {est.get('stderr_ms') or 0:.1f} ms"
+        note = f" ({est['note']})" if est.get("note") else ""
+        lines.append(f"Camera lag {cam}: {value} behind the joints, from the images ({info.camera_lag_source}){note}")
     lines += [f"WARNING: {warning}" for warning in info.warnings]
     return "\n".join(lines)
+
+
+def camera_lags(bag: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """Each camera's lag behind the follower's joints: the verdict's, else estimated from the images."""
+    bag_dir, _ = find_mcap(Path(bag))
+    try:
+        doc = read_verdict(bag_dir)
+    except ValueError:
+        doc = None
+    if doc and isinstance(doc.get("camera_lag"), dict) and doc["camera_lag"]:
+        return dict(doc["camera_lag"]), "verdict.json"
+    opened = open_bag(bag_dir)
+    if not opened.has(FOLLOWER_STATE):
+        return {}, "no follower joint states"
+    js = opened.joint_state(FOLLOWER_STATE)
+    order = np.argsort(js.stamps_ns, kind="stable")
+    out: dict[str, dict[str, Any]] = {}
+    for cam, topic in sorted(opened.camera_topics().items()):
+        im = opened.images(topic)
+        motion = MotionEnergy()
+        for i in np.argsort(im.stamps_ns, kind="stable"):
+            small = small_grey(im.data[i])
+            if small is not None:
+                motion.add(small)
+        stamps = np.sort(im.stamps_ns, kind="stable")
+        energy = motion.energy()
+        if len(energy) + 1 != len(stamps):
+            out[cam] = {"lag_ms": None, "stderr_ms": None, "note": "images that do not decode"}
+            continue
+        out[cam] = estimate_lag(stamps, energy, js.stamps_ns[order], js.position[order]).to_dict()
+    return out, "estimated from the bag"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="bag directory (or its .mcap file)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--no-lag", action="store_true",
+                        help="skip estimating the cameras' lag from their images (when the bag has no verdict.json)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:  # a bag it cannot read ends the command with one line (cli.py): exit 2, nothing could be read
         info = bag_info(args.bag)
+        if not args.no_lag:
+            try:
+                info.camera_lag, info.camera_lag_source = camera_lags(args.bag)
+            except (BagReadError, OSError, ValueError) as exc:
+                info.warnings.append(f"camera lag not estimated: {exc}")
     except KeyError as exc:
         raise UsageError(f"metadata.yaml lacks the key {exc}", where=str(args.bag),
                          fix="teleop-flywheel recover BAG --output NEW writes a complete bag") from exc
