@@ -257,8 +257,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\ndemo: NO EPISODE PASSED VALIDATION, so no dataset was written. Read the reasons above: on a "
               "loaded machine the simulated arms' streams can stall (FRAME_GAP) — that is the validator working.")
-    # Quarantine after conversion so the converter saw (and skipped) the rejects itself.
-    cli("validate", str(bags), "--quarantine", str(quarantine), capture=True)
+    # Quarantine after conversion so the converter saw (and skipped) the rejects itself; that run's report is
+    # validation.json: the same verdicts, and where each rejected bag went (quarantined_to).
+    moved = cli("validate", str(bags), "--quarantine", str(quarantine), "--json", capture=True)
+    if moved.returncode == 0 and moved.stdout.strip():
+        report.write_text(moved.stdout)
     batch = json.loads(report.read_text())
     summary = batch["summary"]
     reports = {e["name"]: e["reasons"] for e in batch["episodes"] if e.get("error") is None}
