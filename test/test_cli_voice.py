@@ -69,6 +69,8 @@ CASES = [
     ("card {missing}", "{missing}"),
     ("card {dataset}", "info.json"),
     ("doctor {missing}", "{missing}"),
+    ("ingest {missing} --dataset {root}/ids --once", "{missing}"),
+    ("ingest {empty} --dataset {root}/ids --once --config {yaml}", "{yaml}"),
     ("doctor {empty}", "{empty}"),
     ("manifest verify {missing} {json}", "{missing}"),
     ("manifest create {empty} --out {root}/m.json", "{empty}"),

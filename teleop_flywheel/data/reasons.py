@@ -24,7 +24,7 @@ from teleop_flywheel.core.bag_topics import (
     LEADER_STATE,
     PEDAL_JOY,
 )
-from teleop_flywheel.core.errors import yaml_problem
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.recording.reader import CORRUPT, TRUNCATED
 
@@ -92,16 +92,22 @@ class ValidateConfig:
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except OSError as exc:
-            raise ValueError(f"{p}: cannot read the validator thresholds ({exc.strerror or exc})") from exc
+            raise ConfigError(f"{p}: cannot read the validator thresholds ({exc.strerror or exc})") from exc
         except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: validator thresholds are not valid YAML ({yaml_problem(exc)})") from exc
+            raise ConfigError(f"{p}: validator thresholds are not valid YAML ({yaml_problem(exc)})") from exc
         if not isinstance(data, dict):
-            raise ValueError(f"{p}: validator thresholds: expected a mapping")
+            raise ConfigError(f"{p}: validator thresholds: expected a mapping")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"{p}: validator thresholds: unknown key(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"{p}: validator thresholds: unknown key(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+class ConfigError(FlywheelError, ValueError):
+    """A validator thresholds file that cannot be used; names the file (every command: exit 2)."""
+
+    fix = "config/validate.yaml shows every threshold"
 
 
 @dataclass(frozen=True)
