@@ -152,14 +152,27 @@ def test_the_pose_drawn_is_the_followers_at_the_exposure_instant_however_late_th
 
 
 def test_a_frame_waits_for_the_sample_after_its_exposure_only_while_the_follower_is_alive() -> None:
-    from teleop_flywheel.hw.camera.synthetic import POSE_WAIT_S, JointHistory
+    from teleop_flywheel.hw.camera.synthetic import POSE_WAIT_MAX_S, POSE_WAIT_MIN_S, JointHistory
 
     history = JointHistory()
     t = now_ns()
+    assert history.wait_bound_s() == POSE_WAIT_MIN_S
     history.add(t, 1, ["gripper"], [0.0])
     start = now_ns()
-    assert not history.wait_past(t + 10**9, timeout_s=POSE_WAIT_S)  # nothing after it came: bounded wait
-    assert 0.9 * POSE_WAIT_S <= (now_ns() - start) / 1e9 < 0.5
+    assert not history.wait_past(t + 10**9, timeout_s=0.02)  # nothing after it came: bounded wait
+    assert 0.018 <= (now_ns() - start) / 1e9 < 0.5
+    # The wait follows how late the follower's samples arrive: 5 ms samples reaching us 8 ms late
+    # -> 8 + 2 x 5 = 18 ms; 300 ms late -> capped.
+    clock = [0]
+    late = JointHistory(now=lambda: clock[0])
+    for k in range(50):
+        clock[0] = k * 5_000_000 + 8_000_000
+        late.add(k * 5_000_000, k, ["gripper"], [0.0])
+    assert late.wait_bound_s() == pytest.approx(0.018)
+    for k in range(50, 300):
+        clock[0] = k * 5_000_000 + 300_000_000
+        late.add(k * 5_000_000, k, ["gripper"], [0.0])
+    assert late.wait_bound_s() == POSE_WAIT_MAX_S
     history.add(t - 10**9, 2, ["gripper"], [0.1])  # a restarted publisher: older stamps start over
     assert history.at(t)[1] is not None and history.at(t)[1].stamp_ns == 2  # type: ignore[union-attr]
     silent = JointHistory()

@@ -11,8 +11,9 @@ offset while the pixels keep the truth).
 The arm it draws is the follower's pose **at the frame's exposure instant**: the follower's joint
 samples (a `JointHistory` the camera node feeds from `/follower/joint_states`) interpolated to the
 capture time. A frame due before the sample after its exposure has arrived waits for it (at most
-`POSE_WAIT_S`, only while the follower stream is alive; else it holds the newest pose and says
-so), and a frame drawn late — a loaded machine — still shows the pose at its exposure, not the
+as long as the follower's samples are taking to arrive — `JointHistory.wait_bound_s`, a few ms on a
+healthy rig, at most `POSE_WAIT_MAX_S` — only while the follower stream is alive; else it holds
+the newest pose and says so), and a frame drawn late — a loaded machine — still shows the pose at its exposure, not the
 pose when it got drawn. So a clean episode's true camera lag is ~0 however busy the host, and a
 lag the data engine finds in the pixels is the stamp's. Each frame says what it drew
 (`Frame.meta`, written into the JPEG by the camera node: `core.frame_meta`): the exposure and pose
@@ -37,7 +38,7 @@ from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.source import CameraConfig, Frame
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
-POSE_WAIT_S = 0.025  # longest a frame waits for the follower sample after its exposure (5 periods at 200 Hz)
+POSE_WAIT_MIN_S, POSE_WAIT_MAX_S = 0.005, 0.1  # bounds of a frame's wait for the sample after its exposure
 HISTORY_S = 2.0  # joint samples kept: a frame drawn up to this late still shows its exposure's pose
 ALIVE_S = 0.5  # a follower stream silent this long is not waited for
 
@@ -52,20 +53,39 @@ class Sample:
 class JointHistory:
     """The follower's recent joint samples, for drawing the pose at an exposure instant. Thread-safe."""
 
-    def __init__(self, span_s: float = HISTORY_S) -> None:
+    def __init__(self, span_s: float = HISTORY_S, now: Callable[[], int] = now_ns) -> None:
         self._span_ns = int(span_s * 1e9)
         self._samples: deque[Sample] = deque()
+        self._delays: deque[int] = deque(maxlen=200)  # how late each sample reached us (now − its stamp)
+        self._now = now
         self._changed = threading.Condition()
 
     def add(self, mono_ns: int, stamp_ns: int, names: Sequence[str], positions: Sequence[float]) -> None:
         sample = Sample(int(mono_ns), int(stamp_ns), {n: float(p) for n, p in zip(names, positions)})
+        delay = self._now() - sample.mono_ns
         with self._changed:
+            self._delays.append(delay)
             if self._samples and sample.mono_ns < self._samples[-1].mono_ns:
                 self._samples.clear()  # a restarted publisher (or a clock step): start over
             self._samples.append(sample)
             while self._samples and self._samples[0].mono_ns < sample.mono_ns - self._span_ns:
                 self._samples.popleft()
             self._changed.notify_all()
+
+    def wait_bound_s(self) -> float:
+        """How long a frame waits for the sample after its exposure: as long as the follower's samples
+        are taking to arrive (their 90th-percentile delivery delay) plus two sample periods, within
+        [POSE_WAIT_MIN_S, POSE_WAIT_MAX_S]. A healthy rig waits a few ms; a loaded one as long as its
+        joint streams are late (which the validator's joint latency check sees too), so the pose
+        drawn is still the one at the exposure."""
+        with self._changed:
+            delays = sorted(self._delays)
+            stamps = [x.mono_ns for x in list(self._samples)[-20:]]
+        if not delays or len(stamps) < 2:
+            return POSE_WAIT_MIN_S
+        period = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+        wait = (delays[int(0.9 * (len(delays) - 1))] + 2 * period) / 1e9
+        return min(max(wait, POSE_WAIT_MIN_S), POSE_WAIT_MAX_S)
 
     def wait_past(self, t_ns: int, timeout_s: float, now: Callable[[], int] = now_ns) -> bool:
         """Until a sample at or after `t_ns` is here (True), the timeout, or at once (False) when the
@@ -195,8 +215,8 @@ class SyntheticSource:
         """Expose on the sensor's own clock: frame k is captured at start + k·period whenever this
         thread gets to draw it, as a hardware sensor exposes on schedule however late the host
         reads. A thread more than DRIVER_BUFFERS frames behind loses the oldest, as a driver does.
-        With a joint history the arm is drawn at the exposure instant (waiting up to POSE_WAIT_S for
-        the sample after it); the stamp and the pixel timecode are the exposure time."""
+        With a joint history the arm is drawn at the exposure instant (waiting for the sample after
+        it: `JointHistory.wait_bound_s`); the stamp and the pixel timecode are the exposure time."""
         period = self.config.period_ns
         k = 1
         while not self._stop.is_set():
@@ -213,7 +233,7 @@ class SyntheticSource:
             if self._stalled(capture):
                 continue
             if self.history is not None:
-                self.history.wait_past(capture, POSE_WAIT_S)
+                self.history.wait_past(capture, self.history.wait_bound_s())
             image, meta = self.render_frame(capture)
             frame = Frame(image, capture + self._offset_ns, self.captured, meta)
             self.captured += 1
