@@ -152,3 +152,22 @@ def test_trim_dead_air_instead_of_rejecting(tmp_path: Path) -> None:
     action = np.stack(_data(tmp_path / "trimmed").action)
     assert not np.array_equal(action[0], action[1])  # the first frame's command is already moving
     assert "dead air trimmed" in (tmp_path / "trimmed/README.md").read_text().lower()
+
+
+def test_audit_shows_camera_lag_tracking_lag_and_effort(tmp_path: Path) -> None:
+    from teleop_flywheel.data.audit import audit, format_text, write_html
+    from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+
+    bags = [write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=10.0, motion="reach", stamp_clock="ros",
+                                                           seed=40 + i)).bag for i in range(2)]
+    _convert(bags, tmp_path / "ds")
+    report = audit(LeRobotDataset.open(tmp_path / "ds"))
+    lags = report.content.camera_lag_ms["wrist"]
+    assert len(lags) == 2 and all(v is not None and abs(v) <= 5 for v in lags)
+    assert all(40 <= v <= 60 for row in report.content.tracking_lag_ms for v in row if v is not None)
+    assert [e.joint for e in report.content.effort][0] == "shoulder_pan" and report.content.effort[0].max > 0
+    text = format_text(report)
+    assert "camera lag wrist" in text and "tracking lag" in text and "effort" in text
+    assert report.to_dict()["content"]["camera_lag_ms"]["wrist"] == lags
+    write_html(report, tmp_path / "audit.html")
+    assert (tmp_path / "audit_files/effort_ranges.png").is_file() and "Effort per joint" in (tmp_path / "audit.html").read_text()

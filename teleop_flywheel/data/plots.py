@@ -34,6 +34,14 @@ AUDIT_PLOTS: dict[str, tuple[str, str]] = {
         "or an operator who waited). Right: per episode, the seconds at its start during which the command "
         "did not change at all (dead air a policy would learn to imitate)."),
 }
+# Plots drawn only when the dataset has what they show.
+OPTIONAL_AUDIT_PLOTS: dict[str, tuple[str, str]] = {
+    "effort_ranges": (
+        "Effort per joint",
+        "For each joint, the load the follower's servo reported (a signed fraction of its maximum torque): the "
+        "light bar spans every frame, the dark bar the 1st to 99th percentile; a gripper that squeezed an object "
+        "reaches far from zero."),
+}
 
 
 def pyplot() -> Any:
@@ -80,7 +88,8 @@ def save(fig: Any, path: Path, dpi: int = 90, tight: bool = True) -> Path:
 
 
 def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
-    """The audit's three PNGs (joint ranges, start states, episode lengths) in `folder`."""
+    """The audit's PNGs (joint ranges, start states, episode lengths; effort ranges when the dataset has
+    observation.effort) in `folder`."""
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, Path] = {}
@@ -146,6 +155,20 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
         a2.set_ylabel("leading dead air (s)")
         integer_ticks(a2)
     out["episode_lengths"] = save(fig, folder / "episode_lengths.png")
+    effort = getattr(getattr(r, "content", None), "effort", None)
+    if effort:
+        fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(effort) + 1.5))
+        for i, e in enumerate(effort):
+            ax.barh(i, e.max - e.min, left=e.min, color=LIGHT, height=0.7, label="all frames" if i == 0 else None)
+            ax.barh(i, e.q99 - e.q01, left=e.q01, color=BLUE, height=0.4, label="1st-99th percentile" if i == 0 else None)
+        ax.axvline(0.0, color=GREY, lw=0.8)
+        ax.set_yticks(np.arange(len(effort)), [e.joint for e in effort])
+        ax.invert_yaxis()
+        ax.set_xlim(-1.05, 1.05)
+        ax.set_xlabel("load (fraction of max torque)")
+        ax.set_title(OPTIONAL_AUDIT_PLOTS["effort_ranges"][0])
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        out["effort_ranges"] = save(fig, folder / "effort_ranges.png")
     return out
 
 
@@ -157,7 +180,7 @@ def write_audit_html(r: Any, text: str, out: Path) -> Path:
     plots = write_audit_plots(r, out.parent / f"{out.stem}_files")
     sections = []
     for key, path in plots.items():
-        heading, sentence = AUDIT_PLOTS[key]
+        heading, sentence = {**AUDIT_PLOTS, **OPTIONAL_AUDIT_PLOTS}[key]
         sections.append(f"<h2>{html.escape(heading)}</h2>\n<p>{html.escape(sentence)}</p>\n"
                         f'<img src="{html.escape(path.parent.name)}/{html.escape(path.name)}" '
                         f'alt="{html.escape(heading)}">')
