@@ -53,8 +53,11 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
 
     # The faulty episodes carry what was injected into them, the clean one nothing — except that a
     # heavily loaded machine may stall a node's process for a moment (an arm driver, the teleop node):
-    # a short FRAME_GAP on a joint or authority stream, caught as it must be. Nothing else may appear.
+    # a short FRAME_GAP on a joint or authority stream, or messages delivered late (the receive −
+    # stamp latency proxy: "stamp far behind arrival"), caught as they must be. Nothing else may appear.
     def load_stall(r: dict) -> bool:
+        if r["code"] == "CLOCK_OFFSET":
+            return r["numbers"].get("median_latency_ms", 0.0) > 0 and "far behind arrival" in r["detail"]
         return r["code"] == "FRAME_GAP" and not r["numbers"]["stream"].startswith("/cameras/") \
             and r["numbers"]["gap_s"] < 0.5
 

@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
     if missed:
         print(f"NOT CAUGHT:  {'; '.join(missed)} — injected on purpose and not rejected: the validator missed it")
     print(f"unexpected:  {len(unexpected)} failure(s) nobody injected"
-          + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a simulated arm's process)"
+          + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a node's process for a moment)"
              if unexpected else ""))
     print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
     print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
