@@ -299,6 +299,13 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['load']['published_total']:,}, {d['headroom_ratio']:g}× end to end "
         f"({d['recording_path_only']['ratio']:g}× on the recording path alone) "
         f"({_met(d['ours']['dropped_total'] == 0)} / {_met(d['headroom_ratio'] >= 5)})"),
+    "camera_lag": lambda d: (
+        f"`camera_lag` (a camera's lag behind the joints from its images, {d['summary']['episodes']} synthetic "
+        f"{d['summary']['episode_s']:g} s episodes, skews ±25/40/60 ms): target within 5 ms, skewed rejected, clean "
+        f"pass; {d['summary']['within_5ms']}/{d['summary']['estimated']} within 5 ms (RMS "
+        f"{d['summary']['rms_error_ms']:g} ms), {d['summary']['skewed_rejected']}/{d['summary']['skewed']} rejected, "
+        f"{d['summary']['clean_passed']}/{d['summary']['clean']} passed, {d['summary']['smooth_warned']}/"
+        f"{d['summary']['smooth']} too-smooth warned ({_met(d['summary']['within_5ms'] == d['summary']['estimated'])})"),
     "convert": lambda d: (
         f"`convert` (bag → LeRobot v3.0, {d['resolution']} @ 30 fps, {d['frames']} frames): target ≥ "
         f"{d['target_ratio_lerobot_min']:g}× LeRobot 0.4.4's writer, ≤ {d['target_ratio_max']:g}× PyAV encode-only; "
