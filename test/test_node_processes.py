@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -141,3 +142,39 @@ def test_a_bad_parameter_is_one_line_and_a_nonzero_exit(module: str, param: str,
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith(f"/{module}: parameter {param} = "), lines[0]
     assert allowed in lines[0], lines[0]
+
+
+HANGING_NODE = """
+import sys, threading
+from rclpy.node import Node
+from teleop_flywheel.ros.nodes.common import spin_node
+
+class Hangs(Node):
+    def __init__(self):
+        super().__init__("hangs")
+        self.timer = self.create_timer(0.05, self.spinning)
+
+    def spinning(self):
+        print("spinning", flush=True)
+        self.timer.cancel()
+
+    def close(self):  # stands in for a teardown that waits on a peer that is gone
+        threading.Event().wait()
+
+sys.exit(spin_node(Hangs, name="hangs", shutdown_bound_s=2.0))
+"""
+
+
+def test_a_node_whose_stop_hangs_exits_within_the_shutdown_bound() -> None:
+    """Nobody escalates to SIGKILL for a node stopped by the parent-death signal: it must end itself."""
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_NODE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "spinning\n"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "Timeout (0:00:02)!" in err and "in close" in err  # the stack says where it hung

@@ -9,6 +9,7 @@ monotonic clock (`clock.from_ros_ns`) before comparing it with `now_ns()`.
 """
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -101,7 +102,16 @@ def diag_array(statuses: Sequence[DiagnosticStatus]) -> DiagnosticArray:
     return arr
 
 
-def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, name: str = "") -> int:
+# How long a node may take to stop once told to: its own `close()` (an open episode saved, a verdict
+# waited for, torque released: each bounded, ~10 s at most) plus the node's and DDS's teardown.
+# Beyond it the process prints every thread's stack and exits 1. A supervisor escalates to SIGKILL
+# itself, but a node stopped by the parent-death signal (its supervisor was killed) has nobody to
+# do that, and Fast DDS's teardown can wait forever on a peer that died holding shared state.
+SHUTDOWN_BOUND_S = 25.0
+
+
+def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, name: str = "",
+              shutdown_bound_s: float = SHUTDOWN_BOUND_S) -> int:
     """Console-script body shared by every node: start, spin until SIGINT/SIGTERM, stop cleanly.
 
     rclpy's own signal handlers would shut the context down first, while the node's background
@@ -110,7 +120,7 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
     `close()` stops its threads, and only then are the node and the context shut down. A node that
     cannot start (a `FlywheelError`: bad parameter, calibration file, …), or that reports a
     `failure` while running (an arm whose EEPROM holds another calibration), prints one line and
-    returns 1.
+    returns 1. Stopping is bounded (`shutdown_bound_s`): past it, every thread's stack and exit 1.
     """
     argv = list(sys.argv if args is None else args)
     try:
@@ -137,6 +147,7 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
         except ExternalShutdownException:
             pass
         finally:
+            faulthandler.dump_traceback_later(shutdown_bound_s, exit=True)
             close = getattr(node, "close", None)
             if callable(close):
                 close()
