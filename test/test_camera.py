@@ -1,16 +1,23 @@
-"""Camera sources without ROS: pixel timecode through JPEG/AV1/h264, synthetic timing and faults."""
+"""Camera sources without ROS: pixel timecode through JPEG/AV1/h264, synthetic timing and faults,
+reopening a camera that went away."""
 from __future__ import annotations
 
 import io
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import av
 import cv2
 import numpy as np
 import pytest
 
+from teleop_flywheel.core.backoff import Backoff
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
-from teleop_flywheel.hw.camera.source import DropCounter
+from teleop_flywheel.hw.camera.capture import Capture
+from teleop_flywheel.hw.camera.source import CameraClockError, DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
 
 
@@ -179,3 +186,64 @@ def test_a_frame_waits_for_the_sample_after_its_exposure_only_while_the_follower
     silent.add(now_ns() - 2 * 10**9, 3, ["gripper"], [0.0])  # silent for 2 s: no waiting at all
     start = now_ns()
     assert not silent.wait_past(now_ns(), timeout_s=1.0) and now_ns() - start < 20_000_000
+
+
+def test_capture_reopens_an_unplugged_camera_with_backoff_and_says_so_once(tmp_path: Path) -> None:
+    """Not there at start, then plugged, unplugged and replugged (the synthetic camera's presence
+    file): one log line per change, `error` while it lasts, frames again after each replug."""
+    plug = tmp_path / "video0"
+    config = CameraConfig(name="front", width=320, height=240, fps=60.0, presence_file=str(plug))
+    log: list[tuple[str, str]] = []
+    frames: list[int] = []
+    capture = Capture("camera front", lambda: SyntheticSource(config), lambda lv, text: log.append((lv, text)),
+                      Backoff(0.01, 0.05))
+    stop = threading.Event()
+    thread = threading.Thread(target=capture.run, args=(stop, lambda f: frames.append(f.stamp_ns)))
+    thread.start()
+    try:
+        _wait(lambda: capture.error, "the missing camera reported")
+        assert "is not there" in capture.error and not frames
+        for n in (1, 2):
+            plug.touch()
+            _wait(lambda: len(frames) >= 5 * n and not capture.error, "frames after the plug")
+            plug.unlink()
+            _wait(lambda: sum("is not there" in text for _lv, text in log) == n + 1, "the unplug reported, reopen fails")
+            seen = len(frames)
+            time.sleep(0.1)  # several retries at 10-50 ms: none delivers a frame while unplugged
+            assert len(frames) == seen and "is not there" in capture.error
+    finally:
+        stop.set()
+        thread.join(5)
+    assert capture.reconnects == 1 and not capture.fatal
+    errors = [text for lv, text in log if lv == "error"]
+    # one line per new reason, not one per retry (dozens of retries at 10-50 ms)
+    assert errors == [f"camera front: {plug} is not there (the synthetic camera is unplugged); retrying with backoff",
+                      f"camera front: {plug} went away (unplugged); reopening with backoff",
+                      f"camera front: {plug} is not there (the synthetic camera is unplugged); retrying with backoff",
+                      f"camera front: {plug} went away (unplugged); reopening with backoff",
+                      f"camera front: {plug} is not there (the synthetic camera is unplugged); retrying with backoff"]
+    assert [text for lv, text in log if lv == "info"] == ["camera front: opened, frames",
+                                                         "camera front: reconnected, frames again"]
+
+
+def test_capture_stops_for_good_on_stamps_from_the_wrong_clock() -> None:
+    class WrongClock:
+        config = CameraConfig()
+
+        def read(self, timeout_s: float = 1.0) -> None:
+            raise CameraClockError("camera wrist: /dev/video0 buffer timestamp 5 ns is not on CLOCK_MONOTONIC")
+
+        def close(self) -> None:
+            pass
+
+    opened: list[int] = []
+    capture = Capture("camera wrist", lambda: opened.append(1) or WrongClock(), lambda lv, text: None)  # type: ignore[func-returns-value]
+    capture.run(threading.Event(), lambda f: None)  # returns by itself: nothing to retry
+    assert opened == [1] and "CLOCK_MONOTONIC" in capture.fatal
+
+
+def _wait(cond: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)

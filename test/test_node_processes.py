@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from procs import node_cmd
 from rclpy.context import Context
 from rclpy.node import Node
@@ -81,6 +82,40 @@ def test_camera_process_stops_cleanly(listener: Node, sig: int) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_camera_process_waits_for_its_camera_and_reopens_it_after_an_unplug(listener: Node, tmp_path: Path) -> None:
+    """The camera node does not die when its camera is missing or goes away: /diagnostics says
+    ERROR naming it while it lasts, and frames flow again once it is back (the synthetic camera's
+    presence file is its USB cable)."""
+    plug = tmp_path / "video0"
+    frames: list[CompressedImage] = []
+    errors: list[str] = []
+
+    def on_diag(msg: DiagnosticArray) -> None:
+        errors.extend(s.message for s in msg.status if s.name == "camera/plug" and s.level == DiagnosticStatus.ERROR)
+
+    listener.create_subscription(CompressedImage, "/cameras/plug/image/compressed", frames.append, IMAGE_QOS)
+    listener.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 10)
+    proc = start(node_cmd("camera", name="plug", source="synthetic", width=320, height=240, fps=60,
+                          presence_file=str(plug)))
+    try:
+        wait_for(lambda: any("is not there" in e for e in errors), 60, "ERROR: the camera is not there", proc)
+        assert not frames
+        plug.touch()
+        wait_for(lambda: len(frames) >= 10, 60, "frames once the camera is plugged in", proc)
+        errors.clear()
+        plug.unlink()
+        wait_for(lambda: any(str(plug) in e and "is not there" in e for e in errors), 60, "ERROR after the unplug", proc)
+        seen = len(frames)
+        plug.touch()
+        wait_for(lambda: len(frames) >= seen + 10, 60, "frames again after the replug", proc)
+        err = stop_cleanly(proc, signal.SIGINT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert err.count("retrying with backoff") == 2 and err.count("reopening with backoff") == 1, err
+    assert "opened, frames" in err and "reconnected, frames again" in err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

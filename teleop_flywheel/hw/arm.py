@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from teleop_flywheel.core.backoff import Backoff
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
 from teleop_flywheel.core.errors import FlywheelError
@@ -51,7 +52,6 @@ SLOW_ADDR = register("Present_Voltage").address
 SLOW_SIZE = register("Present_Current").address + register("Present_Current").size - SLOW_ADDR
 LOAD_FULL_SCALE = 1000.0  # Present_Load counts 0.1 % of the servo's maximum torque
 CURRENT_MA_PER_UNIT = 6.5  # Present_Current of an STS3215
-BACKOFF_S = (0.1, 2.0)  # first retry, cap
 STALE_READING_S = (0.1, 0.5)  # age of the last good reading that makes health WARN, then ERROR
 # Operating settings the driver may write at start, idempotently (only a register that differs),
 # the EEPROM ones behind the Lock register (LeRobot's SO-101 values). Never identity or calibration.
@@ -312,16 +312,15 @@ class ArmDriver:
         """Tick at `rate_hz` until `stop` is set, reconnecting with backoff; `on_reading` gets every
         sample (called on this thread, right after the tick)."""
         period_ns = int(NS_PER_S / rate_hz)
-        backoff = BACKOFF_S[0]
+        backoff = Backoff()
         next_tick = now_ns()
         next_slow = 0
         while not stop.is_set() and not self.state.fatal:
             if not self.state.connected:
                 if not self.connect():
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, BACKOFF_S[1])
+                    stop.wait(backoff.next_s())
                     continue
-                backoff = BACKOFF_S[0]
+                backoff.reset()
                 next_tick = now_ns()
             try:
                 on_reading(self.tick())

@@ -18,6 +18,10 @@ class CameraError(FlywheelError, RuntimeError):
     """A camera cannot be opened or stopped delivering; the message names the device."""
 
 
+class CameraClockError(CameraError):
+    """A camera's stamps are not on CLOCK_MONOTONIC: reopening it cannot help."""
+
+
 @dataclass(frozen=True)
 class CameraConfig:
     """One camera. Fault fields apply to the synthetic source only (a real camera has its own)."""
@@ -34,6 +38,7 @@ class CameraConfig:
     stall_at_s: float = -1.0  # synthetic: start of a stall, seconds after start (<0: none)
     stall_s: float = 0.0  # synthetic: stall length (no frames captured)
     stamp_offset_ms: float = 0.0  # synthetic: stamp = capture + offset (the restarted-camera bug)
+    presence_file: str = ""  # synthetic: plugged in while this file exists ("" = always)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:

@@ -6,7 +6,9 @@ capture, and handed to the consumer only after a configurable pipeline latency (
 so a consumer that stamped on receipt would be wrong by exactly that latency — and the pixel
 timecode proves it. Faults reproduce the seeds' bugs: a stall (no frames for N s, the 4-second
 wrist-camera dropout) and a stamp offset (the restarted-camera skew: header stamp = capture +
-offset while the pixels keep the truth).
+offset while the pixels keep the truth). With a `presence_file`, the camera is plugged in while
+that file exists: it cannot be opened without it and stops delivering once it is removed — an
+unplug and a replug anyone can do with `rm` and `touch`.
 
 The arm it draws is the follower's pose **at the frame's exposure instant**: the follower's joint
 samples (a `JointHistory` the camera node feeds from `/follower/joint_states`) interpolated to the
@@ -22,6 +24,7 @@ instants and the follower samples the pose came from.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import threading
 import time
@@ -35,7 +38,7 @@ import numpy as np
 
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.hw.camera.source import CameraConfig, Frame
+from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
 POSE_WAIT_MIN_S, POSE_WAIT_MAX_S = 0.005, 0.1  # bounds of a frame's wait for the sample after its exposure
@@ -166,6 +169,9 @@ class SyntheticSource:
                  block: int = timecode.DEFAULT_BLOCK, timecode_clock: Callable[[int], int] | None = None,
                  history: JointHistory | None = None) -> None:
         self.config = config
+        if not self.plugged():
+            raise CameraError(f"camera {config.name}: {config.presence_file} is not there (the synthetic camera "
+                              "is unplugged)")
         self._arm_state = arm_state or (lambda: {})  # without a history: the pose as it is when drawn
         self.history = history
         # The clock of the pixel timecode: the monotonic capture instant as is, or (camera node)
@@ -244,7 +250,12 @@ class SyntheticSource:
                 self.overruns += 1
                 self._queue.put_nowait((capture + self._latency_ns, frame))
 
+    def plugged(self) -> bool:
+        return not self.config.presence_file or os.path.exists(self.config.presence_file)
+
     def read(self, timeout_s: float = 1.0) -> Frame | None:
+        if not self.plugged():
+            raise CameraError(f"camera {self.config.name}: {self.config.presence_file} went away (unplugged)")
         try:
             deliver_at, frame = self._queue.get(timeout=timeout_s)
         except queue.Empty:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import cv2
 
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame
+from teleop_flywheel.hw.camera.source import CameraClockError, CameraConfig, CameraError, Frame
 
 MAX_STAMP_AGE_NS = 5_000_000_000  # a buffer stamp further than this from now is not CLOCK_MONOTONIC
 
@@ -44,7 +44,7 @@ class V4L2Source:
         if not ok or image is None:
             raise CameraError(f"camera {self.config.name}: {self.config.device} returned an undecodable frame")
         if abs(now_ns() - stamp_ns) > MAX_STAMP_AGE_NS:
-            raise CameraError(
+            raise CameraClockError(
                 f"camera {self.config.name}: {self.config.device} buffer timestamp {stamp_ns} ns is not on "
                 "CLOCK_MONOTONIC (driver without monotonic timestamps?); refusing to record wrong stamps")
         self.index += 1

@@ -39,7 +39,15 @@ from teleop_flywheel.core.so101 import BAUD_RATE, DEFAULT_LIMITS_RAD, JOINT_NAME
 from teleop_flywheel.core.topics import DIAGNOSTICS, arm_command, arm_state
 from teleop_flywheel.hw.arm import ROLES, ArmDriver, Reading, effective_limits
 from teleop_flywheel.hw.feetech.bus import FeetechBus
-from teleop_flywheel.ros.nodes.common import CONTROL_QOS, STREAM_QOS, diag_array, diag_status, joint_state, spin_node
+from teleop_flywheel.ros.nodes.common import (
+    CONTROL_QOS,
+    STREAM_QOS,
+    diag_array,
+    diag_status,
+    joint_state,
+    log_at,
+    spin_node,
+)
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
 _LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way
@@ -113,10 +121,7 @@ class ArmDriverNode(Node):
                                  f"{p.port} is a real port; {make_one}")
 
     def _log(self, level: str, message: str) -> None:
-        if level == "error":  # one call site per severity: rclpy refuses a site that changes it
-            self.get_logger().error(message)
-        else:
-            self.get_logger().info(message)
+        log_at(self, level, message)
 
     def _publish(self, reading: Reading) -> None:
         """Bus thread: one sample out, stamped at the bus."""

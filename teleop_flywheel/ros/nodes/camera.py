@@ -10,7 +10,11 @@ exposure (the samples interpolated to it) and says in the JPEG which samples it 
 (`core.frame_meta`: a COM segment every decoder skips); setting its
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
 deliver nothing for that long from now: the seeds' dropped camera second, on demand (every set
-stalls again, also with the same value). Every other parameter is read-only.
+stalls again, also with the same value); with `presence_file` it is unplugged while that file is
+missing. Every other parameter is read-only.
+A camera that is not there, or goes away, is one ERROR line naming it, `/diagnostics` ERROR while it
+lasts, and is reopened with backoff (0.1 s doubling to 2 s: `hw.camera.capture`) — the node does not
+die; a V4L2 driver whose stamps are not CLOCK_MONOTONIC ends it (one line, exit 1).
 Capture, JPEG encoding and publishing run in the node's own thread, not in an rclpy timer; it
 stops in `close()`, before the node and its context go away.
 """
@@ -28,7 +32,8 @@ from sensor_msgs.msg import CompressedImage, JointState
 from teleop_flywheel.core import frame_meta
 from teleop_flywheel.core.clock import now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.topics import DIAGNOSTICS, FOLLOWER_STATE, camera_image
-from teleop_flywheel.hw.camera import CameraConfig, CameraError, FrameSource, encode_jpeg, open_source, timecode
+from teleop_flywheel.hw.camera import CameraConfig, Frame, FrameSource, encode_jpeg, open_source, timecode
+from teleop_flywheel.hw.camera.capture import Capture
 from teleop_flywheel.hw.camera.source import SOURCES, DropCounter
 from teleop_flywheel.hw.camera.synthetic import JointHistory, SyntheticSource
 from teleop_flywheel.ros.nodes.common import (
@@ -36,6 +41,7 @@ from teleop_flywheel.ros.nodes.common import (
     STREAM_QOS,
     diag_array,
     diag_status,
+    log_at,
     msg_stamp_ns,
     spin_node,
     stamp,
@@ -63,6 +69,7 @@ class CameraParams(NodeParams):
     stamp_offset_ms: float = spec(_D.stamp_offset_ms, "synthetic fault: stamp = capture + this offset (ms)",
                                   range=(-10_000.0, 10_000.0))
     frame_id: str = spec("", "header.frame_id of every image; empty = the camera name")
+    presence_file: str = spec(_D.presence_file, "synthetic: plugged in while this file exists (empty: always)")
     stall_now_s: float = spec(0.0, "synthetic fault, set at run time: deliver nothing for this many s from now",
                               range=(0.0, 3600.0), read_only=False)
 
@@ -78,7 +85,7 @@ class CameraParams(NodeParams):
         return CameraConfig(name=self.name, source=self.source, device=self.device, width=self.width,
                             height=self.height, fps=self.fps, jpeg_quality=self.jpeg_quality, fourcc=self.fourcc,
                             latency_ms=self.latency_ms, stall_at_s=self.stall_at_s, stall_s=self.stall_s,
-                            stamp_offset_ms=self.stamp_offset_ms)
+                            stamp_offset_ms=self.stamp_offset_ms, presence_file=self.presence_file)
 
 
 class CameraNode(Node):
@@ -95,12 +102,26 @@ class CameraNode(Node):
             self.create_subscription(JointState, FOLLOWER_STATE, self._on_joints, STREAM_QOS)
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
-        self._source: FrameSource | None = open_source(self.config, timecode_clock=to_ros_ns, history=self.history)
-        self._error = ""
+        self._source: FrameSource | None = None
+        device = "synthetic" if self.config.source == "synthetic" else self.config.device
+        self.capture = Capture(f"camera {self.config.name} ({device})", self._open, self._log)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"camera-node-{self.config.name}", daemon=True)
+        self._thread = threading.Thread(target=self.capture.run, args=(self._stop, self._publish_frame),
+                                        name=f"camera-node-{self.config.name}", daemon=True)
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
+
+    @property
+    def failure(self) -> str:
+        """Why this node cannot go on (`spin_node` ends it with this line): stamps on the wrong clock."""
+        return self.capture.fatal
+
+    def _open(self) -> FrameSource:
+        self._source = open_source(self.config, timecode_clock=to_ros_ns, history=self.history)
+        return self._source
+
+    def _log(self, level: str, message: str) -> None:
+        log_at(self, level, message)
 
     def _on_params(self, old: CameraParams, new: CameraParams, names: set[str]) -> str | None:
         if "stall_now_s" not in names or new.stall_now_s <= 0:
@@ -114,29 +135,18 @@ class CameraNode(Node):
     def _on_joints(self, msg: JointState) -> None:
         self.history.add(msg_stamp_ns(msg), stamp_to_ns(msg.header.stamp), msg.name, msg.position)
 
-    def _loop(self) -> None:
-        source = self._source
-        assert source is not None
-        while not self._stop.is_set():
-            try:
-                frame = source.read(timeout_s=0.2)
-            except CameraError as exc:
-                self._error = str(exc)
-                self.get_logger().error(self._error)
-                return
-            if frame is None:
-                continue
-            msg = CompressedImage()
-            stamp(msg.header.stamp, frame.stamp_ns)
-            msg.header.frame_id = self.frame_id
-            msg.format = "jpeg"
-            data = encode_jpeg(frame.image, self.config.jpeg_quality)
-            msg.data = frame_meta.add(data, frame.meta) if frame.meta is not None else data
-            lost = self.drops.add(frame.stamp_ns)
-            if lost:
-                self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}",
-                                          throttle_duration_sec=1.0)
-            self._pub.publish(msg)
+    def _publish_frame(self, frame: Frame) -> None:
+        msg = CompressedImage()
+        stamp(msg.header.stamp, frame.stamp_ns)
+        msg.header.frame_id = self.frame_id
+        msg.format = "jpeg"
+        data = encode_jpeg(frame.image, self.config.jpeg_quality)
+        msg.data = frame_meta.add(data, frame.meta) if frame.meta is not None else data
+        lost = self.drops.add(frame.stamp_ns)
+        if lost:
+            self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}",
+                                      throttle_duration_sec=1.0)
+        self._pub.publish(msg)
 
     def _publish_diagnostics(self) -> None:
         now = now_ns()
@@ -144,8 +154,8 @@ class CameraNode(Node):
         rate = (self.drops.frames - frames0) / max((now - t0) / 1e9, 1e-9)
         self._window = (now, self.drops.frames)
         age_s = (now - self.drops.last_ns) / 1e9 if self.drops.last_ns is not None else float("inf")
-        if self._error:
-            level, text = "ERROR", self._error
+        if self.capture.error:
+            level, text = "ERROR", self.capture.error
         elif age_s > 1.0:
             level, text = "STALE", f"no frame for {age_s:.1f} s"
         elif self.drops.dropped:
@@ -156,7 +166,8 @@ class CameraNode(Node):
             f"camera/{self.config.name}", level, text,
             {"topic": self.topic, "frames": self.drops.frames, "dropped": self.drops.dropped,
              "rate_hz": f"{rate:.2f}", "target_fps": self.config.fps,
-             "max_gap_ms": f"{self.drops.max_gap_ns / 1e6:.1f}", "source": self.config.source},
+             "max_gap_ms": f"{self.drops.max_gap_ns / 1e6:.1f}", "source": self.config.source,
+             "reconnects": self.capture.reconnects},
             hardware_id=self.config.device if self.config.source == "v4l2" else "synthetic")]))
 
     def close(self) -> None:
@@ -164,9 +175,7 @@ class CameraNode(Node):
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
-        if self._source is not None:
-            self._source.close()
-            self._source = None
+        self.capture.close()
 
 
 def main() -> int:

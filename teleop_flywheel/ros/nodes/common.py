@@ -102,6 +102,19 @@ def diag_array(statuses: Sequence[DiagnosticStatus]) -> DiagnosticArray:
     return arr
 
 
+def log_at(node: Node, level: str, message: str) -> None:
+    """Log at a level chosen at run time ("error" | "warning" | "info"): the ROS-free drivers report
+    through a `(level, message)` callback. One call site per severity: rclpy refuses a call site
+    whose severity changes between calls."""
+    logger = node.get_logger()
+    if level == "error":
+        logger.error(message)
+    elif level == "warning":
+        logger.warning(message)
+    else:
+        logger.info(message)
+
+
 # How long a node may take to stop once told to: its own `close()` (an open episode saved, a verdict
 # waited for, torque released: each bounded, ~10 s at most) plus the node's and DDS's teardown.
 # Beyond it the process prints every thread's stack and exits 1. A supervisor escalates to SIGKILL
