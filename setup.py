@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "teleop_flywheel"
 
-NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder"]
+NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "ingest"]
 
 ROS_WHEELS = [
     "ros-kilted-rclpy",

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,11 @@ def main() -> int:
                               "cpus": os.cpu_count(), "codec": "libsvtav1"}
     with tempfile.TemporaryDirectory(prefix="bench_ingest_") as tmp:
         root = Path(tmp)
-        seed_bag = write_session(root / "first" / "seed_ep", SessionSpec(duration_s=5.0, stamp_clock="ros",
-                                                                          motion="reach", seed=1)).bag
+        # The dataset's first episode has the same camera set and size: the episode appends to it, not to a
+        # sibling dataset of its own camera set.
+        seed_bag = write_session(root / "first" / "seed_ep", SessionSpec(
+            duration_s=5.0, stamp_clock="ros", motion="reach", seed=1, width=args.width, height=args.height,
+            cameras=("front",))).bag
         base = root / "base"
         conv.convert([seed_bag], base, workers=1, progress=False)
         spec = SessionSpec(duration_s=args.seconds, stamp_clock="ros", motion="reach", seed=2, width=args.width,
@@ -75,7 +79,7 @@ def main() -> int:
         res = conv.convert([episode], ref, workers=1, progress=False)
         result["convert_s"] = round(time.perf_counter() - t, 2)
         result["frames"] = _frames(ref) - _frames(base)
-        assert res.converted, res
+        assert res.converted and result["frames"] > 0, (res, result)  # appended to this dataset, not a sibling
 
         watch, ds = root / "bags", root / "ds"
         watch.mkdir()
@@ -84,8 +88,14 @@ def main() -> int:
         proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "ingest", str(watch), "--dataset", str(ds),
                                  "--poll", "1", "--grace", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+        reader.start()
         try:
-            time.sleep(5.0)  # imports done, first looks taken
+            deadline = time.monotonic() + 300  # imports done and the first look taken, however loaded the machine
+            while not any("watching" in line for line in lines) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.5)  # one poll period: it is looking at the empty folder when the episode appears
             t0 = time.monotonic()
             os.rename(episode, watch / episode.name)  # the stopped, judged and kept episode appears
             state = ds.with_name(ds.name + ".ingest.json")
@@ -93,13 +103,14 @@ def main() -> int:
             while time.monotonic() - t0 < 600 and t_done is None:
                 if t_frames is None and _frames(ds) > before:
                     t_frames = time.monotonic() - t0
-                if t_frames is not None and state.is_file() and episode.name in state.read_text():
+                if state.is_file() and episode.name in state.read_text():  # taken (and refreshed)
                     t_done = time.monotonic() - t0
                 time.sleep(0.05)
         finally:
             proc.terminate()
-            out, _ = proc.communicate(timeout=60)
-        result["ingest_log"] = out.splitlines()[-6:]
+            proc.wait(60)
+            reader.join(10)
+        result["ingest_log"] = [line.rstrip() for line in lines[-6:]]
         result["stop_to_frames_s"] = None if t_frames is None else round(t_frames, 2)
         result["stop_to_refreshed_s"] = None if t_done is None else round(t_done, 2)
     if result["stop_to_frames_s"] is not None:

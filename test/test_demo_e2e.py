@@ -93,6 +93,18 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         assert (out / "dataset" / "README.md").exists()
     else:
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout
+    # The session ran with ingest on: bags/dataset was kept current as episodes were added (each episode in
+    # the log as ingest took it), and holds what the batch convert made of the same bags, frame for frame.
+    taken = re.findall(r"demo: ingest — episode (\d) (\S+): (converted|rejected)", proc.stdout)
+    assert sorted(int(i) for i, _n, _o in taken) == [0, 1, 2, 3], proc.stdout[-3000:]
+    assert {n: o == "converted" for _i, n, o in taken} == {e["name"]: not e["reasons"] for e in ordered}
+    same = re.search(r"ingest: +bags/dataset kept current while the session recorded: 4/4 episodes taken .*; the "
+                     r"same (\d+) episodes and (\d+) frames as the batch convert", proc.stdout)
+    assert same and int(same.group(1)) == len(passed), proc.stdout[-3000:]
+    if passed:
+        assert int(same.group(2)) == meta["total_frames"]
+        assert json.loads((out / "bags" / "dataset" / "meta" / "info.json").read_text())["total_frames"] == \
+            meta["total_frames"]
     # Every output the README lists (ros/session/demo_outputs.py) exists, and nothing else is at the top.
     from teleop_flywheel.ros.session.demo_outputs import OUTPUTS, expected
 

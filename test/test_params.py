@@ -24,16 +24,23 @@ from rclpy.parameter import Parameter
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverParams
 from teleop_flywheel.ros.nodes.camera import CameraParams
+from teleop_flywheel.ros.nodes.ingest import IngestParams
 from teleop_flywheel.ros.nodes.pedal import PedalParams
 from teleop_flywheel.ros.nodes.policy import PolicyParams
 from teleop_flywheel.ros.nodes.recorder import RecorderParams
 from teleop_flywheel.ros.nodes.teleop import TeleopParams
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
-from teleop_flywheel.ros.session.graph import build_graph, config_from_arguments, load_param_file, with_parameters
+from teleop_flywheel.ros.session.graph import (
+    SessionConfig,
+    build_graph,
+    config_from_arguments,
+    load_param_file,
+    with_parameters,
+)
 
 PARAMS: dict[str, type[NodeParams]] = {
     "arm_driver": ArmDriverParams, "teleop": TeleopParams, "policy": PolicyParams, "pedal": PedalParams,
-    "camera": CameraParams, "recorder": RecorderParams,
+    "camera": CameraParams, "recorder": RecorderParams, "ingest": IngestParams,
 }
 
 
@@ -121,7 +128,7 @@ def _sections(text: str) -> dict[str, tuple[dict[str, Any], set[str]]]:
 def test_the_shipped_params_yaml_lists_every_parameter_with_its_default() -> None:
     path = config_path("params.yaml")
     sections = _sections(path.read_text())
-    graph = build_graph("sim")
+    graph = build_graph("sim", SessionConfig(ingest=True))  # every node a session can have
     assert set(sections) == {"**"} | {n.name for n in graph.nodes}
     assert sections["**"][0] == {"use_sim_time": False}
     for spec_ in graph.nodes:

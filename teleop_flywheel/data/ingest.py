@@ -24,7 +24,12 @@ converts with one worker by default.
 
 Rejected bags are moved (never deleted) to `--quarantine` (default `<WATCH_DIR>/../quarantine`)
 under their first reason code, with a JSON record of why; the dataset's record says where they
-went. `--once` ingests what is ready and exits (cron, tests); otherwise it polls every `--poll` s.
+went (`--no-quarantine`: they stay where they are, rejected in the state file). A dataset this run
+could not append to (another fps or codec) is refused at start. `--once` ingests what is ready and exits (cron, tests); otherwise it polls every `--poll` s.
+
+In a session (`ingest:=true`: the `ingest` node, `ros/nodes/ingest.py`) the same loop runs on the
+session's own output_dir; its dataset lies inside that folder (`recording/output_layout.py`) and
+rejected bags go to `<output_dir>/quarantine/` (or stay where they are: `quarantine=None`).
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.core.priority import lower_priority
+from teleop_flywheel.data.append_rules import check_append
 from teleop_flywheel.data.audit import audit, write_html
 from teleop_flywheel.data.convert import ConvertResult, convert
 from teleop_flywheel.data.filelock import locked
@@ -58,7 +65,7 @@ GRACE_S = 30.0
 class IngestConfig:
     watch: Path
     dataset: Path
-    quarantine: Path
+    quarantine: Path | None  # None: rejected bags stay where they are (recorded as rejected in the state)
     grace_s: float = GRACE_S
     codec: str = "libsvtav1"
     fps: int = 30
@@ -125,7 +132,9 @@ def candidates(cfg: IngestConfig, state: dict[str, Any]) -> list[Path]:
 
 
 def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
-    moved = []
+    moved: list[EpisodeReport] = []
+    if cfg.quarantine is None:
+        return moved
     for r in res.reports:
         if res.outcomes.get(r.path) == "rejected" and os.path.isdir(r.path):
             try:
@@ -170,27 +179,14 @@ def ingest_once(cfg: IngestConfig, log: Any = print) -> dict[str, str]:
         return {str(b): res.outcomes.get(str(b), "error") for b in bags}
 
 
-def lower_priority(nice: int) -> None:
-    """Nice (and SCHED_BATCH) for this process and the workers it starts; the autogroup too when this
-    process leads its own session (so the recorder's sessions keep their CPU share)."""
-    if nice > 0:
-        os.nice(nice)
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
-    if nice > 0 and os.getsid(0) == os.getpid():
-        try:
-            Path("/proc/self/autogroup").write_text(str(min(19, nice)))
-        except OSError:
-            pass
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("watch", type=Path, metavar="WATCH_DIR", help="the recorder's output folder (its bags)")
     parser.add_argument("--dataset", type=Path, required=True, metavar="DS", help="dataset to append to (created)")
-    parser.add_argument("--quarantine", type=Path, metavar="DIR",
+    moving = parser.add_mutually_exclusive_group()
+    moving.add_argument("--quarantine", type=Path, metavar="DIR",
                         help="where rejected bags are moved (default: <WATCH_DIR>/../quarantine)")
+    moving.add_argument("--no-quarantine", action="store_true",
+                        help="leave rejected bags where they are (the state file and the dataset's record say so)")
     parser.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
                         help=f"take a bag this long after its verdict when the operator neither kept nor discarded it "
                              f"(default {GRACE_S:g})")
@@ -205,8 +201,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
     parser.add_argument("--workers", type=int, default=1, help="parallel conversions (default 1: low impact)")
     parser.add_argument("--nice", type=int, default=10, help="niceness to run at (default 10; 0 keeps it)")
-    parser.add_argument("--audit", type=Path, metavar="OUT.html",
-                        help="audit page to refresh after every append (default <DS>_audit.html beside the dataset)")
+    drawing = parser.add_mutually_exclusive_group()
+    drawing.add_argument("--audit", type=Path, metavar="OUT.html",
+                         help="audit page to refresh after every append (default <DS>_audit.html beside the dataset)")
+    drawing.add_argument("--no-audit", action="store_true", help="refresh no audit page")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -214,13 +212,16 @@ def run(args: argparse.Namespace) -> int:
     if not watch.is_dir():
         raise UsageError("no such folder", where=str(watch), fix="give the recorder's output_dir")
     dataset = Path(os.path.abspath(args.dataset))
-    cfg = IngestConfig(watch, dataset, Path(args.quarantine) if args.quarantine else watch.resolve().parent / "quarantine",
-                       args.grace, args.codec, args.fps, ValidateConfig.load(args.config), args.trim_dead_air,
-                       args.without_verdict, args.workers,
-                       args.audit or dataset.with_name(dataset.name + "_audit.html"), args.repo_id)
+    moved_to = None if args.no_quarantine else (Path(args.quarantine) if args.quarantine
+                                                else watch.resolve().parent / "quarantine")
+    page = None if args.no_audit else (args.audit or dataset.with_name(dataset.name + "_audit.html"))
+    cfg = IngestConfig(watch, dataset, moved_to, args.grace, args.codec, args.fps, ValidateConfig.load(args.config),
+                       args.trim_dead_air, args.without_verdict, args.workers, page, args.repo_id)
+    check_append([dataset], args.fps, args.codec)  # a dataset this run cannot append to: refused now, not later
     lower_priority(args.nice)
-    print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine {display(cfg.quarantine)}, grace "
-          f"{cfg.grace_s:g} s, nice {os.nice(0)})", flush=True)
+    print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine "
+          f"{display(moved_to) if moved_to else 'off: rejected bags stay'}, grace {cfg.grace_s:g} s, "
+          f"nice {os.nice(0)})", flush=True)
     while True:
         ingest_once(cfg, lambda line: print(line, flush=True))
         if args.once:

@@ -9,10 +9,14 @@ are injected on purpose — a camera stall, an intervention nobody labelled, an 
 nobody set — so the validator has something real to reject. Every episode is judged the moment
 it stops (the recorder's verdict at stop): its verdict is in `/recorder/status`, in
 `<bag>/verdict.json` and in this log as it comes; the scripted operator keeps every episode (the
-failures are there to be rejected). Then: validate (rejects go to quarantine), convert the rest to a
-LeRobot v3.0 dataset, audit, curate, write the data card, and print where everything is with the
-key numbers — the failures injected on purpose apart from the ones nobody injected (a loaded
-machine can stall a simulated arm), and any injected one the validator missed.
+failures are there to be rejected). The session runs with `ingest:=true`: while the next episodes
+record, each kept one is validated and appended to `bags/dataset` (rejects left where they are,
+for the batch steps below to quarantine), and this log says when each landed. Then: validate
+(rejects go to quarantine), convert the rest to a LeRobot v3.0 dataset, audit, curate, write the
+data card, check that the dataset ingest kept current holds the same episodes and frames, and
+print where everything is with the key numbers — the failures injected on purpose apart from the
+ones nobody injected (a loaded machine can stall a simulated arm), and any injected one the
+validator missed.
 """
 from __future__ import annotations
 
@@ -31,12 +35,14 @@ from teleop_flywheel.core.errors import PartialFailure, UsageError
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.recording import verdict
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
-from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph
+from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph, with_parameters
 
 WARMUP_S = 2.0  # after every stream is found; then episodes start on a fixed schedule
 GAP_S = 2.0
 READY_S = 60.0  # bound on the recorder's services and streams coming up (a loaded 2-core machine)
 VERDICT_WAIT_S = 120.0  # after the last stop, for the verdicts still being computed
+INGEST_WAIT_S = 300.0  # then for ingest (nice 10: slow on a loaded machine) to take every judged episode
+REPO_ID = "local/teleop_flywheel_demo"
 
 
 @dataclass(frozen=True)
@@ -125,13 +131,87 @@ class VerdictLog:
                 print(f"demo: no verdict for episode {i} {name} within {timeout_s:.0f} s of the last stop", flush=True)
 
 
+class IngestLog:
+    """Prints each episode as the session's ingest takes it (its state file beside `bags/dataset`): what
+    became of it, the dataset's size then, and how long after the episode's stop."""
+
+    def __init__(self, bags: Path, verdicts: VerdictLog) -> None:
+        self.dataset, self.state = bags / "dataset", bags / "dataset.ingest.json"
+        self.verdicts = verdicts
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.seconds: list[float] = []
+        self.while_recording = 0  # taken before the last episode stopped
+
+    def poll(self, recording: bool = True) -> None:
+        try:
+            bags = list(json.loads(self.state.read_text())["bags"].values())
+        except (OSError, ValueError, KeyError):
+            return  # nothing taken yet
+        try:
+            info = json.loads((self.dataset / "meta" / "info.json").read_text())
+        except (OSError, ValueError):
+            info = {}  # no episode converted yet
+        index = {n: i for i, n in self.verdicts.names.items()}
+        for e in bags:
+            name = e.get("name")
+            if name not in index or name in self.entries:
+                continue
+            self.entries[name] = e
+            self.while_recording += recording
+            stopped = (self.verdicts.docs.get(name) or {}).get("stopped_wall_ns")
+            after = ""
+            if stopped and e.get("at_wall_ns"):
+                self.seconds.append((e["at_wall_ns"] - stopped) / 1e9)
+                after = f", {self.seconds[-1]:.1f} s after its stop"
+            print(f"demo: ingest — episode {index[name]} {name}: {' '.join([e['outcome'], *(e.get('codes') or [])])}"
+                  f"{after}; bags/dataset now {info.get('total_episodes', 0)} episodes, "
+                  f"{info.get('total_frames', 0)} frames", flush=True)
+
+    def wait_all(self, timeout_s: float, failed: Any) -> None:
+        """Until every episode with a verdict is taken (one without a verdict never is)."""
+        deadline = time.monotonic() + timeout_s
+        while set(self.verdicts.docs) - set(self.entries) and time.monotonic() < deadline and not failed.is_set():
+            self.poll(recording=False)
+            time.sleep(0.2)
+        left = sorted(set(self.verdicts.names.values()) - set(self.entries))
+        if left:
+            print(f"demo: ingest had not taken {', '.join(left)} when the demo stopped waiting (nice 10 on a "
+                  "loaded machine, or no verdict); the next ingest of bags/dataset takes them", flush=True)
+
+    def agreement(self, batch: Path) -> tuple[bool, str]:
+        """(agrees, the summary line): the episodes ingest converted are those the batch convert made of
+        the same bags, frame for frame."""
+        from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+
+        def episodes(root: Path) -> dict[str, int]:
+            try:
+                table = LeRobotDataset.open(root).episodes
+            except DatasetError:
+                return {}
+            return {str(i): int(n) for i, n in zip(table["episode_id"], table["length"])}
+
+        ids = {e.get("episode_id") for e in self.entries.values()}
+        mine, theirs = episodes(self.dataset), {k: v for k, v in episodes(batch).items() if k in ids}
+        counts = {o: sum(e["outcome"] == o for e in self.entries.values()) for o in ("converted", "rejected")}
+        times = sorted(self.seconds)
+        text = (f"bags/dataset kept current while the session recorded: {len(self.entries)}/"
+                f"{len(self.verdicts.names)} episodes taken ({self.while_recording} before the last one stopped), "
+                f"{counts['converted']} converted, {counts['rejected']} rejected (left for the batch quarantine)"
+                + (f"; stop -> in the dataset median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s"
+                   if times else ""))
+        if mine == theirs:
+            return True, f"{text}; the same {len(mine)} episodes and {sum(mine.values())} frames as the batch convert"
+        return False, (f"{text}; DISAGREES with the batch convert of the same bags: {len(mine)} episodes and "
+                       f"{sum(mine.values())} frames against {len(theirs)} and {sum(theirs.values())}")
+
+
 def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "teleop_flywheel.cli", *args]
     print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
     return subprocess.run(cmd, text=True, capture_output=capture, check=False)
 
 
-def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, VerdictLog]:
+def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
     from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
     from teleop_flywheel.ros.session.supervisor import Session
 
@@ -142,8 +222,11 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, V
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
-                        checkpoint_id="scripted-v0", policy_args=str(policy_file))
-    graph = build_graph("sim", cfg)
+                        checkpoint_id="scripted-v0", policy_args=str(policy_file), ingest=True)
+    # Ingest leaves rejects in place (the batch validation below reports and quarantines them) and draws no
+    # audit page (the demo draws one at the end).
+    graph = with_parameters(build_graph("sim", cfg), {"ingest": {"quarantine": False, "audit": False,
+                                                                 "codec": codec, "repo_id": REPO_ID}})
     print(f"demo: starting the simulated rig: {len(graph.sim_arms)} simulated arms (sim-bus) and {len(graph.nodes)} "
           f"nodes, one process each (up to {READY_S:.0f} s on a loaded machine)...", flush=True)
     with Session(graph) as session:  # returns once every node is on the graph
@@ -156,6 +239,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, V
             raise RuntimeError("the recorder's services did not come up")
         status.wait_all_topics(READY_S)  # the recorder has found every stream it records
         verdicts = VerdictLog(status, plans)
+        ingested = IngestLog(bags, verdicts)
         t_start = time.monotonic()
         pedal = VirtualPedal(session.graph.pedal_fifo)
         try:
@@ -165,6 +249,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, V
                 t_episode = t_start + WARMUP_S + p.index * episode_span
                 while time.monotonic() < t_episode:
                     verdicts.poll()  # the last episode's verdict, as soon as the recorder has it
+                    ingested.poll()  # and the episodes ingest has taken since
                     if session.failed.wait(0.05):
                         raise RuntimeError(f"the session failed: {session.failure}")
                 policy.reset()
@@ -199,12 +284,14 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float) -> tuple[Path, V
                       f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}); validating...",
                       flush=True)
             verdicts.wait_all(VERDICT_WAIT_S)
+            ingested.poll(recording=False)
+            ingested.wait_all(INGEST_WAIT_S, session.failed)
         finally:
             pedal.close()
         session.remove_node(operator.node)
         if session.failed.is_set():
             raise RuntimeError(f"the session failed: {session.failure}")
-    return bags, verdicts
+    return bags, verdicts, ingested
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -230,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plans = plan(args.episodes)
     try:
-        bags, verdicts = record(out, plans, args.seconds)
+        bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
     except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
         raise PartialFailure(f"recording stopped: {exc}", where=str(out),
                              fix="the lines above say which node; a loaded machine can starve one: run it again") from exc
@@ -246,7 +333,7 @@ def run(args: argparse.Namespace) -> int:
     report.write_text(validated.stdout)
     cli("validate", str(bags))
     failed = [] if cli("convert", str(bags), "--out", str(dataset), "--codec", args.codec,
-                       "--repo-id", "local/teleop_flywheel_demo").returncode == 0 else ["convert"]
+                       "--repo-id", REPO_ID).returncode == 0 else ["convert"]
     if (dataset / "meta" / "info.json").exists():
         steps = [
             ("audit", str(dataset), "--html", str(out / "audit.html")),
@@ -269,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
     agree = sum(1 for n, d in verdicts.docs.items() if n in reports
                 and set(d.get("codes") or []) == {r["code"] for r in reports[n]})
     times = sorted(verdicts.seconds.values())
+    agrees, ingest_line = ingested.agreement(dataset)
+    failed += [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]
     print("\n=== demo summary ===")
     print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
     if (dataset / "meta" / "info.json").exists():
@@ -283,6 +372,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"verdicts:    {len(verdicts.docs)}/{len(plans)} episodes judged at stop"
           + (f" (stop -> verdict median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s)" if times else "")
           + f"; the same as the batch validation for {agree}/{len(reports)}")
+    print(f"ingest:      {ingest_line}")
     print(f"injected:    {len(caught) + len(missed)} failures injected on purpose, {len(caught)} caught"
           + (": " + "; ".join(caught) if caught else ""))
     if missed:

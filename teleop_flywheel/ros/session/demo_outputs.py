@@ -22,7 +22,9 @@ class Output:
 
 OUTPUTS: tuple[Output, ...] = (
     Output("bags/", "the episodes that passed validation: one rosbag2 bag each (metadata.yaml + <name>_0.mcap, "
-                    "open the .mcap in Foxglove) and its verdict at stop (verdict.json)"),
+                    "open the .mcap in Foxglove) and its verdict at stop (verdict.json); and bags/dataset/, the "
+                    "dataset the session's ingest kept current as episodes were added (the same episodes as "
+                    "dataset/; what it took: bags/dataset.ingest.json)"),
     Output("quarantine/", "the rejected bags, moved to <REASON>/<bag>/ with <bag>.json saying why (never deleted)",
            IF_REJECTED),
     Output("validation.json", "the validator's verdict per episode (PASS/FAIL, reason codes) and the rejection rate"),

@@ -14,6 +14,11 @@ Session kinds:
 - `sim`: rollout + record on simulated hardware: two simulated arms on pseudo-terminals,
   synthetic cameras, a virtual pedal (a FIFO fed with real `input_event` records).
 
+`ingest` (launch argument `ingest:=true`, any kind that records) adds the `ingest` node: it keeps
+a dataset current from the session's own episodes (`ros/nodes/ingest.py`), at low priority. Its
+dataset (`ingest_dataset`, default `<output_dir>/dataset`) must lie inside `output_dir`: nothing in
+the graph names a path outside the session's own folder.
+
 `namespace` (launch argument `namespace:=rig_a`) puts every node of the graph, and with it every
 rig topic and service (`core/topics.py` names are relative), under `/rig_a`: two rigs run in one
 ROS domain and record separately. `/diagnostics` stays global.
@@ -39,6 +44,7 @@ from teleop_flywheel.core.topics import (
     camera_image,
     normalize_namespace,
 )
+from teleop_flywheel.recording.output_layout import SESSION_DATASET, dataset_in
 
 KINDS = ("teleop", "rollout", "record", "sim")
 
@@ -50,6 +56,7 @@ EXECUTABLES: dict[str, str] = {
     "policy": "teleop_flywheel.ros.nodes.policy:PolicyNode",
     "camera": "teleop_flywheel.ros.nodes.camera:CameraNode",
     "recorder": "teleop_flywheel.ros.nodes.recorder:RecorderNode",
+    "ingest": "teleop_flywheel.ros.nodes.ingest:IngestNode",
 }
 
 
@@ -174,6 +181,8 @@ class SessionConfig:
     sim_dir: str = ""  # empty: the session creates one (SIM_DIR in the graph until then)
     params_file: str = ""
     namespace: str = ""  # the rig's ROS namespace (`rig_a`); empty = the root namespace
+    ingest: bool = False  # the `ingest` node keeps a dataset current from the session's episodes
+    ingest_dataset: str = ""  # its dataset, inside output_dir (relative to it); empty = <output_dir>/dataset
 
     def with_sim_calibrations(self) -> "SessionConfig":
         """Simulated arms default to the shipped simulator calibrations; a real arm has no default
@@ -202,6 +211,11 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
     "record": ("true", "start cameras + recorder too"),
+    "ingest": ("false", "start ingest too: every episode closed, judged and kept (or 30 s after its verdict "
+                        "without a discard) is validated, then quarantined (<output_dir>/quarantine) or appended to "
+                        "ingest_dataset, at low priority"),
+    "ingest_dataset": ("", f"the dataset ingest keeps current: a path inside output_dir (relative to it); empty: "
+                           f"<output_dir>/{SESSION_DATASET}"),
     "namespace": ("", "ROS namespace of the whole rig (e.g. rig_a): every node, topic and service under it, so "
                       "two rigs share a ROS domain and record separately (/diagnostics stays global)"),
     "params_file": ("", "ROS 2 parameter YAML applied to every node after the session's own parameters "
@@ -225,7 +239,7 @@ def config_from_arguments(values: dict[str, str]) -> SessionConfig:
     unknown = set(values) - set(LAUNCH_ARGUMENTS)
     if unknown:
         raise ValueError(f"unknown session arguments: {', '.join(sorted(unknown))}")
-    flags = ("record", "scripted_on_real")
+    flags = ("record", "scripted_on_real", "ingest")
     kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", *flags)}
     if "cameras" in values:
         kwargs["cameras"] = parse_cameras(values["cameras"])
@@ -269,6 +283,15 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     return nodes
 
 
+def _ingest_node(cfg: SessionConfig) -> NodeSpec:
+    """The `ingest` node on the session's output_dir; ValueError for a dataset outside it."""
+    if not cfg.record:
+        raise ValueError("ingest:=true needs the recorder (record:=true): it ingests the session's own episodes")
+    dataset = cfg.ingest_dataset.strip() or SESSION_DATASET
+    dataset_in(cfg.output_dir, dataset)
+    return NodeSpec("ingest", "ingest", {"watch_dir": cfg.output_dir, "dataset": dataset})
+
+
 def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     """The node graph of a session kind."""
     if kind not in KINDS:
@@ -292,8 +315,9 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             pedal_device=pedal_fifo,
             cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
         )
+    ingest = [_ingest_node(cfg)] if cfg.ingest else []
     if kind == "record":
-        return Graph(kind, _in_namespace(_record_nodes(cfg, kind), namespace), params_files=params_files)
+        return Graph(kind, _in_namespace(_record_nodes(cfg, kind) + ingest, namespace), params_files=params_files)
 
     human_only = kind == "teleop"
     nodes = [
@@ -316,6 +340,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
         nodes += _record_nodes(cfg, kind)
+    nodes += ingest
     return Graph(kind, _in_namespace(nodes, namespace), sim_arms, pedal_fifo, params_files)
 
 
@@ -355,7 +380,7 @@ def _known_anywhere(name: str) -> bool:
     """A node of some session kind's graph (a parameter file shared between kinds may name it)."""
     if name.startswith("camera_"):
         return True
-    return any(name == n.name for kind in KINDS for n in build_graph(kind).nodes)
+    return any(name == n.name for kind in KINDS for n in build_graph(kind, SessionConfig(ingest=True)).nodes)
 
 
 def with_parameters(graph: Graph, overrides: dict[str, dict[str, Any]]) -> Graph:
