@@ -9,7 +9,9 @@ return for it.
 
 Misbehaviours, chosen per request by `plan(servo_id, counter) -> Behaviour`:
 ok, silent (no reply), late (reply after `late_s`, keeping the servo's replies in order, as a
-busy servo does), duplicate (the reply twice), truncated (its first bytes only), overlong (a
+busy servo does), duplicate (the reply twice, back to back in one write: a wire delivers the copy
+right behind the original, whereas two writes from this thread could be a GIL switch — ms on a
+loaded machine — apart, a late reply rather than a duplicate), truncated (its first bytes only), overlong (a
 length byte too large), wrong_id (the reply from another id), error (valid, with error bits),
 garbage (random bytes, then the valid reply). `noise_on()` floods the line with random bytes.
 Replies leave at the emulated 1 Mbaud wire rate, like the simulator's.
@@ -111,9 +113,8 @@ class AdversarialServos:
             return
         if behaviour is Behaviour.LATE:
             self._schedule(sid, reply, self.late_s)
-        elif behaviour is Behaviour.DUPLICATE:
-            self._schedule(sid, reply, 0.0)
-            self._schedule(sid, reply, 0.0)
+        elif behaviour is Behaviour.DUPLICATE:  # back to back, as a wire carries them: one write
+            self._schedule(sid, reply + reply, 0.0)
         elif behaviour is Behaviour.TRUNCATED:
             self._schedule(sid, reply[: self._rng.randrange(1, len(reply))], 0.0)
         elif behaviour is Behaviour.OVERLONG:
@@ -159,8 +160,11 @@ class AdversarialServos:
                 while (pkt := parser.next()) is not None:
                     self._heard = time.monotonic() + (len(pkt.params) + 6) * self.byte_s
                     self._handle(pkt)
+            due = []
             while self._queue and self._queue[0][0] <= time.monotonic():
-                self._send(heapq.heappop(self._queue)[2])
+                due.append(heapq.heappop(self._queue)[2])
+            if due:  # bytes due together leave together: between two writes the bus's thread may run
+                self._send(b"".join(due))
             if self._noise.is_set():
                 self._send(self._rng.randbytes(64))
 
