@@ -92,12 +92,16 @@ class JointHistory:
 
     def wait_past(self, t_ns: int, timeout_s: float, now: Callable[[], int] = now_ns) -> bool:
         """Until a sample at or after `t_ns` is here (True), the timeout, or at once (False) when the
-        stream has been silent for ALIVE_S (nothing is coming)."""
+        stream has been silent for ALIVE_S (nothing is coming) while this frame is drawn on time. A
+        frame drawn ALIVE_S or more after its exposure says this process was the one stalled (a
+        loaded machine): the silence is samples not yet handed over, so it waits for them."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
             while not self._samples or self._samples[-1].mono_ns < t_ns:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._samples or now() - self._samples[-1].mono_ns > ALIVE_S * 1e9:
+                t = now()
+                silent = t - self._samples[-1].mono_ns > ALIVE_S * 1e9 if self._samples else True
+                if left <= 0 or not self._samples or (silent and t - t_ns < ALIVE_S * 1e9):
                     return False
                 self._changed.wait(left)
             return True
