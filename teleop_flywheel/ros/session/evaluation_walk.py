@@ -28,12 +28,12 @@ import yaml
 
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_STATE, INTERVENTION
+from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
 from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.clients import InterfaceError, PolicyClient, RecorderStatus
 
-SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive
+SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive (at least)
 READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
 
 
@@ -54,7 +54,7 @@ class TrialDriver:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
 
-        from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS
+        from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, STREAM_QOS
 
         names = set(session.node_names)
         if not {"policy", "recorder"} <= names:
@@ -68,11 +68,15 @@ class TrialDriver:
         self.policy = PolicyClient(self.client.node)
         self.status = RecorderStatus(self.client.node)
         self._pose: list[float] | None = None
+        self._latest: dict[str, list[float]] = {}  # the newest policy and follower commands
         self._events: dict[int, dict[str, Any]] = {}
         self._t0_ns = 0
         self.slot: Slot | None = None
         self.bags: list[Path] = []
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
+        for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
+            self.client.node.create_subscription(JointState, topic, lambda m, t=topic: self._on_command(t, m),
+                                                 CONTROL_QOS)
         self.client.node.create_subscription(String, INTERVENTION, self._on_event, LATCHED_QOS)
         session.add_node(self.client.node)
         if not self.client.ready(30.0):
@@ -118,6 +122,21 @@ class TrialDriver:
         by_name = dict(zip(msg.name, msg.position))
         if all(n in by_name for n in JOINT_NAMES):
             self._pose = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def _on_command(self, topic: str, msg: Any) -> None:
+        by_name = dict(zip(msg.name, msg.position))
+        if all(n in by_name for n in JOINT_NAMES):
+            self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def arrived(self, goal: np.ndarray, tolerance_rad: float) -> bool:
+        """The move is over: the policy commands its goal (its move done) and the follower is within
+        `tolerance_rad` of the command it is sent (the goal, as the joint limits let it) — not merely
+        a moment on the clock, which a loaded machine can stall either of them past."""
+        policy, sent, pose = self._latest.get(POLICY_COMMAND), self._latest.get(FOLLOWER_COMMAND), self._pose
+        if policy is None or sent is None or pose is None:
+            return False
+        return bool(np.max(np.abs(np.asarray(policy) - goal)) <= 1e-3
+                    and np.max(np.abs(np.asarray(pose) - np.asarray(sent))) <= tolerance_rad)
 
     def _on_event(self, msg: Any) -> None:
         import json
@@ -253,6 +272,12 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
             at(0.3 * move_s + 0.5)
             pedal.takeover(False)
         at(min(move_s + SETTLE_S, p.time_limit_s))
+        # The trial ends once the follower has arrived where the policy was sent (a loaded machine
+        # can stall it past the nominal settle time: judged mid-move, a success read as a failure,
+        # or a failure passing by final_pose read as a success), or at the time limit.
+        goal = np.asarray(p.machine_check.final_pose) + (base.fail_offset_rad if fail else 0.0)
+        while time.monotonic() < t0 + p.time_limit_s and not driver.arrived(goal, p.machine_check.tolerance_rad / 2):
+            time.sleep(0.02)
         passed, _why = p.machine_check.judge(driver.pose())
         bag, verdict = driver.finish("success" if passed else "failure", "" if passed else p.machine_check.failure_label)
         log(f"  -> {'success' if passed else 'failure'} ({verdict}); bag {bag.name}")
