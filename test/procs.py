@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def node_cmd(module: str, **params: object) -> list[str]:
@@ -73,3 +76,17 @@ def wait_gone(pids: list[int], timeout_s: float) -> list[int]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
+             proc: subprocess.Popen[str] | None = None, poll_s: float = 0.02) -> Any:
+    """Poll `pred` until it returns something truthy (returned). An AssertionError naming `what`
+    after `timeout` s — or at once if `proc` (the process that should make it true) has exited."""
+    deadline = time.monotonic() + timeout
+    while not (value := pred()):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(poll_s)
+    return value

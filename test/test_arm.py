@@ -6,11 +6,11 @@ so limits, max step and torque handling are checked tick by tick, independent of
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procs import wait_for
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
@@ -23,12 +23,6 @@ from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 pytestmark = pytest.mark.timeout(120)
 MS = 1_000_000
 
-
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def calibration(role: str) -> ArmCalibration:

@@ -11,13 +11,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
+from procs import wait_for
 from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -33,14 +34,6 @@ from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_stat
 
 pytestmark = pytest.mark.timeout(180)
 
-
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Graph:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import av
 import cv2
 import numpy as np
 import pytest
+from procs import wait_for
 
 from teleop_flywheel.core.backoff import Backoff
 from teleop_flywheel.core.clock import now_ns
@@ -208,13 +208,13 @@ def test_capture_reopens_an_unplugged_camera_with_backoff_and_says_so_once(tmp_p
     thread = threading.Thread(target=capture.run, args=(stop, lambda f: frames.append(f.stamp_ns)))
     thread.start()
     try:
-        _wait(lambda: capture.error, "the missing camera reported")
+        wait_for(lambda: capture.error, what="the missing camera reported")
         assert "is not there" in capture.error and not frames
         for n in (1, 2):
             plug.touch()
-            _wait(lambda: len(frames) >= 5 * n and not capture.error, "frames after the plug")
+            wait_for(lambda: len(frames) >= 5 * n and not capture.error, what="frames after the plug")
             plug.unlink()
-            _wait(lambda: sum("is not there" in text for _lv, text in log) == n + 1, "the unplug reported, reopen fails")
+            wait_for(lambda: sum("is not there" in text for _lv, text in log) == n + 1, what="the unplug reported, reopen fails")
             seen = len(frames)
             time.sleep(0.1)  # several retries at 10-50 ms: none delivers a frame while unplugged
             assert len(frames) == seen and "is not there" in capture.error
@@ -248,9 +248,3 @@ def test_capture_stops_for_good_on_stamps_from_the_wrong_clock() -> None:
     capture.run(threading.Event(), lambda f: None)  # returns by itself: nothing to retry
     assert opened == [1] and "CLOCK_MONOTONIC" in capture.fatal
 
-
-def _wait(cond: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)

@@ -16,12 +16,11 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
+from procs import wait_for
 
 rclpy = pytest.importorskip("rclpy")
 
@@ -47,13 +46,6 @@ RIGS = {"rig_a": 0.2, "rig_b": 0.5}  # namespace -> amplitude of its arm's motio
 KEPT = ("teleop", "camera_front", "recorder")
 LOAD_CODES = {"FRAME_GAP", "CLOCK_OFFSET"}  # what a starved process can cause, namespaces or not
 
-
-def wait_for(pred: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := pred()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def test_the_namespace_argument_puts_every_node_of_the_graph_under_it() -> None:
@@ -94,7 +86,7 @@ class Rig:
         client = self.node.create_client(Trigger, f"recorder/{service}")  # relative: this rig's recorder
         assert client.wait_for_service(timeout_sec=60), f"{self.node.get_namespace()}/recorder/{service}"
         future = client.call_async(Trigger.Request())
-        result = wait_for(lambda: future.done() and future.result(), f"recorder/{service}")
+        result = wait_for(lambda: future.done() and future.result(), 60, f"recorder/{service}")
         assert result.success, result.message
         return str(result.message)
 
@@ -102,7 +94,7 @@ class Rig:
         client = AsyncParameterClient(self.node, "recorder")
         assert client.wait_for_services(timeout_sec=60)
         future = client.set_parameters([Parameter("outcome", value="success")])
-        assert wait_for(lambda: future.done() and future.result(), "set outcome").results[0].successful
+        assert wait_for(lambda: future.done() and future.result(), 60, "set outcome").results[0].successful
 
 
 def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchanged_config(tmp_path: Path) -> None:
@@ -130,7 +122,7 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
 
         threading.Thread(target=feed, daemon=True).start()
         names = {ns: rig.node.get_topic_names_and_types for ns, rig in rigs.items()}
-        wait_for(lambda: all(f"/{ns}/follower/joint_command" in dict(names[ns]()) for ns in RIGS), "teleop commands")
+        wait_for(lambda: all(f"/{ns}/follower/joint_command" in dict(names[ns]()) for ns in RIGS), 60, "teleop commands")
         for rig in rigs.values():
             rig.call("start")
         time.sleep(1.0)

@@ -8,15 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from procs import node_cmd
+from procs import node_cmd, wait_for
 from rclpy.context import Context
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, JointState
@@ -28,14 +27,6 @@ from teleop_flywheel.ros.nodes.common import IMAGE_QOS, LATCHED_QOS, STREAM_QOS,
 
 pytestmark = pytest.mark.timeout(180)
 
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"node exited ({proc.returncode}) before {what}: {proc.stderr.read() if proc.stderr else ''}")
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture

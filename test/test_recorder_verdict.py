@@ -16,7 +16,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from procs import node_cmd  # noqa: E402
+from procs import node_cmd, wait_for  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
@@ -39,15 +39,6 @@ from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
 STREAMS = ["/follower/joint_states", "/follower/joint_command", "/teleop/authority"]
 CAMERA = "/cameras/front/image/compressed"
 
-
-def wait_for(pred: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Rig:

@@ -9,26 +9,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import wait_for
 
 from teleop_flywheel.recording.output_layout import dataset_in
 from teleop_flywheel.recording.verdict import KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.ros.session.graph import CameraSpec, Graph, SessionConfig, build_graph, with_parameters
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
-
-
-def wait_for(pred: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def taken(out: Path) -> dict[str, dict[str, Any]]:
