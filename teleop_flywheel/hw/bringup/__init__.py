@@ -8,6 +8,10 @@ import os
 
 from teleop_flywheel.core.errors import UsageError
 
+# A bring-up step is not a control loop: it waits 5x the driver's 20 ms for a reply, so a servo (or a
+# simulator on a busy machine) that answers late is not a failed calibration or a servo left half-set.
+REPLY_TIMEOUT_S = 0.1
+
 
 def require_port(port: str) -> None:
     """A serial port that does not exist is a usage error naming it (exit 2), before any bus is opened."""

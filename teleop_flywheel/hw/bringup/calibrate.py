@@ -31,7 +31,7 @@ from teleop_flywheel.core.calibration import ArmCalibration, CalibrationError, J
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
-from teleop_flywheel.hw.bringup import require_port
+from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, require_port
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                              fix="choose another path: a calibration is never overwritten")
     require_port(args.port)
     try:
-        with FeetechBus(args.port) as bus:
+        with FeetechBus(args.port, timeout_s=REPLY_TIMEOUT_S) as bus:
             cal = calibrate(bus, args.arm_id or args.out.stem, args.non_interactive, sys.stdout, sys.stdin)
         create_exclusive(args.out, f"# {args.arm} arm, calibrated with teleop-flywheel calibrate on {args.port}\n"
                          + yaml.safe_dump(cal.to_dict(), sort_keys=False))

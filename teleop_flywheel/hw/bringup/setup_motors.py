@@ -15,7 +15,7 @@ import argparse
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, PartialFailure, UsageError
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_IDS, JOINT_NAMES, MODEL_NUMBER
-from teleop_flywheel.hw.bringup import require_port
+from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, require_port
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
 
@@ -30,7 +30,7 @@ def find_single_servo(port: str) -> tuple[int, int]:
     """(id, baud) of the one servo on `port`, trying every STS baud rate, factory rate first."""
     found: list[tuple[int, int]] = []
     for baud in sorted(BAUD_RATES.values(), key=lambda b: (b != BAUD_RATE, -b)):
-        with FeetechBus(port, baudrate=baud) as bus:
+        with FeetechBus(port, baudrate=baud, timeout_s=REPLY_TIMEOUT_S) as bus:
             found += [(sid, baud) for sid in bus.scan()]
         if found:
             break
@@ -46,7 +46,7 @@ def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
     """Make the one connected servo `joint`'s (id, `baud`); returns what was done."""
     sid, current_baud = find_single_servo(port)
     target = JOINT_IDS[joint]
-    with FeetechBus(port, baudrate=current_baud) as bus:
+    with FeetechBus(port, baudrate=current_baud, timeout_s=REPLY_TIMEOUT_S) as bus:
         model = bus.ping(sid)
         if model != MODEL_NUMBER:
             raise SetupError(f"{port}: servo {sid} is model {model}, not an STS3215 ({MODEL_NUMBER})")
@@ -56,7 +56,7 @@ def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
             bus.write_register(sid, "ID", target, ack=False)  # it answers as its new id
         if current_baud != baud:
             bus.write_register(target, "Baud_Rate", BAUD_CODES[baud], ack=False)  # it answers at the new baud
-    with FeetechBus(port, baudrate=baud) as bus:
+    with FeetechBus(port, baudrate=baud, timeout_s=REPLY_TIMEOUT_S) as bus:
         bus.write_register(target, "Lock", 1)
         if bus.ping(target) != MODEL_NUMBER or bus.scan() != [target]:
             raise SetupError(f"{port}: the servo did not come back as id {target} at {baud} baud")
