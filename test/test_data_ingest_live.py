@@ -83,7 +83,13 @@ def test_a_recording_made_while_ingest_converts_has_no_drops(rig: Any, tmp_path:
     assert outcome in ("converted", "rejected"), (state, (tmp_path / "ingest.log").read_text()[-2000:])
     assert (outcome == "rejected") == (not episode.exists()) == any((tmp_path / "quarantine").rglob(episode.name))
     info = json.loads((ds / "meta/info.json").read_text())
-    assert info["total_episodes"] == 2 + (outcome == "converted") and (ds / "README.md").is_file()
+    assert info["total_episodes"] == 2 and (ds / "README.md").is_file()
+    # The rig's camera is 320x240, the backlog's 640x480: a converted episode of the rig goes to the
+    # camera-set sibling beside the dataset (`<DS>__front320x240`), never into the 640x480 one.
+    siblings = sorted(ds.parent.glob(ds.name + "__*"))
+    assert [p.name for p in siblings] == ([f"{ds.name}__front320x240"] if outcome == "converted" else [])
+    for sibling in siblings:
+        assert json.loads((sibling / "meta/info.json").read_text())["total_episodes"] == 1
 
 
 def state_path_has(ds: Path, name: str) -> bool:
