@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,3 +91,50 @@ def wait_for(pred: Callable[[], Any], timeout: float = 30.0, what: str = "condit
         assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
         time.sleep(poll_s)
     return value
+
+
+class HostClockWatch:
+    """Did this host's wall clock step while a test ran? Seen independently of the code under test:
+    CLOCK_REALTIME − CLOCK_MONOTONIC sampled at 20 Hz from a thread (the tightest of 3 brackets,
+    wide brackets — a preempted read — ignored). A VM's clock sync can step it (seen here: +0.5 ms
+    every 100 ms for a minute); the validator then rightly rejects CLOCK_STEP, and a test that
+    expects a clean episode must know the host did it."""
+
+    def __init__(self, bound_ms: float = 0.3) -> None:
+        self.bound_ns = int(bound_ms * 1e6)
+        self.max_jump_ns = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _offset() -> int | None:
+        best: tuple[int, int] | None = None
+        for _ in range(3):
+            a = time.monotonic_ns()
+            w = time.time_ns()
+            b = time.monotonic_ns()
+            if best is None or b - a < best[0]:
+                best = (b - a, w - (a + b) // 2)
+        return best[1] if best is not None and best[0] < 200_000 else None
+
+    def _run(self) -> None:
+        last: tuple[int, int] | None = None
+        while not self._stop.wait(0.05):
+            off, now = self._offset(), time.monotonic_ns()
+            if off is None:
+                continue
+            if last is not None:  # beyond what slewing (500 ppm) can do in the interval
+                self.max_jump_ns = max(self.max_jump_ns, abs(off - last[0]) - (now - last[1]) // 2000)
+            last = (off, now)
+
+    @property
+    def stepped(self) -> bool:
+        return self.max_jump_ns > self.bound_ns
+
+    def __enter__(self) -> HostClockWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(2)

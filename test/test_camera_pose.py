@@ -15,7 +15,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from procs import node_cmd  # noqa: E402
+from procs import HostClockWatch, node_cmd  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import CompressedImage, JointState  # noqa: E402
@@ -63,6 +63,7 @@ def pose(stamp_ns: int) -> list[float]:
 def test_frames_show_the_pose_at_exposure_on_a_loaded_machine() -> None:
     """Every process in a session of its own, as the supervisor runs a rig (and as another user's
     jobs run): with sched_autogroup each competes as a group, the busy loops included."""
+    clock = HostClockWatch().__enter__()
     context = rclpy.Context()
     rclpy.init(context=context)
     node = Node("pose_probe", context=context)
@@ -102,6 +103,10 @@ def test_frames_show_the_pose_at_exposure_on_a_loaded_machine() -> None:
         node.destroy_node()
         rclpy.shutdown(context=context)
 
+    clock.__exit__()
+    if clock.stepped:  # not a pass: said, and the run's other checks still judge the camera
+        pytest.skip(f"the host's wall clock stepped ({clock.max_jump_ns / 1e6:.1f} ms) during the test: ROS-time stamps "
+                    "converted before and after it are on two timelines (what the validator rejects as CLOCK_STEP)")
     stamps = np.array(sorted(sent))
 
     def clean(t: int) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from procs import wait_for
+from procs import HostClockWatch, wait_for
 
 rclpy = pytest.importorskip("rclpy")
 
@@ -100,6 +100,7 @@ class Rig:
 def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchanged_config(tmp_path: Path) -> None:
     sessions: list[Session] = []
     stop = threading.Event()
+    clock = HostClockWatch().__enter__()  # the host's own clock steps are CLOCK_STEP, rightly
     try:
         rigs: dict[str, Rig] = {}
         for ns, amplitude in RIGS.items():
@@ -138,6 +139,7 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
         stop.set()
     finally:
         stop.set()
+        clock.__exit__()
         for session in sessions:
             session.stop()
 
@@ -169,7 +171,8 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
         # or camera-set mismatch). Only a loaded machine can fail these bags: a node starved for
         # over 2/fps is a FRAME_GAP (or late delivery a CLOCK_OFFSET), a verdict on the timing of
         # a stream the validator did find.
-        assert set(report.codes) <= LOAD_CODES, f"{ns}: {report.line()}"
+        allowed = LOAD_CODES | ({"CLOCK_STEP"} if clock.stepped else set())
+        assert set(report.codes) <= allowed, f"{ns}: {report.line()} (host clock: largest step {clock.max_jump_ns} ns)"
         if not report.passed:
             warnings.warn(f"{ns}: {report.line()} (machine load: {os.getloadavg()[0]:.1f})", stacklevel=1)
     result = convert(list(bags.values()), tmp_path / "dataset", codec="h264", workers=1, progress=False,

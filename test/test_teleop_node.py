@@ -381,6 +381,7 @@ def test_a_pedal_in_teleop_mode_marks_a_labelled_correction_and_never_changes_au
     probe.drive(lambda: bool(probe.commands) and probe.commands[-1][1] == pytest.approx(0.2, abs=1e-6),
                 "teleoperation")
     t_down = now_ns()
+    t_down_ros = to_ros_ns(t_down)  # converted at once: the wall clock may step before the test ends
     probe.drive(lambda: bool(probe.events), "the correction's start", DOWN)
     assert probe.events[0] == {"id": 1, "start_ns": probe.events[0]["start_ns"], "end_ns": None, "trigger": None,
                                "kind": "correction"}
@@ -389,11 +390,12 @@ def test_a_pedal_in_teleop_mode_marks_a_labelled_correction_and_never_changes_au
     probe.drive(lambda: probe.events[-1]["trigger"] == "other", "the label event", DOWN)
     probe.drive(lambda: probe.events[-1]["end_ns"] is not None, "the correction's end", UP)
     t_up = now_ns()
+    t_up_ros = to_ros_ns(t_up)
     probe.joy(label_press(False, "too_slow"))  # a pedal label key relabels it (within the window)
     probe.joy(UP)
     probe.drive(lambda: probe.events[-1]["trigger"] == "too_slow", "the pedal's label", UP)
     assert {(e["kind"], e["id"]) for e in probe.events} == {("correction", 1)}
-    assert to_ros_ns(t_down) <= probe.events[-1]["start_ns"] <= probe.events[-1]["end_ns"] <= to_ros_ns(t_up)
+    assert t_down_ros <= probe.events[-1]["start_ns"] <= probe.events[-1]["end_ns"] <= t_up_ros
     during = [a for t, a in probe.authority if t >= t_down]
     assert during and all(a[0] == 1.0 and a[1] == 0.0 and a[2] == 0.0 for a in during), "authority never changed"
     assert all(v == pytest.approx(0.2, abs=1e-6) for t, v in probe.commands_since(t_down))
