@@ -280,7 +280,8 @@ class SimulatedArm:
         t = self._elapsed()
         if f.stall_at is not None and f.stall_at <= t < f.stall_at + f.stall_for:
             return
-        request_wire = self._wire(len(packet.params) + 6)
+        baud = host_baud or self.baudrate  # the line runs at the host's rate (the servos that hear it share it)
+        request_wire = self._wire(len(packet.params) + 6, baud)
         with self._lock:
             # A servo set to another baud than the host's hears only garbage.
             listening = {sid: s for sid, s in self.servos.items() if host_baud in (None, s.baudrate)}
@@ -298,7 +299,7 @@ class SimulatedArm:
             if self._rng.random() < f.noise:
                 out += bytes(self._rng.randrange(256) for _ in range(3))
             out += reply
-            cursor += self._wire(len(reply))
+            cursor += self._wire(len(reply), baud)
         if not out:
             return
         self._sleep_until(cursor)
@@ -308,8 +309,8 @@ class SimulatedArm:
         except OSError:
             pass
 
-    def _wire(self, n_bytes: int) -> float:
-        return p.wire_time_ns(n_bytes, self.baudrate) / 1e9 if self.wire_time else 0.0
+    def _wire(self, n_bytes: int, baud: int) -> float:
+        return p.wire_time_ns(n_bytes, baud) / 1e9 if self.wire_time else 0.0
 
     def _status(self, servo: Servo, data: bytes = b"") -> tuple[Servo, bytes]:
         return servo, p.status(servo.id, self.faults.error_bits.get(servo.id, 0), data)
