@@ -8,6 +8,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,34 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
             except ProcessLookupError:
                 pass
         pytest.fail(f"{request.node.nodeid} left processes running: {names}")
+
+
+def _realtime_threads() -> dict[int, str]:
+    """This process's threads on a real-time policy (tid: thread name)."""
+    out = {}
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            if os.sched_getscheduler(tid) in (os.SCHED_FIFO, os.SCHED_RR):
+                out[tid] = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        except OSError:
+            continue
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_realtime_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test must not leave this process real-time: every process started afterwards inherits it,
+    and a busy loop at SCHED_FIFO 99 starves the rest of the machine (SVT-AV1 did this as root:
+    a camera test's AV1 encode made every later test's nodes wait 30 s behind its load)."""
+    yield
+    left = _realtime_threads()
+    if left:
+        for tid in left:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+        pytest.fail(f"{request.node.nodeid} left thread(s) of the test process real-time: {sorted(left.values())}")
 
 
 def _cmdline(pid: int) -> str:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from av.video.stream import VideoStream
 
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.core.priority import keep_scheduling
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNK_SIZE = 1000
@@ -209,6 +210,8 @@ class VideoEncoder:
         self.stream = stream
         self.stream.width, self.stream.height = width, height
         self.stream.pix_fmt = "yuv420p"
+        with keep_scheduling():  # SVT-AV1 makes a root process real-time when it opens (core/priority.py)
+            self.stream.codec_context.open()
         self.frames = 0
 
     def add_i420(self, yuv: np.ndarray) -> None:
