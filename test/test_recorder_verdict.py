@@ -96,7 +96,8 @@ class Rig:
         future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
         wait_for(future.done, 30, "set_parameters")
 
-    def verdict_of(self, name: str, timeout: float = 60.0) -> dict[str, Any]:
+    def verdict_of(self, name: str, timeout: float = 240.0) -> dict[str, Any]:
+        """The status once `name` is judged: by a worker at nice 10, which other load may keep waiting."""
         def done() -> dict[str, Any] | None:
             for s in reversed(self.statuses[-3:]):
                 for v in s.get("verdicts", []):
