@@ -8,9 +8,9 @@ with the thresholds of `config/validate.yaml` (or the recorder's `validate_confi
 camera-set check against the session's configured cameras (`apply_schema`; a single episode has
 no batch to compare with).
 
-The worker yields the CPU to the rig (`core.priority.lower_priority`, with SCHED_BATCH): it runs in
-a session of its own whose scheduler autogroup it sets to nice 10 (with the kernel's
-sched_autogroup every session competes as a group, so a nice inside the recorder's group would only yield to the recorder, not
+The worker yields the CPU to the rig: it runs in a session of its own whose scheduler autogroup
+it sets to nice 10 (`/proc/self/autogroup`; with the kernel's sched_autogroup every session
+competes as a group, so a nice inside the recorder's group would only yield to the recorder, not
 to the arm drivers or the teleop node), and at nice 10 itself where there are no autogroups. Nice
 10 weighs about a tenth of a node: idle CPU is all its own (a 60 s episode is judged in seconds),
 a busy rig keeps nine tenths of what it contends for. (Nice 19, a sixtieth, starved the verdict for
@@ -36,8 +36,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
-
-from teleop_flywheel.core.priority import lower_priority
 
 NICE = 10  # below every node of the rig: a verdict may wait, a control loop may not
 JOB_TIMEOUT_S = 600.0  # a bag the validator has not judged by then is given up (the worker is restarted)
@@ -130,13 +128,27 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
+def lowest_priority() -> None:
+    """NICE for this process and, where the kernel groups sessions (sched_autogroup), for its
+    session's group: what competes with the rig's nodes is the group, not the process."""
+    try:
+        os.nice(NICE - os.nice(0))
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write(str(NICE))
+    except OSError:
+        pass  # no autogroups here: the process nice is what counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the recorder's validator worker (JSON lines on stdin/stdout)")
     parser.add_argument("--config", default=None, help="thresholds YAML (default: the shipped config/validate.yaml)")
     parser.add_argument("--cameras", default="", help="the session's configured cameras, comma-separated")
     args = parser.parse_args(argv)
     _die_with_parent()
-    lower_priority(NICE)  # its session's autogroup too: it leads a session of its own
+    lowest_priority()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
     out = sys.stdout
     try:
