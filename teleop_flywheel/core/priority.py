@@ -42,7 +42,6 @@ def lower_priority(nice: int) -> None:
             pass
 
 
-
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
