@@ -1,7 +1,7 @@
 """Low priority for background work (ingest, its conversions) that shares a machine with a rig.
 
 `lower_priority(n)`: at least niceness `n` for this process (and what it starts after), SCHED_BATCH
-(the scheduler treats it as CPU-bound, never a latency-sensitive task), and — when this process
+unless `batch=False` (the scheduler then treats it as CPU-bound, never a latency-sensitive task), and — when this process
 leads its own session — its session's autogroup niced too. The autogroup is what counts under the
 kernel's `sched_autogroup` (the default on desktop and server distributions): CPU time is first
 shared between sessions, and each of a session's processes runs in its own (`teleop-flywheel run`
@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def lower_priority(nice: int) -> None:
+def lower_priority(nice: int, *, batch: bool = True) -> None:
     if nice <= 0:
         return
     try:
@@ -31,10 +31,11 @@ def lower_priority(nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, 0, min(19, nice))
     except OSError:
         pass
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
+    if batch:
+        try:
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+        except (AttributeError, OSError):
+            pass
     if os.getsid(0) == os.getpid():
         try:
             Path("/proc/self/autogroup").write_text(str(min(19, nice)))

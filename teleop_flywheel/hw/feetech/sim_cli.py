@@ -6,12 +6,12 @@ optionally points `--link` at it, and serves until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import threading
 
 from teleop_flywheel.core.calibration import load_calibration
 from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
@@ -46,8 +46,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc), where="--fault", fix="see the --fault forms in --help") from exc
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    with SignalStop(stop):
+        return _serve(args, faults, stop)
+
+
+def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> int:
     calibration = load_calibration(args.calibration) if args.calibration else None  # CalibrationError: exit 2
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,

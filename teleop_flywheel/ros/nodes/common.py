@@ -10,7 +10,6 @@ monotonic clock (`clock.from_ros_ns`) before comparing it with `now_ns()`.
 from __future__ import annotations
 
 import faulthandler
-import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from sensor_msgs.msg import JointState
 
 from teleop_flywheel.core.clock import fill_stamp, from_ros_ns, now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.signals import SignalStop
 
 # Reliable everywhere data is recorded: a dataset must not silently lose samples.
 STREAM_QOS = QoSProfile(
@@ -142,7 +142,11 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
         print(f"{name or 'node'}: cannot parse the ROS arguments {argv[1:]}: {exc}", file=sys.stderr, flush=True)
         return 2
     stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with SignalStop(stop):  # a signal only ends the spin loop
+        return _spin(factory, name, shutdown_bound_s, stop)
+
+
+def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop: threading.Event) -> int:
     node: Node | None = None
     try:
         try:
@@ -176,8 +180,6 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 class NodeSpinner:

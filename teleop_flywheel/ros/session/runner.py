@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, FlywheelError, UsageError, error_line
+from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.ros.session.graph import (
     KINDS,
     LAUNCH_ARGUMENTS,
@@ -149,36 +150,32 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     starting = True
 
-    def on_sigterm(*_: object) -> None:
-        stop.set()
+    def give_up_starting() -> None:
         if starting:  # the start waits for every node: give up on it as Ctrl-C would
             raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGHUP, on_sigterm)  # the terminal went away: stop in order, as for SIGTERM
     session = Session(graph, log=lambda text: print(f"run: {text}", file=sys.stderr, flush=True),
                       on_failure=lambda _text: stop.set())
     bags: list[Path] = []
     error: BaseException | None = None
-    try:
-        with session:
-            starting = False
-            names = [*session.node_names, *(p for p in session.processes if p not in session.node_names)]
-            print(f"run: {args.kind} session up: {len(names)} processes ({', '.join(names)}); Ctrl-C to stop",
-                  flush=True)
-            if protocol is not None:
-                bags = _walk_protocol(session, protocol, args, stop)
-                stop.set()
-            deadline = time.monotonic() + args.seconds if args.seconds > 0 else None
-            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                stop.wait(0.2)
-    except KeyboardInterrupt:
-        pass
-    except (SessionError, ProtocolError, RuntimeError) as exc:
-        error = exc
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # SIGHUP: the terminal went away; stop in order, as for SIGTERM (Ctrl-C is KeyboardInterrupt)
+    with SignalStop(stop, (signal.SIGTERM, signal.SIGHUP), then=give_up_starting):
+        try:
+            with session:
+                starting = False
+                names = [*session.node_names, *(p for p in session.processes if p not in session.node_names)]
+                print(f"run: {args.kind} session up: {len(names)} processes ({', '.join(names)}); Ctrl-C to stop",
+                      flush=True)
+                if protocol is not None:
+                    bags = _walk_protocol(session, protocol, args, stop)
+                    stop.set()
+                deadline = time.monotonic() + args.seconds if args.seconds > 0 else None
+                while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                    stop.wait(0.2)
+        except KeyboardInterrupt:
+            pass
+        except (SessionError, ProtocolError, RuntimeError) as exc:
+            error = exc
     see_above = "the lines above say why; --arg and --param-file set what the nodes run with"
     if session.failed.is_set():
         print(error_line("run", f"session stopped because {session.failure}", fix=see_above),
