@@ -5,7 +5,7 @@ at 100 Hz), recorded with the project's BagWriter. Measured in the same run:
 - ours: `convert()` of that bag (read + CDR decode + validate + align + JPEG decode + encode +
   remux + parquet/meta), one worker;
 - floor: PyAV alone encoding the very frames the dataset holds, pre-decoded to I420 in memory,
-  with the same encoder settings (libsvtav1, yuv420p, g=2, crf=30) → ratio ours/floor (time);
+  with the same encoder settings (libsvtav1, yuv420p, g=2, crf=30, preset 10) → ratio ours/floor (time);
 - LeRobot 0.4.x's own writer (`LeRobotDataset.create/add_frame/save_episode`) on the same frames,
   if an interpreter with LeRobot is given (`--lerobot-python`): ratio LeRobot/ours.
 
@@ -98,7 +98,7 @@ def main() -> int:
             "ours_cpu_s": round((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), 2),
             "pyav_encode_only_s": round(floor_s, 2), "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3), "target_ratio_max": 1.5,
-            "codec": "libsvtav1 yuv420p g=2 crf=30", "resolution": "640x480", "cpus": os.cpu_count(),
+            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.SVT_PRESET}", "resolution": "640x480", "cpus": os.cpu_count(),
         }
         if args.lerobot_python:
             rgb = np.lib.format.open_memmap(tmp / "frames.npy", "w+", np.uint8, (frames, 480, 640, 3))
