@@ -218,7 +218,10 @@ def test_a_signal_to_run_stops_every_child(tmp_path: Path, sig: signal.Signals) 
         expected = [n.name for n in build_graph("sim", _cfg(tmp_path)).nodes] + ["sim_leader", "sim_follower"]
         assert sorted(kids) == sorted(expected)
         proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=60)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"run had not stopped 60 s after {sig.name}; its log:\n{err.read_text()[-4000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

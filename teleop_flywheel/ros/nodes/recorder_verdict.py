@@ -112,24 +112,25 @@ class ValidatorProcess:
 
 
 def _end(proc: subprocess.Popen[str], grace_s: float) -> None:
-    """Close the worker's pipes and see it gone: SIGKILL after `grace_s`, then reaped by a thread of
-    its own if that takes longer than 5 s (a loaded machine: a recorder's close, and the session's
-    shutdown bound behind it, must not wait on a dying worker, nor fail because of one)."""
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass  # the pipe broke: the worker is already gone
+    """See the worker gone: its stdin closes (it finishes its job and exits), SIGKILL after `grace_s`,
+    then reaped by a thread of its own if that takes longer than 5 s (a loaded machine: a recorder's
+    close, and the session's shutdown bound behind it, must not wait on a dying worker, nor fail
+    because of one). Its stdout closes last: a worker still writing must not die of a broken pipe."""
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()
+    except OSError:
+        pass  # the pipe broke: the worker is already gone
     try:
         proc.wait(grace_s)
-        return
     except subprocess.TimeoutExpired:
         proc.kill()
-    try:
-        proc.wait(5.0)
-    except subprocess.TimeoutExpired:
-        threading.Thread(target=proc.wait, name="reap-validator", daemon=True).start()
+        try:
+            proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=proc.wait, name="reap-validator", daemon=True).start()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _die_with_parent() -> None:
@@ -180,4 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the recorder went away while we answered: nobody is left to tell
+        os._exit(0)

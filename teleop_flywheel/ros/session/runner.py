@@ -148,21 +148,22 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(exc), fix=f"{PROG} run --help lists the session arguments") from exc
     stop = threading.Event()
-    starting = True
+    waiting = True  # for the session to start, or for it to stop: a signal then interrupts the wait
 
-    def give_up_starting() -> None:
-        if starting:  # the start waits for every node: give up on it as Ctrl-C would
+    def interrupt_a_wait() -> None:
+        if waiting:  # the start waits for every node, the stop for each to exit: give up as Ctrl-C does
             raise KeyboardInterrupt
 
     session = Session(graph, log=lambda text: print(f"run: {text}", file=sys.stderr, flush=True),
                       on_failure=lambda _text: stop.set())
     bags: list[Path] = []
     error: BaseException | None = None
-    # SIGHUP: the terminal went away; stop in order, as for SIGTERM (Ctrl-C is KeyboardInterrupt)
-    with SignalStop(stop, (signal.SIGTERM, signal.SIGHUP), then=give_up_starting):
+    # While the session runs, a signal only sets `stop` (never an exception in the middle of the
+    # supervisor's bookkeeping); SIGHUP: the terminal went away, stop in order as for SIGTERM.
+    with SignalStop(stop, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP), then=interrupt_a_wait):
         try:
             with session:
-                starting = False
+                waiting = False
                 names = [*session.node_names, *(p for p in session.processes if p not in session.node_names)]
                 print(f"run: {args.kind} session up: {len(names)} processes ({', '.join(names)}); Ctrl-C to stop",
                       flush=True)
@@ -172,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
                 deadline = time.monotonic() + args.seconds if args.seconds > 0 else None
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                     stop.wait(0.2)
+                waiting = True  # a second Ctrl-C while the nodes stop: kill what is left (Session._end)
         except KeyboardInterrupt:
             pass
         except (SessionError, ProtocolError, RuntimeError) as exc:
