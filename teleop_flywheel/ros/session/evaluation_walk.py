@@ -312,7 +312,7 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
                  stop: threading.Event, refresh_s: float = 0.2) -> None:
     """The operator's loop on terminal `fd` (cbreak mode set by the caller). `console` is a
     `console.ConsoleNode` for the live status, the space-bar pedal and trigger labels. A trial
-    still running when `stop` is set (SIGTERM) is discarded: without an outcome it is no trial."""
+    still running when `stop` is set (Ctrl-C, SIGTERM) is discarded: without an outcome it is no trial."""
     p = driver.protocol
     mode, message = "idle", ""
     while driver.walker.next_slot() is not None and not stop.is_set():
