@@ -272,6 +272,11 @@ class VerdictKeeper:
             self._thread.join(0.5 if not done else 5.0)
         return done
 
+    def join(self, timeout_s: float) -> None:
+        """Wait for the judge's thread to end after `close` (its judge closed, it ends at once)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
     # -- status -------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """`verdict`: the last episode's, in full; `verdicts`: the recent ones, briefly (oldest first)."""

@@ -164,6 +164,7 @@ class RecorderNode(Node):
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
         cameras = [c for c in p.cameras if c]
         self._judge = ValidatorProcess(p.validate_config, cameras) if p.verdict else None
+        self._closed = False
         self.verdicts = verdict.VerdictKeeper(
             Path(p.output_dir), self._judge, cameras, p.validate_config or "config/validate.yaml (shipped)",
             log=self._log, on_change=self._publish_status)
@@ -347,6 +348,8 @@ class RecorderNode(Node):
         return s
 
     def _publish_status(self) -> None:
+        if self._closed:
+            return
         self.episodes.check_bag()  # a write error in the bag's flusher thread stops the episode now
         s = self.status()
         self._status_pub.publish(String(data=json.dumps(s)))
@@ -370,10 +373,13 @@ class RecorderNode(Node):
         self._wake.set()
         if self._take_thread.is_alive() and self._take_thread is not threading.current_thread():
             self._take_thread.join(timeout=5.0)
-        if not self.verdicts.close(timeout_s=5.0):  # the last episode's verdict, if it comes soon
+        finished = self.verdicts.close(timeout_s=5.0)  # the last episode's verdict, if it comes soon
+        self._closed = True  # a verdict still to come is written beside its bag, not published: the node goes
+        if not finished:
             self.get_logger().warning("closing before every verdict was written (ingest validates those bags itself)")
         if self._judge is not None:
             self._judge.close()
+        self.verdicts.join(5.0)  # its judge is gone: the thread ends now, before the node is destroyed
         if self._sub_node is not None:
             self._subs = []
             self._sub_node.destroy_node()
