@@ -53,6 +53,7 @@ class ValidatorProcess:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
         self._ready_error: str | None = None
+        self._closed = False  # set by close() without the lock, which a running job holds
         self._start()
 
     def _start(self) -> None:
@@ -75,6 +76,8 @@ class ValidatorProcess:
     def __call__(self, bag: Path) -> Mapping[str, Any]:
         with self._lock:
             for attempt in (1, 2):
+                if self._closed:  # never a new worker after close: the recorder is going
+                    raise RuntimeError("the recorder closed before the validator answered")
                 proc = self._proc
                 if proc is None or proc.poll() is not None:
                     self._start()
@@ -106,6 +109,7 @@ class ValidatorProcess:
 
     def close(self) -> None:
         """End the worker: its stdin closes, and it is killed if it has not gone within 2 s."""
+        self._closed = True
         proc, self._proc = self._proc, None
         if proc is not None:
             _end(proc, grace_s=2.0)
