@@ -291,3 +291,34 @@ def test_status_carries_each_cameras_receive_latency_and_the_ptp_offset(tmp_path
     rec.start(EpisodeFields(ptp_offset_ns=1234))
     status = rec.status()
     assert status["clock"] == {"cameras": {"front": {"latency_ms": 10.0}}, "ptp_offset_ns": 1234}
+
+
+def test_a_stop_awaits_only_the_live_streams_until_they_reach_it(tmp_path: Path) -> None:
+    """`settle(stop)`: a stream at ≥ 10 Hz heard from within 250 ms is awaited until it delivers a
+    message stamped at or after the stop; a slow stream (2.5 Hz), one silent for a second and one
+    without a header are not (waiting for them would only delay every stop by the bound)."""
+    rec = recorder(tmp_path)
+    js, pol, iv = add_streams(rec)
+    stalled = rec.add_topic("leader/joint_states", JS, [Qos()])
+    before = time.time_ns()
+    rec.start(EpisodeFields())
+    stop = before + 2_000_000_000  # 2 s into the episode at most: 40 messages are ≥ 20 Hz
+
+    def info(received: int) -> dict[str, Any]:
+        return {"received_timestamp": received, "source_timestamp": received}
+
+    for i in range(40):
+        rec.write(js, joint_state_cdr(stop - 500_000_000 + i, list(JOINT_NAMES), [0.0] * 6), info(stop - 100_000_000))
+        rec.write(stalled, joint_state_cdr(stop - 1_500_000_000, list(JOINT_NAMES), [0.0] * 6),
+                  info(stop - 1_000_000_000))
+    for _ in range(5):
+        rec.write(pol, joint_state_cdr(stop - 20_000_000, list(JOINT_NAMES), [0.0] * 6), info(stop - 10_000_000))
+    rec.write(iv, string_cdr("{}"), info(stop - 10_000_000))
+    assert rec.settle(stop) == [IN_BAG[FOLLOWER_STATE]]
+    rec.write(js, joint_state_cdr(stop - 1, list(JOINT_NAMES), [0.0] * 6), info(stop))
+    assert rec.settled() == [IN_BAG[FOLLOWER_STATE]]  # captured before the stop: still in flight
+    rec.write(js, joint_state_cdr(stop, list(JOINT_NAMES), [0.0] * 6), info(stop + 30_000_000))
+    assert rec.settled() == []
+    rec.stop(EpisodeFields())
+    with pytest.raises(RecordingError):
+        rec.settle(stop)

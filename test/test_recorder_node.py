@@ -359,6 +359,26 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
     assert cam.drops.dropped >= missed
 
 
+def test_stop_keeps_the_frames_still_in_flight(graph: Graph, tmp_path: Path) -> None:
+    """A camera's frames reach the recorder a pipeline latency after capture (here 250 ms): stop
+    waits until the camera has delivered a frame captured at or after the stop, so the episode's
+    last quarter second of video is in the bag, not cut (the CI failure this fixes: a trailing
+    FRAME_GAP on the clean demo episode, frames lost in flight on a loaded machine)."""
+    graph.add(CameraNode(context=graph.context, parameter_overrides=[
+        Parameter("name", value="wrist"), Parameter("width", value=320), Parameter("height", value=240),
+        Parameter("fps", value=30.0), Parameter("latency_ms", value=250.0)]))
+    topic = "/cameras/wrist/image/compressed"
+    rec = recorder(graph, tmp_path, [topic], cameras=["wrist"], stop_settle_ms=5000.0)
+    wait_for(subscribed(rec, topic))
+    assert graph.call("/recorder/start").success
+    wait_for(lambda: rec.status()["messages"] >= 30, what="30 frames")
+    stop_ros_ns = to_ros_ns(now_ns())
+    assert graph.call("/recorder/stop").success
+    got, _records, _ = read_mcap(only_bag(tmp_path))
+    last = max(d.header.stamp.sec * 10**9 + d.header.stamp.nanosec for _m, d in got[topic])
+    assert last >= stop_ros_ns, (last - stop_ros_ns) / 1e6  # without the settle: ~250 ms short
+
+
 def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp_path: Path) -> None:
     small = [Parameter("width", value=320), Parameter("height", value=240), Parameter("fps", value=20.0)]
     stall = graph.add(CameraNode("camera_stall", context=graph.context, parameter_overrides=small + [

@@ -89,6 +89,7 @@ class TopicEntry:
     drops: int = 0
     window_count: int = 0
     camera: str | None = None  # the camera's name for a camera image stream
+    last_recv_ns: int = 0  # wall clock: is the stream live at stop?
     latencies_ns: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # receive − stamp
 
 

@@ -15,6 +15,10 @@ DDS and serves parameters, services and status over it:
   (`ptp_offset_ns` if given, else the configured probe);
 - `sample_clock()` (the node calls it every second) adds a (monotonic, wall) sample to the
   episode's `clock_samples` once a second, and warns when the system clock stepped since the last;
+- `settle(stop_ns)` begins a stop: the streams live at `stop_ns` (≥ 10 Hz this episode, heard from
+  within the last 250 ms, with a header) are awaited until each has delivered a message stamped at or
+  after it (`settled()`), so a camera's frames captured before the stop but still in flight are
+  kept rather than lost; the node takes messages until then (bounded) and calls `stop`;
 - `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
   failure label, machine check, interventions overlapping the episode (their times and the
   episode's `started_ros_ns`/`stopped_ros_ns` are ROS time), drops, checkpoints, the last clock
@@ -64,6 +68,8 @@ from teleop_flywheel.recording.writer import BagError, BagExistsError, BagWriteE
 __all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig", "RecordingError",
            "TopicEntry", "read_calibrations"]
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
+SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
+SETTLE_LIVE_NS = 250_000_000  # nor one not heard from this long before the stop (a stalled camera)
 
 
 class EpisodeRecorder:
@@ -86,6 +92,7 @@ class EpisodeRecorder:
         self.last_discarded: Path | None = None
         self._checkpoints: set[str] = set()
         self._status_window = now_ns()
+        self._awaited: dict[str, int] = {}  # stream -> the stop's ROS time it must reach (settle)
 
     @property
     def recording(self) -> bool:
@@ -127,10 +134,17 @@ class EpisodeRecorder:
                 entry.latencies_ns.append(recv - header_stamp_ns(data))
             except CdrError:
                 pass
+        entry.last_recv_ns = recv
         with self._lock:
             bag = self._bag
             if bag is None:
                 return
+            if entry.name in self._awaited:
+                try:
+                    if header_stamp_ns(data) >= self._awaited[entry.name]:
+                        del self._awaited[entry.name]
+                except CdrError:
+                    del self._awaited[entry.name]  # undecodable: nothing to wait for
             if entry.name == self._policy_topic and entry.has_header:
                 try:
                     self._checkpoints.add(header_frame_id(data))
@@ -226,6 +240,27 @@ class EpisodeRecorder:
         self._log("info", f"episode started: {path}")
         return str(path)
 
+    def settle(self, stop_ns: int, wall_ns: int | None = None) -> list[str]:
+        """Begin a stop at `stop_ns` (ROS time, what header stamps are on) and `wall_ns` (the wall
+        clock DDS reception is on; the same unless the graph runs on simulated time): returns the
+        live streams now awaited (see the module docstring); `settled()` says when each has
+        delivered a message stamped at or after the stop."""
+        wall = stop_ns if wall_ns is None else wall_ns
+        with self._lock:
+            meta = self._meta
+            if self._bag is None or meta is None:
+                raise RecordingError("not recording")
+            elapsed_s = max(wall - meta.started_ros_ns, 1) / NS_PER_S
+            self._awaited = {e.name: stop_ns for e in self.topics.values()
+                             if e.has_header and e.count / elapsed_s >= SETTLE_MIN_RATE_HZ
+                             and wall - e.last_recv_ns <= SETTLE_LIVE_NS}
+            return sorted(self._awaited)
+
+    def settled(self) -> list[str]:
+        """The streams still awaited since `settle` (empty: the stop can close the bag)."""
+        with self._lock:
+            return sorted(self._awaited)
+
     def sample_clock(self) -> None:
         """Add a (monotonic, wall) sample to the open episode if the last is a period old; a system
         clock step since the last sample is logged (the validator rejects the episode for it)."""
@@ -274,7 +309,7 @@ class EpisodeRecorder:
             bag, meta = self._bag, self._meta
             if bag is None or meta is None:
                 raise RecordingError("not recording")
-            self._bag = None
+            self._bag, self._awaited = None, {}
             final = self._final_meta(meta, fields)
         try:
             summary = bag.close(episode=final)

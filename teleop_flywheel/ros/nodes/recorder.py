@@ -17,7 +17,9 @@ in the bytes; (monotonic, wall) clock samples about once a second go into the ep
 Lifecycle (std_srvs/Trigger): `~/start`, `~/stop`, `~/discard`, `~/keep` (= `/recorder/start` … with
 the default node name). At every stop the bag is validated at once — the checks and thresholds of
 `teleop-flywheel validate`, the camera set against this session's `cameras` — by a worker process
-(`recorder_verdict`), so the next episode is never delayed; the verdict goes to `<bag>/verdict.json`,
+(`recorder_verdict`), so the next episode is never delayed. A stop first waits (at most
+`stop_settle_ms`) until every live stream has delivered a message stamped after it: a camera's
+frames captured before the stop but still in flight are kept, not silently cut; the verdict goes to `<bag>/verdict.json`,
 `~/status` (`verdict`, `verdicts`) and the log. `~/discard` moves the episode being recorded, or the
 last one stopped, to `<output_dir>/discarded/` (never deletes) and marks its verdict.json; `~/keep`
 marks the last one stopped as kept (what `ingest` waits for, besides a grace period). Episode fields are parameters, set with the standard
@@ -37,6 +39,7 @@ import importlib
 import json
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +92,9 @@ class RecorderParams(NodeParams):
     queue_depth: int = spec(500, "subscription history depth (absorbs bursts)", range=(1, 100_000))
     take_batch_ms: float = spec(20.0, "after draining, let messages gather this long before waking again "
                                 "(ms; 0 = wake per message)", range=(0.0, 10_000.0))
+    stop_settle_ms: float = spec(500.0, "at stop, keep taking messages up to this long until every live stream "
+                                 "has delivered one stamped after the stop (ms): a camera's frames still in "
+                                 "flight are kept; 0 = close at once", range=(0.0, 10_000.0))
     ptp_probe: str = spec("", "clock offset probe, a fixed mechanism: 'pmc' (linuxptp pmc TIME_STATUS_NP), "
                           "'chrony' (chronyc -c tracking) or empty for none", choices=("", *clock_probe.PROBES))
     calibration_files: list[str] = spec([], "calibration YAML files stored in the episode metadata: "
@@ -303,8 +309,20 @@ class RecorderNode(Node):
         verdict worker; returns a summary."""
         if not self.episodes.recording:
             raise RecordingError("not recording")
-        if not self._drain():
-            self.get_logger().warning("stop: the take thread did not drain within 1 s; the last messages may be missing")
+        self.episodes.settle(self.get_clock().now().nanoseconds, time.time_ns())
+        deadline = time.monotonic() + self.params.values.stop_settle_ms / 1e3
+        while True:
+            if not self._drain():
+                self.get_logger().warning("stop: the take thread did not drain within 1 s; the last messages may "
+                                          "be missing")
+                break
+            waiting = self.episodes.settled()
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                self.get_logger().warning(f"stop: no message stamped after the stop from {', '.join(waiting)} within "
+                                          f"{self.params.values.stop_settle_ms:g} ms; its last frames may be missing")
+                break
         try:
             text = self.episodes.stop(self.params.values.fields())
         finally:
