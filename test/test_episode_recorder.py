@@ -319,6 +319,12 @@ def test_a_stop_awaits_only_the_live_streams_until_they_reach_it(tmp_path: Path)
     assert rec.settled() == [IN_BAG[FOLLOWER_STATE]]  # captured before the stop: still in flight
     rec.write(js, joint_state_cdr(stop, list(JOINT_NAMES), [0.0] * 6), info(stop + 30_000_000))
     assert rec.settled() == []
-    rec.stop(EpisodeFields())
+    rec.write(js, joint_state_cdr(stop + 10_000_000, list(JOINT_NAMES), [0.0] * 6), info(stop + 40_000_000))
+    rec.write(pol, joint_state_cdr(stop + 10_000_000, list(JOINT_NAMES), [0.0] * 6), info(stop + 40_000_000))
+    path = Path(rec.stop(EpisodeFields()).split()[1].rstrip(":"))
+    got, _records = read_back(path)
+    # the follower ends at its first message stamped at the stop; the unawaited policy stream runs on
+    assert max(d.header.stamp.sec * 10**9 + d.header.stamp.nanosec for _m, d in got[IN_BAG[FOLLOWER_STATE]]) == stop
+    assert len(got[IN_BAG[FOLLOWER_STATE]]) == 42 and len(got[IN_BAG[POLICY_COMMAND]]) == 6
     with pytest.raises(RecordingError):
         rec.settle(stop)

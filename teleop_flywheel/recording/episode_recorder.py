@@ -18,7 +18,9 @@ DDS and serves parameters, services and status over it:
 - `settle(stop_ns)` begins a stop: the streams live at `stop_ns` (≥ 10 Hz this episode, heard from
   within the last 250 ms, with a header) are awaited until each has delivered a message stamped at or
   after it (`settled()`), so a camera's frames captured before the stop but still in flight are
-  kept rather than lost; the node takes messages until then (bounded) and calls `stop`;
+  kept rather than lost; that message is each one's last, so every stream ends at the stop however
+  late its delivery (a state stream does not run on while a camera is awaited); the node takes
+  messages until then (bounded) and calls `stop`;
 - `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
   failure label, machine check, interventions overlapping the episode (their times and the
   episode's `started_ros_ns`/`stopped_ros_ns` are ROS time), drops, checkpoints, the last clock
@@ -92,7 +94,9 @@ class EpisodeRecorder:
         self.last_discarded: Path | None = None
         self._checkpoints: set[str] = set()
         self._status_window = now_ns()
-        self._awaited: dict[str, int] = {}  # stream -> the stop's ROS time it must reach (settle)
+        self._stop_ns = 0  # a stop's ROS time, while it settles
+        self._awaited: set[str] = set()  # live streams that have not yet reached it
+        self._ended: set[str] = set()  # those that have: nothing more of theirs is written
 
     @property
     def recording(self) -> bool:
@@ -139,12 +143,16 @@ class EpisodeRecorder:
             bag = self._bag
             if bag is None:
                 return
+            if entry.name in self._ended:
+                return
             if entry.name in self._awaited:
                 try:
-                    if header_stamp_ns(data) >= self._awaited[entry.name]:
-                        del self._awaited[entry.name]
+                    reached = header_stamp_ns(data) >= self._stop_ns
                 except CdrError:
-                    del self._awaited[entry.name]  # undecodable: nothing to wait for
+                    reached = True  # undecodable: nothing to wait for
+                if reached:
+                    self._awaited.discard(entry.name)
+                    self._ended.add(entry.name)
             if entry.name == self._policy_topic and entry.has_header:
                 try:
                     self._checkpoints.add(header_frame_id(data))
@@ -251,7 +259,8 @@ class EpisodeRecorder:
             if self._bag is None or meta is None:
                 raise RecordingError("not recording")
             elapsed_s = max(wall - meta.started_ros_ns, 1) / NS_PER_S
-            self._awaited = {e.name: stop_ns for e in self.topics.values()
+            self._stop_ns, self._ended = stop_ns, set()
+            self._awaited = {e.name for e in self.topics.values()
                              if e.has_header and e.count / elapsed_s >= SETTLE_MIN_RATE_HZ
                              and wall - e.last_recv_ns <= SETTLE_LIVE_NS}
             return sorted(self._awaited)
@@ -309,7 +318,7 @@ class EpisodeRecorder:
             bag, meta = self._bag, self._meta
             if bag is None or meta is None:
                 raise RecordingError("not recording")
-            self._bag, self._awaited = None, {}
+            self._bag, self._awaited, self._ended = None, set(), set()
             final = self._final_meta(meta, fields)
         try:
             summary = bag.close(episode=final)

@@ -19,7 +19,8 @@ the default node name). At every stop the bag is validated at once — the check
 `teleop-flywheel validate`, the camera set against this session's `cameras` — by a worker process
 (`recorder_verdict`), so the next episode is never delayed. A stop first waits (at most
 `stop_settle_ms`) until every live stream has delivered a message stamped after it: a camera's
-frames captured before the stop but still in flight are kept, not silently cut; the verdict goes to `<bag>/verdict.json`,
+frames captured before the stop but still in flight are kept, not silently cut, and every live
+stream ends at the stop instant; the verdict goes to `<bag>/verdict.json`,
 `~/status` (`verdict`, `verdicts`) and the log. `~/discard` moves the episode being recorded, or the
 last one stopped, to `<output_dir>/discarded/` (never deletes) and marks its verdict.json; `~/keep`
 marks the last one stopped as kept (what `ingest` waits for, besides a grace period). Episode fields are parameters, set with the standard
