@@ -148,6 +148,12 @@ class ImageStream:
 ID_VERSION = 2  # what `Bag.episode_id` is; v1 ids (`Bag.episode_id_v1`) stay resolvable
 
 
+def camera_name(topic: str) -> str:
+    """The camera an image topic belongs to: `<name>` of `/cameras/<name>/...`, else the topic's parts joined."""
+    parts = [p for p in topic.split("/") if p]
+    return parts[1] if len(parts) >= 2 and parts[0] == "cameras" else "_".join(parts)
+
+
 def content_id(topics: dict[str, RawTopic]) -> str:
     """Content id v1: sha256 over every message: topic, type, log/publish time and CDR bytes, topics sorted.
 
@@ -219,13 +225,8 @@ class Bag:
 
     def camera_topics(self) -> dict[str, str]:
         """{camera name: topic} for every `/cameras/<name>/image/compressed`-style image topic."""
-        out = {}
-        for topic, type_name in sorted(self.topics.items()):
-            if type_name == COMPRESSED_IMAGE:
-                parts = [p for p in topic.split("/") if p]
-                name = parts[1] if len(parts) >= 2 and parts[0] == "cameras" else "_".join(parts)
-                out[name] = topic
-        return out
+        return {camera_name(topic): topic for topic, type_name in sorted(self.topics.items())
+                if type_name == COMPRESSED_IMAGE}
 
     def joint_state(self, topic: str) -> JointStream:
         raw = self.raw(topic)

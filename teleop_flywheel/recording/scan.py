@@ -5,8 +5,8 @@ did (no ROS import).
 
 - only a regular file is opened (a FIFO or device named `.mcap` would block a reader forever);
 - records are read top level one at a time (no footer, summary or index needed); every length is
-  checked against the bytes that are there, and records are parsed by this module with explicit
-  bounds (mcap's parsers read short silently or raise its own `EndOfFile`);
+  checked against the bytes that are there, and records are parsed with explicit bounds
+  (`recording/mcap_records.py`);
 - the scan stops at the first incomplete record (a file cut mid-write): `complete` stays False and
   `good_bytes` says where the readable part ends. A run of zero bytes where a record should start
   (a crash on a filesystem that had allocated the blocks) is the same: `zero_tail_at`, found by
@@ -18,6 +18,8 @@ did (no ROS import).
 - a chunk is decompressed with its declared size as a bound and checked against its CRC (when the
   writer computed one); a bad chunk is skipped and counted (`bad_chunks`), a byte-identical copy
   of an earlier chunk is skipped and reported;
+- `FollowMcap` reads a file that is still growing (a recording in progress) the same way, each
+  poll from where the last one stopped;
 - the data-section CRC (DataEnd) and the summary CRC (Footer) are verified when present, the
   summary's Statistics are compared with the messages counted, and anything wrong is a line in
   `problems`.
@@ -35,23 +37,19 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from io import BytesIO
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import lz4.frame
 import zstandard
-from mcap.data_stream import ReadDataStream
 from mcap.exceptions import McapError
 from mcap.opcode import Opcode
 from mcap.records import Channel, DataEnd, Footer, Message, Metadata, Schema, Statistics
 
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.mcap_records import BLOCK, Malformed, chunk_records, message_record, parse_record
 
 MAGIC = b"\x89MCAP0\r\n"
 KNOWN_OPCODES = frozenset(int(o) for o in Opcode)
-MAX_CHUNK_BYTES = 1 << 30  # a declared uncompressed chunk size beyond this is damage, not data
-_BLOCK = 1 << 20
 _RECORD_TYPES: dict[int, type] = {Opcode.SCHEMA: Schema, Opcode.CHANNEL: Channel, Opcode.METADATA: Metadata}
 
 
@@ -63,10 +61,6 @@ class NotMcapError(FlywheelError, ValueError):
 
 class NotRegularFileError(NotMcapError):
     """A FIFO, device, socket or directory where an MCAP file should be: never opened for reading."""
-
-
-class Malformed(ValueError):
-    """A record whose bytes cannot be what its header says."""
 
 
 @dataclass
@@ -149,7 +143,7 @@ def _all_zero(f: BinaryIO, start: int, size: int) -> bool:
         f.seek(data_at)
         remaining = hole_at - data_at
         while remaining > 0:
-            block = f.read(min(_BLOCK, remaining))
+            block = f.read(min(BLOCK, remaining))
             if not block or block.strip(b"\0"):
                 return False
             remaining -= len(block)
@@ -157,10 +151,11 @@ def _all_zero(f: BinaryIO, start: int, size: int) -> bool:
     return True
 
 
-def _top_level(f: BinaryIO, size: int, result: ScanResult, crc: list[int]) -> Iterator[tuple[int, int, bytes]]:
-    """(offset, opcode, content) of each complete top-level record after the magic; stops at a cut,
-    a zero tail or an impossible record (recorded in `result`). `crc[0]` accumulates the data CRC."""
-    pos = len(MAGIC)
+def _top_level(f: BinaryIO, size: int, result: ScanResult, crc: list[int], pos: int = len(MAGIC)
+               ) -> Iterator[tuple[int, int, bytes]]:
+    """(offset, opcode, content) of each complete top-level record from `pos` (after the magic);
+    stops at a cut, a zero tail or an impossible record (recorded in `result`). `crc[0]`
+    accumulates the data CRC."""
     closed = size >= 2 * len(MAGIC) and _tail_is_magic(f, size)
     while pos + 9 <= size:
         f.seek(pos)
@@ -186,84 +181,6 @@ def _top_level(f: BinaryIO, size: int, result: ScanResult, crc: list[int]) -> It
 def _tail_is_magic(f: BinaryIO, size: int) -> bool:
     f.seek(size - len(MAGIC))
     return f.read(len(MAGIC)) == MAGIC
-
-
-def _parse(cls: Any, content: bytes) -> Any:
-    """A fixed-layout record that must fill its content exactly."""
-    stream = ReadDataStream(BytesIO(content))
-    rec = cls.read(stream)
-    if stream.count != len(content):
-        raise Malformed(f"{cls.__name__} record of {len(content)} bytes holds {stream.count} bytes of fields")
-    return rec
-
-
-def _message(buf: bytes, off: int, length: int) -> Message:
-    if length < 22:
-        raise Malformed(f"message record of {length} bytes (< 22)")
-    channel_id, sequence, log_time, publish_time = struct.unpack_from("<HIQQ", buf, off)
-    return Message(channel_id=channel_id, sequence=sequence, log_time=log_time, publish_time=publish_time,
-                   data=bytes(buf[off + 22:off + length]))
-
-
-def _decompress(compression: str, data: bytes, size: int) -> bytes:
-    if size > MAX_CHUNK_BYTES:
-        raise Malformed(f"chunk declares {size} uncompressed bytes")
-    if compression == "":
-        out = data
-    elif compression == "zstd":
-        reader = zstandard.ZstdDecompressor().stream_reader(data)
-        parts, total = [], 0
-        while total <= size:
-            block = reader.read(min(_BLOCK, size + 1 - total))
-            if not block:
-                break
-            parts.append(block)
-            total += len(block)
-        out = b"".join(parts)
-    elif compression == "lz4":
-        out = lz4.frame.LZ4FrameDecompressor().decompress(data, max_length=size + 1)
-    else:
-        raise Malformed(f"unknown chunk compression {compression[:20]!r}")
-    if len(out) != size:
-        raise Malformed(f"chunk decompresses to {len(out)} bytes, declares {size}")
-    return out
-
-
-def _chunk_records(content: bytes) -> list[Any]:
-    """Schemas, channels and messages of one chunk; Malformed for any inconsistency."""
-    if len(content) < 40:
-        raise Malformed(f"chunk record of {len(content)} bytes")
-    _start, _end, size, crc, clen = struct.unpack_from("<QQQII", content, 0)
-    if 32 + clen + 8 > len(content):
-        raise Malformed("chunk compression name runs past the record")
-    compression = content[32:32 + clen].decode("utf-8")
-    (dlen,) = struct.unpack_from("<Q", content, 32 + clen)
-    if 40 + clen + dlen != len(content):
-        raise Malformed(f"chunk data of {dlen} bytes does not fill the record of {len(content)} bytes")
-    data = _decompress(compression, content[40 + clen:], size)
-    if crc != 0 and zlib.crc32(data) != crc:
-        raise Malformed("chunk CRC mismatch")
-    if crc == 0 and size and not data.strip(b"\0"):
-        raise Malformed("chunk of zeros")
-    out: list[Any] = []
-    pos = 0
-    while pos < len(data):
-        if pos + 9 > len(data):
-            raise Malformed("chunk ends inside a record header")
-        opcode, length = struct.unpack_from("<BQ", data, pos)
-        body = pos + 9
-        if body + length > len(data):
-            raise Malformed(f"chunk record at {pos} runs past the chunk")
-        if opcode == Opcode.MESSAGE:
-            out.append(_message(data, body, length))
-        elif opcode == Opcode.SCHEMA:
-            out.append(_parse(Schema, data[body:body + length]))
-        elif opcode == Opcode.CHANNEL:
-            out.append(_parse(Channel, data[body:body + length]))
-        else:
-            raise Malformed(f"record with opcode 0x{opcode:02x} inside a chunk")
-        pos = body + length
-    return out
 
 
 def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int, int]]:
@@ -299,27 +216,27 @@ class _Scanner:
                 return []
             self.chunk_digests.add(digest)
             try:
-                return _chunk_records(content)
+                return chunk_records(content)
             except (Malformed, struct.error, UnicodeDecodeError, McapError, zstandard.ZstdError, RuntimeError,
                     MemoryError):
                 r.bad_chunks += 1
                 return []
         if opcode == Opcode.MESSAGE:
-            return [_message(content, 0, len(content))]
+            return [message_record(content, 0, len(content))]
         if opcode in (Opcode.SCHEMA, Opcode.CHANNEL, Opcode.METADATA):
-            return [_parse(_RECORD_TYPES[opcode], content)]
+            return [parse_record(_RECORD_TYPES[opcode], content)]
         if opcode == Opcode.STATISTICS:
-            r.statistics = _parse(Statistics, content)
+            r.statistics = parse_record(Statistics, content)
         elif opcode == Opcode.DATA_END:
             self.data_end_at = pos + 9 + len(content)
-            expected = _parse(DataEnd, content).data_section_crc
+            expected = parse_record(DataEnd, content).data_section_crc
             if expected:
                 if expected == crc_before:
                     r.data_crc = True
                 else:
                     r.problems.append(f"data section CRC mismatch (recorded {expected:08x}, computed {crc_before:08x})")
         elif opcode == Opcode.FOOTER:
-            self.footer(pos, _parse(Footer, content))
+            self.footer(pos, parse_record(Footer, content))
         return []  # header, indexes, attachments, summary offsets: the summary is rebuilt, not read
 
     def footer(self, pos: int, footer: Footer) -> None:
@@ -341,44 +258,82 @@ class _Scanner:
             r.problems.append(f"{r.size - (pos + 9 + 20 + len(MAGIC))} bytes after the closing magic")
 
 
+class FollowMcap:
+    """Reads an MCAP file that may still be growing (a recording in progress): each `poll` reads
+    the complete records written since the previous one, so a watcher pays for every byte once.
+    `result` accumulates what `scan` reports; a record cut mid-write is read by a later poll."""
+
+    def __init__(self, path: str | Path, on_message: Callable[[Message], None] | None = None) -> None:
+        self.path = Path(path)
+        self.result = ScanResult(path=self.path, size=0)
+        self._on_message = on_message
+        self._scanner: _Scanner | None = None
+        self._pos = len(MAGIC)
+        self._crc = [zlib.crc32(MAGIC)]
+
+    @property
+    def ended(self) -> bool:
+        """The footer was read (the file is closed), or damage stops the reading for good."""
+        return self.result.complete or self.result.malformed is not None
+
+    def poll(self, growing: bool = True) -> int:
+        """Read the complete records added since the last poll; how many. Raises `NotMcapError`
+        for a file that is not MCAP (`growing`: one too short to tell yet reads as empty)."""
+        r = self.result
+        if self.ended:
+            return 0
+        with open_regular(self.path) as f:
+            r.size = os.fstat(f.fileno()).st_size
+            if self._scanner is None:
+                if growing and r.size < len(MAGIC):
+                    return 0
+                if f.read(len(MAGIC)) != MAGIC:
+                    raise NotMcapError(f"{self.path}: not an MCAP file (bad magic)")
+                self._scanner = _Scanner(f, r, self._on_message)
+            self._scanner.f = f
+            r.zero_tail_at = None  # a growing file's tail is looked at again
+            read = 0
+            before = self._crc[0]
+            for pos, opcode, content in _top_level(f, r.size, r, self._crc, self._pos):
+                try:
+                    records = self._scanner.records(pos, opcode, content, before)
+                except (Malformed, struct.error, ValueError, UnicodeDecodeError, McapError) as exc:
+                    r.malformed = f"{self.path}: malformed record at byte {pos}: {exc}"
+                    break
+                before = self._crc[0]
+                read += 1
+                self._pos = pos + 9 + len(content)
+                r.good_bytes = self._pos + (len(MAGIC) if r.complete else 0)
+                self._take(records)
+                if r.complete:
+                    break
+        return read
+
+    def _take(self, records: list[Any]) -> None:
+        r = self.result
+        for rec in records:
+            if isinstance(rec, Message):
+                r._add_message(rec)
+                if self._on_message is not None:
+                    self._on_message(rec)
+            elif isinstance(rec, Channel):
+                r.channels.setdefault(rec.id, rec)
+            elif isinstance(rec, Schema):
+                r.schemas.setdefault(rec.id, rec)
+            elif isinstance(rec, Metadata):
+                r.metadata[rec.name] = dict(rec.metadata)
+
+
 def scan(path: str | Path, on_message: Callable[[Message], None] | None = None) -> ScanResult:
     """Read every surviving record of `path` in file order (see the module docstring).
 
     Raises `NotMcapError` for a file that is not MCAP (or not a regular file) and OSError if it
     cannot be read; damage is reported in the result, not raised.
     """
-    path = Path(path)
-    with open_regular(path) as f:
-        result = ScanResult(path=path, size=os.fstat(f.fileno()).st_size)
-        if f.read(len(MAGIC)) != MAGIC:
-            raise NotMcapError(f"{path}: not an MCAP file (bad magic)")
-        scanner = _Scanner(f, result, on_message)
-        crc = [zlib.crc32(MAGIC)]
-        before = crc[0]
-        for pos, opcode, content in _top_level(f, result.size, result, crc):
-            try:
-                records = scanner.records(pos, opcode, content, before)
-            except (Malformed, struct.error, ValueError, UnicodeDecodeError, McapError) as exc:
-                result.malformed = f"{path}: malformed record at byte {pos}: {exc}"
-                break
-            before = crc[0]
-            end = pos + 9 + len(content)
-            result.good_bytes = end + (len(MAGIC) if result.complete else 0)
-            for r in records:
-                if isinstance(r, Message):
-                    result._add_message(r)
-                    if on_message is not None:
-                        on_message(r)
-                elif isinstance(r, Channel):
-                    result.channels.setdefault(r.id, r)
-                elif isinstance(r, Schema):
-                    result.schemas.setdefault(r.id, r)
-                elif isinstance(r, Metadata):
-                    result.metadata[r.name] = dict(r.metadata)
-            if result.complete:
-                break
-        _check_statistics(result)
-    return result
+    follow = FollowMcap(path, on_message)
+    follow.poll(growing=False)
+    _check_statistics(follow.result)
+    return follow.result
 
 
 def _check_statistics(result: ScanResult) -> None:
