@@ -133,6 +133,7 @@ class ConvertResult:
     reports: list[EpisodeReport] = field(default_factory=list)  # every verdict (warnings, camera lag, ...)
     refreshed: list[str] = field(default_factory=list)  # validation record, card, weights written after
     outcomes: dict[str, str] = field(default_factory=dict)  # bag -> converted|duplicate|rejected|refused|error
+    reused_frames: dict[str, int] = field(default_factory=dict)  # bag -> camera frames from pre-encoded segments
 
 
 def _siblings(out: Path) -> list[Path]:
@@ -187,12 +188,13 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             include_failed: bool = False, robot_type: str = "so101_follower", workers: int | None = None,
             executor: str = "local", validate: ValidateConfig | None = None, progress: bool = True,
             repo_id: str | None = None, calibrations: Mapping[str, str | Path] | None = None,
-            supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True
-            ) -> ConvertResult:
+            supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True,
+            segments: Mapping[str, Path] | None = None) -> ConvertResult:
     """`calibrations`: {role: calibration file} for the episodes that recorded none for that role;
     `supplied`: task/outcome of bags that carry no episode metadata; `trim_dead_air`: cut leading and
     trailing dead air instead of rejecting it; `refresh_after`: update the validation record, data
-    card and sample weights of every dataset appended to (`data/refresh.py`)."""
+    card and sample weights of every dataset appended to (`data/refresh.py`); `segments`: {bag:
+    folder of its pre-encoded video segments} (`ingest`: `data/segments.py`)."""
     cfg = validate or ValidateConfig.load()
     cfg.fps = fps
     cals = load_supplied(calibrations or {})
@@ -210,7 +212,8 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         try:
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
-                               supplied, trim_dead_air, effort, correction, recorded) for p in paths]
+                               supplied, trim_dead_air, effort, correction, recorded,
+                               str(segments[str(p)]) if segments and str(p) in segments else None) for p in paths]
             try:
                 prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
                                         desc="convert" if progress else None)
@@ -243,6 +246,7 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 commit.finish(root)
                 result.converted[str(root)] = ids
             result.outcomes = {p.bag: "converted" if p.status == "ok" else p.status for p in prepared}
+            result.reused_frames = {p.bag: p.reused_frames for p in prepared if p.reused_frames}
             if refresh_after:
                 _refresh(out, result, prepared, roots)
             return result

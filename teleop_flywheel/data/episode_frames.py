@@ -4,7 +4,9 @@ Validate with the shared checks (`data/checks.py`, decode path `data/decode.py`)
 episodes are converted unless `--include-failed`. Align on the fps grid (`align.py`: zero-order
 hold, staleness bound, frame contract) on header stamps, convert radians to LeRobot units through
 the recorded calibration (`data/calibrations.py`), decode the held JPEGs (cv2, in a thread beside
-the encoder) and encode each camera to a temporary mp4 in the convert's work directory.
+the encoder) and encode each camera to a temporary mp4 in the convert's work directory — or remux
+the segments `ingest` encoded while the episode was recorded, where they hold exactly those frames
+(`data/segments.py`).
 
 Features: observation.state (follower, at t_k), action (command sent, in effect over
 (t_k, t_k+1]), observation.images.<camera> (at t_k), observation.leader_state (at t_k),
@@ -24,12 +26,10 @@ dead air beyond the validator's bounds from the grid instead of rejecting the ep
 from __future__ import annotations
 
 import errno
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration
@@ -51,6 +51,7 @@ from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.writer import EpisodeData
 from teleop_flywheel.data.reasons import DEAD_AIR, Reason, Supplied, ValidateConfig
+from teleop_flywheel.data.segments import encode_camera
 from teleop_flywheel.data.validate import EpisodeReport, display, report_of
 from teleop_flywheel.recording.reader import Bag, NotABagError, Stream, open_bag
 
@@ -89,6 +90,7 @@ class ConvertJob:
     effort_feature: bool | None = None
     correction_feature: bool = True
     recorded_ids: frozenset[str] = frozenset()  # episodes whose verdict the dataset's validation record holds
+    segments: str | None = None  # this bag's pre-encoded video segments (`data/segments.py`), if any
 
 
 @dataclass
@@ -103,6 +105,7 @@ class Prepared:
     data: EpisodeData | None = None
     joint_limits: dict[str, list[float]] = field(default_factory=dict)  # the follower's, LeRobot units
     report: EpisodeReport | None = None  # the validator's verdict (warnings, camera lag, ...), as validate gives it
+    reused_frames: int = 0  # camera frames taken from pre-encoded segments, not encoded here
 
 
 def _optional(stream: Stream | None, times: np.ndarray, width: int, fill: float = np.nan) -> np.ndarray:
@@ -114,39 +117,6 @@ def _optional(stream: Stream | None, times: np.ndarray, width: int, fill: float 
     ok = idx >= 0
     out[ok] = stream.values[idx[ok]].reshape(int(ok.sum()), -1)[:, :width]
     return out
-
-
-def _encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int, codec: str
-                   ) -> tuple[int, int, dict[str, np.ndarray]]:
-    """Decode the held JPEG of every frame (each distinct image once, in a thread) and encode."""
-    first = cv2.imdecode(np.frombuffer(images[int(indices[0])], np.uint8), cv2.IMREAD_COLOR)
-    if first is None:
-        raise ValueError(f"{path.stem}: image {int(indices[0])} is not a decodable JPEG")
-    h, w = first.shape[:2]
-    sampled = set(lf.sample_indices(len(indices)).tolist())
-    stat_images: list[np.ndarray] = []
-
-    def decode(i: int) -> np.ndarray:
-        bgr = cv2.imdecode(np.frombuffer(images[i], np.uint8), cv2.IMREAD_COLOR)
-        if bgr is None or bgr.shape[:2] != (h, w):
-            raise ValueError(f"{path.stem}: image {i} is not a {w}x{h} JPEG")
-        return bgr
-
-    enc = lf.VideoEncoder(path, w, h, fps, codec)
-    distinct = np.concatenate(([True], indices[1:] != indices[:-1]))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        decoded = pool.map(decode, (int(i) for i in indices[distinct]))
-        yuv: np.ndarray = np.empty(0, np.uint8)  # set at k = 0: distinct[0] is True
-        bgr = first
-        for k in range(len(indices)):
-            if distinct[k]:
-                bgr = next(decoded)
-                yuv = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
-            enc.add_i420(yuv)
-            if k in sampled:
-                stat_images.append(lf.downsample(bgr)[..., ::-1])
-    enc.close()
-    return h, w, lf.image_stats(stat_images)
 
 
 def prepare_episode(job: ConvertJob) -> Prepared:
@@ -254,9 +224,11 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     tmp = Path(job.tmp_dir) / (bag.episode_id or "episode")
     for cam, im in images.items():
         path = tmp / f"{cam}.mp4"
-        h, w, st = _encode_camera(im.data, aligned.indices[f"camera:{cam}"], path, fps, job.codec)
-        data.videos[cam] = (str(path), h, w)
-        data.stats[f"observation.images.{cam}"] = st
+        video = encode_camera(im.data, aligned.indices[f"camera:{cam}"], path, fps, job.codec,
+                              Path(job.segments) / cam if job.segments else None)
+        data.videos[cam] = (str(path), video.height, video.width)
+        data.stats[f"observation.images.{cam}"] = video.stats
+        out.reused_frames += video.reused
         fault(f"work {path.parent.name[:12]}/{path.name}")
     tb = ins.time_base
     wall = int(tb.to_wall(np.array([grid.t0_ns]))[0]) if tb is not None and tb.verifiable else None

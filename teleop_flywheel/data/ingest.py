@@ -52,6 +52,7 @@ from teleop_flywheel.data.convert import ConvertResult, convert
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.preencode import PreEncoding
 from teleop_flywheel.data.reasons import ValidateConfig
 from teleop_flywheel.data.refresh import update_record
 from teleop_flywheel.data.validate import EpisodeReport, display, find_bags, quarantine
@@ -124,11 +125,19 @@ def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool
     return True, ""
 
 
-def candidates(cfg: IngestConfig, state: dict[str, Any]) -> list[Path]:
-    """Closed bags in the watch folder not taken before, ready now (discarded/ and the quarantine skipped)."""
+def waiting_bags(cfg: IngestConfig, state: dict[str, Any]) -> tuple[list[Path], list[Path]]:
+    """(bags ready to take now, bags not yet): closed or recording bags in the watch folder not
+    taken before (discarded/ and the quarantine skipped)."""
     bags, _errors = find_bags([cfg.watch], exclude=cfg.quarantine)
     done = state["bags"]
-    return [b for b in bags if b.is_dir() and str(b.resolve()) not in done and ready(b, cfg)[0]]
+    pending = [b for b in bags if b.is_dir() and str(b.resolve()) not in done]
+    now = [b for b in pending if ready(b, cfg)[0]]
+    return now, [b for b in pending if b not in now]
+
+
+def segments_root(dataset: Path) -> Path:
+    """Where ingest keeps the video segments it encodes ahead (`data/preencode.py`): beside the dataset."""
+    return dataset.with_name(dataset.name + ".ingest.segments")
 
 
 def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
@@ -145,16 +154,20 @@ def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
     return moved
 
 
-def ingest_once(cfg: IngestConfig, log: Any = print) -> dict[str, str]:
-    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}."""
+def ingest_once(cfg: IngestConfig, log: Any = print, pre: PreEncoding | None = None) -> dict[str, str]:
+    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}. `pre`: encode
+    ahead the bags not ready yet (kept from pass to pass), and use that work in their convert."""
     with locked(cfg.dataset.with_name(cfg.dataset.name + ".ingest"), what="ingest"):
         state = read_state(cfg.dataset)
-        bags = candidates(cfg, state)
+        bags, waiting = waiting_bags(cfg, state)
+        if pre is not None:
+            pre.step(waiting, bags)
         if not bags:
             return {}
         t0 = time.monotonic()
         res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
-                      progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id)
+                      progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
+                      segments=pre.segments(bags) if pre is not None else None)
         moved = _quarantine(res, cfg)
         if moved and (cfg.dataset / lf.INFO_PATH).is_file():
             update_record(cfg.dataset, moved)  # where each rejected bag went
@@ -167,12 +180,16 @@ def ingest_once(cfg: IngestConfig, log: Any = print) -> dict[str, str]:
                 "name": bag.name, "outcome": outcome, "episode_id": report.episode_id if report else None,
                 "codes": report.codes if report else [], "quarantined_to": report.quarantined_to if report else None,
                 "at_wall_ns": now}
+            reused = res.reused_frames.get(str(bag), 0)
             log(f"ingest: {display(bag.name)}: {outcome}" + (f" {' '.join(report.codes)}" if report and report.codes
                                                           else "")
-                + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else ""))
+                + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else "")
+                + (f" ({reused} camera frames encoded while it was recorded)" if reused else ""))
         for line in res.refused + res.errors:
             log(f"ingest: not converted: {line}")
         replace_atomic(state_path(cfg.dataset), json.dumps(state, indent=1))
+        if pre is not None:
+            pre.forget(bags)
         if res.converted and cfg.audit_html is not None:
             write_html(audit(LeRobotDataset.open(cfg.dataset)), cfg.audit_html)
         log(f"ingest: {len(bags)} bag(s) in {time.monotonic() - t0:.1f} s")
@@ -200,6 +217,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
     parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
     parser.add_argument("--workers", type=int, default=1, help="parallel conversions (default 1: low impact)")
+    parser.add_argument("--no-pre-encode", action="store_true",
+                        help="do not encode camera video while episodes are recorded (all of it then waits for the "
+                             "keep)")
     parser.add_argument("--nice", type=int, default=10, help="niceness to run at (default 10; 0 keeps it)")
     drawing = parser.add_mutually_exclusive_group()
     drawing.add_argument("--audit", type=Path, metavar="OUT.html",
@@ -222,8 +242,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine "
           f"{display(moved_to) if moved_to else 'off: rejected bags stay'}, grace {cfg.grace_s:g} s, "
           f"nice {os.nice(0)})", flush=True)
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log)
     while True:
-        ingest_once(cfg, lambda line: print(line, flush=True))
+        ingest_once(cfg, log, pre)
         if args.once:
             return 0
         time.sleep(args.poll)

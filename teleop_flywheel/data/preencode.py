@@ -1,0 +1,221 @@
+"""Ingest's head start: each camera's episode video is encoded while the episode is recorded.
+
+Encoding is most of a convert, and without a head start it all happens after the operator keeps
+the episode. `ingest` therefore follows every bag in its watch folder that is not ready to be taken
+— still recording (no metadata.yaml), or closed and waiting for its verdict, the keep or the grace
+period — with a `BagPreEncoder`: it reads the growing MCAP (`recording.scan.FollowMcap`: complete
+records only, every byte once) and encodes each camera's frames in segments (`data/segments.py`)
+as soon as they are decided. The rule is the convert's (`data/align.py`): grid t_k = t0 +
+round(k·1e9/fps) with t0 the latest first header stamp of the follower's state, its command and
+every camera; frame k = the camera's latest image stamped ≤ t_k, decided once an image stamped
+after t_{k} has arrived. When the bag is closed the grid's end (the earliest last stamp) is known
+and the last, shorter segment is encoded too, so a kept episode converts without encoding a frame.
+
+A guess, checked where it is used: the convert takes a segment only if it holds exactly the frames
+it would encode. A pre-encoder stops, and says why, once its guess cannot be right any more: a grid
+stream whose first message arrives after segments were made, images delivered out of stamp order,
+a damaged file. Rejected episodes cost the work done ahead; that is the price of the head start,
+paid at ingest's low priority.
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+from mcap.records import Message
+
+from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE
+from teleop_flywheel.data.align import Grid, make_grid
+from teleop_flywheel.data.segments import (
+    SEGMENT_FRAMES,
+    VideoKey,
+    cached_segment,
+    decode_bgr,
+    frame_digest,
+    write_segment,
+)
+from teleop_flywheel.recording.cdr import CdrError, decode_compressed_images, header_stamp_ns
+from teleop_flywheel.recording.reader import COMPRESSED_IMAGE, Stream, camera_name
+from teleop_flywheel.recording.scan import FollowMcap
+
+GRID_TOPICS = (FOLLOWER_STATE, FOLLOWER_COMMAND)  # with every camera: the streams the grid spans
+
+
+@dataclass
+class _Camera:
+    """One camera's images from the next segment's first held image on (older ones are dropped)."""
+
+    topic: str
+    stamps: list[int] = field(default_factory=list)  # every image's header stamp, in arrival order
+    jpegs: list[bytes] = field(default_factory=list)  # images[base:]
+    base: int = 0
+    segment: int = 0  # the next segment to make
+    key: VideoKey | None = None
+
+
+class BagPreEncoder:
+    """The segments of one bag, made as the recorder writes it."""
+
+    def __init__(self, bag: Path, folder: Path, fps: int, codec: str) -> None:
+        self.bag, self.folder, self.fps, self.codec = bag, folder, fps, codec
+        self.stopped: str | None = None  # why it gave up
+        self.told = False  # the log has said why
+        self.done = False  # every segment of the closed bag is made
+        self.frames = 0  # frames encoded (or found made by an earlier run)
+        self._follow: FollowMcap | None = None
+        self._first: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._cameras: dict[str, _Camera] = {}
+        self._t0: int | None = None
+
+    def step(self) -> int:
+        """Read what the recorder added and make the segments now decided; frames encoded."""
+        if self.stopped or self.done:
+            return 0
+        if self._follow is None:
+            mcaps = sorted(self.bag.glob("*.mcap"))
+            if len(mcaps) != 1:
+                return 0  # not created yet (or not a bag the recorder writes: one file per episode)
+            self._follow = FollowMcap(mcaps[0], self._message)
+        self._follow.poll()
+        if self._follow.result.malformed:
+            self.stopped = f"damaged: {self._follow.result.malformed}"
+        return 0 if self.stopped else self._make()
+
+    def _message(self, m: Message) -> None:
+        assert self._follow is not None
+        result = self._follow.result
+        channel = result.channels.get(m.channel_id)
+        if channel is None or self.stopped:
+            return
+        topic = channel.topic
+        schema = result.schemas.get(channel.schema_id)
+        try:
+            if schema is not None and schema.name == COMPRESSED_IMAGE:
+                stamps, _formats, jpegs = decode_compressed_images([m.data])
+                cam = self._cameras.setdefault(camera_name(topic), _Camera(topic))
+                stamp = int(stamps[0])
+                if cam.stamps and stamp < cam.stamps[-1]:
+                    self.stopped = f"{topic}: images out of stamp order"
+                    return
+                cam.stamps.append(stamp)
+                cam.jpegs.append(jpegs[0])
+            elif topic in GRID_TOPICS:
+                stamp = header_stamp_ns(m.data)
+            else:
+                return
+        except CdrError as exc:
+            self.stopped = f"{topic}: undecodable message: {exc}"
+            return
+        self._first[topic] = min(stamp, self._first.get(topic, stamp))
+        self._last[topic] = max(stamp, self._last.get(topic, stamp))
+        if self._t0 is not None and max(self._first[t] for t in self._grid_topics()) != self._t0:
+            self.stopped = f"{topic}: the grid's start moved after segments were made"
+
+    def _grid_topics(self) -> list[str]:
+        return [*GRID_TOPICS, *(c.topic for c in self._cameras.values())]
+
+    def _declared_cameras_started(self) -> bool:
+        assert self._follow is not None
+        result = self._follow.result
+        declared = {ch.topic for ch in result.channels.values()
+                    if (s := result.schemas.get(ch.schema_id)) is not None and s.name == COMPRESSED_IMAGE}
+        return bool(declared) and declared <= set(self._first)
+
+    def _make(self) -> int:
+        assert self._follow is not None
+        if self._t0 is None:
+            if not (all(t in self._first for t in GRID_TOPICS) and self._declared_cameras_started()):
+                return 0
+            self._t0 = max(self._first[t] for t in self._grid_topics())
+        end: int | None = None
+        if self._follow.result.complete:  # closed: the grid's end is known
+            spans = [Stream(t, np.array([self._first[t], self._last[t]], np.int64), np.zeros(2))
+                     for t in self._grid_topics()]
+            end = make_grid(spans, self.fps).n
+        made = sum(self._make_camera(name, cam, end) for name, cam in self._cameras.items())
+        self.done = end is not None and not self.stopped
+        return made
+
+    def _make_camera(self, name: str, cam: _Camera, end: int | None) -> int:
+        """Segments of one camera decided now (all of them up to `end` frames once the bag is closed)."""
+        assert self._t0 is not None
+        made = 0
+        stamps = np.asarray(cam.stamps, np.int64)
+        while True:
+            a = cam.segment * SEGMENT_FRAMES
+            b = a + SEGMENT_FRAMES if end is None else min(end, a + SEGMENT_FRAMES)
+            if b <= a:
+                return made
+            times = Grid(self._t0, self.fps, b).times()[a:]
+            if end is None and (not len(stamps) or stamps[-1] <= times[-1]):
+                return made  # its last frame is not decided yet
+            held = np.searchsorted(stamps, times, side="right") - 1
+            if held[0] < cam.base:
+                self.stopped = f"camera {name}: segment {cam.segment} needs images already dropped"
+                return made
+            local = held - cam.base
+            if cam.key is None:
+                first = decode_bgr(cam.jpegs[int(local[0])], f"{self.bag.name}: camera {name}")
+                cam.key = VideoKey(self.fps, self.codec, first.shape[1], first.shape[0])
+            folder = self.folder / name
+            digests = [frame_digest(cam.jpegs[int(i)]) for i in local]
+            if cached_segment(folder, cam.segment, cam.key, digests) is None:  # an earlier run may have made it
+                write_segment(folder, cam.segment, cam.key, cam.jpegs, local)
+            made += b - a
+            self.frames += b - a
+            cam.segment += 1
+            drop = int(held[-1]) - cam.base  # the next segment holds this image or a later one
+            del cam.jpegs[:drop]
+            cam.base += drop
+
+
+class PreEncoding:
+    """The pre-encoders of the bags ingest has not taken yet, stepped between its looks.
+
+    Segments live in `root/<bag, relative to the watch folder, quoted>/<camera>/`; a folder whose
+    bag is no longer waiting (taken, discarded, moved) is removed on the next step."""
+
+    def __init__(self, root: Path, watch: Path, fps: int, codec: str, log: Callable[[str], None] = print) -> None:
+        self.root, self.watch, self.fps, self.codec, self.log = root, watch, fps, codec, log
+        self._bags: dict[Path, BagPreEncoder] = {}
+
+    def folder(self, bag: Path) -> Path:
+        rel = bag.resolve().relative_to(self.watch.resolve()) if bag.is_absolute() else bag
+        return self.root / quote(rel.as_posix(), safe="")
+
+    def step(self, waiting: list[Path], taking: list[Path]) -> int:
+        """Advance the pre-encoders of `waiting` (bags not ready to take); frames encoded. The
+        segments of `taking` (bags about to be converted) are kept, any other folder removed."""
+        wanted = {self.folder(b): b for b in waiting}
+        keep = set(wanted) | {self.folder(b) for b in taking}
+        for folder in [f for f in self._bags if f not in wanted]:
+            del self._bags[folder]
+        if self.root.is_dir():
+            for stale in [d for d in self.root.iterdir() if d not in keep]:
+                shutil.rmtree(stale, ignore_errors=True)
+        made = 0
+        for folder, bag in wanted.items():
+            pre = self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec))
+            try:
+                made += pre.step()
+            except (OSError, ValueError) as exc:  # a full disk or a bad image: the convert decides, and says why
+                pre.stopped = f"{type(exc).__name__}: {exc}"
+            if pre.stopped and not pre.told:
+                self.log(f"ingest: pre-encoding of {bag.name} stopped ({pre.stopped}); its convert encodes")
+                pre.told = True
+        return made
+
+    def segments(self, bags: list[Path]) -> dict[str, Path]:
+        """{bag: its segment folder} for the convert of `bags`."""
+        return {str(b): self.folder(b) for b in bags}
+
+    def forget(self, bags: list[Path]) -> None:
+        """Remove the segments of bags taken (converted, rejected or refused)."""
+        for bag in bags:
+            self._bags.pop(self.folder(bag), None)
+            shutil.rmtree(self.folder(bag), ignore_errors=True)
