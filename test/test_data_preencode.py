@@ -4,6 +4,8 @@ them only where they hold exactly its frames — the dataset's video is the one 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import av
@@ -12,11 +14,11 @@ import pytest
 from mcap.records import Message
 
 from teleop_flywheel.data.convert import ConvertResult, convert
-from teleop_flywheel.data.ingest import IngestConfig, ingest_once, segments_root
+from teleop_flywheel.data.ingest import IngestConfig, ingest_once, segments_root, waiting_bags
 from teleop_flywheel.data.preencode import PreEncoding
 from teleop_flywheel.data.segments import SEGMENT_FRAMES
 from teleop_flywheel.recording.scan import FollowMcap, scan
-from teleop_flywheel.recording.verdict import KEEP, mark_decision, verdict_doc, write_verdict
+from teleop_flywheel.recording.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.growing_bag import grow
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -150,7 +152,7 @@ def test_ingest_converts_a_kept_episode_from_what_it_encoded_while_recording(sou
     info = json.loads((ds / "meta/info.json").read_text())
     assert any(f"{bag.name}: converted ({info['total_frames']} camera frames encoded while it was recorded)" in x
                for x in lines), lines
-    assert not (segments_root(ds) / bag.name).exists()  # the taken bag's segments are removed
+    assert not segments_root(ds).exists()  # the taken bag's segments are removed (and the empty folder)
 
 
 def test_a_pre_encoder_that_cannot_be_right_stops_and_says_why(tmp_path: Path) -> None:
@@ -166,3 +168,28 @@ def test_a_pre_encoder_that_cannot_be_right_stops_and_says_why(tmp_path: Path) -
     assert lines == ["ingest: pre-encoding of stepped stopped (/cameras/front/image/compressed: images out of "
                      "stamp order); its convert encodes"]
     assert 0 < sum(made) < 3 * SEGMENT_FRAMES and len(list((tmp_path / "segments").rglob("*.mp4"))) >= 1
+
+
+def test_only_bags_being_recorded_or_about_to_be_taken_are_encoded_ahead(tmp_path: Path) -> None:
+    watch = tmp_path / "bags"
+    cfg = IngestConfig(watch, tmp_path / "ds", None, grace_s=30.0)
+
+    def bag(name: str, decision: str | None = None, verdict: bool = True) -> Path:
+        b = write_session(watch / name, SessionSpec(duration_s=1.0, seed=1)).bag
+        if verdict:
+            write_verdict(b, verdict_doc(b.name, {"report": {"episode_id": "x", "reasons": []}, "seconds": 1.0}))
+        if decision:
+            mark_decision(b, decision)
+        return b
+
+    bag("kept", KEEP)
+    bag("in_grace")
+    bag("discarded_in_place", DISCARD)
+    bag("judging", verdict=False)
+    old = bag("old_unjudged", verdict=False)
+    os.utime(old / "metadata.yaml", (time.time() - 600, time.time() - 600))
+    (watch / "recording").mkdir()
+    (watch / "recording" / "recording_0.mcap").write_bytes(b"\x89MCAP0\r\n")
+    now, ahead = waiting_bags(cfg, {"bags": {}})
+    assert [b.name for b in now] == ["kept"]
+    assert sorted(b.name for b in ahead) == ["in_grace", "judging", "recording"]

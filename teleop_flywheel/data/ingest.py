@@ -17,6 +17,13 @@ itself skips episodes already in the dataset (content ids) and finishes an appen
 interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
 ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
 
+Encoded ahead (`data/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being
+recorded, or closed and about to be taken (waiting for its verdict, a keep or the grace period),
+is encoded in segments as it is written, and the convert remuxes the segments that hold exactly
+its frames — a kept 60 s episode reaches the dataset seconds after its stop instead of after a
+full encode (`bench/ingest.py`). The segments lie beside the dataset (`<DS>.ingest.segments/`)
+until the bag is taken.
+
 Safe while recording continues: the bag being recorded has no metadata.yaml yet and no verdict;
 the process runs at low priority (`--nice`, default 10, and SCHED_BATCH; in a session of its own —
 `setsid`, or a session started by `teleop-flywheel run` — its autogroup is niced too), and
@@ -60,6 +67,10 @@ from teleop_flywheel.recording.verdict import DISCARD, KEEP, decision, read_verd
 
 STATE_FORMAT = "teleop_flywheel.ingest/1"
 GRACE_S = 30.0
+RECORDING, NO_VERDICT, GRACE = "still recording (no metadata.yaml)", "no verdict yet", "grace period"
+# A closed bag still without a verdict this long after its close is not about to be taken (recorded
+# before verdicts, or by a recorder without them): not encoded ahead.
+AHEAD_UNJUDGED_S = 120.0
 
 
 @dataclass
@@ -107,13 +118,13 @@ def _since_ns(bag: Path, verdict: dict[str, Any] | None) -> int:
 def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool, str]:
     """(take it now, why not)."""
     if not bag.is_dir() or not (bag / "metadata.yaml").is_file():
-        return False, "still recording (no metadata.yaml)"
+        return False, RECORDING
     try:
         verdict = read_verdict(bag)
     except ValueError as exc:
         return False, f"unreadable verdict: {exc}"
     if verdict is None and not cfg.without_verdict:
-        return False, "no verdict yet"
+        return False, NO_VERDICT
     said = decision(verdict)
     if said == DISCARD:
         return False, "discarded by the operator"
@@ -121,18 +132,32 @@ def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool
         return True, ""
     waited = ((now_ns or time.time_ns()) - _since_ns(bag, verdict)) / 1e9
     if waited < cfg.grace_s:
-        return False, f"grace period: {cfg.grace_s - waited:.0f} s left for a keep or discard"
+        return False, f"{GRACE}: {cfg.grace_s - waited:.0f} s left for a keep or discard"
     return True, ""
 
 
 def waiting_bags(cfg: IngestConfig, state: dict[str, Any]) -> tuple[list[Path], list[Path]]:
-    """(bags ready to take now, bags not yet): closed or recording bags in the watch folder not
-    taken before (discarded/ and the quarantine skipped)."""
+    """(bags ready to take now, bags worth encoding ahead: being recorded or about to be taken)
+    among the bags in the watch folder not taken before (discarded/ and the quarantine skipped)."""
     bags, _errors = find_bags([cfg.watch], exclude=cfg.quarantine)
     done = state["bags"]
-    pending = [b for b in bags if b.is_dir() and str(b.resolve()) not in done]
-    now = [b for b in pending if ready(b, cfg)[0]]
-    return now, [b for b in pending if b not in now]
+    now, ahead = [], []
+    for bag in bags:
+        if not bag.is_dir() or str(bag.resolve()) in done:
+            continue
+        take, why = ready(bag, cfg)
+        if take:
+            now.append(bag)
+        elif why == RECORDING or why.startswith(GRACE) or (why == NO_VERDICT and _closed_s_ago(bag) < AHEAD_UNJUDGED_S):
+            ahead.append(bag)
+    return now, ahead
+
+
+def _closed_s_ago(bag: Path) -> float:
+    try:
+        return time.time() - (bag / "metadata.yaml").stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def segments_root(dataset: Path) -> Path:
@@ -159,9 +184,9 @@ def ingest_once(cfg: IngestConfig, log: Any = print, pre: PreEncoding | None = N
     ahead the bags not ready yet (kept from pass to pass), and use that work in their convert."""
     with locked(cfg.dataset.with_name(cfg.dataset.name + ".ingest"), what="ingest"):
         state = read_state(cfg.dataset)
-        bags, waiting = waiting_bags(cfg, state)
+        bags, ahead = waiting_bags(cfg, state)
         if pre is not None:
-            pre.step(waiting, bags)
+            pre.step(ahead, bags)
         if not bags:
             return {}
         t0 = time.monotonic()

@@ -19,6 +19,7 @@ paid at ingest's low priority.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -219,3 +220,5 @@ class PreEncoding:
         for bag in bags:
             self._bags.pop(self.folder(bag), None)
             shutil.rmtree(self.folder(bag), ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()  # when nothing else waits: no empty folder left beside the dataset

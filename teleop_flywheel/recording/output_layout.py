@@ -4,7 +4,8 @@
     <output_dir>/discarded/<episode>/   episodes the operator discarded (moved, never deleted)
     <output_dir>/quarantine/<CODE>/     bags a session's ingest rejected, with <bag>.json saying why
     <output_dir>/dataset/               the dataset a session's ingest keeps current (`ingest_dataset`),
-    <output_dir>/dataset.ingest.json    and beside it its state, locks and audit page
+    <output_dir>/dataset.ingest.json    and beside it its state, locks and audit page, and
+    <output_dir>/dataset.ingest.segments/  the camera video it encodes while episodes record
 
 Security rule: nothing in a session's ROS graph names a path outside the session's own folder, so
 a session's ingest dataset lies strictly inside `output_dir` (`dataset_in`). Light on purpose

@@ -75,6 +75,8 @@ class IngestParams(NodeParams):
     trim_dead_air: bool = spec(False, "trim leading/trailing dead air instead of rejecting it")
     validate_config: str = spec("", "validator thresholds YAML; empty = the shipped config/validate.yaml")
     audit: bool = spec(True, "rewrite the audit page <dataset>_audit.html after every append")
+    pre_encode: bool = spec(True, "encode camera video while episodes are recorded, so a kept episode converts "
+                            "in seconds (false: all of it after the keep)")
     nice: int = spec(10, "niceness of the ingest process (with SCHED_BATCH and its autogroup niced; 0: none of "
                      "them)", range=(0, 19))
 
@@ -97,6 +99,7 @@ def ingest_command(p: IngestParams, watch: Path, dataset: Path, python: str = sy
     cmd += ["--repo-id", p.repo_id] if p.repo_id else []
     cmd += ["--trim-dead-air"] if p.trim_dead_air else []
     cmd += ["--without-verdict"] if p.without_verdict else []
+    cmd += [] if p.pre_encode else ["--no-pre-encode"]
     return cmd
 
 
