@@ -3,6 +3,7 @@ MCAP is followed chunk by chunk, segments are made before the episode stops, and
 them only where they hold exactly its frames — the dataset's video is the one a plain convert makes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -17,8 +18,10 @@ from teleop_flywheel.data.convert import ConvertResult, convert
 from teleop_flywheel.data.ingest import IngestConfig, ingest_once, segments_root, waiting_bags
 from teleop_flywheel.data.preencode import PreEncoding
 from teleop_flywheel.data.segments import SEGMENT_FRAMES
+from teleop_flywheel.recording.reader import open_bag
 from teleop_flywheel.recording.scan import FollowMcap, scan
 from teleop_flywheel.recording.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
+from teleop_flywheel.recording.writer import BagWriter
 from teleop_flywheel.testing.growing_bag import grow
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -193,3 +196,32 @@ def test_only_bags_being_recorded_or_about_to_be_taken_are_encoded_ahead(tmp_pat
     now, ahead = waiting_bags(cfg, {"bags": {}})
     assert [b.name for b in now] == ["kept"]
     assert sorted(b.name for b in ahead) == ["in_grace", "judging", "recording"]
+
+
+def _namespaced(src: Path, dst: Path, ns: str = "/rig_a") -> Path:
+    """`src` as a rig under namespace `ns` records it: every topic but /diagnostics qualified, the
+    namespace in the episode metadata (written when the bag opens)."""
+    ep = open_bag(src).episode
+    assert ep is not None
+    named = {t: t if t == "/diagnostics" else ns + t for t in ep.topics}
+    meta = dataclasses.replace(ep, namespace=ns, topics=list(named.values()),
+                               drops={named.get(t, t): n for t, n in ep.drops.items()})
+    scanned = scan(next(src.glob("*.mcap")))
+    topics = {cid: ch.topic if ch.topic == "/diagnostics" else ns + ch.topic for cid, ch in scanned.channels.items()}
+    with BagWriter(dst, episode=meta, fsync=False, max_chunk_age_s=1e6, chunk_size=256 * 1024) as bag:
+        for cid, ch in sorted(scanned.channels.items()):
+            bag.add_topic(topics[cid], scanned.schemas[ch.schema_id].name)
+        scan(scanned.path, lambda m: bag.write(topics[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence))
+    return dst
+
+
+def test_a_namespaced_rig_s_bag_is_encoded_ahead_under_the_reader_s_names(source: Path, plain: Path,
+                                                                          tmp_path: Path) -> None:
+    rig = _namespaced(source, tmp_path / "src" / "ep")
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1")
+    bag, made = _grown(rig, watch, pre)
+    frames = json.loads((plain / "meta/info.json").read_text())["total_frames"]
+    assert sum(made) == frames and (tmp_path / "segments" / "ep" / "front").is_dir()  # the camera as read
+    assert _convert(bag, tmp_path / "ds", pre).reused_frames == {str(bag): frames}

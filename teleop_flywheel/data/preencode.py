@@ -30,6 +30,8 @@ import numpy as np
 from mcap.records import Message
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE
+from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.core.topics import strip_namespace
 from teleop_flywheel.data.align import Grid, make_grid
 from teleop_flywheel.data.segments import (
     SEGMENT_FRAMES,
@@ -42,6 +44,7 @@ from teleop_flywheel.data.segments import (
 from teleop_flywheel.recording.cdr import CdrError, decode_compressed_images, header_stamp_ns
 from teleop_flywheel.recording.reader import COMPRESSED_IMAGE, Stream, camera_name
 from teleop_flywheel.recording.scan import FollowMcap
+from teleop_flywheel.recording.writer import START_RECORD
 
 GRID_TOPICS = (FOLLOWER_STATE, FOLLOWER_COMMAND)  # with every camera: the streams the grid spans
 
@@ -72,6 +75,7 @@ class BagPreEncoder:
         self._last: dict[str, int] = {}
         self._cameras: dict[str, _Camera] = {}
         self._t0: int | None = None
+        self._namespace: str | None = None  # known at the first message
 
     def step(self) -> int:
         """Read what the recorder added and make the segments now decided; frames encoded."""
@@ -93,7 +97,7 @@ class BagPreEncoder:
         channel = result.channels.get(m.channel_id)
         if channel is None or self.stopped:
             return
-        topic = channel.topic
+        topic = self._topic(channel.topic)
         schema = result.schemas.get(channel.schema_id)
         try:
             if schema is not None and schema.name == COMPRESSED_IMAGE:
@@ -117,13 +121,25 @@ class BagPreEncoder:
         if self._t0 is not None and max(self._first[t] for t in self._grid_topics()) != self._t0:
             self.stopped = f"{topic}: the grid's start moved after segments were made"
 
+    def _topic(self, recorded: str) -> str:
+        """A recorded topic as the reader names it: the rig's namespace (episode metadata, written
+        when the bag opens) stripped."""
+        if self._namespace is None:
+            assert self._follow is not None
+            record = self._follow.result.metadata.get(START_RECORD)
+            try:
+                self._namespace = str(EpisodeMeta.from_strings(record).namespace or "") if record else ""
+            except (ValueError, TypeError, AttributeError, KeyError):
+                self._namespace = ""  # unreadable: the reader says so; its topics then keep their names
+        return strip_namespace(recorded, self._namespace) if self._namespace else recorded
+
     def _grid_topics(self) -> list[str]:
         return [*GRID_TOPICS, *(c.topic for c in self._cameras.values())]
 
     def _declared_cameras_started(self) -> bool:
         assert self._follow is not None
         result = self._follow.result
-        declared = {ch.topic for ch in result.channels.values()
+        declared = {self._topic(ch.topic) for ch in result.channels.values()
                     if (s := result.schemas.get(ch.schema_id)) is not None and s.name == COMPRESSED_IMAGE}
         return bool(declared) and declared <= set(self._first)
 
