@@ -15,7 +15,7 @@ import pytest
 from mcap.records import Message
 
 from teleop_flywheel.data.convert import ConvertResult, convert
-from teleop_flywheel.data.ingest import IngestConfig, ingest_once, segments_root, waiting_bags
+from teleop_flywheel.data.ingest import IngestConfig, ingest_once, read_state, segments_root, waiting_bags
 from teleop_flywheel.data.preencode import PreEncoding
 from teleop_flywheel.data.segments import SEGMENT_FRAMES
 from teleop_flywheel.recording.reader import open_bag
@@ -57,8 +57,8 @@ def _grown(source: Path, watch: Path, pre: PreEncoding) -> tuple[Path, list[int]
     (the bag, frames it made at each step)."""
     bag = watch / source.name
     made: list[int] = []
-    grow(source, bag, lambda _log_ns: made.append(pre.step([bag], [])))
-    made.append(pre.step([bag], []))
+    grow(source, bag, lambda _log_ns: made.append(pre.step([bag])))
+    made.append(pre.step([bag]))
     return bag, made
 
 
@@ -155,6 +155,7 @@ def test_ingest_converts_a_kept_episode_from_what_it_encoded_while_recording(sou
     info = json.loads((ds / "meta/info.json").read_text())
     assert any(f"{bag.name}: converted ({info['total_frames']} camera frames encoded while it was recorded)" in x
                for x in lines), lines
+    assert next(iter(read_state(ds)["bags"].values()))["pre_encoded_frames"] == info["total_frames"]
     assert not segments_root(ds).exists()  # the taken bag's segments are removed (and the empty folder)
 
 
@@ -225,3 +226,22 @@ def test_a_namespaced_rig_s_bag_is_encoded_ahead_under_the_reader_s_names(source
     frames = json.loads((plain / "meta/info.json").read_text())["total_frames"]
     assert sum(made) == frames and (tmp_path / "segments" / "ep" / "front").is_dir()  # the camera as read
     assert _convert(bag, tmp_path / "ds", pre).reused_frames == {str(bag): frames}
+
+
+def test_a_budgeted_step_makes_one_segment_per_bag_in_turn_and_says_it_is_behind(source: Path, tmp_path: Path
+                                                                                  ) -> None:
+    """However much is decided, a step with its budget spent stops after a round of one segment per
+    bag: a bag that becomes ready is not kept waiting behind the work ahead."""
+    watch = tmp_path / "watch"
+    grow(source, watch / "a")
+    grow(source, watch / "b")  # two closed bags: 3 segments each are decided
+    pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1", budget_s=0.0)
+    rounds = []
+    while True:
+        rounds.append(pre.step([watch / "a", watch / "b"]))
+        if not pre.behind:
+            break
+    frames = sum(rounds)
+    assert rounds[:2] == [2 * SEGMENT_FRAMES, 2 * SEGMENT_FRAMES] and frames == 2 * (frames // 2)
+    assert len(rounds) == 3 and len(list((tmp_path / "segments").rglob("*.mp4"))) == 6
+    assert pre.step([watch / "a", watch / "b"]) == 0 and not pre.behind  # all made: nothing left

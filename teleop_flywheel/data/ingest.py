@@ -180,45 +180,51 @@ def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
 
 
 def ingest_once(cfg: IngestConfig, log: Any = print, pre: PreEncoding | None = None) -> dict[str, str]:
-    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}. `pre`: encode
-    ahead the bags not ready yet (kept from pass to pass), and use that work in their convert."""
+    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}. Then `pre`
+    (kept from pass to pass) encodes ahead the bags being recorded or about to be taken, and their
+    convert uses that work."""
     with locked(cfg.dataset.with_name(cfg.dataset.name + ".ingest"), what="ingest"):
         state = read_state(cfg.dataset)
         bags, ahead = waiting_bags(cfg, state)
+        outcomes = _take(cfg, state, bags, log, pre) if bags else {}
         if pre is not None:
-            pre.step(ahead, bags)
-        if not bags:
-            return {}
-        t0 = time.monotonic()
-        res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
-                      progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
-                      segments=pre.segments(bags) if pre is not None else None)
-        moved = _quarantine(res, cfg)
-        if moved and (cfg.dataset / lf.INFO_PATH).is_file():
-            update_record(cfg.dataset, moved)  # where each rejected bag went
-        by_path = {r.path: r for r in res.reports}
-        now = time.time_ns()
-        for bag in bags:
-            outcome = res.outcomes.get(str(bag), "error")
-            report = by_path.get(str(bag))
-            state["bags"][str(bag.resolve())] = {
-                "name": bag.name, "outcome": outcome, "episode_id": report.episode_id if report else None,
-                "codes": report.codes if report else [], "quarantined_to": report.quarantined_to if report else None,
-                "at_wall_ns": now}
-            reused = res.reused_frames.get(str(bag), 0)
-            log(f"ingest: {display(bag.name)}: {outcome}" + (f" {' '.join(report.codes)}" if report and report.codes
-                                                          else "")
-                + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else "")
-                + (f" ({reused} camera frames encoded while it was recorded)" if reused else ""))
-        for line in res.refused + res.errors:
-            log(f"ingest: not converted: {line}")
-        replace_atomic(state_path(cfg.dataset), json.dumps(state, indent=1))
-        if pre is not None:
-            pre.forget(bags)
-        if res.converted and cfg.audit_html is not None:
-            write_html(audit(LeRobotDataset.open(cfg.dataset)), cfg.audit_html)
-        log(f"ingest: {len(bags)} bag(s) in {time.monotonic() - t0:.1f} s")
-        return {str(b): res.outcomes.get(str(b), "error") for b in bags}
+            pre.step(ahead)
+        return outcomes
+
+
+def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, pre: PreEncoding | None
+          ) -> dict[str, str]:
+    """Convert/quarantine `bags`, record them in the state, refresh the audit page."""
+    t0 = time.monotonic()
+    res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
+                  progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
+                  segments=pre.segments(bags) if pre is not None else None)
+    moved = _quarantine(res, cfg)
+    if moved and (cfg.dataset / lf.INFO_PATH).is_file():
+        update_record(cfg.dataset, moved)  # where each rejected bag went
+    by_path = {r.path: r for r in res.reports}
+    now = time.time_ns()
+    for bag in bags:
+        outcome = res.outcomes.get(str(bag), "error")
+        report = by_path.get(str(bag))
+        reused = res.reused_frames.get(str(bag), 0)
+        state["bags"][str(bag.resolve())] = {
+            "name": bag.name, "outcome": outcome, "episode_id": report.episode_id if report else None,
+            "codes": report.codes if report else [], "quarantined_to": report.quarantined_to if report else None,
+            "at_wall_ns": now, "pre_encoded_frames": reused}
+        log(f"ingest: {display(bag.name)}: {outcome}" + (f" {' '.join(report.codes)}" if report and report.codes
+                                                      else "")
+            + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else "")
+            + (f" ({reused} camera frames encoded while it was recorded)" if reused else ""))
+    for line in res.refused + res.errors:
+        log(f"ingest: not converted: {line}")
+    replace_atomic(state_path(cfg.dataset), json.dumps(state, indent=1))
+    if pre is not None:
+        pre.forget(bags)
+    if res.converted and cfg.audit_html is not None:
+        write_html(audit(LeRobotDataset.open(cfg.dataset)), cfg.audit_html)
+    log(f"ingest: {len(bags)} bag(s) in {time.monotonic() - t0:.1f} s")
+    return {str(b): res.outcomes.get(str(b), "error") for b in bags}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -270,9 +276,12 @@ def run(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log)
+    # Between looks the pre-encoder works for about a poll period, then looks again at once if it is behind.
+    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log,
+                                                      budget_s=args.poll)
     while True:
         ingest_once(cfg, log, pre)
         if args.once:
             return 0
-        time.sleep(args.poll)
+        if pre is None or not pre.behind:
+            time.sleep(args.poll)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +78,9 @@ class BagPreEncoder:
         self._t0: int | None = None
         self._namespace: str | None = None  # known at the first message
 
-    def step(self) -> int:
-        """Read what the recorder added and make the segments now decided; frames encoded."""
+    def step(self, limit: int | None = None) -> int:
+        """Read what the recorder added and make the segments now decided (at most `limit`);
+        frames encoded."""
         if self.stopped or self.done:
             return 0
         if self._follow is None:
@@ -89,7 +91,7 @@ class BagPreEncoder:
         self._follow.poll()
         if self._follow.result.malformed:
             self.stopped = f"damaged: {self._follow.result.malformed}"
-        return 0 if self.stopped else self._make()
+        return 0 if self.stopped else self._make(limit)
 
     def _message(self, m: Message) -> None:
         assert self._follow is not None
@@ -143,7 +145,7 @@ class BagPreEncoder:
                     if (s := result.schemas.get(ch.schema_id)) is not None and s.name == COMPRESSED_IMAGE}
         return bool(declared) and declared <= set(self._first)
 
-    def _make(self) -> int:
+    def _make(self, limit: int | None) -> int:
         assert self._follow is not None
         if self._t0 is None:
             if not (all(t in self._first for t in GRID_TOPICS) and self._declared_cameras_started()):
@@ -154,16 +156,20 @@ class BagPreEncoder:
             spans = [Stream(t, np.array([self._first[t], self._last[t]], np.int64), np.zeros(2))
                      for t in self._grid_topics()]
             end = make_grid(spans, self.fps).n
-        made = sum(self._make_camera(name, cam, end) for name, cam in self._cameras.items())
-        self.done = end is not None and not self.stopped
+        made = 0
+        for name, cam in self._cameras.items():
+            made += self._make_camera(name, cam, end, None if limit is None else limit - made // SEGMENT_FRAMES)
+        self.done = end is not None and not self.stopped and all(c.segment * SEGMENT_FRAMES >= end
+                                                                 for c in self._cameras.values())
         return made
 
-    def _make_camera(self, name: str, cam: _Camera, end: int | None) -> int:
-        """Segments of one camera decided now (all of them up to `end` frames once the bag is closed)."""
+    def _make_camera(self, name: str, cam: _Camera, end: int | None, limit: int | None) -> int:
+        """Segments of one camera decided now, at most `limit` (all of them up to `end` frames once
+        the bag is closed); frames encoded."""
         assert self._t0 is not None
-        made = 0
+        made = segments = 0
         stamps = np.asarray(cam.stamps, np.int64)
-        while True:
+        while limit is None or segments < limit:
             a = cam.segment * SEGMENT_FRAMES
             b = a + SEGMENT_FRAMES if end is None else min(end, a + SEGMENT_FRAMES)
             if b <= a:
@@ -184,47 +190,70 @@ class BagPreEncoder:
             if cached_segment(folder, cam.segment, cam.key, digests) is None:  # an earlier run may have made it
                 write_segment(folder, cam.segment, cam.key, cam.jpegs, local)
             made += b - a
+            segments += 1
             self.frames += b - a
             cam.segment += 1
             drop = int(held[-1]) - cam.base  # the next segment holds this image or a later one
             del cam.jpegs[:drop]
             cam.base += drop
+        return made
 
 
 class PreEncoding:
-    """The pre-encoders of the bags ingest has not taken yet, stepped between its looks.
+    """The pre-encoders of the bags ingest is waiting for, stepped between its looks.
 
-    Segments live in `root/<bag, relative to the watch folder, quoted>/<camera>/`; a folder whose
-    bag is no longer waiting (taken, discarded, moved) is removed on the next step."""
+    `budget_s`: a step makes one segment per bag in turn until that much time has passed (finishing
+    the segment it is in), so a bag that becomes ready is taken within about a budget even while
+    recordings go on — a busy machine makes the pre-encoder fall behind, never the ingest (`behind`
+    says there is work left; None: every decided segment in one step). Segments live in
+    `root/<bag, relative to the watch folder, quoted>/<camera>/`; a folder whose bag is no longer
+    waiting (taken, discarded, moved) is removed on the next step."""
 
-    def __init__(self, root: Path, watch: Path, fps: int, codec: str, log: Callable[[str], None] = print) -> None:
+    def __init__(self, root: Path, watch: Path, fps: int, codec: str, log: Callable[[str], None] = print,
+                 budget_s: float | None = None) -> None:
         self.root, self.watch, self.fps, self.codec, self.log = root, watch, fps, codec, log
+        self.budget_s = budget_s
+        self.behind = False
         self._bags: dict[Path, BagPreEncoder] = {}
 
     def folder(self, bag: Path) -> Path:
         rel = bag.resolve().relative_to(self.watch.resolve()) if bag.is_absolute() else bag
         return self.root / quote(rel.as_posix(), safe="")
 
-    def step(self, waiting: list[Path], taking: list[Path]) -> int:
-        """Advance the pre-encoders of `waiting` (bags not ready to take); frames encoded. The
-        segments of `taking` (bags about to be converted) are kept, any other folder removed."""
+    def step(self, waiting: list[Path]) -> int:
+        """Advance the pre-encoders of `waiting` (bags being recorded or about to be taken); frames
+        encoded. Every other folder under `root` is removed."""
         wanted = {self.folder(b): b for b in waiting}
-        keep = set(wanted) | {self.folder(b) for b in taking}
         for folder in [f for f in self._bags if f not in wanted]:
             del self._bags[folder]
         if self.root.is_dir():
-            for stale in [d for d in self.root.iterdir() if d not in keep]:
+            for stale in [d for d in self.root.iterdir() if d not in wanted]:
                 shutil.rmtree(stale, ignore_errors=True)
+        deadline = None if self.budget_s is None else time.monotonic() + self.budget_s
+        active = [self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec))
+                  for folder, bag in wanted.items()]
         made = 0
-        for folder, bag in wanted.items():
-            pre = self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec))
-            try:
-                made += pre.step()
-            except (OSError, ValueError) as exc:  # a full disk or a bad image: the convert decides, and says why
-                pre.stopped = f"{type(exc).__name__}: {exc}"
-            if pre.stopped and not pre.told:
-                self.log(f"ingest: pre-encoding of {bag.name} stopped ({pre.stopped}); its convert encodes")
-                pre.told = True
+        while active:
+            again = []
+            for pre in active:
+                n = self._advance(pre, None if deadline is None else 1)
+                made += n
+                if n and deadline is not None and not (pre.done or pre.stopped):
+                    again.append(pre)
+            active = again
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.behind = bool(active)
+        return made
+
+    def _advance(self, pre: BagPreEncoder, limit: int | None) -> int:
+        try:
+            made = pre.step(limit)
+        except (OSError, ValueError) as exc:  # a full disk or a bad image: the convert decides, and says why
+            made, pre.stopped = 0, f"{type(exc).__name__}: {exc}"
+        if pre.stopped and not pre.told:
+            self.log(f"ingest: pre-encoding of {pre.bag.name} stopped ({pre.stopped}); its convert encodes")
+            pre.told = True
         return made
 
     def segments(self, bags: list[Path]) -> dict[str, Path]:

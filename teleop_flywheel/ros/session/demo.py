@@ -163,8 +163,10 @@ class IngestLog:
             if stopped and e.get("at_wall_ns"):
                 self.seconds.append((e["at_wall_ns"] - stopped) / 1e9)
                 after = f", {self.seconds[-1]:.1f} s after its stop"
+            ahead = f" ({e['pre_encoded_frames']} camera frames encoded while it recorded)" \
+                if e.get("pre_encoded_frames") else ""
             print(f"demo: ingest — episode {index[name]} {name}: {' '.join([e['outcome'], *(e.get('codes') or [])])}"
-                  f"{after}; bags/dataset now {info.get('total_episodes', 0)} episodes, "
+                  f"{after}{ahead}; bags/dataset now {info.get('total_episodes', 0)} episodes, "
                   f"{info.get('total_frames', 0)} frames", flush=True)
 
     def wait_all(self, timeout_s: float, failed: Any) -> None:
