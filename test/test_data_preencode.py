@@ -245,3 +245,21 @@ def test_a_budgeted_step_makes_one_segment_per_bag_in_turn_and_says_it_is_behind
     assert rounds[:2] == [2 * SEGMENT_FRAMES, 2 * SEGMENT_FRAMES] and frames == 2 * (frames // 2)
     assert len(rounds) == 3 and len(list((tmp_path / "segments").rglob("*.mp4"))) == 6
     assert pre.step([watch / "a", watch / "b"]) == 0 and not pre.behind  # all made: nothing left
+
+
+def test_lerobot_loads_every_frame_of_a_video_made_from_segments(source: Path, plain: Path, tmp_path: Path) -> None:
+    """LeRobot's own loader (in the LeRobot venv) reads the remuxed segments frame for frame as it
+    reads the plain convert's single encode."""
+    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset",
+                                          reason="LeRobot not installed (too heavy for CI)")
+    watch = tmp_path / "watch"
+    watch.mkdir()
+    pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1")
+    bag, _made = _grown(source, watch, pre)
+    assert _convert(bag, tmp_path / "ds", pre).reused_frames
+    ours = lerobot_dataset.LeRobotDataset("local/segments", root=tmp_path / "ds", video_backend="pyav")
+    theirs = lerobot_dataset.LeRobotDataset("local/plain", root=plain, video_backend="pyav")
+    assert len(ours) == len(theirs) > 2 * SEGMENT_FRAMES
+    for i in range(len(ours)):
+        a, b = ours[i]["observation.images.front"], theirs[i]["observation.images.front"]
+        assert a.shape == b.shape and float((a - b).abs().mean()) < 0.5 / 255, i

@@ -156,9 +156,10 @@ class BagPreEncoder:
             spans = [Stream(t, np.array([self._first[t], self._last[t]], np.int64), np.zeros(2))
                      for t in self._grid_topics()]
             end = make_grid(spans, self.fps).n
-        made = 0
+        made, before = 0, sum(c.segment for c in self._cameras.values())
         for name, cam in self._cameras.items():
-            made += self._make_camera(name, cam, end, None if limit is None else limit - made // SEGMENT_FRAMES)
+            left = None if limit is None else limit - (sum(c.segment for c in self._cameras.values()) - before)
+            made += self._make_camera(name, cam, end, left)
         self.done = end is not None and not self.stopped and all(c.segment * SEGMENT_FRAMES >= end
                                                                  for c in self._cameras.values())
         return made
