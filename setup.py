@@ -56,10 +56,11 @@ setup(
         "tqdm",
         "evdev; platform_system == 'Linux'",
         "foxglove-sdk",
+        "rosbags",  # the reader decodes rare types (diagnostics) with its pure-Python deserializer
     ],
     extras_require={
         "standalone": ROS_WHEELS,
-        "dev": ["pytest", "pytest-timeout", "hypothesis", "rosbags", "feetech-servo-sdk", "websockets", "mypy", "ruff",
+        "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.
