@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")
@@ -62,6 +63,7 @@ class Rig:
             node_cmd("recorder", output_dir=str(out), topics=f"[{','.join(STREAMS)}]", cameras="[front]",
                      discovery_period_s=0.1, status_period_s=0.2),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+        self.published: list[int] = []  # header stamps of every follower state sent, in order
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._publish, daemon=True)
         self._thread.start()
@@ -73,8 +75,10 @@ class Rig:
             k += 1
             t = now_ns()
             pos = [0.3 * math.sin(2 * math.pi * 0.5 * k / 200.0)] * 6
+            msg = joint_state(JOINT_NAMES, pos, t)  # the header in ROS time
             for pub in self.pubs[:2]:
-                pub.publish(joint_state(JOINT_NAMES, pos, t))
+                pub.publish(msg)
+            self.published.append(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
             self.pubs[2].publish(joint_state(["alpha", "mode", "intervention_id", "trigger"], [1.0, 0.0, 0.0, 0.0], t))
             delay = t0 + k / 200.0 - time.monotonic()
             if delay > 0:
@@ -172,9 +176,13 @@ def test_verdict_at_stop_while_the_next_episode_records_on_time_without_drops(ri
     assert meta.attempts is None and meta.outcome == "unset"  # the first episode's labels did not leak
     assert set(meta.drops) == set(STREAMS) | {CAMERA} and not any(meta.drops.values()), meta.drops
     sec = open_bag(Path(second))
+    # Everything the rig sent from the start on is recorded, in order: the samples it sent during the
+    # episode, not one missing (a pause of this process beside busy neighbours is a gap in both, not a loss).
     follower = sec.stamps("/follower/joint_states")
-    assert (follower[0] - meta.started_ros_ns) / 1e9 < 0.1, "the first sample came late after start"
-    assert (max(follower[1:] - follower[:-1]) / 1e9) < 0.1, "a stall in the recorded stream"
+    sent = np.asarray(rig.published, np.int64)
+    at = int(np.searchsorted(sent, follower[0]))
+    assert np.array_equal(sent[at:at + len(follower)], follower), "the recorder lost or reordered samples"
+    assert follower[0] <= sent[np.searchsorted(sent, meta.started_ros_ns)], "the first samples after start missed"
     assert (meta.stopped_ros_ns - meta.started_ros_ns) / 1e9 > 2.5
     assert sorted(p.name for p in out.iterdir()) == sorted([first.name, Path(second).name])
 
