@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mcap.records import Message
 
+from teleop_flywheel.data import preencode
 from teleop_flywheel.data.convert import ConvertResult, convert
 from teleop_flywheel.data.ingest import IngestConfig, ingest_once, read_state, segments_root, waiting_bags
 from teleop_flywheel.data.preencode import PreEncoding
@@ -263,3 +264,19 @@ def test_lerobot_loads_every_frame_of_a_video_made_from_segments(source: Path, p
     for i in range(len(ours)):
         a, b = ours[i]["observation.images.front"], theirs[i]["observation.images.front"]
         assert a.shape == b.shape and float((a - b).abs().mean()) < 0.5 / 255, i
+
+
+def test_a_pre_encoder_too_far_behind_stops_instead_of_holding_more(source: Path, plain: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Images read and not yet encoded are held in memory: past the bound (here 0.25 MiB, shipped 256 MiB)
+    the pre-encoder lets them go and says so; the convert encodes what it did not."""
+    monkeypatch.setattr(preencode, "MAX_HELD_BYTES", 1 << 18)
+    watch = tmp_path / "watch"
+    grow(source, watch / source.name)  # all of it written before the first look: far behind
+    lines: list[str] = []
+    pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1", lines.append)
+    assert pre.step([watch / source.name]) == 0
+    assert lines == [f"ingest: pre-encoding of {source.name} stopped (more than 0.25 MiB of images read and not yet "
+                     "encoded: too far behind the recording); its convert encodes"]
+    res = _convert(watch / source.name, tmp_path / "ds", pre)
+    assert res.reused_frames == {} and len(_frames(tmp_path / "ds")) == len(_frames(plain))

@@ -48,6 +48,9 @@ from teleop_flywheel.recording.scan import FollowMcap
 from teleop_flywheel.recording.writer import START_RECORD
 
 GRID_TOPICS = (FOLLOWER_STATE, FOLLOWER_COMMAND)  # with every camera: the streams the grid spans
+# Images read but not yet encoded, per bag: a pre-encoder this far behind the recording (a busy machine
+# gives ingest little CPU) stops rather than hold more; its convert encodes the rest.
+MAX_HELD_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -77,6 +80,7 @@ class BagPreEncoder:
         self._cameras: dict[str, _Camera] = {}
         self._t0: int | None = None
         self._namespace: str | None = None  # known at the first message
+        self._held = 0  # bytes of the images in the cameras' `jpegs`
 
     def step(self, limit: int | None = None) -> int:
         """Read what the recorder added and make the segments now decided (at most `limit`);
@@ -91,7 +95,11 @@ class BagPreEncoder:
         self._follow.poll()
         if self._follow.result.malformed:
             self.stopped = f"damaged: {self._follow.result.malformed}"
-        return 0 if self.stopped else self._make(limit)
+        made = 0 if self.stopped else self._make(limit)
+        if self.stopped or self.done:
+            self._cameras.clear()  # nothing more to encode: the images it held are let go
+            self._held = 0
+        return made
 
     def _message(self, m: Message) -> None:
         assert self._follow is not None
@@ -111,6 +119,11 @@ class BagPreEncoder:
                     return
                 cam.stamps.append(stamp)
                 cam.jpegs.append(jpegs[0])
+                self._held += len(jpegs[0])
+                if self._held > MAX_HELD_BYTES:
+                    self.stopped = (f"more than {MAX_HELD_BYTES / 2**20:g} MiB of images read and not yet "
+                                    "encoded: too far behind the recording")
+                    return
             elif topic in GRID_TOPICS:
                 stamp = header_stamp_ns(m.data)
             else:
@@ -195,6 +208,7 @@ class BagPreEncoder:
             self.frames += b - a
             cam.segment += 1
             drop = int(held[-1]) - cam.base  # the next segment holds this image or a later one
+            self._held -= sum(len(j) for j in cam.jpegs[:drop])
             del cam.jpegs[:drop]
             cam.base += drop
         return made
