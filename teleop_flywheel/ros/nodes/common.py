@@ -182,6 +182,9 @@ def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop:
             rclpy.shutdown()
 
 
+SPIN_POLL_S = 0.05  # a node's spin thread looks at its stop flag this often when nothing arrives
+
+
 class NodeSpinner:
     """Spins each node on its own SingleThreadedExecutor in its own thread, as if each were its
     own process (minus the process). Used wherever several nodes share one Python process: the
@@ -196,19 +199,26 @@ class NodeSpinner:
 
     def __init__(self, context: Context) -> None:
         self.context = context
-        self._spinning: dict[Node, tuple[SingleThreadedExecutor, threading.Thread]] = {}
+        self._spinning: dict[Node, tuple[SingleThreadedExecutor, threading.Thread, threading.Event]] = {}
 
     def add(self, node: Node) -> Node:
         executor = SingleThreadedExecutor(context=self.context)
         executor.add_node(node)
-        thread = threading.Thread(target=self._spin, args=(executor,), name=f"spin-{node.get_name()}", daemon=True)
-        self._spinning[node] = (executor, thread)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._spin, args=(executor, stop), name=f"spin-{node.get_name()}",
+                                  daemon=True)
+        self._spinning[node] = (executor, thread, stop)
         thread.start()
         return node
 
-    def _spin(self, executor: SingleThreadedExecutor) -> None:
+    def _spin(self, executor: SingleThreadedExecutor, stop: threading.Event) -> None:
+        """`spin_once` until `stop`, so `remove` shuts the executor down only once this thread has
+        left it: rclpy's `Executor.shutdown` does not wait for a spinning thread (it destroys the
+        executor's guard condition under it), which raised InvalidHandle in this thread on a loaded
+        machine."""
         try:
-            executor.spin()
+            while not stop.is_set() and self.context.ok():
+                executor.spin_once(timeout_sec=SPIN_POLL_S)
         except ExternalShutdownException:
             pass
         except Exception:
@@ -216,12 +226,13 @@ class NodeSpinner:
                 raise
 
     def remove(self, node: Node, timeout_s: float = 5.0) -> None:
-        """Stop spinning `node`: its running callback finishes, then its thread ends. The node
-        itself stays (the caller destroys it)."""
-        executor, thread = self._spinning.pop(node)
-        executor.shutdown(timeout_sec=timeout_s)
+        """Stop spinning `node`: its running callback finishes, then its thread ends, then its
+        executor is shut down. The node itself stays (the caller destroys it)."""
+        executor, thread, stop = self._spinning.pop(node)
+        stop.set()
         if thread is not threading.current_thread():
             thread.join(timeout_s)
+        executor.shutdown(timeout_sec=timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         for node in list(self._spinning):
