@@ -131,8 +131,10 @@ class BagPreEncoder:
         except CdrError as exc:
             self.stopped = f"{topic}: undecodable message: {exc}"
             return
-        self._first[topic] = min(stamp, self._first.get(topic, stamp))
         self._last[topic] = max(stamp, self._last.get(topic, stamp))
+        if stamp >= self._first.get(topic, stamp + 1):
+            return  # the common case: the stream's start, and so the grid's, is unchanged
+        self._first[topic] = stamp
         if self._t0 is not None and max(self._first[t] for t in self._grid_topics()) != self._t0:
             self.stopped = f"{topic}: the grid's start moved after segments were made"
 
@@ -202,7 +204,7 @@ class BagPreEncoder:
             folder = self.folder / name
             digests = [frame_digest(cam.jpegs[int(i)]) for i in local]
             if cached_segment(folder, cam.segment, cam.key, digests) is None:  # an earlier run may have made it
-                write_segment(folder, cam.segment, cam.key, cam.jpegs, local)
+                write_segment(folder, cam.segment, cam.key, cam.jpegs, local, digests)
             made += b - a
             segments += 1
             self.frames += b - a

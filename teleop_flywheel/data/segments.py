@@ -102,8 +102,10 @@ def _record_path(folder: Path, index: int) -> Path:
     return folder / f"{index:06d}.json"
 
 
-def write_segment(folder: Path, index: int, key: VideoKey, images: list[bytes], indices: np.ndarray) -> Path:
-    """Encode segment `index` (frame k = `images[indices[k]]`) into `folder` and record what it holds."""
+def write_segment(folder: Path, index: int, key: VideoKey, images: list[bytes], indices: np.ndarray,
+                  digests: list[str]) -> Path:
+    """Encode segment `index` (frame k = `images[indices[k]]`, whose `frame_digest`s are `digests`)
+    into `folder` and record what it holds."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".segment-", suffix=".mp4", dir=folder)
     os.close(fd)
@@ -114,7 +116,7 @@ def write_segment(folder: Path, index: int, key: VideoKey, images: list[bytes], 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    doc = {"format": FORMAT, **asdict(key), "frames": [frame_digest(images[int(i)]) for i in indices]}
+    doc = {"format": FORMAT, **asdict(key), "frames": digests}
     replace_atomic(_record_path(folder, index), json.dumps(doc))
     return mp4
 
