@@ -2,11 +2,15 @@
 
 This is product, not test scaffolding: it is how a newcomer runs the whole stack without an
 arm (`teleop-flywheel sim-bus`), and how the tests drive the real serial code paths. It
-answers every instruction byte-exactly as the servos do (the vendor SDK talks to it), with
-first-order dynamics toward Goal_Position while torque is on, a scripted "human" moving a
-leader arm while torque is off, wire-time emulation at the baud rate, the servos' return
-delay, and injectable faults (dropped replies, corrupted checksums, error bits, noise, a
-stall, an unplug with optional re-plug).
+answers every instruction byte-exactly as the servos do (the vendor SDK talks to it). Each servo
+is as unkind as an STS3215 (sim_servo.py: top speed, acceleration, gravity on shoulder and elbow,
+load, heat, overload/overcurrent/overheat protection that cuts its own torque, multi-turn
+readings); a scripted "human" moves a leader arm while its torque is off; replies take the wire
+time at the baud rate plus the servos' return delay, and reach the host as the chosen USB-serial
+adapter passes them on (sim_adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
+dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
+optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
+servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo.
 
 Bring-up is simulated too: the servos boot with the EEPROM a calibration implies (homing offsets,
 position limits) — the shipped simulator calibration of the arm's role unless `calibration=` names
@@ -20,7 +24,6 @@ broadcast PING is answered by every servo, in id order, each after its return de
 """
 from __future__ import annotations
 
-import math
 import os
 import random
 import select
@@ -28,26 +31,30 @@ import termios
 import threading
 import time
 import tty
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
+from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, PHASE_MULTI_TURN
+from teleop_flywheel.hw.feetech.sim_adapter import Adapter, Delivery, adapter
 from teleop_flywheel.hw.feetech.sim_servo import (
     GRIPPER_ID,
     JOINT_RANGES,
     SERVO_IDS,
+    STEPS_PER_TURN,
     HumanMotion,
     Servo,
     default_human,
+    gravity_load,
 )
 
 
 @dataclass
 class Faults:
-    """Fault injection; see `parse_fault` for the command-line syntax."""
+    """Fault injection; see `parse_fault` for the command-line syntax. Times are seconds after start."""
 
     drop: float = 0.0
     corrupt: float = 0.0
@@ -57,10 +64,19 @@ class Faults:
     stall_for: float = 0.0
     unplug_at: float | None = None
     replug_after: float | None = None
+    silent: dict[int, float] = field(default_factory=dict)  # servo id -> when it stops answering for good
+    block: dict[int, float] = field(default_factory=dict)  # servo id -> when an obstacle stops its shaft
+    hot: dict[int, float] = field(default_factory=dict)  # servo id -> its temperature at start (°C)
+    supply_v: float | None = None  # the power supply's voltage (default 12 V)
+    multi_turn: dict[int, int] = field(default_factory=dict)  # servo id -> turns its shaft is past (Phase bit 4 set)
+
+
+FAULT_FORMS = ("drop:P | corrupt:P | noise:P (0..1) | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER] | "
+               "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | multiturn:ID[:TURNS]")
 
 
 def parse_fault(spec: str, faults: Faults) -> None:
-    """Apply one `--fault` spec: drop:P, corrupt:P, noise:P, error:ID:BITS, stall:T:D, unplug:T[:D]."""
+    """Apply one `--fault` spec (the forms of FAULT_FORMS)."""
     kind, _, rest = spec.partition(":")
     args = rest.split(":") if rest else []
     try:
@@ -70,19 +86,31 @@ def parse_fault(spec: str, faults: Faults) -> None:
                 raise ValueError
             setattr(faults, kind, value)
         elif kind == "error" and len(args) == 2:
-            faults.error_bits[int(args[0])] = int(args[1], 0)
+            faults.error_bits[_servo_id(args[0])] = int(args[1], 0)
         elif kind == "stall" and len(args) == 2:
             faults.stall_at, faults.stall_for = float(args[0]), float(args[1])
         elif kind == "unplug" and len(args) in (1, 2):
             faults.unplug_at = float(args[0])
             faults.replug_after = float(args[1]) if len(args) == 2 else None
+        elif kind in ("silent", "block") and len(args) in (1, 2):
+            getattr(faults, kind)[_servo_id(args[0])] = float(args[1]) if len(args) == 2 else 0.0
+        elif kind == "hot" and len(args) == 2:
+            faults.hot[_servo_id(args[0])] = float(args[1])
+        elif kind == "voltage" and len(args) == 1:
+            faults.supply_v = float(args[0])
+        elif kind == "multiturn" and len(args) in (1, 2):
+            faults.multi_turn[_servo_id(args[0])] = int(args[1]) if len(args) == 2 else 1
         else:
             raise ValueError
     except ValueError:
-        raise ValueError(
-            f"bad fault {spec!r}: expected drop:P, corrupt:P, noise:P (0..1), error:ID:BITS, stall:T:SECONDS, "
-            "unplug:T[:REPLUG_AFTER]"
-        ) from None
+        raise ValueError(f"bad fault {spec!r}: expected {FAULT_FORMS}") from None
+
+
+def _servo_id(text: str) -> int:
+    sid = int(text)
+    if sid not in SERVO_IDS:
+        raise ValueError
+    return sid
 
 
 class SimulatedArm:
@@ -101,12 +129,12 @@ class SimulatedArm:
         faults: Faults | None = None,
         link: str | os.PathLike[str] | None = None,
         seed: int = 0,
-        time_constant_s: float = 0.04,
         calibration: ArmCalibration | None = None,
         human: bool | None = None,
         factory_new: bool = False,
         uncalibrated: bool = False,
         grip_object: float | None = None,
+        adapter_name: str = "pty",
     ) -> None:
         if role not in ("leader", "follower"):
             raise ValueError(f"role must be leader or follower, got {role!r}")
@@ -119,7 +147,7 @@ class SimulatedArm:
         # with torque off too (so `calibrate` can be run on either arm unattended).
         self.human = role == "leader" if human is None else human
         # Shaft position (raw steps) where the gripper closes on an object: closing further stalls
-        # it there, and its load rises to full (the "gripper squeezed" the effort stream shows).
+        # it there, and its load rises to its torque limit (until the overload protection trips).
         self.grip_object = grip_object
         if factory_new:
             self.servos = {1: Servo(1, return_delay)}
@@ -131,8 +159,20 @@ class SimulatedArm:
             for joint in calibration.joints:
                 if joint.id in self.servos:
                     self.servos[joint.id].load_calibration(joint.homing_offset, joint.range_min, joint.range_max)
-        self.time_constant_s = time_constant_s
+        for sid, servo in self.servos.items():
+            if sid in self.faults.hot:
+                servo.temperature = self.faults.hot[sid]
+            if self.faults.supply_v is not None:
+                servo.supply_v = self.faults.supply_v
+            if sid in self.faults.multi_turn:
+                servo.set("Phase", servo.get("Phase") | PHASE_MULTI_TURN)
+                servo.position += STEPS_PER_TURN * self.faults.multi_turn[sid]
+                servo.travel = (servo.travel[0] + STEPS_PER_TURN * self.faults.multi_turn[sid],
+                                servo.travel[1] + STEPS_PER_TURN * self.faults.multi_turn[sid])
+        self.adapter: Adapter = adapter(adapter_name)
+        self._delivery: Delivery | None = None
         self._human: HumanMotion = default_human
+        self.seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -142,6 +182,8 @@ class SimulatedArm:
         self.started = 0.0
         self.replies = 0
         self.requests = 0
+        # When each read was answered from (monotonic s): the true sample time a bus's stamp estimates.
+        self.latches: deque[float] = deque(maxlen=100_000)
         self.plugged = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -178,6 +220,7 @@ class SimulatedArm:
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
         self.port = os.ttyname(self._slave)
+        self._delivery = Delivery(self.adapter, self._master, self.seed)
         if self.link is not None:
             tmp = self.link.with_name(self.link.name + ".tmp")
             tmp.unlink(missing_ok=True)
@@ -187,6 +230,9 @@ class SimulatedArm:
 
     def _close_pty(self) -> None:
         self.plugged.clear()
+        if self._delivery is not None:
+            self._delivery.close()
+            self._delivery = None
         if self.link is not None and self.link.is_symlink():
             self.link.unlink()
         for fd in (self._master, self._slave):
@@ -206,21 +252,13 @@ class SimulatedArm:
         t = now - self.started
         human = self._human(t) if self.human else None
         for i, s in enumerate(self.servos.values()):
-            if s.get("Torque_Enable"):
-                # Torque_Limit scales how hard the servo pulls (a soft leader lags more).
-                strength = max(s.get("Torque_Limit"), 1) / 1000.0
-                target, tau = s.goal_physical(), self.time_constant_s / strength
-            elif human is not None and i < len(human):
-                target, tau = float(human[i]), 0.08
-            else:
-                s.velocity = 0.0
-                continue
-            k = 1.0 - math.exp(-dt / tau)
-            new = s.position + (target - s.position) * k
-            if self.grip_object is not None and s.id == GRIPPER_ID and new < self.grip_object <= s.position:
-                new = self.grip_object  # the jaws met the object: the gripper stalls on it
-            s.velocity = (new - s.position) / dt
-            s.position = new
+            if s.id in self.faults.silent and t >= self.faults.silent[s.id]:
+                s.silent = True
+            if s.id in self.faults.block and t >= self.faults.block[s.id] and s.blocked_at is None:
+                s.blocked_at = s.position
+            hand = float(human[i]) if human is not None and i < len(human) else None
+            grip = self.grip_object if s.id == GRIPPER_ID else None  # the jaws stall on the object
+            s.step(dt, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip)
 
     # -- serving --------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -262,11 +300,6 @@ class SimulatedArm:
                 self.requests += 1
                 self._answer(packet, arrival, host_baud)
 
-    def _sleep_until(self, deadline: float) -> None:
-        delay = deadline - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-
     def _host_baud(self) -> int | None:
         """The baud rate the host set on its end of the pty (None if not a standard rate)."""
         try:
@@ -281,15 +314,16 @@ class SimulatedArm:
         if f.stall_at is not None and f.stall_at <= t < f.stall_at + f.stall_for:
             return
         baud = host_baud or self.baudrate  # the line runs at the host's rate (the servos that hear it share it)
-        request_wire = self._wire(len(packet.params) + 6, baud)
+        # The request leaves the adapter on the next USB frame, then takes its wire time.
+        cursor = arrival + self.adapter.out_delay_s(arrival) + self._wire(len(packet.params) + 6, baud)
+        if packet.inst in (p.READ, p.SYNC_READ):
+            self.latches.append(cursor)
         with self._lock:
-            # A servo set to another baud than the host's hears only garbage.
-            listening = {sid: s for sid, s in self.servos.items() if host_baud in (None, s.baudrate)}
+            # A servo set to another baud than the host's hears only garbage; a hung one nothing.
+            listening = {sid: s for sid, s in self.servos.items()
+                         if host_baud in (None, s.baudrate) and not s.silent}
             replies = self._execute(packet, listening)
-        if not replies:
-            return
-        cursor = arrival + request_wire
-        out = bytearray()
+        chunks: list[tuple[float, bytes]] = []
         for servo, reply in replies:
             if self._rng.random() < f.drop:
                 continue
@@ -297,23 +331,19 @@ class SimulatedArm:
             if self._rng.random() < f.corrupt:
                 reply = reply[:-1] + bytes(((reply[-1] + 1) & 0xFF,))
             if self._rng.random() < f.noise:
-                out += bytes(self._rng.randrange(256) for _ in range(3))
-            out += reply
+                reply = bytes(self._rng.randrange(256) for _ in range(3)) + reply
             cursor += self._wire(len(reply), baud)
-        if not out:
-            return
-        self._sleep_until(cursor)
-        try:
-            os.write(self._master, bytes(out))
+            chunks.append((cursor, reply))
+        if chunks and self._delivery is not None:
+            self._delivery.schedule(chunks)
             self.replies += 1
-        except OSError:
-            pass
 
     def _wire(self, n_bytes: int, baud: int) -> float:
         return p.wire_time_ns(n_bytes, baud) / 1e9 if self.wire_time else 0.0
 
     def _status(self, servo: Servo, data: bytes = b"") -> tuple[Servo, bytes]:
-        return servo, p.status(servo.id, self.faults.error_bits.get(servo.id, 0), data)
+        """A status packet: the servo's own fault bits (Status) and any injected ones."""
+        return servo, p.status(servo.id, servo.faults | self.faults.error_bits.get(servo.id, 0), data)
 
     def _execute(self, pkt: p.Instruction, servos: dict[int, Servo]) -> list[tuple[Servo, bytes]]:
         """Apply one instruction; the status packets to send back (none for broadcasts but PING)."""

@@ -13,7 +13,8 @@ from teleop_flywheel.core.calibration import load_calibration
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
-from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
+from teleop_flywheel.hw.feetech.sim import FAULT_FORMS, Faults, SimulatedArm, parse_fault
+from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baud", type=int, default=BAUD_RATE, help="baud rate for wire-time emulation")
     parser.add_argument("--link", default=None, help="make this path a symlink to the pty (stable port name)")
     parser.add_argument("--fault", action="append", default=[], metavar="SPEC",
-                        help="drop:P | corrupt:P | noise:P | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER]")
+                        help=f"inject a fault (repeatable; T = seconds after start): {FAULT_FORMS}")
+    parser.add_argument("--adapter", choices=tuple(ADAPTERS), default="pty",
+                        help="USB-serial adapter timing to emulate: "
+                             + "; ".join(f"{name}: {a.description}" for name, a in ADAPTERS.items()))
     parser.add_argument("--return-delay", type=int, default=0, help="Return_Delay_Time register (2 us units)")
     parser.add_argument("--no-wire-time", action="store_true", help="answer instantly (no wire-time emulation)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for probabilistic faults")
@@ -54,7 +58,8 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
     calibration = load_calibration(args.calibration) if args.calibration else None  # CalibrationError: exit 2
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
-                       uncalibrated=args.uncalibrated, grip_object=args.grip_object)
+                       uncalibrated=args.uncalibrated, grip_object=args.grip_object,
+                       adapter_name=args.adapter)
     try:
         arm.start()
     except OSError as exc:
@@ -63,7 +68,8 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
     print(arm.port, flush=True)
     servos = "1 factory-new STS3215 (id 1)" if args.factory_new else "6 x STS3215, ids 1-6"
     print(f"sim-bus: {args.arm} arm ({servos}) on {arm.port}"
-          + (f" -> {args.link}" if args.link else "") + "; Ctrl-C to stop", file=sys.stderr, flush=True)
+          + (f" -> {args.link}" if args.link else "") + f" behind {arm.adapter.description}; Ctrl-C to stop",
+          file=sys.stderr, flush=True)
     while not stop.is_set():
         stop.wait(0.2)
     arm.stop()

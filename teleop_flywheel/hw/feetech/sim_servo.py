@@ -1,13 +1,40 @@
-"""The simulated SO-101's parts: one STS3215 servo as a control table plus a shaft, the SO-101's
-joint travel, and the scripted human who moves an arm whose torque is off (see sim.py)."""
+"""The simulated SO-101's parts: one STS3215 servo (control table, shaft, motor, protection), the
+SO-101's joint travel and gravity, and the scripted human who moves an arm whose torque is off.
+
+The servo is as unkind as the real one, because a simulator that forgives what the hardware
+punishes lets the driver's tests pass for the wrong reasons:
+
+- **top speed and acceleration**: the shaft never turns faster than ~4.7 rad/s at 12 V (less at a
+  lower supply, or Goal_Velocity when set) nor changes speed faster than Acceleration allows;
+- **load**: Present_Load is the position loop's effort (proportional to the tracking error, the
+  part gravity needs included), capped by Torque_Limit and Max_Torque_Limit;
+- **protection, as the firmware does it**: load above Overload_Torque % for Protection_Time, or
+  current above Protection_Current for Over_Current_Protection_Time, sets the overload (0x20) or
+  overcurrent (0x08) bit; temperature above Max_Temperature_Limit sets overheat (0x04); a supply
+  outside the voltage limits sets 0x01. A bit listed in Unloading_Condition cuts the torque
+  (Torque_Enable reads 0), otherwise the torque is held at Protective_Torque %. Overload and
+  overcurrent stay latched until the host writes Torque_Enable again; overheat and voltage last as
+  long as their cause. Every status packet carries the bits;
+- **heat**: the motor warms with the square of its load and cools toward the room;
+- **multi-turn**: with Phase bit 4 set, Present_Position counts whole turns (it can exceed 4095
+  or go negative); cleared, it wraps within one turn, as LeRobot configures it;
+- **gravity** (from the arm, `step(gravity=…)`): a torqued joint sags until its load carries the
+  weight; a joint without torque falls to its end stop.
+"""
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 
-from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW
+from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW, STEPS_PER_TURN
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, REGISTERS, TABLE_SIZE, register
+from teleop_flywheel.hw.feetech.control_table import (
+    BAUD_RATES,
+    PHASE_MULTI_TURN,
+    REGISTERS,
+    TABLE_SIZE,
+    register,
+)
 
 SERVO_IDS = (1, 2, 3, 4, 5, 6)
 GRIPPER_ID = 6
@@ -15,8 +42,26 @@ GRIPPER_ID = 6
 JOINT_RANGES: dict[int, tuple[int, int]] = {
     1: (900, 3200), 2: (800, 3300), 3: (850, 3100), 4: (850, 3200), 5: (200, 3900), 6: (2000, 3300),
 }
+# Gravity on the SO-101 (fraction of an STS3215's maximum torque, arm stretched out horizontally):
+# shoulder_lift carries the whole arm, elbow_flex the forearm. The load falls with the cosine of
+# the angle from horizontal, taken at the middle of the travel, and pulls toward the low stop.
+GRAVITY: dict[int, float] = {2: 0.22, 3: 0.10}
+WRAPPING_JOINTS = (5,)  # wrist_roll turns freely: its shaft may pass a whole turn
+
+STEPS_PER_RAD = STEPS_PER_TURN / (2 * math.pi)
+TOP_SPEED_RAD_S = 4.7  # 0.222 s per 60° at 12 V, no load (Feetech's STS3215 12 V figure)
+MAX_ACCEL_STEPS_S2 = 100_000.0  # what the motor does with Acceleration 0 (no profile)
 LOAD_PER_STEP_ERROR = 8.0  # Present_Load units per step of tracking error: full torque at ~125 steps
+POSITION_TAU_S = 0.04  # the position loop's time constant at full Torque_Limit
+FALL_SPEED_RAD_S = 2.0  # a limp joint's speed when gravity pulls it down (friction included)
+FRICTION = 0.05  # fraction of maximum torque a limp joint holds against gravity
+HEAT_C_PER_S = 0.6  # warming at full load
+COOL_TAU_S = 150.0  # cooling toward the room
+AMBIENT_C = 30.0
+OVERHEAT_HYSTERESIS_C = 5.0
+SUPPLY_V = 12.0
 EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
+LATCHED_FAULTS = 0x20 | 0x08  # overload, overcurrent: cleared by the host enabling torque again
 
 HumanMotion = Callable[[float], Sequence[float]]
 """t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
@@ -33,9 +78,18 @@ def default_human(t: float) -> list[float]:
     return out
 
 
+def gravity_load(servo_id: int, position: float) -> float:
+    """Gravity's torque on a joint at a shaft position, as a signed fraction of maximum torque
+    (negative: toward the low end of travel)."""
+    weight = GRAVITY.get(servo_id, 0.0)
+    if not weight:
+        return 0.0
+    lo, hi = JOINT_RANGES[servo_id]
+    return -weight * math.cos((position - (lo + hi) / 2) / STEPS_PER_RAD)
+
 
 class Servo:
-    """One STS3215: a 128-byte control table plus a physical shaft position (raw steps)."""
+    """One STS3215: a 128-byte control table, a shaft (raw steps) and the motor's state."""
 
     def __init__(self, servo_id: int, return_delay: int, travel: tuple[int, int] = (0, MAX_RAW)) -> None:
         self.table = bytearray(TABLE_SIZE)
@@ -43,9 +97,18 @@ class Servo:
             self._put(reg.address, reg.size, reg.default)
         self._put(register("ID").address, 1, servo_id)
         self._put(register("Return_Delay_Time").address, 1, return_delay)
+        self.travel = travel
         lo, hi = travel
         self.position = (lo + hi) / 2.0
         self.velocity = 0.0
+        self.temperature = AMBIENT_C
+        self.supply_v = SUPPLY_V
+        self.faults = 0  # Status bits now set
+        self.blocked_at: float | None = None  # an obstacle holds the shaft here (fault injection)
+        self.silent = False  # the firmware hung: nothing is answered (fault injection)
+        self._overload_s = 0.0
+        self._overcurrent_s = 0.0
+        self._protected = False  # torque held at Protective_Torque (a fault not in Unloading_Condition)
         self.pending = b""  # REG_WRITE parameters waiting for ACTION
         self._put(register("Goal_Position").address, 2, int(self.position))
 
@@ -70,10 +133,16 @@ class Servo:
     def baudrate(self) -> int:
         return BAUD_RATES.get(self.get("Baud_Rate"), BAUD_RATE)
 
+    @property
+    def torque_on(self) -> bool:
+        return bool(self.get("Torque_Enable"))
+
     def write(self, address: int, data: bytes) -> None:
         """A host write: only writable bytes change (like the firmware, read-only ones are kept),
-        and EEPROM bytes only while the Lock register is 0."""
+        and EEPROM bytes only while the Lock register is 0. Enabling torque clears the latched
+        overload and overcurrent bits (the operator's re-enable)."""
         locked = bool(self.get("Lock"))
+        torque_at = register("Torque_Enable").address
         for i, byte in enumerate(data):
             addr = address + i
             if addr >= TABLE_SIZE:
@@ -83,6 +152,10 @@ class Servo:
             reg = next((r for r in REGISTERS if r.address <= addr < r.address + r.size), None)
             if reg is None or reg.writable:
                 self.table[addr] = byte
+            if addr == torque_at and byte:
+                self.faults &= ~LATCHED_FAULTS
+                self._overload_s = self._overcurrent_s = 0.0
+                self._protected = False
 
     def load_calibration(self, homing_offset: int, range_min: int, range_max: int) -> None:
         """Boot with the EEPROM a calibration wrote (what `calibrate` leaves in a real servo)."""
@@ -96,21 +169,128 @@ class Servo:
         goal = min(max(self.get("Goal_Position"), lo), hi)
         return goal + self.get("Homing_Offset")
 
+    # -- the motor ------------------------------------------------------------------------
+    def torque_cap(self) -> float:
+        """The most load the motor may exert now, in Present_Load units (0.1 %)."""
+        cap = min(self.get("Torque_Limit"), self.get("Max_Torque_Limit"))
+        if self._protected:
+            cap = min(cap, self.get("Protective_Torque") * 10)
+        return float(cap)
+
+    def top_speed(self) -> float:
+        """Steps per second: the motor's no-load speed at this supply, or Goal_Velocity if lower."""
+        speed = TOP_SPEED_RAD_S * STEPS_PER_RAD * self.supply_v / SUPPLY_V
+        goal_velocity = abs(self.get("Goal_Velocity"))
+        return min(speed, goal_velocity) if goal_velocity else speed
+
+    def acceleration(self) -> float:
+        """Steps per second² the motor may change speed by (Acceleration is in 100 steps/s²)."""
+        acc = self.get("Acceleration")
+        return acc * 100.0 if acc else MAX_ACCEL_STEPS_S2
+
+    def step(self, dt: float, gravity: float = 0.0, hand: float | None = None,
+             stop_below: float | None = None) -> None:
+        """Advance the shaft and the motor by `dt` seconds.
+
+        gravity: the arm's pull on this joint (fraction of maximum torque, signed); hand: where a
+        human's hand moves the shaft while the torque is off (None: no hand on it); stop_below: an
+        object the shaft closes on (a gripper's jaws meet it there and stall).
+        """
+        if dt <= 0:
+            return
+        holds = abs(gravity) * 1000.0 <= self.torque_cap() + FRICTION * 1000.0
+        if self.torque_on and holds:
+            strength = max(self.torque_cap(), 1.0) / 1000.0
+            # The loop's effort is proportional to the error; at rest it settles where that
+            # effort carries the weight (a sag of gravity / stiffness).
+            sag = gravity * 1000.0 / LOAD_PER_STEP_ERROR
+            wanted = (self.goal_physical() + sag - self.position) / (POSITION_TAU_S / strength)
+            limit = self.top_speed()
+            wanted = max(-limit, min(limit, wanted))
+            dv = self.acceleration() * dt
+            velocity = self.velocity + max(-dv, min(dv, wanted - self.velocity))
+        elif hand is not None:
+            velocity = (hand - self.position) * (1.0 - math.exp(-dt / 0.08)) / dt
+        elif abs(gravity) > FRICTION:
+            velocity = math.copysign(FALL_SPEED_RAD_S * STEPS_PER_RAD, gravity)
+        else:
+            velocity = 0.0
+        new = self.position + velocity * dt
+        lo, hi = self.travel
+        if self.id not in WRAPPING_JOINTS:
+            new = min(max(new, lo), hi)  # the joint's end stops
+        if stop_below is not None and new < stop_below <= self.position + 1e-9:
+            new = stop_below
+        if self.blocked_at is not None:
+            new = self.blocked_at  # an obstacle: the shaft does not move, the load builds
+        self.velocity = (new - self.position) / dt
+        self.position = new
+        self._protect(dt)
+
+    def _protect(self, dt: float) -> None:
+        """The firmware's protection: set fault bits, cut or limit torque as the EEPROM says."""
+        load = abs(self.load())
+        self.temperature += (HEAT_C_PER_S * (load / 1000.0) ** 2
+                             - (self.temperature - AMBIENT_C) / COOL_TAU_S) * dt
+        tripped = 0
+        if load > self.get("Overload_Torque") * 10:
+            self._overload_s += dt
+            if self._overload_s >= self.get("Protection_Time") * 0.01:
+                tripped |= 0x20
+        else:
+            self._overload_s = 0.0
+        if self.current_units() > self.get("Protection_Current"):
+            self._overcurrent_s += dt
+            if self._overcurrent_s >= self.get("Over_Current_Protection_Time") * 0.01:
+                tripped |= 0x08
+        else:
+            self._overcurrent_s = 0.0
+        limit_c = self.get("Max_Temperature_Limit")
+        if self.temperature > limit_c:
+            tripped |= 0x04
+        elif self.temperature < limit_c - OVERHEAT_HYSTERESIS_C:
+            self.faults &= ~0x04
+        volts = self.supply_v * 10
+        if not self.get("Min_Voltage_Limit") <= volts <= self.get("Max_Voltage_Limit"):
+            tripped |= 0x01
+        else:
+            self.faults &= ~0x01
+        self.faults |= tripped
+        if tripped and self.torque_on:
+            if tripped & self.get("Unloading_Condition"):
+                self.set("Torque_Enable", 0)
+            else:
+                self._protected = True
+
+    # -- what a read returns --------------------------------------------------------------
+    def present_position(self) -> int:
+        """Present_Position as the firmware reports it: within one turn, or counting turns when
+        Phase bit 4 is set."""
+        present = int(round(self.position)) - self.get("Homing_Offset")
+        if self.get("Phase") & PHASE_MULTI_TURN:
+            return max(-32767, min(32767, present))
+        return present % STEPS_PER_TURN
+
+    def current_units(self) -> int:
+        """Present_Current (6.5 mA units): ~2 A stalled at full torque, a little to hold."""
+        return abs(self.load()) * 300 // 1000 + (5 if self.torque_on else 0)
+
     def latch(self) -> None:
         """Refresh the read-only registers from the physical state (what a read returns)."""
-        present = int(round(self.position)) - self.get("Homing_Offset")
-        self.set("Present_Position", max(-4095, min(4095, present)))
+        self.set("Present_Position", self.present_position())
         self.set("Present_Velocity", int(max(-32767, min(32767, round(self.velocity)))))
         self.set("Present_Load", self.load())
+        self.set("Present_Voltage", int(round(self.supply_v * 10)))
+        self.set("Present_Temperature", int(round(self.temperature)))
+        self.set("Status", self.faults)
         self.set("Moving", 1 if abs(self.velocity) > 5 else 0)
-        # ~6.5 mA per unit; a stalled STS3215 at full torque draws ~2 A.
-        self.set("Present_Current", abs(self.load()) * 300 // 1000 + (5 if self.get("Torque_Enable") else 0))
+        self.set("Present_Current", self.current_units())
 
     def load(self) -> int:
         """Present_Load (0.1 % of max torque, signed): the position loop's effort, proportional to
-        how far the shaft is from its goal — small while tracking, full when blocked (a gripper
-        closed on an object). Zero with torque off."""
-        if not self.get("Torque_Enable"):
+        how far the shaft is from its goal, capped by the torque limits; zero with torque off."""
+        if not self.torque_on:
             return 0
+        cap = self.torque_cap()
         error = self.goal_physical() - self.position
-        return int(max(-1000, min(1000, error * LOAD_PER_STEP_ERROR)))
+        return int(max(-cap, min(cap, error * LOAD_PER_STEP_ERROR)))
