@@ -1,23 +1,29 @@
-"""Output safety for joint commands: limits clamp, max step per tick, stale-command watchdog.
+"""Output safety for joint commands: limits, a speed limit in rad/s, a bound on goal minus present,
+and a stale-command watchdog.
 
 Pure (no ROS), so the arm driver and the teleop node apply the *same* rules to what they send.
 
 Stable API (other modules import it):
 
     limits = JointLimits.from_dict({"shoulder_pan": (-1.9, 1.9), ...})   # radians
-    guard = CommandGuard(joint_names, limits, max_step=0.05, watchdog_ns=100_000_000)
+    guard = CommandGuard(joint_names, limits, max_speed=2.0, max_relative=0.35, watchdog_ns=100_000_000)
     guard.command(names, positions, stamp_ns)    # a new target arrives (any joint order/subset)
-    out = guard.step(current, now_ns)            # each control tick: the positions to send
-    guard.stale(now_ns) / guard.reset(current)   # watchdog state / re-seed after reconnect
-    guard.restart_from(current)                  # continue from where the arm is, keeping the target
+    out = guard.step(present, now_ns)            # each control tick: the positions to send
+    guard.stale(now_ns) / guard.reset(present)   # watchdog state / re-seed after reconnect
+    guard.restart_from(present)                  # continue from where the arm is, keeping the target
     guard.hold()                                 # stop where the last sent command is, now
 
 `step()` returns, per joint in `joint_names` order: the latest target clamped to limits, then
-moved toward from the last *sent* value by at most `max_step` (rad per tick). When no command has
-arrived within `watchdog_ns`, the target becomes the last sent value (hold) — the arm never keeps
-chasing an old target and nothing is extrapolated. Before the first command the guard holds the
-`current` position given to `step()`/`reset()`. Any feature can be disabled: `max_step=None`,
-`watchdog_ns=None`, or `JointLimits.unbounded()`.
+moved toward from the last *sent* value at no more than `max_speed` (rad/s, over the monotonic time
+since the previous step, counted at most `max_dt_ns`: a loop that stalled does not earn a jump),
+then kept within `max_relative` of the `present` position (LeRobot's `max_relative_target`: a joint
+that is blocked or lagging is never asked for more than that). So every far target — the first
+command after start, a replugged leader, a policy's first command, an authority change — is a move
+at bounded speed, never a snap. When no command has arrived within `watchdog_ns`, the target becomes
+the last sent value (hold): the arm never keeps chasing an old target and nothing is extrapolated.
+Before the first command the guard holds the `present` position given to `step()`/`reset()`. Any
+feature can be disabled: `max_speed=None`, `max_relative=None`, `watchdog_ns=None`, or
+`JointLimits.unbounded()`.
 """
 from __future__ import annotations
 
@@ -65,46 +71,53 @@ def limit_step(previous: float, target: float, max_step: float | None) -> float:
 
 @dataclass
 class GuardStats:
-    """Counters for diagnostics: how often each rule changed the output."""
+    """Counters for diagnostics: how often each rule changed the output (joint-ticks)."""
 
     commands: int = 0
     clamped: int = 0
     rate_limited: int = 0
+    relative_limited: int = 0
     stale_ticks: int = 0
 
 
 class CommandGuard:
-    """Composable limits + max-step + watchdog for one arm's command stream (see module doc)."""
+    """Limits + speed limit + goal-minus-present bound + watchdog for one arm's commands (module doc)."""
 
     def __init__(
         self,
         joint_names: Sequence[str],
         limits: JointLimits,
-        max_step: float | None = None,
+        max_speed: float | None = None,
+        max_relative: float | None = None,
         watchdog_ns: int | None = None,
+        max_dt_ns: int = 50_000_000,
     ) -> None:
-        if max_step is not None and max_step <= 0:
-            raise ValueError(f"max_step must be positive or None, got {max_step}")
-        if watchdog_ns is not None and watchdog_ns <= 0:
-            raise ValueError(f"watchdog_ns must be positive or None, got {watchdog_ns}")
+        for name, value in (("max_speed", max_speed), ("max_relative", max_relative), ("watchdog_ns", watchdog_ns)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
         self.joint_names = list(joint_names)
         self.limits = limits
-        self.max_step = max_step
+        self.max_speed = max_speed
+        self.max_relative = max_relative
         self.watchdog_ns = watchdog_ns
+        self.max_dt_ns = max_dt_ns
         self.stats = GuardStats()
         self._target: dict[str, float] = {}
         self._last_command_ns: int | None = None
         self._sent: list[float] | None = None
+        self._last_step_ns: int | None = None
 
-    def reset(self, current: Sequence[float] | None = None) -> None:
-        """Forget targets (e.g. after a reconnect) and hold `current` until a new command."""
+    def reset(self, present: Sequence[float] | None = None) -> None:
+        """Forget targets (e.g. after a reconnect) and hold `present` until a new command."""
         self._target = {}
         self._last_command_ns = None
-        self._sent = None if current is None else [float(v) for v in current]
+        self._sent = None if present is None else [float(v) for v in present]
+        self._last_step_ns = None
 
-    def restart_from(self, current: Sequence[float]) -> None:
-        """Rate-limit from `current` next tick (e.g. torque just came on) but keep target and its time."""
-        self._sent = [float(v) for v in current]
+    def restart_from(self, present: Sequence[float]) -> None:
+        """Move from `present` at the next step (e.g. torque just came on) but keep target and its time."""
+        self._sent = [float(v) for v in present]
+        self._last_step_ns = None
 
     def hold(self) -> None:
         """Make the last *sent* value the target: a hold stops motion at once instead of finishing
@@ -129,16 +142,25 @@ class CommandGuard:
     def has_command(self) -> bool:
         return self._last_command_ns is not None
 
+    @property
+    def sent(self) -> list[float] | None:
+        """The positions the last step returned (None before the first)."""
+        return None if self._sent is None else list(self._sent)
+
     def stale(self, now_ns: int) -> bool:
         """True when commands have been seen but none within the watchdog window."""
         if self.watchdog_ns is None or self._last_command_ns is None:
             return False
         return now_ns - self._last_command_ns > self.watchdog_ns
 
-    def step(self, current: Sequence[float], now_ns: int) -> list[float]:
-        """The positions to send this tick (joint_names order); `current` seeds the first hold."""
+    def step(self, present: Sequence[float], now_ns: int) -> list[float]:
+        """The positions to send this tick (joint_names order); `present` is where the arm is now
+        (it seeds the first hold and bounds goal minus present)."""
         if self._sent is None:
-            self._sent = [float(v) for v in current]
+            self._sent = [float(v) for v in present]
+        dt_ns = 0 if self._last_step_ns is None else min(max(now_ns - self._last_step_ns, 0), self.max_dt_ns)
+        self._last_step_ns = now_ns
+        max_step = None if self.max_speed is None else self.max_speed * dt_ns / 1e9
         stale = self.stale(now_ns)
         if stale:
             self.stats.stale_ticks += 1
@@ -151,9 +173,14 @@ class CommandGuard:
             target = self.limits.clamp(name, self._target[name])
             if target != self._target[name]:
                 self.stats.clamped += 1
-            value = limit_step(previous, target, self.max_step)
+            value = limit_step(previous, target, max_step)
             if value != target:
                 self.stats.rate_limited += 1
+            if self.max_relative is not None and i < len(present):
+                bounded = min(max(value, present[i] - self.max_relative), present[i] + self.max_relative)
+                if bounded != value:
+                    self.stats.relative_limited += 1
+                    value = bounded
             out.append(value)
         if stale:
             # Hold means hold: drop the old target so it is not resumed when a late command

@@ -184,6 +184,8 @@ class SimulatedArm:
         self.requests = 0
         # When each read was answered from (monotonic s): the true sample time a bus's stamp estimates.
         self.latches: deque[float] = deque(maxlen=100_000)
+        # Every change of a servo's Goal_Position: (monotonic s it took effect, servo id, raw goal).
+        self.goal_writes: deque[tuple[float, int, int]] = deque(maxlen=100_000)
         self.plugged = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -322,7 +324,11 @@ class SimulatedArm:
             # A servo set to another baud than the host's hears only garbage; a hung one nothing.
             listening = {sid: s for sid, s in self.servos.items()
                          if host_baud in (None, s.baudrate) and not s.silent}
+            goals = {sid: s.get("Goal_Position") for sid, s in listening.items()}
             replies = self._execute(packet, listening)
+            for sid, servo in listening.items():
+                if servo.get("Goal_Position") != goals[sid]:
+                    self.goal_writes.append((cursor, servo.id, servo.get("Goal_Position")))
         chunks: list[tuple[float, bytes]] = []
         for servo, reply in replies:
             if self._rng.random() < f.drop:

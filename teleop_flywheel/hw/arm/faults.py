@@ -1,0 +1,73 @@
+"""An arm's faults: what a servo says about itself, decoded, latched and made loud.
+
+An STS3215 protects itself: on overload, overcurrent or overheat it cuts its own torque (as its
+Unloading_Condition says) and sets a status bit that every reply carries. A joint that did so
+hangs limp while the others hold, so a fault is never a warning: it latches the arm into a hold
+that only an operator's reset ends (`ArmDriver.reset`). The driver latches a fault when:
+
+- a reply or the Status register carries a protection bit (voltage, angle sensor, overheat,
+  overcurrent, overload);
+- a servo that should hold reads Torque_Enable 0 (it cut its torque, or rebooted);
+- a servo stops answering (the others keep being read: it is named, not the whole arm blinded);
+- a temperature reaches `temperature_stop_c` (a temperature from `temperature_warn_c` is a warning).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from teleop_flywheel.hw.feetech.control_table import error_names
+
+PROTECTION_BITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+
+
+@dataclass(frozen=True)
+class Fault:
+    joint: str
+    servo_id: int
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.joint} (servo {self.servo_id}): {self.cause}"
+
+
+def status_cause(bits: int) -> str:
+    """What protection bits mean, e.g. 'overload (status 0x20)'."""
+    return f"{', '.join(error_names(bits & PROTECTION_BITS))} (status 0x{bits:02x})"
+
+
+@dataclass
+class FaultLatch:
+    """The faults latched since the last reset, the first per joint kept; and current warnings."""
+
+    latched: dict[str, Fault] = field(default_factory=dict)
+    warnings: dict[str, str] = field(default_factory=dict)
+
+    def latch(self, fault: Fault) -> bool:
+        """Latch `fault`; True if its joint had none yet (the moment to say so)."""
+        if fault.joint in self.latched:
+            return False
+        self.latched[fault.joint] = fault
+        return True
+
+    def clear(self) -> list[Fault]:
+        cleared = list(self.latched.values())
+        self.latched.clear()
+        return cleared
+
+    def __bool__(self) -> bool:
+        return bool(self.latched)
+
+    def summary(self) -> str:
+        return "; ".join(str(f) for f in self.latched.values())
+
+
+def temperature_fault(joint: str, servo_id: int, celsius: float, warn_c: float, stop_c: float,
+                      latch: FaultLatch) -> Fault | None:
+    """A Fault at or above `stop_c`; a warning in `latch.warnings` from `warn_c`; None below both."""
+    if celsius >= stop_c:
+        return Fault(joint, servo_id, f"temperature {celsius:.0f} °C reached the stop threshold {stop_c:g} °C")
+    if celsius >= warn_c:
+        latch.warnings[joint] = f"{joint} at {celsius:.0f} °C (stop at {stop_c:g} °C)"
+    else:
+        latch.warnings.pop(joint, None)
+    return None

@@ -1,0 +1,50 @@
+"""Force-limited grasp: a commanded close stops pressing once the gripper's load crosses a limit.
+
+A position-controlled gripper told to close fully on an object presses with all the torque it has
+until its overload protection trips (or it burns). The servo's load is its position loop's effort,
+proportional to how far the goal is beyond where the jaws are, so the goal is kept just beyond the
+jaws: on contact (load at the limit, pressing, the jaws stopped) the written goal becomes
+`present + direction × squeeze`, and `squeeze` is scaled each tick so the load settles at
+`HOLD_FRACTION` of the limit. A command that opens, or one that no longer reaches as deep, is
+passed through; jaws that move again (the object is gone) end the contact.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+HOLD_FRACTION = 0.8  # of the limit: the load held on an object
+STALLED_RAD_S = 0.5  # jaws slower than this are on something
+ADJUST = (0.7, 1.3)  # bounds of one tick's squeeze correction (a noisy load moves it a little)
+
+
+@dataclass
+class Grasp:
+    """One gripper's contact state; `goal()` each tick with the guard's goal (radians)."""
+
+    limit: float  # |effort| (fraction of max torque) that means contact; 0 = off
+    direction: float = 0.0  # +1 / -1 while pressing on an object, 0 otherwise
+    squeeze: float = 0.0  # rad beyond the jaws while in contact
+
+    @property
+    def holding(self) -> bool:
+        return self.direction != 0.0
+
+    def goal(self, goal: float, present: float, effort: float, velocity: float) -> float:
+        if self.limit <= 0:
+            return goal
+        depth = goal - present
+        if not self.holding:
+            if abs(effort) >= self.limit and effort * depth > 0 and abs(velocity) < STALLED_RAD_S:
+                self.direction = math.copysign(1.0, depth)
+                self.squeeze = abs(depth) * HOLD_FRACTION * self.limit / abs(effort)
+            else:
+                return goal
+        reach = depth * self.direction
+        if reach <= 0 or abs(velocity) >= STALLED_RAD_S:  # opening, or nothing between the jaws any more
+            self.direction = 0.0
+            return goal
+        if abs(effort) > 1e-3:
+            ratio = HOLD_FRACTION * self.limit / abs(effort)
+            self.squeeze *= min(max(ratio, ADJUST[0]), ADJUST[1])
+        return present + self.direction * min(self.squeeze, reach)
