@@ -3,9 +3,11 @@
 Servos leave the factory at id 1, so they cannot share a bus until each has its own id. As in
 LeRobot's procedure, the user connects ONE servo at a time (gripper first, then down the arm);
 for each, the command finds it at whatever baud it answers, refuses if more than one servo
-answers, checks the model number, unlocks its EEPROM, writes the joint's id and the bus baud,
-locks it again and verifies it by ping at the new id and baud. EEPROM writes happen here and in
-`calibrate` only — never at a session start.
+answers, checks the model number, unlocks its EEPROM, clears Phase bit 4 (multi-turn readings, as
+LeRobot does: with it set a turned shaft reads above 4095 and calibration cannot take an offset
+from it), writes the joint's id and the bus baud, locks it again and verifies all of it by reading
+back at the new id and baud. EEPROM writes happen here and in `calibrate` only — never at a
+session start.
 
 `--non-interactive --joint NAME` configures exactly the one connected servo as NAME (tests, CI).
 """
@@ -15,7 +17,7 @@ import argparse
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, PartialFailure, UsageError
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_IDS, JOINT_NAMES, MODEL_NUMBER
-from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, require_port
+from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, clear_multi_turn, multi_turn, require_port
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
 
@@ -52,6 +54,7 @@ def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
             raise SetupError(f"{port}: servo {sid} is model {model}, not an STS3215 ({MODEL_NUMBER})")
         bus.write_register(sid, "Torque_Enable", 0)
         bus.write_register(sid, "Lock", 0)
+        cleared = clear_multi_turn(bus, sid)
         if sid != target:
             bus.write_register(sid, "ID", target, ack=False)  # it answers as its new id
         if current_baud != baud:
@@ -60,7 +63,11 @@ def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
         bus.write_register(target, "Lock", 1)
         if bus.ping(target) != MODEL_NUMBER or bus.scan() != [target]:
             raise SetupError(f"{port}: the servo did not come back as id {target} at {baud} baud")
-    return f"{joint}: servo id {sid} @ {current_baud} baud -> id {target} @ {baud} baud, verified"
+        if multi_turn(bus, target):
+            raise SetupError(f"{port}: servo {target} kept Phase bit 4 (multi-turn readings) set after it was "
+                             "cleared; run setup-motors again (if it stays set, this servo's firmware refuses the write)")
+    return (f"{joint}: servo id {sid} @ {current_baud} baud -> id {target} @ {baud} baud"
+            + (", multi-turn readings turned off (Phase bit 4 cleared)" if cleared else "") + ", verified")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
