@@ -117,7 +117,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         leader_arm.set_human(lambda t: pose)
         graph.driver("leader", leader_arm)
         follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"],
-                                max_step_rad=0.2)
+                                max_speed_rad_s=4.7)
         probe = graph.add(Probe(graph.context, "follower"))
         wait_for(lambda: follower.arm.guard.stats.commands > 200, 60, "follower receiving leader states")
         # calibration was written: homing offsets and limits in the follower's control table
@@ -128,8 +128,10 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
                     s.get("Return_Delay_Time"), s.get("Torque_Enable")) == (j.homing_offset, j.range_min,
                                                                             j.range_max, 0, 1)
         # At rest the physical shafts agree to a few steps although the arms' homing offsets differ:
-        # the units went through both calibrations correctly (independent of machine load).
-        wait_for(lambda: max(abs(f - ld) for f, ld in zip(follower_arm.positions(), leader_arm.positions())) < 4,
+        # the units went through both calibrations correctly (independent of machine load). Gravity
+        # sags the follower's shoulder and elbow by what their load needs (~27 steps at most).
+        sag = [4, 30, 30, 4, 4, 4]
+        wait_for(lambda: all(abs(f - ld) < s for f, ld, s in zip(follower_arm.positions(), leader_arm.positions(), sag)),
                  60, "follower shafts at the leader's pose")
         # Moving: a hand at half the default speed (on a loaded box the loop may drop far below
         # 200 Hz; the per-tick max step, tested on its own below, must not be what limits here).
@@ -182,7 +184,7 @@ def test_mirror_cli_exits_zero() -> None:
 def test_limits_clamp_command(graph: Graph, follower_arm: SimulatedArm) -> None:
     upper = [1.9] * 6
     upper[0] = 0.3
-    driver = graph.driver("follower", follower_arm, joint_upper_limits=upper, max_step_rad=0.0)
+    driver = graph.driver("follower", follower_arm, joint_upper_limits=upper)
     probe = graph.add(Probe(graph.context, "follower"))
     wait_for(lambda: probe.states, what="joint states")
     cal = driver.arm.calibration
@@ -195,32 +197,32 @@ def test_limits_clamp_command(graph: Graph, follower_arm: SimulatedArm) -> None:
     assert driver.arm.guard.stats.clamped > 0
 
 
-def test_max_step_limits_goal_per_tick(graph: Graph, follower_arm: SimulatedArm) -> None:
-    step = 0.004  # rad per tick = 2.6 steps
-    driver = graph.driver("follower", follower_arm, max_step_rad=step, watchdog_ms=0.0)
+def test_speed_limits_the_goal_in_rad_per_second(graph: Graph, follower_arm: SimulatedArm) -> None:
+    speed = 0.8  # rad/s: 0.4 rad takes 0.5 s whatever the loop's rate
+    driver = graph.driver("follower", follower_arm, max_speed_rad_s=speed, watchdog_ms=0.0)
     probe = graph.add(Probe(graph.context, "follower"))
     wait_for(lambda: probe.states, what="joint states")
     cal = driver.arm.calibration["shoulder_pan"]
-    start_goal = goal_raw(follower_arm, 1)
     start = probe.latest()
-    ticks0 = driver.arm.state.ticks
     probe.send(dict(start, shoulder_pan=start["shoulder_pan"] + 0.4))
-    samples = []
     target_raw = cal.rad_to_raw(start["shoulder_pan"] + 0.4)
+    writes: list[tuple[float, int]] = []
     deadline = time.monotonic() + 60
-    while goal_raw(follower_arm, 1) != target_raw and time.monotonic() < deadline:
-        samples.append((driver.arm.state.ticks, goal_raw(follower_arm, 1)))
-        time.sleep(0.002)
-    assert goal_raw(follower_arm, 1) == target_raw
-    per_tick_steps = step / (2 * math.pi / 4095)
-    assert any(start_goal < g < target_raw for _, g in samples), "no intermediate goal seen"
-    for ticks, g in samples:
-        assert abs(g - start_goal) <= (ticks - ticks0 + 1) * per_tick_steps + 1
-    assert driver.arm.state.ticks - ticks0 >= 0.4 / step - 1
+    while (not writes or writes[-1][1] != target_raw) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        writes = [(t, g) for t, sid, g in list(follower_arm.goal_writes) if sid == 1]
+    assert writes[-1][1] == target_raw
+    moving = [(t, g) for t, g in writes if g != writes[0][1]]
+    assert len(moving) > 10, "no intermediate goals seen"
+    steps_per_rad = 1 / (2 * math.pi / 4095)
+    for (t0, g0), (t1, g1) in zip(moving, moving[1:]):
+        assert abs(g1 - g0) <= speed * (t1 - t0) * steps_per_rad * 1.05 + 1, (t1 - t0, g1 - g0)
+    assert moving[-1][0] - moving[0][0] >= 0.4 / speed * 0.9
+    assert driver.arm.guard.stats.rate_limited > 0
 
 
 def test_watchdog_holds_when_commands_stop(graph: Graph, follower_arm: SimulatedArm) -> None:
-    driver = graph.driver("follower", follower_arm, max_step_rad=0.002, watchdog_ms=100.0)
+    driver = graph.driver("follower", follower_arm, max_speed_rad_s=0.4, watchdog_ms=100.0)
     probe = graph.add(Probe(graph.context, "follower"))
     wait_for(lambda: probe.states, what="joint states")
     start = probe.latest()
@@ -253,7 +255,9 @@ def test_leader_follows_then_releases(graph: Graph, tmp_path: Path) -> None:
 
         wait_for(lambda: (probe.send(target), torque(1))[1], what="leader torque on")
         assert all(s.get("Torque_Limit") == 250 for s in arm.servos.values())
-        wait_for(lambda: (probe.send(target), all(abs(v - 0.25) < 0.02 for v in probe.latest().values()))[1],
+        # Gravity sags shoulder_lift and elbow_flex (held at 25 % torque) by what their load needs.
+        tolerance = {name: 0.06 if name in ("shoulder_lift", "elbow_flex") else 0.02 for name in JOINT_NAMES}
+        wait_for(lambda: (probe.send(target), all(abs(v - 0.25) < tolerance[n] for n, v in probe.latest().items()))[1],
                  60, "leader at the commanded pose")
         probe.cmd.publish(joint_state([], [], now_ns()))  # pedal down: empty command
         wait_for(lambda: torque(0), what="torque released on empty command")
@@ -297,10 +301,11 @@ def test_diagnostics_report_servo_health(graph: Graph, tmp_path: Path) -> None:
         probe = graph.add(Probe(graph.context, "follower"))
         port = str(arm.link)
 
-        def warned() -> bool:
-            return any(lvl == 1 and "elbow_flex" in msg for lvl, msg in probe.diag_levels(port))
+        def faulted() -> bool:
+            return any(lvl == 2 and "elbow_flex (servo 3): overheat" in msg for lvl, msg in probe.diag_levels(port))
 
-        wait_for(warned, 60, "WARN naming the overheating servo")
+        wait_for(faulted, 60, "ERROR naming the overheating servo")
+        wait_for(lambda: "shoulder_pan.temperature_c" in driver.arm.health().values, 10, "the slow read")
         values = driver.arm.health().values
         assert values["elbow_flex.error_bits"] == "0x04 (overheat)"
         assert values["shoulder_pan.error_bits"] == "0x00"

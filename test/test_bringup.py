@@ -23,7 +23,6 @@ from teleop_flywheel.hw.bringup.usb_adapter import SYSFS_ENV
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import JOINT_RANGES, SERVO_IDS, default_human
 
 CLI = [sys.executable, "-m", "teleop_flywheel.cli"]
 
@@ -154,12 +153,7 @@ def test_setup_motors_clears_multi_turn_on_a_factory_servo(tmp_path: Path) -> No
 def test_calibrate_clears_multi_turn_and_calibrates(tmp_path: Path) -> None:
     """A servo a turn past reads above 4095 with Phase bit 4 set: its offset would not fit ±2047."""
     link, out = tmp_path / "follower", tmp_path / "c.yaml"
-    arm = SimulatedArm("follower", uncalibrated=True, human=True, link=link, faults=Faults(multi_turn={3: 1}))
-    # The scripted human aims at the joints' single-turn travel (JOINT_RANGES); the elbow's shaft is
-    # a turn past it, so the hand moves each shaft within its own travel.
-    shift = {sid: servo.travel[0] - JOINT_RANGES[sid][0] for sid, servo in arm.servos.items()}
-    arm.set_human(lambda t: [x + shift[sid] for sid, x in zip(SERVO_IDS, default_human(t))])
-    with arm:
+    with SimulatedArm("follower", uncalibrated=True, human=True, link=link, faults=Faults(multi_turn={3: 1})) as arm:
         with FeetechBus(str(link)) as bus:
             assert bus.read_register(3, "Present_Position")[0] > 4095
         done = cli("calibrate", "--port", str(link), "--arm", "follower", "--out", str(out), "--non-interactive", "3")

@@ -252,7 +252,7 @@ def test_trigger_label_from_pedal_buttons(teleop_factory) -> None:
 def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     """A silent policy (while it drives) and a silent leader (while the human does) each hold the
     last command sent — stopping a rate-limited move where it is — and WARN on /diagnostics."""
-    probe = teleop_factory(max_step_rad=0.002, stale_ms=100.0)  # 0.4 rad/s: a move of 1 rad takes 2.5 s
+    probe = teleop_factory(max_speed_rad_s=0.4, stale_ms=100.0)  # a move of 1 rad takes 2.5 s
     probe.drive(lambda: bool(probe.commands), "policy driving")
     probe.inputs["policy"] = 1.0
     probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
@@ -399,3 +399,90 @@ def test_a_pedal_in_teleop_mode_marks_a_labelled_correction_and_never_changes_au
     during = [a for t, a in probe.authority if t >= t_down]
     assert during and all(a[0] == 1.0 and a[1] == 0.0 and a[2] == 0.0 for a in during), "authority never changed"
     assert all(v == pytest.approx(0.2, abs=1e-6) for t, v in probe.commands_since(t_down))
+
+
+def _published_since(probe: Probe, t_ns: int) -> list[float]:
+    return [v for _t, v in probe.commands_since(t_ns)]
+
+
+def test_an_e_stop_holds_the_follower_until_reset(teleop_factory) -> None:
+    probe = teleop_factory()
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    result = probe.call(Trigger, "/teleop/estop", Trigger.Request())
+    assert result.success
+    held = probe.commands[-1][1]
+    probe.inputs["policy"] = 1.0
+    t0 = now_ns()
+    probe.drive(lambda: now_ns() - t0 > 300_000_000, "300 ms e-stopped")
+    assert set(_published_since(probe, t0)) == {held}, "the e-stopped node moved the follower"
+    probe.drive(lambda: any("e-stop" in m for _l, m in probe.diagnostics), "the e-stop on /diagnostics")
+    result = probe.call(Trigger, "/teleop/reset", Trigger.Request())
+    assert result.success and "e-stop" in result.message
+    t1 = now_ns()
+    probe.drive(lambda: probe.commands[-1][1] == pytest.approx(1.0), "the policy drives again")
+    cmds = probe.commands_since(t1)
+    slopes = [abs(v1 - v0) / ((b - a) / 1e9) for (a, v0), (b, v1) in zip(cmds, cmds[1:]) if b - a > 2_000_000]
+    assert max(slopes) <= 2.0 * 1.05, "resumed at bounded speed"
+
+
+def test_a_pedal_lost_during_a_takeover_holds_until_it_is_back(teleop_factory) -> None:
+    """An unplugged pedal used to end the takeover: the policy about to fail got the arm back."""
+    probe = teleop_factory()
+    probe.drive(lambda: 6 in probe.leader_cmds, "policy driving, leader tracking")
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0) and probe.commands[-1][1] == pytest.approx(0.2),
+                "takeover", DOWN)
+    probe.joy([])  # the pedal node lost its device
+    probe.inputs.update(leader=0.5, policy=-0.5)
+    t0 = now_ns()
+    probe.drive(lambda: now_ns() - t0 > 400_000_000, "400 ms without a pedal")
+    got = _published_since(probe, t0 + 50_000_000)
+    # Held where it was when the loss arrived (the leader's new input may have come in a tick before it).
+    assert len(set(got)) == 1 and got[0] == pytest.approx(0.2, abs=0.02), f"neither drives: {got}"
+    assert probe.alpha == pytest.approx(1.0) and probe.events[-1]["end_ns"] is None, "the takeover is not ended"
+    probe.drive(lambda: any(level == DiagnosticStatus.ERROR and "pedal was lost" in m
+                            for level, m in probe.diagnostics), "an ERROR naming the lost pedal")
+    probe.drive(lambda: probe.alpha == 0.0 and probe.commands[-1][1] == pytest.approx(-0.5), "pedal back, up", UP)
+
+
+def test_a_held_arm_holds_the_teleop_node(teleop_factory) -> None:
+    probe = teleop_factory()
+    fault = probe.node.create_publisher(DiagnosticStatus, "/follower/fault", LATCHED_QOS)
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    fault.publish(DiagnosticStatus(level=DiagnosticStatus.ERROR, name="follower arm",
+                                   message="servo fault: elbow_flex (servo 3): overload (status 0x20)"))
+    probe.drive(lambda: any("follower arm held" in m for _l, m in probe.diagnostics), "the hold reported")
+    held = probe.commands[-1][1]
+    probe.inputs["policy"] = 1.0
+    t0 = now_ns()
+    probe.drive(lambda: now_ns() - t0 > 300_000_000, "300 ms held")
+    assert set(_published_since(probe, t0)) == {held}
+    fault.publish(DiagnosticStatus(level=DiagnosticStatus.OK, name="follower arm", message="not held"))
+    probe.drive(lambda: probe.commands[-1][1] == pytest.approx(1.0), "driving again once the arm is reset")
+
+
+def test_the_leader_gripper_maps_to_the_same_fraction_of_the_followers_range(teleop_factory, tmp_path) -> None:
+    """A leader whose trigger travels less than the follower's jaws still opens and closes them fully."""
+    import yaml
+
+    from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+    docs = {role: yaml.safe_load(sim_calibration_file(role).read_text()) for role in ("leader", "follower")}
+    docs["leader"]["joints"]["gripper"].update(range_min=2400, range_max=2900)  # a short trigger
+    files = {}
+    for role, doc in docs.items():
+        files[role] = tmp_path / f"{role}.yaml"
+        files[role].write_text(yaml.safe_dump(doc))
+    leader, follower = (load_calibration(files[r])["gripper"] for r in ("leader", "follower"))
+    probe = teleop_factory(mode="teleop", leader_calibration_file=files["leader"],
+                           follower_calibration_file=files["follower"])
+    gripper_cmds: list[float] = []
+    probe.node.create_subscription(JointState, "/follower/joint_command",
+                                   lambda m: gripper_cmds.append(m.position[5]), STREAM_QOS)
+    t_open = float(leader.raw_to_rad(leader.range_max))  # the trigger fully open
+    pub = probe.pubs["leader"]
+    deadline = time.monotonic() + 30
+    want = float(follower.raw_to_rad(follower.range_max))
+    while not (gripper_cmds and gripper_cmds[-1] == pytest.approx(want, abs=1e-3)):
+        assert time.monotonic() < deadline, f"gripper command {gripper_cmds[-1:]} never reached {want}"
+        pub.publish(joint_state(JOINT_NAMES, [0.0] * 5 + [t_open], now_ns()))
+        time.sleep(0.01)
+    assert t_open < want - 0.5, "by angle the follower's jaws would have stayed half closed"

@@ -236,3 +236,28 @@ def load_calibration(path: str | Path) -> ArmCalibration:
 def sim_calibration_file(role: str) -> Path:
     """The shipped calibration matching the simulated arm of `role` (leader|follower)."""
     return config_path(f"calibration/{role}_sim.yaml")
+
+
+@dataclass(frozen=True)
+class ArmPair:
+    """Leader ↔ follower positions (radians): the body joints are the same angle on both arms (each
+    is 0 at its calibrated middle); the gripper is the same *fraction* of each arm's calibrated range
+    (LeRobot's 0–100), so a leader whose trigger travels less than the follower's jaws still opens and
+    closes them fully. Without both calibrations every joint passes through unchanged."""
+
+    leader: ArmCalibration | None = None
+    follower: ArmCalibration | None = None
+
+    def to_follower(self, positions: Sequence[float]) -> list[float]:
+        return self._map(positions, self.leader, self.follower)
+
+    def to_leader(self, positions: Sequence[float]) -> list[float]:
+        return self._map(positions, self.follower, self.leader)
+
+    @staticmethod
+    def _map(positions: Sequence[float], src: ArmCalibration | None, dst: ArmCalibration | None) -> list[float]:
+        out = [float(p) for p in positions]
+        if src is not None and dst is not None:
+            i = JOINT_NAMES.index(GRIPPER)
+            out[i] = float(dst[GRIPPER].lerobot_to_rad(src[GRIPPER].rad_to_lerobot(out[i])))
+        return out

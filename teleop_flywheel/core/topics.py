@@ -40,6 +40,12 @@ def arm_command(role: str) -> str:
     return f"{role}/joint_command"
 
 
+def arm_fault(role: str) -> str:
+    """`<role>/fault` (diagnostic_msgs/DiagnosticStatus, latched): the arm's hold — a servo fault or
+    an e-stop — as it begins and ends (level ERROR/WARN while held, OK once reset)."""
+    return f"{role}/fault"
+
+
 def camera_image(name: str) -> str:
     """`cameras/<name>/image/compressed`."""
     return f"{CAMERA_PREFIX}{name}/image/compressed"
@@ -54,8 +60,10 @@ def camera_name(topic: str) -> str | None:
 
 
 # What a session records (cameras are added per session).
+LEADER_FAULT = arm_fault("leader")
+FOLLOWER_FAULT = arm_fault("follower")
 RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, AUTHORITY,
-            INTERVENTION, PEDAL_JOY, DIAGNOSTICS)
+            INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
 
 # Nodes whose services other nodes call (relative: `recorder` in a namespaced rig is
 # `/<namespace>/recorder`), and their services (relative to the node: `~/start`).
@@ -63,6 +71,8 @@ RECORDER_NODE = "recorder"
 TELEOP_NODE = "teleop"
 RECORDER_START, RECORDER_STOP, RECORDER_DISCARD, RECORDER_STATUS = "start", "stop", "discard", "status"
 SET_POLICY_MODE = "set_policy_mode"
+# The e-stop and its reset, on the teleop node and on each arm driver (std_srvs/Trigger, relative to the node).
+ESTOP, RESET = "estop", "reset"
 
 
 def label_service(trigger: str) -> str:

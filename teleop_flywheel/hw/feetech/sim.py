@@ -258,7 +258,9 @@ class SimulatedArm:
                 s.silent = True
             if s.id in self.faults.block and t >= self.faults.block[s.id] and s.blocked_at is None:
                 s.blocked_at = s.position
-            hand = float(human[i]) if human is not None and i < len(human) else None
+            # The hand moves the joint within its travel, which a multi-turn servo counts turns past.
+            turns = STEPS_PER_TURN * self.faults.multi_turn.get(s.id, 0)
+            hand = float(human[i]) + turns if human is not None and i < len(human) else None
             grip = self.grip_object if s.id == GRIPPER_ID else None  # the jaws stall on the object
             s.step(dt, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip)
 

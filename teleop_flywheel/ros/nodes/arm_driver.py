@@ -2,17 +2,28 @@
 
 A thin node over `hw.arm.ArmDriver` (configure, tick, safety, torque, reconnect — no ROS): its
 bus loop runs in this node's thread at `rate_hz` and every sample is published on
-`<role>/joint_states`, stamped with the bus's arrival time less the wire time
-(`Reading.stamp_ns`, CLOCK_MONOTONIC) converted to ROS time (`common.stamp`). The command
-watchdog runs on the driver's own monotonic clock (when a command arrived), never on a header
-stamp. `<role>/joint_command` sets the target (the shared `safety.CommandGuard`: limits, max step per tick, stale-command hold);
-for a leader an EMPTY position list releases the torque at once. `/diagnostics` once a second:
-connection, loop rate, bus and guard counters, voltage/temperature/fault bits per servo; a lost
-port is ERROR naming it while the loop reconnects with backoff (and one line on the console).
+`<role>/joint_states`, stamped with the bus's estimate of when the servos latched the sample
+(`Reading.stamp_ns`, CLOCK_MONOTONIC) converted to ROS time (`common.stamp`); a servo that stopped
+answering is left out of the message (its name missing), the others go on. The command watchdog
+runs on the driver's own monotonic clock (when a command arrived), never on a header stamp.
+`<role>/joint_command` sets the target (the shared `safety.CommandGuard`: the calibrated range
+narrowed by `joint_*_limits`, `max_speed_rad_s`, `max_relative_target_rad`, stale-command hold);
+for a leader an EMPTY position list releases the torque at once.
+
+Faults and the e-stop (`hw.arm.faults`): a servo that protected itself (overload, overcurrent,
+overheat, voltage), cut its torque, stopped answering or reached `temperature_stop_c` latches a
+hold: every goal frozen where the arm was, commands ignored, ERROR on `/diagnostics` and on
+`<role>/fault` (latched DiagnosticStatus, what the teleop node holds on and the validator rejects
+as SERVO_FAULT), until the operator calls `~/reset` (std_srvs/Trigger), which re-enables the servos
+that cut their torque. `~/estop` (std_srvs/Trigger) holds the same way — or cuts torque, with
+`estop_cuts_torque` — latched until `~/reset`. `/diagnostics` once a second and at once when a
+hold begins or ends: connection, achieved against configured rate (a rate the adapter cannot give
+is WARN), per-read latency, bus and guard counters, voltage/temperature/fault bits per servo; a
+lost port is ERROR naming it while the loop reconnects with backoff (and one line on the console).
 `JointState.effort` is Present_Load as a signed fraction of the servo's maximum torque (−1..1).
 Every parameter is read-only (a running arm's port, calibration and safety settings do not
-change under it). On exit the bus thread stops first, then torque is released unless
-`torque_on_exit`.
+change under it). On exit the bus thread stops first, then torque is released (each servo checked)
+unless `torque_on_exit`.
 
 Safe by default on real hardware: a port is real unless the session that started its simulator
 says `simulated: true`. A real port needs a calibration file of its own (refused at start with
@@ -28,19 +39,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.safety import CommandGuard
-from teleop_flywheel.core.so101 import BAUD_RATE, DEFAULT_LIMITS_RAD, JOINT_NAMES
-from teleop_flywheel.core.topics import DIAGNOSTICS, arm_command, arm_state
-from teleop_flywheel.hw.arm import ROLES, ArmDriver, Reading, effective_limits
+from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
+from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, RESET, arm_command, arm_fault, arm_state
+from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
+from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
+    LATCHED_QOS,
     STREAM_QOS,
     diag_array,
     diag_status,
@@ -50,7 +64,7 @@ from teleop_flywheel.ros.nodes.common import (
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
-_LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way
+_LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way: the defaults leave the calibrated range
 
 
 @dataclass
@@ -61,18 +75,32 @@ class ArmDriverParams(NodeParams):
     baudrate: int = spec(BAUD_RATE, "bus baud rate", range=(9600, 1_000_000))
     calibration_file: str = spec("", "calibration YAML (or LeRobot JSON) of this arm, made by teleop-flywheel calibrate")
     simulated: bool = spec(False, "the port is a simulator this session started (allows simulator calibrations)")
-    max_step_rad: float = spec(0.05, "largest change of a joint's goal per tick (rad); 0 = off", range=(0.0, 1.0))
+    max_speed_rad_s: float = spec(2.0, "fastest any joint's goal may move (rad/s): a far target is approached at "
+                                  "this speed, never snapped to (the STS3215 tops out near 4.7)", range=(0.1, 4.7))
+    max_relative_target_rad: float = spec(0.35, "largest goal minus present position of any joint (rad), as "
+                                          "LeRobot's max_relative_target; 0 = off", range=(0.0, 6.3))
     watchdog_ms: float = spec(100.0, "hold position when no command for this long (ms); 0 = off",
                               range=(0.0, 10_000.0))
     torque_on_exit: bool = spec(False, "keep torque on when the node exits")
-    joint_lower_limits: list[float] = spec([lo for lo, _ in DEFAULT_LIMITS_RAD.values()],
-                                           "lower joint limits (rad), joint order of so101.JOINT_NAMES",
+    joint_lower_limits: list[float] = spec([_LIMIT[0]] * len(JOINT_NAMES),
+                                           "lower joint limits (rad), joint order of so101.JOINT_NAMES; the "
+                                           "calibrated range is always the outer bound (the default)",
                                            range=_LIMIT, length=len(JOINT_NAMES))
-    joint_upper_limits: list[float] = spec([hi for _, hi in DEFAULT_LIMITS_RAD.values()],
-                                           "upper joint limits (rad), joint order of so101.JOINT_NAMES",
+    joint_upper_limits: list[float] = spec([_LIMIT[1]] * len(JOINT_NAMES),
+                                           "upper joint limits (rad), joint order of so101.JOINT_NAMES; the "
+                                           "calibrated range is always the outer bound (the default)",
                                            range=_LIMIT, length=len(JOINT_NAMES))
     leader_torque_limit: int = spec(300, "Torque_Limit while the leader follows commands", range=(0, 1000))
-    slow_period_s: float = spec(1.0, "period of voltage/temperature/status reads (s)", range=(0.05, 60.0))
+    slow_period_s: float = spec(1.0, "period of voltage/temperature/status/torque reads (s)", range=(0.05, 60.0))
+    acceleration: int = spec(DEFAULT_ACCELERATION, "the servos' Acceleration register (100 steps/s² units; "
+                             "254 = LeRobot's, a snap)", range=(0, 254))
+    grip_force_limit: float = spec(0.2, "follower gripper: a close stops pressing at this load (fraction of the "
+                                   "servo's maximum torque, below its 0.25 overload setting); 0 = off",
+                                   range=(0.0, 1.0))
+    temperature_warn_c: float = spec(55.0, "a servo this hot is a warning (°C)", range=(20.0, 70.0))
+    temperature_stop_c: float = spec(65.0, "a servo this hot holds the arm until reset (°C); the servo cuts its "
+                                     "own torque at 70", range=(20.0, 70.0))
+    estop_cuts_torque: bool = spec(False, "~/estop cuts torque (the arm falls limp) instead of holding")
 
 
 class ArmDriverNode(Node):
@@ -89,13 +117,27 @@ class ArmDriverNode(Node):
         except ValueError as exc:
             raise ParameterError(self.get_fully_qualified_name(), "joint_lower_limits/joint_upper_limits",
                                  [p.joint_lower_limits, p.joint_upper_limits], str(exc)) from None
-        guard = CommandGuard(JOINT_NAMES, limits, max_step=p.max_step_rad or None,
+        guard = CommandGuard(JOINT_NAMES, limits, max_speed=p.max_speed_rad_s,
+                             max_relative=p.max_relative_target_rad or None,
                              watchdog_ns=int(p.watchdog_ms * 1e6) or None)
-        self.arm = ArmDriver(FeetechBus(p.port, p.baudrate), calibration, guard, p.role, p.leader_torque_limit,
-                             p.slow_period_s, log=self._log)
+        try:
+            config = ArmConfig(role=p.role, leader_torque_limit=p.leader_torque_limit, slow_period_s=p.slow_period_s,
+                               acceleration=p.acceleration, grip_force_limit=p.grip_force_limit,
+                               temperature_warn_c=p.temperature_warn_c, temperature_stop_c=p.temperature_stop_c,
+                               estop_cuts_torque=p.estop_cuts_torque)
+        except ValueError as exc:
+            raise ParameterError(self.get_fully_qualified_name(), "temperature_warn_c/temperature_stop_c",
+                                 [p.temperature_warn_c, p.temperature_stop_c], str(exc)) from None
         self._pub = self.create_publisher(JointState, arm_state(p.role), STREAM_QOS)
         self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
+        self._fault = self.create_publisher(DiagnosticStatus, arm_fault(p.role), LATCHED_QOS)
+        self._fault_state: tuple[str, str] | None = None
+        self._diag_lock = threading.Lock()  # the timer and the bus thread (a hold begins) both publish
+        self.arm = ArmDriver(FeetechBus(p.port, p.baudrate), calibration, guard, config, log=self._log,
+                             on_change=self._publish_diagnostics)
         self.create_subscription(JointState, arm_command(p.role), self._on_command, CONTROL_QOS)
+        self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
+        self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         self.create_timer(1.0, self._publish_diagnostics)
         self._closed = False
         self._stop = threading.Event()
@@ -125,8 +167,22 @@ class ArmDriverNode(Node):
 
     def _publish(self, reading: Reading) -> None:
         """Bus thread: one sample out, stamped at the bus."""
-        self._pub.publish(joint_state(JOINT_NAMES, reading.positions, reading.stamp_ns, reading.velocities,
+        self._pub.publish(joint_state(reading.names, reading.positions, reading.stamp_ns, reading.velocities,
                                       reading.efforts, frame_id=self.arm.calibration.arm_id))
+
+    def _srv_estop(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        self.arm.estop("~/estop called")
+        response.success = True
+        response.message = (f"{self.arm.role} arm e-stopped: "
+                            + ("torque cut" if self.arm.config.estop_cuts_torque else "holding") + " until ~/reset")
+        return response
+
+    def _srv_reset(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        holding = self.arm.state.holding
+        self.arm.reset()
+        response.success = True
+        response.message = f"{self.arm.role} arm reset" + (f" (was: {holding})" if holding else " (nothing held)")
+        return response
 
     def _on_command(self, msg: JointState) -> None:
         if not msg.position:
@@ -135,10 +191,24 @@ class ArmDriverNode(Node):
         self.arm.command(msg.name, msg.position, now_ns())
 
     def _publish_diagnostics(self) -> None:
+        """Once a second, and from the bus thread the moment a hold begins or ends."""
+        with self._diag_lock:
+            self._publish_diagnostics_locked()
+
+    def _publish_diagnostics_locked(self) -> None:
         health = self.arm.health(self.params.values.rate_hz)
         self.arm.acknowledge()
-        self._diag.publish(diag_array([diag_status(f"{self.get_name()}: {self.arm.role} arm", health.level,
-                                                   health.message, health.values, hardware_id=self.arm.port)]))
+        status = diag_status(f"{self.get_name()}: {self.arm.role} arm", health.level, health.message, health.values,
+                             hardware_id=self.arm.port)
+        self._diag.publish(diag_array([status]))
+        holding = self.arm.state.holding
+        fault = ("ERROR" if self.arm.state.faults else "WARN" if holding else "OK",
+                 holding or f"{self.arm.role} arm not held")
+        if fault != self._fault_state:
+            self._fault_state = fault
+            self._fault.publish(diag_status(f"{self.arm.role} arm", fault[0], fault[1],
+                                            {"servo_fault": self.arm.state.faults.summary(),
+                                             "estop": self.arm.state.estop}, hardware_id=self.arm.port))
 
     def close(self) -> None:
         """Stop the bus thread (it publishes no more), then release torque unless torque_on_exit. Idempotent."""

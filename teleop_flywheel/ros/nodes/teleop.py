@@ -11,11 +11,26 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
   `intervention` for a takeover from the policy, `correction` for the pedal pressed in teleop
   mode, which marks "I reached in" and never changes authority).
 - services: `~/set_policy_mode` (std_srvs/SetBool: true = policy, false = teleop; the same as
-  setting the `mode` parameter) and `~/label/<trigger>` (std_srvs/Trigger, one per trigger label;
-  success false with the blender's reason when the label is refused).
+  setting the `mode` parameter), `~/label/<trigger>` (std_srvs/Trigger, one per trigger label;
+  success false with the blender's reason when the label is refused), `~/estop` and `~/reset`
+  (std_srvs/Trigger; below).
 - parameters (`TeleopParams`): `mode`, `blend_duration_ms`, `stale_ms` and `label_window_ms` take
   effect at run time (a new blend duration applies to a ramp under way from its current α);
-  `rate_hz` and `max_step_rad` are read-only.
+  `rate_hz`, `max_speed_rad_s` and the calibration files are read-only.
+
+What is sent goes through the same `safety.CommandGuard` as the arm driver's: the follower's
+calibrated range (`follower_calibration_file`) and `max_speed_rad_s`, so a far target — a policy's
+first command, an authority change towards a far pose, a leader plugged back in elsewhere — is
+approached at bounded speed and what is recorded is what the follower can do. The leader's gripper
+is mapped to the follower's as the same fraction (0–100) of each calibrated range (`ArmPair`), both
+ways (the leader tracks the follower while the policy drives).
+
+Holds latched until the operator's `~/reset` (each stops the follower where it was last sent;
+neither the policy nor the leader drives): `~/estop`; a pedal lost in the middle of a takeover
+(the pedal node says so with a Joy without buttons) — the policy that was about to fail must not get
+the arm back because a cable came out, and the human no longer holds authority either; the pedal
+coming back also ends it, its state deciding who drives. A hold of an arm driver
+(`<role>/fault`: a servo fault or its own e-stop) holds the teleop node for as long as it lasts.
 
 A tick runs when a leader sample arrives (so leader→command latency is one callback, not a
 timer period) and from a `rate_hz` timer when no leader sample came in the last period (so
@@ -40,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState, Joy
@@ -48,6 +63,7 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool, Trigger
 
 from teleop_flywheel.core.blending import BLEND_MS_DEFAULT, BLEND_MS_RANGE, AuthorityBlender
+from teleop_flywheel.core.calibration import ArmPair, load_calibration
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.episode import Intervention
 from teleop_flywheel.core.labels import (
@@ -58,11 +74,12 @@ from teleop_flywheel.core.labels import (
     mode_code,
     trigger_code,
 )
-from teleop_flywheel.core.safety import CommandGuard
-from teleop_flywheel.core.so101 import JOINT_NAMES, default_limits
+from teleop_flywheel.core.safety import CommandGuard, JointLimits
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     DIAGNOSTICS,
+    ESTOP,
     FOLLOWER_COMMAND,
     FOLLOWER_STATE,
     INTERVENTION,
@@ -70,6 +87,8 @@ from teleop_flywheel.core.topics import (
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
+    RESET,
+    arm_fault,
 )
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
@@ -96,7 +115,12 @@ class TeleopParams(NodeParams):
     rate_hz: float = spec(200.0, "tick rate when no leader sample arrives (Hz)", range=(1.0, 2000.0))
     stale_ms: float = spec(100.0, "an input older than this is stale: hold, never extrapolate (ms)",
                            range=(1.0, 10_000.0), read_only=False)
-    max_step_rad: float = spec(0.05, "largest change of any joint command per tick (rad)", range=(1e-4, 1.0))
+    max_speed_rad_s: float = spec(2.0, "fastest any joint's command may move (rad/s), as the arm driver's",
+                                  range=(0.01, 4.7))
+    leader_calibration_file: str = spec("", "the leader's calibration: with the follower's, the gripper is mapped "
+                                        "0-100 of each range (empty: by angle, as for a leader built like the follower)")
+    follower_calibration_file: str = spec("", "the follower's calibration: its range limits the commands (empty: "
+                                          "the arm driver alone limits them)")
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
                                   range=(0.0, 600_000.0), read_only=False)
 
@@ -125,7 +149,14 @@ class TeleopNode(Node):
         self.rate_hz = p.rate_hz
         self.blender = AuthorityBlender(mode=p.mode, blend_ms=p.blend_duration_ms, stale_ms=p.stale_ms,
                                         label_window_ms=p.label_window_ms)
-        self.guard = CommandGuard(JOINT_NAMES, default_limits(), max_step=p.max_step_rad)
+        leader = load_calibration(p.leader_calibration_file) if p.leader_calibration_file else None
+        follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
+        self.arms = ArmPair(leader, follower)
+        limits = JointLimits.from_dict(follower.rad_limits()) if follower else JointLimits.unbounded()
+        self.guard = CommandGuard(JOINT_NAMES, limits, max_speed=p.max_speed_rad_s)
+        self._latched = {"estop": "", "pedal": ""}  # holds only ~/reset ends (the pedal's also its return)
+        self._arm_holds: dict[str, str] = {}  # role -> what its driver says while it holds
+        self._pedal_lost = False
         self._follower: list[float] | None = None
         self._last_tick_ns = 0
         self._buttons: list[int] = []
@@ -143,7 +174,12 @@ class TeleopNode(Node):
         self.create_subscription(JointState, POLICY_COMMAND, self._on_policy, CONTROL_QOS)
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_follower, CONTROL_QOS)
         self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)
+        for role in ("leader", "follower"):
+            self.create_subscription(DiagnosticStatus, arm_fault(role),
+                                     lambda m, r=role: self._on_arm_hold(r, m), LATCHED_QOS)
         self.create_service(SetBool, "~/set_policy_mode", self._srv_mode)
+        self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
+        self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         for label in TRIGGER_LABELS:
             self.create_service(Trigger, f"~/label/{label}", self._label_service(label))
         self.create_timer(1.0 / self.rate_hz, self._on_timer)
@@ -168,8 +204,8 @@ class TeleopNode(Node):
         positions = _ordered(msg)
         if positions is None:
             return
-        with self._lock:
-            self.blender.human(positions, msg_stamp_ns(msg))  # ROS time back to monotonic: staleness
+        with self._lock:  # ROS time back to monotonic: staleness
+            self.blender.human(self.arms.to_follower(positions), msg_stamp_ns(msg))
             self._tick(now_ns())
 
     def _on_policy(self, msg: JointState) -> None:
@@ -188,6 +224,16 @@ class TeleopNode(Node):
         stamp = msg_stamp_ns(msg)  # the kernel's event time, on this node's monotonic clock
         buttons = list(msg.buttons)
         with self._lock:
+            if not buttons:  # the pedal node lost its device
+                if not self._pedal_lost:
+                    self._pedal_lost = True
+                    if self.blender.takeover:
+                        self._latch("pedal", "the pedal was lost during a takeover: holding until it is back "
+                                             "or ~/reset (then the policy resumes)")
+                return
+            if self._pedal_lost:
+                self._pedal_lost = False
+                self._latched["pedal"] = ""  # back: its state decides who drives, through the normal ramp
             previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
             self._buttons = buttons
             if buttons and bool(buttons[0]) != bool(previous[0]):
@@ -219,6 +265,40 @@ class TeleopNode(Node):
             self._publish_events()
         return response
 
+    def _latch(self, kind: str, reason: str) -> None:
+        if not self._latched[kind]:
+            self.get_logger().error(f"holding the follower: {reason}")
+        self._latched[kind] = reason
+        self._tick(now_ns())
+
+    def _on_arm_hold(self, role: str, msg: DiagnosticStatus) -> None:
+        with self._lock:
+            if msg.level == DiagnosticStatus.OK:
+                self._arm_holds.pop(role, None)
+            else:
+                self._arm_holds[role] = f"{role} arm held ({msg.message})"
+
+    def _srv_estop(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            self._latch("estop", "e-stop (~/estop)")
+        response.success, response.message = True, "teleop e-stopped: the follower holds until ~/reset"
+        return response
+
+    def _srv_reset(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """Clear the e-stop and a lost-pedal hold; a pedal still lost counts as up (the policy resumes
+        through the normal ramp in policy mode)."""
+        with self._lock:
+            cleared = [r for r in self._latched.values() if r]
+            self._latched = {"estop": "", "pedal": ""}
+            if self._pedal_lost and self.blender.pedal_down:
+                t = now_ns()
+                self.blender.pedal(False, t, t)
+                self._buttons = []
+                self._publish_events()
+        response.success = True
+        response.message = "reset: " + ("; ".join(cleared) if cleared else "nothing held")
+        return response
+
     def _srv_mode(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
         """The same as setting the `mode` parameter (one path, so the parameter always tells the mode)."""
         mode = "policy" if request.data else "teleop"
@@ -243,14 +323,21 @@ class TeleopNode(Node):
         if policy_alone:
             if self._follower is not None:
                 self._leader_released = False
-                self._leader_pub.publish(joint_state(JOINT_NAMES, self._follower, t))
+                self._leader_pub.publish(joint_state(JOINT_NAMES, self.arms.to_leader(self._follower), t))
         elif not self._leader_released:
             self._leader_released = True
             self._leader_pub.publish(joint_state([], [], t))  # empty = release torque now
 
+    def _held(self) -> str:
+        """Why the follower must hold whatever the inputs say ("" = it need not)."""
+        return "; ".join([r for r in self._latched.values() if r] + list(self._arm_holds.values()))
+
     def _tick(self, t: int) -> None:
         self._last_tick_ns = t
         out = self.blender.tick(t)
+        held = self._held()
+        if held:
+            out.holding, out.reason = True, held
         begins = bool(out.reason) and out.reason != self._hold_reason
         self._hold_reason = out.reason
         if out.reason:
@@ -293,6 +380,8 @@ class TeleopNode(Node):
                   "unlabelled": unlabelled, "corrections": len(self.blender.corrections),
                   "unlabelled_corrections": unlabelled_c, "held_ticks": sum(holds.values()),
                   "clamped": self.guard.stats.clamped, "rate_limited": self.guard.stats.rate_limited}
+        values["held"] = self._held()
+        values["pedal_lost"] = self._pedal_lost
         if self._hold_reason:
             message = f"holding: {self._hold_reason}"
         elif holds:
@@ -300,7 +389,9 @@ class TeleopNode(Node):
         else:
             message = "; ".join([f"unlabelled interventions {unlabelled}"] * bool(unlabelled)
                                 + [f"unlabelled corrections {unlabelled_c}"] * bool(unlabelled_c)) or "ok"
-        level = "OK" if message == "ok" else "WARN"
+        level = "OK" if message == "ok" else "ERROR" if self._arm_holds or self._latched["pedal"] else "WARN"
+        if self._pedal_lost and level == "OK":
+            message, level = "the pedal is lost: no takeover is possible until it is back", "WARN"
         self._diag_pub.publish(diag_array([diag_status(f"{self.get_name()}: authority", level, message, values)]))
 
 

@@ -327,6 +327,9 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             "mode": "teleop" if human_only else "policy",
             "blend_duration_ms": cfg.blend_duration_ms,
             "rate_hz": cfg.teleop_rate_hz,
+            # the drivers' calibrations: the follower's range limits commands, the grippers map 0-100
+            "leader_calibration_file": cfg.leader_calibration,
+            "follower_calibration_file": cfg.follower_calibration,
         }),
     ]
     if not human_only:
