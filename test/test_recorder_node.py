@@ -545,3 +545,38 @@ def test_clock_probe_is_a_fixed_mechanism_chosen_at_start(graph: Graph, tmp_path
     meta = EpisodeMeta.from_strings(read_metadata_yaml(only_bag(tmp_path / "bags"))["custom_data"])
     assert meta.ptp_offset_ns == -27
     assert argv_log.read_text().splitlines() == ["-u", "-b", "0", "GET TIME_STATUS_NP"]
+
+
+@pytest.mark.parametrize("hot_c", [66.0, None])
+def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_path: Path,
+                                                               hot_c: float | None) -> None:
+    """A real arm driver latches a servo fault (a servo past temperature_stop_c); its latched
+    `follower/fault` is recorded with the episode and the validator rejects it as SERVO_FAULT. A
+    healthy arm's episode has no such reason."""
+    from teleop_flywheel.core.calibration import sim_calibration_file
+    from teleop_flywheel.data import validate as val
+    from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+    from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
+
+    faults = Faults(hot={3: hot_c}) if hot_c else Faults()
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=faults) as arm:
+        driver = graph.add(ArmDriverNode("follower_arm", context=graph.context, parameter_overrides=[
+            Parameter("port", value=str(arm.link)), Parameter("role", value="follower"), Parameter("simulated", value=True),
+            Parameter("calibration_file", value=str(sim_calibration_file("follower"))),
+            Parameter("slow_period_s", value=0.1)]))
+        out = tmp_path / "bags"
+        rec = recorder(graph, out, ["/follower/joint_states", "/follower/fault"], outcome="success")
+        wait_for(subscribed(rec, "/follower/joint_states"), 30)
+        if hot_c:
+            wait_for(lambda: bool(driver.arm.state.faults), 30, "the fault latched")
+            wait_for(subscribed(rec, "/follower/fault"), 30)
+        assert graph.call("/recorder/start").success
+        wait_for(lambda: rec.status()["messages"] > 300, 30, "an episode's worth of joint states")
+        assert graph.call("/recorder/stop").success
+        driver.close()  # while its arm is still there to let go
+    report = val.validate_bag((str(only_bag(out)), val.ValidateConfig.load()))
+    faults_found = [r for r in report.reasons if r.code == "SERVO_FAULT"]
+    if hot_c:
+        assert faults_found and "elbow_flex (servo 3): temperature 66 °C" in faults_found[0].detail, report.reasons
+    else:
+        assert not faults_found, report.reasons

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE, camera_image
+from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.data import timebase
 from teleop_flywheel.data.content_checks import camera_lags, tracking_lag, tracking_warnings
@@ -35,6 +35,7 @@ from teleop_flywheel.data.reasons import (
     FRAME_GAP,
     MISSING_STREAM,
     OUTCOME_UNSET,
+    SERVO_FAULT,
     UNLABELLED_INTERVENTION,
     Reason,
     Supplied,
@@ -44,6 +45,7 @@ from teleop_flywheel.recording.camera_lag import LagEstimate
 from teleop_flywheel.recording.cdr import CdrError
 from teleop_flywheel.recording.reader import Bag
 
+FAULT_LEVEL = 2  # diagnostic_msgs/DiagnosticStatus.ERROR: an arm held for a servo fault (WARN: an e-stop)
 # Streams whose receive-minus-stamp latency is checked. Not the pedal's Joy: its takeover is
 # published only after the debounce window (30 ms) with the kernel's event time, by design.
 STAMPED_TYPES = (JOINT_STATE, COMPRESSED_IMAGE)
@@ -147,6 +149,24 @@ def _interventions(ep: EpisodeMeta, authority: np.ndarray | None) -> list[Reason
             if iid not in known and not np.any(trig[ids == iid] > 0):
                 out.append(Reason(UNLABELLED_INTERVENTION, f"intervention {iid} on {AUTHORITY} never got a trigger label",
                                   {"intervention_id": int(iid)}))
+    return out
+
+
+def _servo_faults(bag: Bag) -> list[Reason]:
+    """An arm held for a servo fault during the episode (its `<role>/fault` at ERROR, the latched one
+    it started with included): a joint hung limp or the arm froze, so it demonstrates nothing."""
+    out = []
+    for topic in (LEADER_FAULT, FOLLOWER_FAULT):
+        if topic not in bag.topics:
+            continue
+        try:
+            faults = [s.message for s in bag.decode(topic) if s.level == FAULT_LEVEL]
+        except Exception as exc:  # noqa: BLE001 - whatever rosbags raises on bytes that are not the type
+            out.append(Reason(CORRUPT, f"{topic}: undecodable ({exc})", {"stream": topic}))
+            continue
+        if faults:
+            out.append(Reason(SERVO_FAULT, f"{topic}: {faults[0]}" + (f" (+{len(faults) - 1} more)" if faults[1:] else ""),
+                              {"stream": topic, "faults": faults}))
     return out
 
 
@@ -268,6 +288,7 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
         reasons.append(Reason(OUTCOME_UNSET, "outcome was never set (success/failure)" if not foreign else
                               "no episode metadata and no --outcome given"))
     reasons += _interventions(ep, ins.decoded.authority.values if ins.decoded and ins.decoded.authority else None)
+    reasons += _servo_faults(bag)
     if ins.decoded is not None and cfg.command_topic == ins.decoded.command.name:
         reasons += _dead_air(ins.decoded.command.stamps_ns, ins.decoded.command.values, cfg)
     if ins.decoded is not None:

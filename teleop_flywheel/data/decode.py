@@ -32,9 +32,11 @@ from teleop_flywheel.core.bag_topics import (
     AUTHORITY,
     DIAGNOSTICS,
     FOLLOWER_COMMAND,
+    FOLLOWER_FAULT,
     FOLLOWER_STATE,
     INTERVENTION,
     LEADER_COMMAND,
+    LEADER_FAULT,
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
@@ -55,7 +57,8 @@ STRING = "std_msgs/msg/String"
 EXPECTED_TYPES = {FOLLOWER_STATE: JOINT_STATE, FOLLOWER_COMMAND: JOINT_STATE, LEADER_STATE: JOINT_STATE,
                   LEADER_COMMAND: JOINT_STATE, POLICY_COMMAND: JOINT_STATE, AUTHORITY: JOINT_STATE,
                   INTERVENTION: STRING, PEDAL_JOY: "sensor_msgs/msg/Joy",
-                  DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray"}
+                  DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray",
+                  LEADER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus", FOLLOWER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus"}
 AUTHORITY_FIELDS = ["alpha", "intervention_id", "trigger"]
 _STRUCTURE = {"calibration": dict, "cameras": list, "topics": list, "interventions": list, "clock_start": dict,
               "clock_end": dict, "clock_samples": list, "drops": dict, "extra": dict, "corrections": list}
