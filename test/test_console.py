@@ -6,6 +6,7 @@ import os
 import pty
 import re
 import sys
+import time
 
 import pytest
 from terminal import read_until
@@ -144,3 +145,60 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     assert "attempts: '4'" in (bags[0] / "metadata.yaml").read_text()
     doc = json.loads((bags[0] / "verdict.json").read_text())
     assert doc["verdict"] == "FAIL" and "MISSING_STREAM" in doc["codes"] and doc["decision"]["action"] == "keep"
+
+
+def test_escape_e_stops_the_arms_and_the_teleop_node_and_r_resets(tmp_path) -> None:
+    """The console's e-stop reaches every node that can move the follower, at once."""
+    pytest.importorskip("rclpy")
+    import threading
+
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from teleop_flywheel.core.calibration import sim_calibration_file
+    from teleop_flywheel.hw.feetech.sim import SimulatedArm
+    from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
+    from teleop_flywheel.ros.nodes.teleop import TeleopNode
+
+    rclpy.init()
+    executor = MultiThreadedExecutor()
+    nodes = []
+    pid = -1
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        try:
+            arm_node = ArmDriverNode("follower_arm", parameter_overrides=[
+                Parameter("port", value=str(arm.link)), Parameter("role", value="follower"),
+                Parameter("simulated", value=True), Parameter("calibration_file", value=str(sim_calibration_file("follower")))])
+            teleop = TeleopNode("teleop")
+            nodes = [arm_node, teleop]
+            for n in nodes:
+                executor.add_node(n)
+            threading.Thread(target=executor.spin, daemon=True).start()
+            pid, fd = pty.fork()
+            if pid == 0:
+                os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "console"])
+            read_until(fd, r"ESC E-STOP", 60)
+            os.write(fd, b"\x1b")
+            read_until(fd, r"estop: ok", 30)
+            deadline = time.monotonic() + 30
+            while not (arm_node.arm.state.estop and teleop._held()):
+                assert time.monotonic() < deadline, "the e-stop did not reach both nodes"
+                time.sleep(0.05)
+            assert all(s.torque_on for s in arm.servos.values())  # held, not dropped
+            os.write(fd, b"r")
+            while arm_node.arm.state.estop or teleop._held():
+                assert time.monotonic() < deadline + 30, "the reset did not reach both nodes"
+                time.sleep(0.05)
+            os.write(fd, b"q")
+            os.waitpid(pid, 0)
+            pid = -1
+        finally:
+            if pid > 0:
+                os.kill(pid, 9)
+            for n in nodes:
+                getattr(n, "close", lambda: None)()
+            executor.shutdown()
+            for n in nodes:
+                n.destroy_node()
+            rclpy.shutdown()

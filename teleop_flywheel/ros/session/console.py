@@ -4,7 +4,9 @@ It talks to the nodes only through their topics and services: it subscribes
 `/teleop/authority`, `/teleop/intervention`, `/recorder/status` and `/diagnostics`, and its
 keys call `/recorder/{start,stop,discard,keep}` (std_srvs/Trigger), set the episode outcome and
 attempts with the standard `/recorder/set_parameters` service, and switch mode / label the
-intervention through the teleop node's services. The recorder's status brings the verdict of the
+intervention through the teleop node's services. Esc is the e-stop: `~/estop` of the teleop node
+and of both arm drivers at once, each called the moment its service is known (never queued behind
+another key's wait); `r` calls their `~/reset` (the arms' latched servo faults too). The recorder's status brings the verdict of the
 last episode (validated at stop), which the screen shows with what to do about it. The screen is redrawn a few times a second with plain
 ANSI codes, so it works over ssh and in any terminal.
 """
@@ -23,17 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_JOY, RECORDER_NODE, TELEOP_NODE
+from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_NODE, RESET, TELEOP_NODE
 from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
+ARM_NODES = ("follower_arm", "leader_arm")  # the session graph's arm drivers
 
 
 class ConsoleNode:
     """rclpy wiring: subscriptions update a ConsoleState; actions become service calls."""
 
     def __init__(self, state: ConsoleState, recorder: str = RECORDER_NODE, teleop: str = TELEOP_NODE,
-                 context: Any = None) -> None:
+                 context: Any = None, arms: tuple[str, ...] = ARM_NODES) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rcl_interfaces.srv import SetParameters
@@ -61,6 +64,8 @@ class ConsoleNode:
                                          for a in ("start", "stop", "discard", "keep")}
         self._rec_params: Any = n.create_client(SetParameters, f"{recorder}/set_parameters")
         self._mode: Any = n.create_client(SetBool, f"{teleop}/set_policy_mode")
+        self._stops: dict[str, list[Any]] = {a: [n.create_client(Trigger, f"{node}/{a}") for node in (*arms, teleop)]
+                                             for a in (ESTOP, RESET)}
         self._label: dict[str, Any] = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
         # Terminal fallback for rigs without a foot pedal: the space bar toggles the takeover on
         # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
@@ -112,6 +117,13 @@ class ConsoleNode:
 
         if action in self._trigger:
             call(self._trigger[action], Trigger.Request(), action)
+        elif action in self._stops:
+            for client in self._stops[action]:
+                if client.service_is_ready():
+                    client.call_async(Trigger.Request()).add_done_callback(self._report(action))
+                else:
+                    call(client, Trigger.Request(), action)
+            self.state.message = "E-STOP sent: the arms hold until r (reset)" if action == ESTOP else "reset sent"
         elif action in ("outcome", "attempts"):
             value: str | int = int(arg) if action == "attempts" else arg
             req = SetParameters.Request(parameters=[Parameter(action, value=value).to_parameter_msg()])

@@ -27,6 +27,10 @@ KEYS: dict[str, tuple[str, str]] = {
     "t": ("mode", "teleop"),
     "q": ("quit", ""),
     " ": ("pedal", "toggle"),  # terminal fallback for rigs without a foot pedal
+    # E-stop: Esc (an arrow key's escape sequence starts with it too: it stops rather than nothing),
+    # and r resets it, the arms' latched faults included.
+    "\x1b": ("estop", ""),
+    "r": ("reset", ""),
     **{str(i + 1): ("trigger", label) for i, label in enumerate(TRIGGER_LABELS)},
 }
 
@@ -133,8 +137,8 @@ class ConsoleState:
         labels = "  ".join(f"{i + 1}={label}" for i, label in enumerate(TRIGGER_LABELS))
         if keys:
             lines.append("")
-            lines.append("keys: s start  e stop  x discard  k keep  y success  n failure  a+digit attempts  "
-                         "p policy  t teleop  space take over/hand back  q quit")
+            lines.append("keys: ESC E-STOP  r reset  s start  e stop  x discard  k keep  y success  n failure")
+            lines.append("      a+digit attempts  p policy  t teleop  space take over/hand back  q quit")
         lines.append(f"trigger: {labels}")
         if self.message:
             lines.append(f"> {self.message}")
