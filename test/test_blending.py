@@ -212,3 +212,26 @@ def test_a_label_goes_to_the_latest_span_of_either_kind() -> None:
     assert [c.trigger for c in b.corrections] == ["too_slow"]
     with pytest.raises(ValueError, match="no intervention or correction"):
         AuthorityBlender().label("other", 0)
+
+
+def test_a_ramp_between_far_commands_is_stretched_to_the_speed_limit() -> None:
+    """An authority change towards a far target moves no faster than max_speed, on a smooth ramp:
+    at 150 ms a 0.6 rad gap would ask for 6.3 rad/s, which the guard would then cut into a kink."""
+    ms = 1_000_000
+    for gap, max_speed in ((0.6, 2.0), (0.1, 2.0), (0.6, None)):
+        b = AuthorityBlender(mode="policy", blend_ms=150.0, max_speed=max_speed)
+        b.human([gap], 0)
+        b.policy([0.0], 0)
+        b.tick(0)
+        b.pedal(True, 0)
+        cmds = []
+        for k in range(0, 2000):
+            b.human([gap], k * ms)
+            b.policy([0.0], k * ms)
+            cmds.append(b.tick(k * ms).command[0])
+        speed = max(abs(b1 - a1) / 1e-3 for a1, b1 in zip(cmds, cmds[1:]))
+        done_ms = next(k for k, c in enumerate(cmds) if c >= gap - 1e-9)
+        if max_speed is not None and gap * math.pi / 2 / 0.150 > 0.8 * max_speed:
+            assert speed <= 0.8 * max_speed + 1e-6 and done_ms > 150, (speed, done_ms)
+        else:
+            assert done_ms == pytest.approx(150, abs=1) and speed == pytest.approx(gap * math.pi / 2 / 0.150, rel=0.01)

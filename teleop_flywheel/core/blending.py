@@ -4,7 +4,11 @@ In `policy` mode the policy drives and the operator takes over with the pedal: p
 ramps α (the human's weight) 0→1, pedal up ramps it 1→0, both along a raised cosine over
 `blend_ms` (default 150, accepted 20–1000). A reversal mid-ramp continues from the current
 α — it never jumps. The command sent is α·human + (1−α)·policy, then the follower's safety
-guard (limits, max step). Every takeover is an `Intervention` with an id, start/end stamps
+guard (limits, speed). With `max_speed` (rad/s) a ramp between two commands far apart lasts longer
+than `blend_ms`: long enough that the blend alone never asks for more than `SPEED_SHARE` of that
+speed (the rest is left for the commands' own motion). An authority change to a far target is so a
+bounded-speed move with a smooth raised-cosine profile, not a blend cut off by the guard's speed
+limit into a kinked one. Every takeover is an `Intervention` with an id, start/end stamps
 and the operator's trigger label; one nobody labelled stays unlabelled (the validator
 rejects it). Stale inputs hold the last command; nothing is ever extrapolated.
 
@@ -31,6 +35,7 @@ from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, MODE
 
 BLEND_MS_DEFAULT = 150.0
 BLEND_MS_RANGE = (20.0, 1000.0)
+SPEED_SHARE = 0.8  # of max_speed the blend itself may use; the inputs' own motion gets the rest
 
 
 def raised_cosine(x: float) -> float:
@@ -60,6 +65,7 @@ class AuthorityBlender:
     blend_ms: float = BLEND_MS_DEFAULT
     stale_ms: float = 100.0
     label_window_ms: float = 10_000.0
+    max_speed: float | None = None  # rad/s: stretch a ramp between far commands (None: always blend_ms)
     interventions: list[Intervention] = field(default_factory=list)
     corrections: list[Intervention] = field(default_factory=list)  # teleop mode, pedal down
 
@@ -70,6 +76,7 @@ class AuthorityBlender:
         if not lo <= float(self.blend_ms) <= hi:
             raise ValueError(f"blend_duration_ms must be within {lo:.0f}–{hi:.0f} ms, got {self.blend_ms}")
         self._pedal_down = False
+        self._ramp_ms = float(self.blend_ms)  # this ramp's duration: blend_ms, or longer between far commands
         self._ramp_start_ns = 0
         self._phase0 = 1.0 if self.mode == "teleop" else 0.0
         self._direction = 1.0 if self.mode == "teleop" else -1.0
@@ -96,6 +103,7 @@ class AuthorityBlender:
         self._phase0 = self._phase(t_ns)
         self._ramp_start_ns = t_ns
         self.blend_ms = float(blend_ms)
+        self._ramp_ms = max(self.blend_ms, self._ramp_ms_for_gap())
 
     def human(self, positions: Sequence[float], stamp_ns: int) -> None:
         self._human = (stamp_ns, list(positions))
@@ -167,7 +175,7 @@ class AuthorityBlender:
         return self.mode == "teleop" and self._pedal_down
 
     def _phase(self, t_ns: int) -> float:
-        step = (t_ns - self._ramp_start_ns) / (self.blend_ms * 1e6)
+        step = (t_ns - self._ramp_start_ns) / (self._ramp_ms * 1e6)
         return min(max(self._phase0 + self._direction * step, 0.0), 1.0)
 
     def alpha(self, t_ns: int) -> float:
@@ -182,6 +190,15 @@ class AuthorityBlender:
         self._phase0 = self._phase(t_ns)
         self._ramp_start_ns = t_ns
         self._direction = 1.0 if target >= 0.5 else -1.0
+        self._ramp_ms = max(self.blend_ms, self._ramp_ms_for_gap())
+
+    def _ramp_ms_for_gap(self) -> float:
+        """The ramp duration whose peak blend speed (π/2 · gap / duration, the raised cosine's
+        steepest slope) stays within SPEED_SHARE of max_speed, for the gap between the two commands."""
+        if self.max_speed is None or self._human is None or self._policy is None:
+            return 0.0
+        gap = max((abs(h - p) for h, p in zip(self._human[1], self._policy[1])), default=0.0)
+        return min(math.pi / 2 * gap / (SPEED_SHARE * self.max_speed) * 1e3, BLEND_MS_RANGE[1])
 
     def tick(self, t_ns: int) -> BlendOutput:
         self._last_tick_ns = max(self._last_tick_ns, t_ns)

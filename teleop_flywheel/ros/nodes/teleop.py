@@ -148,7 +148,7 @@ class TeleopNode(Node):
         p = self.params.values
         self.rate_hz = p.rate_hz
         self.blender = AuthorityBlender(mode=p.mode, blend_ms=p.blend_duration_ms, stale_ms=p.stale_ms,
-                                        label_window_ms=p.label_window_ms)
+                                        label_window_ms=p.label_window_ms, max_speed=p.max_speed_rad_s)
         leader = load_calibration(p.leader_calibration_file) if p.leader_calibration_file else None
         follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
         self.arms = ArmPair(leader, follower)
