@@ -1,9 +1,10 @@
 """Benchmark: a takeover blended vs hard-switched, and teleop latency through real nodes.
 
 1. Peak jerk of the command sent across a handover (policy → human with the leader 0.3 rad off
-   the policy, 200 Hz ticks), with `AuthorityBlender` at its default 150 ms ramp vs a hard switch
-   (α steps 0→1 in one tick), both then through the node's `CommandGuard` (max step 0.05 rad),
-   in the same run: ratio of peak |jerk|.
+   the policy, 200 Hz ticks), with `AuthorityBlender` at its default 150 ms ramp (stretched, as the
+   node does, so the blend stays within the speed limit) vs a hard switch (α steps 0→1 in one
+   tick), both then through the node's `CommandGuard` (2 rad/s, its default), in the same run:
+   ratio of peak |jerk|.
 2. The teleop node's latency from the leader sample's source stamp to the published
    `/follower/joint_command`, p50/p99: the node in its own process, real rclpy/DDS both ways
    (`node_latency` says exactly what is measured), next to the floor of a bare rclpy node that
@@ -29,16 +30,16 @@ from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.ros.session.runner import end_process
 
 TICK_NS = 5_000_000
-MAX_STEP_RAD = 0.05  # the teleop node's default max_step_rad
+MAX_SPEED = 2.0  # rad/s: the teleop node's default max_speed_rad_s
 MS = 1_000_000
 
 
 def peak_jerk(hard: bool) -> float:
     """Peak |jerk| of the command actually sent across a takeover: the blend (or a hard switch,
-    α 0→1 in one tick), then the teleop node's CommandGuard with its default 0.05 rad max step —
-    so the hard switch is judged after the rate limit that softens it on the real node too."""
-    blender = AuthorityBlender(blend_ms=150)
-    guard = CommandGuard(["joint"], JointLimits.unbounded(), max_step=MAX_STEP_RAD)
+    α 0→1 in one tick), then the teleop node's CommandGuard with its default speed limit — so the
+    hard switch is judged after the limit that softens it on the real node too."""
+    blender = AuthorityBlender(blend_ms=150, max_speed=MAX_SPEED)
+    guard = CommandGuard(["joint"], JointLimits.unbounded(), max_speed=MAX_SPEED)
     out = []
     for k in range(400):
         t = k * TICK_NS
@@ -58,7 +59,7 @@ def peak_jerk(hard: bool) -> float:
 
 
 def leader_value(k: int) -> float:
-    """Sample k's joint value: a 1e-4 rad triangle wave, so every step passes the max-step guard
+    """Sample k's joint value: a 1e-4 rad triangle wave, so every step passes the speed limit
     unchanged and a value is not reused while an earlier sample with it may still be in flight."""
     phase = k % 2000
     return (phase if phase < 1000 else 2000 - phase) * 1e-4

@@ -54,7 +54,7 @@ def keep_commanding(driver: ArmDriver, positions: Callable[[], list[float]], sec
         time.sleep(0.01)
 
 
-def peak_speed(arm: SimulatedArm, sid: int, window_s: float = 0.025) -> float:
+def peak_speed(arm: SimulatedArm, sid: int, window_s: float = 0.1) -> float:
     """Peak joint speed the servo was told to move at (rad/s), from the simulator's own record of its
     Goal_Position writes, over windows long enough that one step of rounding is not a speed."""
     writes = [(t, goal) for t, s, goal in list(arm.goal_writes) if s == sid]

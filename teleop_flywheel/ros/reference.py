@@ -287,6 +287,13 @@ BENCH_LINES: dict[str, Any] = {
         f"≤ 1 ms median, ≤ 2 ms p99; {d['source_stamping']['median_ms']:g} / {d['source_stamping']['p99_ms']:g} ms "
         f"(callback stamping: {d['callback_stamping_baseline']['median_ms']:g} ms) "
         f"({_met(all(d['targets'].values()))})"),
+    "soft_start": lambda d: (
+        f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
+        f"configured {d['configured_speed_rad_s']:g} rad/s; commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "
+        f"shaft {d['default']['shaft_peak_rad_s']:.2f} rad/s, there in {d['default']['time_to_target_s']:.2f} s "
+        f"(before: commanded {d['baseline_0.05_rad_per_tick_acc254']['commanded_peak_rad_s']:.1f} rad/s, shaft at the "
+        f"servo's {d['baseline_0.05_rad_per_tick_acc254']['shaft_peak_rad_s']:.1f} rad/s top speed) "
+        f"({_met(d['met'])})"),
     "handover": lambda d: (
         f"`handover` (peak command jerk across a takeover, blended vs hard switch; teleop latency): target ≥ "
         f"{d['target_ratio_min']:g}× smoother, p99 ≤ {d['target_latency_p99_ms']:g} ms; "

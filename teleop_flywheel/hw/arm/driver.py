@@ -322,13 +322,14 @@ class ArmDriver:
     def _write_settings(self) -> list[int]:
         """Write every setting of `settings.py` that differs; the servos whose torque that dropped."""
         bus = self.bus
+        speed = settings.servo_speed(self.guard.max_speed)
         names = sorted({n for j in self.calibration.joints
-                        for n in settings.wanted(self.role, j.name, self.config.acceleration)} | {"Phase"})
+                        for n in settings.wanted(self.role, j.name, self.config.acceleration, speed)} | {"Phase"})
         current = {name: bus.sync_read_register(name, self._ids).values for name in names}
         dropped = []
         for joint in self.calibration.joints:
             sid = joint.id
-            want = settings.wanted(self.role, joint.name, self.config.acceleration)
+            want = settings.wanted(self.role, joint.name, self.config.acceleration, speed)
             want["Phase"] = settings.phase_wanted(current["Phase"][sid])
             changed = {n: v for n, v in want.items() if current[n][sid] != v}
             eeprom = {n: v for n, v in changed.items() if settings.in_eeprom(n)}
