@@ -7,6 +7,9 @@ run we measure, for our `FeetechBus` (which fences after any anomaly, so it neve
 reply) and for the vendor SDK's GroupSyncRead/GroupSyncWrite:
 - free-running loop rate (Hz) and its ratio to the wire-time limit of one read + one write;
 - a loop paced at 500 Hz: achieved rate and period jitter (|period - 2 ms|) p50/p99.
+Then, for ours, the same loop behind each emulated USB-serial adapter (`sim-bus --adapter`: FTDI
+at its default 16 ms latency timer and at 1 ms, CH343): the free-running rate and a 200 Hz loop's
+achieved rate, beside the pty figure — the rate an owner gets depends on the adapter, not the wire.
 Writes bench/results/bus_loop.json. Usage: python bench/bus_loop.py [--seconds 5]
 """
 from __future__ import annotations
@@ -35,9 +38,12 @@ BAUD = 1_000_000
 FAILURES = {"ours": 0, "vendor_sdk": 0}  # reads that timed out (after retries, for ours)
 
 
-def start_sim(role: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", role],
-                            stdout=subprocess.PIPE, text=True)
+ADAPTERS = ("ftdi16", "ftdi1", "ch343")
+
+
+def start_sim(role: str, adapter: str = "pty") -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", role,
+                             "--adapter", adapter], stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()  # type: ignore[union-attr]
 
 
@@ -116,6 +122,25 @@ def paced(step: Callable[[], None], seconds: float, hz: float = 500.0) -> dict[s
             "jitter_p99_ms": float(np.percentile(jitter, 99))}
 
 
+def behind_adapter(adapter: str, seconds: float) -> dict[str, float]:
+    """Our loop with both simulated arms behind `adapter`."""
+    sims = [start_sim("leader", adapter), start_sim("follower", adapter)]
+    try:
+        step, close = ours(sims[0][1], sims[1][1])
+        for _ in range(20):
+            step()
+        failed = FAILURES["ours"]
+        out = {"free_running_hz": free_running(step, seconds),
+               "paced_200hz_achieved_hz": paced(step, seconds, 200.0)["achieved_hz"]}
+        out["failed_reads"] = FAILURES["ours"] - failed
+        close()
+        return out
+    finally:
+        for proc, _ in sims:
+            proc.terminate()
+            proc.wait(5)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -144,6 +169,7 @@ def main() -> int:
         for proc, _ in sims:
             proc.terminate()
             proc.wait(5)
+    results["adapters"] = {name: behind_adapter(name, args.seconds) for name in ADAPTERS}
     ours_hz = results["ours"]["free_running_hz"]  # type: ignore[index]
     results["failed_reads"] = FAILURES
     results["fences_ours"] = FENCES["ours"]
