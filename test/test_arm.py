@@ -18,7 +18,7 @@ from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits
-from teleop_flywheel.hw.arm.driver import Log
+from teleop_flywheel.hw.arm.servos import Log
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 

@@ -215,8 +215,11 @@ def test_speed_limits_the_goal_in_rad_per_second(graph: Graph, follower_arm: Sim
     moving = [(t, g) for t, g in writes if g != writes[0][1]]
     assert len(moving) > 10, "no intermediate goals seen"
     steps_per_rad = 1 / (2 * math.pi / 4095)
-    for (t0, g0), (t1, g1) in zip(moving, moving[1:]):
-        assert abs(g1 - g0) <= speed * (t1 - t0) * steps_per_rad * 1.05 + 1, (t1 - t0, g1 - g0)
+    # Over 100 ms windows: the simulator stamps each write when its thread takes it, a few ms late
+    # on a busy machine, so consecutive writes can look closer in time than they were sent.
+    for i, (t1, g1) in enumerate(moving):
+        t0, g0 = next(((t, g) for t, g in reversed(moving[:i]) if t1 - t >= 0.1), (t1, g1))
+        assert abs(g1 - g0) <= speed * (t1 - t0) * steps_per_rad * 1.1 + 1, (t1 - t0, g1 - g0)
     assert moving[-1][0] - moving[0][0] >= 0.4 / speed * 0.9
     assert driver.arm.guard.stats.rate_limited > 0
 
@@ -305,7 +308,8 @@ def test_diagnostics_report_servo_health(graph: Graph, tmp_path: Path) -> None:
             return any(lvl == 2 and "elbow_flex (servo 3): overheat" in msg for lvl, msg in probe.diag_levels(port))
 
         wait_for(faulted, 60, "ERROR naming the overheating servo")
-        wait_for(lambda: "shoulder_pan.temperature_c" in driver.arm.health().values, 10, "the slow read")
+        wait_for(lambda: "shoulder_pan.temperature_c" in driver.arm.health().values
+                 and driver.arm.health().values["rate_hz"] > 0, 30, "the slow read and a rate")
         values = driver.arm.health().values
         assert values["elbow_flex.error_bits"] == "0x04 (overheat)"
         assert values["shoulder_pan.error_bits"] == "0x00"

@@ -1,16 +1,10 @@
-"""One SO-101 arm on a Feetech bus, without ROS: the driver (`driver.py`), what it writes to the
-servos at connect (`settings.py`), its faults (`faults.py`) and the gripper's force limit (`grasp.py`)."""
-from teleop_flywheel.hw.arm.driver import (
-    POS_ADDR,
-    POS_SIZE,
-    ROLES,
-    ArmConfig,
-    ArmDriver,
-    CalibrationMismatch,
-    Health,
-    Reading,
-    effective_limits,
-)
+"""One SO-101 arm on a Feetech bus, without ROS: the driver's policy (`driver.py`), the servos it
+drives (`servos.py`), its settings (`config.py`), what it writes to them at connect (`settings.py`), its faults (`faults.py`),
+its health (`health.py`) and the gripper's force limit (`grasp.py`)."""
+from teleop_flywheel.hw.arm.config import ROLES, ArmConfig, effective_limits
+from teleop_flywheel.hw.arm.driver import ArmDriver
+from teleop_flywheel.hw.arm.health import Health
+from teleop_flywheel.hw.arm.servos import POS_ADDR, POS_SIZE, CalibrationMismatch, Reading
 
 __all__ = ["POS_ADDR", "POS_SIZE", "ROLES", "ArmConfig", "ArmDriver", "CalibrationMismatch", "Health", "Reading",
            "effective_limits"]

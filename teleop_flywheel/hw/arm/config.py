@@ -1,0 +1,51 @@
+"""What the driver does with one arm (`ArmConfig`, LeRobot-style: the device's settings as a
+dataclass), and the joint limits a calibration allows."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from teleop_flywheel.core.calibration import ArmCalibration
+from teleop_flywheel.core.safety import JointLimits
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.hw.arm import settings
+
+ROLES = ("leader", "follower")
+
+
+@dataclass(frozen=True)
+class ArmConfig:
+    """What the driver does with one arm, beyond its bus, calibration and command guard."""
+
+    role: str = "follower"
+    leader_torque_limit: int = 300  # Torque_Limit while a leader follows commands (0.1 %)
+    slow_period_s: float = 1.0  # voltage, temperature, status and torque read-back
+    acceleration: int = settings.DEFAULT_ACCELERATION  # the servos' Acceleration register (100 steps/s²)
+    grip_force_limit: float = 0.2  # follower gripper: load (fraction of max torque) a close may press with; 0 = off
+    temperature_warn_c: float = 55.0
+    temperature_stop_c: float = 65.0  # below the servo's own 70 °C cut-off: the driver holds first
+    estop_cuts_torque: bool = False  # an e-stop holds the arm (False) or lets it fall limp (True)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if not 0 <= self.acceleration <= 254:
+            raise ValueError(f"acceleration must be within 0..254, got {self.acceleration}")
+        if not self.temperature_warn_c <= self.temperature_stop_c:
+            raise ValueError(f"temperature_warn_c {self.temperature_warn_c} is above temperature_stop_c "
+                             f"{self.temperature_stop_c}")
+
+
+def effective_limits(cal: ArmCalibration, lower: Sequence[float], upper: Sequence[float]) -> JointLimits:
+    """Limits intersected with the calibrated range of each joint (radians); ValueError naming the
+    joint if they do not overlap. Limits wider than a turn leave the calibrated range as it is."""
+    if len(lower) != len(JOINT_NAMES) or len(upper) != len(JOINT_NAMES):
+        raise ValueError(f"joint_lower_limits/joint_upper_limits need {len(JOINT_NAMES)} values (radians)")
+    cal_range = cal.rad_limits()
+    bounds = {}
+    for name, lo, hi in zip(JOINT_NAMES, lower, upper):
+        clo, chi = cal_range[name]
+        bounds[name] = (max(lo, clo), min(hi, chi))
+        if bounds[name][0] > bounds[name][1]:
+            raise ValueError(f"{name}: limits [{lo}, {hi}] do not overlap the calibrated range [{clo:.3f}, {chi:.3f}]")
+    return JointLimits.from_dict(bounds)

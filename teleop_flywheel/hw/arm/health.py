@@ -1,0 +1,116 @@
+"""What the bus thread knows about one arm (`DriverState`) and what `/diagnostics` says of it (`Health`).
+
+`report()` turns the state into one level and one message, the most urgent first: a refusal to drive,
+a latched servo fault, readings that stopped coming (WARN from 0.1 s, ERROR from 0.5 s: an average
+rate over past ticks once said OK "at 200 Hz" during 6 s without a single reading), a port that is
+gone, an e-stop, a hot servo, a configured rate the adapter cannot give, a recent bus error.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.hw.arm.faults import FaultLatch
+from teleop_flywheel.hw.feetech.control_table import error_names
+
+STALE_READING_S = (0.1, 0.5)  # age of the last good reading that makes health WARN, then ERROR
+RATE_SHORTFALL = 0.9  # an achieved rate below this share of the configured one cannot meet it
+RATE_WINDOW = 1000  # ticks the achieved rate is measured over
+RATE_MIN_TICKS = 100  # ticks before a rate shortfall is said
+
+
+@dataclass
+class DriverState:
+    """What the bus thread knows, shared with `report()` under the driver's lock."""
+
+    connected: bool = False
+    fatal: str = ""  # a reason the driver refuses to drive this arm at all (stops the loop)
+    last_error: str = ""
+    last_reading_ns: int = 0  # monotonic time of the last good reading (0 = none yet)
+    ticks: int = 0
+    read_errors: int = 0
+    reconnects: int = 0
+    torque: bool = False
+    estop: str = ""  # why the arm is e-stopped ("" = it is not)
+    faults: FaultLatch = field(default_factory=FaultLatch)
+    tick_times: deque[int] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
+    read_ns: deque[int] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))  # each fast read's round trip
+    voltage_v: dict[str, float] = field(default_factory=dict)
+    temperature_c: dict[str, int] = field(default_factory=dict)
+    current_ma: dict[str, float] = field(default_factory=dict)
+    error_bits: dict[str, int] = field(default_factory=dict)
+
+    def achieved_hz(self) -> float:
+        if len(self.tick_times) < 2:
+            return 0.0
+        span = self.tick_times[-1] - self.tick_times[0]
+        return (len(self.tick_times) - 1) * NS_PER_S / span if span > 0 else 0.0
+
+    def read_ms(self, quantile: float) -> float:
+        if not self.read_ns:
+            return 0.0
+        ordered = sorted(self.read_ns)
+        return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))] / 1e6
+
+    @property
+    def holding(self) -> str:
+        """Why the arm holds ("" = it does not): an e-stop or a latched fault."""
+        if self.estop:
+            return f"e-stop: {self.estop}"
+        return f"servo fault: {self.faults.summary()}" if self.faults else ""
+
+
+@dataclass(frozen=True)
+class Health:
+    level: str  # OK | WARN | ERROR
+    message: str
+    values: dict[str, object]
+
+
+def report(s: DriverState, port: str, role: str, target_rate_hz: float, estop_cuts_torque: bool,
+           values: dict[str, object]) -> Health:
+    """The level and message of `s`; `values` (the caller's counters) gain the state's own."""
+    rate = s.achieved_hz()
+    values.update({
+        "port": port, "role": role, "connected": s.connected, "rate_hz": round(rate, 1),
+        "target_rate_hz": target_rate_hz, "read_ms_p50": round(s.read_ms(0.5), 2),
+        "read_ms_p99": round(s.read_ms(0.99), 2), "read_errors": s.read_errors, "reconnects": s.reconnects,
+        "torque": s.torque, "holding": s.holding, "servo_fault": s.faults.summary(), "estop": s.estop,
+    })
+    age_s = (now_ns() - s.last_reading_ns) / NS_PER_S if s.last_reading_ns else None
+    values["last_reading_age_s"] = round(age_s, 3) if age_s is not None else "never"
+    for name in JOINT_NAMES:
+        if name in s.temperature_c:
+            values[f"{name}.temperature_c"] = s.temperature_c[name]
+            values[f"{name}.voltage_v"] = s.voltage_v[name]
+            values[f"{name}.current_ma"] = round(s.current_ma.get(name, 0.0), 1)
+        bits = s.error_bits.get(name, 0)
+        values[f"{name}.error_bits"] = f"0x{bits:02x}" + (f" ({', '.join(error_names(bits))})" if bits else "")
+    age = age_s if s.connected and age_s is not None else 0.0
+    short = target_rate_hz > 0 and len(s.tick_times) >= RATE_MIN_TICKS and rate < RATE_SHORTFALL * target_rate_hz
+    if s.fatal:
+        return Health("ERROR", f"refusing to drive the arm on {port}: {s.fatal}", values)
+    if s.faults:
+        return Health("ERROR", f"servo fault on {port}: {s.faults.summary()}; the arm holds until the operator "
+                               "resets it", values)
+    if age > STALE_READING_S[1]:
+        return Health("ERROR", f"no reading from {port} for {age:.1f} s (last error: {s.last_error or 'none'})",
+                      values)
+    if age > STALE_READING_S[0]:
+        return Health("WARN", f"readings from {port} late: last one {age * 1e3:.0f} ms ago", values)
+    if not s.connected:
+        return Health("ERROR", f"port {port} unavailable: {s.last_error or 'not connected yet'}; reconnecting", values)
+    if s.estop:
+        return Health("WARN", f"e-stopped on {port} ({s.estop}): " + ("torque cut" if estop_cuts_torque else "holding")
+                      + " until the operator resets it", values)
+    if s.faults.warnings:
+        return Health("WARN", "hot: " + "; ".join(s.faults.warnings.values()), values)
+    if short:
+        return Health("WARN", f"the configured {target_rate_hz:g} Hz cannot be met on {port}: {rate:.0f} Hz, a read "
+                              f"takes {s.read_ms(0.5):.1f} ms (p50) — behind an FTDI adapter set its latency_timer to "
+                              "1 (teleop-flywheel find-port)", values)
+    if s.last_error:
+        return Health("WARN", f"bus errors (last: {s.last_error})", values)
+    return Health("OK", f"{role} arm on {port} at {values['rate_hz']} Hz", values)

@@ -1,0 +1,259 @@
+"""One arm's six servos on its bus: what the driver asks of the hardware, and nothing it decides.
+
+`ArmServos(bus, calibration, role)` checks identity and calibration, writes the settings of
+`settings.py` that differ, changes torque with a read-back, reads the fast block (position,
+velocity, load → a `Reading` in radians, unwrapped across the encoder's seam) and the slow block,
+writes goals, and finds a servo that stopped answering. Policy — when to hold, what a fault means,
+what to send — is the driver's (`driver.py`). Status bits on any reply or write acknowledgement go
+to `on_status` (the driver latches faults from them); they are never raised from here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration
+from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import JOINT_NAMES, MODEL_NUMBER, STEPS_PER_TURN
+from teleop_flywheel.hw.arm import settings
+from teleop_flywheel.hw.feetech import codec as proto
+from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, ServoError
+from teleop_flywheel.hw.feetech.control_table import register
+
+# The fast read: Present_Position (56), Present_Velocity (58), Present_Load (60), one block.
+POS_ADDR = register("Present_Position").address
+POS_SIZE = register("Present_Load").address + register("Present_Load").size - POS_ADDR
+LOAD_SIGN_BIT = register("Present_Load").sign_bit or 10
+# The slow read: Voltage (62), Temperature (63), -, Status (65), Moving (66), -, -, Present_Current (69-70).
+SLOW_ADDR = register("Present_Voltage").address
+SLOW_SIZE = register("Present_Current").address + register("Present_Current").size - SLOW_ADDR
+CURRENT_AT = register("Present_Current").address - SLOW_ADDR
+LOAD_FULL_SCALE = 1000.0  # Present_Load counts 0.1 % of the servo's maximum torque
+CURRENT_MA_PER_UNIT = 6.5  # Present_Current of an STS3215
+HALF_TURN = STEPS_PER_TURN // 2
+CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
+
+Log = Callable[[str, str], None]  # (level "info" | "error", message)
+StatusSink = Callable[[dict[int, int]], None]  # servo id → status bits seen
+
+
+class CalibrationMismatch(FlywheelError, RuntimeError):
+    """The servos' EEPROM does not hold the calibration the driver was given: it refuses to drive."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One sample of the arm in `names` order (all six unless a servo stopped answering): radians,
+    rad/s, bus stamp (monotonic ns), fault bits seen, load as a signed fraction of max torque."""
+
+    positions: list[float]
+    velocities: list[float]
+    stamp_ns: int
+    errors: dict[int, int] = field(default_factory=dict)  # servo id → fault bits seen on this read
+    efforts: list[float] = field(default_factory=list)
+    names: tuple[str, ...] = JOINT_NAMES
+    round_trip_ns: int = 0  # request to reply, as the host saw it
+
+
+@dataclass(frozen=True)
+class SlowReading:
+    """Per servo id: supply volts, °C, Status bits (with the reply's own), mA."""
+
+    voltage_v: dict[int, float]
+    temperature_c: dict[int, int]
+    status: dict[int, int]
+    current_ma: dict[int, float]
+
+
+class ArmServos:
+    """The hardware side of one arm (see the module doc). Not thread-safe: the bus thread owns it."""
+
+    def __init__(self, bus: FeetechBus, calibration: ArmCalibration, role: str,
+                 on_status: StatusSink | None = None, log: Log | None = None) -> None:
+        self.bus = bus
+        self.calibration = calibration
+        self.role = role
+        self.ids = calibration.ids
+        self.active = list(self.ids)  # servos read each tick: a silent one is left out until restore()
+        self._on_status = on_status or (lambda _errors: None)
+        self._log = log or (lambda _level, _message: None)
+        self._raw: dict[int, int] = {}  # last unwrapped raw position per servo
+
+    @property
+    def port(self) -> str:
+        return self.bus.port
+
+    def name(self, sid: int) -> str:
+        return JOINT_NAMES[self.ids.index(sid)]
+
+    def restore(self) -> None:
+        """Read every servo again (after a reconnect or the operator's reset)."""
+        self.active = list(self.ids)
+
+    # -- identity, calibration, settings ------------------------------------------------------
+    def check_models(self) -> None:
+        models = self.bus.sync_read_register("Model_Number", self.ids)
+        for joint in self.calibration.joints:
+            if models.values[joint.id] != MODEL_NUMBER:
+                raise BusError(self.port, f"servo {joint.id} ({joint.name}) is model {models.values[joint.id]}, "
+                                          f"expected {MODEL_NUMBER}")
+        self._on_status(models.errors)
+
+    def check_calibration(self) -> None:
+        """CalibrationMismatch unless every servo's EEPROM holds this calibration."""
+        current = {name: self.bus.sync_read_register(name, self.ids).values for name in CALIBRATION_REGISTERS}
+        for joint in self.calibration.joints:
+            wanted = dict(zip(CALIBRATION_REGISTERS, (joint.homing_offset, joint.range_min, joint.range_max)))
+            for name, value in wanted.items():
+                if current[name][joint.id] != value:
+                    raise CalibrationMismatch(
+                        f"{self.port}: {joint.name} (servo {joint.id}) {name} is {current[name][joint.id]} in the servo "
+                        f"but {value} in {self.calibration.source or self.calibration.arm_id}: this arm was calibrated "
+                        f"with another file. Give the driver that file, or recalibrate: teleop-flywheel calibrate "
+                        f"--port {self.port} --arm {self.role} --out NEW.yaml")
+
+    def write_settings(self, acceleration: int, speed: int) -> list[int]:
+        """Write every setting of `settings.py` that differs, read back; the servos whose torque
+        that dropped (an EEPROM write is made with that one servo's torque off, behind Lock)."""
+        bus = self.bus
+        names = sorted({n for j in self.calibration.joints
+                        for n in settings.wanted(self.role, j.name, acceleration, speed)} | {"Phase"})
+        current = {name: bus.sync_read_register(name, self.ids).values for name in names}
+        dropped = []
+        for joint in self.calibration.joints:
+            sid = joint.id
+            want = settings.wanted(self.role, joint.name, acceleration, speed)
+            want["Phase"] = settings.phase_wanted(current["Phase"][sid])
+            changed = {n: v for n, v in want.items() if current[n][sid] != v}
+            eeprom = {n: v for n, v in changed.items() if settings.in_eeprom(n)}
+            if eeprom:
+                self.set_torque([sid], False)
+                dropped.append(sid)
+                self._write_acked(sid, "Lock", 0)
+                try:
+                    for name, value in eeprom.items():
+                        self._write_acked(sid, name, value)
+                finally:
+                    self._write_acked(sid, "Lock", 1)
+            for name, value in changed.items():
+                if name not in eeprom:
+                    self._write_acked(sid, name, value)
+            for name, value in changed.items():
+                got = bus.sync_read_register(name, [sid]).values[sid]  # fault bits reported, not raised
+                if got != value:
+                    raise BusError(self.port, f"servo {sid} ({joint.name}) keeps {name} at {got} after writing "
+                                              f"{value} (EEPROM locked?)")
+            if changed:
+                self._log("info", f"{self.port}: {joint.name} (servo {sid}) set "
+                                  + ", ".join(f"{n} {current[n][sid]} -> {v}" for n, v in changed.items()))
+        return dropped
+
+    def _write_acked(self, sid: int, name: str, value: int) -> None:
+        try:
+            self.bus.write_register(sid, name, value)
+        except ServoError as exc:  # acknowledged, with fault bits: written
+            self._on_status({sid: exc.bits})
+
+    # -- torque ----------------------------------------------------------------------------------
+    def registers(self, name: str, ids: Sequence[int] | None = None) -> dict[int, int]:
+        return dict(self.bus.sync_read_register(name, list(self.ids if ids is None else ids)).values)
+
+    def set_torque(self, ids: Iterable[int], on: bool) -> None:
+        """Torque on or off, checked: one SYNC_WRITE, Torque_Enable read back, a servo that did not
+        take it written again on its own (acknowledged), and named if it still has not."""
+        ids = list(ids)
+        if not ids:
+            return
+        self.bus.sync_write_register("Torque_Enable", {sid: int(on) for sid in ids})
+        wrong = [sid for sid, v in self.torque_states(ids).items() if v != on]
+        for sid in wrong:
+            for _attempt in range(2):
+                try:
+                    self._write_acked(sid, "Torque_Enable", int(on))
+                    break
+                except BusTimeout:
+                    continue
+        still = [sid for sid, v in self.torque_states(wrong).items() if v != on] if wrong else []
+        if still:
+            names = ", ".join(f"{self.name(sid)} (servo {sid})" for sid in still)
+            raise BusError(self.port, f"{names} did not take torque {'on' if on else 'off'}")
+
+    def torque_states(self, ids: list[int]) -> dict[int, bool | None]:
+        """Torque_Enable of each servo (None: it did not answer), by one sync read or, if that
+        fails, one read per servo."""
+        try:
+            return {sid: bool(v) for sid, v in self.registers("Torque_Enable", ids).items()}
+        except BusTimeout:
+            states: dict[int, bool | None] = {}
+            for sid in ids:
+                try:
+                    states[sid] = bool(self.registers("Torque_Enable", [sid])[sid])
+                except BusTimeout:
+                    states[sid] = None
+            return states
+
+    # -- the control period ----------------------------------------------------------------------
+    def read(self) -> Reading:
+        """One SYNC_READ of position, velocity and load of every servo still answering."""
+        t0 = now_ns()
+        reading = self.bus.sync_read(POS_ADDR, POS_SIZE, self.active)
+        done = now_ns()
+        names, rad, rad_s, effort = [], [], [], []
+        for sid in self.active:
+            value = reading.values[sid]
+            joint = self.calibration.joints[self.ids.index(sid)]
+            raw = self._unwrap(sid, proto.from_sign_magnitude(value & 0xFFFF, 15))
+            names.append(joint.name)
+            rad.append(float(joint.raw_to_rad(raw)))
+            rad_s.append(joint.sign * proto.from_sign_magnitude((value >> 16) & 0xFFFF, 15) * RAD_PER_STEP)
+            effort.append(joint.sign * proto.from_sign_magnitude((value >> 32) & 0xFFFF, LOAD_SIGN_BIT) / LOAD_FULL_SCALE)
+        return Reading(rad, rad_s, reading.stamp_ns, dict(reading.errors), effort, tuple(names), done - t0)
+
+    def _unwrap(self, sid: int, raw: int) -> int:
+        """A single-turn reading continued across the encoder's seam: no joint moves half a turn
+        in one tick, so a jump of more than that is the reading wrapping, not the shaft."""
+        last = self._raw.get(sid)
+        if last is not None:
+            raw = last + (raw - last + HALF_TURN) % STEPS_PER_TURN - HALF_TURN
+        self._raw[sid] = raw
+        return raw
+
+    def forget_positions(self) -> None:
+        """Start unwrapping afresh (a reconnect: the joints may have moved meanwhile)."""
+        self._raw.clear()
+
+    def write_goals(self, positions: Sequence[float], ids: Sequence[int] | None = None) -> None:
+        """Goal_Position of every servo (or of `ids`) from radians in joint order."""
+        raws = dict(zip(self.ids, self.calibration.rad_to_raw(positions)))
+        self.bus.sync_write_register("Goal_Position", {sid: raws[sid] for sid in (self.ids if ids is None else ids)})
+
+    def read_slow(self) -> SlowReading:
+        """Voltage, temperature, Status and current of every servo still answering."""
+        reading = self.bus.sync_read(SLOW_ADDR, SLOW_SIZE, self.active)
+        volts, celsius, status, current = {}, {}, {}, {}
+        for sid, value in reading.values.items():
+            data = value.to_bytes(SLOW_SIZE, "little")
+            volts[sid] = data[0] / 10.0
+            celsius[sid] = data[1]
+            status[sid] = data[3] | reading.errors.get(sid, 0)
+            raw = int.from_bytes(data[CURRENT_AT:CURRENT_AT + 2], "little")
+            current[sid] = abs(proto.from_sign_magnitude(raw, 15)) * CURRENT_MA_PER_UNIT
+        return SlowReading(volts, celsius, status, current)
+
+    def isolate(self) -> list[int]:
+        """After a sync read timed out: read each servo on its own; the ones that do not answer
+        are left out of `active` and returned (empty: none in particular, or all of them)."""
+        silent = []
+        for sid in list(self.active):
+            try:
+                self.bus.read(sid, POS_ADDR, POS_SIZE)
+            except BusTimeout:
+                silent.append(sid)
+            except ServoError:
+                pass  # it answered (with fault bits the next sync read reports)
+        if len(silent) == len(self.active):
+            return []
+        for sid in silent:
+            self.active.remove(sid)
+        return silent
