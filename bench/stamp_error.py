@@ -1,18 +1,28 @@
-"""Stamp error: recorded image stamp vs the true capture time written in its pixels.
+"""Stamp error: recorded stamps vs the true instants, for camera images and for servo reads.
 
-A synthetic CameraNode with an injected capture→delivery pipeline latency publishes through
-the real RecorderNode into a bag. For every recorded frame, in the same run:
+Camera: a synthetic CameraNode with an injected capture→delivery pipeline latency publishes
+through the real RecorderNode into a bag. For every recorded frame, in the same run:
 - source stamping error = recorded publish_time (header.stamp) − pixel capture time;
 - callback stamping error (the baseline) = the recorder's receive time on CLOCK_MONOTONIC −
   pixel capture time, i.e. what a node that stamped when it got the frame would have written.
 Target (SPEC §9): source error ≤ 1 ms median, ≤ 2 ms p99.
 
-Usage: `python bench/stamp_error.py [--seconds 10] [--latency-ms 40] [--out bench/results/stamp_error.json]`
+Bus (`bus_stamps`): behind each emulated USB-serial adapter (sim_adapter.py: pty, ftdi1, ch343,
+ftdi16), a simulated arm in its own real-time process latches each sync read of the arm driver's
+block (56/6, six servos); per read, the bus's stamp − the latch instant, and, as the baseline,
+what a stamp from the reply's arrival (last byte in − one status's wire time) would have been.
+Also the bus's round-trip summary (`BusStats.latency()`). Reads the simulator heard more than
+half a frame later than its adapter lets a request wait (a pty held up by a loaded host) are
+counted and left out. Target: ≤ 1 ms median and p99 behind every adapter.
+
+Usage: `python bench/stamp_error.py [--seconds 10] [--latency-ms 40] [--reads 300] [--part all|camera|bus]
+[--out bench/results/stamp_error.json]` (one part alone keeps the other's results in the file)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,8 +31,31 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from teleop_flywheel.hw.feetech import codec as p
+from teleop_flywheel.hw.feetech.bus import FeetechBus
+from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
 
-def run(seconds: float, latency_ms: float, out: Path) -> dict:
+# The simulated arm, real-time where permitted (as `sim-bus` runs): prints its pty, then, when told,
+# the instants it latched each read.
+LATCHING_SIM = """
+import json, sys
+from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
+from teleop_flywheel.hw.feetech.sim import SimulatedArm
+arm = SimulatedArm("follower", adapter_name=sys.argv[1])
+request_realtime(RT_PRIORITY, whole_process=True, say=lambda _message: None)
+arm.start()
+print(arm.port, flush=True)
+sys.stdin.readline()
+print(json.dumps(list(arm.latches)), flush=True)
+arm.stop()
+"""
+IDS = range(1, 7)
+REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, IDS)), 1_000_000)
+STATUS_WIRE_NS = p.wire_time_ns(6 + 6, 1_000_000)
+HELD_UP_NS = 500_000
+
+
+def run(seconds: float, latency_ms: float) -> dict:
     import rclpy
     from mcap.reader import make_reader
     from mcap_ros2.decoder import DecoderFactory
@@ -65,10 +98,6 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
             source_err.append(abs(stamp - truth) / 1e6)
             callback_err.append(abs(m.log_time - truth) / 1e6)
 
-    def stats(v: list[float]) -> dict[str, float]:
-        return {"median_ms": round(float(np.median(v)), 3), "p99_ms": round(float(np.percentile(v, 99)), 3),
-                "max_ms": round(float(np.max(v)), 3)}
-
     result = {
         "frames": len(source_err), "injected_latency_ms": latency_ms, "seconds": seconds,
         "source_stamping": stats(source_err), "callback_stamping_baseline": stats(callback_err),
@@ -77,18 +106,74 @@ def run(seconds: float, latency_ms: float, out: Path) -> dict:
         "note": "synthetic camera: the capture instant is known exactly, so the source error is the "
                 "recorder's fidelity (bytes kept); the V4L2 path's driver-timestamp error is not measurable here",
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def stats(v: list[float]) -> dict[str, float]:
+    return {"median_ms": round(float(np.median(v)), 3), "p99_ms": round(float(np.percentile(v, 99)), 3),
+            "max_ms": round(float(np.max(v)), 3)}
+
+
+def bus_adapter(adapter: str, reads: int) -> dict:
+    sim = subprocess.Popen([sys.executable, "-c", LATCHING_SIM, adapter], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        port = sim.stdout.readline().strip()  # type: ignore[union-attr]
+        readings = []
+        with FeetechBus(port, timeout_s=0.05) as bus:
+            for _ in range(reads):
+                start = time.monotonic_ns()
+                readings.append((start, bus.sync_read(56, 6, IDS), time.monotonic_ns()))
+        sim.stdin.write("\n")  # type: ignore[union-attr]
+        sim.stdin.flush()  # type: ignore[union-attr]
+        latches = [round(t * 1e9) for t in json.loads(sim.stdout.readline())]  # type: ignore[union-attr]
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    frame_ns = round(ADAPTERS[adapter].usb_frame_s * 1e9)
+    ours, by_arrival, held_up = [], [], 0
+    for start, reading, end in readings:
+        latched = [t for t in latches if start <= t <= end][-1]  # a retried read: the last request
+        if latched - (reading.sent_ns + REQUEST_WIRE_NS) > frame_ns + HELD_UP_NS:
+            held_up += 1
+            continue
+        ours.append((reading.stamp_ns - latched) / 1e6)
+        by_arrival.append((reading.received_ns - STATUS_WIRE_NS - latched) / 1e6)
+    latency = bus.stats.latency()
+    return {"reads": reads, "held_up_reads_left_out": held_up,
+            "stamp_error": {**stats([abs(e) for e in ours]), "signed_median_ms": round(float(np.median(ours)), 3)},
+            "arrival_stamp_baseline": {**stats([abs(e) for e in by_arrival]),
+                                       "signed_median_ms": round(float(np.median(by_arrival)), 3)},
+            "round_trip": None if latency is None else {"p50_ms": round(latency.p50_ms, 3),
+                                                        "p99_ms": round(latency.p99_ms, 3),
+                                                        "max_ms": round(latency.max_ms, 3)},
+            "target_le_1ms_median_and_p99": bool(np.median(np.abs(ours)) <= 1.0
+                                                 and np.percentile(np.abs(ours), 99) <= 1.0)}
+
+
+def run_bus(reads: int) -> dict:
+    return {adapter: bus_adapter(adapter, reads) for adapter in ("pty", "ftdi1", "ch343", "ftdi16")}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--latency-ms", type=float, default=40.0)
+    parser.add_argument("--reads", type=int, default=300, help="sync reads per adapter (bus part)")
+    parser.add_argument("--part", choices=("all", "camera", "bus"), default="all")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "stamp_error.json")
     args = parser.parse_args()
-    print(json.dumps(run(args.seconds, args.latency_ms, args.out), indent=2))
+    result = json.loads(args.out.read_text()) if args.part != "all" and args.out.exists() else {}
+    if args.part in ("all", "camera"):
+        bus = result.get("bus_stamps")
+        result = run(args.seconds, args.latency_ms)
+        if bus is not None:
+            result["bus_stamps"] = bus
+    if args.part in ("all", "bus"):
+        result["bus_stamps"] = run_bus(args.reads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
     return 0
 
 

@@ -4,17 +4,28 @@ Every reply says which request it answers: the data bytes of a READ/SYNC_READ re
 servo's request counter (how many instructions it had received, this one included). A bus
 that hands back a stale reply therefore hands back a visibly old counter, and a torn sync
 read shows counters from different exchanges. `latest[servo_id]` is the counter of the newest
-regular (non-fence) read each servo answered or ignored, the only value a correct bus may
-return for it.
+read each servo heard (answered or not), the only value a correct bus may return for it. A WRITE
+changes `table[servo_id]` unless it is lost (SILENT), so a bus that confirms a write by an older
+write's acknowledgement is caught confirming a write the servo never made.
 
-Misbehaviours, chosen per request by `plan(servo_id, counter) -> Behaviour`:
-ok, silent (no reply), late (reply after `late_s`, keeping the servo's replies in order, as a
-busy servo does), duplicate (the reply twice, back to back in one write: a wire delivers the copy
-right behind the original, whereas two writes from this thread could be a GIL switch — ms on a
-loaded machine — apart, a late reply rather than a duplicate), truncated (its first bytes only), overlong (a
-length byte too large), wrong_id (the reply from another id), error (valid, with error bits),
-garbage (random bytes, then the valid reply). `noise_on()` floods the line with random bytes.
-Replies leave at the emulated 1 Mbaud wire rate, like the simulator's.
+Timing is the wire's: an instruction is acted on once its last byte has crossed the 1 Mbaud line
+(`byte_s` a byte) plus the servo's return delay, and replies share one half-duplex line: each
+status goes out when it is due and the line is free, takes its wire time, and reaches the bus the
+moment its last byte is across (its own write to the pty). A stale status that is due while the
+bus waits for an answer goes out first and pushes the real answer back, as on a real line.
+
+Misbehaviours, chosen per status by `plan(servo_id, counter) -> Behaviour`:
+ok; silent (no reply, and a lost WRITE is not made); late (the status is due `late_s` later, drawn
+once per instruction so a sync read's statuses stay together; later replies do not wait for it);
+duplicate (the status, then a copy due `duplicate_s` after it, drawn likewise: the copy may come
+after the bus's next request); truncated (its first bytes only); overlong (a length byte too
+large); wrong_id (the reply from another id); error (valid, with error bits); garbage (random
+bytes, then the valid reply). `noise_on()` floods the line with random bytes.
+
+The adversary keeps its own promises however late its thread runs on a loaded machine: a copy
+that would reach the bus more than `duplicate_s[1]` after its original, or a late status more than
+`late_s[1]` after its request was heard, is dropped instead of sent. A bus built on those two
+bounds must then never be fooled.
 """
 from __future__ import annotations
 
@@ -27,9 +38,9 @@ import threading
 import time
 import tty
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.bus import FENCE_SIZES
 
 
 class Behaviour(enum.Enum):
@@ -45,25 +56,46 @@ class Behaviour(enum.Enum):
 
 
 Plan = Callable[[int, int], Behaviour]
+TABLE_SIZE = 128
+
+
+@dataclass(order=True)
+class _Packet:
+    """Bytes waiting for the line, in the order they become due."""
+
+    due: float
+    seq: int
+    data: bytes = field(compare=False)
+    not_after: float | None = field(default=None, compare=False)  # dropped if it would arrive later
+    original: _Packet | None = field(default=None, compare=False)  # a copy: bounded by when this arrived
+    arrived: float | None = field(default=None, compare=False)
 
 
 class AdversarialServos:
-    """Servos `ids` behind a pty (`.port`); use as a context manager."""
+    """Servos `ids` behind a pty (`.port`); use as a context manager.
 
-    def __init__(self, ids: tuple[int, ...] = (1, 2, 3, 4, 5, 6), plan: Plan | None = None, late_s: float = 0.03,
-                 seed: int = 0, byte_s: float = 10e-6) -> None:
+    late_s, duplicate_s: (shortest, longest) delay of a late status and of a duplicate's copy;
+    return_delay_s: how long after an instruction's last byte a servo starts its answer (an
+    STS3215 waits Return_Delay_Time × 2 µs: 0.5 ms as delivered, 0 once configured).
+    """
+
+    def __init__(self, ids: tuple[int, ...] = (1, 2, 3, 4, 5, 6), plan: Plan | None = None,
+                 late_s: tuple[float, float] = (0.03, 0.03), duplicate_s: tuple[float, float] = (0.0, 0.0),
+                 return_delay_s: float = 0.0, seed: int = 0, byte_s: float = 10e-6) -> None:
         self.ids = ids
         self.plan: Plan = plan or (lambda _sid, _n: Behaviour.OK)
         self.late_s = late_s
+        self.duplicate_s = duplicate_s
+        self.return_delay_s = return_delay_s
         self.byte_s = byte_s
         self.counters = {sid: 0 for sid in ids}
         self.latest = {sid: 0 for sid in ids}
+        self.table = {sid: bytearray(TABLE_SIZE) for sid in ids}
         self._rng = random.Random(seed)
-        self._queue: list[tuple[float, int, bytes]] = []
-        self._order = 0
-        self._last_out = {sid: 0.0 for sid in ids}
+        self._pending: list[_Packet] = []
+        self._line: list[_Packet] = []  # on the wire, in order: each reaches the bus when `arrived`
         self._line_free = 0.0
-        self._heard = 0.0  # when the instruction being answered finished crossing the wire
+        self._seq = 0
         self._noise = threading.Event()
         self._stop = threading.Event()
         self._master, slave = os.openpty()
@@ -73,7 +105,7 @@ class AdversarialServos:
         self._slave = slave
         self._thread = threading.Thread(target=self._serve, name="adversarial-servos", daemon=True)
 
-    def __enter__(self) -> "AdversarialServos":
+    def __enter__(self) -> AdversarialServos:
         self._thread.start()
         return self
 
@@ -89,84 +121,119 @@ class AdversarialServos:
     def noise_off(self) -> None:
         self._noise.clear()
 
-    def _reply(self, sid: int, size: int) -> bytes:
-        n = self.counters[sid]
-        return p.status(sid, 0, (n % (1 << (8 * size))).to_bytes(size, "little") if size else b"")
+    # -- answering ------------------------------------------------------------------------
+    def _queue(self, data: bytes, due: float, not_after: float | None = None,
+               original: _Packet | None = None) -> _Packet:
+        self._seq += 1
+        packet = _Packet(due, self._seq, data, not_after, original)
+        heapq.heappush(self._pending, packet)
+        return packet
 
-    def _schedule(self, sid: int, packet: bytes, delay: float) -> None:
-        """Queue `packet`; a pty delivers instantly, so the wire time of the instruction (which
-        a real servo waits out before it can answer) and of the reply are emulated here."""
-        # A servo answers in order: a late reply delays everything it sends after it. Replies on
-        # time share the half-duplex line one after another, as on the real bus.
-        at = max(self._heard + delay, self._last_out[sid], 0.0 if delay else self._line_free)
-        at += len(packet) * self.byte_s
-        self._last_out[sid] = at
-        if not delay:
-            self._line_free = at
-        self._order += 1
-        heapq.heappush(self._queue, (at, self._order, packet))
-
-    def _answer(self, sid: int, size: int) -> None:
-        reply = self._reply(sid, size)
-        behaviour = self.plan(sid, self.counters[sid])
+    def _answer(self, sid: int, behaviour: Behaviour, reply: bytes, heard: float, late: float,
+                copy_after: float) -> None:
+        due = heard + self.return_delay_s
         if behaviour is Behaviour.SILENT:
             return
         if behaviour is Behaviour.LATE:
-            self._schedule(sid, reply, self.late_s)
-        elif behaviour is Behaviour.DUPLICATE:  # back to back, as a wire carries them: one write
-            self._schedule(sid, reply + reply, 0.0)
+            on_time = due + len(reply) * self.byte_s
+            self._queue(reply, due + late, not_after=on_time + self.late_s[1])
+        elif behaviour is Behaviour.DUPLICATE:
+            original = self._queue(reply, due)
+            self._queue(reply, due + copy_after, original=original)
         elif behaviour is Behaviour.TRUNCATED:
-            self._schedule(sid, reply[: self._rng.randrange(1, len(reply))], 0.0)
+            self._queue(reply[: self._rng.randrange(1, len(reply))], due)
         elif behaviour is Behaviour.OVERLONG:
-            self._schedule(sid, reply[:3] + bytes((min(250, reply[3] + self._rng.randrange(1, 40)),)) + reply[4:], 0.0)
+            self._queue(reply[:3] + bytes((min(250, reply[3] + self._rng.randrange(1, 40)),)) + reply[4:], due)
         elif behaviour is Behaviour.WRONG_ID:
             other = self.ids[(self.ids.index(sid) + 1) % len(self.ids)]
             body = bytes((other,)) + reply[3:-1]
-            self._schedule(sid, p.HEADER + body + bytes((p.checksum(body),)), 0.0)
+            self._queue(p.HEADER + body + bytes((p.checksum(body),)), due)
         elif behaviour is Behaviour.ERROR:
-            self._schedule(sid, p.status(sid, 0x20, reply[5:-1]), 0.0)
+            self._queue(p.status(sid, 0x20, reply[5:-1]), due)
         elif behaviour is Behaviour.GARBAGE:
-            self._schedule(sid, self._rng.randbytes(self._rng.randrange(1, 20)) + reply, 0.0)
+            self._queue(self._rng.randbytes(self._rng.randrange(1, 20)) + reply, due)
         else:
-            self._schedule(sid, reply, 0.0)
+            self._queue(reply, due)
 
-    def _handle(self, pkt: p.Instruction) -> None:
+    def _handle(self, pkt: p.Instruction, heard: float) -> None:
+        write: bytes | None = None
         if pkt.inst == p.SYNC_READ and len(pkt.params) >= 2:
-            address, size, targets = pkt.params[0], pkt.params[1], [s for s in pkt.params[2:] if s in self.ids]
+            size, targets = pkt.params[1], [s for s in pkt.params[2:] if s in self.ids]
         elif pkt.inst == p.READ and len(pkt.params) == 2 and pkt.servo_id in self.ids:
-            address, size, targets = pkt.params[0], pkt.params[1], [pkt.servo_id]
+            size, targets = pkt.params[1], [pkt.servo_id]
         elif pkt.inst in (p.PING, p.WRITE) and pkt.servo_id in self.ids:
-            address, size, targets = -1, 0, [pkt.servo_id]
+            size, targets = -1, [pkt.servo_id]
+            write = pkt.params if pkt.inst == p.WRITE and pkt.params else None
         else:
             return
+        # One draw per instruction: a late or duplicated sync-read answer moves as one block.
+        late = self._rng.uniform(*self.late_s)
+        copy_after = self._rng.uniform(*self.duplicate_s)
         for sid in targets:
             self.counters[sid] += 1
-            if size not in FENCE_SIZES and address >= 0:
-                self.latest[sid] = self.counters[sid]
-            self._answer(sid, size)
+            n = self.counters[sid]
+            behaviour = self.plan(sid, n)
+            if size >= 0:
+                self.latest[sid] = n
+                reply = p.status(sid, 0, (n % (1 << (8 * size))).to_bytes(size, "little"))
+            else:
+                reply = p.status(sid)
+                if write is not None and behaviour is not Behaviour.SILENT:
+                    self.table[sid][write[0]:write[0] + len(write) - 1] = write[1:]
+            self._answer(sid, behaviour, reply, heard, late, copy_after)
+
+    # -- the line -------------------------------------------------------------------------
+    def _start_due(self, now: float) -> None:
+        """Put every status whose turn has come on the line: the earliest due first, each once
+        the one before it is across."""
+        while self._pending and max(self._pending[0].due, self._line_free) <= now:
+            packet = heapq.heappop(self._pending)
+            packet.arrived = max(packet.due, self._line_free) + len(packet.data) * self.byte_s
+            self._line_free = packet.arrived
+            self._line.append(packet)
+
+    def _deliver(self, now: float) -> None:
+        due = []
+        while self._line and self._line[0].arrived is not None and self._line[0].arrived <= now:
+            packet = self._line.pop(0)
+            bound = packet.not_after
+            if packet.original is not None and packet.original.arrived is not None:
+                bound = packet.original.arrived + self.duplicate_s[1]
+            if bound is None or now <= bound:  # else it would break the bounds promised: never sent
+                due.append(packet.data)
+        if due:  # statuses this thread woke too late for leave together: the bus may read them at once
+            self._send(b"".join(due))
+
+    def _next_event(self, now: float) -> float:
+        wait = 0.002
+        if self._line and self._line[0].arrived is not None:
+            wait = min(wait, self._line[0].arrived - now)
+        if self._pending:
+            wait = min(wait, max(self._pending[0].due, self._line_free) - now)
+        return max(0.0, wait)
 
     def _serve(self) -> None:
         parser = p.InstructionParser()
+        heard = 0.0  # when the last instruction's last byte was across: the host's line is serial too
+        next_noise = 0.0
         while not self._stop.is_set():
-            wait = 0.002
-            if self._queue:
-                wait = max(0.0, min(wait, self._queue[0][0] - time.monotonic()))
-            ready, _, _ = select.select([self._master], [], [], wait)
+            now = time.monotonic()
+            ready, _, _ = select.select([self._master], [], [], self._next_event(now))
             if ready:
+                read_at = time.monotonic()
                 try:
                     parser.feed(os.read(self._master, 4096))
                 except BlockingIOError:
                     pass
                 while (pkt := parser.next()) is not None:
-                    self._heard = time.monotonic() + (len(pkt.params) + 6) * self.byte_s
-                    self._handle(pkt)
-            due = []
-            while self._queue and self._queue[0][0] <= time.monotonic():
-                due.append(heapq.heappop(self._queue)[2])
-            if due:  # bytes due together leave together: between two writes the bus's thread may run
-                self._send(b"".join(due))
-            if self._noise.is_set():
+                    heard = max(read_at, heard) + (len(pkt.params) + 6) * self.byte_s
+                    self._handle(pkt, heard)
+            now = time.monotonic()
+            self._start_due(now)
+            self._deliver(now)
+            if self._noise.is_set() and now >= next_noise:
                 self._send(self._rng.randbytes(64))
+                next_noise = now + 0.001
 
     def _send(self, data: bytes) -> None:
         try:
