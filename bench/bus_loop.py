@@ -3,8 +3,10 @@
 The read is the arm driver's fast read: Present_Position, Present_Velocity and Present_Load
 (addresses 56-61, 6 bytes per servo) of all six servos; the write is Goal_Position of all six.
 Two `sim-bus` processes (wire-time emulation on, return delay 0) stand in for the arms. In one
-run we measure, for our `FeetechBus` (which fences after any anomaly, so it never returns a stale
-reply) and for the vendor SDK's GroupSyncRead/GroupSyncWrite:
+run we measure, for our `FeetechBus` (which never takes a late or duplicated reply for a fresh one:
+a read may carry a few bytes more than its block so that its reply has a length no earlier reply
+can still have) and for the vendor SDK's GroupSyncRead/GroupSyncWrite (which takes any
+checksum-valid reply):
 - free-running loop rate (Hz) and its ratio to the wire-time limit of one read + one write;
 - a loop paced at 500 Hz: achieved rate and period jitter (|period - 2 ms|) p50/p99.
 Then, for ours, the same loop behind each emulated USB-serial adapter (`sim-bus --adapter`: FTDI

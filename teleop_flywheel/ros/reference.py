@@ -281,7 +281,9 @@ BENCH_LINES: dict[str, Any] = {
         f"({d['ours']['ratio_to_wire_limit']:.2f} of the wire limit), paced 500 Hz p99 jitter "
         f"{d['ours']['paced_500hz']['jitter_p99_ms']:.2f} ms, {d['ratio_ours_to_vendor']:.2f}× the SDK "
         f"({_met(d['ours']['paced_500hz']['jitter_p99_ms'] <= 1.0)}; vs the SDK "
-        f"{'faster' if d['ratio_ours_to_vendor'] > 1 else 'level, not faster'})"
+        + ("faster" if d['ratio_ours_to_vendor'] > 1.05 else
+           "level" if d['ratio_ours_to_vendor'] >= 0.95 else
+           "**slower**: a read carries a few bytes more so no late or duplicated reply passes as fresh") + ")"
         + ("; behind real adapters (free-running / a 200 Hz loop): " + ", ".join(
             f"{name} {a['free_running_hz']:.0f} / {a['paced_200hz_achieved_hz']:.0f} Hz"
             for name, a in d["adapters"].items()) if "adapters" in d else "")),
@@ -289,7 +291,11 @@ BENCH_LINES: dict[str, Any] = {
         f"`stamp_error` (recorded stamp vs capture time, {d['injected_latency_ms']:g} ms injected latency): target "
         f"≤ 1 ms median, ≤ 2 ms p99; {d['source_stamping']['median_ms']:g} / {d['source_stamping']['p99_ms']:g} ms "
         f"(callback stamping: {d['callback_stamping_baseline']['median_ms']:g} ms) "
-        f"({_met(all(d['targets'].values()))})"),
+        f"({_met(all(d['targets'].values()))})"
+        + ("; bus stamps vs the servos' latch, median/p99: " + ", ".join(
+            f"{name} {b['stamp_error']['median_ms']:.2f}/{b['stamp_error']['p99_ms']:.2f} ms (by arrival: "
+            f"{b['arrival_stamp_baseline']['median_ms']:.1f})" for name, b in d["bus_stamps"].items())
+           if "bus_stamps" in d else "")),
     "soft_start": lambda d: (
         f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
         f"configured {d['configured_speed_rad_s']:g} rad/s; commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "
