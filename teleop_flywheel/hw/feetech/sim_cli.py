@@ -1,7 +1,10 @@
 """`teleop-flywheel sim-bus`: serve a simulated SO-101 arm on a pseudo-terminal.
 
 Prints the pty device path as the first line of standard output (so scripts can read it),
-optionally points `--link` at it, and serves until SIGINT/SIGTERM.
+optionally points `--link` at it, and serves until SIGINT/SIGTERM. It asks for the arm drivers'
+scheduling (`--priority`, SCHED_FIFO 50 and locked memory where permitted: `core.priority`) for
+all its threads: it stands for servos, which answer on time however busy the host is, so a
+loaded machine must delay the driver under test, never the hardware it talks to.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import threading
 
 from teleop_flywheel.core.calibration import load_calibration
 from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim import FAULT_FORMS, Faults, SimulatedArm, parse_fault
@@ -40,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an object between the jaws: the gripper stalls when it closes to this shaft position")
     parser.add_argument("--factory-new", action="store_true",
                         help="one servo straight from the box (id 1, factory baud), for setup-motors")
+    parser.add_argument("--priority", type=int, default=RT_PRIORITY, choices=range(0, 100), metavar="0-99",
+                        help=f"SCHED_FIFO priority of every thread, with memory locked, where permitted (default "
+                             f"{RT_PRIORITY}, as the arm drivers; 0: the normal policy)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +67,9 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
                        uncalibrated=args.uncalibrated, grip_object=args.grip_object,
                        adapter_name=args.adapter)
+    # Before the serving threads start: they inherit it.
+    request_realtime(args.priority, whole_process=True,
+                     say=lambda message: print(f"sim-bus: {message}", file=sys.stderr, flush=True))
     try:
         arm.start()
     except OSError as exc:
