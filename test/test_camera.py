@@ -17,7 +17,7 @@ from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.data.lerobot.format import VideoEncoder
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.capture import Capture
-from teleop_flywheel.hw.camera.source import CameraClockError, DropCounter
+from teleop_flywheel.hw.camera.source import CameraClockError, CameraModeError, DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
 
 
@@ -125,6 +125,87 @@ def test_config_and_v4l2_errors_name_the_problem() -> None:
         open_source(CameraConfig(source="v4l2", device="/dev/video97"))
 
 
+class StandInCapture:
+    """cv2.VideoCapture of a camera that opens, takes every `set()` (as OpenCV's V4L2 backend
+    returns True whatever the driver kept) and stays in its own mode: `mode` is what `get()`
+    reports, `frame_size` the (width, height) of the frames it delivers."""
+
+    mode: tuple[str, int, int, float] = ("YUYV", 640, 480, 15.0)  # FOURCC, width, height, fps
+    frame_size = (640, 480)
+    opened: list[StandInCapture] = []
+
+    def __init__(self, device: int | str, api: int) -> None:
+        self.device, self.released = device, False
+        StandInCapture.opened.append(self)
+
+    def isOpened(self) -> bool:
+        return True
+
+    def set(self, prop: int, value: float) -> bool:
+        return True
+
+    def get(self, prop: int) -> float:
+        fourcc, width, height, fps = self.mode
+        return {cv2.CAP_PROP_FOURCC: float(cv2.VideoWriter.fourcc(*fourcc)), cv2.CAP_PROP_FRAME_WIDTH: width,
+                cv2.CAP_PROP_FRAME_HEIGHT: height, cv2.CAP_PROP_FPS: fps,
+                cv2.CAP_PROP_POS_MSEC: now_ns() / 1e6}.get(prop, 0.0)
+
+    def grab(self) -> bool:
+        return True
+
+    def retrieve(self) -> tuple[bool, np.ndarray]:
+        width, height = self.frame_size
+        return True, np.zeros((height, width, 3), np.uint8)
+
+    def release(self) -> None:
+        self.released = True
+
+
+@pytest.fixture()
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> type[StandInCapture]:
+    """No /dev/video* here: the V4L2 source opens the stand-in instead of OpenCV's capture."""
+    monkeypatch.setattr(cv2, "VideoCapture", StandInCapture)
+    for name in ("mode", "frame_size"):  # a test's own camera is undone after it
+        monkeypatch.setattr(StandInCapture, name, getattr(StandInCapture, name))
+    monkeypatch.setattr(StandInCapture, "opened", [])
+    return StandInCapture
+
+
+def test_a_v4l2_mode_the_camera_does_not_grant_is_refused_naming_asked_and_granted(
+        stand_in: type[StandInCapture]) -> None:
+    """Asked for MJPG 1280x720 @ 30, the camera keeps YUYV 640x480 @ 15: one line, device released."""
+    config = CameraConfig(name="front", source="v4l2", device="/dev/video42", width=1280, height=720, fps=30.0)
+    with pytest.raises(CameraModeError) as refused:
+        open_source(config)
+    message = str(refused.value)
+    assert message == ("camera front: /dev/video42 granted YUYV 640x480 @ 15 fps when MJPG 1280x720 @ 30 fps was "
+                       "asked; teleop-flywheel find-cameras lists the modes it offers"), message
+    assert [cap.released for cap in stand_in.opened] == [True]
+    for granted in (("MJPG", 1280, 720, 15.0), ("YUYV", 1280, 720, 30.0), ("MJPG", 1280, 960, 30.0)):
+        stand_in.mode = granted
+        with pytest.raises(CameraModeError, match=f"granted {granted[0]} {granted[1]}x{granted[2]}"):
+            open_source(config)
+
+
+def test_a_granted_v4l2_mode_delivers_stamped_frames_and_a_frame_of_another_size_stops_it(
+        stand_in: type[StandInCapture]) -> None:
+    config = CameraConfig(name="wrist", source="v4l2", device="3", width=1280, height=720, fps=30.0)
+    stand_in.mode = ("MJPG", 1280, 720, 30000 / 1001)  # NTSC 29.97 is "30"
+    stand_in.frame_size = (1280, 720)
+    source = open_source(config)
+    try:
+        before = now_ns()
+        frame = source.read()
+        assert frame is not None and frame.image.shape == (720, 1280, 3)
+        assert before - 1_000_000 <= frame.stamp_ns <= now_ns() + 1_000_000  # the driver's buffer time
+        assert stand_in.opened[0].device == 3  # an index opens /dev/video3
+        stand_in.frame_size = (640, 480)  # the driver reported the mode and delivers another
+        with pytest.raises(CameraModeError, match="camera wrist: 3 delivered a 640x480 frame when 1280x720 was asked"):
+            source.read()
+    finally:
+        source.close()
+
+
 def test_the_pose_drawn_is_the_followers_at_the_exposure_instant_however_late_the_frame_is_drawn() -> None:
     from teleop_flywheel.core import frame_meta
     from teleop_flywheel.hw.camera.synthetic import JointHistory, draw_arm
@@ -228,18 +309,28 @@ def test_capture_reopens_an_unplugged_camera_with_backoff_and_says_so_once(tmp_p
                                                          "camera front: reconnected, frames again"]
 
 
-def test_capture_stops_for_good_on_stamps_from_the_wrong_clock() -> None:
-    class WrongClock:
+@pytest.mark.parametrize("error", [
+    CameraClockError("camera wrist: /dev/video0 buffer timestamp 5 ns is not on CLOCK_MONOTONIC"),
+    CameraModeError("camera wrist: /dev/video0 delivered a 640x480 frame when 1280x720 was asked"),
+])
+def test_capture_stops_for_good_on_a_camera_that_cannot_be_recorded_as_configured(error: CameraError) -> None:
+    """Stamps on the wrong clock, or a mode the camera did not grant: reopening cannot help."""
+    class Unrecordable:
         config = CameraConfig()
 
         def read(self, timeout_s: float = 1.0) -> None:
-            raise CameraClockError("camera wrist: /dev/video0 buffer timestamp 5 ns is not on CLOCK_MONOTONIC")
+            raise error
 
         def close(self) -> None:
             pass
 
     opened: list[int] = []
-    capture = Capture("camera wrist", lambda: opened.append(1) or WrongClock(), lambda lv, text: None)  # type: ignore[func-returns-value]
-    capture.run(threading.Event(), lambda f: None)  # returns by itself: nothing to retry
-    assert opened == [1] and "CLOCK_MONOTONIC" in capture.fatal
+    capture = Capture("camera wrist", lambda: opened.append(1) or Unrecordable(), lambda lv, text: None)  # type: ignore[func-returns-value]
+    stop = threading.Event()
+    runner = threading.Thread(target=capture.run, args=(stop, lambda f: None))
+    runner.start()
+    runner.join(2.0)  # returns by itself: nothing to retry (the stop only ends a capture that retries)
+    stop.set()
+    runner.join()
+    assert opened == [1] and capture.fatal == str(error)
 

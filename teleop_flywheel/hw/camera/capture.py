@@ -1,9 +1,10 @@
 """A camera that may come and go: open it, read frames, and when it fails — not there yet,
 unplugged, stopped delivering — close it and open it again with backoff (`core.backoff`), as the
 arm driver does with its port. The failure is one line on the log when it starts, `error` while it
-lasts (the node's `/diagnostics`), and one line when frames come back. A source whose stamps are
-on the wrong clock (`CameraClockError`) is not retried: reopening cannot fix it, so it is `fatal`
-and the owner stops. No ROS: the camera node runs `run()` on its capture thread.
+lasts (the node's `/diagnostics`), and one line when frames come back. A source that cannot be
+recorded as configured (`CameraFatalError`: stamps on the wrong clock, a format the camera did not
+grant) is not retried: reopening cannot fix it, so it is `fatal` and the owner stops. No ROS: the
+camera node runs `run()` on its capture thread.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from teleop_flywheel.core.backoff import Backoff
-from teleop_flywheel.hw.camera.source import CameraClockError, CameraError, Frame, FrameSource
+from teleop_flywheel.hw.camera.source import CameraError, CameraFatalError, Frame, FrameSource
 
 
 class Capture:
@@ -64,7 +65,7 @@ class Capture:
         self._failed(exc, "reopening with backoff")
 
     def _failed(self, exc: CameraError, then: str) -> None:
-        if isinstance(exc, CameraClockError):
+        if isinstance(exc, CameraFatalError):
             self.fatal = self.error = str(exc)
             return
         if str(exc) != self.error:  # one line per new reason, not one per retry

@@ -18,8 +18,16 @@ class CameraError(FlywheelError, RuntimeError):
     """A camera cannot be opened or stopped delivering; the message names the device."""
 
 
-class CameraClockError(CameraError):
-    """A camera's stamps are not on CLOCK_MONOTONIC: reopening it cannot help."""
+class CameraFatalError(CameraError):
+    """A camera that opened but cannot be recorded as configured: reopening it cannot help."""
+
+
+class CameraClockError(CameraFatalError):
+    """A camera's stamps are not on CLOCK_MONOTONIC."""
+
+
+class CameraModeError(CameraFatalError):
+    """A camera did not grant the format asked for (size, rate or pixel format)."""
 
 
 @dataclass(frozen=True)

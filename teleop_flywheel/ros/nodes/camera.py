@@ -14,7 +14,9 @@ stalls again, also with the same value); with `presence_file` it is unplugged wh
 missing. Every other parameter is read-only.
 A camera that is not there, or goes away, is one ERROR line naming it, `/diagnostics` ERROR while it
 lasts, and is reopened with backoff (0.1 s doubling to 2 s: `hw.camera.capture`) — the node does not
-die; a V4L2 driver whose stamps are not CLOCK_MONOTONIC ends it (one line, exit 1).
+die; a V4L2 camera that does not grant the mode asked for (`fourcc`, `width`, `height`, `fps`, read
+back from the driver and checked on every frame's size) or whose stamps are not CLOCK_MONOTONIC
+ends it (one line naming the device, exit 1): it would record at the wrong rate, size or time.
 Capture, JPEG encoding and publishing run in the node's own thread, not in an rclpy timer; it
 stops in `close()`, before the node and its context go away.
 """
@@ -113,7 +115,8 @@ class CameraNode(Node):
 
     @property
     def failure(self) -> str:
-        """Why this node cannot go on (`spin_node` ends it with this line): stamps on the wrong clock."""
+        """Why this node cannot go on (`spin_node` ends it with this line): a mode not granted, stamps
+        on the wrong clock."""
         return self.capture.fatal
 
     def _open(self) -> FrameSource:
