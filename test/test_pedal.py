@@ -1,7 +1,11 @@
 """Pedal: real struct input_event bytes through a FIFO into the real pedal node."""
 from __future__ import annotations
 
+import grp
 import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +26,7 @@ from teleop_flywheel.hw.pedal.events import (
     decode,
     device_changed,
     encode,
+    open_device,
     realtime_to_monotonic,
     resolve_device,
 )
@@ -112,6 +117,82 @@ def test_resolve_device_by_path_by_id_and_name(tmp_path: Path) -> None:
     # By name, evdev lists only character devices: none here (and no /dev/input on CI) → a clear error.
     with pytest.raises(FileNotFoundError, match="evdev device name.*Foot Pedal"):
         resolve_device("Foot Pedal", str(tmp_path))
+
+
+NOBODY = 65534
+
+
+def as_nobody(call: Callable[[], object]) -> str:
+    """Run `call` in a forked child that dropped to uid/gid 65534 with no other groups, where file
+    permissions bite (this suite runs as root, which reads anything): the OSError it raised as
+    "<type>: <strerror>", or "opened"."""
+    if os.geteuid() != 0:
+        pytest.skip(f"dropping to another uid needs root; this run is uid {os.geteuid()}")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            try:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            except OSError as exc:
+                os.write(write_end, f"drop: {exc}".encode())
+                status = 3
+            else:
+                try:
+                    call()
+                    out = "opened"
+                except OSError as exc:
+                    out = f"{type(exc).__name__}: {exc.strerror}"
+                os.write(write_end, out.encode())
+                status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        said = pipe.read().decode()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 3:
+        pytest.skip(f"cannot drop to uid {NOBODY} here ({said})")
+    assert code == 0, f"the child failed: exit {code}, {said!r}"
+    return said
+
+
+@pytest.fixture()
+def input_dir() -> Iterator[Path]:
+    """A directory uid 65534 may enter, holding a root-owned event device node `event9`, mode 600
+    (a FIFO where this machine may not make device nodes)."""
+    root = Path(tempfile.mkdtemp(prefix="input-"))
+    try:
+        root.chmod(0o755)
+        try:
+            os.mknod(root / "event9", stat.S_IFCHR | 0o600, os.makedev(13, 73))  # evdev's major
+        except PermissionError:
+            os.mkfifo(root / "event9", 0o600)
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_device_this_user_may_not_read_says_permission_denied_and_how_to_be_let_in(input_dir: Path) -> None:
+    device = input_dir / "event9"
+    said = as_nobody(lambda: open_device(str(device), grab=False))
+    assert said.startswith(f"PermissionError: permission denied on {device} (owned by root:root, mode 600): "
+                           'a udev rule for the pedal, e.g. SUBSYSTEM=="input"'), said
+    # As /dev/input/eventN is on a desktop: root:<group>, mode 660. The fix is that group.
+    gid, group = next((g.gr_gid, g.gr_name) for g in grp.getgrall() if g.gr_gid not in (0, NOBODY))
+    os.chown(device, 0, gid)
+    device.chmod(0o660)
+    said = as_nobody(lambda: open_device(str(device), grab=False))
+    assert said == (f"PermissionError: permission denied on {device} (owned by root:{group}, mode 660): add the "
+                    f"user to group {group}: sudo usermod -aG {group} $USER, then log in again"), said
+    # Found by name: a device this user may not read cannot be asked its name. Not "no such device".
+    said = as_nobody(lambda: resolve_device("Foot Pedal", str(input_dir)))
+    assert said.startswith("PermissionError: no evdev device of that name among those this user may read, and 1 "
+                           f"it may not: permission denied on {device}"), said
 
 
 @dataclass

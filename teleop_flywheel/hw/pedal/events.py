@@ -14,12 +14,17 @@ import ctypes
 import dataclasses
 import errno
 import fcntl
+import glob
+import grp
 import os
+import pwd
 import stat
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from evdev import InputDevice, list_devices
@@ -141,11 +146,11 @@ def open_device(path: str, grab: bool = True) -> tuple[int, str]:
     mode = os.stat(path).st_mode
     if stat.S_ISFIFO(mode):
         # Read-write keeps a writer on the FIFO, so it never reads as end-of-file between writers.
-        return os.open(path, os.O_RDWR | os.O_NONBLOCK), WRITER
+        return _open(path, os.O_RDWR | os.O_NONBLOCK), WRITER
     if not stat.S_ISCHR(mode):
         # A regular file is always "readable" and then at end-of-file: the read loop would spin.
         raise OSError(errno.ENODEV, "not an input event device (character device) or a FIFO", path)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = _open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         try:
             fcntl.ioctl(fd, EVIOCSCLOCKID, struct.pack("i", time.CLOCK_MONOTONIC))
@@ -158,6 +163,41 @@ def open_device(path: str, grab: bool = True) -> tuple[int, str]:
         os.close(fd)
         raise
     return fd, clock
+
+
+def _open(path: str, flags: int) -> int:
+    """os.open, with a permission error that says whose the device is and how to be let in."""
+    try:
+        return os.open(path, flags)
+    except PermissionError as exc:
+        raise PermissionError(exc.errno, permission_denied(path), path) from None
+
+
+def _name(lookup: Callable[[int], Any], ident: int) -> str:
+    try:
+        return str(lookup(ident)[0])
+    except KeyError:
+        return str(ident)
+
+
+def permission_denied(path: str) -> str:
+    """Why this user may not read `path`, and the fix (docs/teleop.md, Pedal: permissions).
+
+    /dev/input/eventN is root:input, mode 660, on every mainstream distribution: members of
+    `input` read it. Where the group may not read it (or is root, which no operator should join),
+    a udev rule giving the pedal to `input` is the fix.
+    """
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    owner = f"{_name(pwd.getpwuid, st.st_uid)}:{_name(grp.getgrgid, st.st_gid)}"
+    if st.st_mode & stat.S_IRGRP and st.st_gid != 0:
+        group = _name(grp.getgrgid, st.st_gid)
+        fix = f"add the user to group {group}: sudo usermod -aG {group} $USER, then log in again"
+    else:
+        fix = ('a udev rule for the pedal, e.g. SUBSYSTEM=="input", ATTRS{idVendor}=="VVVV", '
+               'ATTRS{idProduct}=="PPPP", MODE="0660", GROUP="input" in /etc/udev/rules.d/99-pedal.rules '
+               '(then sudo udevadm control --reload && sudo udevadm trigger), and the user in group input')
+    return f"permission denied on {real} (owned by {owner}, mode {stat.S_IMODE(st.st_mode):o}): {fix}"
 
 
 def realtime_to_monotonic(events: list[InputEvent], offset_ns: int) -> list[InputEvent]:
@@ -190,7 +230,9 @@ def resolve_device(spec: str, input_dir: str = "/dev/input") -> str:
     """A device given by path, by-id link name, or device name (matched with python-evdev).
 
     Names are read from each readable event device with evdev's EVIOCGNAME; without an
-    input directory (containers, CI) there is nothing to match and the error says so.
+    input directory (containers, CI) there is nothing to match and the error says so. A name
+    not found while some event devices may not be read by this user is a permission error: the
+    pedal is most likely one of those.
     """
     if Path(spec).exists():
         return spec
@@ -206,6 +248,11 @@ def resolve_device(spec: str, input_dir: str = "/dev/input") -> str:
         device.close()
         if name == spec:
             return path
+    unreadable = [path for path in sorted(glob.glob(f"{input_dir}/event*"))
+                  if os.path.exists(path) and not os.access(path, os.R_OK)]
+    if unreadable:
+        raise PermissionError(errno.EACCES, f"no evdev device of that name among those this user may read, and "
+                                            f"{len(unreadable)} it may not: {permission_denied(unreadable[0])}", spec)
     raise FileNotFoundError(errno.ENOENT, f"no such path, {input_dir}/by-id entry or evdev device name", spec)
 
 

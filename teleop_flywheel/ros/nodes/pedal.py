@@ -13,7 +13,9 @@ python-evdev finds a device given by name (its EVIOCGNAME, instead of parsing
 /proc/bus/input/devices); the records themselves are read as raw `struct input_event` bytes,
 so a FIFO is a device too: the simulator's virtual pedal writes kernel-format records into one
 and the tests exercise the same decoding. The device is grabbed exclusively so pedal presses
-do not type into a terminal.
+do not type into a terminal. One this user may not read is `/diagnostics` ERROR "permission
+denied on <path>" with its owner, mode and the fix (group `input`, or a udev rule), retried once
+a second like a missing one.
 
 Unplug: a read error (ENODEV), or the configured path no longer leading to the open file
 (checked every second: a removed FIFO never errors, a replugged USB pedal comes back as a new
