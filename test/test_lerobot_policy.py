@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -56,10 +57,26 @@ def test_bad_args_name_the_path_and_the_reason(tmp_path: Path) -> None:
             load_policy("lerobot", args, "")
 
 
+def test_on_a_real_follower_a_checkpoint_needs_the_followers_calibration_before_anything_loads(
+        tmp_path: Path) -> None:
+    """Refused before LeRobot and torch are imported: without a calibration named, or with a
+    simulator's (its offsets and ranges would turn the policy's degrees into the wrong angles)."""
+    checkpoint = _files_only(tmp_path / "ck")
+    with pytest.raises(ValueError, match=r"follower is not a simulator \(simulated: false\): add calibration=FILE"):
+        load_policy("lerobot", str(checkpoint), "")
+    sim = sim_calibration_file("follower")
+    with pytest.raises(ValueError, match=re.escape(f"{sim}: a simulator's calibration, and the follower is not a")):
+        load_policy("lerobot", f"{checkpoint},calibration={sim}", "")
+
+
 @pytest.mark.skipif(HAVE_LEROBOT, reason="LeRobot is installed: the missing-install message cannot be shown")
 def test_without_lerobot_the_error_says_how_to_install(tmp_path: Path) -> None:
+    """A real follower's own calibration passes: what stops it then is the missing install."""
+    from teleop_flywheel.core.resources import config_path
+
+    real = config_path("calibration/example_real_follower.yaml")
     with pytest.raises(ImportError, match=r"needs LeRobot 0.4.x: pip install 'teleop_flywheel\[lerobot\]'"):
-        load_policy("lerobot", str(_files_only(tmp_path / "ck")), "")
+        load_policy("lerobot", f"{_files_only(tmp_path / 'ck')},calibration={real}", "")
 
 
 # -- a real checkpoint ----------------------------------------------------------------------------
@@ -127,7 +144,7 @@ def _lerobot_reference(root: Path, state_units: np.ndarray, rgb: np.ndarray, ste
 @NEEDS_LEROBOT
 def test_act_matches_lerobot_inference_in_radians_on_the_training_frame_rate(checkpoint: Path) -> None:
     cal = load_calibration(sim_calibration_file("follower"))
-    pol = load_policy("lerobot", f"{checkpoint},fps=20", "")
+    pol = load_policy("lerobot", f"{checkpoint},fps=20", "", simulated=True)
     assert pol.cameras == (CAMERA,)
     assert pol.checkpoint_id.startswith("lerobot:act_tiny:") and len(pol.checkpoint_id.rsplit(":", 1)[1]) == 12
     state = [0.1, -0.2, 0.3, -0.1, 0.2, 0.4]
@@ -172,15 +189,15 @@ def test_act_matches_lerobot_inference_in_radians_on_the_training_frame_rate(che
 def test_a_checkpoint_id_changes_with_the_weights_and_a_given_one_wins(checkpoint: Path, tmp_path: Path) -> None:
     import shutil
 
-    assert load_policy("lerobot", str(checkpoint), "ckpt-7").checkpoint_id == "ckpt-7"
+    assert load_policy("lerobot", str(checkpoint), "ckpt-7", simulated=True).checkpoint_id == "ckpt-7"
     copy = tmp_path / "act_tiny"
     shutil.copytree(checkpoint, copy)
-    first = load_policy("lerobot", str(copy), "").checkpoint_id
-    assert first == load_policy("lerobot", str(checkpoint), "").checkpoint_id  # content, not location
+    first = load_policy("lerobot", str(copy), "", simulated=True).checkpoint_id
+    assert first == load_policy("lerobot", str(checkpoint), "", simulated=True).checkpoint_id  # content, not location
     config = json.loads((copy / "config.json").read_text())
     config["n_action_steps"] = 2
     (copy / "config.json").write_text(json.dumps(config))
-    assert load_policy("lerobot", str(copy), "").checkpoint_id != first
+    assert load_policy("lerobot", str(copy), "", simulated=True).checkpoint_id != first
 
 
 @NEEDS_LEROBOT
@@ -188,7 +205,7 @@ def test_an_input_the_node_cannot_feed_is_refused_by_name(tmp_path: Path) -> Non
     root = _save_act(tmp_path / "env", {"observation.state": ("STATE", (6,)),
                                          "observation.environment_state": ("ENV", (4,))})
     with pytest.raises(ValueError, match="needs input feature 'observation.environment_state' .*cannot provide"):
-        load_policy("lerobot", str(root), "")
+        load_policy("lerobot", str(root), "", simulated=True)
 
 
 @NEEDS_LEROBOT
@@ -208,7 +225,8 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     rclpy.init()
     node = PolicyNode(parameter_overrides=[Parameter("policy", value="lerobot"),
                                            Parameter("policy_args", value=str(checkpoint)),
-                                           Parameter("checkpoint_id", value="")])
+                                           Parameter("checkpoint_id", value=""),
+                                           Parameter("simulated", value=True)])
     tag = node.policy.checkpoint_id
     got: list[JointState] = []
     node.create_subscription(JointState, "/policy/joint_command", got.append, STREAM_QOS)

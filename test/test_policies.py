@@ -4,6 +4,7 @@ checkpoint id."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from procs import node_cmd
 
 from teleop_flywheel.policies import load_policy
 from teleop_flywheel.policies.scripted import ScriptedPolicy
@@ -93,7 +95,7 @@ def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
     # LeRobot's gripper unit (RANGE_0_100) clamps into the calibrated range; the body joints are lossless.
     expected[:, -1] = np.clip(expected[:, -1], *load_calibration(sim_follower())["gripper"].rad_range())
 
-    pol = load_policy("replay", f"{ds}#1", "")
+    pol = load_policy("replay", f"{ds}#1", "", simulated=True)  # the simulator's calibration, as converted
     assert pol.checkpoint_id == f"replay:{bag.episode_id[:12]}"  # the same tag as replaying the bag itself
     assert pol.cameras == ()
     t0 = 3 * S
@@ -103,7 +105,7 @@ def test_replay_of_a_dataset_episode_plays_the_bag_commands_on_the_frame_grid(
         for t in (start, start + S // 60):  # the frame's first instant and its middle
             assert pol.act(None, t) == pytest.approx(list(expected[k]), abs=1e-5), f"frame {k}"
     assert pol.act(None, t0 + 3600 * S) == pytest.approx(list(expected[-1]), abs=1e-5)  # holds the last
-    other = load_policy("replay", f"{ds}#0,calibration={sim_follower()}", "tag")
+    other = load_policy("replay", f"{ds}#0,calibration={sim_follower()}", "tag", simulated=True)
     assert other.checkpoint_id == "tag" and not np.allclose(other.positions[0], pol.positions[0])
 
 
@@ -126,7 +128,7 @@ def test_replay_dataset_bad_args_name_the_path_and_the_reason(converted: tuple[P
     }
     for args, reason in cases.items():
         with pytest.raises(ValueError, match=reason):
-            load_policy("replay", args, "")
+            load_policy("replay", args, "", simulated=True)
     no_action = tmp_path / "no_action"
     shutil.copytree(ds, no_action)
     info_path = no_action / "meta" / "info.json"
@@ -134,7 +136,44 @@ def test_replay_dataset_bad_args_name_the_path_and_the_reason(converted: tuple[P
     del info["features"]["action"]
     info_path.write_text(json.dumps(info))
     with pytest.raises(ValueError, match="no_action: dataset has no 'action' feature"):
-        load_policy("replay", f"{no_action}#0", "")
+        load_policy("replay", f"{no_action}#0", "", simulated=True)
+
+
+def test_replay_of_a_dataset_on_a_real_follower_needs_the_followers_calibration(
+        converted: tuple[Path, list[Path]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot units through a simulator's offsets and ranges would put every joint of a real arm
+    at the wrong angle: without `simulated` the file must be named, and no simulator's is taken."""
+    from teleop_flywheel.core.calibration import sim_calibration_file
+    from teleop_flywheel.core.resources import config_path
+
+    ds, _ = converted
+    with pytest.raises(ValueError, match=r"follower is not a simulator \(simulated: false\): add calibration=FILE "
+                                         "to policy_args, naming the follower's own calibration"):
+        load_policy("replay", f"{ds}#0", "")
+    copy = tmp_path / "so101_follower.yaml"
+    shutil.copy(sim_follower(), copy)  # the simulator's values under another name
+    for sim in (sim_follower(), sim_calibration_file("leader"), copy):
+        with pytest.raises(ValueError, match=re.escape(f"{sim}: a simulator's calibration, and the follower is not "
+                                                       "a simulator (simulated: false): add calibration=FILE")):
+            load_policy("replay", f"{ds}#0,calibration={sim}", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    real = tmp_path / "so101_real.yaml"
+    shutil.copy(config_path("calibration/example_real_follower.yaml"), real)
+    on_rig = load_policy("replay", f"{ds}#0,calibration=~/so101_real.yaml", "")  # as a ROS parameter: no shell
+    on_sim = load_policy("replay", f"{ds}#0", "", simulated=True)
+    assert on_rig.positions.shape == on_sim.positions.shape
+    assert not np.allclose(on_rig.positions, on_sim.positions, atol=1e-3)  # the rig's own offsets and ranges
+    named_on_sim = load_policy("replay", f"{ds}#0,calibration={real}", "", simulated=True)
+    np.testing.assert_array_equal(named_on_sim.positions, on_rig.positions)  # a named one wins on a simulator too
+
+    # The policy node of a session not marked simulated: one line saying what to pass, exit 1.
+    res = subprocess.run(node_cmd("policy", policy="replay", policy_args=f"{ds}#0"), capture_output=True,
+                         text=True, timeout=120)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert lines[0].startswith(f"/policy: cannot load policy 'replay' with policy_args '{ds}#0': ") and \
+        lines[0].endswith("add calibration=FILE to policy_args, naming the follower's own calibration (the file "
+                          "its arm driver runs with; teleop-flywheel calibrate writes one)"), lines[0]
 
 
 def test_plugins_are_imported_only_when_named() -> None:

@@ -5,15 +5,19 @@ latest image of each camera it names in `cameras` — to a joint command. How on
 `teleop_flywheel.policies.load_policy`.
 
 `policy_args` is one string, `TARGET[,key=value...]`: a file, bag, dataset or checkpoint, then
-options (`split_args`); each policy documents its own keys.
+options (`split_args`); each policy documents its own keys. A policy that speaks LeRobot units
+(degrees, gripper 0–100) converts them through the follower's calibration: `follower_calibration`.
 """
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol
 
 import numpy as np
+
+from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
 
 Images = Mapping[str, np.ndarray]
 """Camera name → the latest frame of `/cameras/<name>/image/compressed`, RGB uint8 (H, W, 3)."""
@@ -39,6 +43,32 @@ class Policy(Protocol):
         """Authority came back after a human takeover: forget any plan made before it (an action
         chunk planned from a state the human has since changed must not resume). Default: none."""
         return None
+
+
+CALIBRATION_FIX = ("add calibration=FILE to policy_args, naming the follower's own calibration (the file its arm "
+                   "driver runs with; teleop-flywheel calibrate writes one)")
+
+
+def follower_calibration(given: str, simulated: bool) -> ArmCalibration:
+    """The calibration that converts the follower's radians to and from LeRobot units: `given`
+    (policy_args' `calibration=FILE`, `~` expanded: a ROS parameter is not a shell word), else —
+    only when the follower is a simulator — the simulator's (`config/calibration/follower_sim.yaml`).
+
+    On a real follower a simulator's offsets and ranges put every joint at the wrong angle, so
+    there the file must be named and a simulator's calibration (any file with its values) is
+    refused, as the arm driver refuses one on a real port.
+    """
+    if not given:
+        if simulated:
+            return load_calibration(sim_calibration_file("follower"))
+        raise ValueError("LeRobot units need the follower's calibration and the follower is not a simulator "
+                         f"(simulated: false): {CALIBRATION_FIX}")
+    calibration = load_calibration(Path(given).expanduser())  # CalibrationError names the file and the field
+    if not simulated and any(calibration.joints == load_calibration(sim_calibration_file(role)).joints
+                             for role in ("leader", "follower")):
+        raise ValueError(f"{given}: a simulator's calibration, and the follower is not a simulator "
+                         f"(simulated: false): {CALIBRATION_FIX}")
+    return calibration
 
 
 def split_args(args: str, keys: Collection[str]) -> tuple[str, dict[str, str]]:

@@ -7,8 +7,9 @@ policy_args: `CHECKPOINT_DIR[,calibration=FILE][,device=cpu][,fps=30][,task=TEXT
   LeRobot's own API: `PreTrainedConfig.from_pretrained`, the policy class's `from_pretrained` and
   `make_pre_post_processors(config, pretrained_path=...)` (normalisation stats come from there).
 * `calibration` — the follower calibration (project YAML or LeRobot's JSON) the training data was
-  recorded with; it converts radians ↔ LeRobot units (degrees, gripper 0–100). Default: the shipped
-  `config/calibration/follower_sim.yaml`; a real rig must name its own.
+  recorded with; it converts radians ↔ LeRobot units (degrees, gripper 0–100). Required on a real
+  follower, where a simulator's is refused before anything is loaded; on a simulated one the
+  shipped `config/calibration/follower_sim.yaml` when none is named (`base.follower_calibration`).
 * `device` (default `cpu`), `task` (the language instruction for policies that read one, default "").
 * `fps` (default 30, the converter's default) — the rate the policy was trained at: `select_action`
   runs once per frame period and its action holds in between, so an action chunk plays at the
@@ -29,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, split_args
+from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, follower_calibration, split_args
 
 KEYS = ("calibration", "device", "fps", "task")
 STATE = "observation.state"
@@ -149,8 +150,9 @@ def _inputs(config: Any, root: Path) -> tuple[dict[str, tuple[int, int, int]], b
     return cameras, uses_state
 
 
-def make_policy(args: str, checkpoint_id: str) -> LeRobotPolicy:
-    """Entry point `lerobot`: policy_args as in the module docstring."""
+def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> LeRobotPolicy:
+    """Entry point `lerobot`: policy_args as in the module docstring; `simulated`: the follower is a
+    simulator (the checkpoint may then run without a calibration named)."""
     target, opts = split_args(args, KEYS)
     if not target:
         raise ValueError("lerobot policy needs policy_args = CHECKPOINT_DIR[,calibration=FILE][,device=...]")
@@ -162,7 +164,7 @@ def make_policy(args: str, checkpoint_id: str) -> LeRobotPolicy:
         raise ValueError(f"policy_args {args!r}: fps must be a number, got {opts['fps']!r}") from None
     if fps <= 0:
         raise ValueError(f"policy_args {args!r}: fps must be positive, got {fps}")
-    calibration = load_calibration(opts.get("calibration") or sim_calibration_file("follower"))
+    calibration = follower_calibration(opts.get("calibration", ""), simulated)  # before torch: a refusal is quick
     device = opts.get("device", "cpu")
     try:
         from lerobot.configs.policies import PreTrainedConfig

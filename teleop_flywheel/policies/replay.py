@@ -5,9 +5,11 @@
 * `BAG_DIR` — an episode bag of this project: `/follower/joint_command` at its recorded stamps; or
 * `DATASET_DIR#EPISODE_INDEX[,calibration=FILE]` — one episode of a LeRobot v3.0 dataset: its
   `action` column (LeRobot units: degrees, gripper 0–100) converted to radians through the
-  follower calibration `FILE` (default: the shipped `config/calibration/follower_sim.yaml`, the
-  one the converter falls back to), frame k played from k/fps on (`frame_index`, `meta/info.json`
-  fps). Read with the project's own dataset reader: no LeRobot install needed.
+  follower calibration `FILE` (datasets do not carry one): required on a real follower, where a
+  simulator's is refused; on a simulated one the shipped `config/calibration/follower_sim.yaml`
+  (the one the converter falls back to) when none is named (`base.follower_calibration`). Frame k
+  plays from k/fps on (`frame_index`, `meta/info.json` fps). Read with the project's own dataset
+  reader: no LeRobot install needed.
 
 Either way the command in effect at time t after `reset` is the latest one recorded at or before t;
 after the last one it holds.
@@ -23,7 +25,7 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, split_args
+from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, follower_calibration, split_args
 from teleop_flywheel.recording.reader import open_bag
 
 if TYPE_CHECKING:
@@ -41,14 +43,15 @@ class ReplayPolicy(Policy):
     _t0: int | None = None
 
     @classmethod
-    def from_args(cls, args: str, checkpoint_id: str) -> ReplayPolicy:
-        """A bag directory, or `DATASET_DIR#EPISODE_INDEX[,calibration=FILE]` (module docstring)."""
+    def from_args(cls, args: str, checkpoint_id: str, simulated: bool) -> ReplayPolicy:
+        """A bag directory, or `DATASET_DIR#EPISODE_INDEX[,calibration=FILE]` (module docstring);
+        `simulated`: the follower is a simulator (a dataset may then be replayed without FILE)."""
         if not args:
             raise ValueError("replay policy needs policy_args = a bag directory or DATASET_DIR#EPISODE_INDEX")
         target, options = split_args(args, DATASET_KEYS)
         root, sep, episode = target.partition("#")
         if sep:
-            return cls.from_dataset(root, episode, checkpoint_id, options.get("calibration", ""))
+            return cls.from_dataset(root, episode, checkpoint_id, options.get("calibration", ""), simulated)
         if (Path(root) / "meta" / "info.json").is_file():
             raise ValueError(f"{root}: a LeRobot dataset; name the episode to replay as {root}#EPISODE_INDEX")
         if options:
@@ -69,9 +72,11 @@ class ReplayPolicy(Policy):
                    np.asarray(js.position)[:, cols])
 
     @classmethod
-    def from_dataset(cls, root: str, episode: str, checkpoint_id: str, calibration: str = "") -> ReplayPolicy:
-        """One episode's `action` of a LeRobot v3.0 dataset, in radians, on the dataset's frame grid."""
-        from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+    def from_dataset(cls, root: str, episode: str, checkpoint_id: str, calibration: str,
+                     simulated: bool) -> ReplayPolicy:
+        """One episode's `action` of a LeRobot v3.0 dataset, in radians through `calibration` (the
+        follower's; `follower_calibration` decides when it may be left empty), on the dataset's
+        frame grid."""
         from teleop_flywheel.data.lerobot.reader import ACTION, LeRobotDataset, episode_spans
 
         path = Path(root)
@@ -81,7 +86,7 @@ class ReplayPolicy(Policy):
             index = int(episode)
         except ValueError:
             raise ValueError(f"{path}#{episode}: the episode must be an integer episode_index") from None
-        cal = load_calibration(calibration or sim_calibration_file("follower"))
+        cal = follower_calibration(calibration, simulated)
         ds = LeRobotDataset.open(path)
         if ACTION not in ds.features:
             raise ValueError(f"{path}: dataset has no {ACTION!r} feature to replay")
@@ -115,9 +120,9 @@ class ReplayPolicy(Policy):
 
 
 
-def make_policy(args: str, checkpoint_id: str) -> ReplayPolicy:
+def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> ReplayPolicy:
     """Entry point `replay` (teleop_flywheel.policies): its timeline goes on through a takeover."""
-    return ReplayPolicy.from_args(args, checkpoint_id)
+    return ReplayPolicy.from_args(args, checkpoint_id, simulated)
 
 def _action_columns(feature: Feature, where: str) -> list[int]:
     """Columns of the six SO-101 joints in JOINT_NAMES order, from LeRobot's `<joint>.pos` names."""

@@ -91,6 +91,8 @@ class ScriptedPolicy(Policy):
         return [a + (b - a) * s for a, b in zip(frm, to)]  # type: ignore[arg-type]
 
 
-def make_policy(args: str, checkpoint_id: str) -> ScriptedPolicy:
-    """Entry point `scripted` (teleop_flywheel.policies)."""
+def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> ScriptedPolicy:
+    """Entry point `scripted` (teleop_flywheel.policies). Its waypoints are radians, so `simulated`
+    chooses no calibration here; whether it may drive a real follower is the node's rule
+    (`scripted_on_real`)."""
     return ScriptedPolicy.from_args(args, checkpoint_id)

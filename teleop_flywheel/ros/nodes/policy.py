@@ -24,7 +24,11 @@ moved the arm (LeRobot's action-chunk queue) never resumes.
 
 The scripted policy drives the follower to hard-coded waypoints: it runs only when the session
 says the follower is a simulator (`simulated: true`, which `sim` sessions pass) or when asked for
-on purpose (`scripted_on_real: true`); otherwise the node refuses to start and says so.
+on purpose (`scripted_on_real: true`); otherwise the node refuses to start and says so. A policy in
+LeRobot units (`lerobot`, `replay` of a dataset) converts them through the follower's calibration:
+on a follower not marked simulated it must be named (`calibration=FILE` in `policy_args`) and a
+simulator's is refused — one line saying what to pass — as the arm driver refuses a simulator's
+calibration on a real port; a simulated one falls back to the simulator's.
 
 A policy that needs images names its cameras (`Policy.cameras`); the node subscribes to
 `/cameras/<name>/image/compressed` for each, decodes the latest JPEG to RGB at the tick that uses
@@ -82,7 +86,7 @@ class PolicyParams(NodeParams):
 def _load(p: PolicyParams) -> Policy:
     """The policy `p` names; PolicyLoadError with the reason (any failure of a plugin included)."""
     try:
-        return load_policy(p.policy, p.policy_args, p.checkpoint_id)
+        return load_policy(p.policy, p.policy_args, p.checkpoint_id, simulated=p.simulated)
     except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; the reason is what matters
         raise PolicyLoadError(f"cannot load policy {p.policy!r} with policy_args {p.policy_args!r}: {exc}") from exc
 
