@@ -118,18 +118,11 @@ class PedalState:
         self.down = level
         return [("takeover", level, stamp)]
 
-    def release(self, now_ns: int) -> list[tuple[str, bool | str, int]]:
-        """The device is gone: an unplugged pedal cannot be held, so end up (authority goes back).
-
-        Stamped with the release the kernel reported if one was still settling, else `now_ns`,
-        the time the loss was noticed: after every event the device delivered.
-        """
-        pending, self._pending = self._pending, None
-        if not self.down:
-            return []
+    def forget(self) -> None:
+        """The device is gone: nobody released the pedal, but whatever comes back starts up (and a
+        level still settling is dropped). The node says "lost", not "released" (ros/nodes/pedal.py)."""
+        self._pending = None
         self.down = False
-        stamp = pending[1] if pending is not None and not pending[0] else now_ns
-        return [("takeover", False, stamp)]
 
 
 MONOTONIC, REALTIME, WRITER = "monotonic", "realtime", "writer"

@@ -20,11 +20,12 @@ a second like a missing one.
 Unplug: a read error (ENODEV), or the configured path no longer leading to the open file
 (checked every second: a removed FIFO never errors, a replugged USB pedal comes back as a new
 /dev/input/eventN behind the same by-id link) → `/diagnostics` ERROR naming the device and the
-reason, the device is closed and reopened once a second until it returns. If the pedal was down,
-the node publishes pedal-up: an unplugged pedal cannot be held, and releasing hands authority
-back to the policy through the normal ramp rather than leaving the human in charge of an arm
-nobody is steering. That release is stamped with the time the loss was noticed (monotonic),
-or with the kernel's own release stamp if one was still inside the debounce window.
+reason, the device is closed and reopened once a second until it returns. The node then publishes
+a Joy **without buttons** — "the pedal is lost" — never a pedal-up: a pedal held down in a takeover
+and unplugged was not released by anyone, and the teleop node holds the follower on it instead of
+handing the arm back to the policy the operator stepped in to stop (docs/teleop.md). When the
+device is back the node publishes its state (up, until it is pressed again), which ends that hold.
+Both are stamped when the node noticed.
 """
 from __future__ import annotations
 
@@ -98,10 +99,13 @@ class PedalNode(Node):
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
 
-    def _publish(self, stamp_ns: int, label_index: int | None = None) -> None:
+    def _publish(self, stamp_ns: int, label_index: int | None = None, lost: bool = False) -> None:
         msg = Joy()
         stamp(msg.header.stamp, stamp_ns)
         msg.header.frame_id = "pedal"
+        if lost:  # no buttons: there is no pedal to read them from
+            self._pub.publish(msg)
+            return
         buttons = [1 if self.state.down else 0] + [0] * len(TRIGGER_LABELS)
         if label_index is not None:
             buttons[label_index + 1] = 1
@@ -128,16 +132,20 @@ class PedalNode(Node):
             why = exc.strerror or str(exc)
             self._error = f"{self._lost}; not back yet ({why})" if self._lost else f"{self.device}: {why}"
             return -1
+        back = bool(self._lost)
         self._path, self._stamp_clock, self._error, self._lost = path, clock, "", ""
         self._offset = sample_mapping() if clock == REALTIME else None
+        if back:  # its state ends the teleop node's lost-pedal hold
+            self._publish(now_ns())
         self._publish_diagnostics()
         return fd
 
     def _unplug(self, fd: int, reason: str) -> None:
-        """Close a lost device, say so, and leave the pedal up (an unplugged pedal cannot be held)."""
+        """Close a lost device and say so: a Joy without buttons, never a release nobody made."""
         os.close(fd)
         self._lost = self._error = f"{self.device}: unplugged: {reason}"
-        self._handle(self.state.release(now_ns()))
+        self.state.forget()
+        self._publish(now_ns(), lost=True)
         self._publish_diagnostics()
 
     def _loop(self) -> None:
