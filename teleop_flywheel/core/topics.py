@@ -62,6 +62,9 @@ def camera_name(topic: str) -> str | None:
 # What a session records (cameras are added per session).
 LEADER_FAULT = arm_fault("leader")
 FOLLOWER_FAULT = arm_fault("follower")
+# Latched states: the message in force when an episode starts is recorded with it, so an episode
+# begun while an arm holds for a servo fault carries that fault, however long ago it was published.
+STATE_TOPICS = (LEADER_FAULT, FOLLOWER_FAULT)
 RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, AUTHORITY,
             INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
 

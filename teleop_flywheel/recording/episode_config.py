@@ -90,6 +90,8 @@ class TopicEntry:
     window_count: int = 0
     camera: str | None = None  # the camera's name for a camera image stream
     last_recv_ns: int = 0  # wall clock: is the stream live at stop?
+    state: bool = False  # a latched state topic (core.topics.STATE_TOPICS): its latest message opens each episode
+    latest: tuple[bytes, int, int] | None = None  # a state topic's latest (data, source stamp, sequence number)
     latencies_ns: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # receive − stamp
 
 

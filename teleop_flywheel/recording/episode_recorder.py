@@ -50,7 +50,14 @@ from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_ns, sample_mapping
 from teleop_flywheel.core.episode import STAMP_CLOCK_ROS, EpisodeMeta, Intervention
 from teleop_flywheel.core.labels import CORRECTION_KIND, span_kind
-from teleop_flywheel.core.topics import INTERVENTION, POLICY_COMMAND, camera_name, qualify, strip_namespace
+from teleop_flywheel.core.topics import (
+    INTERVENTION,
+    POLICY_COMMAND,
+    STATE_TOPICS,
+    camera_name,
+    qualify,
+    strip_namespace,
+)
 from teleop_flywheel.recording import clock_probe, verdict
 from teleop_flywheel.recording.cdr import CdrError, cdr_string, header_frame_id, header_stamp_ns, starts_with_header
 from teleop_flywheel.recording.episode_config import (  # re-exported: the recorder's vocabulary
@@ -113,7 +120,8 @@ class EpisodeRecorder:
         ValueError if its type cannot be recorded here."""
         name, type_name = qualify(name, self.config.namespace), normalize_type(type_name)
         entry = TopicEntry(name, type_name, starts_with_header(type_name), list(offered),
-                           camera=camera_name(strip_namespace(name, self.config.namespace)))
+                           camera=camera_name(strip_namespace(name, self.config.namespace)),
+                           state=strip_namespace(name, self.config.namespace) in {qualify(t) for t in STATE_TOPICS})
         with self._lock:
             self.topics[name] = entry
             if self._bag is not None:
@@ -139,6 +147,8 @@ class EpisodeRecorder:
             except CdrError:
                 pass
         entry.last_recv_ns = recv
+        if entry.state:
+            entry.latest = (bytes(data), sent, info.get("publication_sequence_number") or 0)
         with self._lock:
             bag = self._bag
             if bag is None:
@@ -238,6 +248,10 @@ class EpisodeRecorder:
                 for entry in self.topics.values():
                     entry.count = entry.drops = entry.window_count = 0
                     bag.add_topic(entry.name, entry.type, qos=entry.offered)
+                    if entry.latest is not None:  # the state in force as the episode begins
+                        data, sent, seq = entry.latest
+                        bag.write(entry.name, data, first.wall_ns, sent, seq)
+                        entry.count = 1
             except OSError as exc:
                 bag.abort()
                 self.error = str(exc)

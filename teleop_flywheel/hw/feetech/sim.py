@@ -24,6 +24,7 @@ broadcast PING is answered by every servo, in id order, each after its return de
 """
 from __future__ import annotations
 
+import math
 import os
 import random
 import select
@@ -111,6 +112,9 @@ def _servo_id(text: str) -> int:
     if sid not in SERVO_IDS:
         raise ValueError
     return sid
+
+
+PHYSICS_STEP_S = 0.005  # the longest step the servos' dynamics are integrated over
 
 
 class SimulatedArm:
@@ -262,7 +266,11 @@ class SimulatedArm:
             turns = STEPS_PER_TURN * self.faults.multi_turn.get(s.id, 0)
             hand = float(human[i]) + turns if human is not None and i < len(human) else None
             grip = self.grip_object if s.id == GRIPPER_ID else None  # the jaws stall on the object
-            s.step(dt, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip)
+            # A real servo runs on while the simulator's thread waits for the CPU: after a stall the
+            # time is integrated in short steps, never as one jump that overshoots every goal.
+            steps = max(1, math.ceil(dt / PHYSICS_STEP_S))
+            for _ in range(steps):
+                s.step(dt / steps, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip)
 
     # -- serving --------------------------------------------------------------------------
     def _elapsed(self) -> float:
