@@ -107,3 +107,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
+
+
+# A module past this is worth a look (is it still one concept?), never a failure: a concept split
+# to meet a line count is worse than a long module. Named at the end of every run, as the slowest
+# tests are.
+LONG_MODULE_LINES = 600
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    package = Path(__file__).resolve().parent.parent / "teleop_flywheel"
+    long = [(len(p.read_text(encoding="utf-8").splitlines()), p.relative_to(package.parent))
+            for p in sorted(package.rglob("*.py"))]
+    long = [(n, path) for n, path in long if n > LONG_MODULE_LINES]
+    if long:
+        terminalreporter.section(f"modules over {LONG_MODULE_LINES} lines (one concept each?)")
+        for n, path in long:
+            terminalreporter.write_line(f"{path}: {n} lines")
+
