@@ -326,3 +326,39 @@ def test_a_pseudo_terminal_has_no_usb_adapter(tmp_path: Path, capsys: pytest.Cap
         assert cli_main.main(["doctor", "--port", str(link)]) == 0
         assert "a pseudo-terminal: no USB adapter" in capsys.readouterr().out
     assert not (tmp_path / "r.rules").exists()
+
+
+def test_a_still_keeps_the_cameras_colours(tmp_path: Path) -> None:
+    """Frames are BGR (OpenCV's order, what the camera node JPEG-encodes): a still written with an
+    RGB→BGR swap showed a blue scene orange."""
+    import cv2
+    import numpy as np
+
+    from teleop_flywheel.hw.bringup.find_cameras import still
+    from teleop_flywheel.hw.camera import CameraConfig, open_source
+
+    config = CameraConfig(name="synthetic", source="synthetic", device="synthetic")
+    png = cv2.imread(str(still(config, tmp_path / "still.png")))
+    source = open_source(config)
+    try:
+        frame = source.read(timeout_s=5.0)
+    finally:
+        source.close()
+    assert frame is not None
+    means = png.reshape(-1, 3).mean(axis=0), frame.image.reshape(-1, 3).mean(axis=0)
+    assert np.allclose(*means, atol=3.0), means
+    assert abs(means[0][0] - means[0][2]) > 10, "a scene whose channels differ, or the check proves nothing"
+
+
+def test_a_still_is_taken_in_a_mode_the_camera_offers() -> None:
+    from teleop_flywheel.hw.bringup.find_cameras import PREFERRED, preferred_mode
+    from teleop_flywheel.hw.camera.offers import CameraInfo, Offer
+
+    def info(*modes: Offer) -> CameraInfo:
+        return CameraInfo("/dev/video0", "cam", list(modes))
+
+    assert preferred_mode(info(Offer("YUYV", 640, 480, [30.0]), Offer("MJPG", 640, 480, [30.0, 15.0]))) == PREFERRED
+    assert preferred_mode(info(Offer("YUYV", 1280, 720, [10.0]), Offer("MJPG", 1920, 1080, [30.0]))) == \
+        Offer("MJPG", 1920, 1080, [30.0])
+    assert preferred_mode(info(Offer("YUYV", 1280, 720, [10.0]))) == Offer("YUYV", 1280, 720, [10.0])
+    assert preferred_mode(info()) is None

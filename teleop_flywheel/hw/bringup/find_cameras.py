@@ -10,94 +10,27 @@ instead (what `sim` sessions use), with a still of its scene.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import glob
-import os
-import struct
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
 
 from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.hw.camera.offers import CameraInfo, Offer, describe
 from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, open_source
 
-
-def _iowr(nr: int, size: int, read_only: bool = False) -> int:
-    return ((2 if read_only else 3) << 30) | (size << 16) | (ord("V") << 8) | nr
+PREFERRED = Offer("MJPG", 640, 480, [30.0])  # the camera node's default mode, when the camera offers it
 
 
-QUERYCAP = _iowr(0, 104, read_only=True)
-ENUM_FMT = _iowr(2, 64)
-ENUM_FRAMESIZES = _iowr(74, 44)
-ENUM_FRAMEINTERVALS = _iowr(75, 52)
-CAPTURE = 1  # V4L2_BUF_TYPE_VIDEO_CAPTURE
-CAP_VIDEO_CAPTURE = 0x1
-DEVICE_CAPS = 0x80000000
-DISCRETE = 1
-
-
-@dataclass
-class Mode:
-    fourcc: str
-    width: int
-    height: int
-    fps: list[float] = field(default_factory=list)
-
-
-@dataclass
-class CameraInfo:
-    device: str
-    name: str
-    modes: list[Mode]
-
-
-def _cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
-
-
-def _ioctl(fd: int, request: int, buf: bytearray) -> bool:
-    try:
-        fcntl.ioctl(fd, request, buf)
-        return True
-    except OSError:
-        return False
-
-
-def describe(device: str) -> CameraInfo | None:
-    """What the V4L2 driver of `device` offers, or None if it is not a capture device."""
-    fd = os.open(device, os.O_RDWR | os.O_NONBLOCK)
-    try:
-        cap = bytearray(104)
-        if not _ioctl(fd, QUERYCAP, cap):
-            return None
-        caps, device_caps = struct.unpack_from("<II", cap, 84)
-        if not ((device_caps if caps & DEVICE_CAPS else caps) & CAP_VIDEO_CAPTURE):
-            return None  # a metadata node (UVC cameras have two per camera)
-        modes: list[Mode] = []
-        for fi in range(64):
-            fmt = bytearray(struct.pack("<III", fi, CAPTURE, 0) + bytes(52))
-            if not _ioctl(fd, ENUM_FMT, fmt):
-                break
-            pixfmt = struct.unpack_from("<I", fmt, 44)[0]
-            fourcc = pixfmt.to_bytes(4, "little").decode("ascii", "replace")
-            for si in range(64):
-                size = bytearray(struct.pack("<III", si, pixfmt, 0) + bytes(32))
-                if not _ioctl(fd, ENUM_FRAMESIZES, size) or struct.unpack_from("<I", size, 8)[0] != DISCRETE:
-                    break
-                width, height = struct.unpack_from("<II", size, 12)
-                mode = Mode(fourcc, width, height)
-                for ii in range(32):
-                    ival = bytearray(struct.pack("<IIIII", ii, pixfmt, width, height, 0) + bytes(32))
-                    if not _ioctl(fd, ENUM_FRAMEINTERVALS, ival) or struct.unpack_from("<I", ival, 16)[0] != DISCRETE:
-                        break
-                    num, den = struct.unpack_from("<II", ival, 20)
-                    if num:
-                        mode.fps.append(round(den / num, 2))
-                modes.append(mode)
-        return CameraInfo(device, f"{_cstr(bytes(cap[16:48]))} ({_cstr(bytes(cap[0:16]))})", modes)
-    finally:
-        os.close(fd)
+def preferred_mode(info: CameraInfo) -> Offer | None:
+    """The mode a still is taken in: the camera node's default if offered, else the first MJPG mode,
+    else the first mode (None: the driver lists none)."""
+    for offer in info.modes:
+        if (offer.fourcc, offer.width, offer.height) == (PREFERRED.fourcc, PREFERRED.width, PREFERRED.height) \
+                and 30.0 in offer.fps:
+            return PREFERRED
+    return next((o for o in info.modes if o.fourcc == "MJPG" and o.fps), next((o for o in info.modes if o.fps), None))
 
 
 def still(config: CameraConfig, out: Path) -> Path:
@@ -109,7 +42,7 @@ def still(config: CameraConfig, out: Path) -> Path:
         source.close()
     if frame is None:
         raise CameraError(f"camera {config.device}: no frame within 5 s")
-    cv2.imwrite(str(out), cv2.cvtColor(frame.image, cv2.COLOR_RGB2BGR))
+    cv2.imwrite(str(out), frame.image)  # frames are BGR, OpenCV's own order
     return out
 
 
@@ -134,12 +67,15 @@ def run(args: argparse.Namespace) -> int:
                              "--synthetic shows the simulator's camera")
     for info in cameras:
         print(f"{info.device}: {info.name}")
-        for mode in info.modes:
-            print(f"  {mode.fourcc} {mode.width}x{mode.height} @ {', '.join(f'{f:g}' for f in mode.fps) or '?'} fps")
+        for offer in info.modes:
+            print(f"  {offer.fourcc} {offer.width}x{offer.height} @ {', '.join(f'{f:g}' for f in offer.fps) or '?'} fps")
+        mode = preferred_mode(info)
         try:
-            path = still(CameraConfig(name=Path(info.device).name, source="v4l2", device=info.device),
-                         args.out / f"{Path(info.device).name}.png")
-            print(f"  still: {path}")
+            config = CameraConfig(name=Path(info.device).name, source="v4l2", device=info.device)
+            if mode is not None:
+                config = replace(config, width=mode.width, height=mode.height, fps=mode.fps[0], fourcc=mode.fourcc)
+            path = still(config, args.out / f"{Path(info.device).name}.png")
+            print(f"  still ({config.fourcc} {config.width}x{config.height} @ {config.fps:g} fps): {path}")
         except CameraError as exc:
             print(f"  still: failed ({exc})")
     return 0

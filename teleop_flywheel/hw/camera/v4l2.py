@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import cv2
 
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.hw.camera.offers import describe
 from teleop_flywheel.hw.camera.source import (
     CameraClockError,
     CameraConfig,
@@ -70,8 +71,6 @@ def asked(config: CameraConfig) -> Mode:
 
 def offered(device: str) -> str:
     """The modes the driver of `device` lists (VIDIOC_ENUM_*), or where to look when it lists none."""
-    from teleop_flywheel.hw.bringup.find_cameras import describe
-
     try:
         info = describe(f"/dev/video{device}" if device.isdigit() else device)
     except OSError:
