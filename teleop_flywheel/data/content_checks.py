@@ -27,6 +27,9 @@ VELOCITY_WINDOW_S = 0.05
 MIN_CORRELATION = 0.7  # the command's and the follower's velocities must agree this well at the peak
 
 
+LAG_SIGNIFICANCE = 2.0  # standard errors a camera's lag must exceed its bound by to reject the episode
+
+
 def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray], follower: Stream,
                 cfg: ValidateConfig) -> tuple[dict[str, LagEstimate], list[Reason], list[Reason]]:
     """(estimate per camera, rejections, warnings)."""
@@ -44,9 +47,16 @@ def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray],
                                    f"from the content ({why}; estimate {est})", numbers))
         elif est.lag_ms is not None and abs(est.lag_ms) > cfg.camera_lag_max_ms:
             how = "lags" if est.lag_ms > 0 else "leads"
-            reasons.append(Reason(CLOCK_OFFSET, f"camera {cam} {how} the joints by {abs(est.lag_ms):.1f} ± "
-                                  f"{est.stderr_ms:.1f} ms (from its content) > {cfg.camera_lag_max_ms:g} ms",
-                                  numbers))
+            text = (f"camera {cam} {how} the joints by {abs(est.lag_ms):.1f} ± {est.stderr_ms:.1f} ms (from its "
+                    f"content)")
+            # Rejected only when beyond the bound by more than LAG_SIGNIFICANCE standard errors: motion
+            # that is mostly at one speed (a speed-limited arm) leaves estimates that scatter past the
+            # bound now and then although the stamps are right; that is a doubt, not a finding.
+            if abs(est.lag_ms) - LAG_SIGNIFICANCE * (est.stderr_ms or 0.0) > cfg.camera_lag_max_ms:
+                reasons.append(Reason(CLOCK_OFFSET, f"{text} > {cfg.camera_lag_max_ms:g} ms", numbers))
+            else:
+                warnings.append(Reason(CAMERA_LAG_UNKNOWN, f"{text}: beyond {cfg.camera_lag_max_ms:g} ms but "
+                                       f"within {LAG_SIGNIFICANCE:g} standard errors of it", numbers))
     return lags, reasons, warnings
 
 
