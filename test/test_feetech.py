@@ -430,3 +430,15 @@ def test_scripted_human_can_move_a_follower_with_torque_off() -> None:
         time.sleep(1.0)
         second = bus.sync_read_register("Present_Position", range(1, 7)).values
         assert any(abs(first[s] - second[s]) > 20 for s in range(1, 7))
+
+
+def test_a_whole_sync_read_reply_splits_in_one_pass_as_the_parser_reads_it() -> None:
+    ids = [1, 2, 3]
+    reply = b"".join(p.status(sid, 0x20 if sid == 2 else 0, bytes([sid, 9, 8, 7, 6, 5])) for sid in ids)
+    parser = p.StatusParser()
+    parser.feed(reply)
+    assert p.split_statuses(reply, ids, 6) == [parser.next() for _ in ids]
+    assert p.split_statuses(reply, [2, 1, 3], 6) is None  # out of order: the parser decides
+    assert p.split_statuses(reply[:-1] + bytes([reply[-1] ^ 1]), ids, 6) is None  # a bad checksum
+    assert p.split_statuses(reply, ids, 5) is None  # another shape
+    assert p.split_statuses(reply + b"\x00", ids, 6) is None  # a byte more

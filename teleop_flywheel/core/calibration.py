@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,11 @@ RAD_PER_STEP = 2.0 * math.pi / MAX_RAW
 DEG_PER_STEP = 360.0 / MAX_RAW
 
 ArrayLike = float | Sequence[float] | np.ndarray
+
+
+def _numeric(x: ArrayLike) -> Any:
+    """A number as it is, anything else (a list, an array) as a float array."""
+    return x if isinstance(x, (int, float)) else np.asarray(x, dtype=float)
 
 
 class CalibrationError(FlywheelError, ValueError):
@@ -67,24 +73,24 @@ class JointCalibration:
     range_min: int
     range_max: int
 
-    @property
+    @cached_property
     def mid(self) -> float:
         return (self.range_min + self.range_max) / 2.0
 
-    @property
+    @cached_property
     def sign(self) -> float:
         return -1.0 if self.drive_mode else 1.0
 
-    # raw <-> radians -------------------------------------------------------------------
+    # raw <-> radians (plain floats stay floats: the arm driver converts every joint every tick) ---
     def raw_to_rad(self, raw: ArrayLike) -> Any:
-        return self.sign * (np.asarray(raw, dtype=float) - self.mid) * RAD_PER_STEP
+        return self.sign * (_numeric(raw) - self.mid) * RAD_PER_STEP
 
     def rad_to_raw_float(self, rad: ArrayLike) -> Any:
-        return self.sign * np.asarray(rad, dtype=float) / RAD_PER_STEP + self.mid
+        return self.sign * _numeric(rad) / RAD_PER_STEP + self.mid
 
     def rad_to_raw(self, rad: float) -> int:
         """The Goal_Position for an angle: nearest step, clamped into the calibrated range."""
-        raw = int(round(float(self.rad_to_raw_float(rad))))
+        raw = round(self.sign * float(rad) / RAD_PER_STEP + self.mid)  # rad_to_raw_float for one number
         return min(self.range_max, max(self.range_min, raw))
 
     # raw <-> LeRobot units ------------------------------------------------------------
@@ -139,7 +145,7 @@ class ArmCalibration:
         return [j.id for j in self.joints]
 
     def raw_to_rad(self, raws: Sequence[float]) -> list[float]:
-        return [float(j.raw_to_rad(r)) for j, r in zip(self.joints, raws)]
+        return [float(j.raw_to_rad(float(r))) for j, r in zip(self.joints, raws)]
 
     def rad_to_raw(self, rads: Sequence[float]) -> list[int]:
         return [j.rad_to_raw(r) for j, r in zip(self.joints, rads)]

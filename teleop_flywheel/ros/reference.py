@@ -296,6 +296,14 @@ BENCH_LINES: dict[str, Any] = {
             f"{name} {b['stamp_error']['median_ms']:.2f}/{b['stamp_error']['p99_ms']:.2f} ms (by arrival: "
             f"{b['arrival_stamp_baseline']['median_ms']:.1f})" for name, b in d["bus_stamps"].items())
            if "bus_stamps" in d else "")),
+    "rig_cpu": lambda d: (
+        f"`rig_cpu` (an arm driver's CPU per tick against a bare loop doing the same transactions at "
+        f"{d['driver']['rate_hz']:g} Hz; CPU per node in a recording sim session): target ≤ 1.5× the floor; follower "
+        f"{d['driver']['follower_arm']['us_per_tick']['median']:.0f} vs {d['driver']['floor_follower']['us_per_tick']['median']:.0f} "
+        f"µs/tick, {d['driver']['ratio_follower']['median']:.2f}× ({_met(d['driver']['ratio_follower']['median'] <= 1.5)}), "
+        f"leader {d['driver']['ratio_leader']['median']:.2f}× ({_met(d['driver']['ratio_leader']['median'] <= 1.5)})"
+        + (f"; session {sum(n['cpu_pct']['median'] for n in d['session']['per_node'].values()):.0f} % of one core"
+           if "session" in d else "")),
     "soft_start": lambda d: (
         f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
         f"configured {d['configured_speed_rad_s']:g} rad/s; commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "

@@ -24,11 +24,13 @@ from teleop_flywheel.hw.feetech.control_table import register
 # The fast read: Present_Position (56), Present_Velocity (58), Present_Load (60), one block.
 POS_ADDR = register("Present_Position").address
 POS_SIZE = register("Present_Load").address + register("Present_Load").size - POS_ADDR
-LOAD_SIGN_BIT = register("Present_Load").sign_bit or 10
+LOAD_SIGN = 1 << (register("Present_Load").sign_bit or 10)
+LOAD_MAGNITUDE = LOAD_SIGN - 1
 # The slow read: Voltage (62), Temperature (63), -, Status (65), Moving (66), -, -, Present_Current (69-70).
 SLOW_ADDR = register("Present_Voltage").address
 SLOW_SIZE = register("Present_Current").address + register("Present_Current").size - SLOW_ADDR
 CURRENT_AT = register("Present_Current").address - SLOW_ADDR
+GOAL_ADDR, GOAL_SIZE = register("Goal_Position").address, register("Goal_Position").size
 LOAD_FULL_SCALE = 1000.0  # Present_Load counts 0.1 % of the servo's maximum torque
 CURRENT_MA_PER_UNIT = 6.5  # Present_Current of an STS3215
 HALF_TURN = STEPS_PER_TURN // 2
@@ -79,6 +81,7 @@ class ArmServos:
         self._on_status = on_status or (lambda _errors: None)
         self._log = log or (lambda _level, _message: None)
         self._raw: dict[int, int] = {}  # last unwrapped raw position per servo
+        self._joints = {j.id: j for j in calibration.joints}
 
     @property
     def port(self) -> str:
@@ -202,12 +205,14 @@ class ArmServos:
         names, rad, rad_s, effort = [], [], [], []
         for sid in self.active:
             value = reading.values[sid]
-            joint = self.calibration.joints[self.ids.index(sid)]
-            raw = self._unwrap(sid, proto.from_sign_magnitude(value & 0xFFFF, 15))
+            joint = self._joints[sid]
+            # Sign-magnitude, inline: this runs for every joint of every tick.
+            pos, vel, load = value & 0xFFFF, (value >> 16) & 0xFFFF, (value >> 32) & 0xFFFF
+            raw = self._unwrap(sid, -(pos & 0x7FFF) if pos & 0x8000 else pos)
             names.append(joint.name)
-            rad.append(float(joint.raw_to_rad(raw)))
-            rad_s.append(joint.sign * proto.from_sign_magnitude((value >> 16) & 0xFFFF, 15) * RAD_PER_STEP)
-            effort.append(joint.sign * proto.from_sign_magnitude((value >> 32) & 0xFFFF, LOAD_SIGN_BIT) / LOAD_FULL_SCALE)
+            rad.append(joint.raw_to_rad(raw))
+            rad_s.append(joint.sign * (-(vel & 0x7FFF) if vel & 0x8000 else vel) * RAD_PER_STEP)
+            effort.append(joint.sign * (-(load & LOAD_MAGNITUDE) if load & LOAD_SIGN else load) / LOAD_FULL_SCALE)
         return Reading(rad, rad_s, reading.stamp_ns, dict(reading.errors), effort, tuple(names), done - t0)
 
     def _unwrap(self, sid: int, raw: int) -> int:
@@ -224,9 +229,10 @@ class ArmServos:
         self._raw.clear()
 
     def write_goals(self, positions: Sequence[float], ids: Sequence[int] | None = None) -> None:
-        """Goal_Position of every servo (or of `ids`) from radians in joint order."""
+        """Goal_Position of every servo (or of `ids`) from radians in joint order; a goal is always
+        within the calibrated range, so never negative: no sign-magnitude to apply."""
         raws = dict(zip(self.ids, self.calibration.rad_to_raw(positions)))
-        self.bus.sync_write_register("Goal_Position", {sid: raws[sid] for sid in (self.ids if ids is None else ids)})
+        self.bus.sync_write(GOAL_ADDR, GOAL_SIZE, {sid: raws[sid] for sid in (self.ids if ids is None else ids)})
 
     def read_slow(self) -> SlowReading:
         """Voltage, temperature, Status and current of every servo still answering."""

@@ -174,6 +174,7 @@ class FeetechBus:
         # (servo id or ANY_ID, reply length) -> monotonic ns until which a reply of that shape may
         # still arrive for an earlier request.
         self._held: dict[tuple[int, int], int] = {}
+        self._held_any: dict[int, int] = {}  # reply length -> the latest hold on it, whatever the servo
         self._quiet_ns = 0  # every shape is held until then (a line just opened)
 
     # -- connection ---------------------------------------------------------------------
@@ -184,6 +185,7 @@ class FeetechBus:
             raise PortUnavailable(self.port, f"cannot open ({exc})") from exc
         self._parser.clear()
         self._held.clear()
+        self._held_any.clear()
         self._quiet_ns = now_ns() + self._ns(self.late_s)
 
     def close(self) -> None:
@@ -238,21 +240,25 @@ class FeetechBus:
     def _write(self, fd: int, packet: bytes, deadline_ns: int) -> int:
         """Write all of `packet` before the deadline (a stalled adapter must not block the caller);
         returns when its last bytes were handed to the port (taken before the call: a thread
-        preempted on its way out of it must not make the request look later than it was)."""
+        preempted on its way out of it must not make the request look later than it was). The port
+        is non-blocking: the write is tried first, and waited for only when the port is full."""
         view = memoryview(packet)
-        handed = now_ns()
-        while view:
+        while True:
+            handed = now_ns()
             try:
-                _, writable, _ = select.select([], [fd], [], max(0.0, (deadline_ns - now_ns()) / 1e9))
-                if not writable:
-                    raise BusTimeout(self.port, "could not write within the call's deadline (adapter stalled?)")
-                handed = now_ns()
                 view = view[os.write(fd, view):]
             except BlockingIOError:
-                continue
+                pass
             except OSError as exc:
                 self._lost(exc)
-        return handed
+            if not view:
+                return handed
+            try:
+                _, writable, _ = select.select([], [fd], [], max(0.0, (deadline_ns - now_ns()) / 1e9))
+            except OSError as exc:
+                self._lost(exc)
+            if not writable:
+                raise BusTimeout(self.port, "could not write within the call's deadline (adapter stalled?)")
 
     def _drain(self, fd: int, until_ns: int, deadline_ns: int) -> None:
         """Discard what arrives until `until_ns`, then what is already waiting (before the
@@ -261,6 +267,8 @@ class FeetechBus:
         while (remaining := until_ns - now_ns()) > 0:
             data, _ = self._read_available(fd, remaining / 1e9)
             self.stats.stale_bytes += len(data)
+        # A select for each read: in raw mode (VMIN = VTIME = 0) an empty port reads as b"", as a
+        # hung-up one does, so only a readable port's empty read means the other end is gone.
         data, _ = self._read_available(fd, 0.0)
         while data and now_ns() < deadline_ns:
             self.stats.stale_bytes += len(data)
@@ -268,7 +276,12 @@ class FeetechBus:
         self._parser.clear()
 
     # -- shapes -------------------------------------------------------------------------
-    def _held_until(self, ids: list[int], length: int) -> int:
+    def _held_until(self, ids: list[int], length: int, now: int) -> int:
+        """When no hold on a reply of `length` from any of `ids` remains (<= now: none does). Every
+        exchange asks this of each length it considers, so the common answer — no servo's reply of
+        that length is held — is one lookup."""
+        if self._held_any.get(length, 0) <= now and self._quiet_ns <= now:
+            return now
         until = max(self._quiet_ns, self._held.get((ANY_ID, length), 0))
         for sid in ids:
             until = max(until, self._held.get((sid, length), 0))
@@ -279,7 +292,7 @@ class FeetechBus:
         now = now_ns()
         best, best_at = size, 0
         for length in range(size, longest + 1):
-            at = self._held_until(ids, length)
+            at = self._held_until(ids, length, now)
             if at <= now:
                 return length, now
             if length == size or at < best_at:
@@ -289,6 +302,7 @@ class FeetechBus:
     def _hold(self, ids: Iterable[int], length: int, until_ns: int) -> None:
         for sid in ids:
             self._held[(sid, length)] = max(until_ns, self._held.get((sid, length), 0))
+        self._held_any[length] = max(until_ns, self._held_any.get(length, 0))
 
     # -- exchanges ----------------------------------------------------------------------
     def _collect(self, fd: int, ids: list[int], length: int, deadline_ns: int) -> tuple[dict[int, p.Status], int]:
@@ -304,6 +318,8 @@ class FeetechBus:
                     missing = [sid for sid in ids if sid not in got]
                     raise _Anomaly(f"no reply from servo(s) {missing} within {self.timeout_s * 1e3:.0f} ms")
                 received = t
+                if not got and not self._parser.pending and (whole := p.split_statuses(data, ids, length)):
+                    return {status.servo_id: status for status in whole}, received
                 self._parser.feed(data)
                 while len(got) < len(ids) and (status := self._parser.next()) is not None:
                     if len(status.data) != length or status.servo_id not in ids or status.servo_id in got:

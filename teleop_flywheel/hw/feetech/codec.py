@@ -215,6 +215,22 @@ class InstructionParser(_Framer):
         return None if frame is None else Instruction(*frame)
 
 
+def split_statuses(data: bytes, ids: Sequence[int], length: int) -> list[Status] | None:
+    """The statuses of `data` if it is exactly one clean status per id of `ids`, in that order,
+    each with `length` data bytes; else None (the `StatusParser` then sorts it out). The common
+    case of a sync read, parsed in one pass instead of frame by frame."""
+    size = length + 6
+    if len(data) != size * len(ids):
+        return None
+    out = []
+    for k, sid in enumerate(ids):
+        frame = data[k * size:(k + 1) * size]
+        if frame[:2] != HEADER or frame[2] != sid or frame[3] != length + 2 or frame[-1] != checksum(frame[2:-1]):
+            return None
+        out.append(Status(sid, frame[4], frame[5:-1]))
+    return out
+
+
 def wire_time_ns(n_bytes: int, baudrate: int) -> int:
     """Time n bytes occupy the line: 10 bits per byte (start, 8 data, stop)."""
     return n_bytes * 10 * 1_000_000_000 // baudrate

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, RESET, arm_command, arm_fault, arm_state
@@ -61,6 +63,7 @@ from teleop_flywheel.ros.nodes.common import (
     joint_state,
     log_at,
     spin_node,
+    stamp,
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
@@ -101,6 +104,9 @@ class ArmDriverParams(NodeParams):
     temperature_stop_c: float = spec(65.0, "a servo this hot holds the arm until reset (°C); the servo cuts its "
                                      "own torque at 70", range=(20.0, 70.0))
     estop_cuts_torque: bool = spec(False, "~/estop cuts torque (the arm falls limp) instead of holding")
+    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread where permitted "
+                                "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
+    lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
 
 
 class ArmDriverNode(Node):
@@ -141,9 +147,18 @@ class ArmDriverNode(Node):
         self.create_timer(1.0, self._publish_diagnostics)
         self._closed = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self.arm.run, args=(p.rate_hz, self._stop, self._publish),
-                                        name=f"arm-driver-{p.role}", daemon=True)
+        self.realtime = Realtime(0, 0, False)  # until the bus thread has asked
+        self._sample: JointState | None = None
+        self._thread = threading.Thread(target=self._bus_loop, args=(p.rate_hz,), name=f"arm-driver-{p.role}",
+                                        daemon=True)
         self._thread.start()
+
+    def _bus_loop(self, rate_hz: float) -> None:
+        """The bus thread: real-time where permitted (said once, with the fix, if refused), then the loop."""
+        p = self.params.values
+        self.realtime = request_realtime(p.thread_priority, lock_memory=p.lock_memory,
+                                         say=lambda message: self._log("warning", message))
+        self.arm.run(rate_hz, self._stop, self._publish)
 
     @property
     def failure(self) -> str:
@@ -166,9 +181,16 @@ class ArmDriverNode(Node):
         log_at(self, level, message)
 
     def _publish(self, reading: Reading) -> None:
-        """Bus thread: one sample out, stamped at the bus."""
-        self._pub.publish(joint_state(reading.names, reading.positions, reading.stamp_ns, reading.velocities,
-                                      reading.efforts, frame_id=self.arm.calibration.arm_id))
+        """Bus thread: one sample out, stamped at the bus. One message, refilled each tick: the bus
+        thread is its only user and publishing serialises it at once."""
+        msg = self._sample
+        if msg is None or tuple(msg.name) != reading.names:
+            msg = self._sample = joint_state(reading.names, (), 0, frame_id=self.arm.calibration.arm_id)
+        stamp(msg.header.stamp, reading.stamp_ns)
+        msg.position = array("d", reading.positions)
+        msg.velocity = array("d", reading.velocities)
+        msg.effort = array("d", reading.efforts)
+        self._pub.publish(msg)
 
     def _srv_estop(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         self.arm.estop("~/estop called")
@@ -198,8 +220,8 @@ class ArmDriverNode(Node):
     def _publish_diagnostics_locked(self) -> None:
         health = self.arm.health(self.params.values.rate_hz)
         self.arm.acknowledge()
-        status = diag_status(f"{self.get_name()}: {self.arm.role} arm", health.level, health.message, health.values,
-                             hardware_id=self.arm.port)
+        status = diag_status(f"{self.get_name()}: {self.arm.role} arm", health.level, health.message,
+                             {**health.values, **self.realtime.values}, hardware_id=self.arm.port)
         self._diag.publish(diag_array([status]))
         holding = self.arm.state.holding
         fault = ("ERROR" if self.arm.state.faults else "WARN" if holding else "OK",

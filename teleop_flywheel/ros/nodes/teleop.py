@@ -74,6 +74,7 @@ from teleop_flywheel.core.labels import (
     mode_code,
     trigger_code,
 )
+from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import (
@@ -97,6 +98,7 @@ from teleop_flywheel.ros.nodes.common import (
     diag_array,
     diag_status,
     joint_state,
+    log_at,
     msg_stamp_ns,
     spin_node,
 )
@@ -123,6 +125,9 @@ class TeleopParams(NodeParams):
                                           "the arm driver alone limits them)")
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
                                   range=(0.0, 600_000.0), read_only=False)
+    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the thread that ticks, where permitted "
+                                "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
+    lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
 
 
 def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
@@ -157,6 +162,7 @@ class TeleopNode(Node):
         self._latched = {"estop": "", "pedal": ""}  # holds only ~/reset ends (the pedal's also its return)
         self._arm_holds: dict[str, str] = {}  # role -> what its driver says while it holds
         self._pedal_lost = False
+        self.realtime: Realtime | None = None  # asked by the thread that ticks, at its first tick
         self._follower: list[float] | None = None
         self._last_tick_ns = 0
         self._buttons: list[int] = []
@@ -333,6 +339,10 @@ class TeleopNode(Node):
         return "; ".join([r for r in self._latched.values() if r] + list(self._arm_holds.values()))
 
     def _tick(self, t: int) -> None:
+        if self.realtime is None:
+            p = self.params.values
+            self.realtime = request_realtime(p.thread_priority, lock_memory=p.lock_memory,
+                                             say=lambda message: log_at(self, "warning", message))
         self._last_tick_ns = t
         out = self.blender.tick(t)
         held = self._held()
@@ -381,6 +391,7 @@ class TeleopNode(Node):
                   "unlabelled_corrections": unlabelled_c, "held_ticks": sum(holds.values()),
                   "clamped": self.guard.stats.clamped, "rate_limited": self.guard.stats.rate_limited}
         values["held"] = self._held()
+        values.update((self.realtime or Realtime(0, 0, False)).values)
         values["pedal_lost"] = self._pedal_lost
         if self._hold_reason:
             message = f"holding: {self._hold_reason}"
