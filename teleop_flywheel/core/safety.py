@@ -51,12 +51,6 @@ class JointLimits:
     def unbounded(cls) -> "JointLimits":
         return cls({})
 
-    def clamp(self, name: str, value: float) -> float:
-        """value clamped into the joint's interval; joints without limits pass through."""
-        if name not in self.bounds:
-            return value
-        lo, hi = self.bounds[name]
-        return min(hi, max(lo, value))
 
 
 def limit_step(previous: float, target: float, max_step: float | None) -> float:
@@ -97,6 +91,7 @@ class CommandGuard:
                 raise ValueError(f"{name} must be positive or None, got {value}")
         self.joint_names = list(joint_names)
         self.limits = limits
+        self._bounds = [limits.bounds.get(name) for name in self.joint_names]
         self.max_speed = max_speed
         self.max_relative = max_relative
         self.watchdog_ns = watchdog_ns
@@ -155,31 +150,38 @@ class CommandGuard:
 
     def step(self, present: Sequence[float], now_ns: int) -> list[float]:
         """The positions to send this tick (joint_names order); `present` is where the arm is now
-        (it seeds the first hold and bounds goal minus present)."""
+        (it seeds the first hold and bounds goal minus present). Written flat, with the joints'
+        bounds looked up once (`_bounds`): it runs for every joint of every tick of every arm."""
         if self._sent is None:
             self._sent = [float(v) for v in present]
         dt_ns = 0 if self._last_step_ns is None else min(max(now_ns - self._last_step_ns, 0), self.max_dt_ns)
         self._last_step_ns = now_ns
         max_step = None if self.max_speed is None else self.max_speed * dt_ns / 1e9
+        relative = self.max_relative
         stale = self.stale(now_ns)
+        stats = self.stats
         if stale:
-            self.stats.stale_ticks += 1
+            stats.stale_ticks += 1
         out: list[float] = []
         for i, name in enumerate(self.joint_names):
             previous = self._sent[i]
-            if stale or name not in self._target:
+            wanted = None if stale else self._target.get(name)
+            if wanted is None:
                 out.append(previous)
                 continue
-            target = self.limits.clamp(name, self._target[name])
-            if target != self._target[name]:
-                self.stats.clamped += 1
+            target = wanted
+            bounds = self._bounds[i]
+            if bounds is not None:
+                target = min(bounds[1], max(bounds[0], wanted))
+                if target != wanted:
+                    stats.clamped += 1
             value = limit_step(previous, target, max_step)
             if value != target:
-                self.stats.rate_limited += 1
-            if self.max_relative is not None and i < len(present):
-                bounded = min(max(value, present[i] - self.max_relative), present[i] + self.max_relative)
+                stats.rate_limited += 1
+            if relative is not None and i < len(present):
+                bounded = min(max(value, present[i] - relative), present[i] + relative)
                 if bounded != value:
-                    self.stats.relative_limited += 1
+                    stats.relative_limited += 1
                     value = bounded
             out.append(value)
         if stale:
