@@ -35,20 +35,6 @@ from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
 
-# The simulated arm, real-time where permitted (as `sim-bus` runs): prints its pty, then, when told,
-# the instants it latched each read.
-LATCHING_SIM = """
-import json, sys
-from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
-from teleop_flywheel.hw.feetech.sim import SimulatedArm
-arm = SimulatedArm("follower", adapter_name=sys.argv[1])
-request_realtime(RT_PRIORITY, whole_process=True, say=lambda _message: None)
-arm.start()
-print(arm.port, flush=True)
-sys.stdin.readline()
-print(json.dumps(list(arm.latches)), flush=True)
-arm.stop()
-"""
 IDS = range(1, 7)
 REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, IDS)), 1_000_000)
 STATUS_WIRE_NS = p.wire_time_ns(6 + 6, 1_000_000)
@@ -115,7 +101,7 @@ def stats(v: list[float]) -> dict[str, float]:
 
 
 def bus_adapter(adapter: str, reads: int) -> dict:
-    sim = subprocess.Popen([sys.executable, "-c", LATCHING_SIM, adapter], stdin=subprocess.PIPE,
+    sim = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.testing.latching_arm", adapter], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
     try:
         port = sim.stdout.readline().strip()  # type: ignore[union-attr]

@@ -190,21 +190,6 @@ def test_bus_reads_with_source_stamps_and_moves_servos() -> None:
 
 # -- stamps and latency behind each USB-serial adapter -------------------------------------
 
-# A simulated arm in a process of its own, real-time where permitted (as `sim-bus` runs): it stands
-# for servos and an adapter, which a loaded host cannot delay. It prints its pty, then, when told,
-# the instants it latched each read.
-_LATCHING_SIM = """
-import json, sys
-from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
-from teleop_flywheel.hw.feetech.sim import SimulatedArm
-arm = SimulatedArm("follower", adapter_name=sys.argv[1])
-request_realtime(RT_PRIORITY, whole_process=True, say=lambda _message: None)
-arm.start()
-print(arm.port, flush=True)
-sys.stdin.readline()
-print(json.dumps(list(arm.latches)), flush=True)
-arm.stop()
-"""
 STAMP_READS = 250
 REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, range(1, 7))), 1_000_000)
 STATUS_WIRE_NS = p.wire_time_ns(6 + 6, 1_000_000)  # one 6-byte status packet at 1 Mbaud
@@ -243,7 +228,7 @@ class _Run:
 
 @pytest.fixture(scope="module", params=["pty", "ftdi1", "ch343", "ftdi16"])
 def adapter_run(request: pytest.FixtureRequest) -> _Run:
-    sim = subprocess.Popen([sys.executable, "-c", _LATCHING_SIM, request.param], stdin=subprocess.PIPE,
+    sim = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.testing.latching_arm", request.param], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
     try:
         port = sim.stdout.readline().strip()  # type: ignore[union-attr]
