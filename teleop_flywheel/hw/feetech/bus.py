@@ -175,6 +175,7 @@ class FeetechBus:
         # still arrive for an earlier request.
         self._held: dict[tuple[int, int], int] = {}
         self._held_any: dict[int, int] = {}  # reply length -> the latest hold on it, whatever the servo
+        self._packets: dict[tuple[int, ...], bytes] = {}  # SYNC_READ instructions by (address, length, *ids)
         self._quiet_ns = 0  # every shape is held until then (a line just opened)
 
     # -- connection ---------------------------------------------------------------------
@@ -300,9 +301,12 @@ class FeetechBus:
         return best, best_at
 
     def _hold(self, ids: Iterable[int], length: int, until_ns: int) -> None:
+        held = self._held
         for sid in ids:
-            self._held[(sid, length)] = max(until_ns, self._held.get((sid, length), 0))
-        self._held_any[length] = max(until_ns, self._held_any.get(length, 0))
+            if held.get((sid, length), 0) < until_ns:
+                held[(sid, length)] = until_ns
+        if self._held_any.get(length, 0) < until_ns:
+            self._held_any[length] = until_ns
 
     # -- exchanges ----------------------------------------------------------------------
     def _collect(self, fd: int, ids: list[int], length: int, deadline_ns: int) -> tuple[dict[int, p.Status], int]:
@@ -435,12 +439,21 @@ class FeetechBus:
     def sync_read(self, address: int, size: int, ids: Iterable[int]) -> SyncReading:
         """One SYNC_READ; error bits on a servo are reported in `errors`, not raised."""
         ids = list(ids)
-        reply = self._transact(lambda length: p.sync_read(address, length, ids), ids, size,
+        reply = self._transact(lambda length: self._sync_read_packet(address, length, ids), ids, size,
                                self._longest(address, size))
         self.stats.round_trips_ns.append(reply.received_ns - reply.sent_ns)
-        values = {sid: p.decode_value(reply.statuses[sid].data, size) for sid in ids}
-        errors = {sid: reply.statuses[sid].error for sid in ids if reply.statuses[sid].error}
+        statuses = reply.statuses
+        values = {sid: int.from_bytes(statuses[sid].data[:size], "little") for sid in ids}
+        errors = {sid: statuses[sid].error for sid in ids if statuses[sid].error}
         return SyncReading(values, self._stamp(reply), reply.sent_ns, reply.received_ns, errors)
+
+    def _sync_read_packet(self, address: int, length: int, ids: list[int]) -> bytes:
+        """The SYNC_READ instruction, built once per shape: an arm driver sends the same few every tick."""
+        key = (address, length, *ids)
+        packet = self._packets.get(key)
+        if packet is None:
+            packet = self._packets[key] = p.sync_read(address, length, ids)
+        return packet
 
     def sync_write(self, address: int, size: int, values: Mapping[int, int]) -> None:
         """One SYNC_WRITE (servos never answer it)."""
