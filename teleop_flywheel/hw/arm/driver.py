@@ -245,6 +245,8 @@ class ArmDriver:
 
     def _operator_acts(self) -> None:
         """Apply an e-stop or a reset asked for since the last tick (this thread owns the bus)."""
+        if self._estop_request is None and not self._reset_request:
+            return  # nothing asked: no lock to take (each field is read whole)
         with self._lock:
             estop, self._estop_request = self._estop_request, None
             reset, self._reset_request = self._reset_request, False

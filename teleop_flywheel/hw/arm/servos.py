@@ -203,26 +203,24 @@ class ArmServos:
         reading = self.bus.sync_read(POS_ADDR, POS_SIZE, self.active)
         done = now_ns()
         names, rad, rad_s, effort = [], [], [], []
+        unwrapped = self._raw
         for sid in self.active:
             value = reading.values[sid]
             joint = self._joints[sid]
             # Sign-magnitude, inline: this runs for every joint of every tick.
             pos, vel, load = value & 0xFFFF, (value >> 16) & 0xFFFF, (value >> 32) & 0xFFFF
-            raw = self._unwrap(sid, -(pos & 0x7FFF) if pos & 0x8000 else pos)
+            raw = -(pos & 0x7FFF) if pos & 0x8000 else pos
+            last = unwrapped.get(sid)
+            if last is not None:
+                # A single-turn reading continued across the encoder's seam: no joint moves half a
+                # turn in one tick, so a jump of more than that is the reading wrapping, not the shaft.
+                raw = last + (raw - last + HALF_TURN) % STEPS_PER_TURN - HALF_TURN
+            unwrapped[sid] = raw
             names.append(joint.name)
             rad.append(joint.raw_to_rad(raw))
             rad_s.append(joint.sign * (-(vel & 0x7FFF) if vel & 0x8000 else vel) * RAD_PER_STEP)
             effort.append(joint.sign * (-(load & LOAD_MAGNITUDE) if load & LOAD_SIGN else load) / LOAD_FULL_SCALE)
         return Reading(rad, rad_s, reading.stamp_ns, dict(reading.errors), effort, tuple(names), done - t0)
-
-    def _unwrap(self, sid: int, raw: int) -> int:
-        """A single-turn reading continued across the encoder's seam: no joint moves half a turn
-        in one tick, so a jump of more than that is the reading wrapping, not the shaft."""
-        last = self._raw.get(sid)
-        if last is not None:
-            raw = last + (raw - last + HALF_TURN) % STEPS_PER_TURN - HALF_TURN
-        self._raw[sid] = raw
-        return raw
 
     def forget_positions(self) -> None:
         """Start unwrapping afresh (a reconnect: the joints may have moved meanwhile)."""
