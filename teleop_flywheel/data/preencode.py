@@ -43,7 +43,7 @@ from teleop_flywheel.data.segments import (
     write_segment,
 )
 from teleop_flywheel.recording.cdr import CdrError, decode_compressed_images, header_stamp_ns
-from teleop_flywheel.recording.reader import COMPRESSED_IMAGE, Stream, camera_name
+from teleop_flywheel.recording.reader import COMPRESSED_IMAGE, Stream, image_stream_name
 from teleop_flywheel.recording.scan import FollowMcap
 from teleop_flywheel.recording.writer import START_RECORD
 
@@ -112,7 +112,7 @@ class BagPreEncoder:
         try:
             if schema is not None and schema.name == COMPRESSED_IMAGE:
                 stamps, _formats, jpegs = decode_compressed_images([m.data])
-                cam = self._cameras.setdefault(camera_name(topic), _Camera(topic))
+                cam = self._cameras.setdefault(image_stream_name(topic), _Camera(topic))
                 stamp = int(stamps[0])
                 if cam.stamps and stamp < cam.stamps[-1]:
                     self.stopped = f"{topic}: images out of stamp order"

@@ -56,7 +56,7 @@ from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.topics import strip_namespace
+from teleop_flywheel.core.topics import camera_name, strip_namespace
 from teleop_flywheel.recording import cdr, integrity
 from teleop_flywheel.recording.indexed import (
     BagReadError,
@@ -148,10 +148,10 @@ class ImageStream:
 ID_VERSION = 2  # what `Bag.episode_id` is; v1 ids (`Bag.episode_id_v1`) stay resolvable
 
 
-def camera_name(topic: str) -> str:
-    """The camera an image topic belongs to: `<name>` of `/cameras/<name>/...`, else the topic's parts joined."""
-    parts = [p for p in topic.split("/") if p]
-    return parts[1] if len(parts) >= 2 and parts[0] == "cameras" else "_".join(parts)
+def image_stream_name(topic: str) -> str:
+    """What an image stream is called: its camera's name (`core.topics.camera_name`), else — a foreign
+    bag's image topic — the topic's parts joined."""
+    return camera_name(topic) or "_".join(p for p in topic.split("/") if p)
 
 
 def content_id(topics: dict[str, RawTopic]) -> str:
@@ -225,7 +225,7 @@ class Bag:
 
     def camera_topics(self) -> dict[str, str]:
         """{camera name: topic} for every `/cameras/<name>/image/compressed`-style image topic."""
-        return {camera_name(topic): topic for topic, type_name in sorted(self.topics.items())
+        return {image_stream_name(topic): topic for topic, type_name in sorted(self.topics.items())
                 if type_name == COMPRESSED_IMAGE}
 
     def joint_state(self, topic: str) -> JointStream:

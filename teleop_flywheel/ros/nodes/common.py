@@ -10,6 +10,7 @@ monotonic clock (`clock.from_ros_ns`) before comparing it with `now_ns()`.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import sys
 import threading
 from array import array
@@ -29,6 +30,7 @@ from sensor_msgs.msg import JointState
 from teleop_flywheel.core.clock import fill_stamp, from_ros_ns, now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.signals import SignalStop
+from teleop_flywheel.recording.msgdefs import normalize_type
 
 # Reliable everywhere data is recorded: a dataset must not silently lose samples.
 STREAM_QOS = QoSProfile(
@@ -74,6 +76,13 @@ def joint_state(
     msg.velocity = array("d", velocities)
     msg.effort = array("d", efforts)
     return msg
+
+
+def message_class(type_name: str) -> Any:
+    """The Python class of a ROS message type, from `pkg/msg/Name` or `pkg/Name` (ImportError or
+    AttributeError if it is not installed)."""
+    pkg, kind, name = normalize_type(type_name).split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
 
 
 def positions_by_name(msg: JointState) -> dict[str, float]:

@@ -36,7 +36,6 @@ docs/recording.md.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import threading
@@ -66,7 +65,7 @@ from teleop_flywheel.recording.episode_recorder import (
     TopicEntry,
 )
 from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
-from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
+from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
@@ -152,9 +151,6 @@ def _qos_from_ros(profile: QoSProfile) -> Qos:
                avoid_ros_namespace_conventions=bool(profile.avoid_ros_namespace_conventions))
 
 
-def _msg_class(type_name: str) -> type:
-    pkg, kind, name = msgdefs.normalize_type(type_name).split("/")
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)  # type: ignore[no-any-return]
 
 
 class RecorderNode(Node):
@@ -237,7 +233,7 @@ class RecorderNode(Node):
                          reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
         try:
-            msg_class = _msg_class(type_name)
+            msg_class = message_class(type_name)
             entry = self.episodes.add_topic(topic, type_name, offered)
         except (ImportError, AttributeError, ValueError, msgdefs.DefinitionNotFoundError) as exc:
             self.unrecordable[topic] = f"{type_name}: {exc}"  # said once, not retried every period

@@ -16,7 +16,6 @@ for N on every topic instead; `--no-wait` starts at once.
 """
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from teleop_flywheel.recording.metadata import Qos, parse_qos_yaml
 from teleop_flywheel.recording.reader import RawChannel
+from teleop_flywheel.ros.nodes.common import message_class
 from teleop_flywheel.ros.session.playback import BagSource, Player
 
 SETTLE_S = 0.5
@@ -71,9 +71,6 @@ def ros_qos(qos: Qos) -> Any:
                       else DurabilityPolicy.VOLATILE)
 
 
-def _msg_class(type_name: str) -> type:
-    pkg, kind, name = type_name.split("/")
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)  # type: ignore[no-any-return]
 
 
 def wait_for_subscribers(publishers: dict[int, Any], policy: WaitPolicy, say: Any = print) -> bool:
@@ -114,7 +111,7 @@ def republish_ros(source: BagSource, speed: float = 1.0, loop: bool = False,
     publishers: dict[int, Any] = {}
     for cid, ch in source.channels.items():
         try:
-            publishers[cid] = node.create_publisher(_msg_class(ch.schema_name), ch.topic, ros_qos(recorded_qos(ch)))
+            publishers[cid] = node.create_publisher(message_class(ch.schema_name), ch.topic, ros_qos(recorded_qos(ch)))
         except (ImportError, AttributeError, ValueError) as exc:
             print(f"replay: skipping {ch.topic}: message type {ch.schema_name} not installed ({exc})", file=sys.stderr)
     player = Player(source, lambda m: publishers[m.channel_id].publish(m.data) if m.channel_id in publishers else None,

@@ -36,6 +36,7 @@ from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.topics import DIAGNOSTICS, camera_name, normalize_namespace, strip_namespace
 from teleop_flywheel.recording import msgdefs
+from teleop_flywheel.ros.nodes.common import message_class
 from teleop_flywheel.ros.session.arms3d import DESCRIPTION_TOPIC, ArmScene, arm_of
 from teleop_flywheel.ros.session.layout import write_layout
 
@@ -122,7 +123,7 @@ class LiveView:
                 continue
             try:
                 definition = msgdefs.definition(types[0])
-                msg_class = _msg_class(definition.type_name)
+                msg_class = message_class(definition.type_name)
             except (ImportError, AttributeError, ValueError, msgdefs.DefinitionNotFoundError) as exc:
                 self.skipped[topic] = str(exc)
                 self.node.get_logger().warning(f"not serving {topic} ({types[0]}): {exc}")
@@ -180,11 +181,6 @@ class LiveView:
         self.node.destroy_node()
 
 
-def _msg_class(type_name: str) -> Any:
-    import importlib
-
-    pkg, kind, name = type_name.split("/")
-    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
 
 
 def _qos_for(offered: list[Any]) -> tuple[Any, bool]:
