@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -105,12 +106,17 @@ def role_baseline(out: str, floor: bool = False) -> None:
     from mcap_ros2.writer import Writer
     from rclpy.node import Node
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import CompressedImage, JointState
 
+    from teleop_flywheel.core.signals import SignalStop
     from teleop_flywheel.recording import msgdefs
     from teleop_flywheel.recording.cdr import SequenceTracker
 
-    rclpy.init()
+    # Signals end the take loop through a stop event, as the nodes' do: rclpy's own handler would
+    # take SIGINT and SIGTERM, and a loop waiting for a KeyboardInterrupt never ended.
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    stop = threading.Event()
     node = Node("floor_recorder" if floor else "baseline_recorder")
     f = open(os.devnull if floor else out, "wb")
     writer = Writer(f)
@@ -150,8 +156,8 @@ def role_baseline(out: str, floor: bool = False) -> None:
     from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
     wait_set = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, node.context.handle)
-    try:
-        while True:
+    with SignalStop(stop):
+        while not stop.is_set():
             wait_set.clear_entities()
             for sub, _cb in subs:
                 wait_set.add_subscription(sub.handle)
@@ -162,8 +168,6 @@ def role_baseline(out: str, floor: bool = False) -> None:
                     while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
                         cb(*taken)
             time.sleep(TAKE_BATCH_S)
-    except KeyboardInterrupt:
-        pass
     writer.finish()
     f.close()
     print(json.dumps({"recorded": counts, "drops": drops}), flush=True)
