@@ -145,6 +145,7 @@ def test_launch_file_starts_what_the_runner_starts(kind: str, monkeypatch: pytes
             assert action.kwargs["remappings"] == list(spec.remappings)
             assert action.kwargs["parameters"] == [spec.parameters]
             assert action.kwargs["prefix"] == f"{sys.executable} -m teleop_flywheel.ros.session.detach --same-session"
+            assert action.kwargs["exec_name"] == spec.name  # the console labels it so, not `[python3-N]`
         # Not on this machine: said once, nothing started for it.
         assert any(type(a).__name__ == "LogInfo" and "robot_state_publisher not started" in a.kwargs["msg"]
                    for a in actions)

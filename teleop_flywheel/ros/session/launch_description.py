@@ -142,7 +142,9 @@ def generate(kind: str) -> Any:
         sims = {arm.role: ExecuteProcess(cmd=arm.command(sys.executable), name=f"sim_{arm.role}", output="screen",
                                          prefix=f"{sys.executable} -m {DETACH}")
                 for arm in graph.sim_arms}
-        nodes = [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
+        # exec_name labels each process in the console by its node: started through `detach`, every
+        # one would otherwise be `[python3-N]`.
+        nodes = [Node(package=PACKAGE, executable=spec.executable, name=spec.name, exec_name=spec.name,
                       parameters=[spec.parameters, *graph.params_files], remappings=list(spec.remappings),
                       **({"namespace": spec.namespace} if spec.namespace else {}), output="screen",
                       prefix=f"{sys.executable} -m {DETACH} --same-session")
