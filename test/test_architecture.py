@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "teleop_flywheel"
 FLOORS = ("core", "hw", "recording", "data", "policies", "testing", "evaluation", "ros", "cli")
 ROS_PACKAGES = frozenset({
