@@ -61,6 +61,7 @@ setup(
     extras_require={
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
+                "import-linter",
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,16 @@ def test_the_contract_check_fails_on_a_violation(tmp_path: Path) -> None:
     found = violations([planted], root)
     assert any("planted.py:1: imports rclpy outside" in v for v in found), found
     assert any("planted.py:4: floor core imports teleop_flywheel.data" in v for v in found), found
+
+
+def test_import_linter_keeps_every_contract() -> None:
+    """The same floors, the ROS boundary and the independence of hw/'s devices, checked by
+    import-linter (`.importlinter`) over the imported graph, indirect imports included."""
+    tool = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert tool, "import-linter is a dev requirement (pip install -e '.[dev]')"
+    res = subprocess.run([tool, "--no-cache"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-1000:]
+    assert "Contracts: 3 kept, 0 broken." in res.stdout, res.stdout[-2000:]
 
 
 def test_ros_free_floors_import_without_ros() -> None:
