@@ -1,4 +1,4 @@
-"""The real arm does no harm (issue 23): each moment of a new owner's first hour, against a
+"""The real arm does no harm: each moment of a new owner's first hour, against a
 simulated STS3215 as unkind as the real one, on a real pseudo-terminal with the real FeetechBus.
 
 A far target is approached at the configured speed at the servo; the gripper presses an object

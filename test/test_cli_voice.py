@@ -1,4 +1,4 @@
-"""One CLI voice (issue 17): every bad input of every command that takes one is ONE line, the last
+"""One CLI voice: every bad input of every command that takes one is ONE line, the last
 on stderr, `teleop-flywheel <command>: error: <what>, <where> (<how to fix>)`, with the documented
 exit code (2: usage error or nothing could be read) and no traceback. Table-driven: missing path,
 empty dir, garbage file, bad YAML, nonexistent port; an empty camera list is valid, and a `run`

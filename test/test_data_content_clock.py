@@ -1,4 +1,4 @@
-"""Clock offsets found in the content (issue 15): a camera stamped late or early by 25/40/60 ms with
+"""Clock offsets found in the content: a camera stamped late or early by 25/40/60 ms with
 its publish and receive times shifted too — so the receive − stamp latency looks normal — is found
 from its pixels against the follower's motion, within 5 ms, and rejected with CLOCK_OFFSET; a clean
 episode passes; too little motion to tell is a warning (a third outcome), never a pass or a rejection."""

@@ -1,4 +1,4 @@
-"""`ingest` beside a recording (issue 15): while it converts (at its low priority, in its own
+"""`ingest` beside a recording: while it converts (at its low priority, in its own
 process), the recorder node — in its own process, as deployed — records an episode with 0 drops
 and no stall; that episode, once the recorder's verdict and the operator's keep are there, is
 ingested too — by the same watcher resumed at the machine's priority, since at nice 10 beside

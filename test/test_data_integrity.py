@@ -1,4 +1,4 @@
-"""No damaged bag passes, no bad input stops a batch (issue 16), and the mutation fuzz.
+"""No damaged bag passes, no bad input stops a batch, and the mutation fuzz.
 
 Each named case passed `validate` before, most were converted, several with wrong data; the
 crashes raised a traceback that stopped the batch (or hung). The fuzz draws a few hundred

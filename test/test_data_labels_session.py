@@ -1,4 +1,4 @@
-"""Complete intervention labels on real bags (issue 15): the simulated rig records, through its real
+"""Complete intervention labels on real bags: the simulated rig records, through its real
 nodes, a takeover labelled half a second in, one labelled after the hand-back, and a teleop-mode
 correction; in the converted dataset every intervention frame carries its final label (before: the
 frames before the label arrived were 0, and the late-labelled takeover was 0 throughout), and the

@@ -1,4 +1,4 @@
-"""Two rigs in one ROS domain (issue 13, namespaces): `namespace:=rig_a` puts a rig's nodes, topics
+"""Two rigs in one ROS domain: `namespace:=rig_a` puts a rig's nodes, topics
 and services under `/rig_a`, so two rigs record separately, and the data engine reads both with the
 unchanged config/validate.yaml (the reader strips the namespace the episode metadata names).
 

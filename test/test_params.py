@@ -155,3 +155,37 @@ def test_the_shipped_params_yaml_loads_into_a_session_graph(kind: str) -> None:
         # every node starts with the merged values: they validate through its dataclass
         cls = PARAMS[after.executable]
         cls.from_values({k: v for k, v in after.parameters.items() if k != "use_sim_time"}, f"/{after.name}")
+
+
+def test_parameter_files_hold_strings_as_strings() -> None:
+    """Every string is quoted in a node's parameter file: rcl would read `y`, `on` or `1.5` as a
+    bool or a number; an empty list (which rcl cannot type) is refused with the node's name."""
+    import yaml
+
+    from teleop_flywheel.ros.session.graph import NodeSpec
+    from teleop_flywheel.ros.session.supervisor import SessionError, params_yaml
+
+    text = params_yaml(NodeSpec("policy", "policy", {"policy_args": "y", "checkpoint_id": "1.5", "rate_hz": 50.0}))
+    assert '"policy_args": "y"' in text and '"checkpoint_id": "1.5"' in text and '"rate_hz": 50.0' in text
+    assert yaml.safe_load(text) == {"/**": {"ros__parameters": {"policy_args": "y", "checkpoint_id": "1.5",
+                                                                "rate_hz": 50.0}}}
+    with pytest.raises(SessionError, match="node recorder: parameter topics is an empty list"):
+        params_yaml(NodeSpec("recorder", "recorder", {"topics": []}))
+
+
+def test_the_shipped_params_file_applies_to_every_session_kind() -> None:
+    """`--arg params_file=config/params.yaml` (or `--param-file`) works for each kind: sections of
+    nodes another kind has are ignored, as ROS ignores them; what it sets reaches the nodes."""
+    import yaml
+
+    from teleop_flywheel.core.resources import config_path
+    from teleop_flywheel.ros.session.graph import KINDS, config_from_arguments, with_params_files
+
+    shipped = config_path("params.yaml")
+    body = {k.lstrip("/"): v["ros__parameters"] for k, v in yaml.safe_load(shipped.read_text()).items()}
+    for kind in KINDS:
+        graph = with_params_files(build_graph(kind, config_from_arguments({"params_file": str(shipped)})))
+        assert graph.params_files == ()
+        for node in graph.nodes:
+            for key, value in {**body.get("**", {}), **body.get(node.name, {})}.items():
+                assert node.parameters[key] == value, (kind, node.name, key)

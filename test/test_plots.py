@@ -1,4 +1,4 @@
-"""Pictures a person reads (issue 17): no empty panel (a panel with nothing to draw says so), integer
+"""Pictures a person reads: no empty panel (a panel with nothing to draw says so), integer
 ticks on episode axes, titles that match what is drawn, and one HTML page explaining each plot."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README as code (issue 17): `.ci/run` runs exactly the README's install step and test command,
+"""The README as code: `.ci/run` runs exactly the README's install step and test command,
 taken from its tagged blocks; the generated tables (docs/reference.md, the README's demo outputs
 and benchmark lines) are what the code says; the ROS 2 pip command is package.xml's pip-only list;
 every link resolves; the page stays short."""

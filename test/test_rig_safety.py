@@ -1,4 +1,4 @@
-"""Safe by default on a real SO-101 (issue 14): what a driver refuses, says and measures.
+"""Safe by default on a real SO-101: what a driver refuses, says and measures.
 
 Node executables run as their own processes against simulated arms on real ptys; a port counts
 as real unless the driver is told `simulated:=true`, exactly as with hardware.

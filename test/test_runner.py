@@ -250,3 +250,32 @@ def test_kill_9_of_the_supervisor_leaves_no_child(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
         for d in session_dirs:  # nobody was left to remove it
             subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+def test_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    pytest.importorskip("rclpy")
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "run", "record",
+                             "--arg", "cameras=front:synthetic", "--arg", f"output_dir={tmp_path}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert "session up" in line, line + proc.stderr.read()  # type: ignore[union-attr]
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "session stopped cleanly" in out
+
+
+def test_sessions_stay_on_this_machine_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` and `demo` children (and the supervisor's helpers) default to LOCALHOST discovery;
+    a range the user set on purpose is kept."""
+    from teleop_flywheel.ros.session.supervisor import child_env
+
+    monkeypatch.delenv("ROS_AUTOMATIC_DISCOVERY_RANGE", raising=False)
+    assert child_env()["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "LOCALHOST"
+    monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET")
+    assert child_env()["ROS_AUTOMATIC_DISCOVERY_RANGE"] == "SUBNET"

@@ -1,4 +1,4 @@
-"""`ingest:=true` (issue 15): a session with ingest on keeps a dataset current from its own output folder
+"""`ingest:=true`: a session with ingest on keeps a dataset current from its own output folder
 while it goes on recording — real processes (the supervisor, a synthetic camera, the recorder, the ingest
 node and the low-priority ingest process it runs), real rclpy; a failure of that process is reported as a
 node's; and the option names no path outside the session's output_dir (the graph refuses it, the node

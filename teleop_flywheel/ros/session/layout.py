@@ -9,7 +9,7 @@ framed `leader/` and `follower/`, moved by the `/tf` transforms of `arms3d`). Ti
 
 The shipped file is for the default camera set (`front`); `replay --layout FILE` and
 `view --layout FILE` write the layout for the cameras a bag or a live session really has.
-`test/test_session_extras.py` keeps the shipped file equal to `layout(("front",))`.
+`test/test_foxglove_layout.py` keeps the shipped file equal to `layout(("front",))`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Convert side of issues 14/15: every intervention frame carries its final label, corrections are a
-frame flag, observation.effort is a declared feature with stats, appends agree with the dataset
-(codec, fps, feature set) before anything is encoded, the card/weights/validation record follow
-every append, and --trim-dead-air trims instead of rejecting."""
+"""What convert writes per frame and per append: every intervention frame carries its final
+label, corrections are a frame flag, observation.effort is a declared feature with stats, appends
+agree with the dataset (codec, fps, feature set) before anything is encoded, the card/weights/
+validation record follow every append, and --trim-dead-air trims instead of rejecting."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""Data engine I: bag reader, align, validate (one fixture per seed failure), convert round trip."""
+"""The data pipeline on simulator bags: bag reader, align, validate (one fixture per seed failure), convert round trip."""
 from __future__ import annotations
 
 import json

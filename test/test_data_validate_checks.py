@@ -1,4 +1,4 @@
-"""Validator details of issue 15: event topics need no messages, the seed's dead-air examples are
+"""Validator checks: event topics need no messages, the seed's dead-air examples are
 rejected (leading and trailing), warnings are a third outcome that never changes a verdict or the
 exit code, the follower's tracking lag, unlabelled corrections."""
 from __future__ import annotations
