@@ -88,7 +88,8 @@ def test_readme_is_short_its_links_resolve_and_its_picture_exists() -> None:
     assert "docs/images/joint_ranges.png" in links
     missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
     assert not missing, missing
-    for doc in ("architecture", "arm_driver", "ros2", "reference", "foxglove", "data_engine", "evaluation", "cli",
+    for doc in ("architecture", "arm_driver", "ros2", "reference", "foxglove", "data_engine", "validate", "convert", "ingest",
+                "dataset_reports", "evaluation", "cli",
                 "benchmarks"):
         assert f"(docs/{doc}.md" in text, doc
     bench = sorted(p.stem for p in (ROOT / "bench" / "results").glob("*.json"))

@@ -1,7 +1,7 @@
 """What the validator can say about an episode: reason codes, a reason, the thresholds, and what a
 user supplies for foreign bags (no ROS import).
 
-Codes (thresholds: `config/validate.yaml`, documented there and in docs/data_engine.md):
+Codes (thresholds: `config/validate.yaml`, documented there and in docs/validate.md):
 MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
 UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
 
