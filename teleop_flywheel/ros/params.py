@@ -248,6 +248,23 @@ class NodeParams:
 OnChange = Callable[[P, P, set[str]], "str | None"]
 
 
+def _given(node: Node, names: typing.Iterable[str]) -> dict[str, Any]:
+    """The values the launch file, `-p` or a YAML file gave for `names`, whatever their type.
+
+    rclpy checks an override only against the declared type and range, raising its own exception;
+    we want `rate_hz: 100` (an int) converted and a bad value reported as one error naming the
+    node. So each name is first declared dynamically typed and without a range (which accepts any
+    override), read and undeclared, all through rclpy's public API; the typed declaration follows.
+    """
+    given = {}
+    for name in names:
+        param = node.declare_parameter(name, None, ParameterDescriptor(dynamic_typing=True))
+        if param.type_ != Parameter.Type.NOT_SET:
+            given[name] = param.value
+        node.undeclare_parameter(name)
+    return given
+
+
 class NodeParameters(Generic[P]):
     """Declares `cls`'s fields on `node`; `.values` is the current, validated dataclass.
 
@@ -262,12 +279,7 @@ class NodeParameters(Generic[P]):
         self._cls = cls
         self._fields = {f.name: f for f in cls.fields_()}
         self._on_change = on_change
-        # rclpy hands a declared parameter its override (launch file, -p, YAML) only to compare it
-        # with the declared type; we read it first so that e.g. `rate_hz: 100` (an int) is converted
-        # and a bad value is reported as one error naming the node, not an rclpy type exception.
-        overrides = getattr(node, "_parameter_overrides", {})
-        given = {name: overrides[name].value for name in self._fields if name in overrides}
-        self.values: P = cls.from_values(given, node.get_fully_qualified_name())
+        self.values: P = cls.from_values(_given(node, self._fields), node.get_fully_qualified_name())
         for name, f in self._fields.items():
             node.declare_parameter(name, f.ros_value(getattr(self.values, name)), f.descriptor(),
                                    ignore_override=True)
