@@ -150,24 +150,14 @@ def role_baseline(out: str, floor: bool = False) -> None:
         make(t, JointState, "sensor_msgs/msg/JointState")
     for t in CAMERA_TOPICS:
         make(t, CompressedImage, "sensor_msgs/msg/CompressedImage")
-    # The same take loop as RecorderNode (wait set, drain every ready queue, let the next batch
-    # gather for take_batch_ms): the only difference measured is decode + re-encode versus
-    # writing the received bytes.
-    from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
-
-    wait_set = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, node.context.handle)
+    # The same take loop as RecorderNode (every take_batch_ms, take every queue dry): the only
+    # difference measured is decode + re-encode versus writing the received bytes.
     with SignalStop(stop):
         while not stop.is_set():
-            wait_set.clear_entities()
-            for sub, _cb in subs:
-                wait_set.add_subscription(sub.handle)
-            wait_set.wait(100_000_000)
-            ready = wait_set.get_ready_entities("subscription")
             for sub, cb in subs:
-                if sub.handle.pointer in ready:
-                    while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
-                        cb(*taken)
-            time.sleep(TAKE_BATCH_S)
+                while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
+                    cb(*taken)
+            stop.wait(TAKE_BATCH_S)
     writer.finish()
     f.close()
     print(json.dumps({"recorded": counts, "drops": drops}), flush=True)

@@ -21,7 +21,6 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -151,7 +150,7 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
     argv = list(sys.argv if args is None else args)
     try:
         rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)
-    except _rclpy.RCLError as exc:  # malformed --ros-args (e.g. `-p name:=` with no value): a usage error
+    except RuntimeError as exc:  # rcl's error on malformed --ros-args (`-p name:=` with no value): a usage error
         print(f"{name or 'node'}: cannot parse the ROS arguments {argv[1:]}: {exc}", file=sys.stderr, flush=True)
         return 2
     stop = threading.Event()

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -90,8 +89,8 @@ class RecorderParams(NodeParams):
     chunk_size_mb: float = spec(1.0, "close a chunk at this size (MiB)", range=(0.01, 1024.0))
     fsync: bool = spec(True, "fsync after every chunk")
     queue_depth: int = spec(500, "subscription history depth (absorbs bursts)", range=(1, 100_000))
-    take_batch_ms: float = spec(20.0, "after draining, let messages gather this long before waking again "
-                                "(ms; 0 = wake per message)", range=(0.0, 10_000.0))
+    take_batch_ms: float = spec(20.0, "take every queue dry this often (ms): messages gather in between, so "
+                                "queue_depth must hold rate x this", range=(1.0, 10_000.0))
     stop_settle_ms: float = spec(500.0, "at stop, keep taking messages up to this long until every live stream "
                                  "has delivered one stamped after the stop (ms): a camera's frames still in "
                                  "flight are kept; 0 = close at once", range=(0.0, 10_000.0))
@@ -248,36 +247,25 @@ class RecorderNode(Node):
 
     # -- the hot path -------------------------------------------------------------------------
     def _take_loop(self) -> None:
-        wait_set = None
-        size = 0
+        """Every `take_batch_ms`, take every subscription's queue dry, raw bytes and DDS's
+        message info, without an executor: a Python callback per message would cost more than
+        the recording. Waking costs more than taking, so the thread polls rather than waits on
+        the queues: a batch gathers between passes (the queues hold `queue_depth`; log_time is
+        DDS's reception stamp, so the delay changes no recorded time) and an idle pass is one
+        empty take per topic (~µs). A drain request wakes it at once."""
         batch_s = self.params.values.take_batch_ms / 1e3
-        handle = self.context.handle if self.context is not None else None
-        assert handle is not None
         while not self._stop.is_set():
             subs = self._subs
-            if not subs:
-                self._stop.wait(0.05)
-                continue
             try:
-                if wait_set is None or size != len(subs):
-                    wait_set, size = _rclpy.WaitSet(len(subs), 0, 0, 0, 0, 0, handle), len(subs)
-                wait_set.clear_entities()
-                for sub, _entry in subs:
-                    wait_set.add_subscription(sub.handle)
-                wait_set.wait(20_000_000)
                 with self._passes:
                     self._passes_begun += 1
                     this_pass = self._passes_begun
-                # Every queue, not only those the wait saw ready: a pass that begins after a drain
-                # request then takes everything received before it (an empty take costs ~µs).
                 for sub, entry in subs:
                     while (taken := sub.handle.take_message(sub.msg_type, True)) is not None:
                         self.episodes.write(entry, taken[0], taken[1])
                 with self._passes:
                     self._passes_done = this_pass
                     self._passes.notify_all()
-                # Waking costs more than taking: let a batch gather (the queues hold `queue_depth`;
-                # log_time is DDS's reception stamp, so the delay changes no recorded time).
                 self._wake.wait(batch_s)
                 self._wake.clear()
             except Exception as exc:  # context shut down under us (process exit): stop quietly
