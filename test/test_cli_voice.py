@@ -52,11 +52,11 @@ CASES = [
     ("validate {missing}", "{missing}"),
     ("validate {empty}", "{empty}"),
     ("validate {empty} --config {yaml}", "{yaml}"),
-    ("convert {missing} --out {root}/ds1", "{missing}"),
-    ("convert {empty} --out {root}/ds1", "{empty}"),
-    ("convert {garbage} --out {root}/ds1", "{garbage}"),
-    ("convert {garbage} --out {root}/ds1 --config {yaml}", "{yaml}"),
-    ("convert {garbage}", "--out"),  # argparse: the usage line above, the one line last
+    ("convert {missing} --dataset {root}/ds1", "{missing}"),
+    ("convert {empty} --dataset {root}/ds1", "{empty}"),
+    ("convert {garbage} --dataset {root}/ds1", "{garbage}"),
+    ("convert {garbage} --dataset {root}/ds1 --config {yaml}", "{yaml}"),
+    ("convert {garbage}", "--dataset"),  # argparse: the usage line above, the one line last
     ("recover {missing}", "{missing}"),
     ("recover {empty}", "{empty}"),
     ("recover {garbage}", "{garbage}"),

@@ -80,7 +80,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _convert_process(bag: Path, out: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
     env = {**os.environ, **env_extra}
-    return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "convert", str(bag), "--out", str(out),
+    return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "convert", str(bag), "--dataset", str(out),
                              "--codec", "h264", "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
@@ -142,7 +142,7 @@ def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path
             ds = disk / "ds"
             shutil.copytree(setup["base"], ds)
             before = tree(ds)
-            code = cli_main(["convert", str(setup["b"]), "--out", str(ds), "--codec", "h264", "--workers", "1"])
+            code = cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"])
             err = capsys.readouterr().err
             if code == 0:
                 outcomes.append("fits")
@@ -167,7 +167,7 @@ def test_convert_refuses_an_inconsistent_dataset_and_doctor_repairs_it(setup: di
     info["total_episodes"] = 4  # info.json against the table
     (ds / "meta/info.json").write_text(json.dumps(info))
     (tmp_path / ".convert-abc123").mkdir()  # an older converter's temp directory
-    assert cli_main(["convert", str(setup["b"]), "--out", str(ds), "--codec", "h264", "--workers", "1"]) == 2
+    assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert "inconsistent" in err and f"teleop-flywheel doctor {ds}" in err
     assert cli_main(["doctor", str(ds)]) == 1
@@ -177,7 +177,7 @@ def test_convert_refuses_an_inconsistent_dataset_and_doctor_repairs_it(setup: di
     out = capsys.readouterr().out
     assert "consistent" in out and (tmp_path / "ds.orphans" / "data/chunk-000/file-007.parquet").is_file()
     assert not (tmp_path / ".convert-abc123").exists()
-    assert cli_main(["convert", str(setup["b"]), "--out", str(ds), "--codec", "h264", "--workers", "1"]) == 0
+    assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 0
     assert content(ds) == content(setup["ref"])
 
 
@@ -198,7 +198,7 @@ def test_doctor_names_what_cannot_be_repaired(setup: dict[str, Path], tmp_path: 
 def test_one_convert_at_a_time(setup: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"
     with commit.locked_dataset(ds):
-        assert cli_main(["convert", str(setup["b"]), "--out", str(ds), "--codec", "h264", "--workers", "1"]) == 2
+        assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 2
     assert "in use by another process" in capsys.readouterr().err
     assert not ds.exists()
 
@@ -206,7 +206,7 @@ def test_one_convert_at_a_time(setup: dict[str, Path], tmp_path: Path, capsys: p
 def test_non_utf8_bag_name_converts(setup: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     odd = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9_bag"))
     shutil.copytree(setup["b"], odd)
-    assert cli_main(["convert", str(odd), "--out", str(tmp_path / "ds"), "--codec", "h264", "--workers", "1"]) == 0
+    assert cli_main(["convert", str(odd), "--dataset", str(tmp_path / "ds"), "--codec", "h264", "--workers", "1"]) == 0
     row = pq.read_table(next((tmp_path / "ds/meta/episodes").rglob("*.parquet"))).to_pylist()[0]
     assert row["source_bag"] == "caf\\xe9_bag"
     assert np.isfinite(row["recorded_wall_ns"])

@@ -70,10 +70,10 @@ def test_a_role_nobody_recorded_is_an_error_naming_role_and_option(tmp_path: Pat
     assert res.converted == {} and len(res.errors) == 1  # never the simulated arm's calibration
     assert "follower" in res.errors[0] and "--calibration follower=FILE" in res.errors[0]
     assert not (tmp_path / "ds" / "meta").exists()
-    assert cli_main(["convert", str(bag), "--out", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1"]) == 1
+    assert cli_main(["convert", str(bag), "--dataset", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1"]) == 1
     assert "--calibration follower=FILE" in capsys.readouterr().err.splitlines()[-1]
     # Supplied: that file is used for the follower (the recorded leader stays the recorded one).
-    assert cli_main(["convert", str(bag), "--out", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1",
+    assert cli_main(["convert", str(bag), "--dataset", str(tmp_path / "cli"), "--codec", "h264", "--workers", "1",
                      "--calibration", f"follower={REAL}"]) == 0
     info = json.loads((tmp_path / "cli/meta/info.json").read_text())
     assert info["joint_limits"] == joint_limits(load_calibration(REAL))
@@ -100,7 +100,7 @@ def test_calibration_by_role_reads_both_forms() -> None:
 def test_bad_calibration_arguments_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bag = _session(tmp_path / "ep", {})
     for arg, message in (("wrist=x.yaml", "ROLE=FILE"), (f"follower={tmp_path}/none.yaml", "none.yaml")):
-        assert cli_main(["convert", str(bag), "--out", str(tmp_path / "ds"), "--calibration", arg]) == 2  # usage
+        assert cli_main(["convert", str(bag), "--dataset", str(tmp_path / "ds"), "--calibration", arg]) == 2  # usage
         assert message in capsys.readouterr().err
     res = _convert([bag], tmp_path / "ds", calibrations={"follower": REAL})
     assert "--calibration leader=FILE" in res.errors[0]
@@ -109,7 +109,7 @@ def test_bad_calibration_arguments_are_refused(tmp_path: Path, capsys: pytest.Ca
 def test_repo_id_is_stored_and_read_by_card_and_manifest(tmp_path: Path) -> None:
     bag = _session(tmp_path / "ep", {})  # nothing recorded: both arms supplied
     files = [f"follower={sim_calibration_file('follower')}", f"leader={sim_calibration_file('leader')}"]
-    args = ["convert", str(bag), "--out", str(tmp_path / "ds"), "--codec", "h264", "--workers", "1",
+    args = ["convert", str(bag), "--dataset", str(tmp_path / "ds"), "--codec", "h264", "--workers", "1",
             "--repo-id", "lab/so101_pick", *(a for f in files for a in ("--calibration", f))]
     assert cli_main(args) == 0
     ds = LeRobotDataset.open(tmp_path / "ds")

@@ -117,7 +117,7 @@ def test_append_refuses_codec_fps_and_feature_changes_before_encoding(tmp_path: 
         {p: t for p, t in before.items() if p.name not in ("validation.json", "README.md", "sample_weights.parquet")}
     parser = argparse.ArgumentParser()
     conv.add_arguments(parser)
-    assert conv.run(parser.parse_args([str(no_effort), "--out", str(ds), "--workers", "1"])) == 1
+    assert conv.run(parser.parse_args([str(no_effort), "--dataset", str(ds), "--workers", "1"])) == 1
     ok = _convert([second], ds, codec="libsvtav1")
     assert len(ok.converted[str(ds)]) == 1 and len(encodes) == 1
 

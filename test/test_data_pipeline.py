@@ -338,10 +338,10 @@ def test_convert_cli_summary(bags: dict[str, Path], tmp_path: Path, capsys: pyte
 
     parser = argparse.ArgumentParser()
     conv.add_arguments(parser)
-    args = parser.parse_args([str(bags["clean"]), str(bags["stall"]), "--out", str(tmp_path / "ds"),
+    args = parser.parse_args([str(bags["clean"]), str(bags["stall"]), "--dataset", str(tmp_path / "ds"),
                               "--codec", "h264", "--workers", "1", "--repo-id", "me/so101"])
     assert conv.run(args) == 0
     out = capsys.readouterr().out
     assert "episodes in: 2; converted: 1;" in out and "rejected FRAME_GAP: 1 (stall)" in out
     assert "LeRobotDataset('me/so101'" in out
-    assert cli_main(["convert", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 2
+    assert cli_main(["convert", str(tmp_path / "missing"), "--dataset", str(tmp_path / "x")]) == 2

@@ -28,7 +28,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i, spec in enumerate(specs):
         write_session(tmp / "bags" / f"ep{i}", spec)
     out = tmp / "ds"
-    assert cli_main(["convert", str(tmp / "bags"), "--out", str(out), "--codec", "h264", "--workers", "1"]) == 0
+    assert cli_main(["convert", str(tmp / "bags"), "--dataset", str(out), "--codec", "h264", "--workers", "1"]) == 0
     return out
 
 

@@ -128,9 +128,9 @@ def test_foreign_rosbag2_bag_converts_to_the_same_frames(writer: object, ours: P
     out = tmp_path / "ds_foreign"
     cals = ["--calibration", f"leader={sim_calibration_file('leader')}",
             "--calibration", f"follower={sim_calibration_file('follower')}"]
-    assert cli_main(["convert", str(foreign), "--out", str(out), "--codec", "h264", "--workers", "1", *cals]) == 0
+    assert cli_main(["convert", str(foreign), "--dataset", str(out), "--codec", "h264", "--workers", "1", *cals]) == 0
     assert "rejected OUTCOME_UNSET: 1" in capsys.readouterr().out
-    assert cli_main(["convert", str(foreign), "--out", str(out), "--codec", "h264", "--workers", "1", *cals,
+    assert cli_main(["convert", str(foreign), "--dataset", str(out), "--codec", "h264", "--workers", "1", *cals,
                      "--task", "pick the brick", "--outcome", "success"]) == 0
     _convert([ours], tmp_path / "ds_ours")
     assert_same_frames(tmp_path / "ds_ours", out)

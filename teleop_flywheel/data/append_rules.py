@@ -5,7 +5,7 @@ each video feature's `info` block as true for every episode, so an append that d
 info.json lie (an h264 append into an AV1 dataset did: accepted, and `video.codec` still said av1).
 
 - fps and codec: the whole run is refused before any work (`AppendRefused`, exit 2), naming the
-  dataset's value and the fix (another `--out`, or the dataset's value).
+  dataset's value and the fix (another `--dataset`, or the dataset's value).
 - feature set, per episode, before its encode (`episode_frames.FeatureSetError`, status `refused`):
   `observation.effort` present in the episode and absent in the dataset, or the reverse (bags
   recorded before efforts were); teleop-mode corrections into a dataset converted before
@@ -47,12 +47,12 @@ def check_append(roots: list[Path], fps: int, codec: str) -> None:
             continue
         if int(info.get("fps", fps)) != int(fps):
             raise AppendRefused(f"dataset is at {info['fps']} fps, this run at {fps}: a dataset has one fps",
-                                where=str(root), fix=f"use --fps {info['fps']}, or convert into another --out")
+                                where=str(root), fix=f"use --fps {info['fps']}, or convert into another --dataset")
         have, want = dataset_codec(info), CODEC_NAMES.get(codec, codec)
         if have is not None and have != want:
             flag = next((k for k, v in CODEC_NAMES.items() if v == have), have)
             raise AppendRefused(f"dataset videos are {have}, this run would encode {want}: info.json would lie",
-                                where=str(root), fix=f"use --codec {flag}, or convert into another --out")
+                                where=str(root), fix=f"use --codec {flag}, or convert into another --dataset")
 
 
 def feature_expectations(root: Path) -> tuple[bool | None, bool]:

@@ -1,4 +1,4 @@
-"""`teleop-flywheel convert BAG_OR_DIR... --out DATASET`: episode bags → a LeRobot v3.0 dataset, atomically.
+"""`teleop-flywheel convert BAG_OR_DIR... --dataset DATASET`: episode bags → a LeRobot v3.0 dataset, atomically.
 
 Per bag, in parallel (`--workers/--executor`), `episode_frames.prepare_episode`: validate with the
 shared checks (only PASSING episodes unless `--include-failed`), align on header stamps, convert
@@ -94,7 +94,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
         extra = sorted(set(eps[0].data.columns if eps[0].data else ()) - have - {"frame_index", "timestamp"})
         if extra:  # never drop a column the episodes carry: a feature-set change is a new dataset
             raise FeatureSetError(f"{root}: dataset has no {', '.join(extra)}: a feature-set change is a new dataset "
-                                  "(convert these episodes into another --out)")
+                                  "(convert these episodes into another --dataset)")
     limits: dict[str, list[float]] = dict(info.get("joint_limits") or {})
     for e in eps:
         limits = union_limits(limits, e.joint_limits)
@@ -170,7 +170,7 @@ def _group(prepared: list[Prepared], result: ConvertResult, effort: bool | None)
         elif p.status == "ok" and p.data is not None:
             if (EFFORT in p.data.columns) != effort:
                 _refuse(p, f"{'has' if not effort else 'lacks'} observation.effort, unlike the rest of the dataset: "
-                        "a feature-set change is a new dataset (convert it into another --out)", result)
+                        "a feature-set change is a new dataset (convert it into another --dataset)", result)
                 continue
             seen.add(p.episode_id or "")
             groups.setdefault(p.data.schema, []).append(p)
@@ -282,7 +282,7 @@ def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="BAG_OR_DIR", help="bag directories, .mcap files or folders of bags")
-    parser.add_argument("--out", required=True, metavar="DATASET", help="dataset root (created or appended to)")
+    parser.add_argument("--dataset", required=True, metavar="DATASET", help="dataset root (created or appended to)")
     parser.add_argument("--fps", type=int, default=30,
                         help="frames per second of the dataset's grid; every stream is sampled onto it (default 30)")
     parser.add_argument("--repo-id", default=None,
@@ -317,7 +317,7 @@ def _failure(exc: OSError, out: Path) -> PartialFailure:
 
 def run(args: argparse.Namespace) -> int:
     cfg, paths, path_errors = load_inputs(args, "convert")  # UsageError (exit 2) when it cannot run at all
-    out = Path(args.out)
+    out = Path(args.dataset)
     try:
         calibrations = role_files(args.calibration)
         supplied = Supplied(task=args.task, outcome=args.outcome)
@@ -357,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  refreshed {line}")
     sys.stdout.flush()
     for line in res.refused:  # a feature-set change: these bags were not converted (exit 1)
-        print(error_line("convert", line, fix="convert them into another --out"), file=sys.stderr)
+        print(error_line("convert", line, fix="convert them into another --dataset"), file=sys.stderr)
     for err in res.errors:  # one line each, the last lines on stderr
         fix = ("supply it with --calibration ROLE=FILE" if "--calibration" in err else
                "teleop-flywheel info BAG says what it holds; teleop-flywheel recover BAG repairs a crashed one")

@@ -76,7 +76,7 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     root = Path(os.path.abspath(args.dataset))
     if not root.exists() and not commit.pending(root):
         raise UsageError("no such dataset (and no interrupted append beside it)", where=display(root),
-                         fix="give a dataset's root folder, the one `teleop-flywheel convert --out` wrote")
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
     done: list[str] = []
     try:
         with commit.locked_dataset(root):
@@ -89,7 +89,7 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
         raise
     if not found and not done and not (root / "meta" / "info.json").is_file():
         raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
-                         fix="give a dataset's root folder, the one `teleop-flywheel convert --out` wrote")
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
     if args.json:
         print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
                           "consistent": not found, **({"ports": [a.to_dict() for a in ports]} if ports else {})},

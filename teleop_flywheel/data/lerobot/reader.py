@@ -84,7 +84,7 @@ class LeRobotDataset:
         if not info_path.is_file():
             error = DatasetError(f"{root}: " + (f"not a LeRobot dataset (no {INFO_PATH})" if root.exists()
                                                 else "no such dataset directory"))
-            error.fix = "give a dataset's root folder, the one `teleop-flywheel convert --out` wrote"
+            error.fix = "give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote"
             raise error
         try:
             info = json.loads(info_path.read_text())

@@ -334,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
                              fix="the line above says why")
     report.write_text(validated.stdout)
     cli("validate", str(bags))
-    failed = [] if cli("convert", str(bags), "--out", str(dataset), "--codec", args.codec,
+    failed = [] if cli("convert", str(bags), "--dataset", str(dataset), "--codec", args.codec,
                        "--repo-id", REPO_ID).returncode == 0 else ["convert"]
     if (dataset / "meta" / "info.json").exists():
         steps = [
