@@ -39,7 +39,7 @@ setup(
     ],
     package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json"],
                   f"{PACKAGE}.config.calibration": ["*.yaml"], f"{PACKAGE}.urdf": ["*.urdf"]},
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     install_requires=[
         "numpy",
         "pyyaml",

@@ -52,7 +52,7 @@ async def session(url: str, topics: list[str] | None, until: Any, timeout_s: flo
         while time.monotonic() < deadline:
             try:
                 frame = await asyncio.wait_for(ws.recv(), 0.2)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 frame = None
             if isinstance(frame, str):
                 msg = json.loads(frame)

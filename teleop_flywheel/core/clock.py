@@ -97,7 +97,7 @@ class ClockMapping:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ClockMapping":
+    def from_dict(cls, data: dict[str, Any]) -> ClockMapping:
         return cls(int(data["mono_ns"]), int(data["wall_ns"]), int(data["uncertainty_ns"]))
 
 

@@ -114,7 +114,7 @@ class EpisodeMeta:
         return out
 
     @classmethod
-    def from_strings(cls, data: dict[str, str]) -> "EpisodeMeta":
+    def from_strings(cls, data: dict[str, str]) -> EpisodeMeta:
         """Inverse of `to_strings`; unknown keys go to `extra` so newer bags still load."""
         known = set(cls.__dataclass_fields__)
         kwargs: dict[str, Any] = {}
@@ -164,7 +164,7 @@ class EpisodeMeta:
         """The episode's stop on the clock of its header stamps and intervention times."""
         return self.stopped_ros_ns if self.stamp_clock == STAMP_CLOCK_ROS else self.stopped_mono_ns
 
-    def without_namespace(self) -> "EpisodeMeta":
+    def without_namespace(self) -> EpisodeMeta:
         """A copy whose topic names (`topics`, `drops`) have the rig's namespace stripped, as the
         reader presents the bag's topics (`core.topics.strip_namespace`)."""
         if not self.namespace:

@@ -11,7 +11,7 @@ import math
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +140,7 @@ def parse_urdf(text: str) -> Model:
     return Model(str(robot.get("name")), root, tuple(ordered), text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def so101() -> Model:
     """The shipped SO-101 model."""
     path: Path = package_file("urdf", "so101.urdf")

@@ -44,11 +44,11 @@ class JointLimits:
                 raise ValueError(f"joint limit for {name!r}: lower {lo} > upper {hi}")
 
     @classmethod
-    def from_dict(cls, bounds: Mapping[str, Sequence[float]]) -> "JointLimits":
+    def from_dict(cls, bounds: Mapping[str, Sequence[float]]) -> JointLimits:
         return cls({name: (float(lo), float(hi)) for name, (lo, hi) in bounds.items()})
 
     @classmethod
-    def unbounded(cls) -> "JointLimits":
+    def unbounded(cls) -> JointLimits:
         return cls({})
 
 

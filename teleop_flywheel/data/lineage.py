@@ -50,7 +50,7 @@ class Registry:
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "Registry":
+    def load(cls, path: str | Path | None = None) -> Registry:
         path = Path(path) if path else default_registry()
         if not path.exists():
             return cls(path)
@@ -82,7 +82,7 @@ class Registry:
                                f"{old['manifest_path']} (run {old['run']!r}); checkpoint ids are never reused")
         run = run or Path(manifest_path).stem
         entry = {"checkpoint": checkpoint, "run": run, "manifest_path": str(Path(manifest_path).resolve()),
-                 "manifest_sha256": digest, "registered": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                 "manifest_sha256": digest, "registered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                  "manifest": manifest}
         self.checkpoints[checkpoint] = entry
         return entry

@@ -26,9 +26,10 @@ import hashlib
 import json
 import operator
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -194,7 +195,7 @@ def create(ds: LeRobotDataset, filters: list[str] | None = None) -> dict[str, An
     return {
         "format": FORMAT,
         "id_version": ID_VERSION,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "dataset": str(ds.root.resolve()),
         "repo_id": ds.repo_id,
         "filter": filters,

@@ -168,7 +168,7 @@ class _NoBar:
     def update(self, n: int = 1) -> None:
         del n
 
-    def __enter__(self) -> "_NoBar":
+    def __enter__(self) -> _NoBar:
         return self
 
     def __exit__(self, *exc: object) -> None:

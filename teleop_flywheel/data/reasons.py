@@ -85,7 +85,7 @@ class ValidateConfig:
         return 2.0 / self.fps if self.max_gap_s is None else float(self.max_gap_s)
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "ValidateConfig":
+    def load(cls, path: str | Path | None = None) -> ValidateConfig:
         """Defaults, overridden by the YAML file (the shipped one unless `path` is given)."""
         p = Path(path) if path is not None else config_path("validate.yaml")
         if path is None and not p.is_file():

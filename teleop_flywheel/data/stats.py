@@ -37,7 +37,7 @@ UNLABELLED = "unlabelled"
 def iso_week(wall_ns: int | None) -> str:
     if wall_ns is None:
         return "unknown"
-    year, week, _ = dt.datetime.fromtimestamp(wall_ns / 1e9, dt.timezone.utc).isocalendar()
+    year, week, _ = dt.datetime.fromtimestamp(wall_ns / 1e9, dt.UTC).isocalendar()
     return f"{year}-W{week:02d}"
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ def header_frame_id(data: Buffer) -> str:
     return cdr_string(data, 12)
 
 
-@lru_cache(maxsize=None)
+@cache
 def starts_with_header(type_name: str) -> bool:
     """Whether the first field of `type_name` is a std_msgs/Header (from its .msg file)."""
     for line in msgdefs.msg_text(type_name).splitlines():

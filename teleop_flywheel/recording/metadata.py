@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -83,7 +84,7 @@ class Qos:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Qos":
+    def from_dict(cls, d: Mapping[str, Any]) -> Qos:
         return cls(
             history=str(d["history"]), depth=int(d["depth"]), reliability=str(d["reliability"]),
             durability=str(d["durability"]), deadline_ns=_duration_ns(d["deadline"]),

@@ -34,7 +34,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError
@@ -94,7 +94,7 @@ def _interface_file(type_name: str, suffix: str) -> Path:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def msg_text(type_name: str) -> str:
     """The verbatim `.msg` file of one type (no dependencies)."""
     return _interface_file(type_name, ".msg").read_text(encoding="utf-8")
@@ -116,7 +116,7 @@ def dependencies(type_name: str) -> list[str]:
     return sorted(deps)
 
 
-@lru_cache(maxsize=None)
+@cache
 def full_text(type_name: str) -> str:
     """The full ros2msg schema text rosbag2 writes for `type_name`."""
     root = normalize_type(type_name)
@@ -134,7 +134,7 @@ def full_text(type_name: str) -> str:
     return append(root)
 
 
-@lru_cache(maxsize=None)
+@cache
 def type_hash(type_name: str) -> str:
     """RIHS01 hash of `type_name` from its installed type description ('' when none installed)."""
     name = normalize_type(type_name)

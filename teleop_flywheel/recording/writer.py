@@ -44,10 +44,11 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Iterable, Mapping, NoReturn
+from typing import NoReturn
 
 from mcap.writer import CompressionType, Writer
 
@@ -351,7 +352,7 @@ class BagWriter:
         """The write error that stopped this bag (e.g. DiskFullError from the flusher thread)."""
         return self._failed
 
-    def __enter__(self) -> "BagWriter":
+    def __enter__(self) -> BagWriter:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

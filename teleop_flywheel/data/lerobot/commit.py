@@ -103,7 +103,7 @@ def write_journal(root: Path, new: list[str], replace: list[str], episodes: list
     fsync_tree(staging_path(root))
     fault("staged")
     doc = {"format": FORMAT, "dataset": str(root), "staging": str(staging_path(root)),
-           "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
            "new": new, "replace": replace, "episodes": episodes, "complete": True}
     path = create_exclusive(journal_path(root), json.dumps(doc, indent=1))
     fsync_dir(path.parent)

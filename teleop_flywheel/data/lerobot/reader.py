@@ -78,7 +78,7 @@ class LeRobotDataset:
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, root: str | Path, episode_stats: bool = False) -> "LeRobotDataset":
+    def open(cls, root: str | Path, episode_stats: bool = False) -> LeRobotDataset:
         root = Path(root)
         info_path = root / INFO_PATH
         if not info_path.is_file():

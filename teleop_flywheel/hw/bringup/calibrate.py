@@ -112,7 +112,7 @@ def homing_offsets(bus: FeetechBus) -> dict[int, int]:
     return offsets
 
 
-def record_ranges(bus: FeetechBus, until: "Stop") -> dict[int, tuple[int, int]]:
+def record_ranges(bus: FeetechBus, until: Stop) -> dict[int, tuple[int, int]]:
     """Min and max Present_Position of every joint while `until` says go on."""
     lo = {sid: MAX_RAW for sid in IDS}
     hi = {sid: 0 for sid in IDS}

@@ -193,7 +193,7 @@ class SimulatedArm:
         self.plugged = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
-    def __enter__(self) -> "SimulatedArm":
+    def __enter__(self) -> SimulatedArm:
         self.start()
         return self
 

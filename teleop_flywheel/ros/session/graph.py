@@ -145,7 +145,7 @@ class Graph:
         """True until `in_sim_dir` has placed the simulated hardware's paths in a real directory."""
         return any(SIM_DIR in a.link for a in self.sim_arms) or SIM_DIR in self.pedal_fifo
 
-    def in_sim_dir(self, path: str | os.PathLike[str]) -> "Graph":
+    def in_sim_dir(self, path: str | os.PathLike[str]) -> Graph:
         """This graph with its simulated hardware's paths (pty links, pedal FIFO) under `path`."""
         where = str(path)
         return replace(
@@ -184,7 +184,7 @@ class SessionConfig:
     ingest: bool = False  # the `ingest` node keeps a dataset current from the session's episodes
     ingest_dataset: str = ""  # its dataset, inside output_dir (relative to it); empty = <output_dir>/dataset
 
-    def with_sim_calibrations(self) -> "SessionConfig":
+    def with_sim_calibrations(self) -> SessionConfig:
         """Simulated arms default to the shipped simulator calibrations; a real arm has no default
         (its driver refuses to start without a calibration of its own, saying how to make one)."""
         return replace(
