@@ -107,15 +107,18 @@ class Driver:
         assert res.success, f"/recorder/{service}: {res.message}"
         return res.message, sent, answered
 
-    def set(self, **values: Any) -> None:
-        from rclpy.parameter import Parameter
-        from rclpy.parameter_client import AsyncParameterClient
+    def label(self, **labels: Any) -> None:
+        from rcl_interfaces.srv import SetParameters
 
-        client = AsyncParameterClient(self.node, "recorder")
-        assert client.wait_for_services(timeout_sec=60)
-        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        from teleop_flywheel.ros.nodes.recorder_client import named_values, refusals
+
+        client = self.node.create_client(SetParameters, "/recorder/label_episode")
+        assert client.wait_for_service(timeout_sec=60), "/recorder/label_episode"
+        future = client.call_async(named_values(**labels))
         while not future.done():
             time.sleep(0.01)
+        self.node.destroy_client(client)
+        assert not refusals(future.result()), refusals(future.result())
 
     def wait(self, ok: Any, timeout: float, what: str) -> tuple[float, dict[str, Any]]:
         deadline = time.monotonic() + timeout
@@ -144,7 +147,7 @@ def episode(driver: Driver, seconds: float) -> tuple[Path, float, float]:
     """Record one episode; (bag, stop sent, stop answered)."""
     driver.call("start")
     time.sleep(seconds)
-    driver.set(outcome="success", attempts=1)
+    driver.label(outcome="success", attempts=1)
     message, sent, answered = driver.call("stop")
     return Path(message.split()[1].rstrip(":")), sent, answered
 
@@ -194,7 +197,7 @@ def run_bench(seconds: float, out: Path) -> dict[str, Any]:
             seen, _ = driver.verdict_of(bag.name)
             busy = verdict_numbers(bag, sent, answered, seen)
             time.sleep(max(0.0, 10.0 - (time.monotonic() - start_answered)))
-            driver.set(outcome="success")
+            driver.label(outcome="success")
             nxt, _s, _a = driver.call("stop")
             nxt_bag = Path(nxt.split()[1].rstrip(":"))
             meta = EpisodeMeta.from_strings(read_metadata_yaml(nxt_bag)["custom_data"])

@@ -60,7 +60,7 @@ def test_a_recording_made_while_ingest_converts_has_no_drops(rig: Any, tmp_path:
         assert not state_path_has(ds, "backlog_0"), "the converter must still be at work when recording starts"
         assert rig.call("start")[0]
         time.sleep(8.0)
-        rig.set(outcome="success", attempts=1)
+        rig.label(outcome="success", attempts=1)
         ok, saved, _ = rig.call("stop")
         assert ok, saved
         episode = Path(saved.split()[1].rstrip(":"))

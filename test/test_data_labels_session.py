@@ -67,7 +67,7 @@ def _record(out: Path) -> list[Path]:
                         pedal.takeover(action == "down")
                 while time.monotonic() < t0 + SECONDS:
                     time.sleep(0.01)
-                operator.set(outcome="success", attempts=1)
+                operator.label(outcome="success", attempts=1)
                 before = status.last_saved()
                 operator.call("stop")
                 bags.append(Path(status.saved_after(before)))

@@ -59,7 +59,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             pedal.label("wrong_grasp")
             pedal.takeover(False)
             time.sleep(1.5)
-            client.set(outcome="success")
+            client.label(outcome="success")
             before = status.last_saved()
             client.call("stop")
             bag = Path(status.saved_after(before))

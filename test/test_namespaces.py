@@ -25,8 +25,7 @@ from procs import HostClockWatch, wait_for
 rclpy = pytest.importorskip("rclpy")
 
 from mcap.reader import make_reader  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
 from sensor_msgs.msg import JointState, Joy  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
@@ -39,6 +38,7 @@ from teleop_flywheel.data.reasons import ValidateConfig  # noqa: E402
 from teleop_flywheel.data.validate import validate_bag  # noqa: E402
 from teleop_flywheel.recording.reader import open_bag  # noqa: E402
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, stamp  # noqa: E402
+from teleop_flywheel.ros.nodes.recorder_client import named_values, refusals  # noqa: E402
 from teleop_flywheel.ros.session.graph import CameraSpec, SessionConfig, build_graph, config_from_arguments  # noqa: E402
 from teleop_flywheel.ros.session.supervisor import Session, node_argv  # noqa: E402
 
@@ -91,10 +91,10 @@ class Rig:
         return str(result.message)
 
     def set_outcome(self) -> None:
-        client = AsyncParameterClient(self.node, "recorder")
-        assert client.wait_for_services(timeout_sec=60)
-        future = client.set_parameters([Parameter("outcome", value="success")])
-        assert wait_for(lambda: future.done() and future.result(), 60, "set outcome").results[0].successful
+        client = self.node.create_client(SetParameters, "recorder/label_episode")  # relative: this rig's
+        assert client.wait_for_service(timeout_sec=60), f"{self.node.get_namespace()}/recorder/label_episode"
+        future = client.call_async(named_values(outcome="success"))
+        assert not refusals(wait_for(lambda: future.done() and future.result(), 60, "set outcome"))
 
 
 def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchanged_config(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from procs import wait_for
+from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.parameter_client import AsyncParameterClient
@@ -37,6 +38,7 @@ from teleop_flywheel.recording.recover import recover
 from teleop_flywheel.ros.nodes.camera import CameraNode
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state, stamp
 from teleop_flywheel.ros.nodes.recorder import RecorderNode
+from teleop_flywheel.ros.nodes.recorder_client import named_values, refusals
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 
@@ -65,13 +67,14 @@ class Graph:
         self.client.destroy_client(cli)
         return future.result()
 
-    def set_params(self, node: str, **values: Any) -> None:
-        client = AsyncParameterClient(self.client, node)
-        assert client.wait_for_services(timeout_sec=20)
-        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
-        wait_for(future.done, 20, "set_parameters")
-        results = future.result().results
-        assert all(r.successful for r in results), [r.reason for r in results]
+    def label(self, **labels: Any) -> list[str]:
+        """Label the episode through /recorder/label_episode; the reasons of what was refused."""
+        cli = self.client.create_client(SetParameters, "/recorder/label_episode")
+        assert cli.wait_for_service(timeout_sec=20), "/recorder/label_episode not available"
+        future = cli.call_async(named_values(**labels))
+        wait_for(future.done, 20, "label_episode")
+        self.client.destroy_client(cli)
+        return refusals(future.result())
 
     def close(self) -> None:
         for node in reversed(self.nodes):
@@ -171,7 +174,7 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
     sent["/teleop/intervention"].append(end_iv)
     total = sum(len(v) for v in sent.values())
     wait_for(lambda: rec.status()["messages"] >= total, what=f"{total} messages recorded")
-    graph.set_params("recorder", outcome="success", attempts=2)
+    assert graph.label(outcome="success", attempts=2) == []
     stop = graph.call("/recorder/stop")
     assert stop.success and "outcome success" in stop.message
     bag = only_bag(tmp_path)
@@ -208,7 +211,8 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
     assert meta.stamp_clock == "ros" and meta.started_ros_ns <= t0 < meta.stopped_ros_ns
     assert meta.software_version.startswith("teleop_flywheel")
     # Labels are cleared for the next episode, never carried over.
-    assert rec.get_parameter("outcome").value == "" and rec.get_parameter("attempts").value == 0
+    assert (rec.labels.outcome, rec.labels.attempts) == ("", 0)
+    assert (rec.status()["outcome"], rec.status()["attempts"]) == ("unset", 0)
 
 
 def test_header_stamps_are_ros_time_and_clock_samples_span_the_episode(graph: Graph, tmp_path: Path) -> None:
@@ -290,7 +294,7 @@ def test_outcome_unset_and_discard_moves_the_episode_aside(graph: Graph, tmp_pat
     wait_for(lambda: statuses and statuses[-1]["last_saved"] == str(first), what="last_saved on /recorder/status")
     assert not graph.call("/recorder/stop").success  # not recording: refused, says why
 
-    graph.set_params("recorder", outcome="failure")
+    assert graph.label(outcome="failure") == []
     assert graph.call("/recorder/start").success
     for _ in range(20):
         js.publish(joint_state(JOINTS, [0.0] * 6, now_ns()))
@@ -298,12 +302,15 @@ def test_outcome_unset_and_discard_moves_the_episode_aside(graph: Graph, tmp_pat
     discard = graph.call("/recorder/discard")
     assert discard.success  # moved aside, never deleted (test_recorder_verdict.py: the rest of the story)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, "discarded"])
-    assert rec.get_parameter("outcome").value == ""  # the label did not leak to the next episode
-    client = AsyncParameterClient(graph.client, "recorder")
-    assert client.wait_for_services(timeout_sec=20)
-    future = client.set_parameters([Parameter("outcome", value="great")])
-    wait_for(future.done)
-    assert not future.result().results[0].successful
+    assert rec.labels.outcome == ""  # the label did not leak to the next episode
+    # Each value is judged on its own, with its reason; a refused one changes nothing.
+    assert graph.label(outcome="great", attempts=3, failure_label="ok\x07") == [
+        "outcome = 'great' is not allowed: one of: '', 'success', 'failure'",
+        "failure_label = 'ok\\x07' is not allowed: at most 1000 characters, no control characters"]
+    assert graph.label(task="x") == ["task is not an episode label: outcome, attempts, failure_label, machine_check"]
+    assert (rec.labels.outcome, rec.labels.attempts, rec.labels.failure_label) == ("", 3, "")
+    # Not parameters: per-episode messages do not live in the node's configuration.
+    assert not any(rec.has_parameter(n) for n in ("outcome", "attempts", "failure_label", "machine_check"))
 
 
 def test_sequence_gaps_are_counted_as_drops(graph: Graph, tmp_path: Path) -> None:
@@ -565,7 +572,8 @@ def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_
             Parameter("calibration_file", value=str(sim_calibration_file("follower"))),
             Parameter("slow_period_s", value=0.1)]))
         out = tmp_path / "bags"
-        rec = recorder(graph, out, ["/follower/joint_states", "/follower/fault"], outcome="success")
+        rec = recorder(graph, out, ["/follower/joint_states", "/follower/fault"])
+        assert graph.label(outcome="success") == []
         wait_for(subscribed(rec, "/follower/joint_states"), 30)
         if hot_c:
             # Latched before the episode: only the state the recorder keeps for it reaches the bag.

@@ -18,9 +18,9 @@ import pytest
 rclpy = pytest.importorskip("rclpy")
 
 from procs import node_cmd, wait_for  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
-from rclpy.parameter_client import AsyncParameterClient  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -35,6 +35,7 @@ from teleop_flywheel.recording.reader import open_bag  # noqa: E402
 from teleop_flywheel.recording.verdict import read_verdict  # noqa: E402
 from teleop_flywheel.ros.nodes.camera import CameraNode  # noqa: E402
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, NodeSpinner, joint_state  # noqa: E402
+from teleop_flywheel.ros.nodes.recorder_client import named_values, refusals  # noqa: E402
 from teleop_flywheel.ros.session.runner import end_process  # noqa: E402
 
 STREAMS = ["/follower/joint_states", "/follower/joint_command", "/teleop/authority"]
@@ -94,11 +95,13 @@ class Rig:
         self.node.destroy_client(cli)
         return future.result().success, future.result().message, took
 
-    def set(self, **values: Any) -> None:
-        client = AsyncParameterClient(self.node, "recorder")
-        assert client.wait_for_services(timeout_sec=60)
-        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
-        wait_for(future.done, 30, "set_parameters")
+    def label(self, **labels: Any) -> None:
+        cli = self.node.create_client(SetParameters, "/recorder/label_episode")
+        assert cli.wait_for_service(timeout_sec=60), "/recorder/label_episode"
+        future = cli.call_async(named_values(**labels))
+        wait_for(future.done, 30, "label_episode")
+        self.node.destroy_client(cli)
+        assert not refusals(future.result()), refusals(future.result())
 
     def verdict_of(self, name: str, timeout: float = 240.0) -> dict[str, Any]:
         """The status once `name` is judged: by a worker at nice 10, which other load may keep waiting."""
@@ -135,7 +138,7 @@ def test_verdict_at_stop_while_the_next_episode_records_on_time_without_drops(ri
     out = tmp_path / "bags"
     assert rig.call("start")[0]
     time.sleep(4.0)
-    rig.set(outcome="success", attempts=2)
+    rig.label(outcome="success", attempts=2)
     ok, saved, _ = rig.call("stop")
     assert ok, saved
     t_stop = time.monotonic()

@@ -73,6 +73,8 @@ RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLI
 RECORDER_NODE = "recorder"
 TELEOP_NODE = "teleop"
 RECORDER_START, RECORDER_STOP, RECORDER_DISCARD, RECORDER_STATUS = "start", "stop", "discard", "status"
+# Outcome, attempts, failure_label, machine_check of the episode being recorded (rcl_interfaces/SetParameters).
+RECORDER_LABEL = "label_episode"
 SET_POLICY_MODE = "set_policy_mode"
 # The e-stop and its reset, on the teleop node and on each arm driver (std_srvs/Trigger, relative to the node).
 ESTOP, RESET = "estop", "reset"

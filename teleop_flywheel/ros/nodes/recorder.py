@@ -23,12 +23,16 @@ frames captured before the stop but still in flight are kept, not silently cut, 
 stream ends at the stop instant; the verdict goes to `<bag>/verdict.json`,
 `~/status` (`verdict`, `verdicts`) and the log. `~/discard` moves the episode being recorded, or the
 last one stopped, to `<output_dir>/discarded/` (never deletes) and marks its verdict.json; `~/keep`
-marks the last one stopped as kept (what `ingest` waits for, besides a grace period). Episode fields are parameters, set with the standard
-`/recorder/set_parameters` service (or `ros2 param set /recorder outcome success`); operator
-text is at most 1000 characters without control characters. The outcome is never defaulted:
-stopped without one the bag says `unset`, and outcome, attempts, failure_label and
-machine_check (an evaluation's automatic verdict, kept in the metadata's `extra`) are cleared for
-the next episode. Everything that decides where data goes, which files are read or what runs
+marks the last one stopped as kept (what `ingest` waits for, besides a grace period).
+
+What is said about one episode — outcome, attempts, failure_label, machine_check (an evaluation's
+automatic verdict, kept in the metadata's `extra`) — goes to `~/label_episode`
+(rcl_interfaces/SetParameters: named values, each accepted or refused with its reason), is stored
+at stop and cleared for the next episode. These are messages about an episode, not node
+configuration, so they are not parameters. The outcome is never defaulted: stopped without one the
+bag says `unset`. The session's episode fields (task, operator, condition, …) are parameters,
+changeable at run time; operator text is at most 1000 characters without control characters.
+Everything that decides where data goes, which files are read or what runs
 (output_dir, episode_prefix, topics, cameras, calibration_files, ptp_probe, the take loop's
 settings) is read-only: any participant of the graph can call set_parameters. Status: `~/status`
 (std_msgs/String JSON, latched; `last_saved` is the last bag saved) and `/diagnostics`. See
@@ -45,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import SetParametersResult
+from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -66,9 +72,8 @@ from teleop_flywheel.recording.episode_recorder import (
 from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
-from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
 
-LABEL_PARAMS = {"outcome": "", "attempts": 0, "failure_label": "", "machine_check": ""}  # cleared after every episode
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -109,13 +114,6 @@ class RecorderParams(NodeParams):
     rig_id: str = _text("", "rig / robot id")
     robot_type: str = _text("so101_follower", "robot type")
     session_kind: str = _text("teleop", "teleop | rollout | …")
-    outcome: str = spec("", "success | failure; empty = unset (cleared after every episode)", choices=OUTCOMES,
-                        read_only=False)
-    attempts: int = spec(0, "attempts until the outcome (graded success); 0 = unset (cleared after every episode)",
-                         range=(0, 1_000_000), read_only=False)
-    failure_label: str = _text("", "why it failed (cleared after every episode)")
-    machine_check: str = _text("", "an automatic success check's verdict, stored beside the outcome "
-                                   "(cleared after every episode)")
     policy_checkpoint: str = _text("", "checkpoint id; empty = from /policy/joint_command frame_id")
     protocol_hash: str = _text("", "data-collection protocol id")
     condition: str = _text("", "experimental condition")
@@ -129,11 +127,31 @@ class RecorderParams(NodeParams):
             except ValueError:
                 raise Invalid("ptp_offset_ns", "an integer (ns) or empty") from None
 
-    def fields(self) -> EpisodeFields:
+    def fields(self, labels: EpisodeLabels) -> EpisodeFields:
         ptp = None if self.ptp_offset_ns == "" else int(self.ptp_offset_ns)
         return EpisodeFields(self.task, self.operator, self.rig_id, self.robot_type, self.session_kind,
-                             self.policy_checkpoint, self.protocol_hash, self.condition, ptp, self.outcome,
-                             self.attempts, self.failure_label, self.machine_check)
+                             self.policy_checkpoint, self.protocol_hash, self.condition, ptp, labels.outcome,
+                             labels.attempts, labels.failure_label, labels.machine_check)
+
+
+@dataclass
+class EpisodeLabels(NodeParams):
+    """What is said about the episode being recorded (`~/label_episode`), validated by the same
+    rules as parameters; cleared after every episode."""
+
+    outcome: str = spec("", "success | failure; empty = unset", choices=OUTCOMES)
+    attempts: int = spec(0, "attempts until the outcome (graded success); 0 = unset", range=(0, 1_000_000))
+    failure_label: str = spec("", "why it failed", text=True)
+    machine_check: str = spec("", "an automatic success check's verdict, stored beside the outcome", text=True)
+
+    def apply(self, name: str, value: Any, node: str) -> tuple[EpisodeLabels, str]:
+        """These labels with `name` set to `value`, or (self, the reason it is refused)."""
+        if name not in {f.name for f in self.fields_()}:
+            return self, f"{name} is not an episode label: {', '.join(f.name for f in self.fields_())}"
+        try:
+            return EpisodeLabels.from_values({**self.as_dict(), name: value}, node), ""
+        except ParameterError as exc:
+            return self, f"{name} = {value!r} is not allowed: {exc.allowed}"
 
 
 def _qos_from_ros(profile: QoSProfile) -> Qos:
@@ -157,6 +175,7 @@ class RecorderNode(Node):
         super().__init__(node_name, **kwargs)
         self.params = NodeParameters(self, RecorderParams)
         p = self.params.values
+        self.labels = EpisodeLabels()
         # Fully qualified as this node resolves them (its namespace, remappings): what the bag records.
         wanted = list(dict.fromkeys(self.resolve_topic_name(t) for t in p.topics + [camera_image(c) for c in p.cameras]))
         self.episodes = EpisodeRecorder(RecorderConfig(
@@ -170,8 +189,8 @@ class RecorderNode(Node):
         self.verdicts = verdict.VerdictKeeper(
             Path(p.output_dir), self._judge, cameras, p.validate_config or "config/validate.yaml (shipped)",
             log=self._log, on_change=self._publish_status)
-        # Raw subscriptions live on a private node that no executor spins: one thread waits on
-        # them and drains every ready queue (3–4× less CPU per message than executor dispatch).
+        # Raw subscriptions live on a private node that no executor spins: one thread takes
+        # every queue dry in batches (3–4× less CPU per message than executor dispatch).
         # Its own name even under a launch's `-r __node:=NAME` (a local remap wins over the global one).
         self._sub_node: Node | None = Node(f"{self.get_name()}_raw", namespace=self.get_namespace(),
                                            context=self.context, start_parameter_services=False,
@@ -188,6 +207,7 @@ class RecorderNode(Node):
         self.create_service(Trigger, "~/stop", lambda _q, r: self._trigger(self.stop_episode, r))
         self.create_service(Trigger, "~/discard", lambda _q, r: self._trigger(self.discard_episode, r))
         self.create_service(Trigger, "~/keep", lambda _q, r: self._trigger(self.verdicts.keep, r))
+        self.create_service(SetParameters, "~/label_episode", self._label_episode)
         self.create_timer(p.discovery_period_s, self._discover)
         self.create_timer(p.status_period_s, self._publish_status)
         self.create_timer(0.25, self.episodes.sample_clock)  # (monotonic, wall) about once a second
@@ -287,7 +307,7 @@ class RecorderNode(Node):
 
     # -- episode lifecycle --------------------------------------------------------------------
     def start_episode(self) -> str:
-        return self.episodes.start(self.params.values.fields())
+        return self.episodes.start(self.params.values.fields(self.labels))
 
     def stop_episode(self) -> str:
         """Take what has arrived, then close the bag with the final metadata and hand it to the
@@ -309,7 +329,7 @@ class RecorderNode(Node):
                                           f"{self.params.values.stop_settle_ms:g} ms; its last frames may be missing")
                 break
         try:
-            text = self.episodes.stop(self.params.values.fields())
+            text = self.episodes.stop(self.params.values.fields(self.labels))
         finally:
             self._clear_labels()
         self.verdicts.submit(self.episodes.last_saved)
@@ -321,7 +341,7 @@ class RecorderNode(Node):
             return self.verdicts.discard()
         self._drain()
         try:
-            text = self.episodes.discard(self.params.values.fields())
+            text = self.episodes.discard(self.params.values.fields(self.labels))
         finally:
             self._clear_labels()
         moved = self.episodes.last_discarded
@@ -330,7 +350,18 @@ class RecorderNode(Node):
         return text
 
     def _clear_labels(self) -> None:
-        self.set_parameters([Parameter(k, value=v) for k, v in LABEL_PARAMS.items()])
+        self.labels = EpisodeLabels()
+
+    def _label_episode(self, request: SetParameters.Request, response: SetParameters.Response
+                       ) -> SetParameters.Response:
+        """Each named value set or refused on its own, as `set_parameters` does."""
+        for msg in request.parameters:
+            self.labels, why = self.labels.apply(msg.name, Parameter.from_parameter_msg(msg).value, self.get_name())
+            response.results.append(SetParametersResult(successful=not why, reason=why))
+            if why:
+                self.get_logger().warning(f"label_episode: {why}")
+        self._publish_status()
+        return response
 
     def _trigger(self, action: Any, response: Trigger.Response) -> Trigger.Response:
         try:
@@ -344,7 +375,8 @@ class RecorderNode(Node):
     def status(self) -> dict[str, Any]:
         p = self.params.values
         s = self.episodes.status(self.episodes.config.topics, self.unrecordable)
-        s.update(outcome=p.outcome or "unset", attempts=p.attempts, task=p.task, operator=p.operator)
+        s.update(outcome=self.labels.outcome or "unset", attempts=self.labels.attempts, task=p.task,
+                 operator=p.operator)
         s.update(self.verdicts.status())
         for name, lag in (s["verdict"].get("camera_lag") or {}).items():  # the content-based estimate, when given
             s["clock"]["cameras"].setdefault(name, {})["lag"] = lag

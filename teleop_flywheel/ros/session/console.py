@@ -3,7 +3,7 @@
 It talks to the nodes only through their topics and services: it subscribes
 `/teleop/authority`, `/teleop/intervention`, `/recorder/status` and `/diagnostics`, and its
 keys call `/recorder/{start,stop,discard,keep}` (std_srvs/Trigger), set the episode outcome and
-attempts with the standard `/recorder/set_parameters` service, and switch mode / label the
+attempts through `/recorder/label_episode`, and switch mode / label the
 intervention through the teleop node's services. Esc is the e-stop: `~/estop` of the teleop node
 and of both arm drivers at once, each called the moment its service is known (never queued behind
 another key's wait); `r` calls their `~/reset` (the arms' latched servo faults too). The recorder's status brings the verdict of the
@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_NODE, RESET, TELEOP_NODE
+from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_LABEL, RECORDER_NODE, RESET, TELEOP_NODE
 from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
@@ -62,7 +62,7 @@ class ConsoleNode:
         n.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diag, 50)
         self._trigger: dict[str, Any] = {a: n.create_client(Trigger, f"{recorder}/{a}")
                                          for a in ("start", "stop", "discard", "keep")}
-        self._rec_params: Any = n.create_client(SetParameters, f"{recorder}/set_parameters")
+        self._rec_labels: Any = n.create_client(SetParameters, f"{recorder}/{RECORDER_LABEL}")
         self._mode: Any = n.create_client(SetBool, f"{teleop}/set_policy_mode")
         self._stops: dict[str, list[Any]] = {a: [n.create_client(Trigger, f"{node}/{a}") for node in (*arms, teleop)]
                                              for a in (ESTOP, RESET)}
@@ -90,6 +90,8 @@ class ConsoleNode:
             client.call_async(request).add_done_callback(self._report(what))
 
     def _report(self, what: str) -> Callable[[Any], None]:
+        from teleop_flywheel.ros.nodes.recorder_client import refusals
+
         def report(future: Any) -> None:
             res = future.result()
             if res is None:
@@ -97,7 +99,7 @@ class ConsoleNode:
             elif hasattr(res, "success"):
                 self.state.message = f"{what}: {'ok' if res.success else 'FAILED'} {getattr(res, 'message', '')}".strip()
             else:
-                bad = [r.reason for r in res.results if not r.successful]
+                bad = refusals(res)
                 self.state.message = f"{what}: {'FAILED ' + '; '.join(bad) if bad else 'ok'}"
         return report
 
@@ -108,9 +110,9 @@ class ConsoleNode:
 
     def act(self, action: str, arg: str) -> None:
         """Send the request for one key; the reply lands in state.message."""
-        from rcl_interfaces.srv import SetParameters
-        from rclpy.parameter import Parameter
         from std_srvs.srv import SetBool, Trigger
+
+        from teleop_flywheel.ros.nodes.recorder_client import named_values
 
         def call(client: Any, request: Any, what: str) -> None:
             self._calls.put((client, request, what))
@@ -126,8 +128,7 @@ class ConsoleNode:
             self.state.message = "E-STOP sent: the arms hold until r (reset)" if action == ESTOP else "reset sent"
         elif action in ("outcome", "attempts"):
             value: str | int = int(arg) if action == "attempts" else arg
-            req = SetParameters.Request(parameters=[Parameter(action, value=value).to_parameter_msg()])
-            call(self._rec_params, req, f"{action}={arg}")
+            call(self._rec_labels, named_values(**{action: value}), f"{action}={arg}")
         elif action == "mode":
             call(self._mode, SetBool.Request(data=arg == "policy"), f"mode={arg}")
         elif action == "trigger":

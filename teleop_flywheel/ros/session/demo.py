@@ -275,8 +275,8 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
                 pedal.takeover(False)
                 at(seconds - 0.3)
                 if p.outcome:
-                    operator.set(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
-                                 failure_label="dropped the brick" if p.outcome == "failure" else "")
+                    operator.label(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
+                                   failure_label="dropped the brick" if p.outcome == "failure" else "")
                 at(seconds)
                 before = status.last_saved()
                 operator.call("stop")

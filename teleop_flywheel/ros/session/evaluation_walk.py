@@ -196,8 +196,8 @@ class TrialDriver:
         # Checked before anything is written, so a refused entry leaves the bag open to fix.
         probe = ProtocolWalker(self.protocol, list(self.walker.done))
         probe.record(self.slot, outcome, failure_label, self.interventions())
-        self.client.set(outcome=outcome, failure_label=failure_label, machine_check=verdict,
-                        attempts=1 if outcome == "success" else 0)
+        self.client.label(outcome=outcome, failure_label=failure_label, machine_check=verdict,
+                          attempts=1 if outcome == "success" else 0)
         before = self.status.last_saved()
         self.client.call("stop")
         self.walker.record(self.slot, outcome, failure_label, self.interventions())
