@@ -1,6 +1,7 @@
 """Test-wide environment: DDS stays on this machine, every run gets its own domain."""
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import os
 import random
 import shutil
@@ -36,8 +37,16 @@ def _live_children() -> set[int]:
     return out
 
 
+@pytest.fixture(autouse=True, scope="session")
+def multiprocessing_helpers() -> None:
+    """Start the interpreter's forkserver and resource tracker before any test: they serve every
+    process pool in this run and live as long as pytest does, so the first test that happens to
+    use a pool must not be blamed for leaving them behind."""
+    multiprocessing.forkserver.ensure_running()
+
+
 @pytest.fixture(autouse=True)
-def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+def no_leaked_processes(multiprocessing_helpers: None, request: pytest.FixtureRequest) -> Iterator[None]:
     """A test must not leave processes behind: an orphaned simulator or node would keep
     publishing into later tests' graphs (and did: a stray arm broke a process-list check)."""
     before = _live_children()
