@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -47,16 +48,16 @@ def main() -> None:
         for name, (spec, target) in CASES.items():
             made = write(Path(tmp) / name, spec)
             files = sorted((made.root / "data").rglob("*.parquet"))
-            floor = best_of(lambda: [pq.read_table(f, columns=COLUMNS) for f in files], args.repeat)
+            floor = best_of(lambda files=files: [pq.read_table(f, columns=COLUMNS) for f in files], args.repeat)
             report = None
 
-            def run() -> None:
+            def run(root: Path = made.root) -> None:
                 nonlocal report
-                report = audit(LeRobotDataset.open(made.root))
+                report = audit(LeRobotDataset.open(root))
 
             seconds = best_of(run, args.repeat)
             cmd = [sys.executable, "-m", "teleop_flywheel.cli", "audit", str(made.root), "--json"]
-            cli = best_of(lambda: subprocess.run(cmd, check=True, capture_output=True), args.repeat)
+            cli = best_of(partial(subprocess.run, cmd, check=True, capture_output=True), args.repeat)
             idle = best_of(lambda: subprocess.run([sys.executable, "-c", "import pandas, pyarrow.parquet"],
                                                   check=True), args.repeat)
             results[name] = {

@@ -38,7 +38,8 @@ frames = np.load(sys.argv[1], mmap_mode="r")
 root = sys.argv[2]
 feats = {"observation.state": {"dtype": "float32", "shape": (6,), "names": None},
          "action": {"dtype": "float32", "shape": (6,), "names": None},
-         "observation.images.wrist": {"dtype": "video", "shape": frames.shape[1:], "names": ["height", "width", "channels"]}}
+         "observation.images.wrist": {"dtype": "video", "shape": frames.shape[1:],
+                                      "names": ["height", "width", "channels"]}}
 t = time.perf_counter()
 ds = LeRobotDataset.create("bench/convert", fps=30, features=feats, root=root, use_videos=True)
 z = np.zeros(6, np.float32)
@@ -92,13 +93,20 @@ def main() -> int:
         i420 = [cv2.cvtColor(decoded[int(i)], cv2.COLOR_BGR2YUV_I420) for i in idx]
         floor_s = floor_encode(i420, 640, 480, tmp / "floor.mp4")
         result = {
-            "frames": frames, "episode_seconds": frames / 30, "generate_session_s": round(gen_s, 2),
-            "ours_s": round(ours_s, 2), "ours_fps": round(frames / ours_s, 1),
+            "frames": frames,
+            "episode_seconds": frames / 30,
+            "generate_session_s": round(gen_s, 2),
+            "ours_s": round(ours_s, 2),
+            "ours_fps": round(frames / ours_s, 1),
             "ours_realtime_factor": round(frames / 30 / ours_s, 2),
             "ours_cpu_s": round((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), 2),
-            "pyav_encode_only_s": round(floor_s, 2), "pyav_encode_only_fps": round(frames / floor_s, 1),
-            "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3), "target_ratio_max": 1.5,
-            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.SVT_PRESET}", "resolution": "640x480", "cpus": os.cpu_count(),
+            "pyav_encode_only_s": round(floor_s, 2),
+            "pyav_encode_only_fps": round(frames / floor_s, 1),
+            "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
+            "target_ratio_max": 1.5,
+            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.SVT_PRESET}",
+            "resolution": "640x480",
+            "cpus": os.cpu_count(),
         }
         if args.lerobot_python:
             rgb = np.lib.format.open_memmap(tmp / "frames.npy", "w+", np.uint8, (frames, 480, 640, 3))

@@ -69,7 +69,7 @@ def role_generator(duration: float) -> None:
         time.sleep(0.05)
     time.sleep(1.0)
     counts = {t: 0 for t in ALL_TOPICS}
-    frames_before = {name: c.drops.frames for c, name in zip(cams, CAMERAS)}
+    frames_before = {name: c.drops.frames for c, name in zip(cams, CAMERAS, strict=True)}
     print("START", flush=True)
     period = 1.0 / RATE_HZ
     t0 = time.monotonic()
@@ -87,11 +87,21 @@ def role_generator(duration: float) -> None:
         if sleep > 0:
             time.sleep(sleep)
     seconds = time.monotonic() - t0
-    for c, name in zip(cams, CAMERAS):
+    for c, name in zip(cams, CAMERAS, strict=True):
         c.close()  # no frame after the window; every frame published counts (warm-up included)
         counts[f"/cameras/{name}/image/compressed"] = c.drops.frames
-    print("END " + json.dumps({"published": counts, "seconds": seconds, "frames_before": frames_before,
-                               "camera_drops": {n: c.drops.dropped for c, n in zip(cams, CAMERAS)}}), flush=True)
+    print(
+        "END "
+        + json.dumps(
+            {
+                "published": counts,
+                "seconds": seconds,
+                "frames_before": frames_before,
+                "camera_drops": {n: c.drops.dropped for c, n in zip(cams, CAMERAS, strict=True)},
+            }
+        ),
+        flush=True,
+    )
     time.sleep(3.0)  # let the recorders drain before the publishers go away
     spinner.shutdown()
     rclpy.shutdown()
@@ -118,7 +128,7 @@ def role_baseline(out: str, floor: bool = False) -> None:
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     stop = threading.Event()
     node = Node("floor_recorder" if floor else "baseline_recorder")
-    f = open(os.devnull if floor else out, "wb")
+    f = open(os.devnull if floor else out, "wb")  # noqa: SIM115 - the take loop writes it until stop
     writer = Writer(f)
     factory = DecoderFactory()
     counts = {t: 0 for t in ALL_TOPICS}
@@ -134,7 +144,9 @@ def role_baseline(out: str, floor: bool = False) -> None:
         assert decode is not None
 
         def cb(data: bytes, info: dict) -> None:
-            drops[topic] += trackers[topic].add(bytes(info["publisher_gid"]["data"]), info["publication_sequence_number"])
+            drops[topic] += trackers[topic].add(
+                bytes(info["publisher_gid"]["data"]), info["publication_sequence_number"]
+            )
             if floor:
                 counts[topic] += 1
                 return
@@ -272,33 +284,57 @@ def run_bench(duration: float, out_json: Path) -> dict:
     base_total = sum(base_out["recorded"].values())
     result = {
         "duration_s": round(generated["seconds"], 2),
-        "load": {"cameras": "3 x 640x480 JPEG @ 30 fps (CameraNode, synthetic)", "joint_streams": "3 x 500 Hz",
-                 "authority": "500 Hz", "published": published, "published_total": total_pub,
-                 "published_msgs_per_s": round(total_pub / generated["seconds"], 1),
-                 "camera_frames_not_captured": generated["camera_drops"]},
-        "ours": {"recorded_total": ours_total, "recorded": ours_counts, "drops": ours_drops,
-                 "dropped_total": sum(ours_drops.values()), "missing_vs_published": sum(ours_missing.values()),
-                 "cpu_s": round(cpu["ours"], 2), "cpu_share_of_one_core": round(cpu["ours"] / wall, 4),
-                 "bag_mb": round(bag_bytes / 1e6, 2), "mb_per_s": round(bag_bytes / 1e6 / generated["seconds"], 2),
-                 "cpu_us_per_msg": round(cpu["ours"] / max(ours_total, 1) * 1e6, 1)},
-        "baseline": {"recorded_total": base_total, "drops": base_out["drops"],
-                     "dropped_total": sum(base_out["drops"].values()), "missing_vs_published": sum(base_missing.values()),
-                     "cpu_s": round(cpu["baseline"], 2), "cpu_share_of_one_core": round(cpu["baseline"] / wall, 4),
-                     "cpu_us_per_msg": round(cpu["baseline"] / max(base_total, 1) * 1e6, 1)},
-        "floor": {"recorded_total": sum(floor_out["recorded"].values()),
-                  "dropped_total": sum(floor_out["drops"].values()), "cpu_s": round(cpu["floor"], 2),
-                  "cpu_us_per_msg": round(cpu["floor"] / max(sum(floor_out["recorded"].values()), 1) * 1e6, 1),
-                  "what": "same subscriptions and take loop, bytes dropped: DDS receive + rclpy take"},
+        "load": {
+            "cameras": "3 x 640x480 JPEG @ 30 fps (CameraNode, synthetic)",
+            "joint_streams": "3 x 500 Hz",
+            "authority": "500 Hz",
+            "published": published,
+            "published_total": total_pub,
+            "published_msgs_per_s": round(total_pub / generated["seconds"], 1),
+            "camera_frames_not_captured": generated["camera_drops"],
+        },
+        "ours": {
+            "recorded_total": ours_total,
+            "recorded": ours_counts,
+            "drops": ours_drops,
+            "dropped_total": sum(ours_drops.values()),
+            "missing_vs_published": sum(ours_missing.values()),
+            "cpu_s": round(cpu["ours"], 2),
+            "cpu_share_of_one_core": round(cpu["ours"] / wall, 4),
+            "bag_mb": round(bag_bytes / 1e6, 2),
+            "mb_per_s": round(bag_bytes / 1e6 / generated["seconds"], 2),
+            "cpu_us_per_msg": round(cpu["ours"] / max(ours_total, 1) * 1e6, 1),
+        },
+        "baseline": {
+            "recorded_total": base_total,
+            "drops": base_out["drops"],
+            "dropped_total": sum(base_out["drops"].values()),
+            "missing_vs_published": sum(base_missing.values()),
+            "cpu_s": round(cpu["baseline"], 2),
+            "cpu_share_of_one_core": round(cpu["baseline"] / wall, 4),
+            "cpu_us_per_msg": round(cpu["baseline"] / max(base_total, 1) * 1e6, 1),
+        },
+        "floor": {
+            "recorded_total": sum(floor_out["recorded"].values()),
+            "dropped_total": sum(floor_out["drops"].values()),
+            "cpu_s": round(cpu["floor"], 2),
+            "cpu_us_per_msg": round(cpu["floor"] / max(sum(floor_out["recorded"].values()), 1) * 1e6, 1),
+            "what": "same subscriptions and take loop, bytes dropped: DDS receive + rclpy take",
+        },
         "machine": {"cpus": os.cpu_count(), "note": "2 cores shared with other jobs; ratios from one run"},
     }
     result["recording_path_only"] = offline_paths(bag / f"{bag.name}_0.mcap", tmp)
-    result["headroom_ratio"] = round(result["baseline"]["cpu_us_per_msg"] / max(result["ours"]["cpu_us_per_msg"], 1e-9), 2)
+    result["headroom_ratio"] = round(
+        result["baseline"]["cpu_us_per_msg"] / max(result["ours"]["cpu_us_per_msg"], 1e-9), 2
+    )
     above = {k: result[k]["cpu_us_per_msg"] - result["floor"]["cpu_us_per_msg"] for k in ("ours", "baseline")}
     result["above_floor_us_per_msg"] = {k: round(v, 1) for k, v in above.items()}
     result["above_floor_ratio"] = round(above["baseline"] / above["ours"], 2) if above["ours"] > 0 else None
-    result["targets"] = {"zero_drops": result["ours"]["dropped_total"] == 0 and result["ours"]["missing_vs_published"] == 0,
-                         "headroom_ratio_ge_5": result["headroom_ratio"] >= 5,
-                         "recording_path_ratio_ge_5": result["recording_path_only"]["ratio"] >= 5}
+    result["targets"] = {
+        "zero_drops": result["ours"]["dropped_total"] == 0 and result["ours"]["missing_vs_published"] == 0,
+        "headroom_ratio_ge_5": result["headroom_ratio"] >= 5,
+        "recording_path_ratio_ge_5": result["recording_path_only"]["ratio"] >= 5,
+    }
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(result, indent=2) + "\n")
     return result

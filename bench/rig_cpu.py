@@ -315,7 +315,7 @@ def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int
                 msg.position, msg.velocity, msg.effort = pos, vel, eff
                 pub.publish(msg)
                 if write:
-                    goal = {sid: int(round(x / RAD_PER_STEP)) + 2048 for sid, x in zip(IDS, pos)}
+                    goal = {sid: int(round(x / RAD_PER_STEP)) + 2048 for sid, x in zip(IDS, pos, strict=True)}
                     os.write(fd, codec.sync_write(GOAL_ADDR, GOAL_SIZE, goal))
             next_tick += period_ns
             delay = next_tick - time.monotonic_ns()
@@ -356,7 +356,7 @@ def role_profiled_driver(profile_out: str, ros_args: list[str]) -> None:
     from teleop_flywheel.ros.nodes import arm_driver
 
     driver = arm_driver.ArmDriver
-    setattr(driver, "run", profiled(driver.run, profile_out))
+    driver.run = profiled(driver.run, profile_out)
     sys.argv = [sys.argv[0], *ros_args]
     arm_driver.main()
 
@@ -582,7 +582,7 @@ def measure_steps(rate_hz: float, repeats: int, n: int = 200) -> dict[str, Any]:
     cal = load_calibration(sim_calibration_file("follower"))
     joints = cal.joints
     raw = [2048 + 100 * i for i in range(6)]
-    rad = [float(j.raw_to_rad(r)) for j, r in zip(joints, raw)]
+    rad = [float(j.raw_to_rad(r)) for j, r in zip(joints, raw, strict=True)]
     words = [r | (r << 16) | (r << 32) for r in raw]  # position, velocity, load of one servo, as read
     env = ros_env()
     os.environ.update(env)
@@ -623,15 +623,15 @@ def measure_steps(rate_hz: float, repeats: int, n: int = 200) -> dict[str, Any]:
             (lambda: [codec.from_sign_magnitude((w >> s) & 0xFFFF, 15) for w in words for s in (0, 16, 32)],
              lambda: [((w >> s) & 0x7FFF) * (-1 if (w >> s) & 0x8000 else 1) for w in words for s in (0, 16, 32)]),
         "steps to radians x6 (JointCalibration.raw_to_rad, numpy | float arithmetic)":
-            (lambda: [float(j.raw_to_rad(r)) for j, r in zip(joints, raw)],
-             lambda: [j.sign * (r - j.mid) * CAL_RAD_PER_STEP for j, r in zip(joints, raw)]),
+            (lambda: [float(j.raw_to_rad(r)) for j, r in zip(joints, raw, strict=True)],
+             lambda: [j.sign * (r - j.mid) * CAL_RAD_PER_STEP for j, r in zip(joints, raw, strict=True)]),
         "JointState for the sample (common.joint_state: a new message, stamp via clock | one message reused, "
         "array('d') fields)": (lambda: joint_state(NAMES, rad, time.monotonic_ns(), rad, rad, frame_id="follower"),
                                bare_message),
         "goal to steps x6 (ArmCalibration.rad_to_raw, numpy | float arithmetic, clamped)":
             (lambda: cal.rad_to_raw(rad),
              lambda: [min(j.range_max, max(j.range_min, round(j.sign * r / CAL_RAD_PER_STEP + j.mid)))
-                      for j, r in zip(joints, rad)]),
+                      for j, r in zip(joints, rad, strict=True)]),
         "sync write Goal_Position (FeetechBus.sync_write_register | codec.sync_write, os.write)":
             (lambda: bus.sync_write_register("Goal_Position", goal),
              lambda: os.write(fd, codec.sync_write(GOAL_ADDR, GOAL_SIZE, goal))),

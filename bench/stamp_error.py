@@ -101,8 +101,12 @@ def stats(v: list[float]) -> dict[str, float]:
 
 
 def bus_adapter(adapter: str, reads: int) -> dict:
-    sim = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.testing.latching_arm", adapter], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "teleop_flywheel.testing.latching_arm", adapter],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = sim.stdout.readline().strip()  # type: ignore[union-attr]
         readings = []

@@ -87,8 +87,12 @@ class Driver:
         rclpy.init()
         self.node = Node("bench_operator")
         self.statuses: list[tuple[float, dict[str, Any]]] = []
-        self.node.create_subscription(String, "/recorder/status",
-                                      lambda m: self.statuses.append((time.monotonic(), json.loads(m.data))), LATCHED_QOS)
+        self.node.create_subscription(
+            String,
+            "/recorder/status",
+            lambda m: self.statuses.append((time.monotonic(), json.loads(m.data))),
+            LATCHED_QOS,
+        )
         self.spinner = NodeSpinner(self.node.context)
         self.spinner.add(self.node)
 

@@ -32,14 +32,26 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("teleop_flywheel.hw.bringup.calibrate", "LeRobot's SO-101 calibration: homing offsets and ranges"),
     "find-cameras": ("teleop_flywheel.hw.bringup.find_cameras", "list V4L2 cameras, their modes, one still each"),
     "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
-    "mirror": ("teleop_flywheel.ros.session.mirror", "leader→follower mirroring session; prints loop rate and tracking error"),
-    "run": ("teleop_flywheel.ros.session.runner", "start a session graph (teleop, rollout, record, sim), one process per node, supervised"),
-    "demo": ("teleop_flywheel.ros.session.demo", "the main job on simulated hardware: record, validate, convert, audit"),
+    "mirror": (
+        "teleop_flywheel.ros.session.mirror",
+        "leader→follower mirroring session; prints loop rate and tracking error",
+    ),
+    "run": (
+        "teleop_flywheel.ros.session.runner",
+        "start a session graph (teleop, rollout, record, sim), one process per node, supervised",
+    ),
+    "demo": (
+        "teleop_flywheel.ros.session.demo",
+        "the main job on simulated hardware: record, validate, convert, audit",
+    ),
     "info": ("teleop_flywheel.recording.info", "describe a bag like `ros2 bag info`, plus episode metadata"),
     "recover": ("teleop_flywheel.recording.recover", "rebuild an indexed MCAP and metadata.yaml from a crashed bag"),
     "validate": ("teleop_flywheel.data.validate", "PASS/FAIL per episode with reason codes; quarantine rejects"),
     "convert": ("teleop_flywheel.data.convert", "bags → LeRobot v3.0 dataset (validated episodes only)"),
-    "ingest": ("teleop_flywheel.data.ingest", "keep a dataset current: validate, quarantine or convert every closed bag"),
+    "ingest": (
+        "teleop_flywheel.data.ingest",
+        "keep a dataset current: validate, quarantine or convert every closed bag",
+    ),
     "doctor": ("teleop_flywheel.data.doctor", "is a dataset consistent; explain and (--repair) repair it"),
     "audit": ("teleop_flywheel.data.audit", "dataset audit from numeric columns"),
     "curate": ("teleop_flywheel.data.curate", "per-episode scores, coverage and where to send operators"),
@@ -49,7 +61,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "stats": ("teleop_flywheel.data.stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.cli", "success-rate tables with N and intervals from rollouts"),
     "replay": ("teleop_flywheel.ros.session.playback", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
-    "view": ("teleop_flywheel.ros.session.view", "serve the live session to Foxglove (WebSocket on 127.0.0.1, 3D arms)"),
+    "view": (
+        "teleop_flywheel.ros.session.view",
+        "serve the live session to Foxglove (WebSocket on 127.0.0.1, 3D arms)",
+    ),
     "console": ("teleop_flywheel.ros.session.console", "operator console for a live session"),
 }
 

@@ -1,6 +1,7 @@
 """Test-wide environment: DDS stays on this machine, every run gets its own domain."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.forkserver
 import os
 import random
@@ -57,10 +58,8 @@ def no_leaked_processes(multiprocessing_helpers: None, request: pytest.FixtureRe
     if leaked:
         names = {pid: _cmdline(pid) for pid in leaked}
         for pid in leaked:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         pytest.fail(f"{request.node.nodeid} left processes running: {names}")
 
 
@@ -85,10 +84,8 @@ def no_realtime_left(request: pytest.FixtureRequest) -> Iterator[None]:
     left = _realtime_threads()
     if left:
         for tid in left:
-            try:
+            with contextlib.suppress(OSError):
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
         pytest.fail(f"{request.node.nodeid} left thread(s) of the test process real-time: {sorted(left.values())}")
 
 

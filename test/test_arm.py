@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,7 @@ def test_connect_configures_the_arm_and_tick_reads_it(follower: SimulatedArm) ->
         raw = [follower.servos[j.id].get("Present_Position") for j in cal.joints]
         assert readings[-1].positions == pytest.approx(cal.raw_to_rad(raw), abs=3 * RAD_PER_STEP)
         # the follower holds where it was found (gravity then sags shoulder and elbow a little)
-        assert all(abs(goal(follower, j.id) - r) <= 30 for j, r in zip(cal.joints, raw))
+        assert all(abs(goal(follower, j.id) - r) <= 30 for j, r in zip(cal.joints, raw, strict=True))
         assert driver.health().level == "OK"
         # and what settings.py wants is in the servos: LeRobot's gripper protection, a sane acceleration
         grip = follower.servos[6]
@@ -107,7 +108,7 @@ def test_limits_clamp_and_speed_is_bounded_in_rad_per_second(follower: Simulated
             if goals[-1] == cal.rad_to_raw(0.3) and goals[-1] == goals[-2]:
                 break
         per_tick_steps = 2.0 * 0.005 / RAD_PER_STEP
-        assert max(abs(b - a) for a, b in zip(goals, goals[1:])) <= per_tick_steps + 1
+        assert max(abs(b - a) for a, b in pairwise(goals)) <= per_tick_steps + 1
         assert goals[-1] == cal.rad_to_raw(0.3), "the goal stops at the limit"
         assert len(goals) > (0.3 - start.positions[0]) / (2.0 * 0.005) - 2, "it took 2 rad/s to get there"
         assert driver.guard.stats.clamped > 0 and driver.guard.stats.rate_limited > 0

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +85,7 @@ class Probe(Node):
         self.states.append((now_ns(), msg))
 
     def latest(self) -> dict[str, float]:
-        return dict(zip(self.states[-1][1].name, self.states[-1][1].position))
+        return dict(zip(self.states[-1][1].name, self.states[-1][1].position, strict=True))
 
     def send(self, positions: dict[str, float]) -> None:
         self.cmd.publish(joint_state(list(positions), list(positions.values()), now_ns()))
@@ -131,8 +132,13 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         # the units went through both calibrations correctly (independent of machine load). Gravity
         # sags the follower's shoulder and elbow by what their load needs (~27 steps at most).
         sag = [4, 30, 30, 4, 4, 4]
-        wait_for(lambda: all(abs(f - ld) < s for f, ld, s in zip(follower_arm.positions(), leader_arm.positions(), sag)),
-                 60, "follower shafts at the leader's pose")
+        wait_for(
+            lambda: all(
+                abs(f - ld) < s for f, ld, s in zip(follower_arm.positions(), leader_arm.positions(), sag, strict=True)
+            ),
+            60,
+            "follower shafts at the leader's pose",
+        )
         # Moving: a hand at half the default speed (on a loaded box the loop may drop far below
         # 200 Hz; the per-tick max step, tested on its own below, must not be what limits here).
         leader_arm.set_human(lambda t: default_human(0.5 * t))
@@ -160,10 +166,12 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         # bound is on following the shape, not on an absolute error that depends on the box
         moving = travel > 5
         assert (best[1][moving] < 0.3 * travel[moving] + 3.0).all(), (
-            f"mean tracking error per joint (deg) {best[1]} vs travel {travel} at lag {best[0]:.2f} s; {follower.arm.health().values}")
+            f"mean tracking error per joint (deg) {best[1]} vs travel {travel} at lag {best[0]:.2f} s; "
+            f"{follower.arm.health().values}"
+        )
         # stamps are bus stamps: increasing, and taken before the message was received
         stamps = [(recv, msg_stamp_ns(m)) for recv, m in probe.states[-50:]]
-        assert all(b[1] > a[1] for a, b in zip(stamps, stamps[1:]))
+        assert all(b[1] > a[1] for a, b in pairwise(stamps))
         assert all(s <= r for r, s in stamps)
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -219,7 +220,9 @@ def test_the_e_stop_holds_until_reset(tmp_path: Path) -> None:
             keep_commanding(driver, lambda: target, 0.3)
             assert arm.servos[1].get("Goal_Position") == held, "commands are not taken while e-stopped"
             health = driver.health()
-            assert health.level == "WARN" and "e-stopped" in health.message and "operator pressed e-stop" in health.message
+            assert (
+                health.level == "WARN" and "e-stopped" in health.message and "operator pressed e-stop" in health.message
+            )
             assert all(s.torque_on for s in arm.servos.values())  # holding, not limp
             driver.reset()
             keep_commanding(driver, lambda: target, 1.5)
@@ -269,7 +272,7 @@ def test_wrist_roll_crossing_the_encoders_seam_does_not_flip(tmp_path: Path) -> 
             wait_for(lambda: arm.positions()[4] > 4300, 30, "the wrist past the seam")
             angles = [r.positions[4] for r in readings if r.positions[4] > 2.0]  # once the hand is on its way
         assert max(angles) > 3.2, max(angles)
-        assert max(abs(b - a) for a, b in zip(angles, angles[1:])) < 0.1, "no jump of a turn"
+        assert max(abs(b - a) for a, b in pairwise(angles)) < 0.1, "no jump of a turn"
 
 
 def test_a_servo_reporting_a_fault_at_connect_is_configured_and_named(tmp_path: Path) -> None:

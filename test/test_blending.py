@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_reversal_mid_ramp_continues_from_current_alpha() -> None:
     b.pedal(False, t_rev)
     assert b.alpha(t_rev) == pytest.approx(a_rev)
     alphas = [b.alpha(t_rev + k * MS) for k in range(0, 60)]
-    assert max(abs(x - y) for x, y in zip(alphas, alphas[1:])) < 0.02  # no jump
+    assert max(abs(x - y) for x, y in pairwise(alphas)) < 0.02  # no jump
     assert b.alpha(t_rev + 50 * MS) == pytest.approx(0.0, abs=1e-9)  # back down in the time it took up
 
 
@@ -119,7 +120,7 @@ def test_command_is_continuous_at_takeover_and_hand_back() -> None:
         if k == 120:
             b.pedal(False, t)
         commands.append(b.tick(t).command[0])
-    steps = [abs(y - x) for x, y in zip(commands, commands[1:])]
+    steps = [abs(y - x) for x, y in pairwise(commands)]
     normal = max(steps[:45])  # what a tick moves before any handover
     # A hard switch would step 0.3 rad in one tick; the blend spreads it over 30 ticks.
     assert max(steps) < normal + 0.3 * (math.pi / 2) * TICK / (150 * MS) + 1e-6
@@ -229,7 +230,7 @@ def test_a_ramp_between_far_commands_is_stretched_to_the_speed_limit() -> None:
             b.human([gap], k * ms)
             b.policy([0.0], k * ms)
             cmds.append(b.tick(k * ms).command[0])
-        speed = max(abs(b1 - a1) / 1e-3 for a1, b1 in zip(cmds, cmds[1:]))
+        speed = max(abs(b1 - a1) / 1e-3 for a1, b1 in pairwise(cmds))
         done_ms = next(k for k, c in enumerate(cmds) if c >= gap - 1e-9)
         if max_speed is not None and gap * math.pi / 2 / 0.150 > 0.8 * max_speed:
             assert speed <= 0.8 * max_speed + 1e-6 and done_ms > 150, (speed, done_ms)

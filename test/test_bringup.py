@@ -34,7 +34,9 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def test_setup_motors_gives_a_factory_servo_its_joint_id(tmp_path: Path) -> None:
     link = tmp_path / "bench"
     with SimulatedArm("follower", factory_new=True, link=link) as arm:
-        done = cli("setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive", "--joint", "wrist_flex")
+        done = cli(
+            "setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive", "--joint", "wrist_flex"
+        )
         assert done.returncode == 0, done.stderr
         assert "wrist_flex: servo id 1" in done.stdout and "-> id 4" in done.stdout
         with FeetechBus(str(link)) as bus:

@@ -53,7 +53,9 @@ def _check_call(bus: FeetechBus, servos: AdversarialServos, op: str) -> str:
             outcome = "value"
         else:
             reading = bus.sync_read(56, 2, IDS)
-            stale = {sid: (v, servos.latest[sid]) for sid, v in reading.values.items() if v != servos.latest[sid] % 65536}
+            stale = {
+                sid: (v, servos.latest[sid]) for sid, v in reading.values.items() if v != servos.latest[sid] % 65536
+            }
             assert not stale, f"stale or torn sync read (got, newest): {stale}"
             outcome = "value"
     except (BusTimeout, ServoError):

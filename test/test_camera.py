@@ -288,9 +288,12 @@ def test_capture_reopens_an_unplugged_camera_with_backoff_and_says_so_once(tmp_p
         assert "is not there" in capture.error and not frames
         for n in (1, 2):
             plug.touch()
-            wait_for(lambda: len(frames) >= 5 * n and not capture.error, what="frames after the plug")
+            wait_for(lambda n=n: len(frames) >= 5 * n and not capture.error, what="frames after the plug")
             plug.unlink()
-            wait_for(lambda: sum("is not there" in text for _lv, text in log) == n + 1, what="the unplug reported, reopen fails")
+            wait_for(
+                lambda n=n: sum("is not there" in text for _lv, text in log) == n + 1,
+                what="the unplug reported, reopen fails",
+            )
             seen = len(frames)
             time.sleep(0.1)  # several retries at 10-50 ms: none delivers a frame while unplugged
             assert len(frames) == seen and "is not there" in capture.error

@@ -105,8 +105,10 @@ def test_frames_show_the_pose_at_exposure_on_a_loaded_machine() -> None:
 
     clock.__exit__()
     if clock.stepped:  # not a pass: said, and the run's other checks still judge the camera
-        pytest.skip(f"the host's wall clock stepped ({clock.max_jump_ns / 1e6:.1f} ms) during the test: ROS-time stamps "
-                    "converted before and after it are on two timelines (what the validator rejects as CLOCK_STEP)")
+        pytest.skip(
+            f"the host's wall clock stepped ({clock.max_jump_ns / 1e6:.1f} ms) during the test: ROS-time stamps "
+            "converted before and after it are on two timelines (what the validator rejects as CLOCK_STEP)"
+        )
     stamps = np.array(sorted(sent))
 
     def clean(t: int) -> bool:
@@ -137,7 +139,7 @@ def test_frames_show_the_pose_at_exposure_on_a_loaded_machine() -> None:
         assert a <= meta["pose_ns"] <= b and abs(lags[-1]) <= 1.0
         # the pixels are that pose: the samples around the exposure, interpolated
         f = (meta["pose_ns"] - a) / (b - a) if b != a else 0.0
-        joints = {n: pa + f * (pb - pa) for n, pa, pb in zip(JOINT_NAMES, pose(a), pose(b))}
+        joints = {n: pa + f * (pb - pa) for n, pa, pb in zip(JOINT_NAMES, pose(a), pose(b), strict=True)}
         expected = _background(320, 240)
         draw_arm(expected, joints, top=timecode.strip_height(320, 240))
         expected = timecode.encode(expected, meta["capture_ns"])

@@ -155,7 +155,10 @@ def test_error_line_format() -> None:
         "teleop-flywheel info: error: no such file or directory, /x/y (check the path)"
     assert error_line("audit", "/data/ds: not a dataset") == \
         "teleop-flywheel audit: error: not a dataset, /data/ds (see teleop-flywheel audit --help)"
-    assert error_line("run", "bad\nthing\n  ^", where="w", fix="(do this)") == "teleop-flywheel run: error: bad thing, w (do this)"
+    assert (
+        error_line("run", "bad\nthing\n  ^", where="w", fix="(do this)")
+        == "teleop-flywheel run: error: bad thing, w (do this)"
+    )
 
 
 def _actions(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.Action]]:

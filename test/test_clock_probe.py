@@ -20,7 +20,9 @@ PMC_LOCKED = """sending: GET TIME_STATUS_NP
 PMC_NO_GM = PMC_LOCKED.replace("gmPresent                  true", "gmPresent                  false")
 CHRONY_SYNCED = ("A29FC87B,162.159.200.123,3,1764750000.123456789,-0.000012345,-0.000003456,0.000023456,"
                  "-1.234,-0.001,0.012,0.010234567,0.001234567,1025.3,Normal\n")
-CHRONY_UNSYNCED = "7F7F0101,,10,0.000000000,0.000000000,0.000000000,0.000000000,0.000,0.000,0.000,0.0,0.0,0.0,Not synchronised\n"
+CHRONY_UNSYNCED = (
+    "7F7F0101,,10,0.000000000,0.000000000,0.000000000,0.000000000,0.000,0.000,0.000,0.0,0.0,0.0,Not synchronised\n"
+)
 
 
 def test_pmc_offset_and_no_grandmaster() -> None:

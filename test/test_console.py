@@ -1,6 +1,7 @@
 """Operator console: the view model as plain functions, and the real console driven in a pty."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -129,10 +130,8 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
         if node is not None:
             node.close()
             executor.shutdown()
@@ -167,9 +166,15 @@ def test_escape_e_stops_the_arms_and_the_teleop_node_and_r_resets(tmp_path) -> N
     pid = -1
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
         try:
-            arm_node = ArmDriverNode("follower_arm", parameter_overrides=[
-                Parameter("port", value=str(arm.link)), Parameter("role", value="follower"),
-                Parameter("simulated", value=True), Parameter("calibration_file", value=str(sim_calibration_file("follower")))])
+            arm_node = ArmDriverNode(
+                "follower_arm",
+                parameter_overrides=[
+                    Parameter("port", value=str(arm.link)),
+                    Parameter("role", value="follower"),
+                    Parameter("simulated", value=True),
+                    Parameter("calibration_file", value=str(sim_calibration_file("follower"))),
+                ],
+            )
             teleop = TeleopNode("teleop")
             nodes = [arm_node, teleop]
             for n in nodes:

@@ -65,7 +65,9 @@ def test_role_keyed_real_calibration_is_used_and_gives_the_joint_limits(tmp_path
 def test_a_role_nobody_recorded_is_an_error_naming_role_and_option(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     # Recorded before roles were keys, from a real arm's file whose stem names no role.
-    bag = _session(tmp_path / "ep", {"so101_5A46083062": _doc(REAL), "leader_sim": _doc(sim_calibration_file("leader"))})
+    bag = _session(
+        tmp_path / "ep", {"so101_5A46083062": _doc(REAL), "leader_sim": _doc(sim_calibration_file("leader"))}
+    )
     res = _convert([bag], tmp_path / "ds")
     assert res.converted == {} and len(res.errors) == 1  # never the simulated arm's calibration
     assert "follower" in res.errors[0] and "--calibration follower=FILE" in res.errors[0]
@@ -80,7 +82,10 @@ def test_a_role_nobody_recorded_is_an_error_naming_role_and_option(tmp_path: Pat
 
 
 def test_bags_keyed_by_file_stem_stay_convertible(tmp_path: Path) -> None:
-    legacy = {"follower_sim": _doc(sim_calibration_file("follower")), "leader_sim": _doc(sim_calibration_file("leader"))}
+    legacy = {
+        "follower_sim": _doc(sim_calibration_file("follower")),
+        "leader_sim": _doc(sim_calibration_file("leader")),
+    }
     res = _convert([_session(tmp_path / "ep", legacy)], tmp_path / "ds")
     assert res.errors == [] and len(res.converted[str(tmp_path / "ds")]) == 1
 

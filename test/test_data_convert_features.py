@@ -62,7 +62,9 @@ def test_corrections_become_a_frame_flag_with_their_label(tmp_path: Path) -> Non
     d = _data(tmp_path / "ds")
     c = d["complementary_info.correction"].to_numpy()
     assert 28 <= c.sum() <= 32 and not d.intervention.any()  # 1 s at 30 fps; authority never changed
-    assert set(d["complementary_info.trigger"][c]) == {trigger_code("other")} and set(d["complementary_info.trigger"][~c]) == {0}
+    assert set(d["complementary_info.trigger"][c]) == {trigger_code("other")} and set(
+        d["complementary_info.trigger"][~c]
+    ) == {0}
     eps = _episodes(tmp_path / "ds")
     assert json.loads(eps.corrections[0])[0]["trigger"] == "other"
 
@@ -170,4 +172,6 @@ def test_audit_shows_camera_lag_tracking_lag_and_effort(tmp_path: Path) -> None:
     assert "camera lag wrist" in text and "tracking lag" in text and "effort" in text
     assert report.to_dict()["content"]["camera_lag_ms"]["wrist"] == lags
     write_html(report, tmp_path / "audit.html")
-    assert (tmp_path / "audit_files/effort_ranges.png").is_file() and "Effort per joint" in (tmp_path / "audit.html").read_text()
+    assert (tmp_path / "audit_files/effort_ranges.png").is_file() and "Effort per joint" in (
+        tmp_path / "audit.html"
+    ).read_text()

@@ -62,7 +62,7 @@ def test_targets_go_where_nobody_started() -> None:
     poses, gaps = target_start_poses(starts, np.zeros(2), np.full(2, 10.0), count=3)
     assert np.all(poses.max(axis=1) > 7)  # far from the corner
     assert np.all(np.diff(gaps) <= 1e-12)
-    for p, g in zip(poses, gaps):
+    for p, g in zip(poses, gaps, strict=True):
         assert g <= np.min(np.linalg.norm(starts / 10 - p / 10, axis=1)) + 1e-12
     # held joints stay at the median start
     poses, _ = target_start_poses(starts, np.zeros(2), np.full(2, 10.0), 2, vary=np.array([True, False]))
@@ -110,7 +110,7 @@ def test_curate_scores_equal_independent_computation(ds_root: Path) -> None:
     # weights: the rule, recomputed from the episodes table by hand
     newest = eps["recorded_wall_ns"].max()
     raw = np.array([(2.5 if json.loads(x) else 1.0) * 0.5 ** ((newest - t) / NS_PER_DAY / 30)
-                    for x, t in zip(eps["interventions"], eps["recorded_wall_ns"])])
+                    for x, t in zip(eps["interventions"], eps["recorded_wall_ns"], strict=True)])
     np.testing.assert_allclose([s.weight for s in r.episodes], raw / raw.sum())
     assert sum(s.weight for s in r.episodes) == pytest.approx(1.0)
     assert sorted(r.coverage_order) == list(range(16))

@@ -112,7 +112,9 @@ def test_a_flipped_digit_in_the_episode_record_is_corrupt(bases: dict[str, Path]
 
 
 @pytest.mark.parametrize("name", sorted(mut.TARGETED))
-def test_payloads_are_decoded_and_checked_against_their_types(bases: dict[str, Path], name: str, tmp_path: Path) -> None:
+def test_payloads_are_decoded_and_checked_against_their_types(
+    bases: dict[str, Path], name: str, tmp_path: Path
+) -> None:
     make, expected = mut.TARGETED[name]
     bag = make(bases["new"], tmp_path / "bag")
     r = val.validate_bag((str(bag), CFG, None))

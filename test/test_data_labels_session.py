@@ -82,7 +82,7 @@ def _record(out: Path) -> list[Path]:
 @pytest.mark.timeout(600)
 def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
     bags = _record(tmp_path / "bags")
-    for bag, (_t, _l, _b, label, correction) in zip(bags, PLAN):
+    for bag, (_t, _l, _b, label, correction) in zip(bags, PLAN, strict=True):
         b = open_bag(bag)
         ep = b.episode
         assert ep is not None
@@ -91,7 +91,9 @@ def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
         if not correction:  # the authority stream kept when the label arrived: 0 before it
             auth = b.authority(AUTHORITY).position
             running = auth[:, 2] > 0
-            assert (auth[running, 3] == 0).any() and (auth[running, 3] == trigger_code(label)).any() != (label == "too_slow")
+            assert (auth[running, 3] == 0).any() and (auth[running, 3] == trigger_code(label)).any() != (
+                label == "too_slow"
+            )
     ds = tmp_path / "ds"
     res = conv.convert(bags, ds, codec="h264", workers=1, progress=False, include_failed=True)
     assert len(res.converted[str(ds)]) == 3, res

@@ -57,7 +57,10 @@ def test_manifest_v2_records_what_it_covers(made: dict[str, Path], capsys: pytes
     assert sorted(m["files"]) == ["data/chunk-000/file-000.parquet",
                                   "videos/observation.images.wrist/chunk-000/file-000.mp4"]
     e = m["episodes"][0]
-    assert e["episode_id"] == open_bag(made["bag0"]).episode_id and e["episode_id_v1"] == open_bag(made["bag0"]).episode_id_v1
+    assert (
+        e["episode_id"] == open_bag(made["bag0"]).episode_id
+        and e["episode_id_v1"] == open_bag(made["bag0"]).episode_id_v1
+    )
     assert {"row_sha256", "task_sha256", "data_file"} <= set(e) and e["videos"]["observation.images.wrist"]["sha256"]
     code, out = _verify(made["ds"], made["manifest"], capsys)
     assert code == 0 and "OK: dataset matches" in out and "ids v2" in out
@@ -94,7 +97,9 @@ def test_a_flipped_outcome_and_an_edited_task_are_named(made: dict[str, Path], t
     outcome[1] = "failure"
     pq.write_table(t.set_column(t.schema.get_field_index("outcome"), "outcome", pa.array(outcome)), path)
     code, out = _verify(ds, made["manifest"], capsys)
-    assert code == 1 and "changed episode 1" in out and "episodes-table fields" in out and "changed episode 0" not in out
+    assert (
+        code == 1 and "changed episode 1" in out and "episodes-table fields" in out and "changed episode 0" not in out
+    )
     ds2 = tmp_path / "ds2"
     shutil.copytree(made["ds"], ds2)
     tasks = pd.read_parquet(ds2 / "meta/tasks.parquet")
@@ -105,7 +110,9 @@ def test_a_flipped_outcome_and_an_edited_task_are_named(made: dict[str, Path], t
     assert "changed episode 1" not in out
 
 
-def test_a_parquet_flip_names_the_file(made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_parquet_flip_names_the_file(
+    made: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ds = _copy(made, tmp_path)
     path = ds / "data/chunk-000/file-000.parquet"
     t = pq.read_table(path)

@@ -1,4 +1,7 @@
-"""The data pipeline on simulator bags: bag reader, align, validate (one fixture per seed failure), convert round trip."""
+"""The data pipeline on simulator bags: bag reader, align, validate (one fixture per seed failure), convert.
+
+Convert is checked as a round trip."""
+
 from __future__ import annotations
 
 import json

@@ -102,7 +102,7 @@ def test_segments_made_while_recording_give_the_plain_convert_s_video(source: Pa
     assert res.reused_frames == {str(bag): frames}  # nothing encoded at keep
     ours, theirs = _frames(tmp_path / "ds"), _frames(plain)
     assert len(ours) == len(theirs) == frames
-    assert max(float(np.abs(a.astype(np.int16) - b).mean()) for a, b in zip(ours, theirs)) < 0.5
+    assert max(float(np.abs(a.astype(np.int16) - b).mean()) for a, b in zip(ours, theirs, strict=True)) < 0.5
     assert np.allclose(_image_stats(tmp_path / "ds"), _image_stats(plain))
 
 
@@ -123,7 +123,7 @@ def test_a_segment_that_does_not_hold_the_frames_is_encoded_again(source: Path, 
     assert res.reused_frames == {str(bag): SEGMENT_FRAMES}  # segment 0 remuxed; 1 and 2 encoded (as one part)
     ours, theirs = _frames(tmp_path / "ds"), _frames(plain)
     assert len(ours) == len(theirs)
-    assert max(float(np.abs(a.astype(np.int16) - b).mean()) for a, b in zip(ours, theirs)) < 0.5
+    assert max(float(np.abs(a.astype(np.int16) - b).mean()) for a, b in zip(ours, theirs, strict=True)) < 0.5
 
 
 def test_segments_of_another_episode_are_never_used(tmp_path: Path, plain: Path, source: Path) -> None:

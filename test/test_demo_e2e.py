@@ -83,7 +83,11 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     injected = [set(), {"FRAME_GAP"}, {"UNLABELLED_INTERVENTION"}, {"OUTCOME_UNSET"}]
     for i, e in enumerate(ordered):
         extra = [r for r in e["reasons"] if r["code"] not in injected[i] and not load_stall(r, e["name"])]
-        assert not extra, (e["name"], extra, {"true_lag_ms": true_lag_ms(e["name"]), "host_clock_step_ns": clock.max_jump_ns})
+        assert not extra, (
+            e["name"],
+            extra,
+            {"true_lag_ms": true_lag_ms(e["name"]), "host_clock_step_ns": clock.max_jump_ns},
+        )
     # Every episode was judged at stop: its verdict in the log and beside its bag (quarantined or not),
     # the same as the batch validation's, kept by the scripted operator.
     verdict_lines = re.findall(r"demo: verdict [\d.]+ s after stop — episode (\d) (\S+): (PASS|FAIL)", proc.stdout)

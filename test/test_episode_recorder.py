@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,11 @@ def test_an_episode_end_to_end(tmp_path: Path) -> None:
     assert json.loads(got[IN_BAG[INTERVENTION]][-1][1].data) == end_event
     with AnyReader([path]) as reader:
         assert reader.message_count == 62
-        assert {c.topic: c.msgtype for c in reader.connections} == {IN_BAG[FOLLOWER_STATE]: JS,
-                                                                    IN_BAG[POLICY_COMMAND]: JS, IN_BAG[INTERVENTION]: STRING}
+        assert {c.topic: c.msgtype for c in reader.connections} == {
+            IN_BAG[FOLLOWER_STATE]: JS,
+            IN_BAG[POLICY_COMMAND]: JS,
+            IN_BAG[INTERVENTION]: STRING,
+        }
     meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
     assert yaml.safe_load((path / "metadata.yaml").read_text())["rosbag2_bagfile_information"]["custom_data"] == \
         records[METADATA_RECORD]
@@ -207,7 +211,7 @@ def test_clock_samples_through_the_episode_and_a_step_is_said_at_once(tmp_path: 
     samples = [ClockMapping.from_dict(d) for d in meta.clock_samples]
     assert len(samples) == 1 + 3 + 1 + 1  # start, three periods, the stepped one, stop
     assert meta.clock_samples[0] == meta.clock_start and meta.clock_samples[-1] == meta.clock_end
-    assert all(b.mono_ns - a.mono_ns >= 50_000_000 for a, b in zip(samples[:-1], samples[1:-1]))
+    assert all(b.mono_ns - a.mono_ns >= 50_000_000 for a, b in pairwise(samples[:-1]))
     assert len(clock_steps(samples)) == 2  # the jump, and the jump back at stop: the validator rejects it
 
 

@@ -64,7 +64,10 @@ def test_comparison_sentences() -> None:
     assert fisher_exact(15, 5, 20, 0) == pytest.approx(2 * math.comb(20, 15) / math.comb(40, 5))
     assert fisher_exact(16, 4, 20, 0) > 0.05
     drop = compare("a", "b", "x", 20, 20, 16, 20)
-    assert drop.verdict == "not_enough" and "b would have to fall to 15/20 for a difference from a's 20/20" in drop.sentence
+    assert (
+        drop.verdict == "not_enough"
+        and "b would have to fall to 15/20 for a difference from a's 20/20" in drop.sentence
+    )
     # Unequal sizes are named as they are, not as the smaller N for both.
     assert "3 vs 30 trials" in compare("a", "b", "x", 2, 3, 25, 30).sentence
     # Corrected for the comparisons printed together: p = 0.0471 alone is "worse", not among 4 tests.
@@ -130,7 +133,9 @@ def test_simulated_trials_rates_match_configured(tmp_path: Path) -> None:
     """Synthetic trial bags (no session graph) at the protocol's rates × checkpoint scales:
     every cell's Wilson interval holds its configured rate. (The walk on the simulated arms is
     test_protocol_run.py.)"""
-    proto = load_protocol(_small(tmp_path, 30, checkpoints=[{"id": "ckpt-a"}, {"id": "ckpt-b", "sim_failure_scale": 0.1}]))
+    proto = load_protocol(
+        _small(tmp_path, 30, checkpoints=[{"id": "ckpt-a"}, {"id": "ckpt-b", "sim_failure_scale": 0.1}])
+    )
     bags = simulate_protocol(proto, tmp_path / "bags", seed=0, duration_s=0.4)
     trials = [read_trial(b) for b in bags]
     assert {t.protocol_hash for t in trials} == {proto.hash}

@@ -72,7 +72,9 @@ def test_codec_bytes_equal_vendor_sdk() -> None:
     assert p.sync_read(56, 2, [1, 2, 3]) == _sdk_bytes(lambda ph, port: ph.syncReadTx(port, 56, 2, [1, 2, 3], 3))
     values = {1: 100, 2: 4000}
     param = [b for sid, v in values.items() for b in (sid, v & 0xFF, v >> 8)]
-    assert p.sync_write(42, 2, values) == _sdk_bytes(lambda ph, port: ph.syncWriteTxOnly(port, 42, 2, param, len(param)))
+    assert p.sync_write(42, 2, values) == _sdk_bytes(
+        lambda ph, port: ph.syncWriteTxOnly(port, 42, 2, param, len(param))
+    )
 
 
 def test_sign_magnitude_matches_vendor_sdk() -> None:
@@ -228,8 +230,12 @@ class _Run:
 
 @pytest.fixture(scope="module", params=["pty", "ftdi1", "ch343", "ftdi16"])
 def adapter_run(request: pytest.FixtureRequest) -> _Run:
-    sim = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.testing.latching_arm", request.param], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "teleop_flywheel.testing.latching_arm", request.param],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = sim.stdout.readline().strip()  # type: ignore[union-attr]
         readings = []
@@ -288,10 +294,20 @@ def test_latency_summary_percentiles_and_window() -> None:
     assert stats.latency() is None
     stats.round_trips_ns.extend(ms * 1_000_000 for ms in range(1, 1001))
     latency = stats.latency()
-    assert latency is not None and (latency.count, latency.p50_ms, latency.p99_ms, latency.max_ms) == (1000, 500, 990, 1000)
+    assert latency is not None and (latency.count, latency.p50_ms, latency.p99_ms, latency.max_ms) == (
+        1000,
+        500,
+        990,
+        1000,
+    )
     stats.round_trips_ns.extend(ms * 1_000_000 for ms in range(2001, 2501))
     latency = stats.latency()  # the oldest half has left the window
-    assert latency is not None and (latency.count, latency.p50_ms, latency.p99_ms, latency.max_ms) == (1000, 1000, 2490, 2500)
+    assert latency is not None and (latency.count, latency.p50_ms, latency.p99_ms, latency.max_ms) == (
+        1000,
+        1000,
+        2490,
+        2500,
+    )
 
 
 def test_error_bits_are_typed_errors_naming_servo_and_fault() -> None:
@@ -313,9 +329,9 @@ def test_retries_recover_dropped_and_corrupted_replies() -> None:
 
 
 def test_stall_is_a_timeout_naming_the_port() -> None:
-    with SimulatedArm("follower", faults=Faults(stall_at=0.0, stall_for=60)) as arm, FeetechBus(arm.port) as bus:
-        with pytest.raises(BusTimeout, match=arm.port):
-            bus.ping(1)
+    with (SimulatedArm("follower", faults=Faults(stall_at=0.0, stall_for=60)) as arm, FeetechBus(arm.port) as bus,
+          pytest.raises(BusTimeout, match=arm.port)):
+        bus.ping(1)
 
 
 def test_unplug_then_replug(tmp_path: Path) -> None:

@@ -239,7 +239,9 @@ def test_robot_state_publisher_publishes_the_view_s_transforms(tmp_path: Path) -
     got: dict[str, Any] = {}
     try:
         node = rclpy.create_node("rsp_probe")
-        node.create_subscription(TFMessage, "/tf", lambda m: got.update({t.child_frame_id: t for t in m.transforms}), 10)
+        node.create_subscription(
+            TFMessage, "/tf", lambda m: got.update({t.child_frame_id: t for t in m.transforms}), 10
+        )
         pub = node.create_publisher(JointState, "/leader/joint_states", 10)
         q = {"shoulder_pan": 0.5, "elbow_flex": -0.7}
         deadline = time.monotonic() + 30

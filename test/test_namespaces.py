@@ -123,7 +123,9 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
 
         threading.Thread(target=feed, daemon=True).start()
         names = {ns: rig.node.get_topic_names_and_types for ns, rig in rigs.items()}
-        wait_for(lambda: all(f"/{ns}/follower/joint_command" in dict(names[ns]()) for ns in RIGS), 60, "teleop commands")
+        wait_for(
+            lambda: all(f"/{ns}/follower/joint_command" in dict(names[ns]()) for ns in RIGS), 60, "teleop commands"
+        )
         for rig in rigs.values():
             rig.call("start")
         time.sleep(1.0)

@@ -97,7 +97,9 @@ def test_camera_process_waits_for_its_camera_and_reopens_it_after_an_unplug(list
         wait_for(lambda: len(frames) >= 10, 60, "frames once the camera is plugged in", proc)
         errors.clear()
         plug.unlink()
-        wait_for(lambda: any(str(plug) in e and "is not there" in e for e in errors), 60, "ERROR after the unplug", proc)
+        wait_for(
+            lambda: any(str(plug) in e and "is not there" in e for e in errors), 60, "ERROR after the unplug", proc
+        )
         seen = len(frames)
         plug.touch()
         wait_for(lambda: len(frames) >= seen + 10, 60, "frames again after the replug", proc)

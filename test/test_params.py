@@ -149,7 +149,7 @@ def test_the_shipped_params_yaml_loads_into_a_session_graph(kind: str) -> None:
     graph = build_graph(kind, config_from_arguments({"policy": "lerobot", "policy_args": "/ckpt"}) if kind == "rollout"
                         else None)
     loaded = with_parameters(graph, load_param_file(config_path("params.yaml")))
-    for before, after in zip(graph.nodes, loaded.nodes):
+    for before, after in zip(graph.nodes, loaded.nodes, strict=True):
         assert after.parameters["use_sim_time"] is False  # `/**` reached every node
         assert {k: v for k, v in after.parameters.items() if k in before.parameters} == before.parameters
         # every node starts with the merged values: they validate through its dataclass

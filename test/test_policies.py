@@ -209,7 +209,9 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
     from teleop_flywheel.ros.nodes.policy import PolicyNode
 
     rclpy.init()
-    node = PolicyNode(parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42"), Parameter("simulated", value=True)])
+    node = PolicyNode(
+        parameter_overrides=[Parameter("checkpoint_id", value="ckpt-42"), Parameter("simulated", value=True)]
+    )
     got: list[JointState] = []
     node.create_subscription(JointState, "/policy/joint_command", got.append, STREAM_QOS)
     state = node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
@@ -292,7 +294,9 @@ def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
             Parameter("policy", value="scripted"), Parameter("policy_args", value=str(waypoints)),
             Parameter("checkpoint_id", value="ckpt-2")])).result
         assert result.successful, result.reason
-        wait(lambda: got[-1][1] == "ckpt-2" and got[-1][2] == pytest.approx([0.7] * 6), "the new policy at its waypoint")
+        wait(
+            lambda: got[-1][1] == "ckpt-2" and got[-1][2] == pytest.approx([0.7] * 6), "the new policy at its waypoint"
+        )
 
         # a checkpoint that cannot be loaded: refused with the reason, the running policy unchanged
         result = done(params.set_parameters_atomically([

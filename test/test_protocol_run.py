@@ -4,6 +4,7 @@ results table. Also the protocol fields the walk depends on: checkpoint specs, m
 reserved failure labels."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pty
 import re
@@ -63,8 +64,9 @@ def test_checkpoint_specs_machine_check_and_reserved_labels(tmp_path: Path) -> N
     assert p.machine_check.judge(None) == (False, "no follower state received")
     raw = yaml.safe_load(_protocol(tmp_path).read_text())
     with pytest.raises(ProtocolError, match=r"x.yaml: success.machine_check: field 'final_pose' must be 6"):
-        parse_protocol(dict(raw, success={"criterion": "c", "machine_check": {"final_pose": [1, 2], "tolerance_rad": 1}}),
-                       "x.yaml")
+        parse_protocol(
+            dict(raw, success={"criterion": "c", "machine_check": {"final_pose": [1, 2], "tolerance_rad": 1}}), "x.yaml"
+        )
     with pytest.raises(ProtocolError, match=r"x.yaml: checkpoints\[0\]: unknown field\(s\) \['gpu'\]"):
         parse_protocol(dict(raw, checkpoints=[{"id": "a", "gpu": 1}]), "x.yaml")
     with pytest.raises(ProtocolError, match="distinct ids"):
@@ -99,7 +101,7 @@ def test_unattended_sim_run_records_one_judged_bag_per_trial(tmp_path: Path) -> 
     bags = sorted(p for p in out.iterdir() if p.is_dir())
     assert len(bags) == 8
     trials = [read_trial(b) for b in bags]
-    for b, t in zip(bags, trials):
+    for b, t in zip(bags, trials, strict=True):
         meta = open_bag(b).episode
         assert meta is not None and meta.session_kind == "evaluation" and meta.task == proto.task
         assert t.protocol_hash == proto.hash
@@ -113,7 +115,7 @@ def test_unattended_sim_run_records_one_judged_bag_per_trial(tmp_path: Path) -> 
     assert not report.incomplete
     assert all(t.interventions == 0 for t in trials if t.outcome == "success")
     # Every bag's policy commands are tagged with the checkpoint the protocol put on that trial.
-    for b, t in zip(bags, trials):
+    for b, t in zip(bags, trials, strict=True):
         frames = set(open_bag(b).joint_state("/policy/joint_command").frame_ids)
         assert frames == {t.checkpoint}, (b, frames)
     table = re.sub(r"\s+", " ", res.stdout)
@@ -165,10 +167,8 @@ def _end(pid: int, fd: int) -> int:
             os.kill(pid, 15)
             signalled = True
         if select.select([fd], [], [], 0.2)[0]:
-            try:
+            with contextlib.suppress(OSError):
                 os.read(fd, 65536)
-            except OSError:
-                pass
 
 
 def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path: Path) -> None:

@@ -32,16 +32,22 @@ def test_ci_runs_exactly_the_readmes_install_and_test_commands() -> None:
     # The README's first command: install, then the demo on its own DDS island.
     assert steps.step("install") == setup[0] == 'python3 -m venv .venv && .venv/bin/pip install -e ".[standalone,dev]"'
     assert steps.step("demo") == setup[1] and len(setup) == 2
-    assert setup[1].startswith("ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ") and "/teleop-flywheel demo --out " in setup[1]
+    assert (
+        setup[1].startswith("ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ") and "/teleop-flywheel demo --out " in setup[1]
+    )
     assert steps.step("test") == test[0] == ".venv/bin/python -m pytest -q"
     # .ci/run: the README's steps through the extractor, plus the mypy step, and nothing else that runs.
     script = (ROOT / ".ci" / "run").read_text()
     body = re.search(r"^readme_step\(\) \{.*?^\}", script, re.S | re.M)
     assert body and 'python3 .ci/readme_steps.py "$1"' in body.group(0) and '-c "$cmd"' in body.group(0)
     rest = script[:body.start()] + script[body.end():]
-    commands = [line.strip() for line in rest.splitlines()
-                if line.strip() and not line.strip().startswith("#")
-                and not re.match(r"(set -euo pipefail|cd \"\$\(dirname \"\$0\"\)/\.\.\"|export [A-Z_]+=)", line.strip())]
+    commands = [
+        line.strip()
+        for line in rest.splitlines()
+        if line.strip()
+        and not line.strip().startswith("#")
+        and not re.match(r"(set -euo pipefail|cd \"\$\(dirname \"\$0\"\)/\.\.\"|export [A-Z_]+=)", line.strip())
+    ]
     assert commands == ["readme_step install", ".venv/bin/mypy --ignore-missing-imports teleop_flywheel",
                         "readme_step test"], commands
     assert "pip install" not in rest and "pytest" not in rest  # never a copy of the README's commands
@@ -88,9 +94,21 @@ def test_readme_is_short_its_links_resolve_and_its_picture_exists() -> None:
     assert "docs/images/joint_ranges.png" in links
     missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
     assert not missing, missing
-    for doc in ("architecture", "arm_driver", "ros2", "reference", "foxglove", "data_engine", "validate", "convert", "ingest",
-                "dataset_reports", "evaluation", "cli",
-                "benchmarks"):
+    for doc in (
+        "architecture",
+        "arm_driver",
+        "ros2",
+        "reference",
+        "foxglove",
+        "data_engine",
+        "validate",
+        "convert",
+        "ingest",
+        "dataset_reports",
+        "evaluation",
+        "cli",
+        "benchmarks",
+    ):
         assert f"(docs/{doc}.md" in text, doc
     bench = sorted(p.stem for p in (ROOT / "bench" / "results").glob("*.json"))
     assert [b for b in bench if f"\n- `{b}` (" in text] == bench  # one line per benchmark

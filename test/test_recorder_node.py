@@ -1,6 +1,7 @@
 """Real rclpy publishers → real RecorderNode (and CameraNode) → bags read by independent readers."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -132,7 +133,7 @@ def same_fields(ros_msg: Any, other: Any) -> bool:
         return all(same_fields(getattr(ros_msg, f), getattr(other, f)) for f in ros_msg.get_fields_and_field_types())
     if isinstance(ros_msg, (list, tuple, np.ndarray)) or hasattr(ros_msg, "tolist"):
         a, b = list(ros_msg), list(other)
-        return len(a) == len(b) and all(same_fields(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_fields(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(ros_msg, (bytes, bytearray)):
         return bytes(ros_msg) == bytes(other)
     return bool(ros_msg == other)
@@ -183,7 +184,7 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
     got, records, channels = read_mcap(bag)
     for topic in topics:
         assert len(got[topic]) == len(sent[topic]), topic
-        for ros_msg, (m, decoded) in zip(sent[topic], got[topic]):
+        for ros_msg, (m, decoded) in zip(sent[topic], got[topic], strict=True):
             assert same_fields(ros_msg, decoded), topic
             # publish_time = the DDS source timestamp (send time), log_time = receive time: rosbag2's
             assert m.publish_time <= m.log_time and abs(m.log_time - time.time_ns()) < 120 * 10**9
@@ -195,7 +196,7 @@ def test_records_everything_published_exactly(graph: Graph, tmp_path: Path) -> N
         for conn, _t, raw in reader.messages():
             by_topic.setdefault(conn.topic, []).append(reader.deserialize(raw, conn.msgtype))
     for topic in topics:
-        assert all(same_fields(a, b) for a, b in zip(sent[topic], by_topic[topic]))
+        assert all(same_fields(a, b) for a, b in zip(sent[topic], by_topic[topic], strict=True))
         assert len(by_topic[topic]) == len(sent[topic])
     # Metadata: MCAP record == metadata.yaml custom_data; SPEC §6 fields.
     info = read_metadata_yaml(bag)
@@ -362,7 +363,7 @@ def test_image_stamp_is_capture_time_despite_latency(graph: Graph, tmp_path: Pat
     # A loaded machine may miss captures; each one must be counted, never silent.
     stamps = sorted(d.header.stamp.sec * 10**9 + d.header.stamp.nanosec for _m, d in frames)
     period = 1e9 / 30.0
-    missed = sum(round(g / period) - 1 for g in (b - a for a, b in zip(stamps, stamps[1:])) if g > 1.5 * period)
+    missed = sum(round(g / period) - 1 for g in (b - a for a, b in itertools.pairwise(stamps)) if g > 1.5 * period)
     assert cam.drops.dropped >= missed
 
 
@@ -414,8 +415,16 @@ def test_stall_and_stamp_offset_faults_show_in_recorded_stamps(graph: Graph, tmp
     stamps = [header_stamp_ns(m.data) for m, _ in got["/cameras/stall/image/compressed"]]
     assert max(np.diff(stamps)) >= 1.4e9  # the 1.5 s stall is a visible gap in the recorded stamps
     assert stall.drops.dropped >= 25  # 1.5 s at 20 fps ≈ 29 frames never captured
-    reported = wait_for(lambda: [d for d in diags if d.name == "camera/stall" and d.level == DiagnosticStatus.WARN
-                                 and int({kv.key: kv.value for kv in d.values}["dropped"]) >= 25], what="drop diagnostics")
+    reported = wait_for(
+        lambda: [
+            d
+            for d in diags
+            if d.name == "camera/stall"
+            and d.level == DiagnosticStatus.WARN
+            and int({kv.key: kv.value for kv in d.values}["dropped"]) >= 25
+        ],
+        what="drop diagnostics",
+    )
     assert "frames dropped" in reported[-1].message
     for m, decoded in got["/cameras/skew/image/compressed"]:
         assert abs((header_stamp_ns(m.data) - _decode_pixels(decoded.data)) + 40_000_000) <= 1_000_000
@@ -567,10 +576,19 @@ def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_
 
     faults = Faults(hot={3: hot_c}) if hot_c else Faults()
     with SimulatedArm("follower", link=tmp_path / "follower", faults=faults) as arm:
-        driver = graph.add(ArmDriverNode("follower_arm", context=graph.context, parameter_overrides=[
-            Parameter("port", value=str(arm.link)), Parameter("role", value="follower"), Parameter("simulated", value=True),
-            Parameter("calibration_file", value=str(sim_calibration_file("follower"))),
-            Parameter("slow_period_s", value=0.1)]))
+        driver = graph.add(
+            ArmDriverNode(
+                "follower_arm",
+                context=graph.context,
+                parameter_overrides=[
+                    Parameter("port", value=str(arm.link)),
+                    Parameter("role", value="follower"),
+                    Parameter("simulated", value=True),
+                    Parameter("calibration_file", value=str(sim_calibration_file("follower"))),
+                    Parameter("slow_period_s", value=0.1),
+                ],
+            )
+        )
         out = tmp_path / "bags"
         rec = recorder(graph, out, ["/follower/joint_states", "/follower/fault"])
         assert graph.label(outcome="success") == []

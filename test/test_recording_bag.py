@@ -118,7 +118,7 @@ def test_round_trip_rosbags_anyreader(tmp_path: Path) -> None:
         qos = {c.topic: c.ext.offered_qos_profiles for c in reader.connections}  # type: ignore[union-attr]
     for topic in TOPICS:
         assert len(got[topic]) == len(sent[topic])
-        assert all(_same(a, b) for a, b in zip(sent[topic], got[topic]))
+        assert all(_same(a, b) for a, b in zip(sent[topic], got[topic], strict=True))
     assert qos["/teleop/intervention"][0].durability.name == "TRANSIENT_LOCAL"
     assert qos["/follower/joint_states"][0].depth == 50
 
@@ -148,7 +148,7 @@ def test_round_trip_mcap_ros2_and_layout(tmp_path: Path) -> None:
     for topic in TOPICS:
         assert [g[2] for g in got[topic]] == list(range(1, 41))
         assert [g[1] for g in got[topic]] == [MONO0 + i * 1_000 for i in range(40)]
-        for a, (b, _p, _s) in zip(sent[topic], got[topic]):
+        for a, (b, _p, _s) in zip(sent[topic], got[topic], strict=True):
             assert _same(a, b)
     assert records[METADATA_RECORD] == meta().to_strings()
     assert records[START_RECORD] == meta().to_strings()
@@ -287,7 +287,7 @@ def test_recover_truncated_tail_in_place(tmp_path: Path) -> None:
     for topic, msg in got:
         per_topic.setdefault(topic, []).append(msg)
     for topic, msgs in per_topic.items():  # a prefix of what was written, nothing invented
-        assert all(_same(a, b) for a, b in zip(sent[topic], msgs))
+        assert all(_same(a, b) for a, b in zip(sent[topic], msgs, strict=False))
     with open(path, "rb") as f:
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
         assert reader.get_summary().chunk_indexes  # type: ignore[union-attr]

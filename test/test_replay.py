@@ -128,7 +128,20 @@ def test_ros_republish_reaches_a_subscriber(tmp_path: Path) -> None:
         from teleop_flywheel.ros.nodes.common import STREAM_QOS
 
         node.create_subscription(String, "/chatter", lambda m: received.append(m.data), STREAM_QOS)
-        proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "replay", str(bag), "--ros", "--rate", "2", "--wait-for-subscribers", "1"])
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "teleop_flywheel.cli",
+                "replay",
+                str(bag),
+                "--ros",
+                "--rate",
+                "2",
+                "--wait-for-subscribers",
+                "1",
+            ]
+        )
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
             rclpy.spin_once(node, timeout_sec=0.05)

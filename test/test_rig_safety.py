@@ -35,7 +35,9 @@ def one_line_failure(cmd: list[str], timeout: float = 120) -> str:
 def driver(arm: SimulatedArm, cal_path: Path | str, role: str = "follower") -> ArmDriver:
     cal = load_calibration(cal_path)
     limits = effective_limits(cal, [-6.3] * 6, [6.3] * 6)
-    return ArmDriver(FeetechBus(str(arm.link)), cal, CommandGuard(JOINT_NAMES, limits, max_speed=2.0), ArmConfig(role=role))
+    return ArmDriver(
+        FeetechBus(str(arm.link)), cal, CommandGuard(JOINT_NAMES, limits, max_speed=2.0), ArmConfig(role=role)
+    )
 
 
 def test_a_real_port_without_calibration_is_refused_with_how_to_make_one(tmp_path: Path) -> None:

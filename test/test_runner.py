@@ -243,7 +243,9 @@ def test_kill_9_of_the_supervisor_leaves_no_child(tmp_path: Path) -> None:
         proc.wait(10)
         # Each stops within its shutdown bound (SHUTDOWN_BOUND_S, 25 s) even if DDS teardown hangs.
         left = wait_gone(kids, 60)
-        assert left == [], f"children outlived their supervisor: {[cmdline(p) for p in left]}\n{err.read_text()[-3000:]}"
+        assert left == [], (
+            f"children outlived their supervisor: {[cmdline(p) for p in left]}\n{err.read_text()[-3000:]}"
+        )
     finally:
         for pid in kids:
             if alive(pid):

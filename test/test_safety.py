@@ -1,6 +1,8 @@
 """CommandGuard: each safety rule shown acting on its own (pure, no ROS)."""
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from teleop_flywheel.core.safety import CommandGuard, JointLimits, limit_step
@@ -23,7 +25,7 @@ def test_speed_limit_in_rad_per_second_whatever_the_tick_rate() -> None:
         guard.command(NAMES, [1.5, -0.005], 0)
         outs = [guard.step([0.0, 0.0], i * period_ms * MS) for i in range(1001 // period_ms)]
         assert outs[0] == [0.0, 0.0]  # the first step has no elapsed time: it holds
-        speeds = [abs(b[0] - a[0]) / (period_ms / 1e3) for a, b in zip(outs, outs[1:])]
+        speeds = [abs(b[0] - a[0]) / (period_ms / 1e3) for a, b in pairwise(outs)]
         assert max(speeds) == pytest.approx(2.0)
         assert outs[500 // period_ms][0] == pytest.approx(1.0)  # 0.5 s at 2 rad/s
         assert outs[-1] == pytest.approx([1.5, -0.005])

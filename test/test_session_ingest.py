@@ -75,7 +75,7 @@ def test_a_session_with_ingest_keeps_its_dataset_current_while_it_records(tmp_pa
         for i in range(2):  # episodes added while the session runs: each lands in the dataset
             bag = kept_bag(staging, f"kept_{i}", 20 + i)
             os.rename(bag, out / bag.name)  # it appears as a stopped, judged and kept episode does
-            wait_for(lambda: taken(out).get(bag.name), 300, f"ingest taking {bag.name}")
+            wait_for(lambda name=bag.name: taken(out).get(name), 300, f"ingest taking {bag.name}")
             assert taken(out)[bag.name]["outcome"] == "converted", taken(out)
             info = json.loads((out / "dataset" / "meta" / "info.json").read_text())
             assert info["total_episodes"] == i + 1, info
@@ -97,7 +97,9 @@ def test_a_session_with_ingest_keeps_its_dataset_current_while_it_records(tmp_pa
         wait_for(lambda: taken(out).get(saved.name), 300, "ingest taking the session's own episode")
         entry = taken(out)[saved.name]
         assert entry["outcome"] == "rejected" and "MISSING_STREAM" in entry["codes"], entry
-        assert Path(entry["quarantined_to"]).is_dir() and Path(entry["quarantined_to"]).parent.parent == out / "quarantine"
+        assert (
+            Path(entry["quarantined_to"]).is_dir() and Path(entry["quarantined_to"]).parent.parent == out / "quarantine"
+        )
         last = wait_for(lambda: statuses and statuses[-1]["taken"] == {"converted": 2, "rejected": 1}
                         and statuses[-1], 60, "/ingest/status after the third bag")
         assert last["episodes"] == 2 and last["frames"] > 0 and last["dataset"] == str(out / "dataset")
@@ -180,9 +182,9 @@ def test_the_node_refuses_a_symlink_leading_out_of_the_output_dir(tmp_path: Path
     outside.mkdir()
     (out / "link").symlink_to(outside)
     full = build_graph("record", SessionConfig(cameras=(), output_dir=str(out), ingest=True, ingest_dataset="link/ds"))
-    with pytest.raises(SessionError, match=r"ingest \(pid \d+\) exited unexpectedly: exit code 1"):
-        with Session(Graph("record", (full.node("ingest"),)), log=lambda _t: None):
-            pass
+    with (pytest.raises(SessionError, match=r"ingest \(pid \d+\) exited unexpectedly: exit code 1"),
+          Session(Graph("record", (full.node("ingest"),)), log=lambda _t: None)):
+        pass
     err = capfd.readouterr().err
     assert "/ingest: parameter dataset = 'link/ds' is not allowed" in err and str(outside / "ds") in err, err
     assert list(outside.iterdir()) == []

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 
 import pytest
 
@@ -209,7 +210,7 @@ def test_takeover_blends_labels_and_releases_the_leader(teleop_factory) -> None:
     # through the 0.05 rad max step would move 10 rad/s at 200 Hz.
     peak = 0.2 * (math.pi / 2) / (BLEND_MS / 1e3)
     cmds = probe.commands_since(t_down - 50_000_000)
-    slopes = [abs(v1 - v0) / ((t1 - t0) / 1e9) for (t0, v0), (t1, v1) in zip(cmds, cmds[1:]) if t1 > t0]
+    slopes = [abs(v1 - v0) / ((t1 - t0) / 1e9) for (t0, v0), (t1, v1) in pairwise(cmds) if t1 > t0]
     assert max(slopes) <= peak * 1.05, f"command moved at {max(slopes):.2f} rad/s (blend peak {peak:.2f})"
     assert max(v for _t, v in cmds) == pytest.approx(0.2, abs=1e-6) and cmds[-1][1] == pytest.approx(0.0, abs=1e-6)
 
@@ -423,7 +424,7 @@ def test_an_e_stop_holds_the_follower_until_reset(teleop_factory) -> None:
     t1 = now_ns()
     probe.drive(lambda: probe.commands[-1][1] == pytest.approx(1.0), "the policy drives again")
     cmds = probe.commands_since(t1)
-    slopes = [abs(v1 - v0) / ((b - a) / 1e9) for (a, v0), (b, v1) in zip(cmds, cmds[1:]) if b - a > 2_000_000]
+    slopes = [abs(v1 - v0) / ((b - a) / 1e9) for (a, v0), (b, v1) in pairwise(cmds) if b - a > 2_000_000]
     assert max(slopes) <= 2.0 * 1.05, "resumed at bounded speed"
 
 

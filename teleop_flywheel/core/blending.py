@@ -197,7 +197,7 @@ class AuthorityBlender:
         steepest slope) stays within SPEED_SHARE of max_speed, for the gap between the two commands."""
         if self.max_speed is None or self._human is None or self._policy is None:
             return 0.0
-        gap = max((abs(h - p) for h, p in zip(self._human[1], self._policy[1])), default=0.0)
+        gap = max((abs(h - p) for h, p in zip(self._human[1], self._policy[1], strict=True)), default=0.0)
         return min(math.pi / 2 * gap / (SPEED_SHARE * self.max_speed) * 1e3, BLEND_MS_RANGE[1])
 
     def tick(self, t_ns: int) -> BlendOutput:
@@ -223,7 +223,7 @@ class AuthorityBlender:
         if human is not None and policy is not None:
             if len(human) != len(policy):
                 raise ValueError(f"human command has {len(human)} joints, policy command {len(policy)}")
-            command = [a * h + (1.0 - a) * p for h, p in zip(human, policy)]
+            command = [a * h + (1.0 - a) * p for h, p in zip(human, policy, strict=True)]
         else:
             command = list(human if human is not None else policy)  # type: ignore[arg-type]
         self._last_command = command

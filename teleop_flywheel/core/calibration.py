@@ -145,10 +145,10 @@ class ArmCalibration:
         return [j.id for j in self.joints]
 
     def raw_to_rad(self, raws: Sequence[float]) -> list[float]:
-        return [float(j.raw_to_rad(float(r))) for j, r in zip(self.joints, raws)]
+        return [float(j.raw_to_rad(float(r))) for j, r in zip(self.joints, raws, strict=True)]
 
     def rad_to_raw(self, rads: Sequence[float]) -> list[int]:
-        return [j.rad_to_raw(r) for j, r in zip(self.joints, rads)]
+        return [j.rad_to_raw(r) for j, r in zip(self.joints, rads, strict=True)]
 
     def rad_to_lerobot(self, rads: np.ndarray | Sequence[Sequence[float]] | Sequence[float]) -> np.ndarray:
         """Radians → LeRobot units; last axis is the six joints (works on (T, 6) arrays)."""
@@ -214,7 +214,8 @@ def parse_calibration(data: Any, source: str = "<calibration>", default_arm_id: 
             raise CalibrationError(f"{where}.drive_mode: must be 0 or 1, got {values['drive_mode']}")
         if abs(values["homing_offset"]) > MAX_HOMING_OFFSET:
             raise CalibrationError(
-                f"{where}.homing_offset: {values['homing_offset']} outside ±{MAX_HOMING_OFFSET} (11-bit sign-magnitude)")
+                f"{where}.homing_offset: {values['homing_offset']} outside ±{MAX_HOMING_OFFSET} (11-bit sign-magnitude)"
+            )
         for f in ("range_min", "range_max"):
             if not 0 <= values[f] <= MAX_RAW:
                 raise CalibrationError(f"{where}.{f}: {values[f]} outside 0..{MAX_RAW}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any, Protocol
 
 NS_PER_S = 1_000_000_000
@@ -143,7 +144,7 @@ def clock_steps(samples: list[ClockMapping]) -> list[ClockStep]:
     """Steps of the system clock between consecutive (monotonic, wall) samples."""
     ordered = sorted(samples, key=lambda m: m.mono_ns)
     steps = []
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in pairwise(ordered):
         drift = drift_ns(a, b)
         bound = step_bound_ns(b.mono_ns - a.mono_ns) + a.uncertainty_ns + b.uncertainty_ns
         if abs(drift) > bound:

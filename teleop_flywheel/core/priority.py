@@ -12,8 +12,8 @@ priority 0 asks for nothing, a thread already real-time at or above the priority
 and memory is locked only where nothing can then fail for want of lockable memory.
 
 `lower_priority(n)`: at least niceness `n` for this process (and what it starts after), SCHED_BATCH
-unless `batch=False` (the scheduler then treats it as CPU-bound, never a latency-sensitive task), and — when this process
-leads its own session — its session's autogroup niced too. The autogroup is what counts under the
+unless `batch=False` (the scheduler then treats it as CPU-bound, never a latency-sensitive task), and — when this
+process leads its own session — its session's autogroup niced too. The autogroup is what counts under the
 kernel's `sched_autogroup` (the default on desktop and server distributions): CPU time is first
 shared between sessions, and each of a session's processes runs in its own (`teleop-flywheel run`
 gives every node one), so a niced process in a session of its own is what keeps the recorder's
@@ -35,7 +35,7 @@ import resource
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,15 +51,11 @@ def lower_priority(nice: int, *, batch: bool = True) -> None:
     except OSError:
         pass
     if batch:
-        try:
+        with suppress(AttributeError, OSError):
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-        except (AttributeError, OSError):
-            pass
     if os.getsid(0) == os.getpid():
-        try:
+        with suppress(OSError):
             Path("/proc/self/autogroup").write_text(str(min(19, nice)))
-        except OSError:
-            pass
 
 
 class _CapHeader(ctypes.Structure):

@@ -118,12 +118,12 @@ class CommandGuard:
         """Make the last *sent* value the target: a hold stops motion at once instead of finishing
         a rate-limited move toward a target that is no longer trusted."""
         if self._sent is not None:
-            self._target = dict(zip(self.joint_names, self._sent))
+            self._target = dict(zip(self.joint_names, self._sent, strict=True))
 
     def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> None:
         """Record a new target; unknown names are ignored, missing joints keep their target."""
         known = set(self.joint_names)
-        for name, value in zip(names, positions):
+        for name, value in zip(names, positions, strict=False):
             if name in known and math.isfinite(value):
                 self._target[name] = float(value)
         self._last_command_ns = stamp_ns

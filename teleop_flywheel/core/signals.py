@@ -9,6 +9,7 @@ reads it and sets the event.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -35,10 +36,8 @@ class SignalStop:
         self._relay = threading.Thread(target=self._run, name="signal-stop", daemon=True)
 
     def _handler(self, _signum: int, _frame: FrameType | None) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the pipe is full: a stop is pending already
             os.write(self._write, b"\0")
-        except OSError:
-            pass  # the pipe is full: a stop is pending already
         if self.then is not None:
             self.then()
 

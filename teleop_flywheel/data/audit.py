@@ -251,8 +251,12 @@ def audit(ds: LeRobotDataset, state: str | None = None, action: str | None = Non
     vis_min = np.nanmin(data.state, axis=0).astype(np.float64)
     vis_max = np.nanmax(data.state, axis=0).astype(np.float64)
     names = ds.joint_names(data.state_feature)
-    ranges = [JointRange(n, float(a), float(b), lo, hi, src)
-              for n, a, b, (lo, hi, src) in zip(names, vis_min, vis_max, available_ranges(ds, data.state_feature))]
+    ranges = [
+        JointRange(n, float(a), float(b), lo, hi, src)
+        for n, a, b, (lo, hi, src) in zip(
+            names, vis_min, vis_max, available_ranges(ds, data.state_feature), strict=True
+        )
+    ]
     starts = data.start_states
     spread = [StartSpread(n, float(starts[:, j].min()), float(starts[:, j].max()),
                           float(np.ptp(starts[:, j])), float(starts[:, j].std()))
@@ -260,22 +264,41 @@ def audit(ds: LeRobotDataset, state: str | None = None, action: str | None = Non
     distance = np.linalg.norm(starts - starts.mean(axis=0), axis=1)
     q1, q3 = np.percentile(distance, [25, 75])
     fence = float(q3 + OUTLIER_IQR * (q3 - q1))
-    outliers = [int(e) for e, d in zip(spans.episode_index, distance) if d > fence]
+    outliers = [int(e) for e, d in zip(spans.episode_index, distance, strict=True) if d > fence]
     worst = int(np.argmax(leading))
-    notes = data.notes + [f"{r.joint}: visited [{r.visited_min:.2f}, {r.visited_max:.2f}] exceeds the {r.available_source} "
-              f"available range [{r.available_min}, {r.available_max}]" for r in ranges if r.exceeds_available]
+    notes = data.notes + [
+        f"{r.joint}: visited [{r.visited_min:.2f}, {r.visited_max:.2f}] exceeds the {r.available_source} "
+        f"available range [{r.available_min}, {r.available_max}]"
+        for r in ranges
+        if r.exceeds_available
+    ]
     return AuditReport(
-        dataset=str(ds.root), fps=fps, episodes=len(lengths), frames=int(lengths.sum()),
-        seconds=float(lengths.sum() / fps), state_feature=data.state_feature, action_feature=data.action_feature,
+        dataset=str(ds.root),
+        fps=fps,
+        episodes=len(lengths),
+        frames=int(lengths.sum()),
+        seconds=float(lengths.sum() / fps),
+        state_feature=data.state_feature,
+        action_feature=data.action_feature,
         length_frames=_summary(lengths.astype(np.float64)),
-        length_seconds={k: (v / fps if k != "max_over_min" else v) for k, v in _summary(lengths.astype(np.float64)).items()},
-        dead_share=float(same.sum() / len(same)), dead_frames=int(same.sum()),
-        leading_dead_median=float(np.median(leading)), leading_dead_max=int(leading[worst]),
+        length_seconds={
+            k: (v / fps if k != "max_over_min" else v) for k, v in _summary(lengths.astype(np.float64)).items()
+        },
+        dead_share=float(same.sum() / len(same)),
+        dead_frames=int(same.sum()),
+        leading_dead_median=float(np.median(leading)),
+        leading_dead_max=int(leading[worst]),
         leading_dead_max_episode=int(spans.episode_index[worst]),
-        joint_ranges=ranges, start_spread=spread,
-        episode_index=[int(e) for e in spans.episode_index], episode_lengths=[int(n) for n in lengths],
-        leading_dead=[int(n) for n in leading], start_states=starts.tolist(),
-        start_distance=[float(d) for d in distance], outlier_fence=fence, outliers=outliers, notes=notes,
+        joint_ranges=ranges,
+        start_spread=spread,
+        episode_index=[int(e) for e in spans.episode_index],
+        episode_lengths=[int(n) for n in lengths],
+        leading_dead=[int(n) for n in leading],
+        start_states=starts.tolist(),
+        start_distance=[float(d) for d in distance],
+        outlier_fence=fence,
+        outliers=outliers,
+        notes=notes,
         content=content_audit(ds, [int(e) for e in spans.episode_index], names),
     )
 
@@ -289,7 +312,8 @@ def format_text(r: AuditReport) -> str:
         f"frames              {r.frames}  ({r.seconds:.1f} s)",
         f"episode length      min {lf['min']:.0f}  median {lf['median']:.1f}  max {lf['max']:.0f} frames"
         f"  ({ls['min']:.2f} / {ls['median']:.2f} / {ls['max']:.2f} s), max/min {lf['max_over_min']:.2f}",
-        f"dead air            {100 * r.dead_share:.1f} % of frames ({r.dead_frames}) repeat the previous action bit for bit",
+        f"dead air            {100 * r.dead_share:.1f} % of frames ({r.dead_frames}) repeat the previous action "
+        "bit for bit",
         f"leading dead        median {r.leading_dead_median:g} frames ({r.leading_dead_median / r.fps:.2f} s), "
         f"max {r.leading_dead_max} ({r.leading_dead_max / r.fps:.2f} s) in episode {r.leading_dead_max_episode}",
         "",
@@ -306,7 +330,7 @@ def format_text(r: AuditReport) -> str:
     lines += ["", f"distance from mean start: median {np.median(d):.2f}, max {d.max():.2f}, "
               f"outlier fence (Q3 + {OUTLIER_IQR} IQR) {r.outlier_fence:.2f}"]
     if r.outliers:
-        by_ep = dict(zip(r.episode_index, r.start_distance))
+        by_ep = dict(zip(r.episode_index, r.start_distance, strict=True))
         lines.append("outliers: " + ", ".join(f"episode {e} ({by_ep[e]:.2f})" for e in r.outliers))
     else:
         lines.append("outliers: none")

@@ -93,19 +93,25 @@ def format_lines(c: ContentAudit, episode_index: list[int]) -> list[str]:
     lines: list[str] = []
     for cam, lags in sorted(c.camera_lag_ms.items()):
         lines.append(f"camera lag {cam:<9}{_stat(lags)} (behind the joints, from the images)")
-        per = ", ".join(f"{e}: {'?' if v is None else f'{v:+.1f}'}" for e, v in zip(episode_index, lags))
+        per = ", ".join(f"{e}: {'?' if v is None else f'{v:+.1f}'}" for e, v in zip(episode_index, lags, strict=True))
         lines.append(f"  per episode (ms)  {per}")
     if c.tracking_lag_ms:
         lines.append("tracking lag        the follower behind the command, per joint (median / worst over episodes):")
-        cols = list(zip(*c.tracking_lag_ms)) if c.tracking_lag_ms else []
-        for name, col in zip(c.tracking_joints, cols):
+        cols = list(zip(*c.tracking_lag_ms, strict=True)) if c.tracking_lag_ms else []
+        for name, col in zip(c.tracking_joints, cols, strict=True):
             known = [v for v in col if v is not None]
             lines.append(f"  {name:<18}" + (f"{np.median(known):6.1f} / {max(known):6.1f} ms" if known else "unknown"))
     if c.effort:
-        lines.append(f"effort              per joint: min / q01 / q99 / max (fraction of max torque), share > {HIGH_EFFORT:g}:")
-        lines += [f"  {e.joint:<18}{e.min:+.2f} / {e.q01:+.2f} / {e.q99:+.2f} / {e.max:+.2f}   {100 * e.high_share:.1f} %"
-                  for e in c.effort]
-    trimmed = [(e, a, b) for e, a, b in zip(episode_index, c.trimmed_leading_s, c.trimmed_trailing_s) if a or b]
+        lines.append(
+            f"effort              per joint: min / q01 / q99 / max (fraction of max torque), share > {HIGH_EFFORT:g}:"
+        )
+        lines += [
+            f"  {e.joint:<18}{e.min:+.2f} / {e.q01:+.2f} / {e.q99:+.2f} / {e.max:+.2f}   {100 * e.high_share:.1f} %"
+            for e in c.effort
+        ]
+    trimmed = [
+        (e, a, b) for e, a, b in zip(episode_index, c.trimmed_leading_s, c.trimmed_trailing_s, strict=False) if a or b
+    ]
     if trimmed:
         lines.append(f"dead air trimmed    {len(trimmed)} episodes: " + ", ".join(
             f"{e} (-{a:.1f} s lead, -{b:.1f} s tail)" for e, a, b in trimmed))
@@ -115,7 +121,7 @@ def format_lines(c: ContentAudit, episode_index: list[int]) -> list[str]:
 def card_lines(c: ContentAudit, episode_index: list[int]) -> list[str]:
     """The data card's paragraph on the content checks (what convert measured and trimmed)."""
     lines: list[str] = []
-    trimmed = [(a, b) for a, b in zip(c.trimmed_leading_s, c.trimmed_trailing_s) if a or b]
+    trimmed = [(a, b) for a, b in zip(c.trimmed_leading_s, c.trimmed_trailing_s, strict=True) if a or b]
     if trimmed:
         lines.append(f"Dead air trimmed (`convert --trim-dead-air`, a judgement call): {len(trimmed)} episodes lost "
                      f"{sum(a for a, _ in trimmed):.1f} s of leading and {sum(b for _, b in trimmed):.1f} s of "

@@ -70,7 +70,9 @@ def role_files(items: list[str]) -> dict[str, str]:
     for item in items:
         role, sep, path = item.partition("=")
         if not sep or role not in CALIBRATION_ROLES or not path:
-            raise ValueError(f"--calibration {item!r}: expected ROLE=FILE with ROLE one of {', '.join(CALIBRATION_ROLES)}")
+            raise ValueError(
+                f"--calibration {item!r}: expected ROLE=FILE with ROLE one of {', '.join(CALIBRATION_ROLES)}"
+            )
         if role in out:
             raise ValueError(f"--calibration {role}=… given twice")
         out[role] = path

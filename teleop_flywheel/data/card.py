@@ -176,11 +176,20 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
     lines += ["", "## Tasks", ""] + _table(("task", "episodes"), sorted(tasks.items()))
     lines += ["", "## Start-state coverage", "",
               "Range each joint visited against what is available, and how far start states spread:", ""]
-    lines += _table(("joint", "visited", "available", "share", "start-state span", "start-state std"),
-                    [(j.joint, f"{j.visited_min:.1f} … {j.visited_max:.1f}",
-                      "?" if j.available is None else f"{j.available_min:g} … {j.available_max:g} ({j.available_source})",
-                      "?" if j.share is None else f"{100 * j.share:.0f} %", f"{s.span:.2f}", f"{s.std:.2f}")
-                     for j, s in zip(a.joint_ranges, a.start_spread)])
+    lines += _table(
+        ("joint", "visited", "available", "share", "start-state span", "start-state std"),
+        [
+            (
+                j.joint,
+                f"{j.visited_min:.1f} … {j.visited_max:.1f}",
+                "?" if j.available is None else f"{j.available_min:g} … {j.available_max:g} ({j.available_source})",
+                "?" if j.share is None else f"{100 * j.share:.0f} %",
+                f"{s.span:.2f}",
+                f"{s.std:.2f}",
+            )
+            for j, s in zip(a.joint_ranges, a.start_spread, strict=True)
+        ],
+    )
     narrow = [s.joint for s in a.start_spread if s.span < 1.0]
     lines += ["", f"Episodes starting unusually far from the mean start: {a.outliers or 'none'}."]
     lines += ["", "## What it must not be used for", "",

@@ -130,10 +130,20 @@ def _dead_air(stamps: np.ndarray, cmd: np.ndarray, cfg: ValidateConfig) -> list[
     internal = np.flatnonzero(dur[1:-1] > cfg.max_internal_dead_s) + 1
     if len(internal):
         i = int(internal[np.argmax(dur[internal])])
-        out.append(Reason(DEAD_AIR, f"{dur[i]:.1f}s of identical commands at t={(stamps[starts[i]] - stamps[0]) / 1e9:.1f}s"
-                          f" > {cfg.max_internal_dead_s:g}s ({len(internal)} stretch(es))",
-                          {"kind": "internal", "seconds": float(dur[i]), "at_s": (stamps[starts[i]] - stamps[0]) / 1e9,
-                           "stretches": len(internal), "bound_s": cfg.max_internal_dead_s}))
+        out.append(
+            Reason(
+                DEAD_AIR,
+                f"{dur[i]:.1f}s of identical commands at t={(stamps[starts[i]] - stamps[0]) / 1e9:.1f}s"
+                f" > {cfg.max_internal_dead_s:g}s ({len(internal)} stretch(es))",
+                {
+                    "kind": "internal",
+                    "seconds": float(dur[i]),
+                    "at_s": (stamps[starts[i]] - stamps[0]) / 1e9,
+                    "stretches": len(internal),
+                    "bound_s": cfg.max_internal_dead_s,
+                },
+            )
+        )
     return out
 
 
@@ -147,8 +157,13 @@ def _interventions(ep: EpisodeMeta, authority: np.ndarray | None) -> list[Reason
         ids, trig = authority[:, 1], authority[:, 2]
         for iid in np.unique(ids[ids > 0]).astype(int):
             if iid not in known and not np.any(trig[ids == iid] > 0):
-                out.append(Reason(UNLABELLED_INTERVENTION, f"intervention {iid} on {AUTHORITY} never got a trigger label",
-                                  {"intervention_id": int(iid)}))
+                out.append(
+                    Reason(
+                        UNLABELLED_INTERVENTION,
+                        f"intervention {iid} on {AUTHORITY} never got a trigger label",
+                        {"intervention_id": int(iid)},
+                    )
+                )
     return out
 
 
@@ -165,8 +180,13 @@ def _servo_faults(bag: Bag) -> list[Reason]:
             out.append(Reason(CORRUPT, f"{topic}: undecodable ({exc})", {"stream": topic}))
             continue
         if faults:
-            out.append(Reason(SERVO_FAULT, f"{topic}: {faults[0]}" + (f" (+{len(faults) - 1} more)" if faults[1:] else ""),
-                              {"stream": topic, "faults": faults}))
+            out.append(
+                Reason(
+                    SERVO_FAULT,
+                    f"{topic}: {faults[0]}" + (f" (+{len(faults) - 1} more)" if faults[1:] else ""),
+                    {"stream": topic, "faults": faults},
+                )
+            )
     return out
 
 
@@ -186,7 +206,9 @@ def _missing(bag: Bag, ep: EpisodeMeta, cfg: ValidateConfig) -> list[Reason]:
         else:
             needed = cfg.min_messages
         if n < needed:
-            out.append(Reason(MISSING_STREAM, f"{topic} has {n} messages (< {needed})", {"stream": topic, "messages": n}))
+            out.append(
+                Reason(MISSING_STREAM, f"{topic} has {n} messages (< {needed})", {"stream": topic, "messages": n})
+            )
     return out
 
 

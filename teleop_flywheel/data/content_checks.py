@@ -101,7 +101,11 @@ def tracking_lag(command: Stream, follower: Stream) -> list[float | None]:
 
 
 def tracking_warnings(lags: list[float | None], cfg: ValidateConfig) -> list[Reason]:
-    over = {name: lag for name, lag in zip(JOINT_NAMES, lags) if lag is not None and lag > cfg.tracking_lag_max_ms}
+    over = {
+        name: lag
+        for name, lag in zip(JOINT_NAMES, lags, strict=True)
+        if lag is not None and lag > cfg.tracking_lag_max_ms
+    }
     if not over:
         return []
     worst = max(over, key=lambda k: over[k])

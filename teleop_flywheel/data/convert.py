@@ -31,6 +31,7 @@ or rolled forward next run), 2 could not run (usage, no bags, inconsistent or bu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import sys
@@ -251,10 +252,8 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 _refresh(out, result, prepared, roots)
             return result
         finally:
-            try:
+            with contextlib.suppress(OSError):  # e.g. still no space: the next run finishes it
                 commit.recover_all(out)  # staging without a journal: rolled back; a journal: finished
-            except OSError:
-                pass  # e.g. still no space: the next run finishes it
 
 
 def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path]) -> None:
@@ -281,7 +280,9 @@ def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="BAG_OR_DIR", help="bag directories, .mcap files or folders of bags")
+    parser.add_argument(
+        "paths", nargs="+", metavar="BAG_OR_DIR", help="bag directories, .mcap files or folders of bags"
+    )
     parser.add_argument("--dataset", required=True, metavar="DATASET", help="dataset root (created or appended to)")
     parser.add_argument("--fps", type=int, default=30,
                         help="frames per second of the dataset's grid; every stream is sampled onto it (default 30)")
@@ -344,7 +345,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"episodes in: {res.episodes_in}; converted: {n_conv}; already in the dataset: {len(res.duplicates)}; "
           f"rejected: {sum(len(v) for v in res.rejected.values())}; errors: {len(res.errors) + len(path_errors)}")
     for root, ids in res.converted.items():
-        note = "" if Path(root) == Path(os.path.abspath(out)) else "  (different camera set: a dataset of its own schema)"
+        note = (
+            "" if Path(root) == Path(os.path.abspath(out)) else "  (different camera set: a dataset of its own schema)"
+        )
         repo = (read_info(Path(root)) or {}).get("repo_id") or f"local/{Path(root).name}"
         print(f"  {display(root)}: +{len(ids)} episodes{note}; load with "
               f"LeRobotDataset({repo!r}, root={display(root)!r}, video_backend='pyav')")

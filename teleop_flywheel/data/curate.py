@@ -222,10 +222,14 @@ def format_text(r: CurationReport) -> str:
               + (" ..." if len(r.coverage_order) > 20 else ""),
               "", f"where to send operators next (start poses, dataset units; box = {r.box} joint ranges):",
               "  " + "  ".join(f"{j:>14}" for j in r.joints) + "     gap"]
-    for pose, gap in zip(r.targets, r.target_gaps):
+    for pose, gap in zip(r.targets, r.target_gaps, strict=True):
         lines.append("  " + "  ".join(f"{v:>14.2f}" for v in pose) + f"  {gap:6.3f}")
-    lines += ["", f"sample weights: intervention x{r.rule.intervention_weight:g}, half-life {r.rule.half_life_days:g} days,"
-              f" interventions from {r.intervention_source}", f"  rule: {WEIGHT_RULE}"]
+    lines += [
+        "",
+        f"sample weights: intervention x{r.rule.intervention_weight:g}, half-life {r.rule.half_life_days:g} days,"
+        f" interventions from {r.intervention_source}",
+        f"  rule: {WEIGHT_RULE}",
+    ]
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
 
@@ -240,13 +244,23 @@ def write_plot(r: CurationReport, out: Path) -> list[Path]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--plot", type=Path, metavar="OUT", help="write the score scatter matrix PNG (and <OUT>_starts.png)")
+    parser.add_argument(
+        "--plot", type=Path, metavar="OUT", help="write the score scatter matrix PNG (and <OUT>_starts.png)"
+    )
     parser.add_argument("--targets", type=int, default=TARGETS, help=f"start poses to suggest (default {TARGETS})")
-    parser.add_argument("--box", choices=("visited", "available"), default="visited",
-                        help="joint-range box for target poses: ranges visited in the data (default) or available limits")
+    parser.add_argument(
+        "--box",
+        choices=("visited", "available"),
+        default="visited",
+        help="joint-range box for target poses: ranges visited in the data (default) or available limits",
+    )
     parser.add_argument("--vary", help="comma-separated joints the target poses vary (others at the median start)")
-    parser.add_argument("--duration-tolerance", type=float, default=DURATION_TOLERANCE,
-                        help=f"flag episodes more than this factor off their task median (default {DURATION_TOLERANCE})")
+    parser.add_argument(
+        "--duration-tolerance",
+        type=float,
+        default=DURATION_TOLERANCE,
+        help=f"flag episodes more than this factor off their task median (default {DURATION_TOLERANCE})",
+    )
     parser.add_argument("--intervention-weight", type=float, default=INTERVENTION_WEIGHT,
                         help=f"weight of episodes with an intervention (default {INTERVENTION_WEIGHT}; seeds: 2-3)")
     parser.add_argument("--half-life", type=float, default=HALF_LIFE_DAYS,

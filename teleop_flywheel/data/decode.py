@@ -54,11 +54,19 @@ from teleop_flywheel.recording.reader import Bag, BagReadError, ImageStream, Str
 JOINT_STATE = "sensor_msgs/msg/JointState"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 STRING = "std_msgs/msg/String"
-EXPECTED_TYPES = {FOLLOWER_STATE: JOINT_STATE, FOLLOWER_COMMAND: JOINT_STATE, LEADER_STATE: JOINT_STATE,
-                  LEADER_COMMAND: JOINT_STATE, POLICY_COMMAND: JOINT_STATE, AUTHORITY: JOINT_STATE,
-                  INTERVENTION: STRING, PEDAL_JOY: "sensor_msgs/msg/Joy",
-                  DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray",
-                  LEADER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus", FOLLOWER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus"}
+EXPECTED_TYPES = {
+    FOLLOWER_STATE: JOINT_STATE,
+    FOLLOWER_COMMAND: JOINT_STATE,
+    LEADER_STATE: JOINT_STATE,
+    LEADER_COMMAND: JOINT_STATE,
+    POLICY_COMMAND: JOINT_STATE,
+    AUTHORITY: JOINT_STATE,
+    INTERVENTION: STRING,
+    PEDAL_JOY: "sensor_msgs/msg/Joy",
+    DIAGNOSTICS: "diagnostic_msgs/msg/DiagnosticArray",
+    LEADER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus",
+    FOLLOWER_FAULT: "diagnostic_msgs/msg/DiagnosticStatus",
+}
 AUTHORITY_FIELDS = ["alpha", "intervention_id", "trigger"]
 _STRUCTURE = {"calibration": dict, "cameras": list, "topics": list, "interventions": list, "clock_start": dict,
               "clock_end": dict, "clock_samples": list, "drops": dict, "extra": dict, "corrections": list}

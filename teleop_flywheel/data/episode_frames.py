@@ -246,9 +246,11 @@ def _refuse_feature_change(dec: Decoded, ep: EpisodeMeta | None, job: ConvertJob
                 "from bags without efforts)")
         raise FeatureSetError(f"{what}: a feature-set change is a new dataset (convert it into another --dataset)")
     if not job.correction_feature and ep is not None and ep.corrections:
-        raise FeatureSetError("episode has teleop-mode corrections but the dataset has no complementary_info.correction "
-                              "(converted before corrections): a feature-set change is a new dataset (convert it into "
-                              "another --dataset)")
+        raise FeatureSetError(
+            "episode has teleop-mode corrections but the dataset has no complementary_info.correction "
+            "(converted before corrections): a feature-set change is a new dataset (convert it into "
+            "another --dataset)"
+        )
 
 
 def features_for(videos: dict[str, tuple[int, int]], effort: bool = False, correction: bool = True

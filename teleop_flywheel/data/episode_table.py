@@ -107,7 +107,7 @@ def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
     id_col = next((c for c in ID_COLUMNS if c in cols), None)
     meta_col = next((c for c in META_JSON_COLUMNS if c in cols), None)
     out = []
-    for i, (row, tasks) in enumerate(zip(table.to_dict("records"), ds.episode_tasks())):
+    for row, tasks in zip(table.to_dict("records"), ds.episode_tasks(), strict=True):
         rec = EpisodeRecord(int(row["episode_index"]), int(row["length"]), tasks,
                             _clean(row[id_col]) if id_col else None)
         if meta_col and _clean(row[meta_col]) is not None:

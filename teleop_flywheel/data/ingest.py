@@ -32,7 +32,8 @@ converts with one worker by default.
 Rejected bags are moved (never deleted) to `--quarantine` (default `<WATCH_DIR>/../quarantine`)
 under their first reason code, with a JSON record of why; the dataset's record says where they
 went (`--no-quarantine`: they stay where they are, rejected in the state file). A dataset this run
-could not append to (another fps or codec) is refused at start. `--once` ingests what is ready and exits (cron, tests); otherwise it polls every `--poll` s.
+could not append to (another fps or codec) is refused at start. `--once` ingests what is ready and exits (cron, tests);
+otherwise it polls every `--poll` s.
 
 In a session (`ingest:=true`: the `ingest` node, `ros/nodes/ingest.py`) the same loop runs on the
 session's own output_dir; its dataset lies inside that folder (`recording/output_layout.py`) and

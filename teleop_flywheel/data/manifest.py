@@ -70,12 +70,9 @@ def converter_ids(ds: LeRobotDataset, id_version: int) -> dict[int, str]:
     converted before carry only `episode_id`, which is v1."""
     t = ds.episodes
     out: dict[int, str] = {}
-    for i, row in enumerate(t.to_dict("records")):
+    for row in t.to_dict("records"):
         v2_row = "id_version" in t.columns and _present(row.get("id_version")) and int(row["id_version"]) >= 2
-        if id_version >= 2 or not v2_row:
-            value = row.get("episode_id")
-        else:
-            value = row.get("episode_id_v1")
+        value = row.get("episode_id") if id_version >= 2 or not v2_row else row.get("episode_id_v1")
         if _present(value):
             out[int(row["episode_index"])] = str(value)
     return out
@@ -94,7 +91,7 @@ def identities(ds: LeRobotDataset, id_version: int = ID_VERSION) -> list[Episode
     records = {r.episode_index: r for r in episode_records(ds)}
     ids = converter_ids(ds, id_version)
     out = []
-    for e, lo, hi in zip(spans.episode_index, spans.start, spans.stop):
+    for e, lo, hi in zip(spans.episode_index, spans.start, spans.stop, strict=True):
         h = hashlib.sha256()
         for n in names:
             part = arrays[n][lo:hi]
@@ -240,7 +237,9 @@ class Verification:
 
     def lines(self) -> list[str]:
         out = [f"added   episode {e.episode_index} id {e.episode_id} ({e.length} frames)" for e in self.added]
-        out += [f"removed episode {m['episode_index']} id {m['episode_id']} ({m['length']} frames)" for m in self.removed]
+        out += [
+            f"removed episode {m['episode_index']} id {m['episode_id']} ({m['length']} frames)" for m in self.removed
+        ]
         for m, e, parts in self.changed:
             what = "; ".join(parts) or f"content {m['data_sha256'][:12]} -> {e.data_sha256[:12]}"
             out.append(f"changed episode {m['episode_index']} id {m['episode_id']}: {what} "
@@ -343,9 +342,20 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(exc)) from exc
     if args.json:
-        print(json.dumps({"ok": result.ok, "matched": result.matched, "differences": result.lines(),
-                          "id_version": result.id_version, "notes": result.notes,
-                          "fingerprint": result.fingerprint, "manifest_fingerprint": manifest["fingerprint"]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "matched": result.matched,
+                    "differences": result.lines(),
+                    "id_version": result.id_version,
+                    "notes": result.notes,
+                    "fingerprint": result.fingerprint,
+                    "manifest_fingerprint": manifest["fingerprint"],
+                },
+                indent=2,
+            )
+        )
     else:
         for line in result.lines():
             print(line)

@@ -160,7 +160,9 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
         fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(effort) + 1.5))
         for i, e in enumerate(effort):
             ax.barh(i, e.max - e.min, left=e.min, color=LIGHT, height=0.7, label="all frames" if i == 0 else None)
-            ax.barh(i, e.q99 - e.q01, left=e.q01, color=BLUE, height=0.4, label="1st-99th percentile" if i == 0 else None)
+            ax.barh(
+                i, e.q99 - e.q01, left=e.q01, color=BLUE, height=0.4, label="1st-99th percentile" if i == 0 else None
+            )
         ax.axvline(0.0, color=GREY, lw=0.8)
         ax.set_yticks(np.arange(len(effort)), [e.joint for e in effort])
         ax.invert_yaxis()

@@ -180,7 +180,9 @@ def encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int
                 stat_images[a + k] = _stat_image(decode_bgr(images[i], f"{what}: image {i}", size))
             continue
         part = path if (a, b) == (0, len(indices)) else path.with_name(f"{path.stem}.{a:06d}{path.suffix}")
-        stat_images.update({a + k: im for k, im in encode_frames(images, indices[a:b], part, key, what, sample).items()})
+        stat_images.update(
+            {a + k: im for k, im in encode_frames(images, indices[a:b], part, key, what, sample).items()}
+        )
         parts.append(part)
         made.append(part)
     if parts != [path]:

@@ -101,8 +101,14 @@ def _is_policy(rec: EpisodeRecord) -> bool:
     return bool(rec.checkpoint)
 
 
-def compute(records: list[EpisodeRecord], source: str, starts: np.ndarray | None = None,
-            box: tuple[np.ndarray, np.ndarray] | None = None, k: int = 4, joints: list[str] | None = None) -> FlywheelStats:
+def compute(
+    records: list[EpisodeRecord],
+    source: str,
+    starts: np.ndarray | None = None,
+    box: tuple[np.ndarray, np.ndarray] | None = None,
+    k: int = 4,
+    joints: list[str] | None = None,
+) -> FlywheelStats:
     notes: list[str] = []
     groups: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for rec in records:
@@ -135,7 +141,7 @@ def compute(records: list[EpisodeRecord], source: str, starts: np.ndarray | None
             members = [records[i] for i in np.flatnonzero(labels == c)]
             clusters.append({"cluster": c, "episodes": len(members),
                              "centre": dict(zip(joints or [str(j) for j in range(starts.shape[1])],
-                                                (centres[c] * width).round(3).tolist())),
+                                                (centres[c] * width).round(3).tolist(), strict=True)),
                              "per_task": dict(Counter(r.task or "(no task)" for r in members)),
                              "episode_index": [r.episode_index for r in members]})
 
@@ -190,8 +196,11 @@ def stats_for(paths: list[Path], k: int = 4) -> FlywheelStats:
 
 
 def format_text(s: FlywheelStats) -> str:
-    lines = [f"flywheel stats for {s.source}: {s.episodes} episodes", "",
-             f"{'checkpoint':<20} {'week':<9} {'eps':>4} {'int':>4} {'int/ep':>7} {'share':>6}  by trigger / by operator"]
+    lines = [
+        f"flywheel stats for {s.source}: {s.episodes} episodes",
+        "",
+        f"{'checkpoint':<20} {'week':<9} {'eps':>4} {'int':>4} {'int/ep':>7} {'share':>6}  by trigger / by operator",
+    ]
     for r in s.per_checkpoint_week:
         share = r.episodes_with_intervention / r.episodes
         lines.append(f"{r.checkpoint:<20} {r.week:<9} {r.episodes:>4} {r.interventions:>4} {r.rate:>7.2f} "

@@ -193,8 +193,8 @@ def find_bags(paths: list[str | Path], exclude: Path | None = None) -> tuple[lis
                 if here != p and _is_bag_dir(here):
                     out.append(here)
                     nested = [here / d for d in dirs if _contains_bag(here / d)]
-                    errors += [f"{display(n)}: bag directory inside bag directory {display(here)}; skipped "
-                               "(validate it by naming it)" for n in nested]
+                    errors.extend(f"{display(n)}: bag directory inside bag directory {display(here)}; skipped "
+                                  "(validate it by naming it)" for n in nested)
                     dirs[:] = []
                 dirs.sort()
     return sorted(dict.fromkeys(out)), errors

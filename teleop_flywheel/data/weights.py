@@ -38,7 +38,7 @@ class WeightedEpisode(Protocol):
     age_days: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class WeightRule:
     intervention_weight: float = INTERVENTION_WEIGHT
     half_life_days: float = HALF_LIFE_DAYS
@@ -98,7 +98,7 @@ def read_weights(root: str | Path) -> tuple[dict[int, float], dict[str, Any]]:
     table = pq.read_table(path)
     meta = table.schema.metadata or {}
     rule = json.loads(meta.get(b"teleop_flywheel.sample_weights", b"{}"))
-    return dict(zip(table.column("episode_index").to_pylist(), table.column("weight").to_pylist())), rule
+    return dict(zip(table.column("episode_index").to_pylist(), table.column("weight").to_pylist(), strict=True)), rule
 
 
 def frame_weights(ds: LeRobotDataset) -> np.ndarray:
@@ -110,6 +110,6 @@ def frame_weights(ds: LeRobotDataset) -> np.ndarray:
     if missing:
         raise DatasetError(f"{ds.root / WEIGHTS_PATH}: no weight for episode(s) {sorted(missing)[:10]}; re-run curate")
     per_episode = np.zeros(int(table["episode_index"].max()) + 1)
-    for e, n in zip(table["episode_index"].astype(int), table["length"].astype(int)):
+    for e, n in zip(table["episode_index"].astype(int), table["length"].astype(int), strict=True):
         per_episode[e] = weights[e] / n
     return per_episode[ep]

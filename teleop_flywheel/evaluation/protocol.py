@@ -64,9 +64,12 @@ class MachineCheck:
         """(passed, plain reason)."""
         if pose is None:
             return False, "no follower state received"
-        err = max(abs(a - b) for a, b in zip(pose, self.final_pose))
+        err = max(abs(a - b) for a, b in zip(pose, self.final_pose, strict=True))
         verdict = "within" if err <= self.tolerance_rad else "outside"
-        return err <= self.tolerance_rad, f"follower ends {err:.3f} rad from final_pose ({verdict} {self.tolerance_rad:g})"
+        return (
+            err <= self.tolerance_rad,
+            f"follower ends {err:.3f} rad from final_pose ({verdict} {self.tolerance_rad:g})",
+        )
 
 
 @dataclass(frozen=True)
@@ -318,5 +321,17 @@ class ProtocolWalker:
                 "task": self.protocol.task, "session_kind": "evaluation"}
 
 
-__all__ = ["Protocol", "Condition", "CheckpointSpec", "MachineCheck", "RESERVED_FAILURES", "ProtocolError", "ProtocolWalker", "Slot", "TrialRecord", "load_protocol",
-           "parse_protocol", "canonical_hash"]
+__all__ = [
+    "Protocol",
+    "Condition",
+    "CheckpointSpec",
+    "MachineCheck",
+    "RESERVED_FAILURES",
+    "ProtocolError",
+    "ProtocolWalker",
+    "Slot",
+    "TrialRecord",
+    "load_protocol",
+    "parse_protocol",
+    "canonical_hash",
+]

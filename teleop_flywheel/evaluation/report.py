@@ -239,7 +239,7 @@ def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[
     testable = [i for i, (_c, _ka, na, _kb, nb) in enumerate(pairs) if na and nb]
     raw = {i: fisher_exact(pairs[i][3], pairs[i][4] - pairs[i][3], pairs[i][1], pairs[i][2] - pairs[i][1])
            for i in testable}
-    adjusted = dict(zip(testable, holm([raw[i] for i in testable])))
+    adjusted = dict(zip(testable, holm([raw[i] for i in testable]), strict=True))
     out = [compare(a, b, *pairs[i], tests=len(testable), p_adjusted=adjusted.get(i), p_value=raw.get(i))
            for i in range(len(pairs))]
     if len(conds) > 1 and not balanced:
@@ -309,7 +309,10 @@ def write_html(report: Report, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(max(4, len(report.cells) * 0.8), 3.5))
     x = np.arange(len(report.cells))
     rates = [c.rate or 0.0 for c in report.cells]
-    err = [[r - c.ci95[0] for r, c in zip(rates, report.cells)], [c.ci95[1] - r for r, c in zip(rates, report.cells)]]
+    err = [
+        [r - c.ci95[0] for r, c in zip(rates, report.cells, strict=True)],
+        [c.ci95[1] - r for r, c in zip(rates, report.cells, strict=True)],
+    ]
     ax.bar(x, rates, yerr=err, capsize=4, color=["#4c72b0" if c.complete else "#bbbbbb" for c in report.cells])
     ax.set_xticks(x, [f"{c.checkpoint}\n{c.condition}" for c in report.cells], fontsize=7)
     ax.set_ylim(0, 1)

@@ -102,7 +102,9 @@ class LeRobotPolicy(Policy):
             return self._held
         self._held = self._infer(state, images)
         behind = self._next_ns is None or t_ns >= self._next_ns + self.period_ns
-        self._next_ns = (t_ns if behind or self._next_ns is None else self._next_ns) + self.period_ns  # late ticks do not pile up
+        self._next_ns = (
+            t_ns if behind or self._next_ns is None else self._next_ns
+        ) + self.period_ns  # late ticks do not pile up
         return self._held
 
     def _infer(self, state: Sequence[float], images: Images) -> list[float]:

@@ -88,7 +88,7 @@ class ScriptedPolicy(Policy):
         frm = self._start if step == 0 else self.target(move - 1)
         to = self.target(move)
         s = min_jerk((elapsed - step * self.move_s) / self.move_s)
-        return [a + (b - a) * s for a, b in zip(frm, to)]  # type: ignore[arg-type]
+        return [a + (b - a) * s for a, b in zip(frm, to, strict=True)]  # type: ignore[arg-type]
 
 
 def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> ScriptedPolicy:

@@ -21,9 +21,9 @@ Method (all on the episode's own header stamps):
    residual variance; on synthetic episodes it overstates the real error by about 1.5×). No
    estimate can be trusted — too few frames, no cell that follows the arm, joints that explain
    less than 70 % of the image motion (below that, a false peak far from the true lag can win: a
-   clean demo episode under load once fitted 179 ms at R² 0.56; real estimates fit at 0.75–0.97), a best fit at the edge of the search, a lag 100 ms away
-   that fits almost as well (R² within 0.1: motion too smooth to pin the lag), or an estimate that
-   moves by more than 15 ms when one eighth of the episode is left out — and the standard error
+   clean demo episode under load once fitted 179 ms at R² 0.56; real estimates fit at 0.75–0.97), a best fit at the
+   edge of the search, a lag 100 ms away that fits almost as well (R² within 0.1: motion too smooth to pin the lag), or
+   an estimate that moves by more than 15 ms when one eighth of the episode is left out — and the standard error
    is set to the search span. A standard error above the caller's bound means the episode has too
    little motion to tell (the validator warns; it never passes or rejects on it).
 

@@ -37,6 +37,7 @@ Configuration and episode fields: `recording/episode_config.py`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
@@ -142,10 +143,9 @@ class EpisodeRecorder:
             except (CdrError, ValueError) as exc:
                 self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
         elif entry.camera is not None and entry.has_header:
-            try:  # receive − capture stamp (both wall clock / ROS time): the status's per-camera latency
+            # receive − capture stamp (both wall clock / ROS time): the status's per-camera latency
+            with contextlib.suppress(CdrError):
                 entry.latencies_ns.append(recv - header_stamp_ns(data))
-            except CdrError:
-                pass
         entry.last_recv_ns = recv
         if entry.state:
             entry.latest = (bytes(data), sent, info.get("publication_sequence_number") or 0)
@@ -164,10 +164,8 @@ class EpisodeRecorder:
                     self._awaited.discard(entry.name)
                     self._ended.add(entry.name)
             if entry.name == self._policy_topic and entry.has_header:
-                try:
+                with contextlib.suppress(CdrError):  # already warned about this message above if it was malformed
                     self._checkpoints.add(header_frame_id(data))
-                except CdrError:
-                    pass  # already warned about this message above if it was malformed
             entry.count += 1
             entry.window_count += 1
             entry.drops += lost

@@ -249,7 +249,7 @@ class Bag:
     def strings(self, topic: str) -> list[tuple[int, str]]:
         """std_msgs/String messages as (log_ns, text)."""
         raw = self.raw(topic)
-        return [(int(t), cdr.decode_string(d)) for t, d in zip(raw.log_ns, raw.data)]
+        return [(int(t), cdr.decode_string(d)) for t, d in zip(raw.log_ns, raw.data, strict=True)]
 
     def joy(self, topic: str) -> Stream:
         """sensor_msgs/Joy buttons (N, B) int32 at their stamps (axes via `decode`)."""

@@ -89,8 +89,15 @@ def _one_line(reason: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def verdict_doc(name: str, result: Mapping[str, Any] | None, *, error: str | None = None,
-                expected_cameras: list[str] | None = None, stopped_wall_ns: int = 0, config: str = "") -> dict[str, Any]:
+def verdict_doc(
+    name: str,
+    result: Mapping[str, Any] | None,
+    *,
+    error: str | None = None,
+    expected_cameras: list[str] | None = None,
+    stopped_wall_ns: int = 0,
+    config: str = "",
+) -> dict[str, Any]:
     """verdict.json's content from a judge's result (`{"report": EpisodeReport.to_dict(), "seconds"}`),
     or a doc without a verdict when `error` says why there is none."""
     report = dict((result or {}).get("report") or {})

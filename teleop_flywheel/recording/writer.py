@@ -40,6 +40,7 @@ anything is created.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -166,7 +167,7 @@ class BagWriter:
         except OSError as exc:
             self._raise_io(exc, self.path)
         try:
-            self._file = open(self.mcap_path, "xb")
+            self._file = open(self.mcap_path, "xb")  # noqa: SIM115 - open for the bag's life, closed in close()
             self._mcap = Writer(self._file, chunk_size=chunk_size, compression=COMPRESSION[compression],
                                 enable_crcs=True, enable_data_crcs=True)
             self._mcap.start(profile=PROFILE, library=LIBRARY)
@@ -338,10 +339,9 @@ class BagWriter:
 
     def _release_file(self) -> None:
         self._closed = True
-        try:
+        # already failed (disk full); the bytes that reached the OS stay for `recover`
+        with contextlib.suppress(OSError):
             self._file.close()
-        except OSError:
-            pass  # already failed (disk full); the bytes that reached the OS stay for `recover`
 
     @property
     def closed(self) -> bool:

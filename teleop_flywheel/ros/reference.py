@@ -149,7 +149,9 @@ def node_info(executable: str, target: str, node_names: dict[str, str]) -> NodeI
                 note = f"one per {var}: {', '.join(values)}"
         if name == "<topic>" and kind == "sub":
             name, note = "(each topic it records)", "its `topics` parameter and the cameras; raw CDR, as offered"
-        qos_arg = call.args[3] if kind == "sub" and len(call.args) > 3 else (call.args[2] if len(call.args) > 2 else None)
+        qos_arg = (
+            call.args[3] if kind == "sub" and len(call.args) > 3 else (call.args[2] if len(call.args) > 2 else None)
+        )
         qos = qos_arg.id.removesuffix("_QOS").lower() if isinstance(qos_arg, ast.Name) else ""
         if isinstance(qos_arg, ast.Constant):
             qos = f"depth {qos_arg.value!s}"
@@ -281,77 +283,113 @@ BENCH_LINES: dict[str, Any] = {
         f"({d['ours']['ratio_to_wire_limit']:.2f} of the wire limit), paced 500 Hz p99 jitter "
         f"{d['ours']['paced_500hz']['jitter_p99_ms']:.2f} ms, {d['ratio_ours_to_vendor']:.2f}× the SDK "
         f"({_met(d['ours']['paced_500hz']['jitter_p99_ms'] <= 1.0)}; vs the SDK "
-        + ("faster" if d['ratio_ours_to_vendor'] > 1.05 else
-           "level" if d['ratio_ours_to_vendor'] >= 0.95 else
-           "**slower**: a read carries a few bytes more so no late or duplicated reply passes as fresh") + ")"
-        + ("; behind real adapters (free-running / a 200 Hz loop): " + ", ".join(
-            f"{name} {a['free_running_hz']:.0f} / {a['paced_200hz_achieved_hz']:.0f} Hz"
-            for name, a in d["adapters"].items()) if "adapters" in d else "")),
+        + (
+            "faster"
+            if d["ratio_ours_to_vendor"] > 1.05
+            else "level"
+            if d["ratio_ours_to_vendor"] >= 0.95
+            else "**slower**: a read carries a few bytes more so no late or duplicated reply passes as fresh"
+        )
+        + ")"
+        + (
+            "; behind real adapters (free-running / a 200 Hz loop): "
+            + ", ".join(
+                f"{name} {a['free_running_hz']:.0f} / {a['paced_200hz_achieved_hz']:.0f} Hz"
+                for name, a in d["adapters"].items()
+            )
+            if "adapters" in d
+            else ""
+        )
+    ),
     "stamp_error": lambda d: (
         f"`stamp_error` (recorded stamp vs capture time, {d['injected_latency_ms']:g} ms injected latency): target "
         f"≤ 1 ms median, ≤ 2 ms p99; {d['source_stamping']['median_ms']:g} / {d['source_stamping']['p99_ms']:g} ms "
         f"(callback stamping: {d['callback_stamping_baseline']['median_ms']:g} ms) "
         f"({_met(all(d['targets'].values()))})"
-        + ("; bus stamps vs the servos' latch, median/p99: " + ", ".join(
-            f"{name} {b['stamp_error']['median_ms']:.2f}/{b['stamp_error']['p99_ms']:.2f} ms (by arrival: "
-            f"{b['arrival_stamp_baseline']['median_ms']:.1f})" for name, b in d["bus_stamps"].items())
-           if "bus_stamps" in d else "")),
+        + (
+            "; bus stamps vs the servos' latch, median/p99: "
+            + ", ".join(
+                f"{name} {b['stamp_error']['median_ms']:.2f}/{b['stamp_error']['p99_ms']:.2f} ms (by arrival: "
+                f"{b['arrival_stamp_baseline']['median_ms']:.1f})"
+                for name, b in d["bus_stamps"].items()
+            )
+            if "bus_stamps" in d
+            else ""
+        )
+    ),
     "rig_cpu": lambda d: (
         f"`rig_cpu` (an arm driver's CPU per tick against a bare loop doing the same transactions at "
         f"{d['driver']['rate_hz']:g} Hz; CPU per node in a recording sim session): target ≤ 1.5× the floor; follower "
-        f"{d['driver']['follower_arm']['us_per_tick']['median']:.0f} vs {d['driver']['floor_follower']['us_per_tick']['median']:.0f} "
-        f"µs/tick, {d['driver']['ratio_follower']['median']:.2f}× ({_met(d['driver']['ratio_follower']['median'] <= 1.5)}), "
+        f"{d['driver']['follower_arm']['us_per_tick']['median']:.0f} vs "
+        f"{d['driver']['floor_follower']['us_per_tick']['median']:.0f} "
+        f"µs/tick, {d['driver']['ratio_follower']['median']:.2f}× "
+        f"({_met(d['driver']['ratio_follower']['median'] <= 1.5)}), "
         f"leader {d['driver']['ratio_leader']['median']:.2f}× ({_met(d['driver']['ratio_leader']['median'] <= 1.5)})"
-        + (f"; session {sum(n['cpu_pct']['median'] for n in d['session']['per_node'].values()):.0f} % of one core"
-           if "session" in d else "")),
+        + (
+            f"; session {sum(n['cpu_pct']['median'] for n in d['session']['per_node'].values()):.0f} % of one core"
+            if "session" in d
+            else ""
+        )
+    ),
     "soft_start": lambda d: (
         f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
-        f"configured {d['configured_speed_rad_s']:g} rad/s; commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "
+        f"configured {d['configured_speed_rad_s']:g} rad/s; "
+        f"commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "
         f"shaft {d['default']['shaft_peak_rad_s']:.2f} rad/s, there in {d['default']['time_to_target_s']:.2f} s "
         f"(before: commanded {d['baseline_0.05_rad_per_tick_acc254']['commanded_peak_rad_s']:.1f} rad/s, shaft at the "
         f"servo's {d['baseline_0.05_rad_per_tick_acc254']['shaft_peak_rad_s']:.1f} rad/s top speed) "
-        f"({_met(d['met'])})"),
+        f"({_met(d['met'])})"
+    ),
     "handover": lambda d: (
         f"`handover` (peak command jerk across a takeover, blended vs hard switch; teleop latency): target ≥ "
         f"{d['target_ratio_min']:g}× smoother, p99 ≤ {d['target_latency_p99_ms']:g} ms; "
         f"{d['smoothness_ratio']:.0f}× smoother, p99 {d['teleop_latency']['to_tick_stamp']['p99_ms']:.1f} ms "
         f"(load {d['load_average_1min_before']:.1f}) "
-        f"({_met(d['smoothness_ratio'] >= d['target_ratio_min'] and d['teleop_latency']['to_tick_stamp']['p99_ms'] <= d['target_latency_p99_ms'])})"),
+        + "(" + _met(d['smoothness_ratio'] >= d['target_ratio_min']
+                     and d['teleop_latency']['to_tick_stamp']['p99_ms'] <= d['target_latency_p99_ms']) + ")"
+    ),
     "ingest": lambda d: (
         f"`ingest` (stop → frames in the dataset with `ingest` watching, a {d['episode_s']:g} s one-camera episode "
         f"recorded in real time, the verdict at stop and the keep included): target ≤ 2× its convert time, ≤ 15 s; "
         f"{d['stop_to_frames_s']:.1f} s, {d['ratio_to_convert']:.2f}× the {d['convert_s']:.1f} s convert, the camera "
         f"encoded while it recorded ({_met(d['ratio_to_convert'] <= 2)} / {_met(d['stop_to_frames_s'] <= 15)}; "
-        f"encoding after the stop instead: {d['after_stop']['stop_to_frames_s']:.1f} s)"),
+        f"encoding after the stop instead: {d['after_stop']['stop_to_frames_s']:.1f} s)"
+    ),
     "recorder": lambda d: (
         f"`recorder` (3 cameras 640×480 @ 30 fps + 4 × 500 Hz streams, {d['duration_s']:g} s): target 0 drops, ≥ 5× "
         f"the headroom of a deserialize/re-serialize recorder; {d['ours']['dropped_total']} dropped of "
         f"{d['load']['published_total']:,}, {d['headroom_ratio']:g}× end to end "
         f"({d['recording_path_only']['ratio']:g}× on the recording path alone) "
-        f"({_met(d['ours']['dropped_total'] == 0)} / {_met(d['headroom_ratio'] >= 5)})"),
+        f"({_met(d['ours']['dropped_total'] == 0)} / {_met(d['headroom_ratio'] >= 5)})"
+    ),
     "camera_lag": lambda d: (
         f"`camera_lag` (a camera's lag behind the joints from its images, {d['summary']['episodes']} synthetic "
         f"{d['summary']['episode_s']:g} s episodes, skews ±25/40/60 ms): target within 5 ms, skewed rejected, clean "
         f"pass; {d['summary']['within_5ms']}/{d['summary']['estimated']} within 5 ms (RMS "
         f"{d['summary']['rms_error_ms']:g} ms), {d['summary']['skewed_rejected']}/{d['summary']['skewed']} rejected, "
         f"{d['summary']['clean_passed']}/{d['summary']['clean']} passed, {d['summary']['smooth_warned']}/"
-        f"{d['summary']['smooth']} too-smooth warned ({_met(d['summary']['within_5ms'] == d['summary']['estimated'])})"),
+        f"{d['summary']['smooth']} too-smooth warned ({_met(d['summary']['within_5ms'] == d['summary']['estimated'])})"
+    ),
     "convert": lambda d: (
         f"`convert` (bag → LeRobot v3.0, {d['resolution']} @ 30 fps, {d['frames']} frames): target ≥ "
         f"{d['target_ratio_lerobot_min']:g}× LeRobot 0.4.4's writer, ≤ {d['target_ratio_max']:g}× PyAV encode-only; "
         f"{d['ours_fps']:g} frames/s, {d['ratio_lerobot_over_ours']:g}× LeRobot "
         f"({_met(d['ratio_lerobot_over_ours'] >= d['target_ratio_lerobot_min'])}), "
-        f"{d['ratio_ours_over_pyav_floor']:.2f}× encode-only ({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])})"),
+        f"{d['ratio_ours_over_pyav_floor']:.2f}× encode-only "
+        f"({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])})"
+    ),
     "verdict": lambda d: (
         f"`verdict` (stop → the recorder's verdict at stop, a {d['episode_s']:g} s one-camera episode, the validator "
         f"in a worker process): target ≤ 5 s; {d['idle']['stop_to_verdict_s']:.1f} s, "
         f"{d['busy']['stop_to_verdict_s']:.1f} s while the next episode records "
         f"({sum(d['busy']['next_episode']['drops'].values())} drops in it; load {d['load_average_before'][0]:.1f}) "
-        f"({_met(d['met_idle'] and d['met_busy'])})"),
+        f"({_met(d['met_idle'] and d['met_busy'])})"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())
-        + f" ({_met(all(r['meets_target'] for r in d['results'].values()))})"),
+        + f" ({_met(all(r['meets_target'] for r in d['results'].values()))})"
+    ),
 }
 
 
@@ -390,7 +428,9 @@ def outputs() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m teleop_flywheel.ros.reference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m teleop_flywheel.ros.reference", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs; write nothing")
     args = parser.parse_args(argv)
     stale = []

@@ -29,6 +29,7 @@ bounds must then never be fooled.
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import heapq
 import os
@@ -221,10 +222,8 @@ class AdversarialServos:
             ready, _, _ = select.select([self._master], [], [], self._next_event(now))
             if ready:
                 read_at = time.monotonic()
-                try:
+                with contextlib.suppress(BlockingIOError):
                     parser.feed(os.read(self._master, 4096))
-                except BlockingIOError:
-                    pass
                 while (pkt := parser.next()) is not None:
                     heard = max(read_at, heard) + (len(pkt.params) + 6) * self.byte_s
                     self._handle(pkt, heard)
@@ -236,7 +235,5 @@ class AdversarialServos:
                 next_noise = now + 0.001
 
     def _send(self, data: bytes) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):  # the line is full: bytes lost, as on a real bus
             os.write(self._master, data)
-        except BlockingIOError:
-            pass  # the line is full: bytes lost, as on a real bus

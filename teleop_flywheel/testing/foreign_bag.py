@@ -27,6 +27,7 @@ from mcap.writer import CompressionType, Writer
 from rosbags.rosbag2 import StoragePlugin
 from rosbags.rosbag2 import Writer as RosbagsWriter
 from rosbags.typesys import Stores, get_typestore
+from rosbags.typesys.store import Typestore
 
 from teleop_flywheel.recording.reader import RawMessage, open_indexed
 
@@ -87,11 +88,10 @@ def write_with_mcap(src: Path, dest: Path) -> Path:
 
 
 def _metadata_yaml(name: str, channels: dict[int, tuple[str, str]], counts: dict[int, int], start: int,
-                   duration: int, store: object) -> dict[str, object]:
-    hash_of = getattr(store, "hash_rihs01")
+                   duration: int, store: Typestore) -> dict[str, object]:
     topics = [{"topic_metadata": {"name": topic, "type": type_name, "serialization_format": "cdr",
                                   "offered_qos_profiles": yaml.safe_load(QOS_RELIABLE),
-                                  "type_description_hash": hash_of(type_name)},
+                                  "type_description_hash": store.hash_rihs01(type_name)},
                "message_count": counts[cid]} for cid, (topic, type_name) in sorted(channels.items())]
     total = sum(counts.values())
     return {"version": 9, "storage_identifier": "mcap", "duration": {"nanoseconds": duration},

@@ -253,8 +253,10 @@ def nested_bag(src: Path, dest: Path) -> Path:
 
 TARGETED: dict[str, tuple[Callable[[Path, Path], Path], set[str]]] = {
     # name: (make, the reason codes any of which is the right verdict)
-    "joint topic declared CompressedImage": (rewrite(types={"/follower/joint_states": "sensor_msgs/msg/CompressedImage"}),
-                                             {"SCHEMA_MISMATCH"}),
+    "joint topic declared CompressedImage": (
+        rewrite(types={"/follower/joint_states": "sensor_msgs/msg/CompressedImage"}),
+        {"SCHEMA_MISMATCH"},
+    ),
     "image payload on a joint topic": (rewrite(payload=image_on_joint_topic), {"CORRUPT"}),
     "bytes that are not a JPEG": (rewrite(payload=not_a_jpeg), {"CORRUPT"}),
     "JointState with 0x7fffffff names": (rewrite(payload=huge_name_count), {"CORRUPT"}),
@@ -267,11 +269,31 @@ def fuzz_cases(seed: int, n: int, chunks: int) -> list[Case]:
     rng = random.Random(seed)
     kinds: list[tuple[int, Callable[[], Case]]] = [
         (30, lambda: Case("flip", flip_bit(rng.randrange(1 << 30), rng.randrange(8)))),
-        (30, lambda: (lambda op, w: Case(f"flip in {op.name.lower()}",
-                                          flip_in_record(op, w, rng.random(), rng.randrange(8))))(
-            rng.choice([Opcode.CHUNK, Opcode.CHUNK, Opcode.METADATA, Opcode.MESSAGE_INDEX, Opcode.CHUNK_INDEX,
-                        Opcode.STATISTICS, Opcode.FOOTER, Opcode.DATA_END, Opcode.HEADER, Opcode.SCHEMA,
-                        Opcode.CHANNEL, Opcode.SUMMARY_OFFSET, Opcode.METADATA_INDEX]), rng.randrange(chunks))),
+        (
+            30,
+            lambda: (
+                lambda op, w: Case(f"flip in {op.name.lower()}", flip_in_record(op, w, rng.random(), rng.randrange(8)))
+            )(
+                rng.choice(
+                    [
+                        Opcode.CHUNK,
+                        Opcode.CHUNK,
+                        Opcode.METADATA,
+                        Opcode.MESSAGE_INDEX,
+                        Opcode.CHUNK_INDEX,
+                        Opcode.STATISTICS,
+                        Opcode.FOOTER,
+                        Opcode.DATA_END,
+                        Opcode.HEADER,
+                        Opcode.SCHEMA,
+                        Opcode.CHANNEL,
+                        Opcode.SUMMARY_OFFSET,
+                        Opcode.METADATA_INDEX,
+                    ]
+                ),
+                rng.randrange(chunks),
+            ),
+        ),
         (8, lambda: Case("truncate", truncate(rng.random()))),
         (6, lambda: Case("zero range", zero_range(rng.random(), rng.choice([1, 8, 64, 4096])))),
         (4, lambda: Case("zero chunk body", zero_chunk_body(rng.randrange(chunks)))),
@@ -280,7 +302,12 @@ def fuzz_cases(seed: int, n: int, chunks: int) -> list[Case]:
         (5, lambda: Case("record length", record_length(rng.randrange(40), rng.choice([-9, -1, 1, 7, 1 << 20])))),
         (2, lambda: Case("bytes after the magic", append_bytes(bytes([rng.randrange(256)]) * rng.choice([1, 20])))),
         (6, lambda: Case("metadata.yaml custom_data", yaml_custom_value(rng.randrange(100), rng.randrange(100)))),
-        (2, lambda: Case("metadata.yaml count", yaml_edit(lambda t: t.replace("message_count: ", "message_count: 1", 1)))),
+        (
+            2,
+            lambda: Case(
+                "metadata.yaml count", yaml_edit(lambda t: t.replace("message_count: ", "message_count: 1", 1))
+            ),
+        ),
         (1, lambda: Case("metadata.yaml not YAML", yaml_edit(lambda t: "rosbag2_bagfile_information: [\n" + t))),
         (1, lambda: Case("odd name", odd_name)),
         (1, lambda: Case("fifo .mcap", fifo_mcap)),

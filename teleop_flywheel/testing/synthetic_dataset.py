@@ -137,7 +137,7 @@ def write(root: str | Path, spec: SyntheticSpec | None = None) -> SyntheticDatas
     bounds = np.concatenate(([0], np.cumsum(lengths)))
     file_of_episode = []
     file_index, rows_in_file, start = 0, 0, 0
-    for e, length in enumerate(lengths):
+    for length in lengths:
         if rows_in_file and rows_in_file + length > spec.frames_per_file:
             _write_data(root, table.slice(start, rows_in_file), file_index)
             file_index, start, rows_in_file = file_index + 1, start + rows_in_file, 0

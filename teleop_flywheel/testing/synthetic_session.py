@@ -275,7 +275,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
                    for j, (start, end, label) in enumerate(spec.corrections, start=1)]
     for kind, spans, times in (("intervention", interventions, spec.interventions),
                                ("correction", corrections, spec.corrections)):
-        for iv, (start, end, _label) in zip(spans, times):
+        for iv, (start, end, _label) in zip(spans, times, strict=True):
             label_at = start + spec.label_delay_s
             events = [(start, None, None), (end, iv.end_ns, iv.trigger if label_at <= end else None)]
             if iv.trigger is not None and spec.label_delay_s > 0:
@@ -311,7 +311,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         pose = np.stack([np.interp(cap_mono, mono_stamps, follower[:, j]) for j in range(6)], axis=1)
         for i in range(len(ct)):
             image = background.copy()
-            draw_arm(image, dict(zip(names, pose[i])), top=top)
+            draw_arm(image, dict(zip(names, pose[i], strict=True)), top=top)
             timecode.encode(image, int(cap_ns[i]))
             ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
             if not ok:
@@ -328,18 +328,36 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     topics = [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
         [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else [])
     meta = EpisodeMeta(
-        episode_name=bag_dir.name, task=spec.task, operator=spec.operator, rig_id="sim-rig",
-        session_kind=spec.session_kind, software_version="sim", policy_checkpoint=spec.policy_checkpoint,
-        calibration=calibration, cameras=list(spec.cameras), topics=topics, outcome=spec.outcome,
-        attempts=1 if spec.outcome != "unset" else None, interventions=interventions, corrections=corrections,
-        clock_start=clock.sample(MONO0_NS).to_dict(), clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
-        clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)] if clock.ros else [],
+        episode_name=bag_dir.name,
+        task=spec.task,
+        operator=spec.operator,
+        rig_id="sim-rig",
+        session_kind=spec.session_kind,
+        software_version="sim",
+        policy_checkpoint=spec.policy_checkpoint,
+        calibration=calibration,
+        cameras=list(spec.cameras),
+        topics=topics,
+        outcome=spec.outcome,
+        attempts=1 if spec.outcome != "unset" else None,
+        interventions=interventions,
+        corrections=corrections,
+        clock_start=clock.sample(MONO0_NS).to_dict(),
+        clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
+        clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)]
+        if clock.ros
+        else [],
         stamp_clock="ros" if clock.ros else "",
         started_ros_ns=int(clock.wall(mono_stamps[0])) if clock.ros else 0,
         stopped_ros_ns=int(clock.wall(mono_stamps[-1])) if clock.ros else 0,
-        ptp_offset_ns=spec.ptp_offset_ns, started_mono_ns=int(mono_stamps[0]), stopped_mono_ns=int(mono_stamps[-1]),
-        protocol_hash=spec.protocol_hash, condition=spec.condition, failure_label=spec.failure_label,
-        extra=dict(spec.extra))
+        ptp_offset_ns=spec.ptp_offset_ns,
+        started_mono_ns=int(mono_stamps[0]),
+        stopped_mono_ns=int(mono_stamps[-1]),
+        protocol_hash=spec.protocol_hash,
+        condition=spec.condition,
+        failure_label=spec.failure_label,
+        extra=dict(spec.extra),
+    )
     with BagWriter(bag_dir, episode=meta, chunk_size=spec.chunk_size, compression=spec.compression,
                    fsync=False, max_chunk_age_s=1e6) as bag:
         for topic in topics:

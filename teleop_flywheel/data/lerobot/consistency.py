@@ -3,14 +3,17 @@
 `convert` refuses to append to a dataset with any problem here, and `teleop-flywheel doctor`
 explains them and, with `--repair`, applies the repairs that lose nothing:
 
-| problem | repair |
-|---|---|
-| an append interrupted by a crash (journal / staging directory beside the dataset) | roll it forward or back (`commit.finish`) |
-| temp directories of the converter before it staged (`.convert-*` beside the dataset) | remove them (temporary videos only) |
-| a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter, or copied in) | move it to `<DATASET>.orphans/` (never deleted) |
-| info.json totals/splits that disagree with the episodes table | recompute them from the table |
-| stats.json missing or unreadable | recompute it from the table's per-episode stats |
-| an unreadable episodes table, tasks table or info.json; a referenced file missing, unreadable (a parquet without footer) or with other row/frame counts than the table says | none: the episodes named are lost; re-convert their bags into a new dataset |
+- an append interrupted by a crash (journal / staging directory beside the dataset):
+  roll it forward or back (`commit.finish`);
+- temp directories of the converter before it staged (`.convert-*` beside the dataset):
+  remove them (temporary videos only);
+- a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter,
+  or copied in): move it to `<DATASET>.orphans/` (never deleted);
+- info.json totals/splits that disagree with the episodes table: recompute them from the table;
+- stats.json missing or unreadable: recompute it from the table's per-episode stats;
+- an unreadable episodes table, tasks table or info.json; a referenced file missing, unreadable
+  (a parquet without footer) or with other row/frame counts than the table says: no repair, the
+  episodes named are lost; re-convert their bags into a new dataset.
 
 Checks read footers and headers only (parquet metadata, mp4 stream headers), never the data.
 """
@@ -88,7 +91,7 @@ def _data_files(root: Path, table: pd.DataFrame, problems: list[Problem]) -> Non
     if not set(cols) <= set(table.columns):
         problems.append(Problem("episodes table has no data/chunk_index, data/file_index columns"))
         return
-    for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"]):
+    for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"], strict=True):
         rel = lf.DATA_PATH.format(chunk_index=int(ci), file_index=int(fi))
         wanted[rel] = wanted.get(rel, 0) + int(n)
     present = sorted(p.relative_to(root).as_posix() for p in (root / "data").glob("*/*.parquet"))
@@ -134,7 +137,7 @@ def _videos(root: Path, info: dict[str, Any], table: pd.DataFrame, problems: lis
         if not set(cols) <= set(table.columns):
             problems.append(Problem(f"episodes table has no {cols[0]} column for video feature {key}"))
             continue
-        for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"]):
+        for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"], strict=True):
             rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=int(ci), file_index=int(fi))
             wanted[rel] = wanted.get(rel, 0) + int(n)
         present = sorted(p.relative_to(root).as_posix() for p in (root / "videos" / key).glob("*/*.mp4"))

@@ -236,7 +236,7 @@ def _read_tasks(root: Path) -> dict[int, str]:
     if "task_index" not in table.columns:
         raise DatasetError(f"{path}: no task_index column")
     names = table["task"] if "task" in table.columns else table.index
-    return {int(i): str(t) for i, t in zip(table["task_index"], names)}
+    return {int(i): str(t) for i, t in zip(table["task_index"], names, strict=True)}
 
 
 @dataclass(frozen=True)
@@ -292,9 +292,9 @@ def check_lengths(ds: LeRobotDataset, spans: EpisodeSpans, index: np.ndarray | N
     """
     problems: list[str] = []
     meta = ds.episodes
-    counted = dict(zip(spans.episode_index.tolist(), spans.lengths.tolist()))
+    counted = dict(zip(spans.episode_index.tolist(), spans.lengths.tolist(), strict=True))
     firsts = spans.take(index)[spans.start] if index is not None else spans.start
-    first_row = dict(zip(spans.episode_index.tolist(), np.asarray(firsts).tolist()))
+    first_row = dict(zip(spans.episode_index.tolist(), np.asarray(firsts).tolist(), strict=True))
     has_bounds = {"dataset_from_index", "dataset_to_index"} <= set(meta.columns) and spans.order is None
     for row in meta.itertuples(index=False):
         ep = int(row.episode_index)
@@ -304,7 +304,7 @@ def check_lengths(ds: LeRobotDataset, spans: EpisodeSpans, index: np.ndarray | N
             problems.append(f"episode {ep}: metadata length {declared} but {actual} data rows")
             continue
         if has_bounds:
-            lo, hi = int(getattr(row, "dataset_from_index")), int(getattr(row, "dataset_to_index"))
+            lo, hi = int(row.dataset_from_index), int(row.dataset_to_index)
             if hi - lo != declared:
                 problems.append(f"episode {ep}: dataset_from/to_index [{lo}, {hi}) spans {hi - lo}, length {declared}")
             elif lo != first_row[ep]:

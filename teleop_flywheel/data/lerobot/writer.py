@@ -173,7 +173,7 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     new = [data_rel]
     fault(f"stage {data_rel}")
     _write_videos(root, stage, eps, info, rows, new)
-    for row, e in zip(rows, eps):
+    for row, e in zip(rows, eps, strict=True):
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
         for feat, st in e.stats.items():

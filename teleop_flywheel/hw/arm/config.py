@@ -43,7 +43,7 @@ def effective_limits(cal: ArmCalibration, lower: Sequence[float], upper: Sequenc
         raise ValueError(f"joint_lower_limits/joint_upper_limits need {len(JOINT_NAMES)} values (radians)")
     cal_range = cal.rad_limits()
     bounds = {}
-    for name, lo, hi in zip(JOINT_NAMES, lower, upper):
+    for name, lo, hi in zip(JOINT_NAMES, lower, upper, strict=True):
         clo, chi = cal_range[name]
         bounds[name] = (max(lo, clo), min(hi, chi))
         if bounds[name][0] > bounds[name][1]:

@@ -189,7 +189,7 @@ class ArmDriver:
     def read(self) -> Reading:
         """One fast read of every servo still answering (what `tick` starts with)."""
         reading = self.servos.read()
-        for name, angle in zip(reading.names, reading.positions):
+        for name, angle in zip(reading.names, reading.positions, strict=True):
             self._positions[JOINT_NAMES.index(name)] = angle
         with self._lock:
             self.state.last_reading_ns = now_ns()

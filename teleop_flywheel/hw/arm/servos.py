@@ -107,14 +107,18 @@ class ArmServos:
         """CalibrationMismatch unless every servo's EEPROM holds this calibration."""
         current = {name: self.bus.sync_read_register(name, self.ids).values for name in CALIBRATION_REGISTERS}
         for joint in self.calibration.joints:
-            wanted = dict(zip(CALIBRATION_REGISTERS, (joint.homing_offset, joint.range_min, joint.range_max)))
+            wanted = dict(
+                zip(CALIBRATION_REGISTERS, (joint.homing_offset, joint.range_min, joint.range_max), strict=True)
+            )
             for name, value in wanted.items():
                 if current[name][joint.id] != value:
                     raise CalibrationMismatch(
-                        f"{self.port}: {joint.name} (servo {joint.id}) {name} is {current[name][joint.id]} in the servo "
+                        f"{self.port}: {joint.name} (servo {joint.id}) {name} is {current[name][joint.id]} "
+                        "in the servo "
                         f"but {value} in {self.calibration.source or self.calibration.arm_id}: this arm was calibrated "
                         f"with another file. Give the driver that file, or recalibrate: teleop-flywheel calibrate "
-                        f"--port {self.port} --arm {self.role} --out NEW.yaml")
+                        f"--port {self.port} --arm {self.role} --out NEW.yaml"
+                    )
 
     def write_settings(self, acceleration: int, speed: int) -> list[int]:
         """Write every setting of `settings.py` that differs, read back; the servos whose torque
@@ -229,7 +233,7 @@ class ArmServos:
     def write_goals(self, positions: Sequence[float], ids: Sequence[int] | None = None) -> None:
         """Goal_Position of every servo (or of `ids`) from radians in joint order; a goal is always
         within the calibrated range, so never negative: no sign-magnitude to apply."""
-        raws = dict(zip(self.ids, self.calibration.rad_to_raw(positions)))
+        raws = dict(zip(self.ids, self.calibration.rad_to_raw(positions), strict=True))
         self.bus.sync_write(GOAL_ADDR, GOAL_SIZE, {sid: raws[sid] for sid in (self.ids if ids is None else ids)})
 
     def read_slow(self) -> SlowReading:

@@ -57,7 +57,7 @@ from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
 FULL_TURN_JOINTS = ("wrist_roll",)
 IDS = [JOINT_IDS[n] for n in JOINT_NAMES]
-NAMES = dict(zip(IDS, JOINT_NAMES))
+NAMES = dict(zip(IDS, JOINT_NAMES, strict=True))
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
 # How long a failed calibration waits for the port to come back before putting the servos back:
 # a USB adapter that was pulled and plugged straight back in takes about a second to re-enumerate.
@@ -168,7 +168,7 @@ def _procedure(bus: FeetechBus, arm_id: str, seconds: float | None, prompt: Text
     ask("Move every joint except wrist_roll through its ENTIRE range, then press Enter to stop recording.\n")
     ranges = record_ranges(bus, Stop(seconds, answers))
     joints = []
-    for name, sid in zip(JOINT_NAMES, IDS):
+    for name, sid in zip(JOINT_NAMES, IDS, strict=True):
         lo, hi = (0, MAX_RAW) if name in FULL_TURN_JOINTS else ranges[sid]
         if lo >= hi:
             raise CalibrationError(f"{bus.port}: {name} (servo {sid}) did not move while recording "
@@ -233,7 +233,7 @@ def put_back(bus: FeetechBus, held: Held) -> tuple[list[int], list[int]]:
         for sid in sorted(answering & set(IDS)):
             try:
                 bus.write_register(sid, "Lock", 0)
-                for name, value in zip(CALIBRATION_REGISTERS, held[sid]):
+                for name, value in zip(CALIBRATION_REGISTERS, held[sid], strict=True):
                     bus.write_register(sid, name, value)
                 bus.write_register(sid, "Lock", 1)
                 if bus.read_register(sid, "Lock")[0] == 1:

@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     for info in cameras:
         print(f"{info.device}: {info.name}")
         for offer in info.modes:
-            print(f"  {offer.fourcc} {offer.width}x{offer.height} @ {', '.join(f'{f:g}' for f in offer.fps) or '?'} fps")
+            print(
+                f"  {offer.fourcc} {offer.width}x{offer.height} @ {', '.join(f'{f:g}' for f in offer.fps) or '?'} fps"
+            )
         mode = preferred_mode(info)
         try:
             config = CameraConfig(name=Path(info.device).name, source="v4l2", device=info.device)

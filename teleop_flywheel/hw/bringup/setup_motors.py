@@ -64,8 +64,10 @@ def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:
         if bus.ping(target) != MODEL_NUMBER or bus.scan() != [target]:
             raise SetupError(f"{port}: the servo did not come back as id {target} at {baud} baud")
         if multi_turn(bus, target):
-            raise SetupError(f"{port}: servo {target} kept Phase bit 4 (multi-turn readings) set after it was "
-                             "cleared; run setup-motors again (if it stays set, this servo's firmware refuses the write)")
+            raise SetupError(
+                f"{port}: servo {target} kept Phase bit 4 (multi-turn readings) set after it was "
+                "cleared; run setup-motors again (if it stays set, this servo's firmware refuses the write)"
+            )
     return (f"{joint}: servo id {sid} @ {current_baud} baud -> id {target} @ {baud} baud"
             + (", multi-turn readings turned off (Phase bit 4 cleared)" if cleared else "") + ", verified")
 

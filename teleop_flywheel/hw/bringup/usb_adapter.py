@@ -128,8 +128,11 @@ def advice(a: Adapter) -> tuple[str, str]:
         return (f"latency timer at 1 ms: expect ~{FAST_READS_S} sync reads/s",
                 "the udev rule keeps it at 1 ms when the adapter is plugged in again")
     if a.latency_ms is None:
-        return ("the latency timer could not be read (16 ms unless something set it): at 16 ms expect "
-                f"~{FTDI16_READS_S} sync reads/s with sporadic timeouts", f"set it to 1 ms: the udev rule, or now: {set_now}")
+        return (
+            "the latency timer could not be read (16 ms unless something set it): at 16 ms expect "
+            f"~{FTDI16_READS_S} sync reads/s with sporadic timeouts",
+            f"set it to 1 ms: the udev rule, or now: {set_now}",
+        )
     rate = FTDI16_READS_S if a.latency_ms == 16 else round(1000 / (a.latency_ms + 2))
     return (f"its {a.latency_ms} ms latency timer holds every reply until it fires: expect ~{rate} sync reads/s "
             "with sporadic timeouts (the arm loop cannot hold 200 Hz)",

@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import cv2
@@ -64,7 +65,7 @@ class JointHistory:
         self._changed = threading.Condition()
 
     def add(self, mono_ns: int, stamp_ns: int, names: Sequence[str], positions: Sequence[float]) -> None:
-        sample = Sample(int(mono_ns), int(stamp_ns), {n: float(p) for n, p in zip(names, positions)})
+        sample = Sample(int(mono_ns), int(stamp_ns), {n: float(p) for n, p in zip(names, positions, strict=False)})
         delay = self._now() - sample.mono_ns
         with self._changed:
             self._delays.append(delay)
@@ -147,7 +148,7 @@ def draw_arm(image: np.ndarray, joints: Mapping[str, float], top: int = 0) -> np
         angle += joints.get(joint, 0.0)
         points.append(points[-1] + length * scale * np.array([math.cos(angle), math.sin(angle)]))
     pts = [(int(p[0]), int(p[1])) for p in points]
-    for a, b, color in zip(pts, pts[1:], ((40, 120, 230), (40, 200, 240), (200, 160, 40))):
+    for (a, b), color in zip(pairwise(pts), ((40, 120, 230), (40, 200, 240), (200, 160, 40)), strict=True):
         cv2.line(view, a, b, color, max(2, scale // 40), cv2.LINE_AA)
     for p in pts:
         cv2.circle(view, p, max(3, scale // 60), (30, 30, 30), -1, cv2.LINE_AA)

@@ -51,6 +51,7 @@ the last `LATENCY_WINDOW` sync reads in ms: p50, p99 and max, for a driver's dia
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import select
@@ -191,10 +192,8 @@ class FeetechBus:
 
     def close(self) -> None:
         if self._serial is not None:
-            try:
+            with contextlib.suppress(serial.SerialException, OSError):
                 self._serial.close()
-            except (serial.SerialException, OSError):
-                pass
             self._serial = None
 
     def __enter__(self) -> FeetechBus:

@@ -24,6 +24,7 @@ broadcast PING is answered by every servo, in id order, each after its return de
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
@@ -243,10 +244,8 @@ class SimulatedArm:
             self.link.unlink()
         for fd in (self._master, self._slave):
             if fd >= 0:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._master = self._slave = -1
 
     # -- physics --------------------------------------------------------------------------

@@ -20,6 +20,7 @@ adapter would have passed them on.
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import random
@@ -154,7 +155,5 @@ class Delivery:
                     self._cond.wait(delay)
                     continue
                 heapq.heappop(self._heap)
-            try:
+            with contextlib.suppress(OSError):  # the pty closed (an unplug): the bytes are lost, as on a pulled cable
                 os.write(self._fd, data)
-            except OSError:
-                pass  # the pty closed (an unplug): the bytes are lost, as on a pulled cable

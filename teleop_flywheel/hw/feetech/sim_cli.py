@@ -73,8 +73,11 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
     try:
         arm.start()
     except OSError as exc:
-        raise UsageError(f"cannot create the pseudo-terminal or its link ({exc.strerror or exc})",
-                         where=str(args.link or "/dev/ptmx"), fix="choose a --link path in a folder you can write") from exc
+        raise UsageError(
+            f"cannot create the pseudo-terminal or its link ({exc.strerror or exc})",
+            where=str(args.link or "/dev/ptmx"),
+            fix="choose a --link path in a folder you can write",
+        ) from exc
     print(arm.port, flush=True)
     servos = "1 factory-new STS3215 (id 1)" if args.factory_new else "6 x STS3215, ids 1-6"
     print(f"sim-bus: {args.arm} arm ({servos}) on {arm.port}"

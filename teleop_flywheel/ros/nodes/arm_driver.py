@@ -76,7 +76,9 @@ class ArmDriverParams(NodeParams):
     role: str = spec("follower", "leader (human-moved, torque off) or follower (torque on)", choices=ROLES)
     rate_hz: float = spec(200.0, "bus loop rate (Hz): one sync read + one sync write per tick", range=(1.0, 2000.0))
     baudrate: int = spec(BAUD_RATE, "bus baud rate", range=(9600, 1_000_000))
-    calibration_file: str = spec("", "calibration YAML (or LeRobot JSON) of this arm, made by teleop-flywheel calibrate")
+    calibration_file: str = spec(
+        "", "calibration YAML (or LeRobot JSON) of this arm, made by teleop-flywheel calibrate"
+    )
     simulated: bool = spec(False, "the port is a simulator this session started (allows simulator calibrations)")
     max_speed_rad_s: float = spec(2.0, "fastest any joint's goal may move (rad/s): a far target is approached at "
                                   "this speed, never snapped to (the STS3215 tops out near 4.7)", range=(0.1, 4.7))

@@ -9,6 +9,7 @@ monotonic clock (`clock.from_ros_ns`) before comparing it with `now_ns()`.
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
 import sys
@@ -85,7 +86,7 @@ def message_class(type_name: str) -> Any:
 
 
 def positions_by_name(msg: JointState) -> dict[str, float]:
-    return dict(zip(msg.name, msg.position))
+    return dict(zip(msg.name, msg.position, strict=False))
 
 
 def msg_stamp_ns(msg: object) -> int:
@@ -199,10 +200,8 @@ def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop:
 
 def _wake_on(stop: threading.Event, executor: SingleThreadedExecutor) -> None:
     stop.wait()
-    try:
+    with contextlib.suppress(Exception):  # noqa: BLE001 - a signal after the node already stopped: its executor is gone
         executor.wake()
-    except Exception:  # noqa: BLE001 - a signal after the node already stopped: its executor is gone
-        pass
 
 
 SPIN_POLL_S = 0.05  # a node's spin thread looks at its stop flag this often when nothing arrives

@@ -78,9 +78,12 @@ class PolicyParams(NodeParams):
 
     def check(self) -> None:
         if self.policy == "scripted" and not (self.simulated or self.scripted_on_real):
-            raise Invalid("policy", "'scripted' drives the follower to hard-coded waypoints and the follower is "
-                                    "not a simulator: choose your policy (policy:=lerobot policy_args:=CHECKPOINT_DIR), "
-                                    "or set scripted_on_real:=true if you mean it")
+            raise Invalid(
+                "policy",
+                "'scripted' drives the follower to hard-coded waypoints and the follower is "
+                "not a simulator: choose your policy (policy:=lerobot policy_args:=CHECKPOINT_DIR), "
+                "or set scripted_on_real:=true if you mean it",
+            )
 
 
 def _load(p: PolicyParams) -> Policy:
@@ -157,14 +160,14 @@ class PolicyNode(Node):
         return None
 
     def _on_state(self, msg: JointState) -> None:
-        by_name = dict(zip(msg.name, msg.position))
+        by_name = dict(zip(msg.name, msg.position, strict=False))
         if all(n in by_name for n in JOINT_NAMES):
             with self._lock:
                 self._state = [float(by_name[n]) for n in JOINT_NAMES]
 
     def _on_authority(self, msg: JointState) -> None:
         """α back at 0 after a takeover: the policy drops any plan made before it."""
-        fields = dict(zip(msg.name, msg.position))
+        fields = dict(zip(msg.name, msg.position, strict=False))
         alpha = float(fields.get("alpha", 0.0))
         if alpha == 0.0 and self._alpha > 0.0:
             with self._lock:

@@ -177,7 +177,9 @@ class RecorderNode(Node):
         p = self.params.values
         self.labels = EpisodeLabels()
         # Fully qualified as this node resolves them (its namespace, remappings): what the bag records.
-        wanted = list(dict.fromkeys(self.resolve_topic_name(t) for t in p.topics + [camera_image(c) for c in p.cameras]))
+        wanted = list(
+            dict.fromkeys(self.resolve_topic_name(t) for t in p.topics + [camera_image(c) for c in p.cameras])
+        )
         self.episodes = EpisodeRecorder(RecorderConfig(
             Path(p.output_dir), tuple(wanted), tuple(p.cameras), p.episode_prefix, p.chunk_size_mb,
             p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe, self.get_namespace()),

@@ -24,6 +24,7 @@ writes is `{"ready": true}` or `{"ready": false, "error": …}` (a bad threshold
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -138,10 +139,8 @@ def _end(proc: subprocess.Popen[str], grace_s: float) -> None:
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
     if os.getppid() == 1:
         sys.exit(0)
 

@@ -119,8 +119,11 @@ class TeleopParams(NodeParams):
                            range=(1.0, 10_000.0), read_only=False)
     max_speed_rad_s: float = spec(2.0, "fastest any joint's command may move (rad/s), as the arm driver's",
                                   range=(0.01, 4.7))
-    leader_calibration_file: str = spec("", "the leader's calibration: with the follower's, the gripper is mapped "
-                                        "0-100 of each range (empty: by angle, as for a leader built like the follower)")
+    leader_calibration_file: str = spec(
+        "",
+        "the leader's calibration: with the follower's, the gripper is mapped "
+        "0-100 of each range (empty: by angle, as for a leader built like the follower)",
+    )
     follower_calibration_file: str = spec("", "the follower's calibration: its range limits the commands (empty: "
                                           "the arm driver alone limits them)")
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
@@ -139,7 +142,7 @@ def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
 
 def _ordered(msg: JointState) -> list[float] | None:
     """Positions in JOINT_NAMES order, or None if a joint is missing."""
-    by_name = dict(zip(msg.name, msg.position))
+    by_name = dict(zip(msg.name, msg.position, strict=False))
     if all(n in by_name for n in JOINT_NAMES):
         return [float(by_name[n]) for n in JOINT_NAMES]
     return None
@@ -369,7 +372,10 @@ class TeleopNode(Node):
         self._publish_events()
 
     def _publish_events(self) -> None:
-        for kind, spans in ((INTERVENTION_KIND, self.blender.interventions), (CORRECTION_KIND, self.blender.corrections)):
+        for kind, spans in (
+            (INTERVENTION_KIND, self.blender.interventions),
+            (CORRECTION_KIND, self.blender.corrections),
+        ):
             for iv in spans:
                 state = (iv.end_ns, iv.trigger)
                 if self._reported.get((kind, iv.id)) != state:

@@ -11,9 +11,9 @@ URDF, prefixes and base poses.
 `ArmScene` is the Foxglove side, shared by `replay --foxglove` (`playback.py`) and the live view
 (`view.py`), which serve a rig namespace-free — its frames too (`leader/…`), so the shipped
 layout's URDF layers fit every rig; a ROS install's TF tree keeps the namespace in the prefix
-(`rig_a/leader/…`: `launch_description`), since rigs share it. It has a `/robot_description` channel (`std_msgs/msg/String`, CDR — the topic type
-Foxglove's URDF layer reads; re-sent when a client subscribes and every few seconds, as a latched
-ROS topic would be) and a `/tf` channel of `foxglove.FrameTransforms` (protobuf, the SDK's own
+(`rig_a/leader/…`: `launch_description`), since rigs share it. It has a `/robot_description` channel
+(`std_msgs/msg/String`, CDR — the topic type Foxglove's URDF layer reads; re-sent when a client subscribes and every
+few seconds, as a latched ROS topic would be) and a `/tf` channel of `foxglove.FrameTransforms` (protobuf, the SDK's own
 schema). The layout's 3D panel has one URDF layer per arm on that topic with the arm's frame
 prefix.
 """
@@ -50,7 +50,9 @@ def frame_prefix(role: str, namespace: str = "") -> str:
 
 def base_transform(role: str, namespace: str = "") -> Transform:
     """world → `<prefix>base_link`: where the arm stands."""
-    return Transform(WORLD_FRAME, frame_prefix(role, namespace) + so101().root, BASE_OFFSETS[role], (0.0, 0.0, 0.0, 1.0))
+    return Transform(
+        WORLD_FRAME, frame_prefix(role, namespace) + so101().root, BASE_OFFSETS[role], (0.0, 0.0, 0.0, 1.0)
+    )
 
 
 def arm_transforms(role: str, positions: Mapping[str, float], namespace: str = "") -> list[Transform]:

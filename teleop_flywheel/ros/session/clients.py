@@ -80,7 +80,7 @@ class ParameterClient:
 
     def get(self, *names: str) -> dict[str, Any]:
         res = call(self._get, GetParameters.Request(names=list(names)))
-        return {n: parameter_value_to_python(v) for n, v in zip(names, res.values)}
+        return {n: parameter_value_to_python(v) for n, v in zip(names, res.values, strict=True)}
 
     def set(self, atomically: bool = False, **values: Any) -> None:
         """Set `values`; all together (one callback, all or nothing) with `atomically`. A refusal

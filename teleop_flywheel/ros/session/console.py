@@ -6,13 +6,14 @@ keys call `/recorder/{start,stop,discard,keep}` (std_srvs/Trigger), set the epis
 attempts through `/recorder/label_episode`, and switch mode / label the
 intervention through the teleop node's services. Esc is the e-stop: `~/estop` of the teleop node
 and of both arm drivers at once, each called the moment its service is known (never queued behind
-another key's wait); `r` calls their `~/reset` (the arms' latched servo faults too). The recorder's status brings the verdict of the
-last episode (validated at stop), which the screen shows with what to do about it. The screen is redrawn a few times a second with plain
-ANSI codes, so it works over ssh and in any terminal.
+another key's wait); `r` calls their `~/reset` (the arms' latched servo faults too). The recorder's status brings the
+verdict of the last episode (validated at stop), which the screen shows with what to do about it. The screen is redrawn
+a few times a second with plain ANSI codes, so it works over ssh and in any terminal.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import select
@@ -49,7 +50,9 @@ class ConsoleNode:
         self.state = state
         self.node = rclpy.create_node("operator_console", context=context)
         n = self.node
-        n.create_subscription(JointState, f"{teleop}/authority", lambda m: state.on_authority(list(m.name), list(m.position)), STREAM_QOS)
+        n.create_subscription(
+            JointState, f"{teleop}/authority", lambda m: state.on_authority(list(m.name), list(m.position)), STREAM_QOS
+        )
         n.create_subscription(String, f"{teleop}/intervention", lambda m: state.on_intervention(m.data), LATCHED_QOS)
         n.create_subscription(String, f"{recorder}/status", lambda m: state.on_recorder_status(m.data), LATCHED_QOS)
         levels = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
@@ -57,7 +60,9 @@ class ConsoleNode:
         def on_diag(msg: Any) -> None:
             for s in msg.status:
                 level = s.level if isinstance(s.level, int) else int.from_bytes(s.level, "little")
-                state.on_diagnostic(s.name, levels.get(level, str(level)), s.message, {kv.key: kv.value for kv in s.values})
+                state.on_diagnostic(
+                    s.name, levels.get(level, str(level)), s.message, {kv.key: kv.value for kv in s.values}
+                )
 
         n.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diag, 50)
         self._trigger: dict[str, Any] = {a: n.create_client(Trigger, f"{recorder}/{a}")
@@ -66,7 +71,11 @@ class ConsoleNode:
         self._mode: Any = n.create_client(SetBool, f"{teleop}/set_policy_mode")
         self._stops: dict[str, list[Any]] = {a: [n.create_client(Trigger, f"{node}/{a}") for node in (*arms, teleop)]
                                              for a in (ESTOP, RESET)}
-        self._label: dict[str, Any] = {label: n.create_client(Trigger, f"{teleop}/label/{label}") for _k, (a, label) in KEYS.items() if a == "trigger"}
+        self._label: dict[str, Any] = {
+            label: n.create_client(Trigger, f"{teleop}/label/{label}")
+            for _k, (a, label) in KEYS.items()
+            if a == "trigger"
+        }
         # Terminal fallback for rigs without a foot pedal: the space bar toggles the takeover on
         # /pedal/joy, stamped when the key was read (the best source time a terminal offers).
         self._pedal = n.create_publisher(Joy, PEDAL_JOY, STREAM_QOS)
@@ -97,7 +106,9 @@ class ConsoleNode:
             if res is None:
                 self.state.message = f"{what}: no reply"
             elif hasattr(res, "success"):
-                self.state.message = f"{what}: {'ok' if res.success else 'FAILED'} {getattr(res, 'message', '')}".strip()
+                self.state.message = (
+                    f"{what}: {'ok' if res.success else 'FAILED'} {getattr(res, 'message', '')}".strip()
+                )
             else:
                 bad = refusals(res)
                 self.state.message = f"{what}: {'FAILED ' + '; '.join(bad) if bad else 'ok'}"
@@ -170,10 +181,8 @@ def run(args: argparse.Namespace) -> int:
     executor = SingleThreadedExecutor()
     executor.add_node(console.node)
     def spin() -> None:
-        try:
+        with contextlib.suppress(ExternalShutdownException):
             executor.spin()
-        except ExternalShutdownException:
-            pass
 
     spinner = threading.Thread(target=spin, daemon=True)
     spinner.start()

@@ -6,6 +6,7 @@ state and rendering here makes both testable as plain functions.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class ConsoleState:
 
     # -- updates from topics ---------------------------------------------------------------
     def on_authority(self, names: list[str], values: list[float]) -> None:
-        fields = dict(zip(names, values))
+        fields = dict(zip(names, values, strict=False))
         if "alpha" in fields:
             self.alpha = float(fields["alpha"])
         if "mode" in fields:
@@ -96,10 +97,8 @@ class ConsoleState:
         self.diagnostics[name] = (level, message)
         for key in ("clock_offset_ms", "ptp_offset_ms"):
             if key in values:
-                try:
+                with contextlib.suppress(ValueError):
                     self.clock_offset_ms = float(values[key])
-                except ValueError:
-                    pass
 
     # -- rendering ----------------------------------------------------------------------------
     def render(self, width: int = 100, keys: bool = True) -> list[str]:
@@ -109,16 +108,20 @@ class ConsoleState:
         lines = [
             f"teleop_flywheel console — session {self.session or '?'}",
             "",
-            f"recording: {state:<10} episode: {rec.get('episode') or '-':<28} elapsed: {rec.get('elapsed_s', 0.0):7.1f} s",
+            f"recording: {state:<10} episode: {rec.get('episode') or '-':<28} "
+            f"elapsed: {rec.get('elapsed_s', 0.0):7.1f} s",
             f"task: {rec.get('task') or '(unset)'}   operator: {rec.get('operator') or '(unset)'}   "
             f"outcome: {rec.get('outcome', 'unset')}   attempts: {rec.get('attempts') or '-'}",
             f"authority: mode {self.mode:<7} alpha {_fmt(self.alpha)}   intervention "
-            f"{self.intervention_id or '-'}   trigger {self.trigger or ('UNLABELLED' if self.intervention_id else '-')}",
+            f"{self.intervention_id or '-'}   "
+            f"trigger {self.trigger or ('UNLABELLED' if self.intervention_id else '-')}",
         ]
         if self.last_intervention:
             li = self.last_intervention
-            lines.append(f"last {li.get('kind') or 'intervention'}: #{li.get('id')} trigger={li.get('trigger') or 'UNLABELLED'} "
-                         f"{'(running)' if li.get('end_ns') in (None, 0) else '(ended)'}")
+            lines.append(
+                f"last {li.get('kind') or 'intervention'}: #{li.get('id')} trigger={li.get('trigger') or 'UNLABELLED'} "
+                f"{'(running)' if li.get('end_ns') in (None, 0) else '(ended)'}"
+            )
         free = rec.get("disk_free_bytes")
         lines.append(f"clock offset: {self._clock(rec)}   disk free: {'?' if free is None else f'{free / 1e9:.1f} GB'}")
         lines += _verdict_lines(rec.get("verdict") or {}, hint=keys and state != "recording")

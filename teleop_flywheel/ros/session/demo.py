@@ -190,7 +190,7 @@ class IngestLog:
                 table = LeRobotDataset.open(root).episodes
             except DatasetError:
                 return {}
-            return {str(i): int(n) for i, n in zip(table["episode_id"], table["length"])}
+            return {str(i): int(n) for i, n in zip(table["episode_id"], table["length"], strict=True)}
 
         ids = {e.get("episode_id") for e in self.entries.values()}
         mine, theirs = episodes(self.dataset), {k: v for k, v in episodes(batch).items() if k in ids}
@@ -258,7 +258,7 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
                 operator.call("start")
                 t0 = time.monotonic()
 
-                def at(t: float) -> None:
+                def at(t: float, t0: float = t0) -> None:
                     while time.monotonic() < t0 + t:
                         time.sleep(0.01)
 
@@ -321,8 +321,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
     except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
-        raise PartialFailure(f"recording stopped: {exc}", where=str(out),
-                             fix="the lines above say which node; a loaded machine can starve one: run it again") from exc
+        raise PartialFailure(
+            f"recording stopped: {exc}",
+            where=str(out),
+            fix="the lines above say which node; a loaded machine can starve one: run it again",
+        ) from exc
     print(f"\ndemo: {len(plans)} episodes recorded in {bags}; now validate, convert, audit, curate and write the "
           "data card", flush=True)
     dataset, quarantine = out / "dataset", out / "quarantine"

@@ -18,6 +18,7 @@ processes"), as the supervisor's children are.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -44,14 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parent = os.getppid()
     if not same_session:
-        try:
+        with contextlib.suppress(PermissionError):  # already a process group leader: its own group already, keep it
             os.setsid()
-        except PermissionError:  # already a process group leader: its own group already, keep it
-            pass
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no parent-death signal
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: no parent-death signal
-        pass
     if os.getppid() != parent:  # the parent died before the death signal was armed
         return 1
     lower_priority(nice)

@@ -119,12 +119,12 @@ class TrialDriver:
         return len(self.walker.done)
 
     def _on_pose(self, msg: Any) -> None:
-        by_name = dict(zip(msg.name, msg.position))
+        by_name = dict(zip(msg.name, msg.position, strict=False))
         if all(n in by_name for n in JOINT_NAMES):
             self._pose = [float(by_name[n]) for n in JOINT_NAMES]
 
     def _on_command(self, topic: str, msg: Any) -> None:
-        by_name = dict(zip(msg.name, msg.position))
+        by_name = dict(zip(msg.name, msg.position, strict=False))
         if all(n in by_name for n in JOINT_NAMES):
             self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
 
@@ -238,7 +238,9 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
     move_s = min(1.5, p.time_limit_s / 2)
     while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
         cond = p.condition(slot.condition)
-        fail = bool(rng.random() < min(1.0, (cond.sim_failure_rate or 0.0) * p.checkpoint(slot.checkpoint).sim_failure_scale))
+        fail = bool(
+            rng.random() < min(1.0, (cond.sim_failure_rate or 0.0) * p.checkpoint(slot.checkpoint).sim_failure_scale)
+        )
         takeover = fail and p.interventions_allowed and bool(rng.random() < 0.5)
         spec = p.checkpoint(slot.checkpoint)
         name = spec.policy or driver.started_with.get("policy", "")
@@ -260,7 +262,7 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
         driver.start(slot)
         t0 = time.monotonic()
 
-        def at(t: float) -> None:
+        def at(t: float, t0: float = t0) -> None:
             while time.monotonic() < t0 + t:
                 time.sleep(0.01)
 
@@ -279,7 +281,9 @@ def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed:
         while time.monotonic() < t0 + p.time_limit_s and not driver.arrived(goal, p.machine_check.tolerance_rad / 2):
             time.sleep(0.02)
         passed, _why = p.machine_check.judge(driver.pose())
-        bag, verdict = driver.finish("success" if passed else "failure", "" if passed else p.machine_check.failure_label)
+        bag, verdict = driver.finish(
+            "success" if passed else "failure", "" if passed else p.machine_check.failure_label
+        )
         log(f"  -> {'success' if passed else 'failure'} ({verdict}); bag {bag.name}")
 
 
@@ -322,7 +326,10 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
                 mode, message = "idle", f"time limit {p.time_limit_s:g} s reached: failure (timeout), {bag.name}"
             elif not p.interventions_allowed and driver.interventions():
                 bag, verdict = driver.finish("failure", "intervened")
-                mode, message = "idle", f"intervention in a protocol that forbids them: failure (intervened), {bag.name}"
+                mode, message = (
+                    "idle",
+                    f"intervention in a protocol that forbids them: failure (intervened), {bag.name}",
+                )
         columns = os.get_terminal_size(fd).columns if os.isatty(fd) else 0
         lines = _screen(driver, mode, message, console.state.render(columns or 100, keys=False))
         write("\x1b[H\x1b[2J" + "\r\n".join(line[: columns or 100] for line in lines) + "\r\n")
@@ -361,6 +368,9 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
                 elif key.isdigit() and 1 <= int(key) <= len(p.failure_labels):
                     label = p.failure_labels[int(key) - 1]
                     bag, verdict = driver.finish("failure", label)
-                    mode, message = "idle", f"failure ({label}), {bag.name}" + (f"; machine check {verdict}" if verdict else "")
+                    mode, message = (
+                        "idle",
+                        f"failure ({label}), {bag.name}" + (f"; machine check {verdict}" if verdict else ""),
+                    )
         except (ProtocolError, RuntimeError) as exc:
             message = f"refused: {exc}"

@@ -198,28 +198,52 @@ class SessionConfig:
 LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
     "leader_port": (SessionConfig.leader_port, "serial port of the leader arm"),
     "follower_port": (SessionConfig.follower_port, "serial port of the follower arm"),
-    "leader_calibration": ("", "leader calibration YAML: required for a real arm (teleop-flywheel calibrate); "
-                               "sim: config/calibration/leader_sim.yaml"),
-    "follower_calibration": ("", "follower calibration YAML: required for a real arm (teleop-flywheel calibrate); "
-                                 "sim: config/calibration/follower_sim.yaml"),
+    "leader_calibration": (
+        "",
+        "leader calibration YAML: required for a real arm (teleop-flywheel calibrate); "
+        "sim: config/calibration/leader_sim.yaml",
+    ),
+    "follower_calibration": (
+        "",
+        "follower calibration YAML: required for a real arm (teleop-flywheel calibrate); "
+        "sim: config/calibration/follower_sim.yaml",
+    ),
     "cameras": ("front:/dev/video0", "comma-separated name:device (or name:synthetic)"),
     "pedal_device": (SessionConfig.pedal_device, "foot pedal evdev device (path, by-id or name)"),
-    "policy": (SessionConfig.policy, "policy: scripted (simulated arms only, unless scripted_on_real), replay or "
-                                     "a teleop_flywheel.policies plugin such as lerobot"),
+    "policy": (
+        SessionConfig.policy,
+        "policy: scripted (simulated arms only, unless scripted_on_real), replay or "
+        "a teleop_flywheel.policies plugin such as lerobot",
+    ),
     "scripted_on_real": ("false", "let the scripted policy (hard-coded waypoints) drive a real follower"),
     "policy_args": ("", "policy arguments (e.g. a bag path for replay, a checkpoint dir)"),
-    "checkpoint_id": (SessionConfig.checkpoint_id, "checkpoint id tagged on every policy command (empty: the policy's own)"),
+    "checkpoint_id": (
+        SessionConfig.checkpoint_id,
+        "checkpoint id tagged on every policy command (empty: the policy's own)",
+    ),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
     "record": ("true", "start cameras + recorder too"),
-    "ingest": ("false", "start ingest too: every episode closed, judged and kept (or 30 s after its verdict "
-                        "without a discard) is validated, then quarantined (<output_dir>/quarantine) or appended to "
-                        "ingest_dataset, at low priority"),
-    "ingest_dataset": ("", f"the dataset ingest keeps current: a path inside output_dir (relative to it); empty: "
-                           f"<output_dir>/{SESSION_DATASET}"),
-    "namespace": ("", "ROS namespace of the whole rig (e.g. rig_a): every node, topic and service under it, so "
-                      "two rigs share a ROS domain and record separately (/diagnostics stays global)"),
-    "params_file": ("", "ROS 2 parameter YAML applied to every node after the session's own parameters "
-                        "(e.g. config/params.yaml; `/**:` or `/<node>:` with `ros__parameters:`)"),
+    "ingest": (
+        "false",
+        "start ingest too: every episode closed, judged and kept (or 30 s after its verdict "
+        "without a discard) is validated, then quarantined (<output_dir>/quarantine) or appended to "
+        "ingest_dataset, at low priority",
+    ),
+    "ingest_dataset": (
+        "",
+        f"the dataset ingest keeps current: a path inside output_dir (relative to it); empty: "
+        f"<output_dir>/{SESSION_DATASET}",
+    ),
+    "namespace": (
+        "",
+        "ROS namespace of the whole rig (e.g. rig_a): every node, topic and service under it, so "
+        "two rigs share a ROS domain and record separately (/diagnostics stays global)",
+    ),
+    "params_file": (
+        "",
+        "ROS 2 parameter YAML applied to every node after the session's own parameters "
+        "(e.g. config/params.yaml; `/**:` or `/<node>:` with `ros__parameters:`)",
+    ),
 }
 
 

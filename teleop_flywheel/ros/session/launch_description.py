@@ -51,9 +51,10 @@ SIM_DESCRIPTIONS = {
     "follower_port": "ignored by sim: the simulated follower arm's pseudo-terminal is used",
     "pedal_device": "ignored by sim: the virtual pedal's FIFO in the session directory is used",
     "cameras": "comma-separated camera names (name:device); sim keeps the names and makes every camera synthetic",
-    "leader_calibration": "leader calibration YAML; empty (default): the simulator's config/calibration/leader_sim.yaml",
+    "leader_calibration": "leader calibration YAML; empty (default): the simulator's "
+                          "config/calibration/leader_sim.yaml",
     "follower_calibration": "follower calibration YAML; empty (default): the simulator's "
-                            "config/calibration/follower_sim.yaml",
+    "config/calibration/follower_sim.yaml",
 }
 REAL_CALIBRATION = ("{role} calibration YAML, required for a real arm (make one with teleop-flywheel calibrate); "
                     "empty (default): none, so the {role} driver refuses to start and says how to make one")

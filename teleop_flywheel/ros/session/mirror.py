@@ -1,7 +1,8 @@
 """`teleop-flywheel mirror`: leader→follower mirroring on two simulated SO-101 arms, in one process.
 
 Starts two simulated arms (`sim-bus` subprocesses by default, or `feetech.sim.SimulatedArm`
-threads; real pseudo-terminals, wire-time emulation at 1 Mbaud), a leader and a follower `ArmDriverNode`, and remaps the follower's
+threads; real pseudo-terminals, wire-time emulation at 1 Mbaud), a leader and a follower `ArmDriverNode`, and remaps
+the follower's
 `/follower/joint_command` to `/leader/joint_states` (direct mirroring; the teleop node sits there
 in a full session). Prints the bus loop rates and the tracking error (follower − leader joint
 state at the follower's sample, degrees) every `--report-every` seconds and at the end.
@@ -57,8 +58,8 @@ class TrackingStats:
 
     def to_dict(self) -> dict[str, object]:
         return {"samples": self.count,
-                "mean_abs_deg": dict(zip(JOINT_NAMES, (round(v, 3) for v in self.mean_abs()))),
-                "max_abs_deg": dict(zip(JOINT_NAMES, (round(v, 3) for v in self.max_abs))),
+                "mean_abs_deg": dict(zip(JOINT_NAMES, (round(v, 3) for v in self.mean_abs()), strict=True)),
+                "max_abs_deg": dict(zip(JOINT_NAMES, (round(v, 3) for v in self.max_abs), strict=True)),
                 "max_deg": round(max(self.max_abs), 3)}
 
 
@@ -125,7 +126,7 @@ def simulated_arm(role: str, link: Path, mode: str) -> Iterator[None]:
 
 def _fmt(stats: TrackingStats) -> str:
     mean = stats.mean_abs()
-    joints = " ".join(f"{n}={m:.2f}" for n, m in zip(JOINT_NAMES, mean))
+    joints = " ".join(f"{n}={m:.2f}" for n, m in zip(JOINT_NAMES, mean, strict=True))
     return f"mean |err| deg: {joints}; max {max(stats.max_abs):.2f}"
 
 
@@ -146,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
                              Parameter("rate_hz", value=float(args.rate_hz)),
                              Parameter("calibration_file", value=str(sim_calibration_file(role))),
                              Parameter("simulated", value=True)]
-                remap = ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
+                remap = (
+                    ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
+                )
                 drivers[role] = ArmDriverNode(f"{role}_driver", context=context, parameter_overrides=overrides,
                                               cli_args=remap)
                 nodes.append(drivers[role])
@@ -196,12 +199,19 @@ def run(args: argparse.Namespace) -> int:
               f"{stats.count} follower samples compared")
         if stats.count:
             print("tracking (follower - leader, degrees, after settle):")
-            for name, mean, peak in zip(JOINT_NAMES, stats.mean_abs(), stats.max_abs):
+            for name, mean, peak in zip(JOINT_NAMES, stats.mean_abs(), stats.max_abs, strict=True):
                 print(f"  {name:<14} mean {mean:6.2f}  max {peak:6.2f}")
             print(f"  max over joints: {max(stats.max_abs):.2f} deg")
     if problem:  # the check failed: one line, the last on stderr, exit 1
         sys.stdout.flush()
-        print(error_line("mirror", f"FAILED: {problem}", where="the simulated follower",
-                         fix="a loaded machine starves the loop: try again with fewer busy processes, or --rate-hz 100"),
-              file=sys.stderr, flush=True)
+        print(
+            error_line(
+                "mirror",
+                f"FAILED: {problem}",
+                where="the simulated follower",
+                fix="a loaded machine starves the loop: try again with fewer busy processes, or --rate-hz 100",
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     return EXIT_PARTIAL if problem else EXIT_OK

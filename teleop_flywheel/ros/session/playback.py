@@ -15,6 +15,7 @@ states the 3D scene needs — with their stored `log_time` (receive time, wall c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
 import time
@@ -219,7 +220,14 @@ def serve_foxglove(
     """Start a Foxglove WebSocket server playing `source` in a background thread."""
     import foxglove
     from foxglove import Channel, Schema
-    from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus, ServerListener
+    from foxglove.websocket import (
+        Capability,
+        PlaybackCommand,
+        PlaybackControlRequest,
+        PlaybackState,
+        PlaybackStatus,
+        ServerListener,
+    )
 
     context = foxglove.Context()
     channels: dict[int, Any] = {}
@@ -244,15 +252,15 @@ def serve_foxglove(
         def on_unsubscribe(self, client: object, channel: object) -> None:
             pass
 
-        def on_playback_control_request(self, request: object) -> PlaybackState:
-            seek = getattr(request, "seek_time")
+        def on_playback_control_request(self, request: PlaybackControlRequest) -> PlaybackState:
+            seek = request.seek_time
             if seek is not None:
                 player.seek(seek)
-            if getattr(request, "playback_command") == PlaybackCommand.Play:
-                player.play(getattr(request, "playback_speed"))
+            if request.playback_command == PlaybackCommand.Play:
+                player.play(request.playback_speed)
             else:
                 player.pause()
-            return state(getattr(request, "request_id"), did_seek=seek is not None)
+            return state(request.request_id, did_seek=seek is not None)
 
     last_time = [0]
 
@@ -273,10 +281,9 @@ def serve_foxglove(
         channels[m.channel_id].log(m.data, log_time=m.log_time)
         role = arms.get(m.channel_id)
         if role is not None:
-            try:
+            # a damaged joint state: its own channel still carries it; no transforms
+            with contextlib.suppress(CdrError):
                 scene.on_joint_state(role, m.data, m.log_time)
-            except CdrError:
-                pass  # a damaged joint state: its own channel still carries it; no transforms
 
     player = Player(source, emit, speed=speed, playing=not start_paused, loop=loop, on_time=on_time, on_end=on_end)
     server = foxglove.start_server(
@@ -309,7 +316,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--foxglove", action="store_true", help="serve over the Foxglove WebSocket protocol")
     parser.add_argument("--ros", action="store_true", help="republish onto the ROS graph with original timing and QoS")
     parser.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1.0)")
-    parser.add_argument("--host", default="127.0.0.1", help="Foxglove bind address (default 127.0.0.1: this machine only)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="Foxglove bind address (default 127.0.0.1: this machine only)"
+    )
     parser.add_argument("--port", type=int, default=8765, help="Foxglove port (default 8765)")
     parser.add_argument("--loop", action="store_true", help="start over at the end")
     parser.add_argument("--paused", action="store_true", help="(Foxglove) start paused; press play in the app")

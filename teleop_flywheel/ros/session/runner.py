@@ -96,8 +96,11 @@ def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, st
     finally:
         driver.close()
     done, total = driver.walker.progress()
-    print(f"run: protocol {protocol.name}: {done}/{total} trials recorded"
-          + ("" if done == total else " — INCOMPLETE; continue it later with the same command and --resume"), flush=True)
+    print(
+        f"run: protocol {protocol.name}: {done}/{total} trials recorded"
+        + ("" if done == total else " — INCOMPLETE; continue it later with the same command and --resume"),
+        flush=True,
+    )
     return driver.bags
 
 
@@ -114,7 +117,9 @@ def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
     from teleop_flywheel.ros.session.console_view import ConsoleState
     from teleop_flywheel.ros.session.evaluation_walk import run_attended
 
-    console = ConsoleNode(ConsoleState(session=f"{session.graph.kind} / {driver.protocol.name}"), context=session.context)
+    console = ConsoleNode(
+        ConsoleState(session=f"{session.graph.kind} / {driver.protocol.name}"), context=session.context
+    )
     session.add_node(console.node)
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)

@@ -19,8 +19,8 @@ the simulators the same way; then the directory goes. Each child runs in its own
 terminal's Ctrl-C reaches only the supervisor, which stops them in that order, and with the
 kernel's sched_autogroup each process gets its own CPU share — a heavy job elsewhere (or a busy
 node of the same session) does not take an arm driver's. Each has PR_SET_PDEATHSIG = SIGTERM, so
-if the supervisor dies — even by SIGKILL — the kernel stops every child. The death signal follows the *thread* that started the child: start a session from a
-thread that outlives it (the main thread).
+if the supervisor dies — even by SIGKILL — the kernel stops every child. The death signal follows the *thread* that
+started the child: start a session from a thread that outlives it (the main thread).
 
 Children inherit the environment with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST unless the user set
 it. The supervisor's own process hosts only helper nodes that session logic needs (a scripted
@@ -29,6 +29,7 @@ interfaces, each spun on its own thread (`add_node`), in `context`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -162,10 +163,8 @@ def end_process(proc: subprocess.Popen[Any], timeout_s: float = 5.0) -> None:
 
 
 def _signal(proc: subprocess.Popen[Any], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         proc.send_signal(sig)
-    except ProcessLookupError:
-        pass
 
 
 class Session:

@@ -24,6 +24,7 @@ robot_state_publisher) are not forwarded: the view serves its own, from the same
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import threading
 import time
@@ -94,8 +95,13 @@ class LiveView:
             def on_unsubscribe(self, client: Any, channel: Any) -> None:
                 view._wanted(channel.topic, client.id, False)
 
-        self.server = foxglove.start_server(name=f"teleop_flywheel live view{' ' + self.namespace if self.namespace else ''}",
-                                            host=host, port=port, server_listener=Listener(), context=self.fox)
+        self.server = foxglove.start_server(
+            name=f"teleop_flywheel live view{' ' + self.namespace if self.namespace else ''}",
+            host=host,
+            port=port,
+            server_listener=Listener(),
+            context=self.fox,
+        )
         self.scene.send_description()
         self._discover()
         self._timer = self.node.create_timer(DISCOVERY_PERIOD_S, self._tick)
@@ -157,10 +163,8 @@ class LiveView:
         if stream.latched:
             stream.recent.append((data, now))
         if stream.role is not None:
-            try:
+            with contextlib.suppress(ValueError):  # a malformed joint state: forwarded as it is, no transforms
                 self.scene.on_joint_state(stream.role, data, now)
-            except ValueError:
-                pass  # a malformed joint state: forwarded as it is, no transforms
 
     # -- Foxglove clients (server threads) --------------------------------------------------------
     def _wanted(self, served: str, client: int, subscribed: bool) -> None:
