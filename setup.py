@@ -76,6 +76,6 @@ setup(
         + [f"teleop-flywheel = {PACKAGE}.cli:main"],
         # Every policy registers here, built-ins too: name = "module:factory(args, checkpoint_id) -> Policy".
         "teleop_flywheel.policies": [f"{name} = {PACKAGE}.policies.{module}:make_policy" for name, module in
-                                     (("scripted", "scripted"), ("replay", "replay"), ("lerobot", "lerobot_checkpoint"))],
+                                     (("scripted", "scripted"), ("replay", "recorded"), ("lerobot", "lerobot_checkpoint"))],
     },
 )

@@ -36,9 +36,9 @@ def _episode(root: Path, seed: int, skew: float, args: argparse.Namespace, motio
     import numpy as np
 
     from teleop_flywheel.core.bag_topics import FOLLOWER_STATE, camera_image
-    from teleop_flywheel.data import validate as val
-    from teleop_flywheel.recording.camera_lag import MotionEnergy, estimate_lag, small_grey
-    from teleop_flywheel.recording.reader import open_bag
+    from teleop_flywheel.data.validate import validator as val
+    from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
+    from teleop_flywheel.recording.mcap.reader import open_bag
     from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
     spec = SessionSpec(duration_s=args.seconds, stamp_clock="ros", motion=motion, seed=seed, camera_clock_skew_ms=skew,

@@ -26,9 +26,9 @@ import cv2
 import numpy as np
 
 from teleop_flywheel.core.bag_topics import camera_image
-from teleop_flywheel.data.convert import convert
+from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.lerobot import format as lf
-from teleop_flywheel.recording.reader import open_bag
+from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 LEROBOT_SCRIPT = r"""

@@ -27,7 +27,7 @@ import numpy as np
 
 from teleop_flywheel.core.blending import AuthorityBlender
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
-from teleop_flywheel.ros.session.runner import end_process
+from teleop_flywheel.ros.commands.run import end_process
 
 TICK_NS = 5_000_000
 MAX_SPEED = 2.0  # rad/s: the teleop node's default max_speed_rad_s

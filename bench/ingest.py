@@ -19,7 +19,7 @@ stop (the episode's last message):
   included) over the recording.
 
 Two variants in the same run, each with its own dataset: `pre-encode` (ingest's default: it encodes
-the camera while the episode is recorded, `data/preencode.py`) and `after-stop` (`--no-pre-encode`:
+the camera while the episode is recorded, `data/convert/preencode.py`) and `after-stop` (`--no-pre-encode`:
 everything after the keep, ingest before this change). Baseline in the same run: `convert()` of
 the same bag into a copy of the same dataset, one worker (the episode's convert time).
 
@@ -58,7 +58,7 @@ def _cpu_s(pid: int) -> float:
 
 def _run_variant(source: Path, base: Path, root: Path, pre_encode: bool) -> dict[str, Any]:
     """One real-time episode into a watched folder; the times from its stop."""
-    from teleop_flywheel.recording.verdict import VerdictKeeper
+    from teleop_flywheel.recording.recorder.verdict import VerdictKeeper
     from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
     from teleop_flywheel.testing.growing_bag import grow
 
@@ -120,7 +120,7 @@ def _run_variant(source: Path, base: Path, root: Path, pre_encode: bool) -> dict
 
 
 def main() -> int:
-    from teleop_flywheel.data import convert as conv
+    from teleop_flywheel.data.convert import converter as conv
     from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -120,8 +120,8 @@ def role_baseline(out: str, floor: bool = False) -> None:
     from sensor_msgs.msg import CompressedImage, JointState
 
     from teleop_flywheel.core.signals import SignalStop
-    from teleop_flywheel.recording import msgdefs
-    from teleop_flywheel.recording.cdr import SequenceTracker
+    from teleop_flywheel.recording.mcap import msgdefs
+    from teleop_flywheel.recording.mcap.cdr import SequenceTracker
 
     # Signals end the take loop through a stop event, as the nodes' do: rclpy's own handler would
     # take SIGINT and SIGTERM, and a loop waiting for a KeyboardInterrupt never ended.
@@ -199,9 +199,9 @@ def offline_paths(mcap_path: Path, tmp: Path, limit: int = 20_000) -> dict[str, 
     from mcap_ros2.decoder import DecoderFactory
     from mcap_ros2.writer import Writer
 
-    from teleop_flywheel.recording import msgdefs
-    from teleop_flywheel.recording.cdr import header_stamp_ns
-    from teleop_flywheel.recording.writer import BagWriter
+    from teleop_flywheel.recording.mcap import msgdefs
+    from teleop_flywheel.recording.mcap.cdr import header_stamp_ns
+    from teleop_flywheel.recording.mcap.writer import BagWriter
 
     msgs = []
     with open(mcap_path, "rb") as f:
@@ -268,7 +268,7 @@ def run_bench(duration: float, out_json: Path) -> dict:
     floor.wait(timeout=60)
 
     from teleop_flywheel.core.episode import EpisodeMeta
-    from teleop_flywheel.recording.metadata import read_metadata_yaml
+    from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 
     bag = next(p for p in (tmp / "ours").iterdir() if p.is_dir())
     meta = read_metadata_yaml(bag)

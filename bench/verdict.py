@@ -157,7 +157,7 @@ def episode(driver: Driver, seconds: float) -> tuple[Path, float, float]:
 
 
 def verdict_numbers(bag: Path, stop_sent: float, stop_answered: float, seen: float) -> dict[str, Any]:
-    from teleop_flywheel.recording.verdict import line, read_verdict
+    from teleop_flywheel.recording.recorder.verdict import line, read_verdict
 
     doc = read_verdict(bag) or {}
     return {"episode": bag.name, "stop_to_verdict_s": round(seen - stop_sent, 3),
@@ -169,9 +169,9 @@ def verdict_numbers(bag: Path, stop_sent: float, stop_answered: float, seen: flo
 
 def run_bench(seconds: float, out: Path) -> dict[str, Any]:
     from teleop_flywheel.core.episode import EpisodeMeta
-    from teleop_flywheel.recording.metadata import read_metadata_yaml
-    from teleop_flywheel.recording.reader import open_bag
-    from teleop_flywheel.ros.session.runner import end_process
+    from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
+    from teleop_flywheel.recording.mcap.reader import open_bag
+    from teleop_flywheel.ros.commands.run import end_process
 
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

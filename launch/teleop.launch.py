@@ -1,5 +1,5 @@
-"""`ros2 launch teleop_flywheel teleop.launch.py`: the 'teleop' session graph (see teleop_flywheel/ros/session/graph.py)."""
-from teleop_flywheel.ros.session.launch_description import generate
+"""`ros2 launch teleop_flywheel teleop.launch.py`: the 'teleop' session graph (see teleop_flywheel/ros/session/launch/graph.py)."""
+from teleop_flywheel.ros.session.launch.launch_description import generate
 
 
 def generate_launch_description():  # noqa: D103 - launch entry point

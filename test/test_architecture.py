@@ -16,7 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "teleop_flywheel"
+from support import architecture_doc
+from support.paths import PACKAGE, ROOT
+
 FLOORS = ("core", "hw", "recording", "data", "policies", "testing", "evaluation", "ros", "cli")
 ROS_PACKAGES = frozenset({
     "rclpy", "rcl_interfaces", "launch", "launch_ros", "ament_index_python", "builtin_interfaces",
@@ -86,13 +88,32 @@ def test_the_contract_check_fails_on_a_violation(tmp_path: Path) -> None:
 
 
 def test_import_linter_keeps_every_contract() -> None:
-    """The same floors, the ROS boundary and the independence of hw/'s devices, checked by
-    import-linter (`.importlinter`) over the imported graph, indirect imports included."""
+    """The same floors, the ROS boundary, the independence of hw/'s devices and the order of the rooms
+    inside data/, recording/ and ros/, checked by import-linter (`.importlinter`) over the imported
+    graph, indirect imports included."""
     tool = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert tool, "import-linter is a dev requirement (pip install -e '.[dev]')"
     res = subprocess.run([tool, "--no-cache"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-1000:]
-    assert "Contracts: 3 kept, 0 broken." in res.stdout, res.stdout[-2000:]
+    assert "Contracts: 6 kept, 0 broken." in res.stdout, res.stdout[-2000:]
+
+
+def test_tests_mirror_the_package() -> None:
+    """A module's tests are found where the module is: every folder of test/ is a package folder
+    (test/data/validate/ tests teleop_flywheel/data/validate/), helpers live in test/support/."""
+    tests = ROOT / "test"
+    folders = {p.relative_to(tests) for p in tests.rglob("*") if p.is_dir()
+               and not {"support", "__pycache__"} & set(p.relative_to(tests).parts)}
+    assert sorted(str(f) for f in folders if not (PACKAGE / f / "__init__.py").is_file()) == []
+    loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py",) and p.stem not in (
+        "test_architecture", "test_style", "test_readme", "test_colcon_build", "test_cli_voice"))
+    assert loose == [], f"tests outside a package folder: {loose}"
+
+
+def test_architecture_page_shows_the_enforced_tree() -> None:
+    """docs/architecture.md's floors, rooms and contracts are generated from what CI enforces."""
+    assert architecture_doc.current_block() == architecture_doc.generated(), (
+        "docs/architecture.md is stale: run `python test/support/architecture_doc.py`")
 
 
 def test_ros_free_floors_import_without_ros() -> None:

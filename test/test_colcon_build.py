@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 
 
 def test_colcon_build_installs_scripts_launch_config_and_marker(tmp_path: Path) -> None:

@@ -8,12 +8,12 @@ import ast
 import importlib.util
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT
 README = ROOT / "README.md"
 
 

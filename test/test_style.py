@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.paths import ROOT
+
+ROOT = ROOT
 
 
 def test_ruff_finds_nothing() -> None:

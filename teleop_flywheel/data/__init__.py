@@ -1,2 +1,11 @@
-"""The data engine (no ROS): validate, align, convert to LeRobot v3.0, audit, curate, manifests,
-lineage, data cards, flywheel statistics, parallel execution."""
+"""The data engine (no ROS): a room per stage of the flywheel.
+
+- `validate/`: PASS/FAIL per episode with reason codes (the checks, the one decode path, time base);
+- `convert/`: bags to LeRobot v3.0 (frames, alignment, video), `ingest` that keeps a dataset
+  current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
+- `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
+- `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
+- `lerobot/`: the LeRobot v3.0 layout — format, reader, writer, atomic commit, consistency.
+
+`parallel` (process pools, Ray) and `filelock` serve every room.
+"""

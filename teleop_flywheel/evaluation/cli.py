@@ -22,7 +22,7 @@ from teleop_flywheel.evaluation.protocol import (
     load_protocol,
 )
 from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
-from teleop_flywheel.recording.verdict import DISCARDED_DIR
+from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 

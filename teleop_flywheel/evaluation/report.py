@@ -20,10 +20,10 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.data.lineage import LineageError, Registry
+from teleop_flywheel.data.provenance.lineage import LineageError, Registry
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
-from teleop_flywheel.recording.reader import open_bag
+from teleop_flywheel.recording.mcap.reader import open_bag
 
 
 class EvalError(FlywheelError, ValueError):

@@ -7,7 +7,7 @@ says, never by hand: the topics and services each node class creates (read from 
 notes on each name from the comment beside it in `core/topics.py`, and every parameter from the
 node's parameter dataclass (`ros/params.py`: type, default, allowed values, whether it may change
 at run time, description). The README's list of the demo's outputs comes from
-`ros/session/demo_outputs.py` the same way. `--check` exits 1 when a committed file differs from
+`ros/commands/demo_outputs.py` the same way. `--check` exits 1 when a committed file differs from
 what would be written (test/test_reference_docs.py runs it), so the tables cannot drift.
 """
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _kind(kind: Any) -> str:
 
 
 def nodes() -> list[NodeInfo]:
-    from teleop_flywheel.ros.session.graph import EXECUTABLES, build_graph
+    from teleop_flywheel.ros.session.launch.graph import EXECUTABLES, build_graph
 
     names: dict[str, list[str]] = {}
     for kind in ("sim", "rollout"):
@@ -418,7 +418,7 @@ def _block(text: str, tag: str, body: str) -> str:
 def render_readme(text: str) -> str:
     """The README with its generated blocks: the demo's outputs (`demo_outputs.OUTPUTS`) and one
     line per benchmark (`bench/results/*.json`)."""
-    from teleop_flywheel.ros.session.demo_outputs import markdown
+    from teleop_flywheel.ros.commands.demo_outputs import markdown
 
     return _block(_block(text, "demo-outputs", markdown()), "benchmarks", benchmark_lines())
 

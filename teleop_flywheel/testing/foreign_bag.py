@@ -29,7 +29,7 @@ from rosbags.rosbag2 import Writer as RosbagsWriter
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
-from teleop_flywheel.recording.reader import RawMessage, open_indexed
+from teleop_flywheel.recording.mcap.reader import RawMessage, open_indexed
 
 QOS_RELIABLE = ("- history: keep_last\n  depth: 10\n  reliability: reliable\n  durability: volatile\n"
                 "  deadline:\n    sec: 9223372036\n    nsec: 854775807\n  lifespan:\n    sec: 9223372036\n"

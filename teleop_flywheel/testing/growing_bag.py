@@ -1,6 +1,6 @@
 """A finished bag replayed onto disk the way the recorder writes it: a growing MCAP, then metadata.yaml.
 
-What `ingest` sees of an episode being recorded (`data/preencode.py`), made from any closed bag:
+What `ingest` sees of an episode being recorded (`data/convert/preencode.py`), made from any closed bag:
 the destination's MCAP is created exclusively and gets the source's top-level records one at a
 time, flushed after each chunk like the recorder's writer; the bag's other files (metadata.yaml
 last, as the recorder closes) follow the footer. `pace` is called before each chunk with the log
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mcap.opcode import Opcode
 
-from teleop_flywheel.recording.scan import MAGIC, open_regular, record_spans
+from teleop_flywheel.recording.mcap.scan import MAGIC, open_regular, record_spans
 
 
 def grow(src: Path, dst: Path, pace: Callable[[int], None] = lambda _log_ns: None) -> Path:

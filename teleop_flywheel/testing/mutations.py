@@ -25,11 +25,11 @@ import yaml
 from mcap.opcode import Opcode
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.recording.cdr import compressed_image_cdr
-from teleop_flywheel.recording.metadata import METADATA_FILE, find_mcap
-from teleop_flywheel.recording.reader import open_indexed
-from teleop_flywheel.recording.scan import record_spans
-from teleop_flywheel.recording.writer import START_RECORD, BagWriter
+from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr
+from teleop_flywheel.recording.mcap.metadata import METADATA_FILE, find_mcap
+from teleop_flywheel.recording.mcap.reader import open_indexed
+from teleop_flywheel.recording.mcap.scan import record_spans
+from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter
 
 
 @dataclass(frozen=True)

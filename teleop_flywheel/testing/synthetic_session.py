@@ -62,9 +62,9 @@ from teleop_flywheel.core.labels import mode_code, trigger_code
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
-from teleop_flywheel.recording.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
-from teleop_flywheel.recording.scan import record_spans
-from teleop_flywheel.recording.writer import BagWriter
+from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
+from teleop_flywheel.recording.mcap.scan import record_spans
+from teleop_flywheel.recording.mcap.writer import BagWriter
 
 AUTHORITY_NAMES = ["alpha", "mode", "intervention_id", "trigger"]
 JOINT_STATE = "sensor_msgs/msg/JointState"

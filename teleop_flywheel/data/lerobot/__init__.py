@@ -1,1 +1,3 @@
-"""LeRobot v3.0 datasets exactly as LeRobot 0.4.x lays them out: format, reader."""
+"""LeRobot v3.0 datasets exactly as LeRobot 0.4.x lays them out: `format`, `reader`, `writer`,
+the atomic `commit` of an append, `consistency` (what `doctor` checks and repairs) and
+`episode_table` (per-episode facts from any dataset's episodes table)."""

@@ -30,7 +30,7 @@ from sensor_msgs.msg import JointState
 from teleop_flywheel.core.clock import fill_stamp, from_ros_ns, now_ns, stamp_to_ns, to_ros_ns
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.signals import SignalStop
-from teleop_flywheel.recording.msgdefs import normalize_type
+from teleop_flywheel.recording.mcap.msgdefs import normalize_type
 
 # Reliable everywhere data is recorded: a dataset must not silently lose samples.
 STREAM_QOS = QoSProfile(

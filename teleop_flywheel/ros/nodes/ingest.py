@@ -6,7 +6,7 @@ nodes): every episode the recorder closes in `watch_dir` (the session's `output_
 once it has its verdict and the operator's keep (or `grace_s` passed without a discard), validated,
 then appended to the dataset or rejected — moved to `<watch_dir>/quarantine/<CODE>/`
 (`quarantine: false` leaves it where it is) — and the dataset's validation record, card, sample
-weights and audit page are refreshed (`data/ingest.py`).
+weights and audit page are refreshed (`data/convert/ingest.py`).
 
 The work runs in a process of its own: `teleop-flywheel ingest` started by this node in a session
 of its own (`detach`: it dies with the node) at low priority from its first instruction (`nice`,
@@ -44,14 +44,14 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 
 from teleop_flywheel.core.topics import DIAGNOSTICS
-from teleop_flywheel.recording.output_layout import SESSION_DATASET, SESSION_QUARANTINE, dataset_in
+from teleop_flywheel.recording.recorder.output_layout import SESSION_DATASET, SESSION_QUARANTINE, dataset_in
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 CODECS = ("libsvtav1", "h264")  # data/lerobot/format.py CODECS (not imported: this node starts light)
-GRACE_S = 30.0  # data/ingest.py GRACE_S
+GRACE_S = 30.0  # data/convert/ingest.py GRACE_S
 LAST = 10  # bags a status lists
 STOP_WAIT_S = 3.0  # after SIGTERM, before SIGKILL
 
@@ -89,7 +89,7 @@ class IngestParams(NodeParams):
 
 def ingest_command(p: IngestParams, watch: Path, dataset: Path, python: str = sys.executable) -> list[str]:
     """The `teleop-flywheel ingest` command line this node runs, in a session of its own (`detach`)."""
-    cmd = [python, "-m", "teleop_flywheel.ros.session.detach", "--nice", str(p.nice), python, "-m",
+    cmd = [python, "-m", "teleop_flywheel.ros.session.launch.detach", "--nice", str(p.nice), python, "-m",
            "teleop_flywheel.cli", "ingest",
            str(watch), "--dataset", str(dataset), "--grace", f"{p.grace_s:g}", "--poll", f"{p.poll_s:g}",
            "--codec", p.codec, "--fps", str(p.fps), "--workers", "1", "--nice", str(p.nice)]

@@ -59,8 +59,10 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
-from teleop_flywheel.recording import clock_probe, msgdefs, verdict
-from teleop_flywheel.recording.episode_recorder import (
+from teleop_flywheel.recording.mcap import msgdefs
+from teleop_flywheel.recording.mcap.metadata import INFINITE_NS, Qos
+from teleop_flywheel.recording.recorder import clock_probe, verdict
+from teleop_flywheel.recording.recorder.episode_recorder import (
     OUTCOMES,
     SAFE_NAME,
     EpisodeFields,
@@ -69,7 +71,6 @@ from teleop_flywheel.recording.episode_recorder import (
     RecordingError,
     TopicEntry,
 )
-from teleop_flywheel.recording.metadata import INFINITE_NS, Qos
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec

@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
     out = sys.stdout
     try:
-        from teleop_flywheel.data.reasons import ValidateConfig
-        from teleop_flywheel.data.validate import apply_schema, validate_bag
+        from teleop_flywheel.data.validate.reasons import ValidateConfig
+        from teleop_flywheel.data.validate.validator import apply_schema, validate_bag
 
         cfg = ValidateConfig.load(args.config)
     except ValueError as exc:

@@ -1,2 +1,2 @@
-"""Sessions: the graph description both `ros2 launch` and the supervisor start, the operator
-console, mirroring, the demo, bag playback and the evaluation walk."""
+"""A session's machinery: `launch/` starts its graph (one description for `ros2 launch` and the
+supervisor), `foxglove/` shows it live (WebSocket server, 3D arms, the layout)."""

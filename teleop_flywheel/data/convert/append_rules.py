@@ -1,0 +1,64 @@
+"""What an append must agree on with the dataset it goes into, checked before anything is encoded.
+
+A dataset has one fps, one video codec and one feature set: LeRobot reads info.json's `fps` and
+each video feature's `info` block as true for every episode, so an append that differs would make
+info.json lie (an h264 append into an AV1 dataset did: accepted, and `video.codec` still said av1).
+
+- fps and codec: the whole run is refused before any work (`AppendRefused`, exit 2), naming the
+  dataset's value and the fix (another `--dataset`, or the dataset's value).
+- feature set, per episode, before its encode (`episode_frames.FeatureSetError`, status `refused`):
+  `observation.effort` present in the episode and absent in the dataset, or the reverse (bags
+  recorded before efforts were); teleop-mode corrections into a dataset converted before
+  `complementary_info.correction` existed (without corrections such an episode is written as the
+  dataset's features say). A different camera set never goes into the dataset: it goes to a
+  dataset of its own schema beside it (`convert.schema_root`), as before.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
+from teleop_flywheel.data.lerobot.writer import IMAGES, read_info
+
+CODEC_NAMES = {"libsvtav1": "av1", "h264": "h264"}  # --codec -> the codec name video_info reads from the file
+
+
+class AppendRefused(UsageError):
+    """This run cannot append to this dataset (fps or codec differ): nothing was done."""
+
+
+def dataset_codec(info: dict[str, Any]) -> str | None:
+    """The codec of the dataset's videos (info.json, read from the files when they were written)."""
+    for key, feat in sorted(info.get("features", {}).items()):
+        if key.startswith(IMAGES) and isinstance(feat.get("info"), dict):
+            codec = feat["info"].get("video.codec")
+            if codec:
+                return str(codec)
+    return None
+
+
+def check_append(roots: list[Path], fps: int, codec: str) -> None:
+    """Refuse a run whose fps or codec differs from a dataset it could append to."""
+    for root in roots:
+        info = read_info(root)
+        if info is None:
+            continue
+        if int(info.get("fps", fps)) != int(fps):
+            raise AppendRefused(f"dataset is at {info['fps']} fps, this run at {fps}: a dataset has one fps",
+                                where=str(root), fix=f"use --fps {info['fps']}, or convert into another --dataset")
+        have, want = dataset_codec(info), CODEC_NAMES.get(codec, codec)
+        if have is not None and have != want:
+            flag = next((k for k, v in CODEC_NAMES.items() if v == have), have)
+            raise AppendRefused(f"dataset videos are {have}, this run would encode {want}: info.json would lie",
+                                where=str(root), fix=f"use --codec {flag}, or convert into another --dataset")
+
+
+def feature_expectations(root: Path) -> tuple[bool | None, bool]:
+    """(the dataset has observation.effort — None for a new dataset, it has complementary_info.correction)."""
+    info = read_info(root)
+    if info is None:
+        return None, True
+    features = info.get("features", {})
+    return EFFORT in features, CORRECTION in features

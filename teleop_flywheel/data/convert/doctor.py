@@ -1,0 +1,107 @@
+"""`teleop-flywheel doctor [DATASET] [--repair] [--port PORT ...] [--json]`: is a dataset consistent, and
+if not, why and what can be repaired; are the arms' USB adapters set up for the loop rate.
+
+It reports (`data/lerobot/consistency.py`): an append interrupted by a crash (a journal or staging
+directory beside the dataset), temp directories of older converters, orphan data/video files, info
+totals or stats that disagree with the episodes table, and what cannot be repaired (an unreadable
+table, a referenced file missing or cut). With `--repair` (the consent) it applies the repairs
+that lose nothing — roll the append forward or back, move orphans to `<DATASET>.orphans/`,
+recompute totals and stats — under the dataset's lock, so never beside a running convert.
+
+`--port PORT` (repeatable: the leader's and the follower's) reads each port's adapter from sysfs
+(`hw/bringup/usb_adapter.py`, no bus opened): the driver, an FTDI's latency timer, the sync-read
+rate to expect. An FTDI whose timer is not 1 ms is a problem (~55 reads/s at Linux's default 16 ms:
+the arm loop cannot hold its rate); `find-port --port PORT` gives the udev rule that fixes it.
+
+Exit status: 0 consistent (after repair, if asked), 1 problems remain, 2 not a dataset / usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from teleop_flywheel.core.errors import EXIT_USAGE, FlywheelError, UsageError
+from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.consistency import problems, repair
+from teleop_flywheel.data.validate.validator import display
+from teleop_flywheel.hw.bringup.usb_adapter import Adapter, describe
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", type=Path, nargs="?", help="LeRobot v3.0 dataset directory (made by convert)")
+    parser.add_argument("--repair", action="store_true",
+                        help="apply the repairs that lose nothing (roll an interrupted append forward/back, move "
+                             "orphan files aside, recompute totals and stats)")
+    parser.add_argument("--port", action="append", default=[], metavar="PORT",
+                        help="check the USB adapter of an arm's serial port (repeatable): driver, FTDI latency timer, "
+                             "the loop rate to expect")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+
+def adapters(ports: list[str]) -> list[Adapter]:
+    """Each port's adapter; a port that is neither there nor known to sysfs is a usage error."""
+    found = [describe(port) for port in ports]
+    for a in found:
+        if a.kind == "unknown" and not os.path.exists(a.port):
+            raise UsageError("no such serial port", where=a.port,
+                             fix="teleop-flywheel find-port names the arm's port; is its USB cable plugged in?")
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.dataset is None and not args.port:
+        raise UsageError("nothing to check", fix="give a DATASET, --port PORT (an arm's serial port), or both")
+    if args.repair and args.dataset is None:
+        raise UsageError("--repair repairs a dataset", where="--repair", fix="give the DATASET to repair")
+    ports = adapters(args.port)
+    bad_ports = sum(a.needs_tuning for a in ports)
+    if args.json and args.dataset is None:
+        print(json.dumps({"ports": [a.to_dict() for a in ports]}, indent=2))
+    elif not args.json:
+        for a in ports:
+            doc = a.to_dict()
+            print(f"port {a.port}: {doc['summary']}\n    {doc['expect']}")
+            if a.needs_tuning:
+                timer = "unreadable" if a.latency_ms is None else f"{a.latency_ms} ms"
+                print(f"problem: {a.port}: FTDI latency timer {timer}, not 1 ms\n    fix: {doc['action']} "
+                      f"(teleop-flywheel find-port --port {a.port} --arm ARM gives the rule)")
+    if args.dataset is None:
+        return 0 if not bad_ports else 1
+    return max(_dataset(args, ports), 1 if bad_ports else 0)
+
+
+def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
+    root = Path(os.path.abspath(args.dataset))
+    if not root.exists() and not commit.pending(root):
+        raise UsageError("no such dataset (and no interrupted append beside it)", where=display(root),
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
+    done: list[str] = []
+    try:
+        with commit.locked_dataset(root):
+            if args.repair:
+                done, found = repair(root)
+            else:
+                found = problems(root)
+    except FlywheelError as exc:  # one line on stderr, exit 2 (cli.py)
+        exc.exit_code = EXIT_USAGE
+        raise
+    if not found and not done and not (root / "meta" / "info.json").is_file():
+        raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
+                         fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
+    if args.json:
+        print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
+                          "consistent": not found, **({"ports": [a.to_dict() for a in ports]} if ports else {})},
+                         indent=2))
+    else:
+        for line in done:
+            print(f"repaired: {display(line)}")
+        for p in found:
+            fix = f"\n    repair: {p.repair} (run with --repair)" if p.repair else \
+                "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
+            print(f"problem: {display(p.detail)}{fix}")
+        print(f"{display(root)}: " + ("consistent" if not found else f"{len(found)} problem(s)"
+                                     + (f", {sum(1 for p in found if p.repair)} repairable with --repair"
+                                        if not args.repair else "")))
+    return 0 if not found else 1

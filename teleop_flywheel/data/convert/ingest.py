@@ -1,0 +1,288 @@
+"""`teleop-flywheel ingest WATCH_DIR --dataset DS`: the flywheel turns by itself.
+
+Every episode the recorder closes in WATCH_DIR (its `output_dir`) is validated, then quarantined
+or converted into the dataset (an append), and the dataset's validation record, data card, sample
+weights and the audit are refreshed — without anyone running four commands.
+
+When a bag is taken: it is closed (metadata.yaml written), it has the recorder's verdict
+(`verdict.json`, `recording/recorder/verdict.py`) and the operator kept it — or the grace period
+(`--grace`, default 30 s) has passed since the verdict without a discard. A discarded bag has
+been moved to `<output_dir>/discarded/` by the recorder and is never looked at. `--without-verdict`
+also takes bags that have none (recorded before verdicts existed) once their metadata.yaml is
+older than the grace period.
+
+Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
+atomically after every batch) lists every bag taken and what became of it, and the converter
+itself skips episodes already in the dataset (content ids) and finishes an append a crash
+interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
+ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
+
+Encoded ahead (`data/convert/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being
+recorded, or closed and about to be taken (waiting for its verdict, a keep or the grace period),
+is encoded in segments as it is written, and the convert remuxes the segments that hold exactly
+its frames — a kept 60 s episode reaches the dataset seconds after its stop instead of after a
+full encode (`bench/ingest.py`). The segments lie beside the dataset (`<DS>.ingest.segments/`)
+until the bag is taken.
+
+Safe while recording continues: the bag being recorded has no metadata.yaml yet and no verdict;
+the process runs at low priority (`--nice`, default 10, and SCHED_BATCH; in a session of its own —
+`setsid`, or a session started by `teleop-flywheel run` — its autogroup is niced too), and
+converts with one worker by default.
+
+Rejected bags are moved (never deleted) to `--quarantine` (default `<WATCH_DIR>/../quarantine`)
+under their first reason code, with a JSON record of why; the dataset's record says where they
+went (`--no-quarantine`: they stay where they are, rejected in the state file). A dataset this run
+could not append to (another fps or codec) is refused at start. `--once` ingests what is ready and exits (cron, tests);
+otherwise it polls every `--poll` s.
+
+In a session (`ingest:=true`: the `ingest` node, `ros/nodes/ingest.py`) the same loop runs on the
+session's own output_dir; its dataset lies inside that folder (`recording/recorder/output_layout.py`) and
+rejected bags go to `<output_dir>/quarantine/` (or stay where they are: `quarantine=None`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.core.priority import lower_priority
+from teleop_flywheel.data.convert.append_rules import check_append
+from teleop_flywheel.data.convert.converter import ConvertResult, convert
+from teleop_flywheel.data.convert.preencode import PreEncoding
+from teleop_flywheel.data.convert.refresh import update_record
+from teleop_flywheel.data.filelock import locked
+from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.reports.audit import audit, write_html
+from teleop_flywheel.data.validate.reasons import ValidateConfig
+from teleop_flywheel.data.validate.validator import EpisodeReport, display, find_bags, quarantine
+from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, decision, read_verdict
+
+STATE_FORMAT = "teleop_flywheel.ingest/1"
+GRACE_S = 30.0
+RECORDING, NO_VERDICT, GRACE = "still recording (no metadata.yaml)", "no verdict yet", "grace period"
+# A closed bag still without a verdict this long after its close is not about to be taken (recorded
+# before verdicts, or by a recorder without them): not encoded ahead.
+AHEAD_UNJUDGED_S = 120.0
+
+
+@dataclass
+class IngestConfig:
+    watch: Path
+    dataset: Path
+    quarantine: Path | None  # None: rejected bags stay where they are (recorded as rejected in the state)
+    grace_s: float = GRACE_S
+    codec: str = "libsvtav1"
+    fps: int = 30
+    validate: ValidateConfig = field(default_factory=ValidateConfig.load)
+    trim_dead_air: bool = False
+    without_verdict: bool = False
+    workers: int = 1
+    audit_html: Path | None = None
+    repo_id: str | None = None
+
+
+def state_path(dataset: Path) -> Path:
+    return dataset.with_name(dataset.name + ".ingest.json")
+
+
+def read_state(dataset: Path) -> dict[str, Any]:
+    path = state_path(dataset)
+    if not path.is_file():
+        return {"format": STATE_FORMAT, "bags": {}}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: unreadable ingest state: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("bags"), dict):
+        raise DatasetError(f"{path}: not an ingest state")
+    return doc
+
+
+def _since_ns(bag: Path, verdict: dict[str, Any] | None) -> int:
+    """When the bag became ready to wait out the grace period: the verdict's time, else its close."""
+    validated = (verdict or {}).get("validated") or {}
+    if isinstance(validated, dict) and isinstance(validated.get("wall_ns"), int):
+        return int(validated["wall_ns"])
+    target = bag / "verdict.json" if verdict is not None else bag / "metadata.yaml"
+    return target.stat().st_mtime_ns
+
+
+def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool, str]:
+    """(take it now, why not)."""
+    if not bag.is_dir() or not (bag / "metadata.yaml").is_file():
+        return False, RECORDING
+    try:
+        verdict = read_verdict(bag)
+    except ValueError as exc:
+        return False, f"unreadable verdict: {exc}"
+    if verdict is None and not cfg.without_verdict:
+        return False, NO_VERDICT
+    said = decision(verdict)
+    if said == DISCARD:
+        return False, "discarded by the operator"
+    if said == KEEP:
+        return True, ""
+    waited = ((now_ns or time.time_ns()) - _since_ns(bag, verdict)) / 1e9
+    if waited < cfg.grace_s:
+        return False, f"{GRACE}: {cfg.grace_s - waited:.0f} s left for a keep or discard"
+    return True, ""
+
+
+def waiting_bags(cfg: IngestConfig, state: dict[str, Any]) -> tuple[list[Path], list[Path]]:
+    """(bags ready to take now, bags worth encoding ahead: being recorded or about to be taken)
+    among the bags in the watch folder not taken before (discarded/ and the quarantine skipped)."""
+    bags, _errors = find_bags([cfg.watch], exclude=cfg.quarantine)
+    done = state["bags"]
+    now, ahead = [], []
+    for bag in bags:
+        if not bag.is_dir() or str(bag.resolve()) in done:
+            continue
+        take, why = ready(bag, cfg)
+        if take:
+            now.append(bag)
+        elif why == RECORDING or why.startswith(GRACE) or (why == NO_VERDICT and _closed_s_ago(bag) < AHEAD_UNJUDGED_S):
+            ahead.append(bag)
+    return now, ahead
+
+
+def _closed_s_ago(bag: Path) -> float:
+    try:
+        return time.time() - (bag / "metadata.yaml").stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def segments_root(dataset: Path) -> Path:
+    """Where ingest keeps the video segments it encodes ahead (`data/convert/preencode.py`): beside the dataset."""
+    return dataset.with_name(dataset.name + ".ingest.segments")
+
+
+def _quarantine(res: ConvertResult, cfg: IngestConfig) -> list[EpisodeReport]:
+    moved: list[EpisodeReport] = []
+    if cfg.quarantine is None:
+        return moved
+    for r in res.reports:
+        if res.outcomes.get(r.path) == "rejected" and os.path.isdir(r.path):
+            try:
+                quarantine(r, cfg.quarantine)
+                moved.append(r)
+            except (OSError, ValueError, shutil.Error) as exc:
+                print(f"ingest: quarantine of {display(r.path)} failed: {exc}", file=sys.stderr)
+    return moved
+
+
+def ingest_once(cfg: IngestConfig, log: Any = print, pre: PreEncoding | None = None) -> dict[str, str]:
+    """One pass: take what is ready, convert/quarantine it, refresh; {bag: outcome}. Then `pre`
+    (kept from pass to pass) encodes ahead the bags being recorded or about to be taken, and their
+    convert uses that work."""
+    with locked(cfg.dataset.with_name(cfg.dataset.name + ".ingest"), what="ingest"):
+        state = read_state(cfg.dataset)
+        bags, ahead = waiting_bags(cfg, state)
+        outcomes = _take(cfg, state, bags, log, pre) if bags else {}
+        if pre is not None:
+            pre.step(ahead)
+        return outcomes
+
+
+def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, pre: PreEncoding | None
+          ) -> dict[str, str]:
+    """Convert/quarantine `bags`, record them in the state, refresh the audit page."""
+    t0 = time.monotonic()
+    res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
+                  progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
+                  segments=pre.segments(bags) if pre is not None else None)
+    moved = _quarantine(res, cfg)
+    if moved and (cfg.dataset / lf.INFO_PATH).is_file():
+        update_record(cfg.dataset, moved)  # where each rejected bag went
+    by_path = {r.path: r for r in res.reports}
+    now = time.time_ns()
+    for bag in bags:
+        outcome = res.outcomes.get(str(bag), "error")
+        report = by_path.get(str(bag))
+        reused = res.reused_frames.get(str(bag), 0)
+        state["bags"][str(bag.resolve())] = {
+            "name": bag.name, "outcome": outcome, "episode_id": report.episode_id if report else None,
+            "codes": report.codes if report else [], "quarantined_to": report.quarantined_to if report else None,
+            "at_wall_ns": now, "pre_encoded_frames": reused}
+        log(f"ingest: {display(bag.name)}: {outcome}" + (f" {' '.join(report.codes)}" if report and report.codes
+                                                      else "")
+            + (f" -> {display(report.quarantined_to)}" if report and report.quarantined_to else "")
+            + (f" ({reused} camera frames encoded while it was recorded)" if reused else ""))
+    for line in res.refused + res.errors:
+        log(f"ingest: not converted: {line}")
+    replace_atomic(state_path(cfg.dataset), json.dumps(state, indent=1))
+    if pre is not None:
+        pre.forget(bags)
+    if res.converted and cfg.audit_html is not None:
+        write_html(audit(LeRobotDataset.open(cfg.dataset)), cfg.audit_html)
+    log(f"ingest: {len(bags)} bag(s) in {time.monotonic() - t0:.1f} s")
+    return {str(b): res.outcomes.get(str(b), "error") for b in bags}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("watch", type=Path, metavar="WATCH_DIR", help="the recorder's output folder (its bags)")
+    parser.add_argument("--dataset", type=Path, required=True, metavar="DS", help="dataset to append to (created)")
+    moving = parser.add_mutually_exclusive_group()
+    moving.add_argument("--quarantine", type=Path, metavar="DIR",
+                        help="where rejected bags are moved (default: <WATCH_DIR>/../quarantine)")
+    moving.add_argument("--no-quarantine", action="store_true",
+                        help="leave rejected bags where they are (the state file and the dataset's record say so)")
+    parser.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
+                        help=f"take a bag this long after its verdict when the operator neither kept nor discarded it "
+                             f"(default {GRACE_S:g})")
+    parser.add_argument("--without-verdict", action="store_true",
+                        help="also take closed bags without a verdict.json, once the grace period has passed")
+    parser.add_argument("--once", action="store_true", help="ingest what is ready, then exit")
+    parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
+    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="video codec of a new dataset")
+    parser.add_argument("--fps", type=int, default=30, help="frames per second of a new dataset (default 30)")
+    parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
+    parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
+    parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
+    parser.add_argument("--workers", type=int, default=1, help="parallel conversions (default 1: low impact)")
+    parser.add_argument("--no-pre-encode", action="store_true",
+                        help="do not encode camera video while episodes are recorded (all of it then waits for the "
+                             "keep)")
+    parser.add_argument("--nice", type=int, default=10, help="niceness to run at (default 10; 0 keeps it)")
+    drawing = parser.add_mutually_exclusive_group()
+    drawing.add_argument("--audit", type=Path, metavar="OUT.html",
+                         help="audit page to refresh after every append (default <DS>_audit.html beside the dataset)")
+    drawing.add_argument("--no-audit", action="store_true", help="refresh no audit page")
+
+
+def run(args: argparse.Namespace) -> int:
+    watch = Path(args.watch)
+    if not watch.is_dir():
+        raise UsageError("no such folder", where=str(watch), fix="give the recorder's output_dir")
+    dataset = Path(os.path.abspath(args.dataset))
+    moved_to = None if args.no_quarantine else (Path(args.quarantine) if args.quarantine
+                                                else watch.resolve().parent / "quarantine")
+    page = None if args.no_audit else (args.audit or dataset.with_name(dataset.name + "_audit.html"))
+    cfg = IngestConfig(watch, dataset, moved_to, args.grace, args.codec, args.fps, ValidateConfig.load(args.config),
+                       args.trim_dead_air, args.without_verdict, args.workers, page, args.repo_id)
+    check_append([dataset], args.fps, args.codec)  # a dataset this run cannot append to: refused now, not later
+    lower_priority(args.nice)
+    print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine "
+          f"{display(moved_to) if moved_to else 'off: rejected bags stay'}, grace {cfg.grace_s:g} s, "
+          f"nice {os.nice(0)})", flush=True)
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    # Between looks the pre-encoder works for about a poll period, then looks again at once if it is behind.
+    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log,
+                                                      budget_s=args.poll)
+    while True:
+        ingest_once(cfg, log, pre)
+        if args.once:
+            return 0
+        if pre is None or not pre.behind:
+            time.sleep(args.poll)

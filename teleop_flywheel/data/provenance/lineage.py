@@ -1,0 +1,182 @@
+"""`teleop-flywheel lineage`: which manifest trained which checkpoint, answered without a meeting.
+
+A small JSON registry maps checkpoint id (the id the policy node stamps on every command and
+writes into each recording's `policy_checkpoint`) to a copy of the manifest that trained it, so
+the answer survives the manifest file being moved or edited. Registry location, first found:
+`--registry PATH`, `$TELEOP_FLYWHEEL_LINEAGE`, `~/.local/share/teleop_flywheel/lineage.json`
+(XDG_DATA_HOME respected).
+
+    lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
+    lineage which CHECKPOINT|BAG                        the manifest behind a checkpoint (or a bag's)
+    lineage episodes RUN|CHECKPOINT                     the episode ids in that run
+    lineage list                                        every registered checkpoint
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.filelock import locked
+from teleop_flywheel.data.lerobot.reader import DatasetError
+from teleop_flywheel.data.provenance.manifest import load_manifest
+from teleop_flywheel.recording.mcap.reader import BagReadError, read_episode
+
+FORMAT = "teleop_flywheel.lineage/1"
+ENV = "TELEOP_FLYWHEEL_LINEAGE"
+
+
+def default_registry() -> Path:
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "teleop_flywheel" / "lineage.json"
+
+
+class LineageError(DatasetError):
+    pass
+
+
+@dataclass
+class Registry:
+    path: Path
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Registry:
+        path = Path(path) if path else default_registry()
+        if not path.exists():
+            return cls(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise LineageError(f"{path}: unreadable lineage registry: {exc}") from None
+        if data.get("format") != FORMAT:
+            raise LineageError(f"{path}: not a {FORMAT} registry")
+        return cls(path, dict(data.get("checkpoints", {})))
+
+    def save(self) -> None:
+        """Replace the registry file atomically (unique temp name + rename; `register_checkpoint`
+        holds the registry's lock around load, register and save)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        replace_atomic(self.path, json.dumps({"format": FORMAT, "checkpoints": self.checkpoints}, indent=1) + "\n")
+
+    def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None) -> dict[str, Any]:
+        """Record checkpoint → manifest. Re-registering the same pair is a no-op; a different one an error."""
+        if not checkpoint:
+            raise LineageError("checkpoint id must not be empty")
+        manifest = load_manifest(manifest_path)
+        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        old = self.checkpoints.get(checkpoint)
+        if old is not None:
+            if old["manifest_sha256"] == digest:
+                return old
+            raise LineageError(f"checkpoint {checkpoint!r} is already registered to manifest "
+                               f"{old['manifest_path']} (run {old['run']!r}); checkpoint ids are never reused")
+        run = run or Path(manifest_path).stem
+        entry = {"checkpoint": checkpoint, "run": run, "manifest_path": str(Path(manifest_path).resolve()),
+                 "manifest_sha256": digest, "registered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                 "manifest": manifest}
+        self.checkpoints[checkpoint] = entry
+        return entry
+
+    def which(self, checkpoint: str) -> dict[str, Any]:
+        try:
+            return self.checkpoints[checkpoint]
+        except KeyError:
+            known = ", ".join(sorted(self.checkpoints)) or "none"
+            raise LineageError(f"checkpoint {checkpoint!r} is not in {self.path} (registered: {known})") from None
+
+    def run_entry(self, run_or_checkpoint: str) -> dict[str, Any]:
+        if run_or_checkpoint in self.checkpoints:
+            return self.checkpoints[run_or_checkpoint]
+        hits = [e for e in self.checkpoints.values() if e["run"] == run_or_checkpoint]
+        if not hits:
+            raise LineageError(f"no run or checkpoint {run_or_checkpoint!r} in {self.path}")
+        return hits[0]
+
+    def episodes(self, run_or_checkpoint: str) -> list[str]:
+        return [e["episode_id"] for e in self.run_entry(run_or_checkpoint)["manifest"]["episodes"]]
+
+
+def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: str | None = None) -> dict[str, Any]:
+    """Load, register and save under the registry's lock: two concurrent registrations never lose
+    an entry, and an entry, once written, is never replaced (checkpoint ids are never reused)."""
+    with locked(registry, what="lineage register"):
+        reg = Registry.load(registry)
+        entry = reg.register(checkpoint, manifest, run)
+        reg.save()
+    return entry
+
+
+def checkpoint_of_bag(bag: Path) -> str:
+    """The policy checkpoint a bag recorded, from its MCAP episode record (a metadata.yaml that
+    disagrees with it is refused: it is not trusted over the MCAP)."""
+    try:
+        meta = read_episode(bag)
+    except BagReadError as exc:
+        raise LineageError(f"{bag}: cannot read its episode metadata: {exc}") from None
+    ckpt = meta.policy_checkpoint if meta is not None else ""
+    if not ckpt:
+        raise LineageError(f"{bag}: no policy_checkpoint in its metadata (a teleop-only recording?)")
+    return str(ckpt)
+
+
+def describe(entry: dict[str, Any]) -> str:
+    m = entry["manifest"]
+    return (f"checkpoint {entry['checkpoint']}  <-  run {entry['run']}\n"
+            f"  manifest   {entry['manifest_path']} (sha256 {entry['manifest_sha256'][:16]})\n"
+            f"  dataset    {m['dataset']}  fingerprint {m['fingerprint'][:16]}\n"
+            f"  episodes   {m['episode_count']} ({m['frame_count']} frames), filter {m['filter'] or 'none'}\n"
+            f"  created    {m['created']}, registered {entry['registered']}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", type=Path, help=f"registry JSON (default ${ENV} or {default_registry()})")
+    sub = parser.add_subparsers(dest="action", required=True)
+    r = sub.add_parser("register", help="record that MANIFEST trained CHECKPOINT")
+    r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands")
+    r.add_argument("manifest", type=Path, help="the manifest JSON the checkpoint was trained on")
+    r.add_argument("--run", help="run name (default: the manifest file's stem)")
+    w = sub.add_parser("which", help="the manifest that produced a checkpoint (or the checkpoint a bag recorded)")
+    w.add_argument("checkpoint", help="checkpoint id, or a bag directory recorded with that policy")
+    w.add_argument("--json", action="store_true", help="print the answer as JSON")
+    e = sub.add_parser("episodes", help="the episode ids in a run")
+    e.add_argument("run", help="run name or checkpoint id")
+    e.add_argument("--json", action="store_true", help="print the ids as a JSON list")
+    sub.add_parser("list", help="every registered checkpoint")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        reg = Registry.load(args.registry)
+        if args.action == "register":
+            entry = register_checkpoint(reg.path, args.checkpoint, args.manifest, args.run)
+            print(f"registered in {reg.path}:\n{describe(entry)}")
+        elif args.action == "which":
+            target = Path(args.checkpoint)
+            ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else args.checkpoint
+            entry = reg.which(ckpt)
+            print(json.dumps({k: v for k, v in entry.items() if k != "manifest"} | {
+                "fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"]},
+                indent=2) if args.json else describe(entry))
+        elif args.action == "episodes":
+            ids = reg.episodes(args.run)
+            print(json.dumps(ids) if args.json else "\n".join(ids))
+        else:
+            for entry in sorted(reg.checkpoints.values(), key=lambda x: x["registered"]):
+                m = entry["manifest"]
+                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {m['episode_count']:>6} episodes  "
+                      f"{entry['registered']}")
+    except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli.py)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
+    return 0

@@ -1,0 +1,365 @@
+"""`teleop-flywheel manifest create|verify`: the frozen list of content-addressed episodes a run used.
+
+A training run consumes a manifest, never a directory scan, so "which episodes were in run 47" has
+an exact answer forever. Each episode is identified twice:
+- `episode_id`: the converter's content id of the source bag (column `episode_id` of the episodes
+  table: id v2, over the messages and the episode metadata; `episode_id_v1` beside it is v1, over
+  the messages only), or, for datasets without one, the hash of the episode's data rows;
+- `data_sha256`: SHA-256 over the episode's data rows — every non-video column except the
+  positional `index`, `episode_index` and `task_index`, column by column in name order (name,
+  dtype, shape, raw little-endian bytes), then its task strings. Renumbering or moving an
+  episode keeps both; changing one value changes `data_sha256`.
+Manifests of format 2 (`id_version: 2`) also hash everything else training reads, per episode
+(`manifest_hash.py`: its episodes-table row, its task texts, its packets in each video) and the
+files holding the episodes whole, so a flipped video byte, re-ordered episodes in a video, a
+flipped outcome or an edited task text is a named change. Format-1 manifests (`id_version` 1)
+stay verifiable: their ids are matched against the v1 ids, and the report says that only ids and
+data rows are checked.
+`verify` proves a dataset (after the manifest's own filter) is exactly the manifest, naming every
+added, removed and changed episode and file, and exits non-zero otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import operator
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
+from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256
+
+FORMAT = "teleop_flywheel.manifest/2"
+FORMAT_V1 = "teleop_flywheel.manifest/1"
+ID_VERSION = 2
+POSITIONAL = ("index", "episode_index", "task_index")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "!=": operator.ne, ">=": operator.ge, "<=": operator.le, "=": operator.eq, ">": operator.gt, "<": operator.lt,
+}
+
+
+@dataclass(frozen=True)
+class EpisodeIdentity:
+    episode_index: int
+    episode_id: str
+    data_sha256: str
+    length: int
+    task: str
+
+
+def content_columns(ds: LeRobotDataset) -> list[str]:
+    schema = ds.data_schema()
+    visual = {n for n, f in ds.features.items() if f.is_visual}
+    return sorted(n for n in schema.names if n not in POSITIONAL and n not in visual)
+
+
+def converter_ids(ds: LeRobotDataset, id_version: int) -> dict[int, str]:
+    """{episode: the converter's content id of that version}, for the episodes that have one.
+
+    Rows converted since ids v2 carry `episode_id` (v2), `episode_id_v1` and `id_version` 2; rows
+    converted before carry only `episode_id`, which is v1."""
+    t = ds.episodes
+    out: dict[int, str] = {}
+    for row in t.to_dict("records"):
+        v2_row = "id_version" in t.columns and _present(row.get("id_version")) and int(row["id_version"]) >= 2
+        value = row.get("episode_id") if id_version >= 2 or not v2_row else row.get("episode_id_v1")
+        if _present(value):
+            out[int(row["episode_index"])] = str(value)
+    return out
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and np.isnan(value)) and value != ""
+
+
+def identities(ds: LeRobotDataset, id_version: int = ID_VERSION) -> list[EpisodeIdentity]:
+    """Every episode's ids, in episode order (one projection read of the content columns)."""
+    names = content_columns(ds)
+    cols = ds.columns(["episode_index", *names])
+    spans = episode_spans(cols["episode_index"], cols.get("frame_index"))
+    arrays = {n: np.ascontiguousarray(spans.take(cols[n])) for n in names}
+    records = {r.episode_index: r for r in episode_records(ds)}
+    ids = converter_ids(ds, id_version)
+    out = []
+    for e, lo, hi in zip(spans.episode_index, spans.start, spans.stop, strict=True):
+        h = hashlib.sha256()
+        for n in names:
+            part = arrays[n][lo:hi]
+            if part.dtype == object:
+                payload = "\x00".join(map(str, part.tolist())).encode()
+            else:
+                payload = part.astype(part.dtype.newbyteorder("<"), copy=False).tobytes()
+            h.update(f"{n}|{part.dtype.str}|{part.shape[1:]}|".encode())
+            h.update(payload)
+        rec = records.get(int(e))
+        tasks = rec.tasks if rec else []
+        h.update(("tasks|" + "\x00".join(tasks)).encode())
+        digest = h.hexdigest()
+        ep_id = ids.get(int(e)) or digest
+        out.append(EpisodeIdentity(int(e), ep_id, digest, int(hi - lo), tasks[0] if tasks else ""))
+    return out
+
+
+def fingerprint(entries: list[EpisodeIdentity]) -> str:
+    """Order-independent hash of a set of episodes (ids and contents)."""
+    lines = sorted(f"{e.episode_id}:{e.data_sha256}" for e in entries)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- filters
+def parse_filter(expr: str) -> tuple[str, str, str]:
+    for op in _OPS:  # two-character operators are listed first
+        if op in expr:
+            key, value = expr.split(op, 1)
+            if key.strip():
+                return key.strip(), op, value.strip().strip("'\"")
+    raise ValueError(f"bad filter {expr!r}: expected COLUMN(=|!=|>=|<=|>|<)VALUE, e.g. outcome=success")
+
+
+def _value(rec: EpisodeRecord, row: dict[str, Any], key: str) -> Any:
+    if key == "task":
+        return rec.task
+    if hasattr(rec, key) and key != "extra":
+        return getattr(rec, key)
+    if key in row:
+        return row[key]
+    raise ValueError(f"filter column {key!r} is neither an episode field nor an episodes-table column")
+
+
+def _matches(value: Any, op: str, wanted: str) -> bool:
+    """Numbers compare as numbers; everything else as strings (None as "None")."""
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        try:
+            return bool(_OPS[op](float(value), float(wanted)))
+        except ValueError:
+            pass
+    return bool(_OPS[op](str(value), wanted))
+
+
+def select(ds: LeRobotDataset, filters: list[str]) -> set[int]:
+    """Episode indices passing every filter (all episodes when there is none)."""
+    parsed = [parse_filter(f) for f in filters]
+    rows = {int(r["episode_index"]): r for r in ds.episodes.to_dict("records")}
+    keep = set()
+    for rec in episode_records(ds):
+        if all(_matches(_value(rec, rows[rec.episode_index], k), op, v) for k, op, v in parsed):
+            keep.add(rec.episode_index)
+    return keep
+
+
+# --------------------------------------------------------------------------- create / verify
+def _task_indices(ds: LeRobotDataset) -> dict[int, list[int]]:
+    if not ds.has_column("task_index"):
+        return {}
+    cols = ds.columns(["episode_index", "task_index"])
+    out: dict[int, list[int]] = {}
+    for e in np.unique(cols["episode_index"]):
+        out[int(e)] = sorted(int(t) for t in np.unique(cols["task_index"][cols["episode_index"] == e]))
+    return out
+
+
+def _entries(ds: LeRobotDataset, chosen: set[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Manifest v2 episode entries (ids, data hash, per-episode parts) and the whole-file hashes."""
+    v1 = {e.episode_index: e.episode_id for e in identities(ds, 1)}
+    entries = [asdict(e) | {"episode_id_v1": v1.get(e.episode_index, e.episode_id)}
+               for e in identities(ds) if e.episode_index in chosen]
+    parts, files = episode_parts(ds, [e["episode_index"] for e in entries], _task_indices(ds))
+    for e in entries:
+        e.update(parts[e["episode_index"]])
+    return entries, files
+
+
+def fingerprint_v2(entries: list[dict[str, Any]], files: dict[str, str]) -> str:
+    lines = sorted(json.dumps({k: v for k, v in e.items() if k not in ("episode_index",)}, sort_keys=True)
+                   for e in entries)
+    return hashlib.sha256(("\n".join(lines) + json.dumps(files, sort_keys=True)).encode()).hexdigest()
+
+
+def create(ds: LeRobotDataset, filters: list[str] | None = None) -> dict[str, Any]:
+    filters = list(filters or [])
+    chosen = select(ds, filters)
+    entries, files = _entries(ds, chosen)
+    return {
+        "format": FORMAT,
+        "id_version": ID_VERSION,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "dataset": str(ds.root.resolve()),
+        "repo_id": ds.repo_id,
+        "filter": filters,
+        "fingerprint": fingerprint_v2(entries, files),
+        "episode_count": len(entries),
+        "frame_count": sum(e["length"] for e in entries),
+        "info_sha256": info_sha256(ds.info),
+        "files": files,
+        "episodes": entries,
+    }
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read manifest: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") not in (FORMAT, FORMAT_V1) or "episodes" not in data:
+        raise DatasetError(f"{path}: not a {FORMAT} (or /1) manifest")
+    return data
+
+
+def manifest_id_version(manifest: dict[str, Any]) -> int:
+    return int(manifest.get("id_version") or (1 if manifest.get("format") == FORMAT_V1 else ID_VERSION))
+
+
+@dataclass
+class Verification:
+    matched: int
+    added: list[EpisodeIdentity]
+    removed: list[dict[str, Any]]
+    changed: list[tuple[dict[str, Any], EpisodeIdentity, list[str]]]
+    fingerprint: str
+    id_version: int = ID_VERSION
+    files: list[str] = field(default_factory=list)  # changed or missing files, with the episodes in them
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.added or self.removed or self.changed or self.files)
+
+    def lines(self) -> list[str]:
+        out = [f"added   episode {e.episode_index} id {e.episode_id} ({e.length} frames)" for e in self.added]
+        out += [
+            f"removed episode {m['episode_index']} id {m['episode_id']} ({m['length']} frames)" for m in self.removed
+        ]
+        for m, e, parts in self.changed:
+            what = "; ".join(parts) or f"content {m['data_sha256'][:12]} -> {e.data_sha256[:12]}"
+            out.append(f"changed episode {m['episode_index']} id {m['episode_id']}: {what} "
+                       f"(now episode {e.episode_index}, {e.length} frames)")
+        out += self.files
+        return out
+
+
+def _file_changes(ds: LeRobotDataset, manifest: dict[str, Any]) -> list[str]:
+    holders: dict[str, list[int]] = {}
+    for m in manifest["episodes"]:
+        for rel in [m.get("data_file")] + [v.get("file") for v in (m.get("videos") or {}).values()]:
+            if rel:
+                holders.setdefault(rel, []).append(int(m["episode_index"]))
+    out = []
+    for rel, digest in sorted((manifest.get("files") or {}).items()):
+        path = ds.root / rel
+        now = file_sha256(path) if path.is_file() else None
+        if now != digest:
+            what = "missing" if now is None else f"sha256 {digest[:12]} -> {now[:12]}"
+            out.append(f"changed file {rel}: {what} (holds manifest episode(s) {holders.get(rel, [])})")
+    if manifest.get("info_sha256") and manifest["info_sha256"] != info_sha256(ds.info):
+        out.append("changed file meta/info.json: fps, features or layout differ from the manifest's")
+    return out
+
+
+def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -> Verification:
+    """Compare the dataset (after the manifest's filter) with the manifest; subset=True ignores additions."""
+    version = manifest_id_version(manifest)
+    chosen = select(ds, manifest.get("filter", []))
+    now = [e for e in identities(ds, version) if e.episode_index in chosen]
+    by_id = {e.episode_id: e for e in now}
+    frozen = {m["episode_id"]: m for m in manifest["episodes"]}
+    changed = [(m, by_id[i], ["data rows"] if by_id[i].data_sha256 != m["data_sha256"] else [])
+               for i, m in frozen.items() if i in by_id]
+    removed = [m for i, m in frozen.items() if i not in by_id]
+    added = [] if subset else [e for i, e in by_id.items() if i not in frozen]
+    # Datasets without converter ids are addressed by content: an edit shows as removed + added at
+    # the same episode_index; report it as the change it is.
+    added_at = {e.episode_index: e for e in added}
+    for m in list(removed):
+        e = added_at.get(m["episode_index"])
+        if e is not None and m["episode_id"] == m["data_sha256"] and e.episode_id == e.data_sha256:
+            changed.append((m, e, ["data rows"]))
+            removed.remove(m)
+            added.remove(e)
+    result = Verification(0, added, removed, [], fingerprint(now), version)
+    if version < 2:
+        result.notes.append("manifest format 1 (id_version 1): checked episode ids v1 and data rows only; "
+                            "videos, the tasks table and episode fields are not covered by it (create a new manifest)")
+    else:
+        parts, _ = episode_parts(ds, [e.episode_index for _, e, _ in changed], _task_indices(ds))
+        for m, e, what in changed:
+            what += compare_parts(m, parts.get(e.episode_index, {}))
+        result.files = _file_changes(ds, manifest)
+    result.changed = [c for c in changed if c[2]]
+    result.matched = len(frozen) - len(removed) - len(result.changed)
+    return result
+
+
+# --------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    c = sub.add_parser("create", help="freeze the dataset's episodes into a manifest")
+    c.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
+    c.add_argument("--out", type=Path, required=True, help="manifest JSON to write (never overwritten)")
+    c.add_argument("--filter", action="append", default=[], metavar="EXPR",
+                   help="keep episodes where EXPR holds, e.g. outcome=success, operator!=ben, length>=200, "
+                        "task='pick the brick' (repeatable; all must hold)")
+    v = sub.add_parser("verify", help="prove a dataset is exactly a manifest")
+    v.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
+    v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
+    v.add_argument("--subset", action="store_true", help="only require the manifest's episodes (ignore additions)")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ds = LeRobotDataset.open(args.dataset)
+        if args.action == "create":
+            if args.out.exists() or args.out.is_symlink():
+                raise UsageError("manifest already exists", where=str(args.out),
+                                 fix="choose a new name: manifests are frozen and never overwritten")
+            manifest = create(ds, args.filter)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                create_exclusive(args.out, json.dumps(manifest, indent=1) + "\n")
+            except FileExistsRefused:
+                raise UsageError("manifest already exists", where=str(args.out),
+                                 fix="choose a new name: manifests are frozen and never overwritten") from None
+            print(f"wrote {args.out}: {manifest['episode_count']} episodes, {manifest['frame_count']} frames, "
+                  f"fingerprint {manifest['fingerprint'][:16]}")
+            return 0
+        manifest = load_manifest(args.manifest)
+        result = verify(ds, manifest, args.subset)
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+    except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli.py); a bad --filter as usage
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "matched": result.matched,
+                    "differences": result.lines(),
+                    "id_version": result.id_version,
+                    "notes": result.notes,
+                    "fingerprint": result.fingerprint,
+                    "manifest_fingerprint": manifest["fingerprint"],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for line in result.lines():
+            print(line)
+        verdict = "OK: dataset matches" if result.ok else "MISMATCH: dataset differs from"
+        print(f"{verdict} manifest {args.manifest} ({result.matched} of {len(manifest['episodes'])} episodes "
+              f"identical{', subset check' if args.subset else ''}; ids v{result.id_version})")
+    return 0 if result.ok else 1

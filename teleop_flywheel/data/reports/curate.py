@@ -1,0 +1,288 @@
+"""`teleop-flywheel curate DATASET`: score episodes on four axes, say where to record next, weight them.
+
+The seed's curation rule: look at the joint distribution of four scores, never one number.
+1. graded success — `1/attempts` for a success (first try = 1, third try = 1/3), 0 for a failure,
+   unknown when the outcome or attempt count was not recorded (never defaulted);
+2. smoothness — integrated squared jerk of the action, Σ_t Σ_j (Δ³a/Δt³)² Δt in dataset units²/s⁵,
+   high values (Tukey fence on log10) flagged as an operator fighting the rig;
+3. duration relative to the task median — both tails flagged (default: more than 1.5× off);
+4. coverage contribution — greedy farthest-point order over start states (normalised by the
+   joint-range box): the k-th pick's contribution is its distance to the k-1 already picked.
+
+"Where to send operators next" runs the same farthest-point selection over candidate start poses
+spread through the joint-range box (a Halton sequence), against the start states already recorded
+(`data/reports/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
+(`data/reports/weights.py`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.reports.audit import available_ranges, load
+from teleop_flywheel.data.reports.coverage import farthest_point_order, target_start_poses
+from teleop_flywheel.data.reports.plots import write_curation_plots
+from teleop_flywheel.data.reports.weights import (
+    HALF_LIFE_DAYS,
+    INTERVENTION_WEIGHT,
+    WEIGHT_RULE,
+    WEIGHTS_PATH,
+    WeightRule,
+    episode_has_intervention,
+    sample_weights,
+    write_weights,
+)
+
+DURATION_TOLERANCE = 1.5
+TARGETS = 5
+
+
+# --------------------------------------------------------------------------- the four axes
+def graded_success(rec: EpisodeRecord) -> float | None:
+    if rec.outcome == "failure":
+        return 0.0
+    if rec.outcome == "success" and rec.attempts is not None and rec.attempts >= 1:
+        return 1.0 / rec.attempts
+    return None
+
+
+def integrated_squared_jerk(action: np.ndarray, start: np.ndarray, stop: np.ndarray, fps: float) -> np.ndarray:
+    """Per episode Σ over frames and joints of (third difference · fps³)² / fps; NaN if < 4 frames."""
+    a = action.astype(np.float64)
+    if a.ndim == 1:
+        a = a[:, None]
+    jerk_sq = np.zeros(len(a))
+    if len(a) >= 4:
+        j = (a[3:] - 3 * a[2:-1] + 3 * a[1:-2] - a[:-3]) * fps**3
+        jerk_sq[3:] = np.sum(j * j, axis=1) / fps
+    row = np.arange(len(a))
+    ep_start = np.repeat(start, stop - start)
+    jerk_sq[row - ep_start < 3] = 0.0  # windows that reach into the previous episode
+    sums = np.add.reduceat(jerk_sq, start) if len(start) else np.zeros(0)
+    return np.where(stop - start >= 4, sums, np.nan)
+
+
+def tukey_high(values: np.ndarray, k: float = 1.5) -> float:
+    """Upper Tukey fence Q3 + k·IQR over the finite values (inf if none)."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return float("inf")
+    q1, q3 = np.percentile(finite, [25, 75])
+    return float(q3 + k * (q3 - q1))
+
+
+def duration_ratios(lengths: np.ndarray, tasks: list[str]) -> np.ndarray:
+    out = np.empty(len(lengths))
+    for task in set(tasks):
+        idx = np.array([t == task for t in tasks])
+        out[idx] = lengths[idx] / np.median(lengths[idx])
+    return out
+
+
+# --------------------------------------------------------------------------- weights
+# --------------------------------------------------------------------------- report
+@dataclass
+class EpisodeScore:
+    episode_index: int
+    episode_id: str | None
+    task: str
+    length: int
+    outcome: str | None
+    attempts: int | None
+    success: float | None
+    jerk: float | None
+    jerky: bool
+    duration_ratio: float
+    duration_flag: str  # "", "fast" or "slow"
+    coverage_rank: int
+    coverage_gap: float
+    has_intervention: bool
+    age_days: float
+    weight: float
+
+
+@dataclass
+class CurationReport:
+    dataset: str
+    joints: list[str]
+    episodes: list[EpisodeScore]
+    jerk_fence: float
+    duration_tolerance: float
+    coverage_order: list[int]
+    box: str
+    box_lo: list[float]
+    box_hi: list[float]
+    targets: list[list[float]]
+    target_gaps: list[float]
+    start_states: list[list[float]]
+    rule: WeightRule
+    intervention_source: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weight_rule"] = WEIGHT_RULE
+        return d
+
+
+def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = TARGETS, box: str = "visited",
+           duration_tolerance: float = DURATION_TOLERANCE, vary: list[str] | None = None) -> CurationReport:
+    data = load(ds)
+    spans = data.spans
+    records = {r.episode_index: r for r in episode_records(ds)}
+    recs = [records[int(e)] for e in spans.episode_index]
+    lengths = spans.lengths
+    joints = ds.joint_names(data.state_feature)
+    notes = list(data.notes)
+
+    jerk = integrated_squared_jerk(data.action, spans.start, spans.stop, ds.fps)
+    log_jerk = np.log10(jerk + 1.0)
+    fence = tukey_high(log_jerk)
+    ratios = duration_ratios(lengths.astype(np.float64), [r.task for r in recs])
+
+    if box == "visited":
+        lo, hi = np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float)
+    elif box == "available":
+        ranges = available_ranges(ds, data.state_feature)
+        if any(r[0] is None for r in ranges):
+            raise DatasetError(f"{ds.root}: available joint ranges unknown for some joints; use --box visited")
+        lo, hi = np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges])
+    else:
+        raise ValueError(f"box must be 'visited' or 'available', got {box!r}")
+    width = np.where(hi - lo > 0, hi - lo, 1.0)
+    starts = data.start_states
+    order, gaps = farthest_point_order(starts / width)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    gap_of = np.empty(len(order))
+    gap_of[order] = gaps
+
+    vary_mask = None
+    if vary:
+        unknown = [v for v in vary if v not in joints and f"{v}.pos" not in joints]
+        if unknown:
+            raise ValueError(f"unknown joint(s) {unknown}; joints are {joints}")
+        vary_mask = np.array([j in vary or j.removesuffix(".pos") in vary for j in joints])
+    poses, pose_gaps = target_start_poses(starts, lo, hi, targets, vary_mask)
+
+    has_int, source = episode_has_intervention(ds, data, recs)
+    times = [r.recorded_wall_ns for r in recs]
+    if all(t is None for t in times):
+        notes.append("no recording times in the metadata: recency not applied (all ages 0)")
+    elif any(t is None for t in times):
+        notes.append("some episodes have no recording time: treated as newest (age 0)")
+    weights, ages = sample_weights(has_int, times, rule)
+    if not 2.0 <= rule.intervention_weight <= 3.0:
+        notes.append(f"intervention weight {rule.intervention_weight} is outside the 2-3x the seeds recommend")
+
+    scores = []
+    for i, rec in enumerate(recs):
+        flag = "slow" if ratios[i] > duration_tolerance else "fast" if ratios[i] < 1.0 / duration_tolerance else ""
+        scores.append(EpisodeScore(
+            rec.episode_index, rec.episode_id, rec.task, int(lengths[i]), rec.outcome, rec.attempts,
+            graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]), bool(log_jerk[i] > fence),
+            float(ratios[i]), flag, int(rank[i]), float(gap_of[i]), bool(has_int[i]), float(ages[i]),
+            float(weights[i])))
+    if all(s.success is None for s in scores):
+        notes.append("no outcome/attempts metadata: graded success unknown for every episode")
+    return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
+                          [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
+                          poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes)
+
+
+def format_text(r: CurationReport) -> str:
+    lines = [f"curation of {r.dataset}: {len(r.episodes)} episodes",
+             f"{'ep':>4} {'id':<10} {'task':<16} {'len':>5} {'success':>9} {'jerk':>10} {'':1} "
+             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8}"]
+    for s in r.episodes:
+        succ = "?" if s.success is None else f"{s.success:.2f}"
+        if s.outcome == "success" and s.attempts:
+            succ = f"{succ}/{s.attempts}x"
+        jerk = "-" if s.jerk is None else f"{s.jerk:.3g}"
+        lines.append(f"{s.episode_index:>4} {(s.episode_id or '-')[:10]:<10} {s.task[:16]:<16} {s.length:>5} "
+                     f"{succ:>9} {jerk:>10} {'!' if s.jerky else ' '} {s.duration_ratio:>5.2f} "
+                     f"{s.duration_flag:<4} {s.coverage_rank:>4} {s.coverage_gap:>6.3f} "
+                     f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f}")
+    flagged_j = [s.episode_index for s in r.episodes if s.jerky]
+    fast = [s.episode_index for s in r.episodes if s.duration_flag == "fast"]
+    slow = [s.episode_index for s in r.episodes if s.duration_flag == "slow"]
+    lines += ["", f"jerky (above {r.jerk_fence:.3g}, Tukey fence on log10): {flagged_j or 'none'}",
+              f"fast (< 1/{r.duration_tolerance:g} of task median): {fast or 'none'};"
+              f" slow (> {r.duration_tolerance:g}x): {slow or 'none'}",
+              f"coverage order (farthest-point over start states): {r.coverage_order[:20]}"
+              + (" ..." if len(r.coverage_order) > 20 else ""),
+              "", f"where to send operators next (start poses, dataset units; box = {r.box} joint ranges):",
+              "  " + "  ".join(f"{j:>14}" for j in r.joints) + "     gap"]
+    for pose, gap in zip(r.targets, r.target_gaps, strict=True):
+        lines.append("  " + "  ".join(f"{v:>14.2f}" for v in pose) + f"  {gap:6.3f}")
+    lines += [
+        "",
+        f"sample weights: intervention x{r.rule.intervention_weight:g}, half-life {r.rule.half_life_days:g} days,"
+        f" interventions from {r.intervention_source}",
+        f"  rule: {WEIGHT_RULE}",
+    ]
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def write_plot(r: CurationReport, out: Path) -> list[Path]:
+    """Scatter matrix of the four scores (flagged episodes in red), and start states with targets
+    (`<out>_starts.png`); `data/reports/plots.py`."""
+    return write_curation_plots(r, out)
+
+
+# --------------------------------------------------------------------------- CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plot", type=Path, metavar="OUT", help="write the score scatter matrix PNG (and <OUT>_starts.png)"
+    )
+    parser.add_argument("--targets", type=int, default=TARGETS, help=f"start poses to suggest (default {TARGETS})")
+    parser.add_argument(
+        "--box",
+        choices=("visited", "available"),
+        default="visited",
+        help="joint-range box for target poses: ranges visited in the data (default) or available limits",
+    )
+    parser.add_argument("--vary", help="comma-separated joints the target poses vary (others at the median start)")
+    parser.add_argument(
+        "--duration-tolerance",
+        type=float,
+        default=DURATION_TOLERANCE,
+        help=f"flag episodes more than this factor off their task median (default {DURATION_TOLERANCE})",
+    )
+    parser.add_argument("--intervention-weight", type=float, default=INTERVENTION_WEIGHT,
+                        help=f"weight of episodes with an intervention (default {INTERVENTION_WEIGHT}; seeds: 2-3)")
+    parser.add_argument("--half-life", type=float, default=HALF_LIFE_DAYS,
+                        help=f"recency half-life in days (default {HALF_LIFE_DAYS:g})")
+    parser.add_argument("--weights-out", type=Path, help=f"where to write the weights (default DATASET/{WEIGHTS_PATH})")
+    parser.add_argument("--no-weights", action="store_true", help="do not write the sample-weights file")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rule = WeightRule(args.intervention_weight, args.half_life)
+        ds = LeRobotDataset.open(args.dataset)
+        vary = [v.strip() for v in args.vary.split(",")] if args.vary else None
+        report = curate(ds, rule, args.targets, args.box, args.duration_tolerance, vary)
+    except ValueError as exc:  # a DatasetError as it is; a bad option value as a usage error (cli.py prints it)
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc)) from exc
+    print(json.dumps(report.to_dict(), indent=2) if args.json else format_text(report))
+    if not args.no_weights:
+        print(f"wrote {write_weights(ds, report.episodes, report.rule, args.weights_out)}", file=sys.stderr)
+    if args.plot:
+        for path in write_plot(report, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0

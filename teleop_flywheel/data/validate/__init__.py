@@ -1,0 +1,9 @@
+"""Is an episode's bag fit to train on? PASS/FAIL with reason codes (SPEC §7, docs/validate.md).
+
+- `validator`: the `validate` verb — every bag checked (in parallel), rejects quarantined;
+- `checks`, `content_checks`: the checks; `reasons`: the codes and their thresholds;
+- `decode`: the one decode path of an episode, shared with `convert`;
+- `timebase`: which clock the stamps are on and whether the system clock stepped;
+- `camera_lag`: a camera's lag behind the joints, measured from the images;
+- `episode_columns`: the validation columns `convert` writes beside LeRobot's own.
+"""

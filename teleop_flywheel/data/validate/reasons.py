@@ -1,0 +1,125 @@
+"""What the validator can say about an episode: reason codes, a reason, the thresholds, and what a
+user supplies for foreign bags (no ROS import).
+
+Codes (thresholds: `config/validate.yaml`, documented there and in docs/validate.md):
+MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
+UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+
+Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
+camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from teleop_flywheel.core.bag_topics import (
+    AUTHORITY,
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    LEADER_STATE,
+    PEDAL_JOY,
+)
+from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.recording.mcap.reader import CORRUPT, TRUNCATED
+
+MISSING_STREAM = "MISSING_STREAM"
+FRAME_GAP = "FRAME_GAP"
+CLOCK_OFFSET = "CLOCK_OFFSET"
+CLOCK_STEP = "CLOCK_STEP"
+DURATION_OUT_OF_RANGE = "DURATION_OUT_OF_RANGE"
+OUTCOME_UNSET = "OUTCOME_UNSET"
+UNLABELLED_INTERVENTION = "UNLABELLED_INTERVENTION"
+DEAD_AIR = "DEAD_AIR"
+SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
+SERVO_FAULT = "SERVO_FAULT"
+CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
+         UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
+CAMERA_LAG_UNKNOWN = "CAMERA_LAG_UNKNOWN"
+TRACKING_LAG = "TRACKING_LAG"
+WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG)
+
+
+@dataclass
+class Reason:
+    code: str
+    detail: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.code}({self.detail})"
+
+
+@dataclass
+class ValidateConfig:
+    fps: float = 30.0
+    max_gap_s: float | None = None
+    required_topics: list[str] = field(default_factory=lambda: [
+        FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
+    min_messages: int = 2
+    event_topics: list[str] = field(default_factory=lambda: [PEDAL_JOY, INTERVENTION])
+    gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
+    min_duration_s: float = 2.0
+    max_duration_s: float = 600.0
+    min_latency_ms: float = -1.0
+    max_camera_latency_ms: float = 25.0
+    max_joint_latency_ms: float = 10.0
+    max_ptp_offset_ms: float = 1.0
+    max_leading_dead_s: float = 2.0
+    max_trailing_dead_s: float = 2.0
+    max_internal_dead_s: float = 5.0
+    camera_lag_max_ms: float = 15.0
+    camera_lag_max_stderr_ms: float = 5.0
+    camera_lag_search_ms: float = 200.0
+    tracking_lag_max_ms: float = 150.0
+    command_topic: str = FOLLOWER_COMMAND
+    cameras: list[str] | None = None
+
+    @property
+    def gap_bound_s(self) -> float:
+        return 2.0 / self.fps if self.max_gap_s is None else float(self.max_gap_s)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> ValidateConfig:
+        """Defaults, overridden by the YAML file (the shipped one unless `path` is given)."""
+        p = Path(path) if path is not None else config_path("validate.yaml")
+        if path is None and not p.is_file():
+            return cls()
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read the validator thresholds ({exc.strerror or exc})") from exc
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{p}: validator thresholds are not valid YAML ({yaml_problem(exc)})") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: validator thresholds: expected a mapping")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{p}: validator thresholds: unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+class ConfigError(FlywheelError, ValueError):
+    """A validator thresholds file that cannot be used; names the file (every command: exit 2)."""
+
+    fix = "config/validate.yaml shows every threshold"
+
+
+@dataclass(frozen=True)
+class Supplied:
+    """What the user says about bags that carry no episode metadata (a `ros2 bag record` bag from
+    another rig): `--task`, `--outcome`. Never applied to a bag that has its own metadata (its
+    recorded outcome, even `unset`, stands). Calibrations are supplied to convert by role."""
+
+    task: str | None = None
+    outcome: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.outcome not in (None, "success", "failure"):
+            raise ValueError(f"--outcome must be success or failure, got {self.outcome!r}")

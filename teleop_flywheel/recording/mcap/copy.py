@@ -1,0 +1,34 @@
+"""Copy what survives in a bag into a new one, byte for byte: the shared pass of `recover` and
+`recover --fix-schemas` (same message bytes, log/publish times and sequence numbers)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mcap.records import Message, Schema
+
+from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.mcap import msgdefs
+from teleop_flywheel.recording.mcap.metadata import parse_qos_yaml
+from teleop_flywheel.recording.mcap.scan import ScanResult, scan
+from teleop_flywheel.recording.mcap.writer import BagWriter
+
+
+def copy_messages(scanned: ScanResult, writer: BagWriter, error: type[FlywheelError],
+                  schema_text: Callable[[Schema], str] = lambda s: s.data.decode("utf-8")) -> None:
+    """Every channel of `scanned` as a topic of `writer` (its schema text through `schema_text`),
+    then every surviving message; a channel without a schema record is `error`, naming the file."""
+    names: dict[int, str] = {}
+    for cid, ch in sorted(scanned.channels.items()):
+        schema = scanned.schemas.get(ch.schema_id)
+        if schema is None:
+            raise error(f"{scanned.path}: channel {ch.topic} has no schema record")
+        definition = msgdefs.MessageDefinition(schema.name, schema_text(schema),
+                                               ch.metadata.get("topic_type_hash", ""), schema.encoding)
+        writer.add_topic(ch.topic, schema.name, qos=parse_qos_yaml(ch.metadata.get("offered_qos_profiles", "")),
+                         serialization_format=ch.message_encoding, definition=definition)
+        names[cid] = ch.topic
+
+    def copy(m: Message) -> None:
+        writer.write(names[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence)
+
+    scan(scanned.path, copy)

@@ -1,0 +1,357 @@
+"""The one reader of our bags (no ROS): metadata, damage, numpy streams, and raw messages for replay.
+
+Stable API (policy replay, the data engine, evaluation and `replay` use it)::
+
+    from teleop_flywheel.recording.mcap.reader import open_bag, BagDamage
+    bag = open_bag("/data/ep_0001")          # a rosbag2 bag directory, or a bare .mcap
+    bag.episode                              # EpisodeMeta | None (final record, else the start record)
+    bag.metadata_yaml                        # dict | None (rosbag2_bagfile_information)
+    bag.topics                               # {topic: type name}
+    bag.damage                               # [BagDamage(code="TRUNCATED"|"CORRUPT", file, detail)]
+    bag.episode_id                           # content id v2: messages + episode metadata (`episode_id_for`)
+    bag.episode_id_v1                        # content id v1: the messages only (`content_id`)
+    raw = bag.raw("/follower/joint_states")  # RawTopic(log_ns, publish_ns, sequence, data: list[bytes])
+    bag.stamps("/follower/joint_states")     # header.stamp of every message, read from the CDR
+    js = bag.joint_state("/follower/joint_states")  # JointStream: stamps_ns, names, position (N,J), ...
+    imgs = bag.images("/cameras/wrist/image/compressed")  # ImageStream: stamps_ns, log_ns, jpeg bytes
+    bag.authority(), bag.strings("/teleop/intervention"), bag.joy("/pedal/joy"),
+    bag.decode("/diagnostics")               # any other type via rosbags (dicts of fields)
+
+    idx = open_indexed("/data/ep_0001")      # seekable, streaming, nothing decoded (replay, info)
+    idx.channels                             # {channel id: RawChannel(topic, schema name/encoding/data, ...)}
+    idx.start_ns, idx.end_ns, idx.message_count, idx.metadata()
+    for m in idx.messages(start_ns):         # RawMessage(channel_id, log_time, publish_time, data)
+        ...                                  # in log-time order, read through the MCAP index
+    read_episode("/data/ep_0001")            # EpisodeMeta from the MCAP record alone (reports: stats,
+                                             # lineage); BagReadError if metadata.yaml disagrees
+
+`stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
+base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
+writes the DDS send time there; bags recorded here before the ROS-time revision wrote the header
+stamp) and never used as a stamp. `log_ns` are the receive times (wall clock). Header stamps are
+ROS time in bags with `EpisodeMeta.stamp_clock == "ros"` and in foreign rosbag2 bags,
+CLOCK_MONOTONIC in older bags of ours. All arrays are numpy; stamps int64. Decoding is
+`recording.cdr`'s.
+
+Damage: `open_bag` reads the file record by record with `recording.scan`, so a bag cut
+mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a
+chunk whose CRC or compressed frame is bad, a data-section or summary CRC mismatch, a duplicated
+chunk or record, counts that disagree with the summary or with metadata.yaml, and an episode record
+that disagrees with metadata.yaml `custom_data` are `CORRUPT` (`recording.integrity`); all name the file.
+`open_indexed` needs the summary and index a complete file has (else: `teleop-flywheel recover`).
+Both find the file with `recording.metadata.find_mcap`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mcap.records import Message
+from rosbags.typesys import Stores, get_typestore
+
+from teleop_flywheel.core.bag_topics import AUTHORITY
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.core.topics import camera_name, strip_namespace
+from teleop_flywheel.recording.mcap import cdr, integrity
+from teleop_flywheel.recording.mcap.indexed import (
+    BagReadError,
+    IndexedBag,
+    NotABagError,
+    RawChannel,
+    RawMessage,
+    UnindexedBagError,
+    find_bag,
+    open_indexed,
+    read_episode,
+)
+from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
+from teleop_flywheel.recording.mcap.scan import NotMcapError, NotRegularFileError, ScanResult, scan
+from teleop_flywheel.recording.mcap.writer import START_RECORD
+
+__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "UnindexedBagError", "RawTopic", "RawChannel",
+           "RawMessage", "read_episode", "find_bag",
+           "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
+           "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
+
+TRUNCATED = "TRUNCATED"
+CORRUPT = "CORRUPT"
+JOINT_STATE = "sensor_msgs/msg/JointState"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
+
+
+@dataclass(frozen=True)
+class BagDamage:
+    code: str  # TRUNCATED | CORRUPT
+    file: str
+    detail: str
+
+
+@dataclass
+class RawTopic:
+    """One topic's messages in file order: receive time, source stamp, CDR bytes."""
+
+    type: str
+    log_ns: np.ndarray
+    publish_ns: np.ndarray
+    data: list[bytes]
+    sequence: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@dataclass
+class Stream:
+    """A stamped numeric stream: values[i] was true from stamps_ns[i] on."""
+
+    name: str
+    stamps_ns: np.ndarray  # int64, ascending
+    values: np.ndarray  # (N, ...) any dtype
+
+
+@dataclass
+class JointStream:
+    name: str
+    stamps_ns: np.ndarray
+    log_ns: np.ndarray
+    names: list[str]
+    position: np.ndarray  # (N, J) float64
+    velocity: np.ndarray  # (N, J) or (N, 0)
+    effort: np.ndarray
+    frame_ids: list[str]
+
+    def stream(self, columns: list[str] | None = None) -> Stream:
+        """positions (optionally re-ordered to `columns`) as a Stream."""
+        values = self.position
+        if columns is not None:
+            missing = [c for c in columns if c not in self.names]
+            if missing:
+                raise BagReadError(f"{self.name}: joint(s) {missing} not in names {self.names}")
+            values = values[:, [self.names.index(c) for c in columns]]
+        return Stream(self.name, self.stamps_ns, values)
+
+
+@dataclass
+class ImageStream:
+    name: str
+    stamps_ns: np.ndarray
+    log_ns: np.ndarray
+    formats: list[str]
+    data: list[bytes]  # compressed bytes (jpeg)
+
+
+ID_VERSION = 2  # what `Bag.episode_id` is; v1 ids (`Bag.episode_id_v1`) stay resolvable
+
+
+def image_stream_name(topic: str) -> str:
+    """What an image stream is called: its camera's name (`core.topics.camera_name`), else — a foreign
+    bag's image topic — the topic's parts joined."""
+    return camera_name(topic) or "_".join(p for p in topic.split("/") if p)
+
+
+def content_id(topics: dict[str, RawTopic]) -> str:
+    """Content id v1: sha256 over every message: topic, type, log/publish time and CDR bytes, topics sorted.
+
+    Independent of file and directory names, compression and chunking (it hashes decoded
+    messages, not file bytes); any changed, added or removed message changes it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(topics):
+        t = topics[name]
+        h.update(f"{name}\0{t.type}\0{len(t)}\0".encode())
+        h.update(np.ascontiguousarray(t.log_ns, dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(t.publish_ns, dtype="<i8").tobytes())
+        for d in t.data:
+            h.update(len(d).to_bytes(8, "little"))
+            h.update(d)
+    return h.hexdigest()
+
+
+def episode_id_for(messages_id: str, record: dict[str, str] | None) -> str:
+    """Content id v2: the v1 message hash and the episode metadata record (canonical JSON, without
+    `episode_name`, the bag's label; none for a bag without one). A flipped calibration or outcome
+    in the metadata changes the id; renaming or copying the bag does not."""
+    h = hashlib.sha256(f"teleop_flywheel.episode_id/{ID_VERSION}\0{messages_id}\0".encode())
+    covered = None if record is None else {k: v for k, v in record.items() if k != "episode_name"}
+    h.update(json.dumps(covered, sort_keys=True, ensure_ascii=True).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Bag:
+    path: Path
+    mcap_path: Path
+    topics: dict[str, str]
+    episode: EpisodeMeta | None
+    metadata_yaml: dict[str, Any] | None
+    damage: list[BagDamage]
+    mcap_metadata: dict[str, dict[str, str]]
+    _raw: dict[str, RawTopic] = field(repr=False, default_factory=dict)
+    episode_record: dict[str, str] | None = None  # the MCAP record `episode` was read from
+    _stamps: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path.is_dir() else self.mcap_path.stem
+
+    @cached_property
+    def episode_id_v1(self) -> str:
+        return content_id(self._raw)
+
+    @cached_property
+    def episode_id(self) -> str:
+        return episode_id_for(self.episode_id_v1, self.episode_record)
+
+    def stamps(self, topic: str) -> np.ndarray:
+        """header.stamp (ns) of every message of a stamped topic, read from the CDR (CdrError if a
+        payload is too short); the time base of alignment and validation, never publish_time."""
+        cached = self._stamps.get(topic)
+        if cached is None:
+            cached = self._stamps[topic] = cdr.header_stamps_ns(self.raw(topic).data)
+        return cached
+
+    def raw(self, topic: str) -> RawTopic:
+        if topic not in self._raw:
+            raise BagReadError(f"{self.mcap_path}: no topic {topic} (has {sorted(self._raw)})")
+        return self._raw[topic]
+
+    def has(self, topic: str) -> bool:
+        return topic in self._raw and len(self._raw[topic]) > 0
+
+    def camera_topics(self) -> dict[str, str]:
+        """{camera name: topic} for every `/cameras/<name>/image/compressed`-style image topic."""
+        return {image_stream_name(topic): topic for topic, type_name in sorted(self.topics.items())
+                if type_name == COMPRESSED_IMAGE}
+
+    def joint_state(self, topic: str) -> JointStream:
+        raw = self.raw(topic)
+        try:
+            js = cdr.decode_joint_states(raw.data, f"{self.mcap_path}: {topic}")
+        except cdr.CdrError as exc:
+            raise BagReadError(str(exc)) from None
+        return JointStream(topic, js.stamps_ns, raw.log_ns, js.names, js.position, js.velocity, js.effort,
+                           js.frame_ids)
+
+    def images(self, topic: str) -> ImageStream:
+        raw = self.raw(topic)
+        stamps, formats, data = cdr.decode_compressed_images(raw.data)
+        return ImageStream(topic, stamps, raw.log_ns, formats, data)
+
+    def authority(self, topic: str = AUTHORITY) -> JointStream:
+        """`/teleop/authority`: names [alpha, mode, intervention_id, trigger] in `position`."""
+        return self.joint_state(topic)
+
+    def strings(self, topic: str) -> list[tuple[int, str]]:
+        """std_msgs/String messages as (log_ns, text)."""
+        raw = self.raw(topic)
+        return [(int(t), cdr.decode_string(d)) for t, d in zip(raw.log_ns, raw.data, strict=True)]
+
+    def joy(self, topic: str) -> Stream:
+        """sensor_msgs/Joy buttons (N, B) int32 at their stamps (axes via `decode`)."""
+        stamps, buttons = cdr.decode_joy_buttons(self.raw(topic).data)
+        return Stream(topic, stamps, buttons)
+
+    def decode(self, topic: str) -> list[Any]:
+        """Any type (e.g. DiagnosticArray) with rosbags' pure-Python deserializer; slow, for rare topics."""
+        store = get_typestore(Stores.LATEST)
+        raw = self.raw(topic)
+        return [store.deserialize_cdr(d, raw.type) for d in raw.data]
+
+
+def open_bag(path: str | Path) -> Bag:
+    """Read the whole bag (what survived of it); damage is recorded in `Bag.damage`, not raised."""
+    path = Path(path)
+    bag_dir, mcap_path = find_bag(path)
+    meta_yaml: dict[str, Any] | None = None
+    yaml_problem = None
+    if path.is_dir():
+        try:
+            meta_yaml = read_metadata_yaml(bag_dir)
+        except FileNotFoundError:  # a crashed recorder writes none: the MCAP is the truth
+            meta_yaml = None
+        except Exception as exc:  # noqa: BLE001 - there but unreadable: damage, named
+            yaml_problem = f"metadata.yaml unreadable: {exc}"
+    per_channel: dict[int, tuple[list[int], list[int], list[int], list[bytes]]] = {}
+
+    def keep(m: Message) -> None:
+        entry = per_channel.get(m.channel_id)
+        if entry is None:
+            entry = per_channel[m.channel_id] = ([], [], [], [])
+        entry[0].append(m.log_time)
+        entry[1].append(m.publish_time)
+        entry[2].append(m.sequence)
+        entry[3].append(m.data)
+
+    try:
+        scanned = scan(mcap_path, keep)
+    except NotRegularFileError as exc:
+        raise NotABagError(str(exc)) from None
+    except NotMcapError as exc:
+        raise BagReadError(str(exc)) from None
+    file = str(mcap_path)
+    damage = _scan_damage(scanned, file)
+    if yaml_problem:
+        damage.append(BagDamage(CORRUPT, str(bag_dir / "metadata.yaml"), yaml_problem))
+    episode = None
+    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
+    if record:
+        try:
+            episode = EpisodeMeta.from_strings(record)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
+    namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
+    topics: dict[str, str] = {}
+    raw: dict[str, RawTopic] = {}
+    for cid, ch in sorted(scanned.channels.items()):
+        schema = scanned.schemas.get(ch.schema_id)
+        type_name = schema.name if schema is not None else ""
+        name = strip_namespace(ch.topic, namespace) if namespace else ch.topic
+        if name in raw:
+            damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))
+            continue
+        topics[name] = type_name
+        log, pub, seq, data = per_channel.get(cid, ([], [], [], []))
+        raw[name] = RawTopic(type_name, np.asarray(log, np.int64), np.asarray(pub, np.int64), data,
+                             np.asarray(seq, np.int64))
+        dup = integrity.duplicate_records(ch.topic, raw[name].log_ns, raw[name].publish_ns, raw[name].sequence, data)
+        if dup:
+            damage.append(BagDamage(CORRUPT, file, dup))
+    if scanned.complete and not scanned.bad_chunks:
+        counts = {ch.topic: len(raw[strip_namespace(ch.topic, namespace) if namespace else ch.topic])
+                  for ch in scanned.channels.values()}
+        damage += [BagDamage(CORRUPT, file, p) for p in integrity.yaml_count_problems(meta_yaml, counts)]
+    if episode is not None and namespace:
+        try:
+            episode = episode.without_namespace()
+        except (ValueError, TypeError, AttributeError) as exc:
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata namespace unusable: {exc}"))
+    disagree = integrity.metadata_disagreement(scanned.metadata.get(METADATA_RECORD), meta_yaml)
+    if disagree and scanned.complete:
+        damage.append(BagDamage(CORRUPT, file, disagree))
+    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
+               scanned.metadata, raw, record or None)
+
+
+def _scan_damage(scanned: ScanResult, file: str) -> list[BagDamage]:
+    damage: list[BagDamage] = []
+    if scanned.malformed:
+        damage.append(BagDamage(CORRUPT, file, scanned.malformed))
+    if scanned.bad_chunks:
+        damage.append(BagDamage(CORRUPT, file, f"{scanned.bad_chunks} chunk(s) failed their CRC or decompression "
+                                               "and were skipped"))
+    damage += [BagDamage(CORRUPT, file, p) for p in scanned.problems]
+    if scanned.zero_tail_at is not None:
+        damage.append(BagDamage(TRUNCATED, file, f"no footer/summary: file ends in zeros from byte "
+                                                 f"{scanned.zero_tail_at} of {scanned.size}"))
+    elif not scanned.complete and not scanned.malformed:
+        damage.append(BagDamage(TRUNCATED, file,
+                                f"no footer/summary: file ends after {scanned.good_bytes} readable bytes of "
+                                f"{scanned.size} ({scanned.discarded_bytes} bytes of a cut record discarded)"))
+    if scanned.orphans:
+        damage.append(BagDamage(CORRUPT, file, f"messages on channels {scanned.orphans} without definitions"))
+    return damage

@@ -1,0 +1,393 @@
+"""`teleop-flywheel demo --out DIR`: the main job, end to end, on simulated hardware.
+
+A simulated SO-101 pair (two `sim-bus` processes on pseudo-terminals), a synthetic camera,
+the scripted policy (which heads for a wrong waypoint on every second move), and a scripted
+operator who watches it: when the policy goes wrong they press the virtual foot pedal (real
+`input_event` records into the pedal node's FIFO), take over, label why, and hand back. One
+bag per episode, outcomes set through the recorder's parameters. Some of the seeds' failures
+are injected on purpose — a camera stall, an intervention nobody labelled, an outcome
+nobody set — so the validator has something real to reject. Every episode is judged the moment
+it stops (the recorder's verdict at stop): its verdict is in `/recorder/status`, in
+`<bag>/verdict.json` and in this log as it comes; the scripted operator keeps every episode (the
+failures are there to be rejected). The session runs with `ingest:=true`: while the next episodes
+record, each kept one is validated and appended to `bags/dataset` (rejects left where they are,
+for the batch steps below to quarantine), and this log says when each landed. Then: validate
+(rejects go to quarantine), convert the rest to a LeRobot v3.0 dataset, audit, curate, write the
+data card, check that the dataset ingest kept current holds the same episodes and frames, and
+print where everything is with the key numbers — the failures injected on purpose apart from the
+ones nobody injected (a loaded machine can stall a simulated arm), and any injected one the
+validator missed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import PartialFailure, UsageError
+from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+from teleop_flywheel.recording.recorder import verdict
+from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters
+
+WARMUP_S = 2.0  # after every stream is found; then episodes start on a fixed schedule
+GAP_S = 2.0
+READY_S = 60.0  # bound on the recorder's services and streams coming up (a loaded 2-core machine)
+VERDICT_WAIT_S = 120.0  # after the last stop, for the verdicts still being computed
+INGEST_WAIT_S = 300.0  # then for ingest (nice 10: slow on a loaded machine) to take every judged episode
+REPO_ID = "local/teleop_flywheel_demo"
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    index: int
+    outcome: str  # success | failure | "" (nobody sets it: injected failure)
+    label: str | None  # trigger label the operator gives; None = forgets (injected failure)
+    camera_stall: bool = False
+
+
+def plan(episodes: int) -> list[EpisodePlan]:
+    """Mostly clean episodes; one each of the seeds' camera stall, unlabelled takeover, unset outcome."""
+    plans = []
+    for i in range(episodes):
+        kind = i % 6
+        plans.append(EpisodePlan(
+            i,
+            outcome="" if kind == 3 else ("failure" if kind == 4 else "success"),
+            label=None if kind == 2 else ("about_to_collide" if kind == 5 else "wrong_grasp"),
+            camera_stall=kind == 1,
+        ))
+    return plans
+
+
+def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
+    """What the demo injected into an episode: (code the validator must give, text the reason's
+    detail must contain, what was injected)."""
+    out = [("FRAME_GAP", "/cameras/", "camera stall")] if p.camera_stall else []
+    if p.label is None:
+        out.append(("UNLABELLED_INTERVENTION", "", "takeover left unlabelled"))
+    if not p.outcome:
+        out.append(("OUTCOME_UNSET", "", "outcome not set"))
+    return out
+
+
+def classify(plans: list[EpisodePlan], names: dict[int, str], reports: dict[str, list[dict[str, Any]]]
+             ) -> tuple[list[str], list[str], list[str]]:
+    """(caught, missed, unexpected): each injected failure the validator reported, each it did not,
+    and each reason nobody injected — one line each, `episode CODE …`."""
+    caught: list[str] = []
+    missed: list[str] = []
+    unexpected: list[str] = []
+    for p in plans:
+        name = names.get(p.index, f"episode {p.index}")
+        reasons = list(reports.get(name, []))
+        for code, needle, what in injected(p):
+            hit = [r for r in reasons if r["code"] == code and needle in r.get("detail", "")]
+            (caught if hit else missed).append(f"{name} {code} ({what})")
+            reasons = [r for r in reasons if r not in hit]
+        unexpected += [f"{name} {r['code']}({r.get('detail', '')})" for r in reasons]
+    return caught, missed, unexpected
+
+
+class VerdictLog:
+    """Prints each episode's verdict at stop as it appears on `/recorder/status` (read from the bag's
+    verdict.json), with what the demo injected into it."""
+
+    def __init__(self, status: Any, plans: list[EpisodePlan]) -> None:
+        self.status, self.plans = status, plans
+        self.names: dict[int, str] = {}
+        self.docs: dict[str, dict[str, Any]] = {}
+        self.seconds: dict[str, float] = {}
+
+    def poll(self) -> None:
+        by_name = {n: i for i, n in self.names.items()}
+        for v in (self.status.latest or {}).get("verdicts", []):
+            name = v.get("episode")
+            if name not in by_name or name in self.docs or v.get("verdict") == verdict.PENDING:
+                continue
+            doc = verdict.read_verdict(v["bag"]) or {"verdict": v.get("verdict"), "codes": v.get("codes")}
+            self.docs[name] = doc
+            if v.get("seconds") is not None:
+                self.seconds[name] = float(v["seconds"])
+            what = ", ".join(w for _c, _n, w in injected(self.plans[by_name[name]])) or "nothing"
+            after = f" {v['seconds']:.1f} s after stop" if v.get("seconds") is not None else ""
+            print(f"demo: verdict{after} — episode {by_name[name]} {name}: {verdict.line(doc)} "
+                  f"[injected: {what}]", flush=True)
+
+    def wait_all(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.docs) < len(self.names) and time.monotonic() < deadline:
+            self.poll()
+            time.sleep(0.1)
+        for i, name in sorted(self.names.items()):
+            if name not in self.docs:
+                print(f"demo: no verdict for episode {i} {name} within {timeout_s:.0f} s of the last stop", flush=True)
+
+
+class IngestLog:
+    """Prints each episode as the session's ingest takes it (its state file beside `bags/dataset`): what
+    became of it, the dataset's size then, and how long after the episode's stop."""
+
+    def __init__(self, bags: Path, verdicts: VerdictLog) -> None:
+        self.dataset, self.state = bags / "dataset", bags / "dataset.ingest.json"
+        self.verdicts = verdicts
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.seconds: list[float] = []
+        self.while_recording = 0  # taken before the last episode stopped
+
+    def poll(self, recording: bool = True) -> None:
+        try:
+            bags = list(json.loads(self.state.read_text())["bags"].values())
+        except (OSError, ValueError, KeyError):
+            return  # nothing taken yet
+        try:
+            info = json.loads((self.dataset / "meta" / "info.json").read_text())
+        except (OSError, ValueError):
+            info = {}  # no episode converted yet
+        index = {n: i for i, n in self.verdicts.names.items()}
+        for e in bags:
+            name = e.get("name")
+            if name not in index or name in self.entries:
+                continue
+            self.entries[name] = e
+            self.while_recording += recording
+            stopped = (self.verdicts.docs.get(name) or {}).get("stopped_wall_ns")
+            after = ""
+            if stopped and e.get("at_wall_ns"):
+                self.seconds.append((e["at_wall_ns"] - stopped) / 1e9)
+                after = f", {self.seconds[-1]:.1f} s after its stop"
+            ahead = f" ({e['pre_encoded_frames']} camera frames encoded while it recorded)" \
+                if e.get("pre_encoded_frames") else ""
+            print(f"demo: ingest — episode {index[name]} {name}: {' '.join([e['outcome'], *(e.get('codes') or [])])}"
+                  f"{after}{ahead}; bags/dataset now {info.get('total_episodes', 0)} episodes, "
+                  f"{info.get('total_frames', 0)} frames", flush=True)
+
+    def wait_all(self, timeout_s: float, failed: Any) -> None:
+        """Until every episode with a verdict is taken (one without a verdict never is)."""
+        deadline = time.monotonic() + timeout_s
+        while set(self.verdicts.docs) - set(self.entries) and time.monotonic() < deadline and not failed.is_set():
+            self.poll(recording=False)
+            time.sleep(0.2)
+        left = sorted(set(self.verdicts.names.values()) - set(self.entries))
+        if left:
+            print(f"demo: ingest had not taken {', '.join(left)} when the demo stopped waiting (nice 10 on a "
+                  "loaded machine, or no verdict); the next ingest of bags/dataset takes them", flush=True)
+
+    def agreement(self, batch: Path) -> tuple[bool, str]:
+        """(agrees, the summary line): the episodes ingest converted are those the batch convert made of
+        the same bags, frame for frame."""
+        from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+
+        def episodes(root: Path) -> dict[str, int]:
+            try:
+                table = LeRobotDataset.open(root).episodes
+            except DatasetError:
+                return {}
+            return {str(i): int(n) for i, n in zip(table["episode_id"], table["length"], strict=True)}
+
+        ids = {e.get("episode_id") for e in self.entries.values()}
+        mine, theirs = episodes(self.dataset), {k: v for k, v in episodes(batch).items() if k in ids}
+        counts = {o: sum(e["outcome"] == o for e in self.entries.values()) for o in ("converted", "rejected")}
+        times = sorted(self.seconds)
+        text = (f"bags/dataset kept current while the session recorded: {len(self.entries)}/"
+                f"{len(self.verdicts.names)} episodes taken ({self.while_recording} before the last one stopped), "
+                f"{counts['converted']} converted, {counts['rejected']} rejected (left for the batch quarantine)"
+                + (f"; stop -> in the dataset median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s"
+                   if times else ""))
+        if mine == theirs:
+            return True, f"{text}; the same {len(mine)} episodes and {sum(mine.values())} frames as the batch convert"
+        return False, (f"{text}; DISAGREES with the batch convert of the same bags: {len(mine)} episodes and "
+                       f"{sum(mine.values())} frames against {len(theirs)} and {sum(theirs.values())}")
+
+
+def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "teleop_flywheel.cli", *args]
+    print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
+    return subprocess.run(cmd, text=True, capture_output=capture, check=False)
+
+
+def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
+    from teleop_flywheel.ros.commands.clients import ParameterClient, PolicyClient, RecorderStatus
+    from teleop_flywheel.ros.session.launch.supervisor import Session
+
+    bags = out / "bags"
+    episode_span = seconds + GAP_S
+    policy_file = out / "policy.yaml"  # the scripted policy: every second move heads for a wrong waypoint
+    policy_file.write_text("move_s: 2.0\nfail_every: 2\nfail_offset_rad: 0.35\n")
+    cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
+                                            width=320, height=240),),
+                        output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
+                        checkpoint_id="scripted-v0", policy_args=str(policy_file), ingest=True)
+    # Ingest leaves rejects in place (the batch validation below reports and quarantines them) and draws no
+    # audit page (the demo draws one at the end).
+    graph = with_parameters(build_graph("sim", cfg), {"ingest": {"quarantine": False, "audit": False,
+                                                                 "codec": codec, "repo_id": REPO_ID}})
+    print(f"demo: starting the simulated rig: {len(graph.sim_arms)} simulated arms (sim-bus) and {len(graph.nodes)} "
+          f"nodes, one process each (up to {READY_S:.0f} s on a loaded machine)...", flush=True)
+    with Session(graph) as session:  # returns once every node is on the graph
+        operator = RecorderClient(session.context, "demo_operator")
+        policy = PolicyClient(operator.node)
+        camera = ParameterClient(operator.node, "/camera_front")
+        status = RecorderStatus(operator.node)
+        session.add_node(operator.node)
+        if not operator.ready(READY_S):
+            raise RuntimeError("the recorder's services did not come up")
+        status.wait_all_topics(READY_S)  # the recorder has found every stream it records
+        verdicts = VerdictLog(status, plans)
+        ingested = IngestLog(bags, verdicts)
+        t_start = time.monotonic()
+        pedal = VirtualPedal(session.graph.pedal_fifo)
+        try:
+            print(f"demo: session up ({', '.join(session.node_names)}: one process each); "
+                  f"recording {len(plans)} episodes of {seconds:.0f} s", flush=True)
+            for p in plans:
+                t_episode = t_start + WARMUP_S + p.index * episode_span
+                while time.monotonic() < t_episode:
+                    verdicts.poll()  # the last episode's verdict, as soon as the recorder has it
+                    ingested.poll()  # and the episodes ingest has taken since
+                    if session.failed.wait(0.05):
+                        raise RuntimeError(f"the session failed: {session.failure}")
+                policy.reset()
+                operator.call("start")
+                t0 = time.monotonic()
+
+                def at(t: float, t0: float = t0) -> None:
+                    while time.monotonic() < t0 + t:
+                        time.sleep(0.01)
+
+                # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
+                at(2.4)
+                pedal.takeover(True)
+                at(2.9)
+                if p.label:
+                    pedal.label(p.label)
+                if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
+                    at(seconds * 0.4)
+                    camera.set(stall_now_s=4.0)
+                at(min(4.4, seconds - 1.0))
+                pedal.takeover(False)
+                at(seconds - 0.3)
+                if p.outcome:
+                    operator.label(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
+                                   failure_label="dropped the brick" if p.outcome == "failure" else "")
+                at(seconds)
+                before = status.last_saved()
+                operator.call("stop")
+                name = verdicts.names[p.index] = Path(status.saved_after(before)).name
+                operator.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
+                print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
+                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}); validating...",
+                      flush=True)
+            verdicts.wait_all(VERDICT_WAIT_S)
+            ingested.poll(recording=False)
+            ingested.wait_all(INGEST_WAIT_S, session.failed)
+        finally:
+            pedal.close()
+        session.remove_node(operator.node)
+        if session.failed.is_set():
+            raise RuntimeError(f"the session failed: {session.failure}")
+    return bags, verdicts, ingested
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="output folder (must not exist, or be empty)")
+    parser.add_argument("--episodes", type=int, default=6, help="episodes to record (default 6)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per episode (default 8, at least 6)")
+    parser.add_argument("--codec", default="libsvtav1", choices=("libsvtav1", "h264"), help="dataset video codec")
+
+
+def run(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError("exists and is not an empty folder", where=str(out),
+                         fix="choose a new --out: nothing is ever overwritten")
+    if args.seconds < 6 or args.episodes < 1:
+        raise UsageError("need --episodes >= 1 and --seconds >= 6", where="the command line",
+                         fix="the scripted takeover happens at 2.4-4.4 s into each episode")
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # Its own graph: a random domain per run, so no other session's nodes join this one.
+    domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
+    print(f"demo: ROS domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
+          f"(watch it: ROS_DOMAIN_ID={domain} teleop-flywheel console)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    plans = plan(args.episodes)
+    try:
+        bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
+    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
+        raise PartialFailure(
+            f"recording stopped: {exc}",
+            where=str(out),
+            fix="the lines above say which node; a loaded machine can starve one: run it again",
+        ) from exc
+    print(f"\ndemo: {len(plans)} episodes recorded in {bags}; now validate, convert, audit, curate and write the "
+          "data card", flush=True)
+    dataset, quarantine = out / "dataset", out / "quarantine"
+    report = out / "validation.json"
+    validated = cli("validate", str(bags), "--json", capture=True)
+    if validated.returncode != 0:
+        print(validated.stderr, end="", file=sys.stderr)
+        raise PartialFailure("validation could not read the recorded bags", where=str(bags),
+                             fix="the line above says why")
+    report.write_text(validated.stdout)
+    cli("validate", str(bags))
+    failed = [] if cli("convert", str(bags), "--dataset", str(dataset), "--codec", args.codec,
+                       "--repo-id", REPO_ID).returncode == 0 else ["convert"]
+    if (dataset / "meta" / "info.json").exists():
+        steps = [
+            ("audit", str(dataset), "--html", str(out / "audit.html")),
+            ("curate", str(dataset), "--plot", str(out / "curation.png")),
+            ("card", str(dataset), "--validation", str(report)),
+        ]
+        failed += [s[0] for s in steps if cli(*s).returncode != 0]
+    else:
+        print("\ndemo: NO EPISODE PASSED VALIDATION, so no dataset was written. Read the reasons above: on a "
+              "loaded machine the simulated arms' streams can stall (FRAME_GAP) — that is the validator working.")
+    # Quarantine after conversion so the converter saw (and skipped) the rejects itself; that run's report is
+    # validation.json: the same verdicts, and where each rejected bag went (quarantined_to).
+    moved = cli("validate", str(bags), "--quarantine", str(quarantine), "--json", capture=True)
+    if moved.returncode == 0 and moved.stdout.strip():
+        report.write_text(moved.stdout)
+    batch = json.loads(report.read_text())
+    summary = batch["summary"]
+    reports = {e["name"]: e["reasons"] for e in batch["episodes"] if e.get("error") is None}
+    caught, missed, unexpected = classify(plans, verdicts.names, reports)
+    agree = sum(1 for n, d in verdicts.docs.items() if n in reports
+                and set(d.get("codes") or []) == {r["code"] for r in reports[n]})
+    times = sorted(verdicts.seconds.values())
+    agrees, ingest_line = ingested.agreement(dataset)
+    failed += [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]
+    print("\n=== demo summary ===")
+    print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
+    if (dataset / "meta" / "info.json").exists():
+        print(f"dataset:     {dataset}  (LeRobot v3.0; data card {dataset / 'README.md'})")
+    else:
+        print("dataset:     none written: no episode passed validation")
+    written = [p for p in (report, out / "audit.html", out / "curation.png") if p.exists()]
+    print(f"reports:     {', '.join(map(str, written))}  (every file the demo writes: README.md)")
+    rate = 100 * summary["rejection_rate"]
+    reasons = ", ".join(f"{c} {n}" for c, n in summary["reasons"].items()) or "none"
+    print(f"rejected:    {summary['rejected']}/{summary['episodes']} episodes ({rate:.0f} %): {reasons}")
+    print(f"verdicts:    {len(verdicts.docs)}/{len(plans)} episodes judged at stop"
+          + (f" (stop -> verdict median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s)" if times else "")
+          + f"; the same as the batch validation for {agree}/{len(reports)}")
+    print(f"ingest:      {ingest_line}")
+    print(f"injected:    {len(caught) + len(missed)} failures injected on purpose, {len(caught)} caught"
+          + (": " + "; ".join(caught) if caught else ""))
+    if missed:
+        print(f"NOT CAUGHT:  {'; '.join(missed)} — injected on purpose and not rejected: the validator missed it")
+    print(f"unexpected:  {len(unexpected)} failure(s) nobody injected"
+          + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a node's process for a moment)"
+             if unexpected else ""))
+    print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
+    print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
+          f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
+    if failed:
+        raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
+    return 0

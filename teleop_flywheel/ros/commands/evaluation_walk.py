@@ -1,0 +1,376 @@
+"""Walking an evaluation protocol on a live session: with an operator, or unattended in the simulator.
+
+`teleop-flywheel run rollout --protocol eval.yaml` puts the protocol on the operator's
+terminal: which condition is next and how to reset for it, start, then the outcome (success,
+or failure with one of the protocol's failure labels); the time limit ends a trial as a
+`timeout` failure, and where the protocol forbids interventions a takeover (which always
+works: safety first) ends it as an `intervened` failure. `teleop-flywheel run sim --protocol
+eval.yaml --unattended` runs the same walk on simulated hardware with nobody at the keys: the
+scripted policy heads for a wrong pose with the condition's `sim_failure_rate`, a virtual
+pedal sometimes takes over, and the protocol's machine check judges each trial from the
+follower's final pose. Both go through `TrialDriver`, so an attended and an unattended trial
+differ only in who decides the outcome. One bag per trial, carrying the protocol hash, the
+condition and the checkpoint; when the walk ends, the results table is printed.
+"""
+from __future__ import annotations
+
+import os
+import select
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from teleop_flywheel.core.clock import now_ns, to_ros_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
+from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
+from teleop_flywheel.ros.commands.clients import InterfaceError, PolicyClient, RecorderStatus
+from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+
+SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive (at least)
+READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
+
+
+def _recorded_wall_ns(bag: Path) -> int:
+    """When a trial was recorded, on the wall clock (monotonic time does not survive a reboot)."""
+    from teleop_flywheel.recording.mcap.reader import open_bag
+
+    meta = open_bag(bag).episode
+    return int((meta.clock_start or {}).get("wall_ns", 0)) if meta else 0
+
+
+class TrialDriver:
+    """One trial at a time on a running `supervisor.Session`, over the nodes' ROS interfaces: the
+    checkpoint on the policy node (its parameters), protocol fields and outcome on the recorder,
+    interventions and the follower's pose watched."""
+
+    def __init__(self, session: Any, protocol: Protocol) -> None:
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import String
+
+        from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, STREAM_QOS
+
+        names = set(session.node_names)
+        if not {"policy", "recorder"} <= names:
+            raise ProtocolError(f"{protocol.path}: an evaluation needs a session with a policy and a recorder "
+                                f"(kind rollout or sim), got nodes {sorted(names)}")
+        self.session = session
+        self.protocol = protocol
+        self.walker = ProtocolWalker(protocol)
+        self.started_with = dict(session.graph.node("policy").parameters)  # what the policy node was given
+        self.client = RecorderClient(session.context, "protocol_operator")
+        self.policy = PolicyClient(self.client.node)
+        self.status = RecorderStatus(self.client.node)
+        self._pose: list[float] | None = None
+        self._latest: dict[str, list[float]] = {}  # the newest policy and follower commands
+        self._events: dict[int, dict[str, Any]] = {}
+        self._t0_ns = 0
+        self.slot: Slot | None = None
+        self.bags: list[Path] = []
+        self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
+        for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
+            self.client.node.create_subscription(JointState, topic, lambda m, t=topic: self._on_command(t, m),
+                                                 CONTROL_QOS)
+        self.client.node.create_subscription(String, INTERVENTION, self._on_event, LATCHED_QOS)
+        session.add_node(self.client.node)
+        if not self.client.ready(30.0):
+            raise ProtocolError("the recorder's services did not come up within 30 s")
+        try:  # a trial's bag must hold every stream from its start
+            self.status.wait_all_topics(READY_S)
+        except InterfaceError as exc:
+            print(f"run: warning: {exc}; still missing: {(self.status.latest or {}).get('missing_topics')}",
+                  file=sys.stderr, flush=True)
+
+    def scratch(self) -> Path:
+        """A directory of this walk's own files (unattended trials' policy files), inside the
+        session's directory: it goes when the session stops."""
+        path = Path(self.session.dir) / "walk"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def resume(self, bag_dir: Path) -> int:
+        """Count the trials of this protocol already recorded in `bag_dir` as done (their
+        slots, per checkpoint × condition in recording order), so an afternoon's walk continues
+        where the morning's stopped. Returns how many were taken over."""
+        from teleop_flywheel.evaluation.report import EvalError, read_trial
+        from teleop_flywheel.recording.mcap.reader import BagReadError
+
+        found = []
+        for d in sorted(p for p in bag_dir.iterdir() if p.is_dir()) if bag_dir.is_dir() else []:
+            try:
+                t = read_trial(d)
+            except (BagReadError, EvalError):
+                continue
+            if t.protocol_hash == self.protocol.hash and t.outcome in ("success", "failure"):
+                found.append((_recorded_wall_ns(d), t))
+        counts: dict[tuple[str, str], int] = {}
+        for _t0, t in sorted(found, key=lambda x: x[0]):
+            k = counts[t.checkpoint, t.condition] = counts.get((t.checkpoint, t.condition), 0) + 1
+            slot = Slot(t.checkpoint, t.condition, k)
+            if slot in self.walker.plan():
+                self.walker.done.append(TrialRecord(slot, t.outcome, t.failure_label, t.interventions))
+                self.bags.append(Path(t.bag))
+        return len(self.walker.done)
+
+    def _on_pose(self, msg: Any) -> None:
+        by_name = dict(zip(msg.name, msg.position, strict=False))
+        if all(n in by_name for n in JOINT_NAMES):
+            self._pose = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def _on_command(self, topic: str, msg: Any) -> None:
+        by_name = dict(zip(msg.name, msg.position, strict=False))
+        if all(n in by_name for n in JOINT_NAMES):
+            self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def arrived(self, goal: np.ndarray, tolerance_rad: float) -> bool:
+        """The move is over: the policy commands its goal (its move done) and the follower is within
+        `tolerance_rad` of the command it is sent (the goal, as the joint limits let it) — not merely
+        a moment on the clock, which a loaded machine can stall either of them past."""
+        policy, sent, pose = self._latest.get(POLICY_COMMAND), self._latest.get(FOLLOWER_COMMAND), self._pose
+        if policy is None or sent is None or pose is None:
+            return False
+        return bool(np.max(np.abs(np.asarray(policy) - goal)) <= 1e-3
+                    and np.max(np.abs(np.asarray(pose) - np.asarray(sent))) <= tolerance_rad)
+
+    def _on_event(self, msg: Any) -> None:
+        import json
+
+        event = json.loads(msg.data)
+        self._events[int(event["id"])] = event
+
+    def pose(self) -> list[float] | None:
+        return self._pose
+
+    def interventions(self) -> int:
+        """Takeovers during the running trial, including one already held when it started (the
+        recorder stores every takeover that overlaps the episode; the walk counts the same)."""
+        if self.slot is None:
+            return 0
+        t0 = to_ros_ns(self._t0_ns)  # event times are ROS time
+        return sum(1 for e in list(self._events.values()) if e["end_ns"] is None or e["end_ns"] >= t0)
+
+    def elapsed_s(self) -> float:
+        return (now_ns() - self._t0_ns) / 1e9 if self.slot else 0.0
+
+    def prepare(self, slot: Slot, policy_args: str | None = None) -> None:
+        """Put the slot's checkpoint on the policy node (swapping what it runs if it runs
+        something else; `policy_args` overrides the checkpoint's) and the protocol's fields on
+        the recorder."""
+        spec = self.protocol.checkpoint(slot.checkpoint)
+        wanted = {"checkpoint_id": spec.id}
+        if spec.policy:
+            wanted["policy"] = spec.policy
+        if policy_args is not None or spec.policy_args:
+            wanted["policy_args"] = policy_args if policy_args is not None else spec.policy_args
+        current = self.policy.current()
+        if any(current.get(k) != v for k, v in wanted.items()):
+            try:
+                self.policy.swap(**wanted)
+            except InterfaceError as exc:  # a checkpoint that cannot load
+                raise ProtocolError(f"{self.protocol.path}: checkpoint {spec.id}: the policy node cannot run it "
+                                    f"({exc}); the running policy is unchanged") from exc
+        self.client.set(**self.walker.trial_metadata(slot))
+
+    def start(self, slot: Slot) -> None:
+        if slot != self.walker.next_slot():
+            raise ProtocolError(f"{self.protocol.path}: {slot} is not the next planned trial")
+        self.policy.reset()
+        self._t0_ns = now_ns()  # before the recorder's start: the trial's window covers the bag's
+        self.client.call("start")
+        self.slot = slot
+
+    def finish(self, outcome: str, failure_label: str = "") -> tuple[Path, str]:
+        """Set the outcome, close the bag, enter the trial; returns (bag, machine-check verdict)."""
+        if self.slot is None:
+            raise ProtocolError("no trial is running")
+        verdict = ""
+        if self.protocol.machine_check is not None:
+            passed, why = self.protocol.machine_check.judge(self._pose)
+            verdict = f"{'pass' if passed else 'fail'}: {why}"
+        # Checked before anything is written, so a refused entry leaves the bag open to fix.
+        probe = ProtocolWalker(self.protocol, list(self.walker.done))
+        probe.record(self.slot, outcome, failure_label, self.interventions())
+        self.client.label(outcome=outcome, failure_label=failure_label, machine_check=verdict,
+                          attempts=1 if outcome == "success" else 0)
+        before = self.status.last_saved()
+        self.client.call("stop")
+        self.walker.record(self.slot, outcome, failure_label, self.interventions())
+        bag = Path(self.status.saved_after(before))
+        self.bags.append(bag)
+        self.slot = None
+        return bag, verdict
+
+    def discard(self) -> None:
+        """Throw the running trial away (bag deleted); the same slot comes up again."""
+        if self.slot is not None:
+            self.client.call("discard")
+            self.slot = None
+
+    def close(self) -> None:
+        try:
+            self.discard()
+        except RuntimeError as exc:  # the recorder is gone (the session is stopping anyway)
+            print(f"run: the running trial could not be discarded: {exc}", file=sys.stderr, flush=True)
+        finally:
+            self.session.remove_node(self.client.node)
+
+
+# -- unattended (simulator) ---------------------------------------------------------------------------
+
+def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed: int = 0,
+                   log: Callable[[str], None] = print) -> None:
+    """The whole protocol with nobody at the keys (sim sessions only); `stop` ends it between trials."""
+    from teleop_flywheel.policies.scripted import ScriptedPolicy
+
+    p = driver.protocol
+    if p.machine_check is None:
+        raise ProtocolError(f"{p.path}: an unattended run needs success.machine_check to judge its trials")
+    missing = [c.name for c in p.conditions if c.sim_failure_rate is None]
+    if missing:
+        raise ProtocolError(f"{p.path}: conditions {missing} have no sim_failure_rate for the simulator")
+    rng = np.random.default_rng([seed, len(driver.walker.done)])  # a resumed walk draws afresh
+    move_s = min(1.5, p.time_limit_s / 2)
+    while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
+        cond = p.condition(slot.condition)
+        fail = bool(
+            rng.random() < min(1.0, (cond.sim_failure_rate or 0.0) * p.checkpoint(slot.checkpoint).sim_failure_scale)
+        )
+        takeover = fail and p.interventions_allowed and bool(rng.random() < 0.5)
+        spec = p.checkpoint(slot.checkpoint)
+        name = spec.policy or driver.started_with.get("policy", "")
+        if name != "scripted":
+            driver.prepare(slot)  # a checkpoint that cannot load says so first
+            raise ProtocolError(f"{p.path}: checkpoint {slot.checkpoint} runs policy {name!r}; an "
+                                "unattended run drives the scripted policy only")
+        try:
+            base = ScriptedPolicy.from_args(spec.policy_args or driver.started_with.get("policy_args", ""), spec.id)
+        except ValueError as exc:
+            raise ProtocolError(f"{p.path}: checkpoint {spec.id}: the policy node cannot run it ({exc})") from exc
+        # This trial's moves: to final_pose, or (fail) every move to final_pose + fail_offset_rad.
+        trial_file = driver.scratch() / f"trial_{len(driver.walker.done)}_{slot.checkpoint}_{slot.index}.yaml"
+        trial_file.write_text(yaml.safe_dump({
+            "waypoints": [list(p.machine_check.final_pose)], "move_s": move_s,
+            "fail_every": 1 if fail else 0, "fail_offset_rad": base.fail_offset_rad}))
+        driver.prepare(slot, policy_args=str(trial_file))
+        log(driver.walker.reset_prompt(slot))
+        driver.start(slot)
+        t0 = time.monotonic()
+
+        def at(t: float, t0: float = t0) -> None:
+            while time.monotonic() < t0 + t:
+                time.sleep(0.01)
+
+        if takeover:
+            at(0.3 * move_s)
+            pedal.takeover(True)
+            at(0.3 * move_s + 0.15)
+            pedal.label("wrong_grasp")
+            at(0.3 * move_s + 0.5)
+            pedal.takeover(False)
+        at(min(move_s + SETTLE_S, p.time_limit_s))
+        # The trial ends once the follower has arrived where the policy was sent (a loaded machine
+        # can stall it past the nominal settle time: judged mid-move, a success read as a failure,
+        # or a failure passing by final_pose read as a success), or at the time limit.
+        goal = np.asarray(p.machine_check.final_pose) + (base.fail_offset_rad if fail else 0.0)
+        while time.monotonic() < t0 + p.time_limit_s and not driver.arrived(goal, p.machine_check.tolerance_rad / 2):
+            time.sleep(0.02)
+        passed, _why = p.machine_check.judge(driver.pose())
+        bag, verdict = driver.finish(
+            "success" if passed else "failure", "" if passed else p.machine_check.failure_label
+        )
+        log(f"  -> {'success' if passed else 'failure'} ({verdict}); bag {bag.name}")
+
+
+# -- attended (operator console) ----------------------------------------------------------------------
+
+def _screen(driver: TrialDriver, mode: str, message: str, status: list[str]) -> list[str]:
+    p, w = driver.protocol, driver.walker
+    done, total = w.progress()
+    lines = [f"evaluation protocol {p.name} (hash {p.hash}) — {done}/{total} trials done", ""]
+    slot = w.next_slot()
+    if mode == "idle" and slot is not None:
+        lines += [w.reset_prompt(slot), "", "keys: s start the trial   space take over/hand back   1-5 trigger label   "
+                  "q quit (the protocol stays incomplete)"]
+    elif mode == "running" and driver.slot is not None:
+        lines += [f"TRIAL RUNNING: checkpoint {driver.slot.checkpoint}, condition {driver.slot.condition}, "
+                  f"trial {driver.slot.index}: {driver.elapsed_s():5.1f} / {p.time_limit_s:g} s, "
+                  f"interventions {driver.interventions()}"
+                  + ("" if p.interventions_allowed else " (NOT allowed: a takeover ends the trial as a failure)"),
+                  "", "keys: y success   n failure   x discard and redo   space take over/hand back   "
+                  "1-5 trigger label   q discard and quit"]
+    elif mode == "label":
+        lines += ["failure: why? " + "  ".join(f"{i + 1}={lb}" for i, lb in enumerate(p.failure_labels)),
+                  "keys: a digit picks the label   b back to the running trial"]
+    if message:
+        lines += ["", f"> {message}"]
+    return lines + ["", *status]
+
+
+def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[str], None],
+                 stop: threading.Event, refresh_s: float = 0.2) -> None:
+    """The operator's loop on terminal `fd` (cbreak mode set by the caller). `console` is a
+    `console.ConsoleNode` for the live status, the space-bar pedal and trigger labels. A trial
+    still running when `stop` is set (Ctrl-C, SIGTERM) is discarded: without an outcome it is no trial."""
+    p = driver.protocol
+    mode, message = "idle", ""
+    while driver.walker.next_slot() is not None and not stop.is_set():
+        if mode == "running" and driver.slot is not None:  # not while the operator picks a failure label
+            if driver.elapsed_s() >= p.time_limit_s:
+                bag, verdict = driver.finish("failure", "timeout")
+                mode, message = "idle", f"time limit {p.time_limit_s:g} s reached: failure (timeout), {bag.name}"
+            elif not p.interventions_allowed and driver.interventions():
+                bag, verdict = driver.finish("failure", "intervened")
+                mode, message = (
+                    "idle",
+                    f"intervention in a protocol that forbids them: failure (intervened), {bag.name}",
+                )
+        columns = os.get_terminal_size(fd).columns if os.isatty(fd) else 0
+        lines = _screen(driver, mode, message, console.state.render(columns or 100, keys=False))
+        write("\x1b[H\x1b[2J" + "\r\n".join(line[: columns or 100] for line in lines) + "\r\n")
+        ready, _, _ = select.select([fd], [], [], refresh_s)
+        if not ready:
+            continue
+        key = os.read(fd, 1).decode(errors="replace")
+        try:
+            if mode != "label" and (key == " " or key.isdigit()):
+                from teleop_flywheel.ros.commands.console_view import KEYS
+
+                if key in KEYS:  # the terminal pedal and trigger labels work between trials too
+                    console.act(*KEYS[key])
+            elif mode == "idle":
+                if key == "s" and (slot := driver.walker.next_slot()) is not None:
+                    driver.prepare(slot)
+                    driver.start(slot)
+                    mode, message = "running", "recording"
+                elif key == "q":
+                    return
+            elif mode == "running":
+                if key == "y":
+                    bag, verdict = driver.finish("success")
+                    mode, message = "idle", f"success, {bag.name}" + (f"; machine check {verdict}" if verdict else "")
+                elif key == "n":
+                    mode, message = "label", ""
+                elif key == "x":
+                    driver.discard()
+                    mode, message = "idle", "trial discarded: the same trial comes up again"
+                elif key == "q":
+                    driver.discard()
+                    return
+            elif mode == "label":
+                if key == "b":
+                    mode = "running"
+                elif key.isdigit() and 1 <= int(key) <= len(p.failure_labels):
+                    label = p.failure_labels[int(key) - 1]
+                    bag, verdict = driver.finish("failure", label)
+                    mode, message = (
+                        "idle",
+                        f"failure ({label}), {bag.name}" + (f"; machine check {verdict}" if verdict else ""),
+                    )
+        except (ProtocolError, RuntimeError) as exc:
+            message = f"refused: {exc}"

@@ -1,0 +1,2 @@
+"""What Foxglove shows of a session: `view` (the live session over the Foxglove WebSocket
+protocol), `arms3d` (both arms as a 3D scene from their joint states) and `layout` (the panels)."""

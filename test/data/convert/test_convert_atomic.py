@@ -1,0 +1,212 @@
+"""`convert` is atomic: kill -9 at every write step, a full disk, and `doctor` for what older runs left.
+
+The fault-injection hook (`TELEOP_FLYWHEEL_FAULT_AT=N`) kills a real `teleop-flywheel convert`
+process with SIGKILL at its N-th write step, for every N until a run completes. After each kill,
+the dataset is byte-identical to before (no commit yet) or `doctor` reports an append to roll
+forward, or the append is complete and only what is derived from it (the validation record, card
+and sample weights, written after the append: `data/convert/refresh.py`) is behind; the next run leaves
+exactly the dataset a run without the crash makes. A full disk (a small tmpfs) stops the run with
+one line and leaves the dataset as it was.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.hw.camera import timecode
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+SPEC = dict(duration_s=2.5, width=256, height=192)
+DERIVED = ("README.md", "meta/validation.json", "meta/sample_weights.parquet")  # refreshed after an append
+
+
+def without_derived(c: dict[str, object]) -> dict[str, object]:
+    return {k: v for k, v in c.items() if k not in DERIVED}
+
+
+def tree(root: Path) -> dict[str, str]:
+    """relpath -> sha256 of every file below root (and what lies beside it: journal, staging)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
+    for extra in (commit.journal_path(root), commit.staging_path(root)):
+        if os.path.lexists(extra):
+            out[extra.name] = "present"
+    return out
+
+
+def content(root: Path) -> dict[str, object]:
+    """What a reader gets: file list, every parquet as rows, the JSON files, every video's timecodes."""
+    out: dict[str, object] = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.suffix == ".parquet":
+            out[rel] = pq.read_table(p).to_pylist()
+        elif p.suffix == ".json":
+            out[rel] = json.loads(p.read_text())
+        elif p.suffix == ".mp4":
+            with av.open(str(p)) as c:
+                out[rel] = [timecode.decode(f.to_ndarray(format="bgr24")) for f in c.decode(video=0)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("atomic")
+    a = write_session(root / "bags" / "a", SessionSpec(seed=31, **SPEC)).bag
+    b = write_session(root / "new" / "b", SessionSpec(seed=32, **SPEC)).bag
+    base = root / "base"
+    conv.convert([a], base, codec="h264", workers=1, progress=False)
+    ref = root / "ref"
+    shutil.copytree(base, ref)
+    conv.convert([b], ref, codec="h264", workers=1, progress=False)
+    return {"a": a, "b": b, "base": base, "ref": ref, "root": root}
+
+
+def _convert_process(bag: Path, out: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
+    env = {**os.environ, **env_extra}
+    return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "convert", str(bag), "--dataset", str(out),
+                             "--codec", "h264", "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.timeout(600)
+def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    base_tree, ref_content = tree(setup["base"]), content(setup["ref"])
+    log = tmp_path / "steps.log"
+    shutil.copytree(setup["base"], tmp_path / "counted")
+    counted = _convert_process(setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
+    assert counted.wait(120) == 0, counted.stderr.read() if counted.stderr else ""
+    steps = log.read_text().splitlines()
+    assert content(tmp_path / "counted") == ref_content
+    assert len(steps) > 12 and any("journal" in s for s in steps) and any(s.endswith("meta/info.json") for s in steps)
+    runs = {}
+    for n in range(1, len(steps) + 1):  # a real process killed at each step, three at a time (2 cores)
+        ds = tmp_path / f"ds{n}"
+        shutil.copytree(setup["base"], ds)
+        runs[n] = (ds, _convert_process(setup["b"], ds, {commit.FAULT_AT: str(n)}))
+        if len(runs) % 3 == 0 or n == len(steps):
+            for _ds, proc in runs.values():
+                proc.wait(120)
+    committed_kills = 0
+    for n, (ds, proc) in runs.items():
+        assert proc.returncode == -9, (steps[n - 1], proc.returncode, proc.stderr.read() if proc.stderr else "")
+        if commit.journal_path(ds).exists():  # killed after the commit marker: an append to roll forward
+            committed_kills += 1
+            assert cli_main(["doctor", str(ds)]) == 1
+            assert "roll forward" in capsys.readouterr().out
+        else:  # killed before it: the dataset is exactly as it was; or after the journal was removed: complete
+            now = {k: v for k, v in tree(ds).items() if not k.endswith(commit.STAGING_SUFFIX)}
+            assert now == base_tree or without_derived(content(ds)) == without_derived(ref_content), steps[n - 1]
+        leftover = os.path.lexists(commit.journal_path(ds)) or os.path.lexists(commit.staging_path(ds))
+        result = conv.convert([setup["b"]], ds, codec="h264", workers=1, progress=False)  # the next run
+        assert bool(result.recovered) == leftover, steps[n - 1]
+        assert problems(ds) == [] and not os.path.lexists(commit.staging_path(ds))
+        assert content(ds) == ref_content, f"after a kill at step {steps[n - 1]}"
+    assert committed_kills >= 6  # the journal, then each move
+
+
+def _mount_tmpfs(path: Path, size_kb: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+
+
+def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    base_kb = sum(p.stat().st_size for p in setup["base"].rglob("*") if p.is_file()) // 1024
+    ref_content = content(setup["ref"])
+    outcomes = []
+    for extra_kb in (8, 40, 120, 400):
+        disk = tmp_path / f"disk{extra_kb}"
+        _mount_tmpfs(disk, base_kb + 64 + extra_kb)
+        try:
+            ds = disk / "ds"
+            shutil.copytree(setup["base"], ds)
+            before = tree(ds)
+            code = cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"])
+            err = capsys.readouterr().err
+            if code == 0:
+                outcomes.append("fits")
+                assert content(ds) == ref_content
+                continue
+            outcomes.append("full")
+            assert code == 1 and "disk full" in err and "the dataset was not changed" in err, err
+            assert err.count("disk full") == 1 and "Traceback" not in err
+            assert tree(ds) == before and problems(ds) == []
+        finally:
+            subprocess.run(["umount", str(disk)], check=True)
+    assert "full" in outcomes
+
+
+def test_convert_refuses_an_inconsistent_dataset_and_doctor_repairs_it(setup: dict[str, Path], tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    ds = tmp_path / "ds"
+    shutil.copytree(setup["base"], ds)
+    data = next((ds / "data").rglob("*.parquet"))
+    shutil.copy(data, data.with_name("file-007.parquet"))  # an orphan an older converter's crash left
+    info = json.loads((ds / "meta/info.json").read_text())
+    info["total_episodes"] = 4  # info.json against the table
+    (ds / "meta/info.json").write_text(json.dumps(info))
+    (tmp_path / ".convert-abc123").mkdir()  # an older converter's temp directory
+    assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "inconsistent" in err and f"teleop-flywheel doctor {ds}" in err
+    assert cli_main(["doctor", str(ds)]) == 1
+    out = capsys.readouterr().out
+    assert "file-007.parquet: no episode refers to it" in out and "total_episodes 4" in out and ".convert-abc123" in out
+    assert cli_main(["doctor", str(ds), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert "consistent" in out and (tmp_path / "ds.orphans" / "data/chunk-000/file-007.parquet").is_file()
+    assert not (tmp_path / ".convert-abc123").exists()
+    assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 0
+    assert content(ds) == content(setup["ref"])
+
+
+def test_doctor_names_what_cannot_be_repaired(setup: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    ds = tmp_path / "ds"
+    shutil.copytree(setup["base"], ds)
+    data = next((ds / "data").rglob("*.parquet"))
+    with open(data, "r+b") as f:  # a data parquet without its footer
+        f.truncate(data.stat().st_size - 100)
+    assert cli_main(["doctor", str(ds), "--repair", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["consistent"] and doc["problems"][0]["repair"] is None
+    assert "data/chunk-000/file-000.parquet: unreadable" in doc["problems"][0]["problem"]
+    assert cli_main(["doctor", str(tmp_path / "nothing")]) == 2
+
+
+def test_one_convert_at_a_time(setup: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ds = tmp_path / "ds"
+    with commit.locked_dataset(ds):
+        assert cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"]) == 2
+    assert "in use by another process" in capsys.readouterr().err
+    assert not ds.exists()
+
+
+def test_non_utf8_bag_name_converts(setup: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9_bag"))
+    shutil.copytree(setup["b"], odd)
+    assert cli_main(["convert", str(odd), "--dataset", str(tmp_path / "ds"), "--codec", "h264", "--workers", "1"]) == 0
+    row = pq.read_table(next((tmp_path / "ds/meta/episodes").rglob("*.parquet"))).to_pylist()[0]
+    assert row["source_bag"] == "caf\\xe9_bag"
+    assert np.isfinite(row["recorded_wall_ns"])

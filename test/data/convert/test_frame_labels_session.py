@@ -1,0 +1,111 @@
+"""Complete intervention labels on real bags: the simulated rig records, through its real
+nodes, a takeover labelled half a second in, one labelled after the hand-back, and a teleop-mode
+correction; in the converted dataset every intervention frame carries its final label (before: the
+frames before the label arrived were 0, and the late-labelled takeover was 0 throughout), and the
+correction's frames are flagged with theirs. The bags keep when each label arrived."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("rclpy")
+
+from std_srvs.srv import SetBool  # noqa: E402
+
+from teleop_flywheel.core.bag_topics import AUTHORITY  # noqa: E402
+from teleop_flywheel.core.labels import trigger_code  # noqa: E402
+from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.hw.pedal.virtual import VirtualPedal  # noqa: E402
+from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
+from teleop_flywheel.ros.commands.clients import PolicyClient, RecorderStatus  # noqa: E402
+from teleop_flywheel.ros.nodes.recorder_client import RecorderClient  # noqa: E402
+from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph  # noqa: E402
+from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
+
+# (takeover at, label at, hand back at, label, teleop-mode correction)
+PLAN = [(1.0, 1.5, 2.5, "wrong_grasp", False), (1.0, 3.2, 2.2, "too_slow", False), (1.0, 1.3, 2.0, "other", True)]
+SECONDS = 4.5
+
+
+def _record(out: Path) -> list[Path]:
+    cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0, width=320,
+                                            height=240),), output_dir=str(out), task="labels", operator="test",
+                        checkpoint_id="scripted-v0")
+    bags = []
+    with Session(build_graph("sim", cfg)) as session:
+        operator = RecorderClient(session.context, "labels_operator")
+        policy, status = PolicyClient(operator.node), RecorderStatus(operator.node)
+        mode = operator.node.create_client(SetBool, "/teleop/set_policy_mode")
+        session.add_node(operator.node)
+        assert operator.ready(120) and mode.wait_for_service(timeout_sec=60)
+        status.wait_all_topics(120)
+        pedal = VirtualPedal(session.graph.pedal_fifo)
+
+        def set_mode(policy_mode: bool) -> None:
+            future = mode.call_async(SetBool.Request(data=policy_mode))
+            deadline = time.monotonic() + 20
+            while not future.done() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert future.done() and future.result().success, "set_policy_mode"
+
+        try:
+            for takeover, label_at, back, label, correction in PLAN:
+                set_mode(not correction)
+                policy.reset()
+                operator.call("start")
+                t0 = time.monotonic()
+                for at, action in sorted([(takeover, "down"), (label_at, "label"), (back, "up")]):
+                    while time.monotonic() < t0 + at:
+                        time.sleep(0.005)
+                    if action == "label":
+                        pedal.label(label)
+                    else:
+                        pedal.takeover(action == "down")
+                while time.monotonic() < t0 + SECONDS:
+                    time.sleep(0.01)
+                operator.label(outcome="success", attempts=1)
+                before = status.last_saved()
+                operator.call("stop")
+                bags.append(Path(status.saved_after(before)))
+                operator.call("keep")
+            set_mode(True)
+        finally:
+            pedal.close()
+        session.remove_node(operator.node)
+    return bags
+
+
+@pytest.mark.timeout(600)
+def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
+    bags = _record(tmp_path / "bags")
+    for bag, (_t, _l, _b, label, correction) in zip(bags, PLAN, strict=True):
+        b = open_bag(bag)
+        ep = b.episode
+        assert ep is not None
+        spans = ep.corrections if correction else ep.interventions
+        assert [s.trigger for s in spans] == [label], (bag.name, ep.interventions, ep.corrections)
+        if not correction:  # the authority stream kept when the label arrived: 0 before it
+            auth = b.authority(AUTHORITY).position
+            running = auth[:, 2] > 0
+            assert (auth[running, 3] == 0).any() and (auth[running, 3] == trigger_code(label)).any() != (
+                label == "too_slow"
+            )
+    ds = tmp_path / "ds"
+    res = conv.convert(bags, ds, codec="h264", workers=1, progress=False, include_failed=True)
+    assert len(res.converted[str(ds)]) == 3, res
+    data = pq.read_table(ds / "data/chunk-000/file-000.parquet").to_pandas()
+    for e, (takeover, _label_at, back, label, correction) in enumerate(PLAN):
+        rows = data[data.episode_index == e]
+        trig = rows["complementary_info.trigger"].to_numpy()
+        flag = (rows["complementary_info.correction"] if correction else rows.intervention).to_numpy().astype(bool)
+        frames = int(flag.sum())
+        assert abs(frames - (back - takeover) * 30) <= 6, (e, frames)
+        zero = int(np.count_nonzero(trig[flag] == 0))
+        assert zero == 0, f"episode {e}: {zero} of {frames} frames without their label"
+        assert set(trig[flag]) == {trigger_code(label)} and set(trig[~flag]) == {0}
+        if correction:
+            assert not rows.intervention.any()

@@ -1,0 +1,100 @@
+"""`teleop-flywheel ingest`: every closed bag with a verdict and the operator's keep (or a grace period
+without a discard) is validated, quarantined or converted, once; the card, weights, validation
+record and audit follow; a crash at any write step is resumed to the crash-free result."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, ready
+from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+
+def judged(bag: Path, action: str | None = None, age_s: float = 0.0) -> Path:
+    """A verdict.json as the recorder writes it (validated `age_s` ago), and the operator's decision."""
+    doc = verdict_doc(bag.name, {"report": {"episode_id": "x", "reasons": []}, "seconds": 1.0})
+    doc["validated"]["wall_ns"] = time.time_ns() - int(age_s * 1e9)
+    write_verdict(bag, doc)
+    if action is not None:
+        mark_decision(bag, action)
+    return bag
+
+
+def _episodes(ds: Path) -> list[str]:
+    return [str(x) for x in pq.read_table(ds / "meta/episodes/chunk-000/file-000.parquet").column("source_bag")
+            .to_pylist()]
+
+
+def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
+    watch, ds = tmp_path / "bags", tmp_path / "ds"
+    def bag(name: str, seed: int, **kw: object) -> Path:
+        return write_session(watch / name, SessionSpec(duration_s=3.0, seed=seed, **kw)).bag  # type: ignore[arg-type]
+
+    judged(bag("kept", 1), KEEP)
+    judged(bag("graced", 2), None, age_s=60)
+    fresh = judged(bag("fresh", 3), None, age_s=1)
+    gone = judged(bag("gone", 4), DISCARD)
+    unjudged = bag("unjudged", 5)
+    bad = judged(bag("bad", 6, outcome="unset"), KEEP)
+    recording = watch / "recording"
+    recording.mkdir()
+    (recording / "recording_0.mcap").write_bytes(b"\x89MCAP0\r\n")  # still being written: no metadata.yaml
+    cfg = IngestConfig(watch, ds, tmp_path / "quarantine", grace_s=30.0, codec="h264", audit_html=tmp_path / "a.html")
+    assert ready(fresh, cfg)[1].startswith("grace period") and ready(unjudged, cfg) == (False, "no verdict yet")
+    assert ready(gone, cfg) == (False, "discarded by the operator") and not ready(recording, cfg)[0]
+    lines: list[str] = []
+    out = ingest_once(cfg, lines.append)
+    assert {Path(k).name: v for k, v in out.items()} == {"kept": "converted", "graced": "converted", "bad": "rejected"}
+    assert sorted(_episodes(ds)) == ["graced", "kept"]
+    assert (tmp_path / "quarantine/OUTCOME_UNSET/bad").is_dir() and not bad.exists()
+    record = json.loads((ds / "meta/validation.json").read_text())
+    where = {e["name"]: e["quarantined_to"] for e in record["episodes"]}
+    assert where["bad"] == str(tmp_path / "quarantine/OUTCOME_UNSET/bad") and where["kept"] is None
+    assert (ds / "README.md").is_file() and (ds / "meta/sample_weights.parquet").is_file()
+    assert (tmp_path / "a.html").is_file() and any("bad: rejected OUTCOME_UNSET ->" in x for x in lines)
+    assert ingest_once(cfg, lines.append) == {}  # idempotent: nothing new
+    # the fresh bag's grace period passes; the unjudged one is taken only when asked to
+    doc = json.loads((fresh / "verdict.json").read_text())
+    doc["validated"]["wall_ns"] -= 60 * 10**9
+    (fresh / "verdict.json").write_text(json.dumps(doc))
+    os.utime(unjudged / "metadata.yaml", (time.time() - 60, time.time() - 60))
+    cfg.without_verdict = True
+    assert sorted(Path(k).name for k in ingest_once(cfg, lines.append)) == ["fresh", "unjudged"]
+    assert sorted(_episodes(ds)) == ["fresh", "graced", "kept", "unjudged"]
+    state = read_state(ds)["bags"]
+    assert {v["name"]: v["outcome"] for v in state.values()} == {
+        "kept": "converted", "graced": "converted", "bad": "rejected", "fresh": "converted", "unjudged": "converted"}
+
+
+def _run_ingest(watch: Path, ds: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "ingest", str(watch), "--dataset", str(ds),
+                           "--once", "--grace", "0", "--codec", "h264", "--nice", "0"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("step", [3, 9, 14])
+def test_ingest_resumes_after_a_crash(tmp_path: Path, step: int) -> None:
+    """kill -9 at a write step of the converter (before the journal, after it, while files move):
+    the next ingest leaves what a crash-free one leaves."""
+    watch, ds = tmp_path / "bags", tmp_path / "ds"
+    for i in range(2):
+        judged(write_session(watch / f"ep{i}", SessionSpec(duration_s=3.0, seed=20 + i)).bag, KEEP)
+    env = {**os.environ, "TELEOP_FLYWHEEL_FAULT_AT": str(step), "TELEOP_FLYWHEEL_FAULT_LOG": str(tmp_path / "log")}
+    crashed = _run_ingest(watch, ds, env)
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    env.pop("TELEOP_FLYWHEEL_FAULT_AT")
+    again = _run_ingest(watch, ds, env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(_episodes(ds)) == ["ep0", "ep1"]
+    info = json.loads((ds / "meta/info.json").read_text())
+    assert info["total_episodes"] == 2
+    assert {v["outcome"] for v in read_state(ds)["bags"].values()} <= {"converted", "duplicate"}
+    assert not ds.with_name(ds.name + ".convert-journal.json").exists()

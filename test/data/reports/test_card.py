@@ -1,0 +1,119 @@
+"""card: counts equal the validator report's and the dataset's; foreign READMEs are kept."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.reports.card import MARKER, read_validation
+from teleop_flywheel.testing.dataset_files import read_episodes
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
+
+REPORT = {
+    "episodes": [
+        {"id": "e0", "status": "PASS", "reasons": []},
+        {"id": "e1", "status": "FAIL", "reasons": [{"code": "FRAME_GAP", "detail": "4.1 s"},
+                                                   {"code": "DEAD_AIR", "detail": "40 s"}]},
+        {"id": "e2", "status": "FAIL", "reasons": [{"code": "DEAD_AIR"}]},
+        {"id": "e3", "status": "FAIL", "reasons": [{"code": "OUTCOME_UNSET"}]},
+        {"id": "e4", "status": "PASS", "reasons": []},
+    ],
+}
+
+
+def test_card_counts_equal_the_validators(tmp_path: Path) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=12, min_length=20, max_length=30, seed=9)).root
+    entries = REPORT["episodes"] * 3
+    (tmp_path / "val.json").write_text(json.dumps({"episodes": entries}))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    card = (root / "README.md").read_text()
+    failed = [e for e in entries if e["status"] == "FAIL"]
+    reasons = Counter(r["code"] for e in failed for r in e["reasons"])
+    assert f"| {len(entries)} | {len(failed)} | {len(entries) - len(failed)} | 12 |" in card
+    for code, n in reasons.items():
+        assert f"| {code} | {n} |" in card
+    assert f"Rejection rate {100 * len(failed) / len(entries):.1f} %" in card
+    eps = read_episodes(root)
+    for op, n in eps["operator"].value_counts().items():
+        assert f"| {op} | {n} |" in card
+    assert "| pick the brick | 12 |" in card
+    assert "must not be used for" in card
+    summary = read_validation(tmp_path / "val.json")
+    assert (summary.recorded, summary.rejected, summary.reasons) == (15, 9, dict(reasons))
+
+
+def test_no_rejections_is_said_loudly(tmp_path: Path) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30)).root
+    (tmp_path / "val.json").write_text(json.dumps([{"id": "x", "passed": True}] * 3))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    assert "the checks are not checking" in (root / "README.md").read_text()
+
+
+def test_foreign_readme_is_not_overwritten(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30, episode_metadata=False)).root
+    (root / "README.md").write_text("# somebody's card\n")
+    assert cli_main(["card", str(root)]) == 2
+    assert "was not written by" in capsys.readouterr().err
+    assert cli_main(["card", str(root), "--force"]) == 0
+    text = (root / "README.md").read_text()
+    assert text.startswith("---\n") and MARKER in text and "recorded and rejected counts are unknown" in text
+    assert "Collection method not recorded" in text
+    assert cli_main(["card", str(root)]) == 0  # our own card is regenerated
+
+
+def test_bad_report_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30)).root
+    (tmp_path / "val.json").write_text(json.dumps({"summary": {}}))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 2
+    assert "no per-episode list" in capsys.readouterr().err
+
+
+def test_card_counts_equal_the_real_validators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bags from the simulator with seed faults -> `validate --json` -> card: same counts."""
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+    bags = tmp_path / "bags"
+    specs = {"clean": SessionSpec(duration_s=2.0), "unset": SessionSpec(duration_s=2.0, outcome="unset"),
+             "still": SessionSpec(duration_s=4.0, dead_air=(0.5, 3.0)), "clean2": SessionSpec(duration_s=2.0, seed=1)}
+    for name, spec in specs.items():
+        write_session(bags / name, spec)
+    assert cli_main(["validate", str(bags), "--json", "--workers", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (tmp_path / "val.json").write_text(json.dumps(report))
+    s = report["summary"]
+    assert s["rejected"] >= 2  # the faults are caught, so the comparison below means something
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=s["passed"], min_length=20, max_length=30)).root
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    card = (root / "README.md").read_text()
+    assert f"| {s['episodes']} | {s['rejected']} | {s['passed']} | {s['passed']} |" in card
+    for code, n in s["reasons"].items():
+        assert f"| {code} | {n} |" in card
+    assert f"Rejection rate {100 * s['rejection_rate']:.1f} %" in card
+
+
+def test_card_has_hub_front_matter_repo_id_and_keeps_the_operators_notes(tmp_path: Path) -> None:
+    import yaml
+
+    from teleop_flywheel.data.reports.card import NOTES_BEGIN, NOTES_END, NOTES_TEMPLATE
+
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=3, min_length=20, max_length=30,
+                                                extra_info={"repo_id": "lab/so101_bricks"})).root
+    assert cli_main(["card", str(root), "--tag", "pick-place"]) == 0
+    text = (root / "README.md").read_text()
+    meta = yaml.safe_load(text.split("---\n")[1])  # what the hub reads, as on LeRobot's own cards
+    assert meta["license"] == "apache-2.0" and meta["task_categories"] == ["robotics"]
+    assert meta["tags"][0] == "LeRobot" and "pick-place" in meta["tags"]
+    assert meta["configs"] == [{"config_name": "default", "data_files": "data/*/*.parquet"}]
+    assert "# Data card: lab/so101_bricks" in text and "LeRobotDataset('lab/so101_bricks'" in text
+    assert NOTES_TEMPLATE in text
+    notes = "The brick starts left of the tape.\n\n- camera re-mounted on day 2"
+    (root / "README.md").write_text(text.replace(NOTES_TEMPLATE, notes))
+    assert cli_main(["card", str(root), "--license", "cc-by-4.0"]) == 0  # regenerated
+    again = (root / "README.md").read_text()
+    assert again.split(NOTES_BEGIN)[1].split(NOTES_END)[0].strip("\n") == notes
+    meta = yaml.safe_load(again.split("---\n")[1])
+    assert meta["license"] == "cc-by-4.0" and "pick-place" in meta["tags"]  # tags kept, license changed
+    assert cli_main(["card", str(root)]) == 0
+    assert yaml.safe_load((root / "README.md").read_text().split("---\n")[1])["license"] == "cc-by-4.0"

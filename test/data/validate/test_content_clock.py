@@ -1,0 +1,108 @@
+"""Clock offsets found in the content: a camera stamped late or early by 25/40/60 ms with
+its publish and receive times shifted too — so the receive − stamp latency looks normal — is found
+from its pixels against the follower's motion, within 5 ms, and rejected with CLOCK_OFFSET; a clean
+episode passes; too little motion to tell is a warning (a third outcome), never a pass or a rejection."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from teleop_flywheel.core.bag_topics import FOLLOWER_STATE, camera_image
+from teleop_flywheel.data.validate import validator as val
+from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
+from teleop_flywheel.data.validate.reasons import CAMERA_LAG_UNKNOWN, CLOCK_OFFSET
+from teleop_flywheel.recording.mcap.reader import open_bag
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+SKEWS_MS = (0.0, 25.0, -25.0, 40.0, -40.0, 60.0, -60.0)
+
+
+def _session(root: Path, skew: float, seed: int = 21, **kw: object) -> Path:
+    spec = SessionSpec(duration_s=12.0, stamp_clock="ros", motion="reach", seed=seed, camera_clock_skew_ms=skew,
+                       **kw)  # type: ignore[arg-type]
+    return write_session(root / f"skew_{skew:+.0f}_{seed}", spec).bag
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory: pytest.TempPathFactory) -> dict[float, val.EpisodeReport]:
+    root = tmp_path_factory.mktemp("skew")
+    cfg = val.ValidateConfig.load()
+    return {skew: val.validate_bag((str(_session(root, skew)), cfg)) for skew in SKEWS_MS}
+
+
+@pytest.mark.parametrize("skew", SKEWS_MS)
+def test_injected_skew_is_estimated_within_5ms_and_rejected(skewed: dict[float, val.EpisodeReport],
+                                                           skew: float) -> None:
+    r = skewed[skew]
+    est = r.camera_lag["wrist"]
+    assert est["lag_ms"] is not None and abs(est["lag_ms"] - skew) <= 5.0, (skew, est)
+    assert est["stderr_ms"] <= 5.0, est
+    # the stamp-based latency check cannot see it: receive − stamp is a normal 8 ms
+    latency = [x for x in r.reasons if x.code == CLOCK_OFFSET and "latency" in x.detail]
+    assert latency == [], r.line()
+    if skew == 0.0:
+        assert r.passed and r.status == "PASS" and not r.warnings, r.line()
+    else:
+        offsets = [x for x in r.reasons if x.code == CLOCK_OFFSET]
+        assert not r.passed and len(offsets) == 1, r.line()
+        assert ("lags" if skew > 0 else "leads") in offsets[0].detail and "from its content" in offsets[0].detail
+        assert offsets[0].numbers["camera"] == "wrist" and offsets[0].numbers["lag_ms"] == est["lag_ms"]
+
+
+def test_clean_episodes_pass_across_seeds(tmp_path: Path) -> None:
+    cfg = val.ValidateConfig.load()
+    for seed in (1, 2, 3):
+        r = val.validate_bag((str(_session(tmp_path, 0.0, seed=seed)), cfg))
+        assert r.passed and abs(r.camera_lag["wrist"]["lag_ms"]) <= 5.0, r.line()
+
+
+def test_too_little_motion_is_a_warning_not_a_pass(tmp_path: Path) -> None:
+    """Slow sinusoids (periods of 7–13 s): the motion energy cannot pin a lag — nor a 40 ms skew."""
+    cfg = val.ValidateConfig.load()
+    for skew in (0.0, 40.0):
+        bag = write_session(tmp_path / f"smooth{skew:.0f}", SessionSpec(duration_s=6.0, stamp_clock="ros", seed=0,
+                                                                          camera_clock_skew_ms=skew)).bag
+        r = val.validate_bag((str(bag), cfg))
+        assert r.passed and r.status == "WARN", r.line()
+        assert [w.code for w in r.warnings] == [CAMERA_LAG_UNKNOWN] and "WARN" in r.line()
+        assert "too smooth" in r.warnings[0].detail or "explain" in r.warnings[0].detail, r.warnings[0].detail
+        assert r.to_dict()["status"] == "WARN" and r.to_dict()["warning_codes"] == [CAMERA_LAG_UNKNOWN]
+        assert val.summary([r])["warned"] == 1 and val.summary([r])["rejected"] == 0
+
+
+def test_estimator_on_arrays_sign_and_edges(tmp_path: Path) -> None:
+    """The estimator itself: sign convention, a stall's long pair ignored, too few frames said so."""
+    bag = open_bag(_session(tmp_path, 0.0, seed=5, camera_stall=(5.0, 1.0)))
+    im, js = bag.images(camera_image("wrist")), bag.joint_state(FOLLOWER_STATE)
+    motion = MotionEnergy()
+    for d in im.data:
+        img = small_grey(d)
+        assert img is not None
+        motion.add(img)
+    energy = motion.energy()
+    late = estimate_lag(im.stamps_ns + 30_000_000, energy, js.stamps_ns, js.position)
+    early = estimate_lag(im.stamps_ns - 30_000_000, energy, js.stamps_ns, js.position)
+    assert late.lag_ms is not None and early.lag_ms is not None
+    assert abs(late.lag_ms - 30) <= 5 and abs(early.lag_ms + 30) <= 5
+    few = estimate_lag(im.stamps_ns[:11], energy[:10], js.stamps_ns, js.position)
+    assert few.lag_ms is None and "too few frames" in few.note and not few.confident(5.0)
+    still = estimate_lag(im.stamps_ns, energy, js.stamps_ns, np.zeros_like(js.position))
+    assert still.lag_ms is None and "no image motion follows the arm" in still.note
+
+
+def test_info_prints_each_cameras_lag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from teleop_flywheel.cli import main as cli_main
+    from teleop_flywheel.recording.recorder.verdict import verdict_doc, write_verdict
+
+    bag = _session(tmp_path, 40.0, seed=7)
+    assert cli_main(["info", str(bag)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Camera lag wrist:"))
+    lag = float(line.split(":")[1].split("±")[0])
+    assert abs(lag - 40.0) <= 5.0 and "from the images (estimated from the bag)" in line
+    report = val.validate_bag((str(bag), val.ValidateConfig.load()))
+    write_verdict(bag, verdict_doc(bag.name, {"report": report.to_dict(), "seconds": 1.0}))
+    assert cli_main(["info", str(bag), "--json"]) == 0
+    doc = __import__("json").loads(capsys.readouterr().out)
+    assert doc["camera_lag_source"] == "verdict.json" and doc["camera_lag"]["wrist"] == report.camera_lag["wrist"]

@@ -1,0 +1,241 @@
+"""Walking an evaluation protocol on the real simulated session graph: unattended (the machine
+check judges each trial) and attended (an operator's keys in a pty), one bag per trial, then the
+results table. Also the protocol fields the walk depends on: checkpoint specs, machine check,
+reserved failure labels."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from support.terminal import read_until
+
+from teleop_flywheel.evaluation.protocol import (
+    MachineCheck,
+    ProtocolError,
+    ProtocolWalker,
+    load_protocol,
+    parse_protocol,
+)
+from teleop_flywheel.evaluation.report import build_report, read_trial
+from teleop_flywheel.recording.mcap.reader import open_bag
+
+POSE = [0.2, -0.2, 0.3, 0.1, 0.2, 0.5]
+
+
+def _protocol(tmp_path: Path, name: str = "p.yaml", **over: object) -> Path:
+    data: dict[str, object] = {
+        "format": "teleop_flywheel.eval_protocol/1", "name": "sim-small", "task": "reach the place pose",
+        "checkpoints": [{"id": "ckpt-a"}, {"id": "ckpt-b", "sim_failure_scale": 0.0}],
+        "trials_per_condition": 2, "time_limit_s": 6, "interventions_allowed": True,
+        "success": {"criterion": "ends at the place pose",
+                    "machine_check": {"final_pose": POSE, "tolerance_rad": 0.15}},
+        "failure_labels": ["missed_grasp", "other"],
+        "conditions": [{"name": "easy", "sim_failure_rate": 0.0}, {"name": "hard", "sim_failure_rate": 1.0}],
+    }
+    data.update(over)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", *args], text=True, capture_output=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_checkpoint_specs_machine_check_and_reserved_labels(tmp_path: Path) -> None:
+    p = load_protocol(_protocol(tmp_path))
+    assert p.checkpoints == ("ckpt-a", "ckpt-b") and p.checkpoint("ckpt-b").sim_failure_scale == 0.0
+    assert p.machine_check == MachineCheck(tuple(POSE), 0.15, "other")
+    assert {"timeout", "intervened"} <= set(p.failure_labels)
+    assert p.machine_check.judge([v + 0.1 for v in POSE])[0]
+    passed, why = p.machine_check.judge([v + 0.3 for v in POSE])
+    assert not passed and "0.300 rad" in why and "outside" in why
+    assert p.machine_check.judge(None) == (False, "no follower state received")
+    raw = yaml.safe_load(_protocol(tmp_path).read_text())
+    with pytest.raises(ProtocolError, match=r"x.yaml: success.machine_check: field 'final_pose' must be 6"):
+        parse_protocol(
+            dict(raw, success={"criterion": "c", "machine_check": {"final_pose": [1, 2], "tolerance_rad": 1}}), "x.yaml"
+        )
+    with pytest.raises(ProtocolError, match=r"x.yaml: checkpoints\[0\]: unknown field\(s\) \['gpu'\]"):
+        parse_protocol(dict(raw, checkpoints=[{"id": "a", "gpu": 1}]), "x.yaml")
+    with pytest.raises(ProtocolError, match="distinct ids"):
+        parse_protocol(dict(raw, checkpoints=["a", {"id": "a"}]), "x.yaml")
+    # Where interventions are forbidden, a trial with one is only accepted as an 'intervened' failure.
+    strict = parse_protocol(dict(raw, interventions_allowed=False), "s.yaml")
+    w = ProtocolWalker(strict)
+    slot = w.next_slot()
+    with pytest.raises(ProtocolError, match="not allowed"):
+        w.record(slot, "success", "", interventions=1)
+    assert w.record(slot, "failure", "intervened", interventions=1).failure_label == "intervened"
+
+
+def test_run_refuses_protocol_on_the_wrong_session(tmp_path: Path) -> None:
+    proto = str(_protocol(tmp_path))
+    teleop = _cli("run", "teleop", "--protocol", proto)
+    assert teleop.returncode == 2 and "kind rollout or sim" in teleop.stderr
+    unattended = _cli("run", "rollout", "--protocol", proto, "--unattended")
+    assert unattended.returncode == 2 and "simulated hardware only" in unattended.stderr
+    no_tty = _cli("run", "sim", "--protocol", proto)
+    assert no_tty.returncode == 2 and "not one" in no_tty.stderr
+    missing = _cli("run", "sim", "--protocol", str(tmp_path / "nope.yaml"), "--unattended")
+    assert missing.returncode == 2 and "cannot read protocol" in missing.stderr and "nope.yaml" in missing.stderr
+
+
+def test_unattended_sim_run_records_one_judged_bag_per_trial(tmp_path: Path) -> None:
+    proto = load_protocol(_protocol(tmp_path))
+    out = tmp_path / "bags"
+    res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--seed", "3", "--arg", f"output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "8/8 trials recorded" in res.stdout
+    bags = sorted(p for p in out.iterdir() if p.is_dir())
+    assert len(bags) == 8
+    trials = [read_trial(b) for b in bags]
+    for b, t in zip(bags, trials, strict=True):
+        meta = open_bag(b).episode
+        assert meta is not None and meta.session_kind == "evaluation" and meta.task == proto.task
+        assert t.protocol_hash == proto.hash
+        assert meta.extra["machine_check"].startswith("pass" if t.outcome == "success" else "fail")
+    # hard fails always for ckpt-a (rate 1.0), never for ckpt-b (scale 0); easy never fails.
+    report = build_report(trials, proto)
+    cells = {(c.checkpoint, c.condition): c for c in report.cells}
+    assert [cells[k].successes for k in [("ckpt-a", "easy"), ("ckpt-a", "hard"), ("ckpt-b", "easy"),
+                                         ("ckpt-b", "hard")]] == [2, 0, 2, 2]
+    assert cells["ckpt-a", "hard"].failure_labels == {"other": 2}
+    assert not report.incomplete
+    assert all(t.interventions == 0 for t in trials if t.outcome == "success")
+    # Every bag's policy commands are tagged with the checkpoint the protocol put on that trial.
+    for b, t in zip(bags, trials, strict=True):
+        frames = set(open_bag(b).joint_state("/policy/joint_command").frame_ids)
+        assert frames == {t.checkpoint}, (b, frames)
+    table = re.sub(r"\s+", " ", res.stdout)
+    assert "ckpt-a hard 2/2 0 0%" in table and "ckpt-b hard 2/2 2 100%" in table
+
+    # Lose the last three trials; a resumed walk records exactly those again.
+    for b in bags[-3:]:
+        shutil.rmtree(b)
+    again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming: 5 trial(s)" in again.stdout and "8/8 trials recorded" in again.stdout
+    now = sorted(p for p in out.iterdir() if p.is_dir())
+    assert len(now) == 8 and now[:5] == bags[:5]
+    report = build_report([read_trial(b) for b in now], proto)
+    assert not report.incomplete and [c.successes for c in report.cells] == [2, 0, 2, 2]
+
+
+def test_unattended_sim_rates_fall_within_their_intervals(tmp_path: Path) -> None:
+    """Intermediate failure rates on the simulated arms: each condition's success rate, as judged
+    by the machine check from the follower's real final pose, has its configured rate inside its
+    Wilson 95 % interval."""
+    rates = {"near": 0.25, "far": 0.75}
+    proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], trials_per_condition=6, time_limit_s=2,
+                                    conditions=[{"name": c, "sim_failure_rate": r} for c, r in rates.items()]))
+    out = tmp_path / "bags"
+    res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--seed", "8", "--arg", f"output_dir={out}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = build_report([read_trial(b) for b in sorted(out.iterdir())], proto)
+    assert not report.incomplete
+    for cell in report.cells:
+        expected = 1.0 - rates[cell.condition]
+        assert cell.n == 6 and cell.ci95[0] <= expected <= cell.ci95[1], cell
+        assert 0 < cell.successes < 6, cell  # seed 8 draws 5/6 and 2/6 successes
+
+
+def _end(pid: int, fd: int) -> int:
+    """Reap the child: it should have exited by itself; else SIGTERM, then SIGKILL. Reads its
+    output meanwhile so a full pty never blocks it."""
+    deadline = time.monotonic() + 30
+    signalled = False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            os.close(fd)
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+        elif not signalled and time.monotonic() > deadline - 20:
+            os.kill(pid, 15)
+            signalled = True
+        if select.select([fd], [], [], 0.2)[0]:
+            with contextlib.suppress(OSError):
+                os.read(fd, 65536)
+
+
+def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path: Path) -> None:
+    proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], conditions=[{"name": "only"}],
+                                    trials_per_condition=5, time_limit_s=5, interventions_allowed=False))
+    out = tmp_path / "bags"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "run", "sim", "--protocol", proto.path,
+                                  "--arg", f"output_dir={out}"])
+    try:
+        def trial(n: int) -> None:
+            read_until(fd, rf"{n - 1}/5 trials done.*reset for condition 'only'", 90)
+            os.write(fd, b"s")
+            read_until(fd, "TRIAL RUNNING")
+
+        trial(1)
+        time.sleep(1.0)
+        os.write(fd, b"x")  # discard: the same trial comes up again, nothing left on disk
+        read_until(fd, "trial discarded")
+        trial(1)
+        time.sleep(1.0)
+        os.write(fd, b"y")
+        trial(2)
+        time.sleep(1.0)
+        os.write(fd, b"n")
+        read_until(fd, r"failure: why\? 1=missed_grasp")
+        time.sleep(5.0)  # past the time limit while choosing: the operator's label stands, no timeout
+        os.write(fd, b"1")
+        trial(3)
+        time.sleep(1.0)
+        os.write(fd, b" ")  # the operator takes over where the protocol forbids it
+        read_until(fd, r"failure \(intervened\)")
+        os.write(fd, b" ")  # hands back (between trials: the terminal pedal works there too)
+        read_until(fd, r"3/5 trials done.*reset for condition 'only'", 90)
+        os.write(fd, b" ")  # takes over before the trial starts, still holding when it does
+        read_until(fd, r"intervention 2")
+        os.write(fd, b"s")
+        read_until(fd, r"failure \(intervened\)")
+        os.write(fd, b" ")
+        trial(5)  # then waits past the time limit
+        seen = read_until(fd, r"failure \(timeout\)", 30)  # one read may already hold what follows it
+        if "session stopped cleanly" not in seen:
+            seen += read_until(fd, r"session stopped cleanly", 60)
+        assert re.search(r"5/5 trials recorded.*session stopped cleanly", seen, re.S), seen[-3000:]
+        text = read_until(fd, r"ckpt-a\s+only\s+5/5\s+1", 60)
+    finally:
+        status = _end(pid, fd)
+    assert "intervened" in text
+    bags = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
+    assert len(bags) == 5, bags  # the discarded trial was moved aside (never deleted)
+    assert len(list((out / "discarded").iterdir())) == 1
+    trials = list(map(read_trial, bags))
+    got = [(t.outcome, t.failure_label) for t in trials]
+    assert got == [("success", ""), ("failure", "missed_grasp"), ("failure", "intervened"), ("failure", "intervened"),
+                   ("failure", "timeout")]
+    assert trials[3].interventions == 1 and trials[3].first_intervention_s == 0.0  # held at the start
+    # The machine check is recorded beside the operator's word (the follower never went to POSE).
+    assert all("machine_check" in open_bag(b).episode.extra for b in bags)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_checkpoint_that_cannot_load_ends_the_walk_with_a_clear_error(tmp_path: Path) -> None:
+    proto = _protocol(tmp_path, checkpoints=[{"id": "ckpt-x", "policy": "nosuch"}])
+    res = _cli("run", "sim", "--protocol", str(proto), "--unattended", "--arg", f"output_dir={tmp_path / 'bags'}")
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "checkpoint ckpt-x: the policy node cannot run it (cannot load policy 'nosuch'" in res.stderr
+    assert "unknown policy 'nosuch'" in res.stderr and "the running policy is unchanged" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not any((tmp_path / "bags").glob("*/metadata.yaml"))  # no trial was recorded

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: processes, terminals, a Foxglove client, repository paths."""

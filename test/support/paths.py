@@ -1,0 +1,8 @@
+"""Where the repository's files are, for tests at any depth of test/."""
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "teleop_flywheel"
+FOXGLOVE_NPM = ROOT / "test" / "support" / "foxglove"  # Foxglove's npm parsers, pinned (package.json)
