@@ -46,6 +46,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "info": ("teleop_flywheel.recording.info", "describe a bag like `ros2 bag info`, plus episode metadata"),
     "recover": ("teleop_flywheel.recording.recover", "rebuild an indexed MCAP and metadata.yaml from a crashed bag"),
+    "migrate": (
+        "teleop_flywheel.data.migrate",
+        "upgrade a bag, manifest or dataset in an older format into a copy in the current one",
+    ),
     "validate": ("teleop_flywheel.data.validate", "PASS/FAIL per episode with reason codes; quarantine rejects"),
     "convert": ("teleop_flywheel.data.convert", "bags → LeRobot v3.0 dataset (validated episodes only)"),
     "ingest": (
