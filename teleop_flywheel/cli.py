@@ -49,6 +49,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "teleop_flywheel.recording.mcap.recover",
         "rebuild an indexed MCAP and metadata.yaml from a crashed bag",
     ),
+    "migrate": (
+        "teleop_flywheel.data.migrate",
+        "upgrade a bag, manifest or dataset in an older format into a copy in the current one",
+    ),
     "validate": (
         "teleop_flywheel.data.validate.validator",
         "PASS/FAIL per episode with reason codes; quarantine rejects",

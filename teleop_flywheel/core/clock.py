@@ -13,6 +13,7 @@ finds a system-clock step between two samples that slewing cannot explain.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from typing import Any, Protocol
@@ -100,6 +101,16 @@ class ClockMapping:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ClockMapping:
         return cls(int(data["mono_ns"]), int(data["wall_ns"]), int(data["uncertainty_ns"]))
+
+
+def mappings(dicts: Iterable[dict[str, Any]]) -> list[ClockMapping]:
+    """The mappings stored as dicts (empty ones skipped), one per monotonic instant, in its order."""
+    out: dict[int, ClockMapping] = {}
+    for d in dicts:
+        if d:
+            m = ClockMapping.from_dict(d)
+            out.setdefault(m.mono_ns, m)
+    return [out[k] for k in sorted(out)]
 
 
 def sample_mapping(samples: int = 16) -> ClockMapping:

@@ -26,8 +26,8 @@ _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock
 # Written only when there are some: bags recorded before corrections existed read back unchanged.
 _OMITTED_WHEN_EMPTY = ("corrections",)
 # `stamp_clock`: the clock of every header stamp and recorded event time in the bag. "ros" (the
-# system clock, SPEC §4 revised) for bags recorded since; "" for older bags, whose stamps are
-# CLOCK_MONOTONIC and reach the wall clock through the clock mappings.
+# system clock, SPEC §4 revised); "" in older bags, whose stamps are CLOCK_MONOTONIC: readers refuse
+# them and `teleop-flywheel migrate` (recording/mcap/migrate.py) puts them on ROS time.
 STAMP_CLOCK_ROS = "ros"
 STAMP_CLOCK_MONOTONIC = ""
 _INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns", "started_ros_ns", "stopped_ros_ns")
@@ -83,7 +83,7 @@ class EpisodeMeta:
     condition: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
-    stamp_clock: str = STAMP_CLOCK_MONOTONIC  # "ros" for bags whose header stamps are ROS time
+    stamp_clock: str = STAMP_CLOCK_ROS  # "" (STAMP_CLOCK_MONOTONIC) only in older bags
     clock_samples: list[dict[str, int]] = field(default_factory=list)  # ClockMapping dicts sampled through the episode
     # Start/stop in ROS time (the clock of header stamps and intervention times when stamp_clock is
     # "ros"); 0 in older bags. started/stopped_mono_ns stay CLOCK_MONOTONIC (durations, clock samples).

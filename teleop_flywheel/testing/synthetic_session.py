@@ -12,12 +12,12 @@ the follower follows it with a first-order lag (the simulated servo dynamics, τ
 deliver after a pipeline latency. Receive times (`log_time`) are wall clock through the
 episode's `ClockMapping`.
 
-Two generations of bags (`SessionSpec.stamp_clock`): "monotonic" (default) writes what the recorder
-wrote before the ROS-time revision — header stamps on CLOCK_MONOTONIC, `publish_time` = the header
-stamp, no `stamp_clock` in the metadata; "ros" writes what it writes since — header stamps in ROS
+`SessionSpec.stamp_clock`: "ros" (default) writes what the recorder writes — header stamps in ROS
 time (the monotonic capture instant + the wall−monotonic offset at that instant), `publish_time` =
 the DDS send time (receive time less a transport delay, as rosbag2 records it), `stamp_clock: ros`,
-intervention times in ROS time, and (monotonic, wall) `clock_samples` every second. A system-clock
+intervention times in ROS time, and (monotonic, wall) `clock_samples` every second; "monotonic"
+writes what it wrote before the ROS-time revision — header stamps, `publish_time` and intervention
+times on CLOCK_MONOTONIC, no `stamp_clock` — the old bag readers refuse and `migrate` upgrades. A system-clock
 step (`clock_step`) moves the wall clock, hence the samples, the receive times and ROS-time stamps.
 
 Faults (`SessionSpec`): `camera_stall` (no frames for a window), `dead_air` (the human lets go:
@@ -105,7 +105,7 @@ class SessionSpec:
     failure_label: str = ""
     extra: dict[str, str] = field(default_factory=dict)
     calibration: dict[str, Any] | None = None  # EpisodeMeta.calibration; None: the simulated arms' files by role
-    stamp_clock: str = "monotonic"  # "monotonic": bags recorded before the ROS-time revision; "ros": since
+    stamp_clock: str = "ros"  # "monotonic": a bag as recorded before the ROS-time revision (`migrate`'s input)
     camera_publish_offset_ms: float | None = None  # publish_time = header stamp + this on the cameras
     clock_step: tuple[float, float] | None = None  # (at s, ms): the system clock steps during the episode
     # The scripted human: "smooth" (slow sinusoids, periods 7–13 s) or "reach" (a hand at work:

@@ -231,7 +231,7 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
         out.reused_frames += video.reused
         fault(f"work {path.parent.name[:12]}/{path.name}")
     tb = ins.time_base
-    wall = int(tb.to_wall(np.array([grid.t0_ns]))[0]) if tb is not None and tb.verifiable else None
+    wall = int(grid.t0_ns) if tb is not None and tb.verifiable else None  # ROS time is the wall clock
     data.extra = episode_columns(bag, ep, ins, wall, trimmed)
     out.data = data
     out.joint_limits = joint_limits(fcal)

@@ -5,8 +5,6 @@ explains them and, with `--repair`, applies the repairs that lose nothing:
 
 - an append interrupted by a crash (journal / staging directory beside the dataset):
   roll it forward or back (`commit.finish`);
-- temp directories of the converter before it staged (`.convert-*` beside the dataset):
-  remove them (temporary videos only);
 - a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter,
   or copied in): move it to `<DATASET>.orphans/` (never deleted);
 - info.json totals/splits that disagree with the episodes table: recompute them from the table;
@@ -21,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -46,12 +43,6 @@ class Problem:
 
     def to_dict(self) -> dict[str, Any]:
         return {"problem": self.detail, "repair": self.repair}
-
-
-def _legacy_temps(root: Path) -> list[Path]:
-    if not root.parent.is_dir():
-        return []
-    return sorted(p for p in root.parent.glob(".convert-*") if p.is_dir() and not p.is_symlink())
 
 
 def _move_aside(root: Path, rel: str) -> None:
@@ -180,9 +171,6 @@ def problems(root: Path) -> list[Problem]:
            for msg in commit.pending(root)]
     if out:
         return out  # the rest is checked once the interrupted append is finished
-    for tmp in _legacy_temps(root):
-        out.append(Problem(f"{tmp}: temporary directory of an interrupted convert", "remove it (temporary videos)",
-                           partial(shutil.rmtree, tmp)))
     if not root.exists():
         return out
     if not (root / lf.INFO_PATH).is_file():

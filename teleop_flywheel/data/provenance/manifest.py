@@ -3,18 +3,17 @@
 A training run consumes a manifest, never a directory scan, so "which episodes were in run 47" has
 an exact answer forever. Each episode is identified twice:
 - `episode_id`: the converter's content id of the source bag (column `episode_id` of the episodes
-  table: id v2, over the messages and the episode metadata; `episode_id_v1` beside it is v1, over
-  the messages only), or, for datasets without one, the hash of the episode's data rows;
+  table: id v2, over the messages and the episode metadata), or, for datasets without one, the
+  hash of the episode's data rows;
 - `data_sha256`: SHA-256 over the episode's data rows — every non-video column except the
   positional `index`, `episode_index` and `task_index`, column by column in name order (name,
   dtype, shape, raw little-endian bytes), then its task strings. Renumbering or moving an
   episode keeps both; changing one value changes `data_sha256`.
-Manifests of format 2 (`id_version: 2`) also hash everything else training reads, per episode
-(`manifest_hash.py`: its episodes-table row, its task texts, its packets in each video) and the
-files holding the episodes whole, so a flipped video byte, re-ordered episodes in a video, a
-flipped outcome or an edited task text is a named change. Format-1 manifests (`id_version` 1)
-stay verifiable: their ids are matched against the v1 ids, and the report says that only ids and
-data rows are checked.
+A manifest (format 3) also hashes everything else training reads, per episode (`manifest_hash.py`:
+its episodes-table row, its task texts, its packets in each video) and the files holding the
+episodes whole, so a flipped video byte, re-ordered episodes in a video, a flipped outcome or an
+edited task text is a named change. A manifest of an older format is refused with the command
+that upgrades it (`teleop-flywheel migrate`, `data/migrate.py`).
 `verify` proves a dataset (after the manifest's own filter) is exactly the manifest, naming every
 added, removed and changed episode and file, and exits non-zero otherwise.
 """
@@ -25,7 +24,6 @@ import datetime as dt
 import hashlib
 import json
 import operator
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,8 +37,9 @@ from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_re
 from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256
 
-FORMAT = "teleop_flywheel.manifest/2"
-FORMAT_V1 = "teleop_flywheel.manifest/1"
+FORMAT_PREFIX = "teleop_flywheel.manifest/"
+FORMAT_VERSION = 3
+FORMAT = f"{FORMAT_PREFIX}{FORMAT_VERSION}"
 ID_VERSION = 2
 POSITIONAL = ("index", "episode_index", "task_index")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -63,18 +62,12 @@ def content_columns(ds: LeRobotDataset) -> list[str]:
     return sorted(n for n in schema.names if n not in POSITIONAL and n not in visual)
 
 
-def converter_ids(ds: LeRobotDataset, id_version: int) -> dict[int, str]:
-    """{episode: the converter's content id of that version}, for the episodes that have one.
-
-    Rows converted since ids v2 carry `episode_id` (v2), `episode_id_v1` and `id_version` 2; rows
-    converted before carry only `episode_id`, which is v1."""
-    t = ds.episodes
+def converter_ids(ds: LeRobotDataset) -> dict[int, str]:
+    """{episode: the converter's content id (`episode_id`)}, for the episodes that have one."""
     out: dict[int, str] = {}
-    for row in t.to_dict("records"):
-        v2_row = "id_version" in t.columns and _present(row.get("id_version")) and int(row["id_version"]) >= 2
-        value = row.get("episode_id") if id_version >= 2 or not v2_row else row.get("episode_id_v1")
-        if _present(value):
-            out[int(row["episode_index"])] = str(value)
+    for row in ds.episodes.to_dict("records"):
+        if _present(row.get("episode_id")):
+            out[int(row["episode_index"])] = str(row["episode_id"])
     return out
 
 
@@ -82,14 +75,14 @@ def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and np.isnan(value)) and value != ""
 
 
-def identities(ds: LeRobotDataset, id_version: int = ID_VERSION) -> list[EpisodeIdentity]:
+def identities(ds: LeRobotDataset) -> list[EpisodeIdentity]:
     """Every episode's ids, in episode order (one projection read of the content columns)."""
     names = content_columns(ds)
     cols = ds.columns(["episode_index", *names])
     spans = episode_spans(cols["episode_index"], cols.get("frame_index"))
     arrays = {n: np.ascontiguousarray(spans.take(cols[n])) for n in names}
     records = {r.episode_index: r for r in episode_records(ds)}
-    ids = converter_ids(ds, id_version)
+    ids = converter_ids(ds)
     out = []
     for e, lo, hi in zip(spans.episode_index, spans.start, spans.stop, strict=True):
         h = hashlib.sha256()
@@ -158,7 +151,8 @@ def select(ds: LeRobotDataset, filters: list[str]) -> set[int]:
 
 
 # --------------------------------------------------------------------------- create / verify
-def _task_indices(ds: LeRobotDataset) -> dict[int, list[int]]:
+def task_indices(ds: LeRobotDataset) -> dict[int, list[int]]:
+    """{episode: the task_index values of its data rows}."""
     if not ds.has_column("task_index"):
         return {}
     cols = ds.columns(["episode_index", "task_index"])
@@ -169,17 +163,15 @@ def _task_indices(ds: LeRobotDataset) -> dict[int, list[int]]:
 
 
 def _entries(ds: LeRobotDataset, chosen: set[int]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Manifest v2 episode entries (ids, data hash, per-episode parts) and the whole-file hashes."""
-    v1 = {e.episode_index: e.episode_id for e in identities(ds, 1)}
-    entries = [asdict(e) | {"episode_id_v1": v1.get(e.episode_index, e.episode_id)}
-               for e in identities(ds) if e.episode_index in chosen]
-    parts, files = episode_parts(ds, [e["episode_index"] for e in entries], _task_indices(ds))
+    """Manifest episode entries (ids, data hash, per-episode parts) and the whole-file hashes."""
+    entries = [asdict(e) for e in identities(ds) if e.episode_index in chosen]
+    parts, files = episode_parts(ds, [e["episode_index"] for e in entries], task_indices(ds))
     for e in entries:
         e.update(parts[e["episode_index"]])
     return entries, files
 
 
-def fingerprint_v2(entries: list[dict[str, Any]], files: dict[str, str]) -> str:
+def fingerprint_parts(entries: list[dict[str, Any]], files: dict[str, str]) -> str:
     lines = sorted(json.dumps({k: v for k, v in e.items() if k not in ("episode_index",)}, sort_keys=True)
                    for e in entries)
     return hashlib.sha256(("\n".join(lines) + json.dumps(files, sort_keys=True)).encode()).hexdigest()
@@ -187,16 +179,20 @@ def fingerprint_v2(entries: list[dict[str, Any]], files: dict[str, str]) -> str:
 
 def create(ds: LeRobotDataset, filters: list[str] | None = None) -> dict[str, Any]:
     filters = list(filters or [])
-    chosen = select(ds, filters)
+    return freeze(ds, select(ds, filters), filters, dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+
+def freeze(ds: LeRobotDataset, chosen: set[int], filters: list[str], created: str) -> dict[str, Any]:
+    """The manifest of the `chosen` episodes (what `filters` selected when it was `created`)."""
     entries, files = _entries(ds, chosen)
     return {
         "format": FORMAT,
         "id_version": ID_VERSION,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "created": created,
         "dataset": str(ds.root.resolve()),
         "repo_id": ds.repo_id,
         "filter": filters,
-        "fingerprint": fingerprint_v2(entries, files),
+        "fingerprint": fingerprint_parts(entries, files),
         "episode_count": len(entries),
         "frame_count": sum(e["length"] for e in entries),
         "info_sha256": info_sha256(ds.info),
@@ -211,13 +207,21 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read manifest: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") not in (FORMAT, FORMAT_V1) or "episodes" not in data:
-        raise DatasetError(f"{path}: not a {FORMAT} (or /1) manifest")
+    version = format_version(data)
+    if version is not None and version < FORMAT_VERSION:
+        raise DatasetError(f"{path}: manifest format v{version} is older than this reader; "
+                           f"run `teleop-flywheel migrate {path}`")
+    if version != FORMAT_VERSION or "episodes" not in data:
+        raise DatasetError(f"{path}: not a {FORMAT} manifest")
     return data
 
 
-def manifest_id_version(manifest: dict[str, Any]) -> int:
-    return int(manifest.get("id_version") or (1 if manifest.get("format") == FORMAT_V1 else ID_VERSION))
+def format_version(data: Any) -> int | None:
+    """N of a `teleop_flywheel.manifest/N` document; None if it is none."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if not isinstance(fmt, str) or not fmt.startswith(FORMAT_PREFIX) or not fmt[len(FORMAT_PREFIX):].isdigit():
+        return None
+    return int(fmt[len(FORMAT_PREFIX):])
 
 
 @dataclass
@@ -227,9 +231,7 @@ class Verification:
     removed: list[dict[str, Any]]
     changed: list[tuple[dict[str, Any], EpisodeIdentity, list[str]]]
     fingerprint: str
-    id_version: int = ID_VERSION
     files: list[str] = field(default_factory=list)  # changed or missing files, with the episodes in them
-    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -268,9 +270,8 @@ def _file_changes(ds: LeRobotDataset, manifest: dict[str, Any]) -> list[str]:
 
 def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -> Verification:
     """Compare the dataset (after the manifest's filter) with the manifest; subset=True ignores additions."""
-    version = manifest_id_version(manifest)
     chosen = select(ds, manifest.get("filter", []))
-    now = [e for e in identities(ds, version) if e.episode_index in chosen]
+    now = [e for e in identities(ds) if e.episode_index in chosen]
     by_id = {e.episode_id: e for e in now}
     frozen = {m["episode_id"]: m for m in manifest["episodes"]}
     changed = [(m, by_id[i], ["data rows"] if by_id[i].data_sha256 != m["data_sha256"] else [])
@@ -286,15 +287,11 @@ def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -
             changed.append((m, e, ["data rows"]))
             removed.remove(m)
             added.remove(e)
-    result = Verification(0, added, removed, [], fingerprint(now), version)
-    if version < 2:
-        result.notes.append("manifest format 1 (id_version 1): checked episode ids v1 and data rows only; "
-                            "videos, the tasks table and episode fields are not covered by it (create a new manifest)")
-    else:
-        parts, _ = episode_parts(ds, [e.episode_index for _, e, _ in changed], _task_indices(ds))
-        for m, e, what in changed:
-            what += compare_parts(m, parts.get(e.episode_index, {}))
-        result.files = _file_changes(ds, manifest)
+    result = Verification(0, added, removed, [], fingerprint(now))
+    parts, _ = episode_parts(ds, [e.episode_index for _, e, _ in changed], task_indices(ds))
+    for m, e, what in changed:
+        what += compare_parts(m, parts.get(e.episode_index, {}))
+    result.files = _file_changes(ds, manifest)
     result.changed = [c for c in changed if c[2]]
     result.matched = len(frozen) - len(removed) - len(result.changed)
     return result
@@ -335,8 +332,6 @@ def run(args: argparse.Namespace) -> int:
             return 0
         manifest = load_manifest(args.manifest)
         result = verify(ds, manifest, args.subset)
-        for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
     except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli.py); a bad --filter as usage
         if isinstance(exc, FlywheelError):
             raise
@@ -348,8 +343,7 @@ def run(args: argparse.Namespace) -> int:
                     "ok": result.ok,
                     "matched": result.matched,
                     "differences": result.lines(),
-                    "id_version": result.id_version,
-                    "notes": result.notes,
+                    "id_version": ID_VERSION,
                     "fingerprint": result.fingerprint,
                     "manifest_fingerprint": manifest["fingerprint"],
                 },
@@ -361,5 +355,5 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         verdict = "OK: dataset matches" if result.ok else "MISMATCH: dataset differs from"
         print(f"{verdict} manifest {args.manifest} ({result.matched} of {len(manifest['episodes'])} episodes "
-              f"identical{', subset check' if args.subset else ''}; ids v{result.id_version})")
+              f"identical{', subset check' if args.subset else ''}; ids v{ID_VERSION})")
     return 0 if result.ok else 1

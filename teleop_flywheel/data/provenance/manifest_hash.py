@@ -1,11 +1,13 @@
-"""What a v2 manifest hashes: everything training reads, per episode, so an append never invalidates
+"""What a manifest hashes: everything training reads, per episode, so an append never invalidates
 a manifest of earlier episodes and a change names the file and the episode.
 
 Per episode (besides the data rows of `manifest.identities`):
 - `row_sha256`: its row of the episodes table (`meta/episodes/*/*.parquet`: outcome, operator,
   tasks, length, per-episode stats, ids, ...), without the columns that only say where it is
   (`episode_index`, `dataset_from/to_index`, `data/*`, `videos/*`, `meta/episodes/*`) and without
-  the nulls an append gives an older row in columns added later (`ADDED_LATER`);
+  its nulls: a parquet table gives every row every column, so appending an episode with a column
+  the older rows lack (a later converter's, a new camera's lag) gives them nulls there, which must
+  not change their hash;
 - `task_sha256`: the task texts `meta/tasks.parquet` gives the task_index values of its rows;
 - `videos`: per video feature, SHA-256 over the compressed packets (pts and bytes) of its range
   `[from_timestamp, to_timestamp)` in its mp4, read by demuxing (never decoded); the file is named.
@@ -32,11 +34,6 @@ from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 
 LOCATION_PREFIXES = ("data/", "videos/", "meta/episodes/")
 LOCATION_COLUMNS = ("episode_index", "dataset_from_index", "dataset_to_index")
-# Episode columns added by later converters (data/validate/episode_columns.py): an older row holds null there
-# once a newer one is appended (a parquet table gives every row every column), which must not change
-# its hash; a value there is hashed.
-ADDED_LATER = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",
-               "warnings")
 INFO_KEYS = ("codebase_version", "robot_type", "fps", "features", "chunks_size", "data_path", "video_path")
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -80,11 +77,18 @@ def episode_rows(ds: LeRobotDataset) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True).set_index("episode_index", drop=False)
 
 
+def row_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """An episodes-table row as plain JSON, without the columns that say where the episode is."""
+    return {k: _plain(v) for k, v in sorted(row.items())
+            if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES)}
+
+
+def fields_sha256(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def row_sha256(row: dict[str, Any]) -> str:
-    plain = {k: _plain(v) for k, v in sorted(row.items())
-             if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES)}
-    kept = {k: v for k, v in plain.items() if not (v is None and k.startswith(ADDED_LATER))}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
+    return fields_sha256({k: v for k, v in row_fields(row).items() if v is not None})
 
 
 def task_sha256(texts: list[str]) -> str:

@@ -94,7 +94,7 @@ def _latency(bag: Bag, topic: str, tb: timebase.TimeBase, cfg: ValidateConfig, c
     raw = bag.raw(topic)
     if len(raw) < 2:
         return None
-    latency_ms = (raw.log_ns.astype(np.float64) - tb.to_wall(bag.stamps(topic))) / 1e6
+    latency_ms = (raw.log_ns.astype(np.float64) - bag.stamps(topic).astype(np.float64)) / 1e6  # both wall clock
     med = float(np.median(latency_ms))
     hi = cfg.max_camera_latency_ms if camera else cfg.max_joint_latency_ms
     if cfg.min_latency_ms <= med <= hi:

@@ -55,6 +55,14 @@ def header_stamp_ns(data: Buffer) -> int:
     return int(sec) * 1_000_000_000 + int(nanosec)
 
 
+def with_header_stamp(data: Buffer, stamp_ns: int) -> bytes:
+    """A copy of a message that starts with std_msgs/Header, its header.stamp set to `stamp_ns`."""
+    header_stamp_ns(data)  # the same length check
+    out = bytearray(data)
+    struct.pack_into(_endian(data) + "iI", out, 4, stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000)
+    return bytes(out)
+
+
 def header_stamps_ns(messages: list[bytes]) -> np.ndarray:
     """header.stamp (ns) of many messages that start with std_msgs/Header (int64 array)."""
     out = np.empty(len(messages), np.int64)
@@ -82,7 +90,12 @@ def header_frame_id(data: Buffer) -> str:
 @cache
 def starts_with_header(type_name: str) -> bool:
     """Whether the first field of `type_name` is a std_msgs/Header (from its .msg file)."""
-    for line in msgdefs.msg_text(type_name).splitlines():
+    return definition_starts_with_header(msgdefs.msg_text(type_name))
+
+
+def definition_starts_with_header(text: str) -> bool:
+    """Whether the first field of a message definition's text is a std_msgs/Header."""
+    for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue

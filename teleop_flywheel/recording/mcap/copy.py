@@ -1,5 +1,5 @@
-"""Copy what survives in a bag into a new one, byte for byte: the shared pass of `recover` and
-`recover --fix-schemas` (same message bytes, log/publish times and sequence numbers)."""
+"""Copy what survives in a bag into a new one: the shared pass of `recover` (byte for byte: same
+message bytes, log/publish times and sequence numbers) and `migrate` (which rewrites what it upgrades)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,9 +14,11 @@ from teleop_flywheel.recording.mcap.writer import BagWriter
 
 
 def copy_messages(scanned: ScanResult, writer: BagWriter, error: type[FlywheelError],
-                  schema_text: Callable[[Schema], str] = lambda s: s.data.decode("utf-8")) -> None:
+                  schema_text: Callable[[Schema], str] = lambda s: s.data.decode("utf-8"),
+                  message: Callable[[str, Message], tuple[bytes, int]] | None = None) -> None:
     """Every channel of `scanned` as a topic of `writer` (its schema text through `schema_text`),
-    then every surviving message; a channel without a schema record is `error`, naming the file."""
+    then every surviving message (its bytes and publish time through `message(topic, m)`, given);
+    a channel without a schema record is `error`, naming the file."""
     names: dict[int, str] = {}
     for cid, ch in sorted(scanned.channels.items()):
         schema = scanned.schemas.get(ch.schema_id)
@@ -29,6 +31,8 @@ def copy_messages(scanned: ScanResult, writer: BagWriter, error: type[FlywheelEr
         names[cid] = ch.topic
 
     def copy(m: Message) -> None:
-        writer.write(names[m.channel_id], m.data, m.log_time, m.publish_time, m.sequence)
+        topic = names[m.channel_id]
+        data, publish = (m.data, m.publish_time) if message is None else message(topic, m)
+        writer.write(topic, data, m.log_time, publish, m.sequence)
 
     scan(scanned.path, copy)

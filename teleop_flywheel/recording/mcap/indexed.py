@@ -10,11 +10,12 @@ metadata.yaml over it).
     meta = read_episode("/data/ep_0001")     # EpisodeMeta from the MCAP record; BagReadError if
                                              # metadata.yaml custom_data disagrees with it
 
-`recording.reader` re-exports all of it.
+A bag in an older format of ours is refused (`OutdatedBagError`, one line naming `teleop-flywheel
+migrate`, which writes it upgraded; `recording.migrate`). `recording.reader` re-exports all of it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from mcap.records import Channel, Schema
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.recording.mcap import integrity
+from teleop_flywheel.recording.mcap import integrity, migrate
 from teleop_flywheel.recording.mcap.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
 from teleop_flywheel.recording.mcap.scan import NotMcapError, open_regular, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD
@@ -40,6 +41,19 @@ class NotABagError(BagReadError):
     """No bag at that path: missing, no .mcap in the directory, or a FIFO/device instead of a file."""
 
     fix = "check the path: a bag is a directory holding metadata.yaml and one .mcap file"
+
+
+class OutdatedBagError(BagReadError):
+    """A bag in an older format of ours (`recording.migrate.outdated`): `migrate` writes it upgraded."""
+
+    fix = "migrate writes an upgraded copy beside it; the original is kept"
+
+
+def refuse_outdated(path: Path, schema_texts: Iterable[bytes], records: dict[str, dict[str, str]]) -> None:
+    """OutdatedBagError naming `teleop-flywheel migrate` if anything in the bag is in an older format."""
+    reasons = migrate.outdated(schema_texts, records)
+    if reasons:
+        raise OutdatedBagError(migrate.refusal(path, reasons))
 
 
 class UnindexedBagError(BagReadError):
@@ -101,6 +115,7 @@ class IndexedBag:
         self.start_ns = summary.statistics.message_start_time
         self.end_ns = summary.statistics.message_end_time
         self.message_count = summary.statistics.message_count
+        refuse_outdated(self.bag_dir, (c.schema_data for c in self.channels.values()), self.metadata())
 
     def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
         """Messages with log_time >= start_ns, in log-time order, read through the index."""
@@ -135,6 +150,7 @@ def read_episode(path: str | Path) -> EpisodeMeta | None:
             raise BagReadError(str(exc)) from None
     except (McapError, OSError, ValueError, EOFError) as exc:
         raise BagReadError(f"{mcap_path}: cannot read its metadata records: {exc}") from None
+    refuse_outdated(bag_dir, (), records)
     record = records.get(METADATA_RECORD) or records.get(START_RECORD)
     try:
         meta_yaml = read_metadata_yaml(bag_dir) if Path(path).is_dir() else None

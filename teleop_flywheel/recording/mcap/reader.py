@@ -27,11 +27,10 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
 
 `stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
 base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
-writes the DDS send time there; bags recorded here before the ROS-time revision wrote the header
-stamp) and never used as a stamp. `log_ns` are the receive times (wall clock). Header stamps are
-ROS time in bags with `EpisodeMeta.stamp_clock == "ros"` and in foreign rosbag2 bags,
-CLOCK_MONOTONIC in older bags of ours. All arrays are numpy; stamps int64. Decoding is
-`recording.cdr`'s.
+writes the DDS send time there) and never used as a stamp. `log_ns` are the receive times (wall
+clock). Header stamps are ROS time (`EpisodeMeta.stamp_clock == "ros"`, and in foreign rosbag2
+bags). All arrays are numpy; stamps int64. Decoding is `recording.cdr`'s. A bag in an older
+format of ours is refused: `OutdatedBagError` names `teleop-flywheel migrate` (`recording.migrate`).
 
 Damage: `open_bag` reads the file record by record with `recording.scan`, so a bag cut
 mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a
@@ -62,19 +61,21 @@ from teleop_flywheel.recording.mcap.indexed import (
     BagReadError,
     IndexedBag,
     NotABagError,
+    OutdatedBagError,
     RawChannel,
     RawMessage,
     UnindexedBagError,
     find_bag,
     open_indexed,
     read_episode,
+    refuse_outdated,
 )
 from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.mcap.scan import NotMcapError, NotRegularFileError, ScanResult, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD
 
-__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "UnindexedBagError", "RawTopic", "RawChannel",
-           "RawMessage", "read_episode", "find_bag",
+__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "OutdatedBagError", "UnindexedBagError", "RawTopic",
+           "RawChannel", "RawMessage", "read_episode", "find_bag",
            "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
            "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
 
@@ -293,6 +294,7 @@ def open_bag(path: str | Path) -> Bag:
         raise NotABagError(str(exc)) from None
     except NotMcapError as exc:
         raise BagReadError(str(exc)) from None
+    refuse_outdated(bag_dir, (s.data for s in scanned.schemas.values()), scanned.metadata)
     file = str(mcap_path)
     damage = _scan_damage(scanned, file)
     if yaml_problem:

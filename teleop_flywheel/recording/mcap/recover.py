@@ -14,15 +14,13 @@ What it does, never destroying anything:
    log/publish times and sequence numbers unchanged) and a fresh `metadata.yaml`;
 3. episode metadata: the final `teleop_flywheel.episode` record if it survived, else the
    `.start` record plus `extra.recovered` (what was lost) and the stop = the last surviving
-   publish_time (`stopped_ros_ns`, and `stopped_mono_ns` through the start's clock sample; in
-   bags before `stamp_clock: ros`, `stopped_mono_ns` = that monotonic stamp);
+   publish_time (`stopped_ros_ns`, and `stopped_mono_ns` through the start's clock sample);
 4. in place (default): the damaged file is renamed `<name>_0.mcap.damaged` (and an old
    metadata.yaml `metadata.yaml.damaged`) beside the repaired one; with `--output DIR` the
    repaired bag goes to DIR and the original directory is not touched at all.
 A complete file (it has its footer) is not rewritten; only a missing metadata.yaml is added.
-
-`--fix-schemas` instead writes a Foxglove-readable copy of a bag recorded before the schema fix
-next to it (`recording/mcap/fix_schemas.py`), never touching the original.
+A bag in an older format of ours is refused, naming `teleop-flywheel migrate`, which copies what
+survived of a crashed one too (`recording/mcap/migrate.py`).
 """
 from __future__ import annotations
 
@@ -35,10 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from teleop_flywheel.core.clock import ClockMapping
-from teleop_flywheel.core.episode import METADATA_RECORD, STAMP_CLOCK_ROS, EpisodeMeta
+from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording.mcap.copy import copy_messages
-from teleop_flywheel.recording.mcap.fix_schemas import fix_schemas
 from teleop_flywheel.recording.mcap.metadata import (
     METADATA_FILE,
     TopicRecord,
@@ -48,6 +45,7 @@ from teleop_flywheel.recording.mcap.metadata import (
     parse_qos_yaml,
     write_metadata_yaml,
 )
+from teleop_flywheel.recording.mcap.migrate import outdated, refusal
 from teleop_flywheel.recording.mcap.scan import NotMcapError, ScanResult, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter
 
@@ -86,6 +84,9 @@ def _scan(mcap_path: Path) -> ScanResult:
         raise RecoverError(scanned.malformed)
     if scanned.orphans:
         raise RecoverError(f"{mcap_path}: messages on channels {scanned.orphans} whose definitions were lost")
+    reasons = outdated((s.data for s in scanned.schemas.values()), scanned.metadata)
+    if reasons:
+        raise RecoverError(refusal(mcap_path, reasons))
     return scanned
 
 
@@ -100,12 +101,10 @@ def _episode(scanned: ScanResult, notes: list[str]) -> tuple[EpisodeMeta | None,
         notes.append("no episode metadata survived")
         return None, None, "none"
     final_meta = EpisodeMeta.from_strings(start)  # a second copy, completed below
-    if scanned.last_stamp_ns is not None and final_meta.stamp_clock == STAMP_CLOCK_ROS and final_meta.clock_start:
+    if scanned.last_stamp_ns is not None and final_meta.clock_start:
         # publish_time is the DDS send time (wall clock): the stop in ROS time, and on CLOCK_MONOTONIC
         final_meta.stopped_ros_ns = scanned.last_stamp_ns
         final_meta.stopped_mono_ns = scanned.last_stamp_ns - ClockMapping.from_dict(final_meta.clock_start).offset_ns
-    elif scanned.last_stamp_ns is not None:  # older bags: publish_time was the monotonic header stamp
-        final_meta.stopped_mono_ns = scanned.last_stamp_ns
     final_meta.extra["recovered"] = {
         "from": "start record", "discarded_bytes": scanned.discarded_bytes, "bad_chunks": scanned.bad_chunks,
         "note": "recorder died before stopping; messages after the last flushed chunk are lost",
@@ -189,29 +188,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("bag", type=Path, help="bag directory (or its .mcap file)")
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="write the repaired bag to this new directory instead of in place")
-    parser.add_argument("--fix-schemas", action="store_true",
-                        help="write a Foxglove-readable copy of a bag recorded before the schema fix "
-                             "(MSG: pkg/msg/Type dependency headers) next to it, <bag>_foxglove or --output; "
-                             "the original is never touched")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def _run_fix_schemas(args: argparse.Namespace) -> int:
-    fixed = fix_schemas(args.bag, args.output)  # an error ends the command with one line on stderr (cli.py)
-    if args.json:
-        print(json.dumps(asdict(fixed), indent=2))
-        return 0
-    if fixed.copy:
-        print(f"{fixed.bag}: Foxglove-readable copy written to {fixed.copy} ({fixed.messages} messages; schemas "
-              f"fixed: {', '.join(fixed.schemas_fixed)}); the original is unchanged")
-    for note in fixed.notes:
-        print(f"note: {note}")
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.fix_schemas:
-        return _run_fix_schemas(args)
     report = recover(args.bag, args.output)  # RecoverError/OSError: one line on stderr, exit 2 (cli.py)
     if args.json:
         print(json.dumps(asdict(report), indent=2))

@@ -2,7 +2,8 @@
 
 Each edit below passed `manifest verify` before (a v1 manifest hashed the data rows only); now the
 verification names the episode and the file. Appending episodes leaves a manifest of the earlier
-ones valid, and a v1 manifest stays verifiable and says which version it checks.
+ones valid. A manifest of format 1 or 2 is refused naming `teleop-flywheel migrate`, which upgrades
+it when the dataset still holds what it froze (and refuses, naming the episode, when not).
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import pytest
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot.reader import LeRobotDataset
-from teleop_flywheel.data.provenance.manifest import create, verify
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -51,16 +51,13 @@ def _copy(made: dict[str, Path], tmp_path: Path) -> Path:
     return ds
 
 
-def test_manifest_v2_records_what_it_covers(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_manifest_v3_records_what_it_covers(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     m = json.loads(made["manifest"].read_text())
-    assert m["format"] == "teleop_flywheel.manifest/2" and m["id_version"] == 2
+    assert m["format"] == "teleop_flywheel.manifest/3" and m["id_version"] == 2
     assert sorted(m["files"]) == ["data/chunk-000/file-000.parquet",
                                   "videos/observation.images.wrist/chunk-000/file-000.mp4"]
     e = m["episodes"][0]
-    assert (
-        e["episode_id"] == open_bag(made["bag0"]).episode_id
-        and e["episode_id_v1"] == open_bag(made["bag0"]).episode_id_v1
-    )
+    assert e["episode_id"] == open_bag(made["bag0"]).episode_id
     assert {"row_sha256", "task_sha256", "data_file"} <= set(e) and e["videos"]["observation.images.wrist"]["sha256"]
     code, out = _verify(made["ds"], made["manifest"], capsys)
     assert code == 0 and "OK: dataset matches" in out and "ids v2" in out
@@ -135,20 +132,56 @@ def test_appending_keeps_a_manifest_of_earlier_episodes_valid(made: dict[str, Pa
     assert code == 1 and "added   episode 2" in out
 
 
-def test_a_v1_manifest_stays_verifiable_and_says_so(made: dict[str, Path], tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def _old_manifests(made: dict[str, Path], tmp_path: Path) -> dict[int, Path]:
+    """The manifests `manifest create` wrote before format 3, of the same dataset: format 1 (ids v1 and
+    data rows) and format 2 (ids v1 beside v2; no nulls in this dataset's rows, so its row hashes agree)."""
+    m = json.loads(made["manifest"].read_text())
     ds = LeRobotDataset.open(made["ds"])
-    m = create(ds)
+    v1_ids = dict(zip(ds.episodes["episode_index"], ds.episodes["episode_id_v1"], strict=True))
+    v2 = m | {"format": "teleop_flywheel.manifest/2",
+              "episodes": [e | {"episode_id_v1": v1_ids[e["episode_index"]]} for e in m["episodes"]]}
     v1 = {"format": "teleop_flywheel.manifest/1", "created": m["created"], "dataset": m["dataset"], "repo_id": "",
           "filter": [], "fingerprint": "x", "episode_count": 2, "frame_count": m["frame_count"],
-          "episodes": [{"episode_index": e["episode_index"], "episode_id": e["episode_id_v1"],
+          "episodes": [{"episode_index": e["episode_index"], "episode_id": v1_ids[e["episode_index"]],
                         "data_sha256": e["data_sha256"], "length": e["length"], "task": e["task"]}
                        for e in m["episodes"]]}
-    (tmp_path / "old.json").write_text(json.dumps(v1))
-    assert verify(ds, v1).ok and verify(ds, v1).id_version == 1
-    code, out = _verify(made["ds"], tmp_path / "old.json", capsys)
-    assert code == 0 and "ids v1" in out and "manifest format 1" in out
-    assert cli_main(["lineage", "--registry", str(tmp_path / "reg.json"), "register", "ckpt-1",
-                     str(tmp_path / "old.json")]) == 0
-    assert cli_main(["lineage", "--registry", str(tmp_path / "reg.json"), "episodes", "ckpt-1"]) == 0
-    assert v1["episodes"][0]["episode_id"] in capsys.readouterr().out
+    out = {1: tmp_path / "v1.json", 2: tmp_path / "v2.json"}
+    for version, doc in ((1, v1), (2, v2)):
+        out[version].write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_old_manifest_is_refused_then_migrated(version: int, made: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    old = _old_manifests(made, tmp_path)[version]
+    code, out = _verify(made["ds"], old, capsys)
+    assert code == 2 and f"manifest format v{version} is older than this reader" in out
+    assert f"run `teleop-flywheel migrate {old}`" in out
+    assert cli_main(["lineage", "--registry", str(tmp_path / "reg.json"), "register", "ckpt-1", str(old)]) == 2
+    assert "teleop-flywheel migrate" in capsys.readouterr().err
+
+    before = old.read_bytes()
+    assert cli_main(["migrate", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert f"manifest: v{version} -> v3: 2 episodes" in out and "the original" in out and old.read_bytes() == before
+    new = tmp_path / f"v{version}.migrated.json"
+    assert json.loads(new.read_text())["episodes"] == json.loads(made["manifest"].read_text())["episodes"]
+    code, out = _verify(made["ds"], new, capsys)
+    assert code == 0 and "OK: dataset matches" in out
+    assert cli_main(["lineage", "--registry", str(tmp_path / "reg.json"), "register", "ckpt-1", str(new)]) == 0
+    assert cli_main(["migrate", str(new)]) == 0 and "already in the current format" in capsys.readouterr().out
+
+
+def test_migrate_refuses_an_old_manifest_whose_dataset_changed(made: dict[str, Path], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    old = _old_manifests(made, tmp_path)[2]
+    ds = _copy(made, tmp_path)
+    path = next((ds / "meta" / "episodes").rglob("*.parquet"))
+    table = pq.read_table(path).to_pandas()
+    table.loc[table["episode_index"] == 1, "outcome"] = "failure"  # flipped after the manifest was frozen
+    pq.write_table(pa.Table.from_pandas(table, preserve_index=False), path)
+    assert cli_main(["migrate", str(old), "--dataset", str(ds)]) == 1
+    err = capsys.readouterr().err
+    assert "no longer holds what this manifest froze" in err and "episode 1" in err and "episodes-table row" in err
+    assert not (tmp_path / "v2.migrated.json").exists()

@@ -1,7 +1,9 @@
-"""Time has one source (header stamps in the CDR), on either clock; foreign rosbag2 bags convert like ours.
+"""Time has one source (header stamps in the CDR), on ROS time; foreign rosbag2 bags convert like ours.
 
-- new bags (ROS-time stamps, publish_time = DDS send time) and old ones (CLOCK_MONOTONIC stamps,
-  publish_time = stamp, no `stamp_clock`) both validate and convert;
+- an old bag of ours (CLOCK_MONOTONIC stamps, publish_time = stamp, no `stamp_clock`) is refused
+  by the reader and by validate, naming `teleop-flywheel migrate`; migrated, its stamps and
+  intervention times are exactly those of the same session recorded on ROS time, and it validates
+  and converts to the same frames;
 - publish_time 30 ms after the header stamp (a camera pipeline rosbag2 records) changes nothing:
   the same verdict and the same frames as publish_time = stamp (failed before: the validator read
   one time, the converter the other);
@@ -27,7 +29,7 @@ from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.validate import validator as val
 from teleop_flywheel.data.validate.reasons import Supplied
 from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.recording.mcap.reader import open_bag, open_indexed
+from teleop_flywheel.recording.mcap.reader import OutdatedBagError, open_bag, open_indexed
 from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.testing.foreign_bag import write_with_mcap, write_with_rosbags
 from teleop_flywheel.testing.synthetic_session import MONO0_NS, WALL0_NS, SessionSpec, write_session
@@ -72,28 +74,39 @@ def ours(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                                                        **SESSION)).bag
 
 
-def test_new_and_old_bags_validate_and_convert(ours: Path, tmp_path: Path) -> None:
-    old = write_session(tmp_path / "episode_mono", SessionSpec(**SESSION)).bag
-    new_bag, old_bag = open_bag(ours), open_bag(old)
-    assert new_bag.episode is not None and new_bag.episode.stamp_clock == "ros" and new_bag.episode.clock_samples
-    assert old_bag.episode is not None and old_bag.episode.stamp_clock == ""
-    # new: publish_time is the DDS send time, not the stamp; old: publish_time = stamp
-    stamps = new_bag.stamps("/follower/joint_states")
-    assert not np.array_equal(stamps, new_bag.raw("/follower/joint_states").publish_ns)
-    shift = stamps - old_bag.stamps("/follower/joint_states")
-    assert np.all(shift == WALL0_NS - MONO0_NS)  # the same instants, one on ROS time, one on CLOCK_MONOTONIC
-    for bag in (ours, old):
-        assert _verdict(bag).passed, _verdict(bag).line()
-    assert all(len(_convert([b], tmp_path / d).converted) == 1 for b, d in ((ours, "ds_new"), (old, "ds_old")))
-    assert_same_frames(tmp_path / "ds_new", tmp_path / "ds_old", WALL0_NS - MONO0_NS)  # either clock: same frames
+def test_an_old_stamp_bag_is_refused_then_migrated(ours: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    old = write_session(tmp_path / "episode_mono", SessionSpec(stamp_clock="monotonic", **SESSION)).bag
+    with pytest.raises(OutdatedBagError, match=r"header stamps on CLOCK_MONOTONIC.*run `teleop-flywheel migrate "):
+        open_bag(old)
+    assert "CLOCK_MONOTONIC" in _verdict(old).line() and f"teleop-flywheel migrate {old}" in _verdict(old).line()
+    assert cli_main(["recover", str(old)]) == 2
+    assert "run `teleop-flywheel migrate" in capsys.readouterr().err
+
+    assert cli_main(["migrate", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "stamps: " in out and "header stamps" in out and "intervention times" in out and "schemas:" not in out
+    new_bag, migrated = open_bag(ours), open_bag(tmp_path / "episode_mono.migrated")
+    assert migrated.damage == [] and migrated.episode is not None and migrated.episode.stamp_clock == "ros"
+    for topic in ("/follower/joint_states", "/teleop/authority", "/cameras/wrist/image/compressed"):
+        np.testing.assert_array_equal(migrated.stamps(topic), new_bag.stamps(topic), err_msg=topic)
+    assert new_bag.episode is not None
+    assert migrated.episode.interventions == new_bag.episode.interventions
+    assert migrated.strings("/teleop/intervention")[0][1] == new_bag.strings("/teleop/intervention")[0][1]
+    assert (migrated.episode.started_ros_ns, migrated.episode.stopped_ros_ns) == \
+        (new_bag.episode.started_ros_ns, new_bag.episode.stopped_ros_ns)
+    assert _verdict(tmp_path / "episode_mono.migrated").passed
+    for b, d in ((ours, "ds_new"), (tmp_path / "episode_mono.migrated", "ds_migrated")):
+        assert len(_convert([b], tmp_path / d).converted) == 1
+    # the same frames; the pixels carry the capture time on the clock each session stamped with
+    assert_same_frames(tmp_path / "ds_new", tmp_path / "ds_migrated", WALL0_NS - MONO0_NS)
+    assert cli_main(["migrate", str(tmp_path / "episode_mono.migrated")]) == 0
+    assert "already in the current format" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("clock", ["ros", "monotonic"])
-def test_publish_time_30ms_after_the_stamp_changes_nothing(clock: str, tmp_path: Path) -> None:
-    plain = write_session(tmp_path / "plain", SessionSpec(stamp_clock=clock, camera_publish_offset_ms=0.0,
-                                                          **SESSION)).bag
-    late = write_session(tmp_path / "late", SessionSpec(stamp_clock=clock, camera_publish_offset_ms=30.0,
-                                                        **SESSION)).bag
+def test_publish_time_30ms_after_the_stamp_changes_nothing(tmp_path: Path) -> None:
+    plain = write_session(tmp_path / "plain", SessionSpec(camera_publish_offset_ms=0.0, **SESSION)).bag
+    late = write_session(tmp_path / "late", SessionSpec(camera_publish_offset_ms=30.0, **SESSION)).bag
     cam = "/cameras/wrist/image/compressed"
     d = open_bag(late).raw(cam).publish_ns - open_bag(late).stamps(cam)
     assert np.all(d == 30_000_000)
@@ -103,15 +116,15 @@ def test_publish_time_30ms_after_the_stamp_changes_nothing(clock: str, tmp_path:
     assert_same_frames(tmp_path / "a", tmp_path / "b")
 
 
-@pytest.mark.parametrize("clock,step_ms", [("ros", 250.0), ("ros", -250.0), ("monotonic", 40.0)])
-def test_a_system_clock_step_rejects_the_episode(clock: str, step_ms: float, tmp_path: Path) -> None:
-    bag = write_session(tmp_path / "step", SessionSpec(stamp_clock=clock, clock_step=(1.5, step_ms), **SESSION)).bag
+@pytest.mark.parametrize("step_ms", [250.0, -250.0, 40.0])
+def test_a_system_clock_step_rejects_the_episode(step_ms: float, tmp_path: Path) -> None:
+    bag = write_session(tmp_path / "step", SessionSpec(clock_step=(1.5, step_ms), **SESSION)).bag
     r = _verdict(bag)
     assert "CLOCK_STEP" in r.codes, r.line()
     step = next(x for x in r.reasons if x.code == "CLOCK_STEP" and "drift_ns" in x.numbers)
     assert step.numbers["drift_ns"] == int(step_ms * 1e6) and "system clock stepped" in step.detail
     # slewing is not a step: 400 ppm over the episode stays within the bound
-    ok = write_session(tmp_path / "slew", SessionSpec(stamp_clock=clock, clock_step=(1.5, 0.5), **SESSION)).bag
+    ok = write_session(tmp_path / "slew", SessionSpec(clock_step=(1.5, 0.5), **SESSION)).bag
     assert "CLOCK_STEP" not in _verdict(ok).codes
 
 

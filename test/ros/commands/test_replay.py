@@ -183,7 +183,7 @@ def make_arm_bag(root: Path, leader: dict[str, float], follower: dict[str, float
         channels = {role: writer.register_channel(f"{namespace}/{role}/joint_states", "cdr", schema)
                     for role in ("leader", "follower")}
         if namespace:
-            writer.add_metadata("teleop_flywheel.episode", {"namespace": namespace})
+            writer.add_metadata("teleop_flywheel.episode", {"namespace": namespace, "stamp_clock": "ros"})
         for i in range(n):
             for role, q in (("leader", leader), ("follower", follower)):
                 stamp = ROS_T0 + i * STEP_NS

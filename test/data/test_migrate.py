@@ -1,9 +1,11 @@
-"""`recover --fix-schemas`: a Foxglove-readable copy of a bag recorded before the schema fix.
+"""`teleop-flywheel migrate`: an old file is refused by its reader naming the command, upgraded into a
+copy (the original untouched, nothing overwritten), and the copy is read as usual.
 
-The old bag is written as the recorder wrote it before commit 2adad37 (`MSG: std_msgs/msg/Header`
-dependency headers); Foxglove's own parser (npm `@foxglove/rosmsg`, run by node as in
-test_foxglove_parsers.py) cannot decode its stamped topics. The copy decodes there, keeps every
-message and the episode metadata (same content ids), and the original is not touched.
+Bags with old schemas: written as the recorder wrote them before commit 2adad37 (`MSG:
+std_msgs/msg/Header` dependency headers); Foxglove's own parser (npm `@foxglove/rosmsg`, run by node
+as in test_foxglove_parsers.py) cannot decode their stamped topics. The copy decodes there, keeps
+every message and the episode metadata (same content ids). Bags with old stamps are in
+test_data_time_and_foreign.py, old manifests in test_data_manifest_coverage.py.
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ from support.paths import FOXGLOVE_NPM
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.recording.mcap import msgdefs
-from teleop_flywheel.recording.mcap.fix_schemas import fixed_text
-from teleop_flywheel.recording.mcap.reader import open_bag, open_indexed
+from teleop_flywheel.recording.mcap.migrate import fixed_text
+from teleop_flywheel.recording.mcap.reader import OutdatedBagError, open_bag, open_indexed
 from teleop_flywheel.recording.mcap.writer import BagWriter, mcap_file_name
+from teleop_flywheel.testing import synthetic_dataset
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 FOXGLOVE = FOXGLOVE_NPM
@@ -61,7 +65,8 @@ def _decode(mcap: Path) -> dict[str, dict[str, object]]:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir())}
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_fixed_text_names_dependencies_as_written() -> None:
@@ -70,28 +75,49 @@ def test_fixed_text_names_dependencies_as_written() -> None:
     assert fixed_text(old) == msgdefs.definition("sensor_msgs/msg/JointState").text
 
 
-def test_fix_schemas_writes_a_foxglove_readable_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bag_with_old_schemas_is_refused_then_migrated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = write_session(tmp_path / "src", SessionSpec(duration_s=2.0, session_kind="policy", width=256, height=192,
                                                       interventions=((0.5, 1.0, "too_slow"),))).bag
     bag = old_bag(src, tmp_path / "episode_old")
     before = _hashes(bag)
     broken = _decode(bag / mcap_file_name(bag.name))
     assert broken["/follower/joint_states"]["errors"] and broken["/cameras/wrist/image/compressed"]["errors"]
+    for read in (open_bag, open_indexed):
+        with pytest.raises(OutdatedBagError, match=r"MSG: pkg/msg/Type.*run `teleop-flywheel migrate "):
+            read(bag)
+    assert cli_main(["recover", str(bag)]) == 2
+    assert f"run `teleop-flywheel migrate {bag / mcap_file_name(bag.name)}`" in capsys.readouterr().err
 
-    assert cli_main(["recover", "--fix-schemas", str(bag)]) == 0
-    assert "the original is unchanged" in capsys.readouterr().out
-    copy = tmp_path / "episode_old_foxglove"
+    assert cli_main(["migrate", str(bag)]) == 0
+    out = capsys.readouterr().out
+    assert "schemas: " in out and "sensor_msgs/msg/JointState" in out and "stamps:" not in out
+    assert "the original" in out and "is unchanged" in out
+    copy = tmp_path / "episode_old.migrated"
     assert _hashes(bag) == before and sorted(p.name for p in tmp_path.iterdir()) == \
-        ["episode_old", "episode_old_foxglove", "src"]
+        ["episode_old", "episode_old.migrated", "src"]
     fixed = _decode(copy / mcap_file_name(copy.name))
     assert set(fixed) == set(broken)
+    a, b = open_bag(src), open_bag(copy)
     for topic, entry in fixed.items():
         assert entry["errors"] == [], (topic, entry["errors"][:1])
-        assert entry["count"] == len(open_bag(bag).raw(topic))
-    a, b = open_bag(bag), open_bag(copy)
+        assert entry["count"] == len(b.raw(topic))
     assert b.damage == [] and (a.episode_id, a.episode_id_v1) == (b.episode_id, b.episode_id_v1)
 
-    assert cli_main(["recover", "--fix-schemas", str(bag)]) == 2  # never overwritten
+    assert cli_main(["migrate", str(bag)]) == 2  # never overwritten
     assert "refusing to overwrite" in capsys.readouterr().err
-    assert cli_main(["recover", "--fix-schemas", str(src)]) == 0  # already in rosbag2's form
-    assert "nothing to fix" in capsys.readouterr().out and not (tmp_path / "src_foxglove").exists()
+    assert cli_main(["migrate", str(src)]) == 0  # current
+    assert "already in the current format" in capsys.readouterr().out
+    assert not (tmp_path / "src.migrated").exists()
+
+
+def test_a_dataset_beside_old_convert_temps_is_copied_without_them(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    ds = synthetic_dataset.write(tmp_path / "ds").root
+    assert cli_main(["migrate", str(ds)]) == 0
+    assert "already in the current format" in capsys.readouterr().out
+    (tmp_path / ".convert-abc123").mkdir()  # a converter from before staging crashed here
+    assert cli_main(["migrate", str(ds)]) == 0
+    out = capsys.readouterr().out
+    assert "temps: 1 temporary directories" in out and ".convert-abc123" in out
+    assert _hashes(tmp_path / "ds.migrated") == _hashes(ds) and (tmp_path / ".convert-abc123").is_dir()
+    assert len(LeRobotDataset.open(tmp_path / "ds.migrated").episodes) == len(LeRobotDataset.open(ds).episodes)

@@ -1,0 +1,204 @@
+"""`teleop-flywheel migrate PATH [--output OUT]`: the one upgrade path from an older format of ours.
+
+Readers read the current format only and refuse an older one with a line naming this command.
+PATH is a bag (directory or .mcap: `recording/mcap/migrate.py` knows its older formats), a manifest
+(JSON) or a LeRobot dataset directory. The upgraded copy is written beside PATH (`<name>.migrated`,
+a manifest `<stem>.migrated.json`) or to OUT, created exclusively; the original is never changed.
+One line per kind of change says what was changed; a current PATH is said to be so and nothing is
+written (exit 0).
+
+What older manifests and datasets were is known here only:
+- manifest format 2 hashed an episodes-table row without its nulls only in the columns converters
+  added later (a fixed list, below); format 3 leaves out every null. Its episodes are found in the
+  dataset by id, checked unchanged by format 2's own rules (ids, data rows, row, tasks, videos,
+  files), and their row hashes recomputed.
+- manifest format 1 froze ids v1 (over the messages only) and data rows. Its episodes are found by
+  their v1 ids (`episode_id_v1`, or `episode_id` of rows converted before ids v2) and checked by
+  their data rows; everything else format 3 covers is hashed as it is now, and the line says so.
+  A manifest whose episodes no longer match its dataset is not migrated (it would launder the
+  change): exit 1, naming the episodes.
+- a dataset beside which a converter from before staging (`.convert-*` temp directories) crashed:
+  the copy is the dataset without them (they hold temporary videos only).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
+from teleop_flywheel.core.files import create_exclusive
+from teleop_flywheel.data.lerobot.format import INFO_PATH
+from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.provenance.manifest import (
+    FORMAT_VERSION,
+    format_version,
+    freeze,
+    identities,
+    load_manifest,
+    task_indices,
+)
+from teleop_flywheel.data.provenance.manifest_hash import (
+    episode_parts,
+    episode_rows,
+    fields_sha256,
+    file_sha256,
+    row_fields,
+)
+from teleop_flywheel.recording.mcap.migrate import SUFFIX, MigrateError, migrate_bag
+
+# The episodes-table columns converters added after manifest format 2 (data/validate/episode_columns.py).
+_ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",
+                   "warnings")
+_LEGACY_TEMPS = ".convert-*"
+
+
+class ManifestMismatch(MigrateError):
+    """The dataset no longer holds what the old manifest froze: migrating it would hide that."""
+
+    exit_code = EXIT_PARTIAL
+    fix = "migrate it against the dataset it was frozen from (--dataset), or create a new manifest"
+
+
+@dataclass
+class Migration:
+    path: str
+    copy: str | None = None
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and np.isnan(value)) and value != ""
+
+
+def _v1_ids(ds: LeRobotDataset) -> dict[str, int]:
+    """{content id v1: episode}: `episode_id_v1` of rows converted since ids v2, `episode_id` before."""
+    out: dict[str, int] = {}
+    for row in ds.episodes.to_dict("records"):
+        v2_row = _present(row.get("id_version")) and int(row["id_version"]) >= 2
+        value = row.get("episode_id_v1") if v2_row else row.get("episode_id")
+        if _present(value):
+            out[str(value)] = int(row["episode_index"])
+    return out
+
+
+def _v2_row_sha256(row: dict[str, Any]) -> str:
+    fields = row_fields(row)
+    return fields_sha256({k: v for k, v in fields.items() if not (v is None and k.startswith(_ADDED_AFTER_V2))})
+
+
+def _matched(ds: LeRobotDataset, manifest: dict[str, Any], version: int) -> tuple[set[int], list[str]]:
+    """(the dataset's episodes the manifest froze, what no longer matches), by that format's rules."""
+    now = {e.episode_index: e for e in identities(ds)}
+    by_id = _v1_ids(ds) if version == 1 else {e.episode_id: i for i, e in now.items()}
+    by_id.update({e.data_sha256: i for i, e in now.items() if e.episode_id == e.data_sha256})  # no converter id
+    found: dict[int, dict[str, Any]] = {}
+    wrong = []
+    for m in manifest["episodes"]:
+        e = by_id.get(m["episode_id"])
+        if e is None:
+            wrong.append(f"episode {m['episode_index']} id {m['episode_id'][:12]} is not in the dataset")
+        elif now[e].data_sha256 != m["data_sha256"]:
+            wrong.append(f"episode {m['episode_index']} id {m['episode_id'][:12]}: data rows changed")
+        else:
+            found[e] = m
+    if version >= 2 and found:
+        parts, _ = episode_parts(ds, sorted(found), task_indices(ds))
+        rows = {int(r["episode_index"]): r for r in episode_rows(ds).to_dict("records")}
+        for e, m in sorted(found.items()):
+            what = [k for k in ("task_sha256", "videos") if parts[e].get(k) != m.get(k)]
+            if _v2_row_sha256(rows.get(e, {})) != m.get("row_sha256"):
+                what.append("episodes-table row")
+            if what:
+                wrong.append(f"episode {m['episode_index']} id {m['episode_id'][:12]}: {', '.join(what)} changed")
+        for rel, digest in sorted((manifest.get("files") or {}).items()):
+            if not (ds.root / rel).is_file() or file_sha256(ds.root / rel) != digest:
+                wrong.append(f"file {rel} changed or missing")
+    return set(found), wrong
+
+
+def migrate_manifest(path: Path, output: Path | None, dataset: Path | None) -> Migration:
+    manifest = json.loads(path.read_text())
+    version = format_version(manifest)
+    report = Migration(str(path))
+    if version == FORMAT_VERSION:
+        load_manifest(path)  # a current manifest must read as one
+        return report
+    if version is None or not 1 <= version < FORMAT_VERSION or not isinstance(manifest.get("episodes"), list):
+        raise MigrateError(f"{path}: not a teleop_flywheel manifest of a format this command knows")
+    ds = LeRobotDataset.open(dataset if dataset is not None else manifest.get("dataset", ""))
+    chosen, wrong = _matched(ds, manifest, version)
+    if wrong:
+        raise ManifestMismatch(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
+                               + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
+    upgraded = freeze(ds, chosen, list(manifest.get("filter", [])), str(manifest.get("created", "")))
+    n = len(chosen)
+    if version == 1:
+        report.changes.append(f"manifest: v1 -> v{FORMAT_VERSION}: {n} episodes found by their v1 ids with unchanged "
+                              "data rows; ids now v2, and episodes-table rows, task texts, videos and files hashed "
+                              "as they are now (v1 did not cover them)")
+    else:
+        report.changes.append(f"manifest: v{version} -> v{FORMAT_VERSION}: {n} episodes checked unchanged by "
+                              f"v{version}'s rules; row hashes recomputed (every null left out, not only in "
+                              "later-added columns)")
+    dest = output if output is not None else path.with_name(f"{path.stem}{SUFFIX}{path.suffix}")
+    create_exclusive(dest, json.dumps(upgraded, indent=1) + "\n")
+    report.copy = str(dest)
+    return report
+
+
+def migrate_dataset(root: Path, output: Path | None) -> Migration:
+    LeRobotDataset.open(root)  # a dataset the reader opens, or its one-line error
+    report = Migration(str(root))
+    temps = sorted(p for p in root.parent.glob(_LEGACY_TEMPS) if p.is_dir() and not p.is_symlink())
+    if not temps:
+        return report
+    dest = output if output is not None else root.with_name(root.name + SUFFIX)
+    shutil.copytree(root, dest, symlinks=True, dirs_exist_ok=False)
+    report.changes.append(f"temps: {len(temps)} temporary directories of a convert from before staging beside the "
+                          f"dataset left out of the copy ({', '.join(p.name for p in temps)}; temporary videos only: "
+                          "remove them once the copy is checked)")
+    report.copy = str(dest)
+    return report
+
+
+def migrate(path: Path, output: Path | None = None, dataset: Path | None = None) -> Migration:
+    """Upgrade whatever PATH is (see the module docstring)."""
+    if path.is_file() and path.suffix == ".json":
+        return migrate_manifest(path, output, dataset)
+    if (path / INFO_PATH).is_file():
+        return migrate_dataset(path, output)
+    bag = migrate_bag(path, output)
+    return Migration(bag.bag, bag.copy, bag.changes, bag.notes)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="a bag (directory or .mcap), a manifest (.json) or a LeRobot dataset")
+    parser.add_argument("--output", "-o", type=Path, default=None,
+                        help="where to write the upgraded copy (default: beside PATH, <name>.migrated)")
+    parser.add_argument("--dataset", type=Path, default=None,
+                        help="a manifest's dataset, if not where the manifest says it is")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = migrate(args.path, args.output, args.dataset)
+    except (ValueError, KeyError, TypeError) as exc:  # a FlywheelError as it is; malformed JSON etc. named
+        if isinstance(exc, FlywheelError):
+            raise
+        raise MigrateError(f"{args.path}: cannot read it as a bag, manifest or dataset: {exc}") from exc
+    if result.copy is None:
+        print(f"{result.path}: already in the current format; nothing to migrate, nothing written")
+        return 0
+    for line in result.changes:
+        print(line)
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"wrote {result.copy}; the original {result.path} is unchanged")
+    return 0
