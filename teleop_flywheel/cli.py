@@ -72,7 +72,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lineage": ("teleop_flywheel.data.provenance.lineage", "which manifest trained which checkpoint"),
     "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
-    "eval": ("teleop_flywheel.evaluation.cli", "success-rate tables with N and intervals from rollouts"),
+    "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
     "replay": ("teleop_flywheel.ros.commands.replay", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
     "view": (
         "teleop_flywheel.ros.session.foxglove.view",

@@ -98,6 +98,16 @@ def test_import_linter_keeps_every_contract() -> None:
     assert "Contracts: 6 kept, 0 broken." in res.stdout, res.stdout[-2000:]
 
 
+def test_no_two_modules_share_a_name() -> None:
+    """A name says what a module is, once. Nodes are the exception: `ros/nodes/` modules carry the
+    executable's name a user types (`ros2 run teleop_flywheel ingest`), over the library they drive."""
+    seen: dict[str, list[str]] = {}
+    for path in _modules():
+        if path.name != "__init__.py" and path.parent.name != "nodes":
+            seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
 def test_tests_mirror_the_package() -> None:
     """A module's tests are found where the module is: every folder of test/ is a package folder
     (test/data/validate/ tests teleop_flywheel/data/validate/), helpers live in test/support/."""

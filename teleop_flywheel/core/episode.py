@@ -27,9 +27,8 @@ _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock
 _OMITTED_WHEN_EMPTY = ("corrections",)
 # `stamp_clock`: the clock of every header stamp and recorded event time in the bag. "ros" (the
 # system clock, SPEC §4 revised); "" in older bags, whose stamps are CLOCK_MONOTONIC: readers refuse
-# them and `teleop-flywheel migrate` (recording/mcap/migrate.py) puts them on ROS time.
+# them and `teleop-flywheel migrate` (recording/mcap/upgrade.py) puts them on ROS time.
 STAMP_CLOCK_ROS = "ros"
-STAMP_CLOCK_MONOTONIC = ""
 _INT_FIELDS = ("schema_version", "started_mono_ns", "stopped_mono_ns", "started_ros_ns", "stopped_ros_ns")
 _OPTIONAL_INT_FIELDS = ("attempts", "ptp_offset_ns")
 
@@ -83,10 +82,10 @@ class EpisodeMeta:
     condition: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
-    stamp_clock: str = STAMP_CLOCK_ROS  # "" (STAMP_CLOCK_MONOTONIC) only in older bags
+    stamp_clock: str = STAMP_CLOCK_ROS  # "" only in older bags (refused by readers)
     clock_samples: list[dict[str, int]] = field(default_factory=list)  # ClockMapping dicts sampled through the episode
-    # Start/stop in ROS time (the clock of header stamps and intervention times when stamp_clock is
-    # "ros"); 0 in older bags. started/stopped_mono_ns stay CLOCK_MONOTONIC (durations, clock samples).
+    # Start/stop in ROS time, the clock of header stamps and intervention times;
+    # started/stopped_mono_ns stay CLOCK_MONOTONIC (durations, clock samples).
     started_ros_ns: int = 0
     stopped_ros_ns: int = 0
     namespace: str = ""  # the rig's ROS namespace ("/rig_a"): recorded topic names carry it, readers strip it
@@ -153,16 +152,6 @@ class EpisodeMeta:
             if role not in out and len(stems) == 1:
                 out[role] = self.calibration[stems[0]]
         return out
-
-    @property
-    def start_stamp_ns(self) -> int:
-        """The episode's start on the clock of its header stamps and intervention times."""
-        return self.started_ros_ns if self.stamp_clock == STAMP_CLOCK_ROS else self.started_mono_ns
-
-    @property
-    def stop_stamp_ns(self) -> int:
-        """The episode's stop on the clock of its header stamps and intervention times."""
-        return self.stopped_ros_ns if self.stamp_clock == STAMP_CLOCK_ROS else self.stopped_mono_ns
 
     def without_namespace(self) -> EpisodeMeta:
         """A copy whose topic names (`topics`, `drops`) have the rig's namespace stripped, as the

@@ -5,7 +5,8 @@
   current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
-- `lerobot/`: the LeRobot v3.0 layout — format, reader, writer, atomic commit, consistency.
+- `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
+  consistency.
 
 `parallel` (process pools, Ray) and `filelock` serve every room.
 """

@@ -1,7 +1,7 @@
 """`teleop-flywheel migrate PATH [--output OUT]`: the one upgrade path from an older format of ours.
 
 Readers read the current format only and refuse an older one with a line naming this command.
-PATH is a bag (directory or .mcap: `recording/mcap/migrate.py` knows its older formats), a manifest
+PATH is a bag (directory or .mcap: `recording/mcap/upgrade.py` knows its older formats), a manifest
 (JSON) or a LeRobot dataset directory. The upgraded copy is written beside PATH (`<name>.migrated`,
 a manifest `<stem>.migrated.json`) or to OUT, created exclusively; the original is never changed.
 One line per kind of change says what was changed; a current PATH is said to be so and nothing is
@@ -33,8 +33,8 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
 from teleop_flywheel.core.files import create_exclusive
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.format import INFO_PATH
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.data.provenance.manifest import (
     FORMAT_VERSION,
     format_version,
@@ -50,7 +50,7 @@ from teleop_flywheel.data.provenance.manifest_hash import (
     file_sha256,
     row_fields,
 )
-from teleop_flywheel.recording.mcap.migrate import SUFFIX, MigrateError, migrate_bag
+from teleop_flywheel.recording.mcap.upgrade import SUFFIX, MigrateError, migrate_bag
 
 # The episodes-table columns converters added after manifest format 2 (data/validate/episode_columns.py).
 _ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",

@@ -66,7 +66,7 @@ def read_trial(path: str | Path) -> Trial:
         elif len(stamps):
             share = float(alpha[0])
     starts = [i.start_ns for i in meta.interventions]
-    first = max(0.0, (min(starts) - meta.start_stamp_ns) / 1e9) if starts else None  # on the events' clock
+    first = max(0.0, (min(starts) - meta.started_ros_ns) / 1e9) if starts else None  # on the events' clock
     return Trial(str(path), meta.policy_checkpoint, meta.condition, meta.protocol_hash, meta.outcome,
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
                  share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,

@@ -29,7 +29,7 @@ from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, follower_ca
 from teleop_flywheel.recording.mcap.reader import open_bag
 
 if TYPE_CHECKING:
-    from teleop_flywheel.data.lerobot.reader import Feature
+    from teleop_flywheel.data.lerobot.dataset import Feature
 
 DATASET_KEYS = ("calibration",)
 
@@ -77,7 +77,7 @@ class ReplayPolicy(Policy):
         """One episode's `action` of a LeRobot v3.0 dataset, in radians through `calibration` (the
         follower's; `follower_calibration` decides when it may be left empty), on the dataset's
         frame grid."""
-        from teleop_flywheel.data.lerobot.reader import ACTION, LeRobotDataset, episode_spans
+        from teleop_flywheel.data.lerobot.dataset import ACTION, LeRobotDataset, episode_spans
 
         path = Path(root)
         if not path.is_dir():

@@ -1,5 +1,5 @@
 """A LeRobot v3.0 dataset's files with plain pandas/pyarrow: the independent reader the reports are
-checked against (nothing of `data.lerobot.reader`), and edits that plant faults in a dataset
+checked against (nothing of `data.lerobot.dataset`), and edits that plant faults in a dataset
 (rows dropped, a column rewritten) the way `synthetic_session` plants them in bags."""
 from __future__ import annotations
 

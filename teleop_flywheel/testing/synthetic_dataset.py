@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.so101 import JOINT_NAMES, STEPS_PER_TURN
-from teleop_flywheel.data.lerobot.reader import EPISODES_DIR, INFO_PATH, TASKS_PATH
+from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, INFO_PATH, TASKS_PATH
 
 FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 HOME = np.array([0.0, -90.0, 90.0, 60.0, 0.0, 5.0])

@@ -10,26 +10,21 @@ test_data_time_and_foreign.py, old manifests in test_data_manifest_coverage.py.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from support.paths import FOXGLOVE_NPM
+from support.foxglove_npm import decode_bag
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.recording.mcap import msgdefs
-from teleop_flywheel.recording.mcap.migrate import fixed_text
 from teleop_flywheel.recording.mcap.reader import OutdatedBagError, open_bag, open_indexed
+from teleop_flywheel.recording.mcap.upgrade import fixed_text
 from teleop_flywheel.recording.mcap.writer import BagWriter, mcap_file_name
 from teleop_flywheel.testing import synthetic_dataset
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
-
-FOXGLOVE = FOXGLOVE_NPM
 
 
 def _old_form(type_name: str) -> msgdefs.MessageDefinition:
@@ -52,18 +47,6 @@ def old_bag(src: Path, dest: Path) -> Path:
     return dest
 
 
-def _decode(mcap: Path) -> dict[str, dict[str, object]]:
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("node/npm not on this machine (Foxglove's parsers are npm packages)")
-    if not (FOXGLOVE / "node_modules" / "@foxglove" / "rosmsg").is_dir():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=FOXGLOVE, check=True, timeout=300)
-    out = subprocess.run(["node", str(FOXGLOVE / "decode_bag.mjs"), str(mcap)], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)["topics"]
-
-
 def _hashes(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
@@ -80,7 +63,7 @@ def test_a_bag_with_old_schemas_is_refused_then_migrated(tmp_path: Path, capsys:
                                                       interventions=((0.5, 1.0, "too_slow"),))).bag
     bag = old_bag(src, tmp_path / "episode_old")
     before = _hashes(bag)
-    broken = _decode(bag / mcap_file_name(bag.name))
+    broken = decode_bag(bag / mcap_file_name(bag.name))
     assert broken["/follower/joint_states"]["errors"] and broken["/cameras/wrist/image/compressed"]["errors"]
     for read in (open_bag, open_indexed):
         with pytest.raises(OutdatedBagError, match=r"MSG: pkg/msg/Type.*run `teleop-flywheel migrate "):
@@ -95,7 +78,7 @@ def test_a_bag_with_old_schemas_is_refused_then_migrated(tmp_path: Path, capsys:
     copy = tmp_path / "episode_old.migrated"
     assert _hashes(bag) == before and sorted(p.name for p in tmp_path.iterdir()) == \
         ["episode_old", "episode_old.migrated", "src"]
-    fixed = _decode(copy / mcap_file_name(copy.name))
+    fixed = decode_bag(copy / mcap_file_name(copy.name))
     assert set(fixed) == set(broken)
     a, b = open_bag(src), open_bag(copy)
     for topic, entry in fixed.items():

@@ -320,7 +320,7 @@ def test_include_failed_converts_rejected(bags: dict[str, Path], tmp_path: Path)
 
 
 def test_project_reader_opens_the_dataset(dataset: tuple[Path, conv.ConvertResult]) -> None:
-    from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+    from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 
     ds = LeRobotDataset.open(dataset[0], episode_stats=True)
     assert ds.fps == 30 and ds.joint_names("action")[0] == "shoulder_pan.pos"

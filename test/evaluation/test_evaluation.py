@@ -11,7 +11,7 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from teleop_flywheel.evaluation.cli import simulate_protocol
+from teleop_flywheel.evaluation.command import simulate_protocol
 from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
 from teleop_flywheel.evaluation.report import (
     Cell,

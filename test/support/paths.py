@@ -5,4 +5,3 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "teleop_flywheel"
-FOXGLOVE_NPM = ROOT / "test" / "support" / "foxglove"  # Foxglove's npm parsers, pinned (package.json)

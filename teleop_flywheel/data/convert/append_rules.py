@@ -20,7 +20,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
-from teleop_flywheel.data.lerobot.writer import IMAGES, read_info
+from teleop_flywheel.data.lerobot.append import IMAGES, read_info
 
 CODEC_NAMES = {"libsvtav1": "av1", "h264": "h264"}  # --codec -> the codec name video_info reads from the file
 

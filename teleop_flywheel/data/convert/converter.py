@@ -5,7 +5,7 @@ shared checks (only PASSING episodes unless `--include-failed`), align on header
 units through the episode's calibration, encode temporary mp4s. Then in this process: skip episodes
 whose content id (v2, or v1 of datasets converted before) is already in the dataset (idempotent),
 stage the append (one new data parquet, new video files remuxed back to back, the episodes table,
-tasks, stats and info rewritten: `lerobot/writer.py`) and commit it (`lerobot/commit.py`: journal
+tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/commit.py`: journal
 beside the dataset, files moved into place). Episodes with another camera set (schema drift) go to a
 dataset of their own schema beside it, `<DATASET>__<cameras>`, and are reported — never dropped.
 
@@ -64,9 +64,9 @@ from teleop_flywheel.data.convert.frames import (
 from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
-from teleop_flywheel.data.lerobot.reader import DatasetError
-from teleop_flywheel.data.lerobot.writer import Schema, existing_ids, read_info, schema_of, write_episodes
+from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, add_supplied_arguments, display, load_inputs

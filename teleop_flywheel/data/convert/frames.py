@@ -46,8 +46,8 @@ from teleop_flywheel.data.convert.calibrations import (
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.segments import encode_camera
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
-from teleop_flywheel.data.lerobot.writer import EpisodeData
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns

@@ -60,7 +60,7 @@ from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.convert.refresh import update_record
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import format as lf
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, find_bags, quarantine

@@ -23,7 +23,7 @@ from typing import Any
 
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.lerobot.commit import fault
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.card import RECORD_PATH, write_card
 from teleop_flywheel.data.reports.curate import curate
 from teleop_flywheel.data.reports.weights import WEIGHTS_PATH, WeightRule, read_weights, write_weights

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 
 ID_COLUMNS = ("episode_id",)
 # Flat columns the converter writes (first match wins).

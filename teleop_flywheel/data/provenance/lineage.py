@@ -25,7 +25,7 @@ from typing import Any
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
-from teleop_flywheel.data.lerobot.reader import DatasetError
+from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.recording.mcap.reader import BagReadError, read_episode
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256
 
 FORMAT_PREFIX = "teleop_flywheel.manifest/"

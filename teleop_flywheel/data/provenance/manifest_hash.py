@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 
 LOCATION_PREFIXES = ("data/", "videos/", "meta/episodes/")
 LOCATION_COLUMNS = ("episode_index", "dataset_from_index", "dataset_to_index")

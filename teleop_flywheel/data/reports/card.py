@@ -24,10 +24,9 @@ from typing import Any
 import yaml
 
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import episode_records
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
-from teleop_flywheel.data.reports.audit import AuditReport, audit
-from teleop_flywheel.data.reports.audit_content import card_lines
+from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines
 
 MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit (except the operator's notes below) -->"
 NOTES_BEGIN = "<!-- operator notes: begin (yours to edit; kept when the card is regenerated) -->"

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.audit import available_ranges, load
 from teleop_flywheel.data.reports.coverage import farthest_point_order, target_start_poses
 from teleop_flywheel.data.reports.plots import write_curation_plots

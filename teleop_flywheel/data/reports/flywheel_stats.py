@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records, record_from_meta
-from teleop_flywheel.data.lerobot.reader import INFO_PATH, DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.audit import load
 from teleop_flywheel.data.reports.coverage import farthest_point_order
 from teleop_flywheel.data.validate.validator import find_bags

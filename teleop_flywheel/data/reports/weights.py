@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
-from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.audit import Loaded
 
 WEIGHTS_PATH = "meta/sample_weights.parquet"

@@ -25,7 +25,8 @@ from mcap.records import Channel, Schema
 
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.recording.mcap import integrity, migrate
+from teleop_flywheel.recording.mcap import integrity
+from teleop_flywheel.recording.mcap import upgrade as migrate
 from teleop_flywheel.recording.mcap.metadata import BagNotFoundError, find_mcap, read_metadata_yaml
 from teleop_flywheel.recording.mcap.scan import NotMcapError, open_regular, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD

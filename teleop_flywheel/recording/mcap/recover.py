@@ -20,7 +20,7 @@ What it does, never destroying anything:
    repaired bag goes to DIR and the original directory is not touched at all.
 A complete file (it has its footer) is not rewritten; only a missing metadata.yaml is added.
 A bag in an older format of ours is refused, naming `teleop-flywheel migrate`, which copies what
-survived of a crashed one too (`recording/mcap/migrate.py`).
+survived of a crashed one too (`recording/mcap/upgrade.py`).
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ from teleop_flywheel.recording.mcap.metadata import (
     parse_qos_yaml,
     write_metadata_yaml,
 )
-from teleop_flywheel.recording.mcap.migrate import outdated, refusal
 from teleop_flywheel.recording.mcap.scan import NotMcapError, ScanResult, scan
+from teleop_flywheel.recording.mcap.upgrade import outdated, refusal
 from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter
 
 DAMAGED_SUFFIX = ".damaged"

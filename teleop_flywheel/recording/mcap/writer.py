@@ -18,14 +18,14 @@ Stable API (the data engine builds fixtures with it)::
         bag.add_topic("/follower/joint_states", "sensor_msgs/msg/JointState",
                       qos=[Qos(depth=50)])                           # definition from .msg files
         bag.write("/follower/joint_states", cdr_bytes,
-                  log_time_ns=recv_wall_ns, publish_time_ns=stamp_mono_ns, sequence=n)
+                  log_time_ns=recv_wall_ns, publish_time_ns=send_wall_ns, sequence=n)
         bag.episode = final_meta                                     # or bag.close(episode=...)
     # close() → BagSummary(path, mcap_path, message_count, per-topic counts, start/end)
 
 Times: `log_time` = receive time (DDS received_timestamp, wall-clock ns since the epoch, as
 rosbag2 records it; metadata.yaml `starting_time`/`duration` come from it); `publish_time` =
-the source stamp (CLOCK_MONOTONIC ns, = header.stamp). The clock mappings in the episode
-metadata convert between the two.
+the DDS source timestamp (send time, wall clock), as rosbag2 records it. Time itself is read from
+the header stamps in the messages (ROS time, SPEC §4), never from either.
 
 Crash safety: a chunk is closed, written and flushed to the OS when it holds `chunk_size`
 bytes OR its oldest message is `max_chunk_age_s` old (checked on every write and by a

@@ -1,6 +1,6 @@
 """The episode recorder without ROS: what the recorder node records, and how.
 
-- `episode_recorder.EpisodeRecorder` (configured by `episode_config.RecorderConfig`): one bag per
+- `episode_recorder.EpisodeRecorder` (configured by its `RecorderConfig`): one bag per
   episode, start/stop/discard, drop counting and the episode's metadata;
 - `verdict`: the verdict at stop beside the bag (`verdict.json`) and the operator's keep/discard;
 - `clock_probe`: the rig's PTP/chrony offset through a fixed mechanism;

@@ -183,7 +183,7 @@ class IngestLog:
     def agreement(self, batch: Path) -> tuple[bool, str]:
         """(agrees, the summary line): the episodes ingest converted are those the batch convert made of
         the same bags, frame for frame."""
-        from teleop_flywheel.data.lerobot.reader import DatasetError, LeRobotDataset
+        from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 
         def episodes(root: Path) -> dict[str, int]:
             try:

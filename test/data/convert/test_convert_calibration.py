@@ -21,7 +21,7 @@ from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.convert.calibrations import joint_limits
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.manifest import create
 from teleop_flywheel.data.reports.card import write_card
 from teleop_flywheel.recording.mcap.reader import open_bag

@@ -157,7 +157,7 @@ def test_trim_dead_air_instead_of_rejecting(tmp_path: Path) -> None:
 
 
 def test_audit_shows_camera_lag_tracking_lag_and_effort(tmp_path: Path) -> None:
-    from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+    from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
     from teleop_flywheel.data.reports.audit import audit, format_text, write_html
 
     bags = [write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=10.0, motion="reach", stamp_clock="ros",

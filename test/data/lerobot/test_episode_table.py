@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import episode_records
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry
 from teleop_flywheel.data.provenance.manifest import create, identities, verify
 from teleop_flywheel.testing.dataset_files import data_files, rewrite_column

@@ -18,7 +18,7 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.coverage import farthest_point_order, halton, target_start_poses
 from teleop_flywheel.data.reports.curate import curate, duration_ratios
 from teleop_flywheel.data.reports.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports import plots
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.reports.curate import curate, write_plot

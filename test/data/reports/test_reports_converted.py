@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot.reader import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit
 from teleop_flywheel.data.reports.curate import curate
 from teleop_flywheel.data.reports.flywheel_stats import stats_for

@@ -8,20 +8,15 @@ text in it, as Foxglove Studio does when a user opens the `.mcap`. Payloads are 
 """
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 from rosbags.typesys import Stores, get_typestore
-from support.paths import FOXGLOVE_NPM
+from support.foxglove_npm import decode_bag
 
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.writer import BagWriter, mcap_file_name
 
-FOXGLOVE = FOXGLOVE_NPM
 TS = get_typestore(Stores.LATEST)
 T = TS.types
 STAMP_NS = 1_764_000_000_123_456_789
@@ -51,16 +46,6 @@ def _messages() -> dict[str, tuple[str, object]]:
     }
 
 
-@pytest.fixture(scope="module")
-def foxglove_decoder() -> Path:
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("node/npm not on this machine (Foxglove's parsers are npm packages)")
-    if not (FOXGLOVE / "node_modules" / "@foxglove" / "rosmsg").is_dir():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--silent"], cwd=FOXGLOVE, check=True, timeout=300)
-    return FOXGLOVE / "decode_bag.mjs"
-
-
 def test_schema_dependencies_named_as_written() -> None:
     """rosbag2's form: `MSG:` + the type as the referring .msg writes it (Foxglove resolves by that name)."""
     heads = [line for line in msgdefs.full_text("sensor_msgs/msg/JointState").splitlines() if line.startswith("MSG: ")]
@@ -71,7 +56,7 @@ def test_schema_dependencies_named_as_written() -> None:
                     "MSG: std_msgs/Header", "MSG: builtin_interfaces/Time"]
 
 
-def test_foxglove_decodes_every_recorded_type(tmp_path: Path, foxglove_decoder: Path) -> None:
+def test_foxglove_decodes_every_recorded_type(tmp_path: Path) -> None:
     messages = _messages()
     bag = tmp_path / "episode"
     with BagWriter(bag) as writer:
@@ -81,10 +66,7 @@ def test_foxglove_decodes_every_recorded_type(tmp_path: Path, foxglove_decoder: 
             for topic, (type_name, msg) in messages.items():
                 data = TS.serialize_cdr(msg, type_name)
                 writer.write(topic, data, log_time_ns=STAMP_NS + i, publish_time_ns=STAMP_NS + i, sequence=i + 1)
-    out = subprocess.run(["node", str(foxglove_decoder), str(bag / mcap_file_name(bag.name))],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    topics = json.loads(out.stdout)["topics"]
+    topics = decode_bag(bag / mcap_file_name(bag.name))
     assert set(topics) == set(messages)
     for topic, entry in topics.items():
         assert entry["errors"] == [], f"{topic}: {entry['errors'][:1]}"

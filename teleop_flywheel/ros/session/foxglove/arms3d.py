@@ -34,9 +34,6 @@ DESCRIPTION_TOPIC = "/robot_description"
 TF_TOPIC = "/tf"
 # Where each arm's base_link sits in the world frame (m): side by side, 0.5 m apart.
 BASE_OFFSETS: dict[str, tuple[float, float, float]] = {"leader": (0.0, 0.25, 0.0), "follower": (0.0, -0.25, 0.0)}
-# A header stamp further than this from the receive time is not ROS time (bags recorded before the
-# ROS-time revision stamp on CLOCK_MONOTONIC): such transforms are stamped with the receive time.
-ROS_TIME_TOLERANCE_NS = 3600 * 1_000_000_000
 RESEND_DESCRIPTION_S = 2.0
 
 
@@ -69,12 +66,6 @@ def arm_of(topic: str, namespace: str = "") -> str | None:
         if name.lstrip("/") == f"{role}/joint_states":
             return role
     return None
-
-
-def transform_stamp(header_ns: int, receive_ns: int) -> int:
-    """The stamp a transform gets: the joint state's header stamp when it is ROS time, else the
-    receive time (old CLOCK_MONOTONIC bags), so the 3D panel finds it on the playback timeline."""
-    return header_ns if abs(header_ns - receive_ns) < ROS_TIME_TOLERANCE_NS else receive_ns
 
 
 def decode_positions(data: bytes) -> tuple[int, dict[str, float]]:
@@ -128,8 +119,7 @@ class ArmScene:
         """Log the arm's transforms for one JointState (at most `max_rate_hz` per arm); True if sent."""
         from foxglove.messages import FrameTransform, FrameTransforms, Quaternion, Timestamp, Vector3
 
-        header_ns, positions = decode_positions(data)
-        stamp = transform_stamp(header_ns, receive_ns)
+        stamp, positions = decode_positions(data)  # the header stamp, ROS time
         with self._lock:
             last = self._last.get(role)
             if last is not None and 0 <= stamp - last < self._min_step_ns:
