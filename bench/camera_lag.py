@@ -1,4 +1,4 @@
-"""Camera-lag-from-content benchmark (issue 15): how well the validator finds a camera's clock offset
+"""Camera-lag-from-content benchmark: how well the validator finds a camera's clock offset
 in its pixels.
 
 Synthetic episodes (`testing/synthetic_session`, the project's own BagWriter; a scripted hand doing

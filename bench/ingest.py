@@ -1,4 +1,4 @@
-"""Ingest benchmark (issue 15): stop -> the episode's frames in the dataset, with `teleop-flywheel
+"""Ingest benchmark: stop -> the episode's frames in the dataset, with `teleop-flywheel
 ingest` running beside the recorder (target: <= 2x the episode's convert time, <= 15 s for a 60 s
 one-camera episode on 2 cores).
 

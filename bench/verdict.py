@@ -1,4 +1,4 @@
-"""Verdict-at-stop benchmark: stop -> verdict for a 60 s one-camera episode (issue 15: ≤ 5 s).
+"""Verdict-at-stop benchmark: stop -> verdict for a 60 s one-camera episode (target: ≤ 5 s).
 
 The rig's streams come from a generator process as a session publishes them — follower and leader
 joint states, the command sent and `/teleop/authority` at 200 Hz (a smooth reach), and one

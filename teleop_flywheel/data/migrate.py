@@ -50,7 +50,8 @@ from teleop_flywheel.data.provenance.manifest_hash import (
     file_sha256,
     row_fields,
 )
-from teleop_flywheel.recording.mcap.upgrade import SUFFIX, MigrateError, migrate_bag
+from teleop_flywheel.recording.mcap.exceptions import MigrateError
+from teleop_flywheel.recording.mcap.upgrade import SUFFIX, migrate_bag
 
 # The episodes-table columns converters added after manifest format 2 (data/validate/episode_columns.py).
 _ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",

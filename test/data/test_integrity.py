@@ -131,7 +131,7 @@ def test_a_shortened_record_length_is_a_verdict(bases: dict[str, Path], tmp_path
         assert set(codes(bag)) & {"CORRUPT", "TRUNCATED"}
 
 
-# -- inputs that used to crash or hang the batch --------------------------------------------------
+# -- inputs that can crash or hang a batch that is not careful ------------------------------------
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", *args], capture_output=True, text=True,

@@ -20,7 +20,8 @@ from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.recording.mcap import msgdefs
-from teleop_flywheel.recording.mcap.reader import OutdatedBagError, open_bag, open_indexed
+from teleop_flywheel.recording.mcap.exceptions import OutdatedBagError
+from teleop_flywheel.recording.mcap.reader import open_bag, open_indexed
 from teleop_flywheel.recording.mcap.upgrade import fixed_text
 from teleop_flywheel.recording.mcap.writer import BagWriter, mcap_file_name
 from teleop_flywheel.testing import synthetic_dataset

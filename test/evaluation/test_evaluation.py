@@ -132,8 +132,8 @@ def _small(tmp_path: Path, trials: int, name: str = "p.yaml", **over) -> Path:
 
 def test_simulated_trials_rates_match_configured(tmp_path: Path) -> None:
     """Synthetic trial bags (no session graph) at the protocol's rates × checkpoint scales:
-    every cell's Wilson interval holds its configured rate. (The walk on the simulated arms is
-    test_protocol_run.py.)"""
+    every cell's Wilson interval holds its configured rate. The walk on the simulated arms is
+    test_protocol_run.py."""
     proto = load_protocol(
         _small(tmp_path, 30, checkpoints=[{"id": "ckpt-a"}, {"id": "ckpt-b", "sim_failure_scale": 0.1}])
     )

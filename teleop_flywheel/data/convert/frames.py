@@ -53,7 +53,8 @@ from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns
 from teleop_flywheel.data.validate.reasons import DEAD_AIR, Reason, Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, report_of
-from teleop_flywheel.recording.mcap.reader import Bag, NotABagError, Stream, open_bag
+from teleop_flywheel.recording.mcap.exceptions import NotABagError
+from teleop_flywheel.recording.mcap.reader import Bag, Stream, open_bag
 
 JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 VECTOR_FEATURES = ("observation.state", "action", "observation.leader_state", "complementary_info.human_action",

@@ -42,9 +42,9 @@ from teleop_flywheel.data.convert.segments import (
     frame_digest,
     write_segment,
 )
-from teleop_flywheel.recording.mcap.cdr import CdrError, decode_compressed_images, header_stamp_ns
-from teleop_flywheel.recording.mcap.reader import COMPRESSED_IMAGE, Stream, image_stream_name
-from teleop_flywheel.recording.mcap.scan import FollowMcap
+from teleop_flywheel.recording.mcap.cdr import decode_compressed_images, header_stamp_ns
+from teleop_flywheel.recording.mcap.exceptions import CdrError
+from teleop_flywheel.recording.mcap.reader import COMPRESSED_IMAGE, FollowMcap, Stream, image_stream_name
 from teleop_flywheel.recording.mcap.writer import START_RECORD
 
 GRID_TOPICS = (FOLLOWER_STATE, FOLLOWER_COMMAND)  # with every camera: the streams the grid spans

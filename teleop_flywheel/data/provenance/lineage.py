@@ -27,7 +27,8 @@ from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.manifest import load_manifest
-from teleop_flywheel.recording.mcap.reader import BagReadError, read_episode
+from teleop_flywheel.recording.mcap.exceptions import BagReadError
+from teleop_flywheel.recording.mcap.reader import read_episode
 
 FORMAT = "teleop_flywheel.lineage/1"
 ENV = "TELEOP_FLYWHEEL_LINEAGE"

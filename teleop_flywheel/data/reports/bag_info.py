@@ -22,8 +22,9 @@ from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
+from teleop_flywheel.recording.mcap.exceptions import BagReadError, UnindexedBagError
 from teleop_flywheel.recording.mcap.metadata import find_mcap, read_metadata_yaml
-from teleop_flywheel.recording.mcap.reader import BagReadError, IndexedBag, UnindexedBagError, open_bag
+from teleop_flywheel.recording.mcap.reader import IndexedBag, open_bag
 from teleop_flywheel.recording.recorder.verdict import read_verdict
 
 

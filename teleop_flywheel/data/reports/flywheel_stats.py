@@ -29,7 +29,8 @@ from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_re
 from teleop_flywheel.data.reports.audit import load
 from teleop_flywheel.data.reports.coverage import farthest_point_order
 from teleop_flywheel.data.validate.validator import find_bags
-from teleop_flywheel.recording.mcap.reader import BagReadError, read_episode
+from teleop_flywheel.recording.mcap.exceptions import BagReadError
+from teleop_flywheel.recording.mcap.reader import read_episode
 
 UNLABELLED = "unlabelled"
 

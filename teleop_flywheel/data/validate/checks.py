@@ -57,7 +57,7 @@ from teleop_flywheel.data.validate.reasons import (
     Supplied,
     ValidateConfig,
 )
-from teleop_flywheel.recording.mcap.cdr import CdrError
+from teleop_flywheel.recording.mcap.exceptions import CdrError
 from teleop_flywheel.recording.mcap.reader import Bag, ImageStream, Stream
 
 TRACKING_RATE_HZ = 200.0

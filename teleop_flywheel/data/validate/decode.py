@@ -48,8 +48,8 @@ from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, span
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, small_grey
 from teleop_flywheel.data.validate.reasons import CORRUPT, MISSING_STREAM, SCHEMA_MISMATCH, Reason, Supplied
-from teleop_flywheel.recording.mcap.cdr import CdrError
-from teleop_flywheel.recording.mcap.reader import Bag, BagReadError, ImageStream, Stream
+from teleop_flywheel.recording.mcap.exceptions import BagReadError, CdrError
+from teleop_flywheel.recording.mcap.reader import Bag, ImageStream, Stream
 
 JOINT_STATE = "sensor_msgs/msg/JointState"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"

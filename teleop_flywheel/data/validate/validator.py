@@ -45,7 +45,8 @@ from teleop_flywheel.data.validate.reasons import (
     Supplied,
     ValidateConfig,
 )
-from teleop_flywheel.recording.mcap.reader import BagReadError, NotABagError, open_bag
+from teleop_flywheel.recording.mcap.exceptions import BagReadError, NotABagError
+from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 
 __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP", "DURATION_OUT_OF_RANGE",

@@ -246,7 +246,7 @@ def put_back(bus: FeetechBus, held: Held) -> tuple[list[int], list[int]]:
 @contextmanager
 def _interrupts_held() -> Iterator[None]:
     """Ctrl-C is ignored while the servos are put back: a second press there would leave them
-    unlocked. (Python delivers signals to the main thread only, so another thread needs nothing.)"""
+    unlocked. Python delivers signals to the main thread only, so another thread needs nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

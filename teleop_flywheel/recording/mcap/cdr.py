@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording.mcap import msgdefs
+from teleop_flywheel.recording.mcap.exceptions import CdrError
 
 HEADER_TYPE = "std_msgs/msg/Header"
 LITTLE_ENDIAN = b"\x00\x01\x00\x00"
@@ -35,8 +35,6 @@ _FIRST_FIELD = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/]*)(?:\[[^\]]*\])?\s+[A-Za-
 Buffer = bytes | memoryview
 
 
-class CdrError(FlywheelError, ValueError):
-    """Bytes too short or malformed for the field asked for."""
 
 
 def _endian(data: Buffer) -> str:

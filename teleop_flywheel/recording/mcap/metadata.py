@@ -18,9 +18,15 @@ from typing import Any
 
 import yaml
 
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.files import create_exclusive
-from teleop_flywheel.recording.mcap.scan import NotMcapError, open_regular
+from teleop_flywheel.recording.mcap.exceptions import (
+    BadMetadataError,
+    BagNotFoundError,
+    MissingMetadataError,
+    NotMcapError,
+)
+from teleop_flywheel.recording.mcap.scan import open_regular
 
 METADATA_FILE = "metadata.yaml"
 VERSION = 9
@@ -211,22 +217,10 @@ def read_metadata_yaml(bag_dir: Path) -> dict[str, Any]:
     return data["rosbag2_bagfile_information"]
 
 
-class MissingMetadataError(FlywheelError, FileNotFoundError):
-    """A bag directory without metadata.yaml: a recording that crashed before its stop."""
-
-    fix = "a crashed recording: teleop-flywheel recover BAG writes it"
 
 
-class BadMetadataError(FlywheelError, ValueError):
-    """A metadata.yaml that is not rosbag2's: not YAML, or without its mapping."""
-
-    fix = "teleop-flywheel recover BAG --output NEW writes a fresh bag from the .mcap"
 
 
-class BagNotFoundError(FlywheelError, FileNotFoundError):
-    """No bag at that path, or a directory without exactly one `.mcap` to read."""
-
-    fix = 'check the path: a bag is a directory holding metadata.yaml and one .mcap file'
 
 
 def mcap_file_name(bag_name: str) -> str:

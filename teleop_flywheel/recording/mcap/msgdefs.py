@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.mcap.exceptions import DefinitionNotFoundError
 
 SEPARATOR = "=" * 80
 PRIMITIVE_TYPES = frozenset(
@@ -49,8 +49,6 @@ PRIMITIVE_TYPES = frozenset(
 _FIELD_TYPE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_/]*)(?:<=\d+)?(?:\[[^\]]*\])?\s+\S", re.MULTILINE)
 
 
-class DefinitionNotFoundError(FlywheelError, LookupError):
-    """An interface type has no installed `.msg` file (or `.json` description)."""
 
 
 @dataclass(frozen=True)

@@ -25,59 +25,178 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
     read_episode("/data/ep_0001")            # EpisodeMeta from the MCAP record alone (reports: stats,
                                              # lineage); BagReadError if metadata.yaml disagrees
 
+A bag still being recorded is read as it grows with `FollowMcap` (`scan.py`: each poll reads the
+records written since the last), the same record scan `open_bag` uses.
+
 `stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
 base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
 writes the DDS send time there) and never used as a stamp. `log_ns` are the receive times (wall
 clock). Header stamps are ROS time (`EpisodeMeta.stamp_clock == "ros"`, and in foreign rosbag2
-bags). All arrays are numpy; stamps int64. Decoding is `recording.cdr`'s. A bag in an older
-format of ours is refused: `OutdatedBagError` names `teleop-flywheel migrate` (`recording.migrate`).
+bags). All arrays are numpy; stamps int64. Decoding is `cdr.py`'s. A bag in an older format of
+ours is refused: `OutdatedBagError` names `teleop-flywheel migrate` (`upgrade.py`).
 
-Damage: `open_bag` reads the file record by record with `recording.scan`, so a bag cut
-mid-chunk (no footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a
-chunk whose CRC or compressed frame is bad, a data-section or summary CRC mismatch, a duplicated
-chunk or record, counts that disagree with the summary or with metadata.yaml, and an episode record
-that disagrees with metadata.yaml `custom_data` are `CORRUPT` (`recording.integrity`); all name the file.
-`open_indexed` needs the summary and index a complete file has (else: `teleop-flywheel recover`).
-Both find the file with `recording.metadata.find_mcap`.
+Damage: `open_bag` reads the file record by record with `scan.py`, so a bag cut mid-chunk (no
+footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a chunk whose CRC or
+compressed frame is bad, a data-section or summary CRC mismatch, a duplicated chunk or record,
+counts that disagree with the summary or with metadata.yaml, and an episode record that disagrees
+with metadata.yaml `custom_data` are `CORRUPT` (`integrity.py`); all name the file. `open_indexed`
+needs the summary and index a complete file has (else: `teleop-flywheel recover`). All find the
+file with `metadata.find_mcap`; their errors are in `exceptions.py`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mcap.records import Message
+from mcap.exceptions import McapError
+from mcap.reader import make_reader
+from mcap.records import Channel, Message, Schema
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.topics import camera_name, strip_namespace
-from teleop_flywheel.recording.mcap import cdr, integrity
-from teleop_flywheel.recording.mcap.indexed import (
+from teleop_flywheel.recording.mcap import cdr, integrity, upgrade
+from teleop_flywheel.recording.mcap.exceptions import (
+    BagNotFoundError,
     BagReadError,
-    IndexedBag,
     NotABagError,
+    NotMcapError,
+    NotRegularFileError,
     OutdatedBagError,
-    RawChannel,
-    RawMessage,
     UnindexedBagError,
-    find_bag,
-    open_indexed,
-    read_episode,
-    refuse_outdated,
 )
-from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
-from teleop_flywheel.recording.mcap.scan import NotMcapError, NotRegularFileError, ScanResult, scan
+from teleop_flywheel.recording.mcap.metadata import find_mcap, read_metadata_yaml
+from teleop_flywheel.recording.mcap.scan import FollowMcap, ScanResult, open_regular, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD
 
-__all__ = ["Bag", "BagDamage", "BagReadError", "NotABagError", "OutdatedBagError", "UnindexedBagError", "RawTopic",
-           "RawChannel", "RawMessage", "read_episode", "find_bag",
-           "IndexedBag", "JointStream", "ImageStream", "Stream", "open_bag", "open_indexed", "content_id",
-           "TRUNCATED", "CORRUPT", "ID_VERSION", "episode_id_for"]
+
+def refuse_outdated(path: Path, schema_texts: Iterable[bytes], records: dict[str, dict[str, str]]) -> None:
+    """OutdatedBagError naming `teleop-flywheel migrate` if anything in the bag is in an older format."""
+    reasons = upgrade.outdated(schema_texts, records)
+    if reasons:
+        raise OutdatedBagError(upgrade.refusal(path, reasons))
+
+
+
+
+@dataclass(frozen=True)
+class RawChannel:
+    """One MCAP channel with its schema, as stored (nothing decoded)."""
+
+    id: int
+    topic: str
+    schema_name: str
+    schema_encoding: str
+    schema_data: bytes
+    message_encoding: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, channel: Channel, schema: Schema | None) -> RawChannel:
+        return cls(channel.id, channel.topic, schema.name if schema else "", schema.encoding if schema else "",
+                   schema.data if schema else b"", channel.message_encoding, dict(channel.metadata))
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    channel_id: int
+    log_time: int
+    publish_time: int
+    data: bytes
+    sequence: int = 0
+
+
+def find_bag(path: Path) -> tuple[Path, Path]:
+    try:
+        return find_mcap(path)
+    except BagNotFoundError as exc:
+        raise NotABagError(str(exc)) from None
+
+
+class IndexedBag:
+    """Seekable access to one complete bag through its MCAP summary and index: channels, time
+    span, metadata records and raw messages in log-time order; nothing is decoded."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.bag_dir, self.path = find_bag(Path(path))
+        try:
+            with open_regular(self.path) as f:
+                reader = make_reader(f)
+                summary = reader.get_summary()
+                self.chunk_indexed = bool(summary and summary.chunk_indexes)
+        except (McapError, OSError, ValueError, EOFError, NotMcapError) as exc:
+            raise BagReadError(f"{self.path}: cannot read MCAP summary ({exc}); try `teleop-flywheel recover`") from exc
+        if summary is None or summary.statistics is None:
+            raise UnindexedBagError(f"{self.path}: MCAP has no summary/index (crashed recording?); "
+                                    "run `teleop-flywheel recover` first")
+        self.channels = {cid: RawChannel.of(ch, summary.schemas.get(ch.schema_id))
+                         for cid, ch in summary.channels.items()}
+        self.start_ns = summary.statistics.message_start_time
+        self.end_ns = summary.statistics.message_end_time
+        self.message_count = summary.statistics.message_count
+        refuse_outdated(self.bag_dir, (c.schema_data for c in self.channels.values()), self.metadata())
+
+    def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
+        """Messages with log_time >= start_ns, in log-time order, read through the index."""
+        with self.path.open("rb") as f:
+            for _schema, channel, message in make_reader(f).iter_messages(starting_at=start_ns, log_time_order=True):
+                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data, message.sequence)
+
+    def metadata(self) -> dict[str, dict[str, str]]:
+        """The MCAP metadata records by name (episode metadata, rosbag2's own)."""
+        with self.path.open("rb") as f:
+            return {r.name: dict(r.metadata) for r in make_reader(f).iter_metadata()}
+
+
+def open_indexed(path: str | Path) -> IndexedBag:
+    """`IndexedBag` of a bag directory or .mcap; BagReadError (UnindexedBagError without a summary)."""
+    return IndexedBag(path)
+
+
+def read_episode(path: str | Path) -> EpisodeMeta | None:
+    """A bag's episode metadata from its MCAP record (the final one, else the start record), read
+    through the summary's metadata index (a whole-file scan for a bag without one). metadata.yaml is
+    only compared: if its custom_data disagrees with the MCAP, BagReadError says so (a flipped byte
+    in one of them), so a report never counts what the bag does not say. None: no record (a foreign
+    rosbag2 bag)."""
+    bag_dir, mcap_path = find_bag(Path(path))
+    try:
+        records = IndexedBag(mcap_path).metadata()
+    except UnindexedBagError:
+        try:
+            records = scan(mcap_path).metadata
+        except NotMcapError as exc:
+            raise BagReadError(str(exc)) from None
+    except (McapError, OSError, ValueError, EOFError) as exc:
+        raise BagReadError(f"{mcap_path}: cannot read its metadata records: {exc}") from None
+    refuse_outdated(bag_dir, (), records)
+    record = records.get(METADATA_RECORD) or records.get(START_RECORD)
+    try:
+        meta_yaml = read_metadata_yaml(bag_dir) if Path(path).is_dir() else None
+    except (OSError, ValueError):
+        meta_yaml = None
+    disagree = integrity.metadata_disagreement(records.get(METADATA_RECORD), meta_yaml)
+    if disagree:
+        raise BagReadError(f"{mcap_path}: {disagree}; not trusting either (run `teleop-flywheel validate`)")
+    if not record:
+        return None
+    try:
+        return EpisodeMeta.from_strings(record)
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise BagReadError(f"{mcap_path}: episode metadata unreadable: {exc}") from None
+
+
+__all__ = ["Bag", "BagDamage", "RawTopic", "JointStream", "ImageStream", "Stream", "open_bag", "content_id",
+           "episode_id_for", "TRUNCATED", "CORRUPT", "ID_VERSION",
+           "IndexedBag", "RawChannel", "RawMessage", "open_indexed", "read_episode", "find_bag", "FollowMcap",
+           "BagReadError", "NotABagError", "OutdatedBagError", "UnindexedBagError"]
 
 TRUNCATED = "TRUNCATED"
 CORRUPT = "CORRUPT"

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from teleop_flywheel.core.clock import ClockMapping
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording.mcap.copy import copy_messages
+from teleop_flywheel.recording.mcap.exceptions import NotMcapError, RecoverError
 from teleop_flywheel.recording.mcap.metadata import (
     METADATA_FILE,
     TopicRecord,
@@ -45,15 +45,13 @@ from teleop_flywheel.recording.mcap.metadata import (
     parse_qos_yaml,
     write_metadata_yaml,
 )
-from teleop_flywheel.recording.mcap.scan import NotMcapError, ScanResult, scan
+from teleop_flywheel.recording.mcap.scan import ScanResult, scan
 from teleop_flywheel.recording.mcap.upgrade import outdated, refusal
 from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter
 
 DAMAGED_SUFFIX = ".damaged"
 
 
-class RecoverError(FlywheelError, RuntimeError):
-    """The bag cannot be recovered (not an MCAP bag, nothing readable, …)."""
 
 
 @dataclass

@@ -53,7 +53,7 @@ from mcap.exceptions import McapError
 from mcap.opcode import Opcode
 from mcap.records import Channel, DataEnd, Footer, Message, Metadata, Schema, Statistics
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.mcap.exceptions import NotMcapError, NotRegularFileError
 
 MAX_CHUNK_BYTES = 1 << 30  # a declared uncompressed chunk size beyond this is damage, not data
 BLOCK = 1 << 20  # read and decompress in blocks of this size
@@ -146,14 +146,8 @@ KNOWN_OPCODES = frozenset(int(o) for o in Opcode)
 _RECORD_TYPES: dict[int, type] = {Opcode.SCHEMA: Schema, Opcode.CHANNEL: Channel, Opcode.METADATA: Metadata}
 
 
-class NotMcapError(FlywheelError, ValueError):
-    """The file does not start with the MCAP magic, or is not a regular file."""
-
-    fix = 'give a bag directory or its .mcap file; a crashed bag: teleop-flywheel recover BAG'
 
 
-class NotRegularFileError(NotMcapError):
-    """A FIFO, device, socket or directory where an MCAP file should be: never opened for reading."""
 
 
 @dataclass

@@ -33,12 +33,12 @@ from mcap.records import Message
 from teleop_flywheel.core.bag_topics import INTERVENTION
 from teleop_flywheel.core.clock import ClockMapping, mappings
 from teleop_flywheel.core.episode import METADATA_RECORD, STAMP_CLOCK_ROS, EpisodeMeta, Intervention
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import strip_namespace
 from teleop_flywheel.recording.mcap import cdr
 from teleop_flywheel.recording.mcap.copy import copy_messages
+from teleop_flywheel.recording.mcap.exceptions import MigrateError, NotMcapError
 from teleop_flywheel.recording.mcap.metadata import find_mcap
-from teleop_flywheel.recording.mcap.scan import NotMcapError, ScanResult, scan
+from teleop_flywheel.recording.mcap.scan import ScanResult, scan
 from teleop_flywheel.recording.mcap.writer import ROSBAG2_RECORD, START_RECORD, BagWriter
 
 _OLD_DEPENDENCY = re.compile(r"^MSG: ([A-Za-z][A-Za-z0-9_]*)/msg/([A-Za-z][A-Za-z0-9_]*)[ \t]*$", re.MULTILINE)
@@ -47,8 +47,6 @@ OLD_STAMPS = "header stamps on CLOCK_MONOTONIC (recorded before the ROS-time rev
 SUFFIX = ".migrated"
 
 
-class MigrateError(FlywheelError, RuntimeError):
-    """The bag cannot be upgraded (not MCAP, damaged before its definitions, no clock mapping)."""
 
 
 def command(path: Path | str) -> str:

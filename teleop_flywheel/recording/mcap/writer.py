@@ -55,8 +55,8 @@ from mcap.writer import CompressionType, Writer
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.recording.mcap import msgdefs
+from teleop_flywheel.recording.mcap.exceptions import BagError, BagExistsError, BagWriteError, DiskFullError
 from teleop_flywheel.recording.mcap.metadata import (
     Qos,
     TopicRecord,
@@ -79,31 +79,12 @@ _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 
 
-class BagError(FlywheelError, RuntimeError):
-    """Misuse of a bag (unknown topic, closed writer, …)."""
 
 
-class BagExistsError(FlywheelError, FileExistsError):
-    """The bag directory already exists: bags are never overwritten."""
 
 
-class BagWriteError(FlywheelError, OSError):
-    """Writing a bag failed (from `write`, `flush`, `close` or the flusher thread); `path` names the file.
-
-    The bag is then failed: every later `write`/`flush`/`close` raises this same error.
-    """
-
-    def __init__(self, path: Path, cause: BaseException, what: str = "error writing") -> None:
-        detail = (cause.strerror if isinstance(cause, OSError) else None) or cause
-        super().__init__(getattr(cause, "errno", None), f"{what} {path}: {detail}", str(path))
-        self.path = Path(path)
 
 
-class DiskFullError(BagWriteError):
-    """No space left while writing a bag; `path` names the file being written."""
-
-    def __init__(self, path: Path, cause: OSError) -> None:
-        super().__init__(path, cause, "disk full writing")
 
 
 @dataclass

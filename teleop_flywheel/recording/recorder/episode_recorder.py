@@ -72,16 +72,16 @@ from teleop_flywheel.core.topics import (
     strip_namespace,
 )
 from teleop_flywheel.recording.mcap.cdr import (
-    CdrError,
     SequenceTracker,
     cdr_string,
     header_frame_id,
     header_stamp_ns,
     starts_with_header,
 )
+from teleop_flywheel.recording.mcap.exceptions import BagError, BagExistsError, BagWriteError, CdrError
 from teleop_flywheel.recording.mcap.metadata import Qos
 from teleop_flywheel.recording.mcap.msgdefs import normalize_type
-from teleop_flywheel.recording.mcap.writer import BagError, BagExistsError, BagWriteError, BagWriter
+from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.recording.recorder import clock_probe, verdict
 
 LATENCY_WINDOW = 64  # a camera's last receive-minus-stamp latencies kept for the status

@@ -99,7 +99,7 @@ class TrialDriver:
         slots, per checkpoint × condition in recording order), so an afternoon's walk continues
         where the morning's stopped. Returns how many were taken over."""
         from teleop_flywheel.evaluation.report import EvalError, read_trial
-        from teleop_flywheel.recording.mcap.reader import BagReadError
+        from teleop_flywheel.recording.mcap.exceptions import BagReadError
 
         found = []
         for d in sorted(p for p in bag_dir.iterdir() if p.is_dir()) if bag_dir.is_dir() else []:

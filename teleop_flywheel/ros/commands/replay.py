@@ -27,8 +27,8 @@ from typing import Any
 from teleop_flywheel.core.episode import METADATA_RECORD
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.topics import camera_name, normalize_namespace, strip_namespace
-from teleop_flywheel.recording.mcap.cdr import CdrError
-from teleop_flywheel.recording.mcap.reader import BagReadError, IndexedBag, RawMessage
+from teleop_flywheel.recording.mcap.exceptions import BagReadError, CdrError
+from teleop_flywheel.recording.mcap.reader import IndexedBag, RawMessage
 from teleop_flywheel.ros.session.foxglove.arms3d import DESCRIPTION_TOPIC, ArmScene, arm_of
 from teleop_flywheel.ros.session.foxglove.layout import write_layout
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent()
     # Its session's autogroup and itself at NICE; not SCHED_BATCH: under two busy processes a
-    # batch worker SIGKILLed mid-verdict was not even reaped within 5 s (fresh-clone run 7).
+    # SCHED_BATCH worker SIGKILLed mid-verdict is not even reaped within 5 s.
     lower_priority(NICE, batch=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
     out = sys.stdout

@@ -19,8 +19,8 @@ from teleop_flywheel.data.convert.converter import ConvertResult, convert
 from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, segments_root, waiting_bags
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.convert.segments import SEGMENT_FRAMES
-from teleop_flywheel.recording.mcap.reader import open_bag
-from teleop_flywheel.recording.mcap.scan import FollowMcap, scan
+from teleop_flywheel.recording.mcap.reader import FollowMcap, open_bag
+from teleop_flywheel.recording.mcap.scan import scan
 from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.growing_bag import grow

@@ -29,7 +29,8 @@ from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.validate import validator as val
 from teleop_flywheel.data.validate.reasons import Supplied
 from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.recording.mcap.reader import OutdatedBagError, open_bag, open_indexed
+from teleop_flywheel.recording.mcap.exceptions import OutdatedBagError
+from teleop_flywheel.recording.mcap.reader import open_bag, open_indexed
 from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.testing.foreign_bag import write_with_mcap, write_with_rosbags
 from teleop_flywheel.testing.synthetic_session import MONO0_NS, WALL0_NS, SessionSpec, write_session

@@ -27,18 +27,18 @@ from teleop_flywheel import cli
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
 from teleop_flywheel.data.reports.bag_info import bag_info
 from teleop_flywheel.recording.mcap import msgdefs
-from teleop_flywheel.recording.mcap.metadata import BagNotFoundError, find_mcap
-from teleop_flywheel.recording.mcap.reader import BagReadError, IndexedBag, open_bag
+from teleop_flywheel.recording.mcap.exceptions import (
+    BagExistsError,
+    BagNotFoundError,
+    BagReadError,
+    BagWriteError,
+    DiskFullError,
+)
+from teleop_flywheel.recording.mcap.metadata import find_mcap
+from teleop_flywheel.recording.mcap.reader import IndexedBag, open_bag
 from teleop_flywheel.recording.mcap.recover import recover
 from teleop_flywheel.recording.mcap.scan import scan
-from teleop_flywheel.recording.mcap.writer import (
-    START_RECORD,
-    BagExistsError,
-    BagWriteError,
-    BagWriter,
-    DiskFullError,
-    Qos,
-)
+from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter, Qos
 
 TS = get_typestore(Stores.LATEST)
 T = TS.types

@@ -6,7 +6,6 @@ import pytest
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.recording.mcap.cdr import (
-    CdrError,
     SequenceTracker,
     cdr_string,
     compressed_image_cdr,
@@ -20,6 +19,7 @@ from teleop_flywheel.recording.mcap.cdr import (
     starts_with_header,
     string_cdr,
 )
+from teleop_flywheel.recording.mcap.exceptions import CdrError
 
 TS = get_typestore(Stores.LATEST)
 T = TS.types

@@ -285,8 +285,8 @@ def test_header_stamps_are_ros_time_and_an_old_one_is_stale_on_the_node_clock(te
     """Header stamps carry ROS time both ways: the node's commands are stamped in ROS time (within a
     second of the wall clock), and an incoming leader stamp is converted back onto the node's
     monotonic clock before the staleness check: one stamped now drives, one stamped 200 ms in the
-    past (stale_ms 100) is held as stale at once. (Read as monotonic, a ROS-time stamp lies ~1.8e9 s
-    in the future of the node's clock and would never be stale.)"""
+    past (stale_ms 100) is held as stale at once. Read as monotonic, a ROS-time stamp lies ~1.8e9 s
+    in the future of the node's clock and would never be stale."""
     probe = teleop_factory(mode="teleop", stale_ms=100.0)
     probe.inputs["leader"] = 0.3
     probe.drive(lambda: bool(probe.commands) and probe.commands[-1][1] == pytest.approx(0.3, abs=1e-6),
