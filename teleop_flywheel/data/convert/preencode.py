@@ -156,8 +156,7 @@ class BagPreEncoder:
     def _declared_cameras_started(self) -> bool:
         assert self._follow is not None
         result = self._follow.result
-        declared = {self._topic(ch.topic) for ch in result.channels.values()
-                    if (s := result.schemas.get(ch.schema_id)) is not None and s.name == COMPRESSED_IMAGE}
+        declared = {self._topic(ch.topic) for ch in result.raw_channels.values() if ch.schema_name == COMPRESSED_IMAGE}
         return bool(declared) and declared <= set(self._first)
 
     def _make(self, limit: int | None) -> int:

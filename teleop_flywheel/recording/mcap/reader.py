@@ -26,7 +26,10 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
                                              # lineage); BagReadError if metadata.yaml disagrees
 
 A bag still being recorded is read as it grows with `FollowMcap` (`scan.py`: each poll reads the
-records written since the last), the same record scan `open_bag` uses.
+records written since the last), the same record scan `open_bag` uses. Every path hands out the
+same records: channels as `RawChannel` (`IndexedBag.channels`, `ScanResult.raw_channels`), metadata
+records as `{name: {key: value}}`, messages as `RawMessage` (MCAP's own Message record: channel_id,
+sequence, log_time, publish_time, data), whether read through the index or record by record.
 
 `stamps_ns` are the source stamps, `header.stamp` read from each message's CDR: the one time
 base the data engine aligns and validates on. MCAP `publish_time` is kept as stored (rosbag2
@@ -56,7 +59,7 @@ from typing import Any
 import numpy as np
 from mcap.exceptions import McapError
 from mcap.reader import make_reader
-from mcap.records import Channel, Message, Schema
+from mcap.records import Message
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
@@ -73,7 +76,7 @@ from teleop_flywheel.recording.mcap.exceptions import (
     UnindexedBagError,
 )
 from teleop_flywheel.recording.mcap.metadata import find_mcap, read_metadata_yaml
-from teleop_flywheel.recording.mcap.scan import FollowMcap, ScanResult, open_regular, scan
+from teleop_flywheel.recording.mcap.scan import FollowMcap, RawChannel, RawMessage, ScanResult, open_regular, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD
 
 
@@ -84,33 +87,6 @@ def refuse_outdated(path: Path, schema_texts: Iterable[bytes], records: dict[str
         raise OutdatedBagError(upgrade.refusal(path, reasons))
 
 
-
-
-@dataclass(frozen=True)
-class RawChannel:
-    """One MCAP channel with its schema, as stored (nothing decoded)."""
-
-    id: int
-    topic: str
-    schema_name: str
-    schema_encoding: str
-    schema_data: bytes
-    message_encoding: str
-    metadata: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, channel: Channel, schema: Schema | None) -> RawChannel:
-        return cls(channel.id, channel.topic, schema.name if schema else "", schema.encoding if schema else "",
-                   schema.data if schema else b"", channel.message_encoding, dict(channel.metadata))
-
-
-@dataclass(frozen=True)
-class RawMessage:
-    channel_id: int
-    log_time: int
-    publish_time: int
-    data: bytes
-    sequence: int = 0
 
 
 def find_bag(path: Path) -> tuple[Path, Path]:
@@ -146,8 +122,8 @@ class IndexedBag:
     def messages(self, start_ns: int | None = None) -> Iterator[RawMessage]:
         """Messages with log_time >= start_ns, in log-time order, read through the index."""
         with self.path.open("rb") as f:
-            for _schema, channel, message in make_reader(f).iter_messages(starting_at=start_ns, log_time_order=True):
-                yield RawMessage(channel.id, message.log_time, message.publish_time, message.data, message.sequence)
+            reader = make_reader(f)
+            yield from (message for _s, _c, message in reader.iter_messages(starting_at=start_ns, log_time_order=True))
 
     def metadata(self) -> dict[str, dict[str, str]]:
         """The MCAP metadata records by name (episode metadata, rosbag2's own)."""
@@ -428,9 +404,8 @@ def open_bag(path: str | Path) -> Bag:
     namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
     topics: dict[str, str] = {}
     raw: dict[str, RawTopic] = {}
-    for cid, ch in sorted(scanned.channels.items()):
-        schema = scanned.schemas.get(ch.schema_id)
-        type_name = schema.name if schema is not None else ""
+    for cid, ch in sorted(scanned.raw_channels.items()):
+        type_name = ch.schema_name
         name = strip_namespace(ch.topic, namespace) if namespace else ch.topic
         if name in raw:
             damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))

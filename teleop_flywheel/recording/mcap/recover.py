@@ -114,10 +114,9 @@ def _episode(scanned: ScanResult, notes: list[str]) -> tuple[EpisodeMeta | None,
 def _topics(scanned: ScanResult) -> list[TopicRecord]:
     counts = scanned.counts
     topics = []
-    for cid, ch in sorted(scanned.channels.items()):
-        schema = scanned.schemas.get(ch.schema_id)
+    for cid, ch in sorted(scanned.raw_channels.items()):
         topics.append(TopicRecord(
-            name=ch.topic, type=schema.name if schema else "",
+            name=ch.topic, type=ch.schema_name,
             type_description_hash=ch.metadata.get("topic_type_hash", ""),
             offered_qos_profiles=parse_qos_yaml(ch.metadata.get("offered_qos_profiles", "")),
             serialization_format=ch.message_encoding, message_count=counts.get(cid, 0)))

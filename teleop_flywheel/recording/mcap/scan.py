@@ -59,6 +59,30 @@ MAX_CHUNK_BYTES = 1 << 30  # a declared uncompressed chunk size beyond this is d
 BLOCK = 1 << 20  # read and decompress in blocks of this size
 
 
+# What every way of reading a bag hands out (the record scan, `FollowMcap`, the indexed reader):
+# messages as MCAP's own Message records (channel_id, sequence, log_time, publish_time, data),
+# channels as `RawChannel`, metadata records as {name: {key: value}}.
+RawMessage = Message
+
+
+@dataclass(frozen=True)
+class RawChannel:
+    """One MCAP channel with its schema, as stored (nothing decoded)."""
+
+    id: int
+    topic: str
+    schema_name: str
+    schema_encoding: str
+    schema_data: bytes
+    message_encoding: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, channel: Channel, schema: Schema | None) -> RawChannel:
+        return cls(channel.id, channel.topic, schema.name if schema else "", schema.encoding if schema else "",
+                   schema.data if schema else b"", channel.message_encoding, dict(channel.metadata))
+
+
 class Malformed(ValueError):
     """A record whose bytes cannot be what its header says."""
 
@@ -181,6 +205,11 @@ class ScanResult:
         return sum(self.counts.values())
 
     @property
+    def raw_channels(self) -> dict[int, RawChannel]:
+        """The surviving channels with their schemas, as `IndexedBag.channels` gives them."""
+        return {cid: RawChannel.of(ch, self.schemas.get(ch.schema_id)) for cid, ch in self.channels.items()}
+
+    @property
     def orphans(self) -> list[int]:
         """Channel ids that have messages but no surviving channel record."""
         return sorted(set(self.counts) - set(self.channels))
@@ -285,7 +314,7 @@ def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int,
 
 
 class _Scanner:
-    def __init__(self, f: BinaryIO, result: ScanResult, on_message: Callable[[Message], None] | None) -> None:
+    def __init__(self, f: BinaryIO, result: ScanResult, on_message: Callable[[RawMessage], None] | None) -> None:
         self.f, self.result, self.on_message = f, result, on_message
         self.chunk_digests: set[bytes] = set()
         self.data_end_at: int | None = None
@@ -350,7 +379,7 @@ class FollowMcap:
     the complete records written since the previous one, so a watcher pays for every byte once.
     `result` accumulates what `scan` reports; a record cut mid-write is read by a later poll."""
 
-    def __init__(self, path: str | Path, on_message: Callable[[Message], None] | None = None) -> None:
+    def __init__(self, path: str | Path, on_message: Callable[[RawMessage], None] | None = None) -> None:
         self.path = Path(path)
         self.result = ScanResult(path=self.path, size=0)
         self._on_message = on_message
@@ -411,7 +440,7 @@ class FollowMcap:
                 r.metadata[rec.name] = dict(rec.metadata)
 
 
-def scan(path: str | Path, on_message: Callable[[Message], None] | None = None) -> ScanResult:
+def scan(path: str | Path, on_message: Callable[[RawMessage], None] | None = None) -> ScanResult:
     """Read every surviving record of `path` in file order (see the module docstring).
 
     Raises `NotMcapError` for a file that is not MCAP (or not a regular file) and OSError if it
