@@ -8,5 +8,6 @@
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 
-`parallel` (process pools, Ray) and `filelock` serve every room.
+`parallel` (process pools, Ray) and `filelock` serve every room; `migrate` (the verb) upgrades bags,
+manifests and datasets in an older format of ours into copies in the current one.
 """
