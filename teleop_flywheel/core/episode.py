@@ -22,9 +22,10 @@ CALIBRATION_ROLES = ("leader", "follower")
 
 # Fields stored as JSON strings in the flat string map.
 _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra",
-                "clock_samples", "corrections")
-# Written only when there are some: bags recorded before corrections existed read back unchanged.
-_OMITTED_WHEN_EMPTY = ("corrections",)
+                "clock_samples", "corrections", "task_spec", "outcome_check")
+# Written only when set: bags recorded before these fields existed read back unchanged, and an
+# episode recorded without a task spec has the same content id as before specs existed.
+_OMITTED_WHEN_EMPTY = ("corrections", "task_spec", "task_spec_id", "outcome_check")
 # `stamp_clock`: the clock of every header stamp and recorded event time in the bag. "ros" (the
 # system clock, SPEC §4 revised); "" in older bags, whose stamps are CLOCK_MONOTONIC: readers refuse
 # them and `teleop-flywheel migrate` (recording/mcap/upgrade.py) puts them on ROS time.
@@ -92,6 +93,13 @@ class EpisodeMeta:
     # Teleop-mode corrections (the pedal pressed while the human teleoperates: "I reached in to fix
     # something"), labelled like interventions; their own ids (1, 2, …), times like interventions'.
     corrections: list[Intervention] = field(default_factory=list)
+    # The task spec the rig recorded under (`core/task_spec.py`): its canonical content, so the
+    # validator judges the episode by the spec it was recorded against, and its content id.
+    task_spec: dict[str, Any] = field(default_factory=dict)
+    task_spec_id: str = ""
+    # The spec's success predicate on the final state, judged at stop beside the operator's flag:
+    # {"passed": bool, "detail": str}; empty when no spec was set.
+    outcome_check: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
