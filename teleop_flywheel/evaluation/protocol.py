@@ -9,14 +9,13 @@ entry with a failure label, and whether interventions are allowed.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from teleop_flywheel.core.content_id import canonical_hash
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 
 FORMAT = "teleop_flywheel.eval_protocol/1"
@@ -96,27 +95,6 @@ class Protocol:
             if c.name == name:
                 return c
         raise ProtocolError(f"{self.path}: no condition {name!r} (has {', '.join(c.name for c in self.conditions)})")
-
-
-def _canonical(value: Any) -> Any:
-    """What the YAML says, not how: every number as a float (`30` and `30.0` are one time limit),
-    mapping keys and any other scalar (a date tag, say) as text."""
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, (int, float)):
-        return float(value)
-    return str(value)
-
-
-def canonical_hash(data: dict[str, Any]) -> str:
-    """sha256 of the protocol's content as sorted-key compact JSON: key order, YAML layout and
-    number spelling do not matter."""
-    text = json.dumps(_canonical(data), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _need(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
