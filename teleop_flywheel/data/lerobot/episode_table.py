@@ -29,6 +29,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "interventions": ("interventions",),
     "triggers": ("intervention_triggers", "triggers"),
 }
+# What `convert --trim-dead-air` cut from an episode's ends (seconds): counted back into its duration.
+TRIMMED_COLUMNS = ("dead_air_trimmed_leading_s", "dead_air_trimmed_trailing_s")
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
 META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
 
@@ -48,6 +50,9 @@ class EpisodeRecord:
     recorded_wall_ns: int | None = None
     triggers: list[str | None] | None = None  # one entry per intervention (None = unlabelled)
     extra: dict[str, Any] = field(default_factory=dict)
+    started_wall_ns: int | None = None  # when recording began (before any dead air `convert` trimmed)
+    duration_s: float | None = None  # start to stop as recorded (dead air trimmed by convert counted back in)
+    takeover_s: float | None = None  # seconds under a human's takeover (a takeover never handed back: to the stop)
 
     @property
     def task(self) -> str:
@@ -86,12 +91,35 @@ def _from_meta(meta: EpisodeMeta) -> dict[str, Any]:
     wall = None
     if meta.clock_start and meta.started_mono_ns:
         wall = int(meta.started_mono_ns + meta.clock_start["wall_ns"] - meta.clock_start["mono_ns"])
+    duration = None
+    if meta.stopped_mono_ns > meta.started_mono_ns > 0:
+        duration = (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9
+    start_ros = meta.started_ros_ns or None
     return {
         "operator": meta.operator or None, "outcome": meta.outcome, "attempts": meta.attempts,
         "checkpoint": meta.policy_checkpoint or None, "session_kind": meta.session_kind or None,
         "rig_id": meta.rig_id or None, "recorded_wall_ns": wall,
         "triggers": [i.trigger for i in meta.interventions],
+        "started_wall_ns": wall, "duration_s": duration,
+        "takeover_s": takeover_seconds([i.__dict__ for i in meta.interventions], start_ros, duration),
     }
+
+
+def takeover_seconds(interventions: list[dict[str, Any]], start_ns: int | None, duration_s: float | None
+                     ) -> float | None:
+    """Seconds of the episode under takeovers (`{start_ns, end_ns}` on the episode's ROS clock); a
+    takeover never handed back lasts to the stop, which needs the episode's start and duration."""
+    total = 0.0
+    for i in interventions:
+        if i.get("start_ns") is None:
+            return None  # a table that lists takeovers without their times
+        if i.get("end_ns") is not None:
+            total += (int(i["end_ns"]) - int(i["start_ns"])) / 1e9
+        elif start_ns is None or duration_s is None:
+            return None
+        else:
+            total += max(0.0, start_ns / 1e9 + duration_s - int(i["start_ns"]) / 1e9)
+    return total
 
 
 def record_from_meta(meta: EpisodeMeta, episode_index: int = -1, length: int = 0,
@@ -120,6 +148,16 @@ def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
             if pick[key] and _clean(row[pick[key]]) is not None:
                 setattr(rec, key, int(_clean(row[pick[key]])))
         rec.triggers = _triggers(row, pick, rec.triggers)
+        if rec.duration_s is None:
+            leading, trailing = (float(_clean(row.get(c)) or 0.0) for c in TRIMMED_COLUMNS)
+            rec.duration_s = rec.length / ds.fps + leading + trailing
+            if rec.recorded_wall_ns is not None:
+                rec.started_wall_ns = rec.recorded_wall_ns - round(leading * 1e9)
+        if rec.takeover_s is None and pick["interventions"] and (items := _json_list(row[pick["interventions"]])):
+            rec.takeover_s = takeover_seconds([i for i in items if isinstance(i, dict)], rec.started_wall_ns,
+                                              rec.duration_s)
+        elif rec.takeover_s is None and rec.triggers == []:
+            rec.takeover_s = 0.0
         out.append(rec)
     return out
 

@@ -5,7 +5,10 @@
   policy episode and the share of policy episodes with at least one intervention;
 - episodes per task and per start-state cluster (k-means on box-normalised start states, k-means++
   replaced by deterministic farthest-point seeding, at most 100 Lloyd iterations);
-- the intervention rate of the current checkpoint (the one in the most recently recorded episode).
+- the intervention rate of the current checkpoint (the one in the most recently recorded episode);
+- throughput per station (rig), per operator and overall: cycle and reset time, demos per
+  operator-station-hour, disengagements per policy-hour and the seeds' costing, with the plan it
+  implies ("10,000 demos is N station-weeks"): `data/reports/throughput.py`.
 
 Input is a LeRobot dataset made by our converter (episode metadata columns) or bag directories,
 read through each MCAP's episode metadata record (`recording.reader.read_episode`, via the summary
@@ -24,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records, record_from_meta
 from teleop_flywheel.data.reports.audit import load
 from teleop_flywheel.data.reports.coverage import farthest_point_order
+from teleop_flywheel.data.reports.throughput import BREAK_S, format_lines, throughput_report
 from teleop_flywheel.data.validate.validator import find_bags
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
@@ -90,6 +95,7 @@ class FlywheelStats:
     cluster_rule: str
     current_checkpoint: str | None
     current: dict[str, Any]
+    throughput: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -109,6 +115,7 @@ def compute(
     box: tuple[np.ndarray, np.ndarray] | None = None,
     k: int = 4,
     joints: list[str] | None = None,
+    break_s: float = BREAK_S,
 ) -> FlywheelStats:
     notes: list[str] = []
     groups: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
@@ -164,7 +171,7 @@ def compute(
     else:
         notes.append("no policy episodes (no checkpoint in the metadata): intervention rates are empty")
     return FlywheelStats(source, len(records), rows, dict(per_task), dict(per_operator), clusters, rule,
-                         current, summary, notes)
+                         current, summary, throughput_report(records, break_s), notes)
 
 
 def bag_records(paths: list[Path]) -> list[EpisodeRecord]:
@@ -185,15 +192,15 @@ def bag_records(paths: list[Path]) -> list[EpisodeRecord]:
     return out
 
 
-def stats_for(paths: list[Path], k: int = 4) -> FlywheelStats:
+def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> FlywheelStats:
     if len(paths) == 1 and (paths[0] / INFO_PATH).is_file():
         ds = LeRobotDataset.open(paths[0])
         data = load(ds)
         records = {r.episode_index: r for r in episode_records(ds)}
         recs = [records[int(e)] for e in data.spans.episode_index]
         box = (np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float))
-        return compute(recs, str(paths[0]), data.start_states, box, k, ds.joint_names(data.state_feature))
-    return compute(bag_records(paths), ", ".join(map(str, paths)), k=k)
+        return compute(recs, str(paths[0]), data.start_states, box, k, ds.joint_names(data.state_feature), break_s)
+    return compute(bag_records(paths), ", ".join(map(str, paths)), k=k, break_s=break_s)
 
 
 def format_text(s: FlywheelStats) -> str:
@@ -218,6 +225,7 @@ def format_text(s: FlywheelStats) -> str:
     for c in s.clusters:
         centre = ", ".join(f"{k.removesuffix('.pos')} {v:.1f}" for k, v in c["centre"].items())
         lines.append(f"  cluster {c['cluster']}: {c['episodes']} episodes  centre [{centre}]  per task {c['per_task']}")
+    lines += ["", *format_lines(s.throughput)]
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines)
 
@@ -225,10 +233,15 @@ def format_text(s: FlywheelStats) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, help="a LeRobot dataset, or bag directories / folders of bags")
     parser.add_argument("--clusters", type=int, default=4, help="start-state clusters (k-means k, default 4)")
+    parser.add_argument("--break-s", type=float, default=BREAK_S,
+                        help=f"a gap this long between one operator's episodes at a station ends a shift "
+                             f"(default {BREAK_S:g} s)")
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    stats = stats_for(args.paths, args.clusters)  # DatasetError: one line, exit 2 (cli.py)
+    if args.break_s <= 0:
+        raise UsageError(f"--break-s must be > 0, got {args.break_s:g}")
+    stats = stats_for(args.paths, args.clusters, args.break_s)  # DatasetError: one line, exit 2 (cli.py)
     print(json.dumps(stats.to_dict(), indent=2) if args.json else format_text(stats))
     return 0
