@@ -73,6 +73,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
+    "rollout": (
+        "teleop_flywheel.evaluation.rollout",
+        "stage a checkpoint across rigs: advance, hold or roll back on the recorded numbers",
+    ),
     "replay": ("teleop_flywheel.ros.commands.replay", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
     "view": (
         "teleop_flywheel.ros.session.foxglove.view",

@@ -192,6 +192,13 @@ def bag_records(paths: list[Path]) -> list[EpisodeRecord]:
     return out
 
 
+def records_for(paths: list[Path]) -> list[EpisodeRecord]:
+    """The episode records of one dataset made by `convert`, or of the bags under `paths`."""
+    if len(paths) == 1 and (paths[0] / INFO_PATH).is_file():
+        return episode_records(LeRobotDataset.open(paths[0]))
+    return bag_records(paths)
+
+
 def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> FlywheelStats:
     if len(paths) == 1 and (paths[0] / INFO_PATH).is_file():
         ds = LeRobotDataset.open(paths[0])
