@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.manifest import load_manifest
+from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 
@@ -74,7 +74,7 @@ class Registry:
         if not checkpoint:
             raise LineageError("checkpoint id must not be empty")
         manifest = load_manifest(manifest_path)
-        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        digest = manifest_sha256(manifest)
         old = self.checkpoints.get(checkpoint)
         if old is not None:
             if old["manifest_sha256"] == digest:
