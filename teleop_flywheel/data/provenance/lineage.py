@@ -7,7 +7,8 @@ the answer survives the manifest file being moved or edited. Registry location, 
 (XDG_DATA_HOME respected).
 
     lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
-    lineage which CHECKPOINT|BAG                        the manifest behind a checkpoint (or a bag's)
+    lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
+                                                        one a `manifest materialize` dataset holds)
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
     lineage list                                        every registered checkpoint
 """
