@@ -144,7 +144,7 @@ def _kept_rows(ds: LeRobotDataset, order: list[int]) -> tuple[pa.Table, list[str
     for path in ds.data_files():
         table = pq.read_table(path)
         parts.append(table.filter(pc.is_in(table["episode_index"], value_set=keep)))
-    table = pa.concat_tables(parts)
+    table = pa.concat_tables(parts, promote_options="permissive")
     new_ep = _lookup(order)[table["episode_index"].to_numpy()]
     frame = table["frame_index"].to_numpy() if "frame_index" in table.column_names else np.zeros(len(new_ep))
     perm = np.lexsort((frame, new_ep))
@@ -350,7 +350,7 @@ def _write_all(loc: Located, stage: Path, resolution: tuple[int, int] | None, co
         per_episode[k].update(lf.stats_from_episode_row(row, video_keys(ds)))
     _write_data(stage, info, table, spans, rows)
     keys = video_keys(ds)
-    with progress(len(keys) * len(order), "materialize" if show else None, unit="episode") as bar:
+    with progress(len(keys) * len(order), "materialize" if show and keys else None, unit="episode") as bar:
         _write_videos(loc, stage, info, order, lengths, rows, per_episode, resolution, codec, bar.update)
     _write_episodes(stage, source, order, rows, per_episode)
     pd.DataFrame({"task_index": list(range(len(texts)))}, index=pd.Index(texts, name="task")).to_parquet(
@@ -376,6 +376,8 @@ def materialize(loc: Located, out: Path, resolution: tuple[int, int] | None = No
                 show_progress: bool = True) -> Materialized:
     """Write the dataset of `loc`'s episodes at `out` (which must not exist), atomically."""
     out = Path(os.path.abspath(out))
+    if not loc.current:
+        raise UsageError("the manifest lists no episodes", where=str(loc.path), fix="create one that selects some")
     if os.path.lexists(out):
         raise UsageError("output already exists", where=str(out),
                          fix="choose a new OUT: a materialized dataset is written whole, never over anything")
