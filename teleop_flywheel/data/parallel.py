@@ -67,7 +67,7 @@ def parallel_map(
         raise ValueError(f"workers must be >= 1, got {workers}")
     if not jobs:
         return []
-    with _progress(len(jobs), desc) as bar:
+    with progress(len(jobs), desc) as bar:
         if executor == "ray":
             return _ray_map(fn, jobs, workers, bar.update)
         n = min(workers or default_workers(), len(jobs))
@@ -175,14 +175,14 @@ class _NoBar:
         return None
 
 
-def _progress(total: int, desc: str | None) -> Any:
-    """A progress bar on a terminal; in a log file or a pipe one line saying what runs (a bar there
-    is a single line of carriage returns)."""
+def progress(total: int, desc: str | None, unit: str = "bag") -> Any:
+    """A progress bar on stderr when it is a terminal (`update(n)`); in a log file or a pipe one line
+    saying what runs (a bar there is a single line of carriage returns); nothing without `desc`."""
     if desc is None:
         return _NoBar()
     if not sys.stderr.isatty():
-        print(f"{desc}: {total} {'bag' if total == 1 else 'bags'}...", file=sys.stderr, flush=True)
+        print(f"{desc}: {total} {unit if total == 1 else unit + 's'}...", file=sys.stderr, flush=True)
         return _NoBar()
     from tqdm import tqdm  # noqa: PLC0415
 
-    return tqdm(total=total, desc=desc, unit="bag")
+    return tqdm(total=total, desc=desc, unit=unit)

@@ -1,8 +1,9 @@
 """A LeRobot v3.0 dataset's files with plain pandas/pyarrow: the independent reader the reports are
 checked against (nothing of `data.lerobot.dataset`), and edits that plant faults in a dataset
-(rows dropped, a column rewritten) the way `synthetic_session` plants them in bags."""
+(rows dropped, an episode removed, a column rewritten) the way `synthetic_session` plants them in bags."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,3 +59,30 @@ def rewrite_column(root: Path, column: str, fn: Callable[[np.ndarray], np.ndarra
         else:
             new = pa.array(fn(col.to_numpy(zero_copy_only=False)), type=kind)
         pq.write_table(table.set_column(i, table.schema.field(i), new), path)
+
+
+def drop_episode(root: Path, episode: int, renumber: bool = False) -> None:
+    """Remove an episode everywhere (data rows, episodes table, totals), as a consistent edit; with
+    `renumber` the later episodes move down one index, as deleting an episode with a dataset tool
+    does. Videos are left as they are: the other episodes keep their spans in them."""
+    def shift(ep: np.ndarray) -> np.ndarray:
+        return ep - (ep > episode) if renumber else ep
+
+    for path in data_files(root):
+        t = pq.read_table(path)
+        t = t.filter(pa.array(t.column("episode_index").to_numpy() != episode))
+        i = t.schema.get_field_index("episode_index")
+        pq.write_table(t.set_column(i, t.schema.field(i), pa.array(shift(t.column(i).to_numpy()))), path)
+    path = next((root / "meta/episodes").rglob("*.parquet"))
+    t = pq.read_table(path)
+    t = t.filter(pa.array(t.column("episode_index").to_numpy() != episode))
+    starts = np.concatenate(([0], np.cumsum(t.column("length").to_numpy())))
+    for name, values in (("dataset_from_index", starts[:-1]), ("dataset_to_index", starts[1:]),
+                         ("episode_index", shift(t.column("episode_index").to_numpy()))):
+        t = t.set_column(t.schema.get_field_index(name), name, pa.array(values.astype(np.int64)))
+    pq.write_table(t, path)
+    rewrite_column(root, "index", lambda a: np.arange(len(a), dtype=np.int64))
+    info = json.loads((root / "meta/info.json").read_text())
+    info["total_episodes"] -= 1
+    info["total_frames"] = int(starts[-1])
+    (root / "meta/info.json").write_text(json.dumps(info))

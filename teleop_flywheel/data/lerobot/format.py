@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ DEFAULT_VIDEO_FILE_SIZE_IN_MB = 200
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
+SAMPLE_WEIGHTS_PATH = "meta/sample_weights.parquet"  # ours (data/reports/weights.py); LeRobot ignores it
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -234,26 +236,63 @@ class VideoEncoder:
 
 def concat_videos(parts: list[Path], out: Path) -> None:
     """Remux mp4s back to back into `out` (no re-encode), each starting where the previous ended."""
+    remux([(part, None) for part in parts], out)
+
+
+def remux(parts: list[tuple[Path, tuple[float, float] | None]], out: Path) -> list[int]:
+    """Copy packets (no re-encode) back to back into `out`: of each part, a whole mp4 (span None) or
+    the packets whose pts lies in its span's [from, to) seconds (an episode of a dataset's video,
+    the rule `manifest_hash.video_hashes` reads episodes by); each part starts where the previous
+    ended. Returns the packets copied per part. A span must start on a key frame (every episode
+    does: each was encoded as a video of its own)."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    copied: list[int] = []
     with av.open(str(out), "w") as dst:
         ostream = None
         offset = Fraction(0)
-        for part in parts:
+        for part, span in parts:
             with av.open(str(part)) as src:
                 istream = src.streams.video[0]
                 if ostream is None:
                     ostream = dst.add_stream_from_template(istream, opaque=True)
                 tb = istream.time_base
-                frames = istream.frames
                 rate = istream.average_rate or istream.base_rate
                 if tb is None or rate is None:
                     raise ValueError(f"{part}: video stream without a time base or frame rate")
                 shift = int(round(offset / tb))
-                for packet in src.demux(istream):
+                packets = src.demux(istream)
+                if span is not None:
+                    lo, hi = span
+                    shift -= int(round(Fraction(lo) / tb))
+                    src.seek(int(lo / tb), stream=istream, backward=True, any_frame=False)
+                    packets = _in_span(src.demux(istream), tb, lo, hi, part)
+                count = 0
+                for packet in packets:
                     if packet.dts is None or packet.pts is None:
                         continue
                     packet.pts += shift
                     packet.dts += shift
                     packet.stream = ostream
                     dst.mux(packet)
-                offset += Fraction(frames) / Fraction(rate)
+                    count += 1
+                copied.append(count)
+                offset += Fraction(istream.frames if span is None else count) / Fraction(rate)
+    return copied
+
+
+def _in_span(packets: Iterator[av.Packet], tb: Fraction, lo: float, hi: float, part: Path) -> Iterator[av.Packet]:
+    """The packets with pts in [lo, hi) seconds, in decode order, the first a key frame; stops at
+    the first packet decoded at or after hi (no later packet can be shown before it)."""
+    first = True
+    for packet in packets:
+        if packet.pts is None or packet.dts is None:
+            continue
+        if float(packet.dts * tb) >= hi - 1e-6:
+            return
+        if not lo - 1e-6 <= float(packet.pts * tb) < hi - 1e-6:
+            continue
+        if first and not packet.is_keyframe:
+            raise ValueError(f"{part}: the span [{lo:.3f}, {hi:.3f}) s does not start on a key frame; "
+                             "it cannot be copied without re-encoding")
+        first = False
+        yield packet

@@ -7,7 +7,8 @@ the answer survives the manifest file being moved or edited. Registry location, 
 (XDG_DATA_HOME respected).
 
     lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
-    lineage which CHECKPOINT|BAG                        the manifest behind a checkpoint (or a bag's)
+    lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
+                                                        one a `manifest materialize` dataset holds)
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
     lineage list                                        every registered checkpoint
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -27,6 +27,8 @@ from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.manifest import load_manifest
+from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
+from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 
@@ -74,7 +76,7 @@ class Registry:
         if not checkpoint:
             raise LineageError("checkpoint id must not be empty")
         manifest = load_manifest(manifest_path)
-        digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        digest = manifest_sha256(manifest)
         old = self.checkpoints.get(checkpoint)
         if old is not None:
             if old["manifest_sha256"] == digest:
@@ -139,6 +141,22 @@ def describe(entry: dict[str, Any]) -> str:
             f"  created    {m['created']}, registered {entry['registered']}")
 
 
+def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
+    """The manifest a materialized dataset holds, and the checkpoints registered as trained on it."""
+    record = provenance(root)
+    if record is None:
+        raise LineageError(f"{root}: a dataset, but not one `manifest materialize` wrote (no {PROVENANCE_KEY} "
+                           "in meta/info.json): `lineage which` takes a checkpoint id, a bag or a materialized dataset")
+    trained = sorted(c for c, e in reg.checkpoints.items() if e["manifest_sha256"] == record["manifest_sha256"])
+    if as_json:
+        return json.dumps({"dataset": str(root), **record, "checkpoints": trained}, indent=2)
+    return (f"dataset {root}  <-  manifest {record['manifest']} (sha256 {record['manifest_sha256'][:16]})\n"
+            f"  source     {record['dataset']}  fingerprint {record['fingerprint'][:16]}\n"
+            f"  episodes   {len(record['source_episodes'])} (source indices {record['source_episodes']}), "
+            f"videos {record['videos']}\n"
+            f"  trained    {', '.join(trained) or 'no registered checkpoint'}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--registry", type=Path, help=f"registry JSON (default ${ENV} or {default_registry()})")
     sub = parser.add_subparsers(dest="action", required=True)
@@ -146,8 +164,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands")
     r.add_argument("manifest", type=Path, help="the manifest JSON the checkpoint was trained on")
     r.add_argument("--run", help="run name (default: the manifest file's stem)")
-    w = sub.add_parser("which", help="the manifest that produced a checkpoint (or the checkpoint a bag recorded)")
-    w.add_argument("checkpoint", help="checkpoint id, or a bag directory recorded with that policy")
+    w = sub.add_parser("which", help="the manifest that produced a checkpoint (or the checkpoint a bag recorded, "
+                                     "or the manifest a materialized dataset holds)")
+    w.add_argument("checkpoint", help="checkpoint id, a bag directory recorded with that policy, or a dataset "
+                                      "written by `manifest materialize`")
     w.add_argument("--json", action="store_true", help="print the answer as JSON")
     e = sub.add_parser("episodes", help="the episode ids in a run")
     e.add_argument("run", help="run name or checkpoint id")
@@ -161,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "register":
             entry = register_checkpoint(reg.path, args.checkpoint, args.manifest, args.run)
             print(f"registered in {reg.path}:\n{describe(entry)}")
+        elif args.action == "which" and (Path(args.checkpoint) / "meta" / "info.json").is_file():
+            print(_which_dataset(reg, Path(args.checkpoint), args.json))
         elif args.action == "which":
             target = Path(args.checkpoint)
             ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else args.checkpoint

@@ -311,9 +311,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
     v.add_argument("--subset", action="store_true", help="only require the manifest's episodes (ignore additions)")
     v.add_argument("--json", action="store_true", help="print the result as JSON")
+    from teleop_flywheel.data.provenance import materialize  # noqa: PLC0415  (it builds on this module)
+
+    materialize.add_subcommands(sub)
 
 
 def run(args: argparse.Namespace) -> int:
+    from teleop_flywheel.data.provenance import materialize  # noqa: PLC0415  (it builds on this module)
+
+    if args.action in materialize.ACTIONS:
+        return materialize.run(args)
     try:
         ds = LeRobotDataset.open(args.dataset)
         if args.action == "create":

@@ -95,6 +95,12 @@ def task_sha256(texts: list[str]) -> str:
     return hashlib.sha256("\x00".join(texts).encode()).hexdigest()
 
 
+def manifest_sha256(manifest: dict[str, Any]) -> str:
+    """A manifest's own digest (its JSON with sorted keys, whatever its file's whitespace): what the
+    lineage registry and a materialized dataset file it under."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
 def info_sha256(info: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps({k: info.get(k) for k in INFO_KEYS}, sort_keys=True).encode()).hexdigest()
 

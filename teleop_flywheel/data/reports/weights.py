@@ -15,11 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
 from teleop_flywheel.data.reports.audit import Loaded
 
-WEIGHTS_PATH = "meta/sample_weights.parquet"
+WEIGHTS_PATH = lf.SAMPLE_WEIGHTS_PATH
 INTERVENTION_WEIGHT = 2.5
 HALF_LIFE_DAYS = 30.0
 NS_PER_DAY = 86_400 * 10**9

@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -14,7 +13,7 @@ from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry
 from teleop_flywheel.data.provenance.manifest import create, identities, verify
-from teleop_flywheel.testing.dataset_files import data_files, rewrite_column
+from teleop_flywheel.testing.dataset_files import data_files, drop_episode, rewrite_column
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -22,25 +21,6 @@ from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 def make(root: Path, episodes: int = 6, metadata: bool = True) -> Path:
     return write(root, SyntheticSpec(episodes=episodes, min_length=20, max_length=30, seed=7,
                                      episode_metadata=metadata)).root
-
-
-def drop_episode(root: Path, episode: int) -> None:
-    """Remove an episode everywhere (data rows, episodes table, totals), as a consistent edit."""
-    for path in data_files(root):
-        t = pq.read_table(path)
-        pq.write_table(t.filter(pa.array(t.column("episode_index").to_numpy() != episode)), path)
-    path = next((root / "meta/episodes").rglob("*.parquet"))
-    t = pq.read_table(path)
-    t = t.filter(pa.array(t.column("episode_index").to_numpy() != episode))
-    starts = np.concatenate(([0], np.cumsum(t.column("length").to_numpy())))
-    for name, values in (("dataset_from_index", starts[:-1]), ("dataset_to_index", starts[1:])):
-        t = t.set_column(t.schema.get_field_index(name), name, pa.array(values.astype(np.int64)))
-    pq.write_table(t, path)
-    rewrite_column(root, "index", lambda a: np.arange(len(a), dtype=np.int64))
-    info = json.loads((root / "meta/info.json").read_text())
-    info["total_episodes"] -= 1
-    info["total_frames"] = int(starts[-1])
-    (root / "meta/info.json").write_text(json.dumps(info))
 
 
 def test_ids_are_stable_and_content_sensitive(tmp_path: Path) -> None:
