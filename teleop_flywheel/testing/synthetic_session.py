@@ -60,6 +60,7 @@ from teleop_flywheel.core.clock import ClockMapping
 from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Intervention
 from teleop_flywheel.core.labels import mode_code, trigger_code
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
+from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
@@ -120,6 +121,14 @@ class SessionSpec:
     # The operator labels each takeover/correction this long after it started (0: at once). While
     # unlabelled, /teleop/authority's trigger is 0; a label after the hand-back never reaches it.
     label_delay_s: float = 0.0
+    # A session of episodes: this one starts this long after the session's first (both clocks move on).
+    session_time_s: float = 0.0
+    rig_id: str = "sim-rig"
+    # The PTP/chrony offset the recorder's probe reads at the episode's end (`extra["ptp_offset_end_ns"]`).
+    ptp_offset_end_ns: int | None = None
+    # The task spec the rig records under: its content and id in the metadata, and the rig's own
+    # verdict of its success predicate on the final follower pose (`outcome_check`).
+    task_spec: TaskSpec | None = None
 
 
 class _SimClock:
@@ -130,7 +139,8 @@ class _SimClock:
         if spec.stamp_clock not in ("monotonic", "ros"):
             raise ValueError(f"stamp_clock must be 'monotonic' or 'ros', got {spec.stamp_clock!r}")
         self.ros = spec.stamp_clock == "ros"
-        self.step_at = MONO0_NS + int(spec.clock_step[0] * 1e9) if spec.clock_step else None
+        self.mono0 = MONO0_NS + int(spec.session_time_s * 1e9)
+        self.step_at = self.mono0 + int(spec.clock_step[0] * 1e9) if spec.clock_step else None
         self.step_ns = int(spec.clock_step[1] * 1e6) if spec.clock_step else 0
 
     def offset(self, mono: Any) -> Any:
@@ -206,7 +216,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     t = np.arange(n) * dt
     jitter = rng.normal(0, 0.2e-3, n).clip(-0.4e-3, 0.4e-3)
     clock = _SimClock(spec)
-    mono_stamps = MONO0_NS + ((t + jitter) * 1e9).astype(np.int64)
+    mono_stamps = clock.mono0 + ((t + jitter) * 1e9).astype(np.int64)
     stamps = clock.stamp(mono_stamps)
 
     phase = rng.uniform(0, 2 * math.pi, 6)
@@ -245,8 +255,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         inside = (t >= start) & (t < end)
         interv_id[inside] = j
         trig[inside & (t >= start + spec.label_delay_s)] = trigger_code(label)
-        interventions.append(Intervention(j, int(clock.stamp(np.int64(MONO0_NS + start * 1e9))),
-                                          int(clock.stamp(np.int64(MONO0_NS + end * 1e9))), label))
+        interventions.append(Intervention(j, int(clock.stamp(np.int64(clock.mono0 + start * 1e9))),
+                                          int(clock.stamp(np.int64(clock.mono0 + end * 1e9))), label))
     mode = np.full(n, mode_code("teleop" if spec.session_kind == "teleop" else "policy"), float)
     authority = np.stack([alpha, mode, interv_id, trig], axis=1)
 
@@ -270,8 +280,8 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
     logs = joint_log(spec.joint_latency_ms)
     records += [(int(logs[i]), AUTHORITY, publish(int(logs[i]), int(stamps[i])),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
-    corrections = [Intervention(j, int(clock.stamp(np.int64(MONO0_NS + start * 1e9))),
-                                int(clock.stamp(np.int64(MONO0_NS + end * 1e9))), label)
+    corrections = [Intervention(j, int(clock.stamp(np.int64(clock.mono0 + start * 1e9))),
+                                int(clock.stamp(np.int64(clock.mono0 + end * 1e9))), label)
                    for j, (start, end, label) in enumerate(spec.corrections, start=1)]
     for kind, spans, times in (("intervention", interventions, spec.interventions),
                                ("correction", corrections, spec.corrections)):
@@ -281,7 +291,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             if iv.trigger is not None and spec.label_delay_s > 0:
                 events.append((label_at, iv.end_ns if label_at > end else None, iv.trigger))
             for at_s, end_ns, trigger in sorted(events, key=lambda e: e[0]):  # start, label, end (as published)
-                mono = np.int64(MONO0_NS + at_s * 1e9)
+                mono = np.int64(clock.mono0 + at_s * 1e9)
                 text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns,
                                    "trigger": trigger if spec.label_delay_s > 0 else iv.trigger, "kind": kind})
                 log = int(clock.wall(mono)) + 300_000
@@ -298,7 +308,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         if spec.camera_stall is not None and c == 0:
             a, length = spec.camera_stall
             ct = ct[(ct < a) | (ct >= a + length)]
-        cap_mono = MONO0_NS + (ct * 1e9).astype(np.int64) + rng.integers(-50_000, 50_000, len(ct))
+        cap_mono = clock.mono0 + (ct * 1e9).astype(np.int64) + rng.integers(-50_000, 50_000, len(ct))
         lat = np.abs(rng.normal(spec.camera_latency_ms, 1.5, len(ct))) * 1e6
         # As a recorder stops: frames still in the pipeline when the last joint sample arrived are not in the bag.
         arrived = cap_mono + lat.astype(np.int64) <= mono_stamps[-1] + int(spec.joint_latency_ms * 1e6)
@@ -331,7 +341,6 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         episode_name=bag_dir.name,
         task=spec.task,
         operator=spec.operator,
-        rig_id="sim-rig",
         session_kind=spec.session_kind,
         software_version="sim",
         policy_checkpoint=spec.policy_checkpoint,
@@ -342,9 +351,9 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         attempts=1 if spec.outcome != "unset" else None,
         interventions=interventions,
         corrections=corrections,
-        clock_start=clock.sample(MONO0_NS).to_dict(),
+        clock_start=clock.sample(clock.mono0).to_dict(),
         clock_end=clock.sample(int(mono_stamps[-1])).to_dict(),
-        clock_samples=[clock.sample(MONO0_NS + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)]
+        clock_samples=[clock.sample(clock.mono0 + k * 10**9).to_dict() for k in range(int(t[-1]) + 1)]
         if clock.ros
         else [],
         stamp_clock="ros" if clock.ros else "",
@@ -356,8 +365,15 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         protocol_hash=spec.protocol_hash,
         condition=spec.condition,
         failure_label=spec.failure_label,
-        extra=dict(spec.extra),
+        extra=dict(spec.extra) | ({} if spec.ptp_offset_end_ns is None
+                                  else {"ptp_offset_end_ns": spec.ptp_offset_end_ns}),
+        rig_id=spec.rig_id,
     )
+    if spec.task_spec is not None and spec.task_spec.success is not None:
+        passed, detail = spec.task_spec.success.judge(follower[-1])
+        meta.outcome_check = {"passed": passed, "detail": detail}
+    if spec.task_spec is not None:
+        meta.task_spec, meta.task_spec_id = dict(spec.task_spec.content), spec.task_spec.id
     with BagWriter(bag_dir, episode=meta, chunk_size=spec.chunk_size, compression=spec.compression,
                    fsync=False, max_chunk_age_s=1e6) as bag:
         for topic in topics:

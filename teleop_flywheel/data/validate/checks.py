@@ -27,7 +27,7 @@ import numpy as np
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.validate import timebase
+from teleop_flywheel.data.validate import task_checks, timebase
 from teleop_flywheel.data.validate.camera_lag import LagEstimate, estimate_lag
 from teleop_flywheel.data.validate.decode import (
     COMPRESSED_IMAGE,
@@ -176,6 +176,7 @@ class Inspection:
     warnings: list[Reason] = field(default_factory=list)
     camera_lag: dict[str, LagEstimate] = field(default_factory=dict)
     tracking_lag_ms: list[float | None] = field(default_factory=list)
+    task_spec_id: str | None = None  # the spec the episode was judged by (None: none)
 
 
 def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int, t1: int) -> Reason | None:
@@ -321,6 +322,18 @@ def _missing(bag: Bag, ep: EpisodeMeta, cfg: ValidateConfig) -> list[Reason]:
     return out
 
 
+def _rates(bag: Bag, span_s: float, cfg: ValidateConfig) -> list[Reason]:
+    """MISSING_STREAM for a recorded stream whose mean rate over the episode's span is below its
+    `min_rate_hz` (a stream with no message at all is `_missing`'s)."""
+    out = []
+    for topic, rate in sorted(cfg.min_rate_hz.items()):
+        n = len(bag.raw(topic)) if topic in bag.topics else 0
+        if n and span_s > 0 and n / span_s < rate:
+            out.append(Reason(MISSING_STREAM, f"{topic} at {n / span_s:.1f} Hz (< {rate:g} Hz over {span_s:.1f}s)",
+                              {"stream": topic, "messages": n, "rate_hz": n / span_s, "min_rate_hz": rate}))
+    return out
+
+
 def _stream_stamps(bag: Bag, decoded: Decoded | None) -> dict[str, np.ndarray]:
     """Sorted header stamps of every stream the gap check may look at."""
     out: dict[str, np.ndarray] = {}
@@ -362,6 +375,7 @@ def _timing(bag: Bag, ep: EpisodeMeta, foreign: bool, decoded: Decoded | None, c
         if not cfg.min_duration_s <= span <= cfg.max_duration_s:
             out.append(Reason(DURATION_OUT_OF_RANGE, f"{span:.1f}s outside [{cfg.min_duration_s:g}, "
                               f"{cfg.max_duration_s:g}]s", {"seconds": span}))
+        out += _rates(bag, span, cfg)
     ref = next((t for t in [cfg.required_topics[0] if cfg.required_topics else FOLLOWER_STATE, *sorted(stamps)]
                 if t in stamps and bag.has(t)), None)
     tb = timebase.time_base(None if foreign else ep, bag.raw(ref).log_ns if ref else np.zeros(0),
@@ -402,6 +416,10 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
     reasons += type_problems(bag) + ([] if foreign else metadata_problems(ep))
     if any(r.detail.startswith("episode metadata") for r in reasons):
         return ins  # the metadata is not what the checks below read
+    spec, spec_problems = task_checks.spec_of(ep, supplied, bag.name)
+    reasons += spec_problems
+    cfg = task_checks.spec_config(cfg, spec)
+    ins.task_spec_id = spec.id if spec is not None else None
     reasons += _missing(bag, ep, cfg)
     try:
         ins.decoded = decode_streams(bag)
@@ -418,6 +436,7 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
     if ep.outcome == "unset":
         reasons.append(Reason(OUTCOME_UNSET, "outcome was never set (success/failure)" if not foreign else
                               "no episode metadata and no --outcome given"))
+    reasons += task_checks.ptp_drift(ep, cfg)
     reasons += _interventions(ep, ins.decoded.authority.values if ins.decoded and ins.decoded.authority else None)
     reasons += _servo_faults(bag)
     if ins.decoded is not None and cfg.command_topic == ins.decoded.command.name:
@@ -427,6 +446,11 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
         reasons += lag_reasons
         ins.tracking_lag_ms = tracking_lag(ins.decoded.command, ins.decoded.follower)
         ins.warnings += tracking_warnings(ins.tracking_lag_ms, cfg)
+    if spec is not None:
+        poses = ins.decoded.follower.values if ins.decoded is not None and len(ins.decoded.follower.values) else None
+        rejected, kept = task_checks.outcome_reasons(ep, spec, None if poses is None else poses[-1], cfg, foreign)
+        reasons += rejected
+        ins.warnings += kept + task_checks.start_warnings(spec, None if poses is None else poses[0])
     return ins
 
 

@@ -2,11 +2,15 @@
 user supplies for foreign bags (no ROS import).
 
 Codes (thresholds: `config/validate.yaml`, documented there and in docs/validate.md):
-MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
-UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
+OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+OUTCOME_MISMATCH and the spec's thresholds need a task spec (`task_checks.py`); CLOCK_DRIFT is
+per episode (the PTP offset moved) and per session (`session_drift.py`).
 
 Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
-camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound).
+camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound),
+START_OUT_OF_REGION (the first follower pose outside the spec's start region), and
+OUTCOME_MISMATCH kept under `trust_operator`.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from teleop_flywheel.core.bag_topics import (
 )
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.recording.mcap.reader import CORRUPT, TRUNCATED
 
 MISSING_STREAM = "MISSING_STREAM"
@@ -82,6 +87,13 @@ class ValidateConfig:
     tracking_lag_max_ms: float = 150.0
     command_topic: str = FOLLOWER_COMMAND
     cameras: list[str] | None = None
+    min_rate_hz: dict[str, float] = field(default_factory=dict)  # topic -> minimum mean rate (MISSING_STREAM)
+    trust_operator: bool = False  # OUTCOME_MISMATCH is a warning, not a rejection
+    max_ptp_drift_ms: float = 0.5
+    session_drift_max_ms: float = 1.0
+    session_lag_drift_max_ms: float = 10.0
+    session_drift_min_t: float = 4.0
+    session_drift_min_episodes: int = 4
 
     @property
     def gap_bound_s(self) -> float:
@@ -118,10 +130,12 @@ class ConfigError(FlywheelError, ValueError):
 class Supplied:
     """What the user says about bags that carry no episode metadata (a `ros2 bag record` bag from
     another rig): `--task`, `--outcome`. Never applied to a bag that has its own metadata (its
-    recorded outcome, even `unset`, stands). Calibrations are supplied to convert by role."""
+    recorded outcome, even `unset`, stands). Calibrations are supplied to convert by role.
+    `task_spec` (`validate --task FILE`) judges every bag recorded without a spec of its own."""
 
     task: str | None = None
     outcome: str | None = None
+    task_spec: TaskSpec | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in (None, "success", "failure"):

@@ -20,12 +20,14 @@ import os
 import shutil
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UsageError, error_line
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.validate.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
 from teleop_flywheel.data.validate.reasons import (
@@ -45,6 +47,7 @@ from teleop_flywheel.data.validate.reasons import (
     Supplied,
     ValidateConfig,
 )
+from teleop_flywheel.data.validate.session_drift import DriftFit, apply_session_drift, clock_points, session_of
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, NotABagError
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
@@ -52,7 +55,8 @@ from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP", "DURATION_OUT_OF_RANGE",
            "OUTCOME_UNSET", "UNLABELLED_INTERVENTION", "DEAD_AIR", "SCHEMA_MISMATCH", "TRUNCATED", "CORRUPT",
            "STAMPED_TYPES", "Reason", "Supplied", "ValidateConfig", "EpisodeReport", "check_bag", "inspect_bag",
-           "validate_bag", "validate_paths", "find_bags", "quarantine", "summary", "display", "add_arguments", "run"]
+           "validate_bag", "validate_batch", "validate_paths", "find_bags", "quarantine", "summary", "display",
+           "add_arguments", "run"]
 
 
 def display(text: str | os.PathLike[str]) -> str:
@@ -75,6 +79,9 @@ class EpisodeReport:
     warnings: list[Reason] = field(default_factory=list)  # a third outcome: printed, never a rejection
     camera_lag: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> LagEstimate.to_dict()
     tracking_lag_ms: list[float | None] = field(default_factory=list)  # per joint
+    task_spec_id: str | None = None  # the task spec it was judged by
+    session: str = ""  # `session_drift.session_of`: rig and UTC day ("" = none)
+    clock_points: dict[str, list[list[float]]] = field(default_factory=dict)  # `session_drift.clock_points`
 
     @property
     def passed(self) -> bool:
@@ -121,6 +128,9 @@ def validate_bag(job: tuple[str, ValidateConfig] | tuple[str, ValidateConfig, Su
         return EpisodeReport(str(p), p.name, None, [Reason(CORRUPT, f"unreadable: {exc}")])
     except Exception as exc:  # noqa: BLE001 - a verdict, never a traceback that stops the batch
         return EpisodeReport(str(p), p.name, None, [Reason(CORRUPT, f"unreadable: {type(exc).__name__}: {exc}")])
+    other = _other_spec(bag.episode, supplied)
+    if other is not None:
+        return EpisodeReport(str(p), bag.name, bag.episode_id, error=f"{display(p)}: {other}")
     try:
         ins = inspect_bag(bag, cfg, supplied)
     except Exception as exc:  # noqa: BLE001 - a malformed message must not stop the batch
@@ -130,12 +140,24 @@ def validate_bag(job: tuple[str, ValidateConfig] | tuple[str, ValidateConfig, Su
     return report_of(str(p), bag.name, bag.episode_id, bag.episode_id_v1, sorted(bag.camera_topics()), ins)
 
 
+def _other_spec(ep: EpisodeMeta | None, supplied: Supplied | None) -> str | None:
+    """Why a bag cannot be judged by `--task` (recorded under another spec), or None."""
+    spec = supplied.task_spec if supplied is not None else None
+    if spec is None or ep is None or not ep.task_spec_id or ep.task_spec_id == spec.id:
+        return None
+    name = ep.task_spec.get("name", "?") if isinstance(ep.task_spec, dict) else "?"
+    return (f"recorded under task spec {name} ({ep.task_spec_id}), not --task {spec.path} ({spec.name}, {spec.id}); "
+            "validate it without --task (its own spec judges it) or with the spec it was recorded under")
+
+
 def report_of(path: str, name: str, episode_id: str | None, episode_id_v1: str | None, cameras: list[str],
               ins: Inspection) -> EpisodeReport:
     """The report of an inspected bag (validate; convert reports its verdicts the same way)."""
+    lags = {c: e.to_dict() for c, e in ins.camera_lag.items()}
     return EpisodeReport(path, name, episode_id, list(ins.reasons), cameras, ins.span_s, episode_id_v1=episode_id_v1,
-                         warnings=list(ins.warnings), camera_lag={c: e.to_dict() for c, e in ins.camera_lag.items()},
-                         tracking_lag_ms=list(ins.tracking_lag_ms))
+                         warnings=list(ins.warnings), camera_lag=lags, tracking_lag_ms=list(ins.tracking_lag_ms),
+                         task_spec_id=ins.task_spec_id, session=session_of(ins.episode, ins.foreign),
+                         clock_points=clock_points(None if ins.foreign else ins.episode, lags))
 
 
 def apply_schema(reports: list[EpisodeReport], cameras: list[str] | None) -> list[str]:
@@ -205,13 +227,21 @@ def _contains_bag(d: Path) -> bool:
     return any(_is_bag_dir(Path(root)) for root, _dirs, _files in os.walk(d))
 
 
-def validate_paths(paths: list[Path], cfg: ValidateConfig, workers: int | None = None,
+def validate_batch(paths: list[Path], cfg: ValidateConfig, workers: int | None = None,
                    executor: str = "local", desc: str | None = None,
-                   supplied: Supplied | None = None) -> list[EpisodeReport]:
+                   supplied: Supplied | None = None) -> tuple[list[EpisodeReport], list[DriftFit]]:
+    """Every bag's report, with the batch-wide checks (camera set, clock drift across each session),
+    and the sessions' clock fits."""
     reports = parallel_map(validate_bag, [(str(p), cfg, supplied) for p in paths], workers=workers,
                            executor=executor, desc=desc)
     apply_schema(reports, cfg.cameras)
-    return reports
+    return reports, apply_session_drift(reports, cfg)
+
+
+def validate_paths(paths: list[Path], cfg: ValidateConfig, workers: int | None = None,
+                   executor: str = "local", desc: str | None = None,
+                   supplied: Supplied | None = None) -> list[EpisodeReport]:
+    return validate_batch(paths, cfg, workers, executor, desc, supplied)[0]
 
 
 def _free(path: Path) -> Path:
@@ -247,7 +277,8 @@ def quarantine(report: EpisodeReport, root: Path) -> Path:
     return dest
 
 
-def summary(reports: list[EpisodeReport]) -> dict[str, Any]:
+def summary(reports: list[EpisodeReport], fits: list[DriftFit] | None = None) -> dict[str, Any]:
+    """Counts and the reason breakdown; with `fits`, every session's clock fit (`sessions`)."""
     judged = [r for r in reports if r.error is None]
     rejected = [r for r in judged if not r.passed]
     by_code = Counter(c for r in rejected for c in r.codes)
@@ -257,7 +288,8 @@ def summary(reports: list[EpisodeReport]) -> dict[str, Any]:
             "rejection_rate": len(rejected) / len(judged) if judged else 0.0,
             "reasons": {c: by_code[c] for c in CODES if by_code[c]},
             "warned": len(warned), "warnings": dict(sorted(by_warning.items())),
-            "errors": len(reports) - len(judged)}
+            "errors": len(reports) - len(judged)} | ({"sessions": [f.to_dict() for f in fits]} if fits is not None
+                                                      else {})
 
 
 def add_supplied_arguments(parser: argparse.ArgumentParser) -> None:
@@ -272,7 +304,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document instead of text lines")
     parser.add_argument("--quarantine", metavar="DIR", help="move rejected bags to DIR/<reason>/ (never deletes)")
     parser.add_argument("--config", metavar="FILE", help="thresholds YAML (default: the shipped config/validate.yaml)")
-    parser.add_argument("--task", default=None, help="task of bags that carry no episode metadata")
+    parser.add_argument("--task", metavar="TASK_YAML", default=None,
+                        help="task spec (docs/task_spec.md) judging bags recorded without one; its instruction is "
+                             "the task of bags without episode metadata. A bag recorded under another spec is an "
+                             "error line")
+    parser.add_argument("--trust-operator", action="store_true",
+                        help="keep episodes whose outcome disagrees with the spec's success predicate "
+                             "(OUTCOME_MISMATCH becomes a warning)")
     add_supplied_arguments(parser)
     add_arguments_to(parser)
 
@@ -302,9 +340,13 @@ def load_inputs(args: argparse.Namespace, command: str, exclude: Path | None = N
 
 def run(args: argparse.Namespace) -> int:
     qroot = Path(args.quarantine) if args.quarantine else None
+    spec = load_task_spec(args.task) if args.task else None
     cfg, paths, errors = load_inputs(args, "validate", qroot)
-    supplied = Supplied(task=args.task, outcome=args.outcome)
-    reports = validate_paths(paths, cfg, args.workers, args.executor, None if args.json else "validate", supplied)
+    if args.trust_operator:
+        cfg = replace(cfg, trust_operator=True)
+    supplied = Supplied(task=spec.instruction if spec else None, outcome=args.outcome, task_spec=spec)
+    reports, fits = validate_batch(paths, cfg, args.workers, args.executor, None if args.json else "validate",
+                                   supplied)
     moved_errors: list[str] = []
     if qroot is not None:  # deepest first: a bag named inside another moves before its parent
         for r in sorted((r for r in reports if not r.passed and r.error is None),
@@ -313,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
                 quarantine(r, qroot)
             except (OSError, ValueError, shutil.Error) as exc:
                 moved_errors.append(f"quarantine: {display(r.path)}: {exc}")
-    s = summary(reports)
+    s = summary(reports, fits)
     unprocessed = [r.error for r in reports if r.error is not None] + moved_errors
     if args.json:
         print(json.dumps({"episodes": [r.to_dict() for r in reports], "summary": s,
