@@ -9,8 +9,8 @@ from pathlib import Path
 from statistics import NormalDist
 
 import pytest
-
 from support.fleet import episode
+
 from teleop_flywheel.cli import main as cli_main
 
 RIGS = ("rig_a", "rig_b", "rig_c")

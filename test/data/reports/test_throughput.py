@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from support.fleet import episode
+
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.reports.flywheel_stats import stats_for
 
