@@ -10,7 +10,7 @@ written (exit 0).
 What older manifests and datasets were is known here only:
 - manifest formats 1 to 3 had simple filters only (`COLUMN OP VALUE`, the first operator of
   `!= >= <= = > <` found splitting it, the rest one value with its quotes stripped): each becomes the
-  filter expression of the same meaning (`task == 'pick and place'`; `data/lerobot/filter_expr.py`),
+  filter expression of the same meaning (`task == 'pick and place'`; `data/provenance/filter_expr.py`),
   and format 4's `filter_values` are the values the episodes have now.
 - manifest format 3 is checked unchanged by its own rules (today's, before filter expressions).
 - manifest format 2 hashed an episodes-table row without its nulls only in the columns converters
@@ -39,8 +39,8 @@ import numpy as np
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.lerobot.filter_expr import Compare, literal
 from teleop_flywheel.data.lerobot.format import INFO_PATH
+from teleop_flywheel.data.provenance.filter_expr import Compare, literal
 from teleop_flywheel.data.provenance.manifest import (
     FORMAT_VERSION,
     format_version,

@@ -16,7 +16,7 @@ edited task text is a named change. A manifest of an older format is refused wit
 that upgrades it (`teleop-flywheel migrate`, `data/migrate.py`).
 
 `--filter EXPR` (repeatable, all must hold) is an expression over the episodes table's columns,
-scores included (`data/lerobot/filter_expr.py`): the curation's decision, written down. The manifest
+scores included (`data/provenance/filter_expr.py`): the curation's decision, written down. The manifest
 keeps the expressions (`filter`) and, per episode, the values of the columns they read
 (`filter_values`, by episode id): `verify` evaluates the expressions again and names every manifest
 episode whose value of such a column changed (a score the dataset's growth moved, an outcome
@@ -40,7 +40,7 @@ from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.lerobot.episode_table import episode_records
-from teleop_flywheel.data.lerobot.filter_expr import Filter, episode_values
+from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.provenance.manifest_hash import (
     compare_parts,
     episode_parts,

@@ -47,12 +47,13 @@ from teleop_flywheel.data.lerobot.episode_table import (
     episode_records,
     table_records,
 )
-from teleop_flywheel.data.lerobot.filter_expr import Filter, episode_values
+from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.reports.audit import available_ranges, load
 from teleop_flywheel.data.reports.coverage import (
     CANDIDATES,
     covering_radius,
     farthest_point_order,
+    nearest_distance,
     target_start_poses,
 )
 from teleop_flywheel.data.reports.plots import write_curation_plots
@@ -332,7 +333,7 @@ def store(root: Path) -> list[str]:
                 table = pq.read_table(path)
                 rows = [by_episode[int(e)] for e in table.column("episode_index").to_pylist()]
                 eps = [report.episodes[k] for k in rows]
-                cols = {"graded_success": [s.success for s in eps], "jerk": [s.jerk for s in eps],
+                cols: dict[str, list[Any]] = {"graded_success": [s.success for s in eps], "jerk": [s.jerk for s in eps],
                         "jerk_z": [s.jerk_z for s in eps], "duration_ratio": [s.duration_ratio for s in eps],
                         "coverage_gain": [s.coverage_gap for s in eps],
                         START_STATE: [[float(x) for x in starts[k]] for k in rows]}
@@ -370,6 +371,7 @@ class DropPlan:
     gain_total: float
     gain_lost: float
     candidates: int
+    hole: float | None  # the farthest dropped start state from its nearest kept one (None: none dropped/kept)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -379,7 +381,8 @@ def drop_plan(ds: LeRobotDataset, filters: list[str]) -> DropPlan:
     """Which episodes the filters would drop (with the failing comparisons' values) and the start-state
     coverage lost: the covering radius (the largest distance from any of `CANDIDATES` Halton points
     filling the visited joint-range box to its nearest kept start state, box-normalised) before and
-    after, and the sum of the dropped episodes' `coverage_gain` against the total."""
+    after, the sum of the dropped episodes' `coverage_gain` against the total, and the hole the drop
+    opens: the largest distance from a dropped start state to its nearest kept one."""
     known, values = episode_values(ds)
     flt = Filter.compile(filters, known)
     report = curate(ds)
@@ -393,10 +396,11 @@ def drop_plan(ds: LeRobotDataset, filters: list[str]) -> DropPlan:
             dropped.append(Dropped(s.episode_index, s.episode_id, flt.reasons(v), s.coverage_gap))
     before = covering_radius(starts, lo / box_width(lo, hi))
     after = covering_radius(starts[keep], lo / box_width(lo, hi)) if keep.any() else None
+    hole = float(nearest_distance(starts[~keep], starts[keep]).max()) if keep.any() and not keep.all() else None
     gains = np.array([s.coverage_gap for s in report.episodes])
     lengths = np.array([s.length for s in report.episodes])
     return DropPlan(str(ds.root), list(filters), len(keep), int(lengths.sum()), dropped, int(lengths[~keep].sum()),
-                    before, after, float(gains.sum()), float(gains[~keep].sum()), CANDIDATES)
+                    before, after, float(gains.sum()), float(gains[~keep].sum()), CANDIDATES, hole)
 
 
 def format_drop_plan(p: DropPlan) -> str:
@@ -414,6 +418,8 @@ def format_drop_plan(p: DropPlan) -> str:
               f"  before {p.radius_before:.4f}, after {after}{change}",
               f"  coverage_gain lost: {p.gain_lost:.4f} of {p.gain_total:.4f}"
               + (f" ({100 * p.gain_lost / p.gain_total:.1f} %)" if p.gain_total else "")]
+    if p.hole is not None:
+        lines.append(f"  farthest dropped start from a kept one: {p.hole:.4f} (the hole this drop opens)")
     return "\n".join(lines)
 
 

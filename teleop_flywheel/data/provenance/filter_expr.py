@@ -139,8 +139,8 @@ def _wrap(node: Node, parent: str = "not") -> str:
 
 
 # --------------------------------------------------------------------------- parsing
-def _error(text: str, pos: int, what: str) -> FilterError:
-    return FilterError(f"bad filter {text!r}: {what} at position {pos + 1}")
+def _error(text: str, pos: int, what: str, after: str = "") -> FilterError:
+    return FilterError(f"bad filter {text!r}: {what} at position {pos + 1}{after}")
 
 
 def tokenize(text: str) -> list[Token]:
@@ -307,9 +307,9 @@ def check_columns(text: str, node: Node, known: Iterable[str]) -> None:
     have = set(known)
     for c in compares(node):
         if c.column not in have:
-            hint = " (the scores are columns once `teleop-flywheel curate --store` or convert wrote them)" \
+            hint = "; the scores are columns once `teleop-flywheel curate --store` (or convert) wrote them" \
                 if c.column in CURATION_COLUMNS else ""
-            raise _error(text, c.pos, f"unknown column {c.column!r}{hint}")
+            raise _error(text, c.pos, f"unknown column {c.column!r}", hint)
 
 
 # --------------------------------------------------------------------------- evaluation
