@@ -144,8 +144,8 @@ def outcome_lines(recs: list[EpisodeRecord], validation: ValidationSummary | Non
     lines = _table(("outcome", "episodes", "share"), rows)
     lines += ["", f"The spec's success predicate judged {len(judged)} of {n} episodes"
               + ("" if judged else " (recorded without a task spec: operator labels only)") + ". "
-              + ("Rejected episodes are not here, so the success share overstates the success rate."
-                 if counts["success"] else ""),
+              + "These are the kept episodes' outcomes: rejected ones are not in the dataset, so the success "
+              "share is not a success rate.",
               "", "Task spec content ids: " + ", ".join(f"`{k}` ({v})" for k, v in sorted(specs.items())) + "."]
     return lines
 
