@@ -1,5 +1,5 @@
 """Filter expressions over the episodes table: which episodes `manifest create --filter` freezes and
-`curate --drop-plan` would drop (docs/data_engine.md, "Filter expressions").
+`curate --drop-plan` would drop (docs/dataset_reports.md, "Filter expressions").
 
 A safe parser (no `eval`): tokens, then recursive descent over
 
@@ -70,7 +70,7 @@ _TABLE_ONLY = (*CURATION_COLUMNS, WARNINGS, TASK_SPEC_ID, OUTCOME_CHECK)
 class FilterError(FlywheelError, ValueError):
     """A filter that does not parse, or names a column the episodes table does not have."""
 
-    fix = "see docs/data_engine.md, 'Filter expressions'"
+    fix = "see docs/dataset_reports.md, 'Filter expressions'"
 
 
 @dataclass(frozen=True)

@@ -265,9 +265,10 @@ def _file_changes(ds: LeRobotDataset, manifest: dict[str, Any]) -> list[str]:
 
 
 def filter_changes(frozen: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """The filter columns whose value changed since the manifest froze them, with both values."""
-    return [f"filter column {c}: {json.dumps(v)} -> {json.dumps(now.get(c))}"
-            for c, v in sorted(frozen.items()) if now.get(c) != v]
+    """The filter columns whose value changed since the manifest froze them, with both values (the
+    columns the filter being verified reads: `now`'s)."""
+    return [f"filter column {c}: {json.dumps(frozen.get(c))} -> {json.dumps(v)}"
+            for c, v in sorted(now.items()) if c in frozen and frozen[c] != v]
 
 
 def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -> Verification:
@@ -315,7 +316,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--filter", action="append", default=[], metavar="EXPR",
                    help="keep episodes where EXPR holds (repeatable; all must hold), e.g. outcome=success, "
                         "\"jerk_z < 2 and duration_ratio between 0.67 and 1.5 and outcome == success\", "
-                        "\"operator in (ana, ben)\"; grammar: docs/data_engine.md")
+                        "\"operator in (ana, ben)\"; grammar: docs/dataset_reports.md")
     v = sub.add_parser("verify", help="prove a dataset is exactly a manifest")
     v.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
     v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
