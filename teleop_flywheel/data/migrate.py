@@ -8,6 +8,11 @@ One line per kind of change says what was changed; a current PATH is said to be 
 written (exit 0).
 
 What older manifests and datasets were is known here only:
+- manifest formats 1 to 3 had simple filters only (`COLUMN OP VALUE`, the first operator of
+  `!= >= <= = > <` found splitting it, the rest one value with its quotes stripped): each becomes the
+  filter expression of the same meaning (`task == 'pick and place'`; `data/provenance/filter_expr.py`),
+  and format 4's `filter_values` are the values the episodes have now.
+- manifest format 3 is checked unchanged by its own rules (today's, before filter expressions).
 - manifest format 2 hashed an episodes-table row without its nulls only in the columns converters
   added later (a fixed list, below); format 3 leaves out every null. Its episodes are found in the
   dataset by id, checked unchanged by format 2's own rules (ids, data rows, row, tasks, videos,
@@ -35,6 +40,7 @@ from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.format import INFO_PATH
+from teleop_flywheel.data.provenance.filter_expr import Compare, literal
 from teleop_flywheel.data.provenance.manifest import (
     FORMAT_VERSION,
     format_version,
@@ -49,14 +55,16 @@ from teleop_flywheel.data.provenance.manifest_hash import (
     fields_sha256,
     file_sha256,
     row_fields,
+    row_sha256,
 )
 from teleop_flywheel.recording.mcap.exceptions import MigrateError
 from teleop_flywheel.recording.mcap.upgrade import SUFFIX, migrate_bag
 
 # The episodes-table columns converters added after manifest format 2 (data/validate/episode_columns.py).
 _ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",
-                   "warnings")
+                   "warnings", "task_spec_id", "outcome_check")
 _LEGACY_TEMPS = ".convert-*"
+_SIMPLE_OPS = ("!=", ">=", "<=", "=", ">", "<")  # the order formats 1-3 looked for them in
 
 
 class ManifestMismatch(MigrateError):
@@ -94,6 +102,17 @@ def _v2_row_sha256(row: dict[str, Any]) -> str:
     return fields_sha256({k: v for k, v in fields.items() if not (v is None and k.startswith(_ADDED_AFTER_V2))})
 
 
+def simple_filter(text: str) -> str:
+    """A filter of formats 1-3 as the expression of the same meaning."""
+    for op in _SIMPLE_OPS:
+        if op in text:
+            key, value = text.split(op, 1)
+            if key.strip():
+                value = value.strip().strip("'\"")
+                return str(Compare(key.strip(), "==" if op == "=" else op, (literal(value),), 0))
+    raise MigrateError(f"bad filter {text!r} in an old manifest: no COLUMN OP VALUE")
+
+
 def _matched(ds: LeRobotDataset, manifest: dict[str, Any], version: int) -> tuple[set[int], list[str]]:
     """(the dataset's episodes the manifest froze, what no longer matches), by that format's rules."""
     now = {e.episode_index: e for e in identities(ds)}
@@ -114,7 +133,8 @@ def _matched(ds: LeRobotDataset, manifest: dict[str, Any], version: int) -> tupl
         rows = {int(r["episode_index"]): r for r in episode_rows(ds).to_dict("records")}
         for e, m in sorted(found.items()):
             what = [k for k in ("task_sha256", "videos") if parts[e].get(k) != m.get(k)]
-            if _v2_row_sha256(rows.get(e, {})) != m.get("row_sha256"):
+            row = rows.get(e, {})
+            if (_v2_row_sha256(row) if version == 2 else row_sha256(row)) != m.get("row_sha256"):
                 what.append("episodes-table row")
             if what:
                 wrong.append(f"episode {m['episode_index']} id {m['episode_id'][:12]}: {', '.join(what)} changed")
@@ -138,9 +158,16 @@ def migrate_manifest(path: Path, output: Path | None, dataset: Path | None) -> M
     if wrong:
         raise ManifestMismatch(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
                                + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
-    upgraded = freeze(ds, chosen, list(manifest.get("filter", [])), str(manifest.get("created", "")))
+    filters = [simple_filter(str(f)) for f in manifest.get("filter", [])]
+    upgraded = freeze(ds, chosen, filters, str(manifest.get("created", "")))
     n = len(chosen)
-    if version == 1:
+    if filters:
+        report.changes.append(f"filter: {len(filters)} simple filter(s) written as expressions of the same meaning: "
+                              + "; ".join(filters))
+    if version == 3:
+        report.changes.append(f"manifest: v3 -> v{FORMAT_VERSION}: {n} episodes checked unchanged by v3's rules; "
+                              "the filter values of its episodes recorded")
+    elif version == 1:
         report.changes.append(f"manifest: v1 -> v{FORMAT_VERSION}: {n} episodes found by their v1 ids with unchanged "
                               "data rows; ids now v2, and episodes-table rows, task texts, videos and files hashed "
                               "as they are now (v1 did not cover them)")

@@ -9,6 +9,9 @@ tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/co
 beside the dataset, files moved into place). Episodes with another camera set (schema drift) go to a
 dataset of their own schema beside it, `<DATASET>__<cameras>`, and are reported — never dropped.
 
+The episodes table gets every episode's curation scores in the same commit (`reports/curate.py`
+`with_scores`: they are relative to the dataset, so each append recomputes them for all).
+
 Atomic: a crash (kill -9, full disk) at any step leaves the dataset as it was, or an append that
 the next run (or `teleop-flywheel doctor --repair`) rolls forward; a run first finishes an
 interrupted append, then refuses a dataset that is inconsistent (`lerobot/consistency.py`: run
@@ -68,6 +71,7 @@ from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info,
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
+from teleop_flywheel.data.reports.curate import with_scores
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, add_supplied_arguments, display, load_inputs
 
@@ -106,7 +110,8 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     data = [e.data for e in eps if e.data is not None]
     shapes = {cam: (h, w) for cam, (_, h, w) in data[0].videos.items()}
     features = features_for(shapes, effort=EFFORT in data[0].columns, correction=correction)
-    _, new, replace = write_episodes(root, stage, data, fps, robot_type, features, keys)
+    _, new, replace = write_episodes(root, stage, data, fps, robot_type, features, keys,
+                                     amend=lambda table: with_scores(table, root, fps))
     return new, replace
 
 

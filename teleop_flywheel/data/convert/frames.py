@@ -48,6 +48,8 @@ from teleop_flywheel.data.convert.segments import encode_camera
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
+from teleop_flywheel.data.lerobot.episode_table import START_STATE
+from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns
@@ -234,6 +236,9 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     tb = ins.time_base
     wall = int(grid.t0_ns) if tb is not None and tb.verifiable else None  # ROS time is the wall clock
     data.extra = episode_columns(bag, ep, ins, wall, trimmed)
+    # The episode's own curation columns; the dataset-relative ones are computed at commit (`with_scores`).
+    data.extra["jerk"] = float(integrated_squared_jerk(cols["action"], np.array([0]), np.array([n]), fps)[0])
+    data.extra[START_STATE] = cols["observation.state"][0].astype(np.float64).tolist()
     out.data = data
     out.joint_limits = joint_limits(fcal)
 

@@ -13,6 +13,7 @@ Format details: `data/lerobot/format.py`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,13 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
 
 
 def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, robot_type: str,
-                   features: dict[str, Any], info_keys: dict[str, Any] | None = None
-                   ) -> tuple[list[int], list[str], list[str]]:
+                   features: dict[str, Any], info_keys: dict[str, Any] | None = None,
+                   amend: Callable[[pa.Table], pa.Table] | None = None) -> tuple[list[int], list[str], list[str]]:
     """Stage an append of episodes of one camera schema to the dataset at `root` (created if new):
     every file is written under `stage` at its path relative to the dataset. Returns (their episode
     indices, new files, replaced files) for `commit.write_journal`. `features` are the non-default
-    features of a new dataset; `info_keys` are set in info.json as given."""
+    features of a new dataset; `info_keys` are set in info.json as given; `amend` rewrites the whole
+    episodes table before it is staged (columns that depend on every episode, such as curation scores)."""
     info = read_info(root)
     if info is None:
         info = lf.new_info(fps, robot_type, features)
@@ -184,6 +186,8 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     added = pa.Table.from_pylist(rows)
     table = pa.concat_tables([pq.read_table(ep_path), added], promote_options="permissive") if ep_path.exists() \
         else added
+    if amend is not None:
+        table = amend(table)
     ep_rel = str(ep_path.relative_to(root))
     (stage / ep_rel).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, stage / ep_rel)

@@ -3,6 +3,15 @@
 Our converter stores each episode's recorded metadata (`EpisodeMeta`) as columns of the LeRobot
 episodes parquet. Foreign datasets have none of it, so every field here is optional and a report
 says "unknown" rather than inventing a value. This is the one place that knows the column names.
+
+Besides the metadata, the table carries the validator's warning codes (`warnings`, a JSON list), the
+task spec's content id (`task_spec_id`) and its predicate's verdict at stop (`outcome_check`, JSON
+`{"passed": bool, "detail": str}`), and the curation columns (`CURATION_COLUMNS`, written by
+`data/reports/curate.py` at every commit of the converter and by `curate --store`): per episode its
+integrated squared jerk (`jerk`) and first state (`start_state`), and, relative to the whole dataset,
+`graded_success`, `jerk_z`, `duration_ratio` and `coverage_gain`. They are derived from the data
+rows and the rest of the dataset, so they are rewritten when the dataset grows: the manifest's row
+hash leaves them out and checks the ones a filter used by value instead.
 """
 from __future__ import annotations
 
@@ -31,6 +40,12 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 # What `convert --trim-dead-air` cut from an episode's ends (seconds): counted back into its duration.
 TRIMMED_COLUMNS = ("dead_air_trimmed_leading_s", "dead_air_trimmed_trailing_s")
+# Columns derived from the data rows and the dataset around them (data/reports/curate.py).
+SCORE_COLUMNS = ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain")
+START_STATE = "start_state"
+CURATION_COLUMNS = (*SCORE_COLUMNS, START_STATE)
+# JSON columns the converter writes from the validator's verdict and the task spec.
+WARNINGS, TASK_SPEC_ID, OUTCOME_CHECK = "warnings", "task_spec_id", "outcome_check"
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
 META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
 
@@ -49,6 +64,14 @@ class EpisodeRecord:
     rig_id: str | None = None
     recorded_wall_ns: int | None = None
     triggers: list[str | None] | None = None  # one entry per intervention (None = unlabelled)
+    warnings: list[str] | None = None  # the validator's warning codes (None: not recorded)
+    task_spec_id: str | None = None
+    outcome_check: dict[str, Any] | None = None  # {"passed": bool, "detail": str} of the spec's predicate
+    graded_success: float | None = None
+    jerk: float | None = None
+    jerk_z: float | None = None
+    duration_ratio: float | None = None
+    coverage_gain: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     started_wall_ns: int | None = None  # when recording began (before any dead air `convert` trimmed)
     duration_s: float | None = None  # start to stop as recorded (dead air trimmed by convert counted back in)
@@ -61,6 +84,19 @@ class EpisodeRecord:
     @property
     def num_interventions(self) -> int | None:
         return None if self.triggers is None else len(self.triggers)
+
+    @property
+    def check_passed(self) -> bool | None:
+        """The spec predicate's verdict at stop (None: recorded without a spec)."""
+        passed = (self.outcome_check or {}).get("passed")
+        return passed if isinstance(passed, bool) else None
+
+    @property
+    def mismatch(self) -> bool | None:
+        """The operator's success/failure flag disagrees with the spec's predicate (None: cannot tell)."""
+        if self.check_passed is None or self.outcome not in ("success", "failure"):
+            return None
+        return self.check_passed != (self.outcome == "success")
 
 
 def _clean(value: Any) -> Any:
@@ -102,6 +138,7 @@ def _from_meta(meta: EpisodeMeta) -> dict[str, Any]:
         "triggers": [i.trigger for i in meta.interventions],
         "started_wall_ns": wall, "duration_s": duration,
         "takeover_s": takeover_seconds([i.__dict__ for i in meta.interventions], start_ros, duration),
+        "task_spec_id": meta.task_spec_id or None, "outcome_check": dict(meta.outcome_check) or None,
     }
 
 
@@ -129,13 +166,17 @@ def record_from_meta(meta: EpisodeMeta, episode_index: int = -1, length: int = 0
 
 
 def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
-    table = ds.episodes
+    return table_records(ds.episodes, ds.episode_tasks(), ds.fps)
+
+
+def table_records(table: pd.DataFrame, episode_tasks: list[list[str]], fps: float) -> list[EpisodeRecord]:
+    """The records of an episodes table (rows in table order; `episode_tasks`: each row's task texts)."""
     cols = set(table.columns)
     pick = {key: next((c for c in names if c in cols), None) for key, names in COLUMNS.items()}
     id_col = next((c for c in ID_COLUMNS if c in cols), None)
     meta_col = next((c for c in META_JSON_COLUMNS if c in cols), None)
     out = []
-    for row, tasks in zip(table.to_dict("records"), ds.episode_tasks(), strict=True):
+    for row, tasks in zip(table.to_dict("records"), episode_tasks, strict=True):
         rec = EpisodeRecord(int(row["episode_index"]), int(row["length"]), tasks,
                             _clean(row[id_col]) if id_col else None)
         if meta_col and _clean(row[meta_col]) is not None:
@@ -150,7 +191,7 @@ def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
         rec.triggers = _triggers(row, pick, rec.triggers)
         if rec.duration_s is None:
             leading, trailing = (float(_clean(row.get(c)) or 0.0) for c in TRIMMED_COLUMNS)
-            rec.duration_s = rec.length / ds.fps + leading + trailing
+            rec.duration_s = rec.length / fps + leading + trailing
             if rec.recorded_wall_ns is not None:
                 rec.started_wall_ns = rec.recorded_wall_ns - round(leading * 1e9)
         if rec.takeover_s is None and pick["interventions"] and (items := _json_list(row[pick["interventions"]])):
@@ -158,8 +199,22 @@ def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:
                                               rec.duration_s)
         elif rec.takeover_s is None and rec.triggers == []:
             rec.takeover_s = 0.0
+        _curation(rec, row, cols)
         out.append(rec)
     return out
+
+
+def _curation(rec: EpisodeRecord, row: dict[str, Any], cols: set[str]) -> None:
+    """The warning codes, the spec columns and the scores, where the table has them."""
+    for key in SCORE_COLUMNS:
+        if key in cols and (value := _clean(row[key])) is not None:
+            setattr(rec, key, float(value))
+    if WARNINGS in cols and (codes := _json_list(row[WARNINGS])) is not None:
+        rec.warnings = [str(c) for c in codes]
+    if TASK_SPEC_ID in cols and _clean(row[TASK_SPEC_ID]) is not None:
+        rec.task_spec_id = str(row[TASK_SPEC_ID])
+    if OUTCOME_CHECK in cols and (check := _clean(row[OUTCOME_CHECK])) is not None:
+        rec.outcome_check = json.loads(check) if isinstance(check, str) else dict(check)
 
 
 def _triggers(row: dict[str, Any], pick: dict[str, str | None], current: list[str | None] | None

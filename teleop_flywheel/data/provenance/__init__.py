@@ -1,4 +1,5 @@
 """Where training data came from (docs/data_engine.md): `manifest` freezes a set of
-content-addressed episodes (`manifest_hash`: the content ids), `materialize` turns one into what
-training reads (its episode indices, or a dataset of exactly its episodes), `lineage` records
-which manifest trained which checkpoint."""
+content-addressed episodes (`manifest_hash`: the content ids) chosen by `filter_expr` (filter
+expressions over the episodes table, which `curate --drop-plan` also reads), `materialize` turns one
+into what training reads (its episode indices, or a dataset of exactly its episodes), `lineage`
+records which manifest trained which checkpoint."""

@@ -9,11 +9,18 @@ an exact answer forever. Each episode is identified twice:
   positional `index`, `episode_index` and `task_index`, column by column in name order (name,
   dtype, shape, raw little-endian bytes), then its task strings. Renumbering or moving an
   episode keeps both; changing one value changes `data_sha256`.
-A manifest (format 3) also hashes everything else training reads, per episode (`manifest_hash.py`:
+A manifest (format 4) also hashes everything else training reads, per episode (`manifest_hash.py`:
 its episodes-table row, its task texts, its packets in each video) and the files holding the
 episodes whole, so a flipped video byte, re-ordered episodes in a video, a flipped outcome or an
 edited task text is a named change. A manifest of an older format is refused with the command
 that upgrades it (`teleop-flywheel migrate`, `data/migrate.py`).
+
+`--filter EXPR` (repeatable, all must hold) is an expression over the episodes table's columns,
+scores included (`data/provenance/filter_expr.py`): the curation's decision, written down. The manifest
+keeps the expressions (`filter`) and, per episode, the values of the columns they read
+(`filter_values`, by episode id): `verify` evaluates the expressions again and names every manifest
+episode whose value of such a column changed (a score the dataset's growth moved, an outcome
+flipped), with the column, the old and the new value.
 `verify` proves a dataset (after the manifest's own filter) is exactly the manifest, naming every
 added, removed and changed episode and file, and exits non-zero otherwise.
 """
@@ -23,8 +30,6 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import operator
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,17 +39,21 @@ import numpy as np
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, episode_spans
-from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
-from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256
+from teleop_flywheel.data.lerobot.episode_table import episode_records
+from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
+from teleop_flywheel.data.provenance.manifest_hash import (
+    compare_parts,
+    episode_parts,
+    file_sha256,
+    info_sha256,
+    plain,
+)
 
 FORMAT_PREFIX = "teleop_flywheel.manifest/"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = f"{FORMAT_PREFIX}{FORMAT_VERSION}"
 ID_VERSION = 2
 POSITIONAL = ("index", "episode_index", "task_index")
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "!=": operator.ne, ">=": operator.ge, "<=": operator.le, "=": operator.eq, ">": operator.gt, "<": operator.lt,
-}
 
 
 @dataclass(frozen=True)
@@ -110,44 +119,28 @@ def fingerprint(entries: list[EpisodeIdentity]) -> str:
 
 
 # --------------------------------------------------------------------------- filters
-def parse_filter(expr: str) -> tuple[str, str, str]:
-    for op in _OPS:  # two-character operators are listed first
-        if op in expr:
-            key, value = expr.split(op, 1)
-            if key.strip():
-                return key.strip(), op, value.strip().strip("'\"")
-    raise ValueError(f"bad filter {expr!r}: expected COLUMN(=|!=|>=|<=|>|<)VALUE, e.g. outcome=success")
+@dataclass
+class Selection:
+    """The episodes a manifest's filters keep, and what the filters read of every episode."""
+
+    filter: Filter
+    chosen: set[int]
+    values: dict[int, dict[str, Any]]  # episode -> {column the filter reads: its value, as stored}
 
 
-def _value(rec: EpisodeRecord, row: dict[str, Any], key: str) -> Any:
-    if key == "task":
-        return rec.task
-    if hasattr(rec, key) and key != "extra":
-        return getattr(rec, key)
-    if key in row:
-        return row[key]
-    raise ValueError(f"filter column {key!r} is neither an episode field nor an episodes-table column")
-
-
-def _matches(value: Any, op: str, wanted: str) -> bool:
-    """Numbers compare as numbers; everything else as strings (None as "None")."""
-    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-        try:
-            return bool(_OPS[op](float(value), float(wanted)))
-        except ValueError:
-            pass
-    return bool(_OPS[op](str(value), wanted))
+def selection(ds: LeRobotDataset, filters: list[str]) -> Selection:
+    """Parse the filters against the dataset's columns (FilterError: one line naming the expression
+    and position) and evaluate them on every episode."""
+    known, values = episode_values(ds)
+    flt = Filter.compile(filters, known)
+    chosen = {e for e, v in values.items() if flt.keeps(v)}
+    used = {e: {c: plain(v.get(c)) for c in flt.columns} for e, v in values.items()}
+    return Selection(flt, chosen, used)
 
 
 def select(ds: LeRobotDataset, filters: list[str]) -> set[int]:
     """Episode indices passing every filter (all episodes when there is none)."""
-    parsed = [parse_filter(f) for f in filters]
-    rows = {int(r["episode_index"]): r for r in ds.episodes.to_dict("records")}
-    keep = set()
-    for rec in episode_records(ds):
-        if all(_matches(_value(rec, rows[rec.episode_index], k), op, v) for k, op, v in parsed):
-            keep.add(rec.episode_index)
-    return keep
+    return selection(ds, filters).chosen
 
 
 # --------------------------------------------------------------------------- create / verify
@@ -183,8 +176,10 @@ def create(ds: LeRobotDataset, filters: list[str] | None = None) -> dict[str, An
 
 
 def freeze(ds: LeRobotDataset, chosen: set[int], filters: list[str], created: str) -> dict[str, Any]:
-    """The manifest of the `chosen` episodes (what `filters` selected when it was `created`)."""
+    """The manifest of the `chosen` episodes (what `filters` selected when it was `created`), with
+    the values of the columns the filters read, per episode id."""
     entries, files = _entries(ds, chosen)
+    used = selection(ds, filters).values
     return {
         "format": FORMAT,
         "id_version": ID_VERSION,
@@ -192,6 +187,7 @@ def freeze(ds: LeRobotDataset, chosen: set[int], filters: list[str], created: st
         "dataset": str(ds.root.resolve()),
         "repo_id": ds.repo_id,
         "filter": filters,
+        "filter_values": {e["episode_id"]: used[e["episode_index"]] for e in entries} if filters else {},
         "fingerprint": fingerprint_parts(entries, files),
         "episode_count": len(entries),
         "frame_count": sum(e["length"] for e in entries),
@@ -268,13 +264,27 @@ def _file_changes(ds: LeRobotDataset, manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def filter_changes(frozen: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The filter columns whose value changed since the manifest froze them, with both values (the
+    columns the filter being verified reads: `now`'s)."""
+    return [f"filter column {c}: {json.dumps(frozen.get(c))} -> {json.dumps(v)}"
+            for c, v in sorted(now.items()) if c in frozen and frozen[c] != v]
+
+
 def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -> Verification:
-    """Compare the dataset (after the manifest's filter) with the manifest; subset=True ignores additions."""
-    chosen = select(ds, manifest.get("filter", []))
-    now = [e for e in identities(ds) if e.episode_index in chosen]
-    by_id = {e.episode_id: e for e in now}
+    """Compare the dataset (after the manifest's filter) with the manifest; subset=True ignores additions.
+    A manifest episode whose filter columns changed is a change naming them, whether or not it still
+    passes the filter."""
+    sel = selection(ds, manifest.get("filter", []))
+    every = identities(ds)
     frozen = {m["episode_id"]: m for m in manifest["episodes"]}
-    changed = [(m, by_id[i], ["data rows"] if by_id[i].data_sha256 != m["data_sha256"] else [])
+    stored = manifest.get("filter_values") or {}
+    moved = {e.episode_id: what for e in every if e.episode_id in stored
+             and (what := filter_changes(stored[e.episode_id], sel.values.get(e.episode_index, {})))}
+    now = [e for e in every if e.episode_index in sel.chosen or e.episode_id in moved]
+    by_id = {e.episode_id: e for e in now}
+    changed = [(m, by_id[i], (["data rows"] if by_id[i].data_sha256 != m["data_sha256"] else [])
+                + moved.get(i, []))
                for i, m in frozen.items() if i in by_id]
     removed = [m for i, m in frozen.items() if i not in by_id]
     added = [] if subset else [e for i, e in by_id.items() if i not in frozen]
@@ -287,7 +297,7 @@ def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -
             changed.append((m, e, ["data rows"]))
             removed.remove(m)
             added.remove(e)
-    result = Verification(0, added, removed, [], fingerprint(now))
+    result = Verification(0, added, removed, [], fingerprint([e for e in now if e.episode_index in sel.chosen]))
     parts, _ = episode_parts(ds, [e.episode_index for _, e, _ in changed], task_indices(ds))
     for m, e, what in changed:
         what += compare_parts(m, parts.get(e.episode_index, {}))
@@ -304,8 +314,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
     c.add_argument("--out", type=Path, required=True, help="manifest JSON to write (never overwritten)")
     c.add_argument("--filter", action="append", default=[], metavar="EXPR",
-                   help="keep episodes where EXPR holds, e.g. outcome=success, operator!=ben, length>=200, "
-                        "task='pick the brick' (repeatable; all must hold)")
+                   help="keep episodes where EXPR holds (repeatable; all must hold), e.g. outcome=success, "
+                        "\"jerk_z < 2 and duration_ratio between 0.67 and 1.5 and outcome == success\", "
+                        "\"operator in (ana, ben)\"; grammar: docs/dataset_reports.md")
     v = sub.add_parser("verify", help="prove a dataset is exactly a manifest")
     v.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
     v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")

@@ -4,10 +4,12 @@ a manifest of earlier episodes and a change names the file and the episode.
 Per episode (besides the data rows of `manifest.identities`):
 - `row_sha256`: its row of the episodes table (`meta/episodes/*/*.parquet`: outcome, operator,
   tasks, length, per-episode stats, ids, ...), without the columns that only say where it is
-  (`episode_index`, `dataset_from/to_index`, `data/*`, `videos/*`, `meta/episodes/*`) and without
-  its nulls: a parquet table gives every row every column, so appending an episode with a column
-  the older rows lack (a later converter's, a new camera's lag) gives them nulls there, which must
-  not change their hash;
+  (`episode_index`, `dataset_from/to_index`, `data/*`, `videos/*`, `meta/episodes/*`), without the
+  curation columns (`episode_table.CURATION_COLUMNS`: derived from the data rows and relative to the
+  dataset, so an append rewrites them; a manifest made with a filter checks the values of the
+  columns it used instead) and without its nulls: a parquet table gives every row every column, so
+  appending an episode with a column the older rows lack (a later converter's, a new camera's lag)
+  gives them nulls there, which must not change their hash;
 - `task_sha256`: the task texts `meta/tasks.parquet` gives the task_index values of its rows;
 - `videos`: per video feature, SHA-256 over the compressed packets (pts and bytes) of its range
   `[from_timestamp, to_timestamp)` in its mp4, read by demuxing (never decoded); the file is named.
@@ -31,6 +33,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
 
 LOCATION_PREFIXES = ("data/", "videos/", "meta/episodes/")
 LOCATION_COLUMNS = ("episode_index", "dataset_from_index", "dataset_to_index")
@@ -78,9 +81,15 @@ def episode_rows(ds: LeRobotDataset) -> pd.DataFrame:
 
 
 def row_fields(row: dict[str, Any]) -> dict[str, Any]:
-    """An episodes-table row as plain JSON, without the columns that say where the episode is."""
+    """An episodes-table row as plain JSON, without the columns that say where the episode is and
+    the curation columns (derived, rewritten at every append; a filter's are checked by value)."""
     return {k: _plain(v) for k, v in sorted(row.items())
-            if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES)}
+            if k not in LOCATION_COLUMNS and not k.startswith(LOCATION_PREFIXES) and k not in CURATION_COLUMNS}
+
+
+def plain(value: Any) -> Any:
+    """A value as the manifest stores it (JSON; NaN as null, integral floats as ints)."""
+    return _plain(value)
 
 
 def fields_sha256(fields: dict[str, Any]) -> str:

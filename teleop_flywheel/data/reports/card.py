@@ -6,6 +6,14 @@ start-state space they cover, and what the data must not be used for. Every numb
 dataset's own metadata, the audit, or the validator's JSON report; nothing is typed in by hand.
 A README.md that this command did not write is never overwritten (without --force).
 
+The outcome mix is there so the bias towards success is visible: successes, failures, outcomes
+not set, and mismatches — an operator's flag disagreeing with the task spec's success predicate,
+among the kept episodes (`outcome_check`, kept with `--trust-operator`) and among the rejected ones
+(OUTCOME_MISMATCH in the validation record) — with the spec content ids the episodes were recorded
+under. `card DATASET --manifest M` writes the card of a manifest's episodes (`<M>.card.md` beside it,
+or `--out`): the outcome mix and spec ids of those episodes and the filter expressions that chose
+them, before the dataset's own sections.
+
 The card opens with the Hugging Face front matter LeRobot's hub cards carry (license, tags with
 `LeRobot`, task_categories `robotics`, the parquet data files), so `huggingface-cli upload` of the
 folder gives a hub page like LeRobot's own; it names the dataset's repo id and how to load it. A
@@ -25,8 +33,10 @@ import yaml
 
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
-from teleop_flywheel.data.lerobot.episode_table import episode_records
+from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.provenance.manifest import identities, load_manifest
 from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines
+from teleop_flywheel.data.validate.reasons import OUTCOME_MISMATCH
 
 MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit (except the operator's notes below) -->"
 NOTES_BEGIN = "<!-- operator notes: begin (yours to edit; kept when the card is regenerated) -->"
@@ -96,6 +106,50 @@ def read_validation(path: str | Path) -> ValidationSummary:
     return ValidationSummary(str(path), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()))
 
 
+@dataclass
+class ManifestView:
+    """What a manifest's card says of it: its file, filter expressions and episodes."""
+
+    path: str
+    fingerprint: str
+    filters: list[str]
+    episodes: set[int]  # episode_index in the dataset
+
+
+def manifest_view(ds: LeRobotDataset, path: str | Path) -> ManifestView:
+    manifest = load_manifest(path)
+    ids = {str(m["episode_id"]) for m in manifest["episodes"]}
+    held = {e.episode_index for e in identities(ds) if e.episode_id in ids}
+    if len(held) != len(ids):
+        raise DatasetError(f"{path}: {len(ids) - len(held)} of its episodes are not in {ds.root}; "
+                           f"`teleop-flywheel manifest verify {ds.root} {path}` names them")
+    return ManifestView(str(path), str(manifest.get("fingerprint", "")), [str(f) for f in manifest.get("filter", [])],
+                        held)
+
+
+def outcome_lines(recs: list[EpisodeRecord], validation: ValidationSummary | None) -> list[str]:
+    """The outcome mix (with mismatches against the spec's predicate) and the spec content ids."""
+    n = len(recs)
+    counts = Counter(r.outcome if r.outcome in ("success", "failure") else "not set" for r in recs)
+    judged = [r for r in recs if r.mismatch is not None]
+    kept_mismatch = sum(bool(r.mismatch) for r in judged)
+    rejected_mismatch = validation.reasons.get(OUTCOME_MISMATCH, 0) if validation else None
+    rows: list[tuple[Any, ...]] = [(k, counts[k], f"{100 * counts[k] / max(1, n):.0f} %")
+                                   for k in ("success", "failure", "not set") if counts[k] or k != "not set"]
+    rows.append(("mismatch, kept (operator's flag vs the spec's predicate; --trust-operator)", kept_mismatch,
+                 f"{100 * kept_mismatch / max(1, len(judged)):.0f} % of {len(judged)} judged"))
+    rows.append(("mismatch, rejected (OUTCOME_MISMATCH)",
+                 "?" if rejected_mismatch is None else rejected_mismatch, "not in the dataset"))
+    specs = Counter(r.task_spec_id or "(none)" for r in recs)
+    lines = _table(("outcome", "episodes", "share"), rows)
+    lines += ["", f"The spec's success predicate judged {len(judged)} of {n} episodes"
+              + ("" if judged else " (recorded without a task spec: operator labels only)") + ". "
+              + "These are the kept episodes' outcomes: rejected ones are not in the dataset, so the success "
+              "share is not a success rate.",
+              "", "Task spec content ids: " + ", ".join(f"`{k}` ({v})" for k, v in sorted(specs.items())) + "."]
+    return lines
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
@@ -125,7 +179,8 @@ def previous(text: str) -> tuple[dict[str, Any], str]:
 
 
 def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | None,
-           license_id: str = LICENSE, tags: list[str] | None = None, notes: str = "") -> str:
+           license_id: str = LICENSE, tags: list[str] | None = None, notes: str = "",
+           manifest: ManifestView | None = None) -> str:
     recs = episode_records(ds)
     name = ds.repo_id or ds.root.name
     tags = list(dict.fromkeys(["LeRobot", *(tags or []), *([ds.robot_type] if ds.robot_type else []),
@@ -154,7 +209,16 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
              "- Recorded as raw MCAP bags (one clock, stamped at the source), validated, then converted to "
              "LeRobot v3.0; the action is the command actually sent to the follower."
              if any(r.episode_id for r in recs) else "- Collection method not recorded in the metadata.",
-             "", "## Episodes", ""]
+             ""]
+    if manifest is not None:
+        chosen = [r for r in recs if r.episode_index in manifest.episodes]
+        lines += [f"## Manifest `{Path(manifest.path).name}`", "",
+                  f"{len(chosen)} of {len(recs)} episodes of this dataset (fingerprint `{manifest.fingerprint[:16]}`), "
+                  "chosen by " + (" and ".join(f"`{f}`" for f in manifest.filters) if manifest.filters
+                                  else "no filter (every episode)") + ".", "",
+                  "### Outcomes of the manifest's episodes", "", *outcome_lines(chosen, validation), "",
+                  "The sections below describe the whole dataset.", ""]
+    lines += ["## Outcomes", "", *outcome_lines(recs, validation), "", "## Episodes", ""]
     if validation:
         lines += _table(("recorded", "rejected", "accepted", "in this dataset"),
                         [(validation.recorded, validation.rejected, validation.accepted, a.episodes)])
@@ -201,15 +265,19 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
 
 
 def write_card(root: str | Path, validation: str | Path | None = None, force: bool = False,
-               license_id: str | None = None, tags: list[str] | None = None) -> Path:
+               license_id: str | None = None, tags: list[str] | None = None, manifest: str | Path | None = None,
+               out: str | Path | None = None) -> Path:
     """Write (or regenerate) the card; the operator's notes, license and tags of a card written
-    before are kept unless `license_id`/`tags` are given."""
+    before are kept unless `license_id`/`tags` are given. With `manifest`: the card of its episodes,
+    at `out` (default `<manifest>.card.md`)."""
     ds = LeRobotDataset.open(root)
-    out = ds.root / "README.md"
-    old = out.read_text(errors="replace") if out.exists() else ""
+    view = manifest_view(ds, manifest) if manifest is not None else None
+    dest = Path(out) if out is not None else (
+        Path(manifest).with_suffix(".card.md") if manifest is not None else ds.root / "README.md")
+    old = dest.read_text(errors="replace") if dest.exists() else ""
     ours = "<!-- written by teleop-flywheel card;" in old
-    if out.exists() and not ours and not force:
-        error = DatasetError(f"{out}: exists and was not written by `teleop-flywheel card`")
+    if dest.exists() and not ours and not force:
+        error = DatasetError(f"{dest}: exists and was not written by `teleop-flywheel card`")
         error.fix = "--force replaces it; or move it aside first"
         raise error
     meta, notes = previous(old) if ours else ({}, "")
@@ -217,9 +285,9 @@ def write_card(root: str | Path, validation: str | Path | None = None, force: bo
     if validation is None and (ds.root / RECORD_PATH).is_file():
         validation = ds.root / RECORD_PATH  # the verdicts convert/ingest recorded for this dataset
     text = render(ds, audit(ds), read_validation(validation) if validation else None,
-                  license_id or str(meta.get("license") or LICENSE), [*old_tags, *(tags or [])], notes)
-    replace_atomic(out, text)
-    return out
+                  license_id or str(meta.get("license") or LICENSE), [*old_tags, *(tags or [])], notes, view)
+    replace_atomic(dest, text)
+    return dest
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -233,9 +301,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", action="append", default=[], metavar="TAG",
                         help="an extra tag for the hub (repeatable; LeRobot, the robot type, teleoperation are "
                              "always there)")
+    parser.add_argument("--manifest", type=Path, metavar="M",
+                        help="the card of a manifest's episodes, with the filter that chose them (written to "
+                             "<M>.card.md, not the dataset's README.md)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="where to write the card (default: see above)")
 
 
 def run(args: argparse.Namespace) -> int:
-    out = write_card(args.dataset, args.validation, args.force, args.license, args.tag)  # DatasetError: exit 2
+    out = write_card(args.dataset, args.validation, args.force, args.license, args.tag,  # DatasetError: exit 2
+                     args.manifest, args.out)
     print(f"wrote {out}")
     return 0

@@ -1,7 +1,11 @@
 """Coverage of start states: greedy farthest-point order, a Halton candidate set, target start poses.
 
-Used by `curate` (each episode's coverage contribution, where to send operators next) and by
-`stats` (deterministic k-means seeding).
+Used by `curate` (each episode's coverage contribution, where to send operators next, the coverage a
+drop plan loses) and by `stats` (deterministic k-means seeding).
+
+The covering radius of a set of start states is the largest distance from any of `CANDIDATES` Halton
+points filling the (box-normalised) joint-range box to its nearest start state: the radius of the
+biggest hole in the coverage. Lower is better; dropping episodes never lowers it.
 """
 from __future__ import annotations
 
@@ -72,12 +76,7 @@ def target_start_poses(starts: np.ndarray, box_lo: np.ndarray, box_hi: np.ndarra
     cand = np.tile(np.median(starts, axis=0), (candidates, 1))
     cand[:, vary] = box_lo[vary] + halton(candidates, int(vary.sum())) * (box_hi - box_lo)[vary]
     norm_c = cand / width
-    norm_s = starts / width
-    nearest = np.full(candidates, np.inf)
-    for lo in range(0, len(norm_s), 512):
-        block = norm_s[lo:lo + 512]
-        d = np.sqrt(((norm_c[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-        nearest = np.minimum(nearest, d)
+    nearest = nearest_distance(norm_c, starts / width)
     picks, gaps = [], []
     for _ in range(min(count, candidates)):
         k = int(np.argmax(nearest))
@@ -85,3 +84,20 @@ def target_start_poses(starts: np.ndarray, box_lo: np.ndarray, box_hi: np.ndarra
         gaps.append(float(nearest[k]))
         nearest = np.minimum(nearest, np.linalg.norm(norm_c - norm_c[k], axis=1))
     return cand[picks], np.asarray(gaps)
+
+
+def nearest_distance(points: np.ndarray, to: np.ndarray) -> np.ndarray:
+    """Each point's Euclidean distance to its nearest point of `to` (inf if `to` is empty)."""
+    nearest = np.full(len(points), np.inf)
+    for lo in range(0, len(to), 512):
+        block = to[lo:lo + 512]
+        d = np.sqrt(((points[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+        nearest = np.minimum(nearest, d)
+    return nearest
+
+
+def covering_radius(starts: np.ndarray, box_lo: np.ndarray, candidates: int = CANDIDATES) -> float:
+    """The covering radius of box-normalised start states: the farthest of `candidates` Halton points
+    filling the unit box at `box_lo` from its nearest start state."""
+    cand = box_lo + halton(candidates, starts.shape[1])
+    return float(nearest_distance(cand, starts).max())

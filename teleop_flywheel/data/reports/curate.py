@@ -13,6 +13,16 @@ The seed's curation rule: look at the joint distribution of four scores, never o
 spread through the joint-range box (a Halton sequence), against the start states already recorded
 (`data/reports/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
 (`data/reports/weights.py`).
+
+The scores are columns of the episodes table (`data/lerobot/episode_table.py`, CURATION_COLUMNS), so
+`manifest create --filter` can choose by them: `graded_success`, `jerk`, `jerk_z` (the z-score of
+log10(1 + jerk) among the episodes of the same task, population standard deviation; 0 when the task
+has one episode or no spread), `duration_ratio`, `coverage_gain` (the coverage contribution over the
+visited joint-range box) and `start_state`. The converter writes them for every episode in the same
+atomic commit as each append (`with_scores`: they are relative to the dataset, so an append changes
+them); `curate --store` writes them into any dataset, through the same commit. `curate --drop-plan
+--filter EXPR` says which episodes a filter would drop and why, and how much start-state coverage
+that costs (`drop_plan`).
 """
 from __future__ import annotations
 
@@ -24,12 +34,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
-from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.lerobot.episode_table import (
+    START_STATE,
+    EpisodeRecord,
+    episode_records,
+    table_records,
+)
+from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.reports.audit import available_ranges, load
-from teleop_flywheel.data.reports.coverage import farthest_point_order, target_start_poses
+from teleop_flywheel.data.reports.coverage import (
+    CANDIDATES,
+    covering_radius,
+    farthest_point_order,
+    nearest_distance,
+    target_start_poses,
+)
 from teleop_flywheel.data.reports.plots import write_curation_plots
 from teleop_flywheel.data.reports.weights import (
     HALF_LIFE_DAYS,
@@ -88,6 +114,54 @@ def duration_ratios(lengths: np.ndarray, tasks: list[str]) -> np.ndarray:
     return out
 
 
+def jerk_z_scores(jerk: np.ndarray, tasks: list[str]) -> np.ndarray:
+    """z of log10(1 + jerk) among the same task's episodes (population sd); 0 without spread; NaN for NaN jerk."""
+    log = np.log10(np.asarray(jerk, dtype=np.float64) + 1.0)
+    out = np.full(len(log), np.nan)
+    for task in set(tasks):
+        idx = np.array([t == task for t in tasks]) & np.isfinite(log)
+        if idx.any():
+            sd = float(log[idx].std())
+            out[idx] = (log[idx] - log[idx].mean()) / sd if sd > 0 else 0.0
+    return out
+
+
+def box_width(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The joint-range box's side per joint (1 where a joint never moved: no division by zero)."""
+    return np.where(hi - lo > 0, hi - lo, 1.0)
+
+
+@dataclass
+class Scores:
+    """The dataset-relative scores of every episode, in the order given."""
+
+    graded_success: np.ndarray  # NaN: unknown
+    jerk: np.ndarray
+    jerk_z: np.ndarray
+    duration_ratio: np.ndarray
+    coverage_order: np.ndarray  # positions, in farthest-point order
+    coverage_gain: np.ndarray
+
+    def columns(self, starts: np.ndarray) -> dict[str, list[Any]]:
+        """As episodes-table columns (None for unknown)."""
+        out: dict[str, list[Any]] = {}
+        for name in ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain"):
+            out[name] = [None if not np.isfinite(v) else float(v) for v in getattr(self, name)]
+        out[START_STATE] = [[float(x) for x in row] for row in starts]
+        return out
+
+
+def dataset_scores(recs: list[EpisodeRecord], lengths: np.ndarray, jerk: np.ndarray, starts: np.ndarray,
+                   lo: np.ndarray, hi: np.ndarray) -> Scores:
+    tasks = [r.task for r in recs]
+    success = np.array([np.nan if (g := graded_success(r)) is None else g for r in recs], dtype=np.float64)
+    order, gaps = farthest_point_order(starts / box_width(lo, hi))
+    gain = np.empty(len(order))
+    gain[order] = gaps
+    return Scores(success, np.asarray(jerk, dtype=np.float64), jerk_z_scores(jerk, tasks),
+                  duration_ratios(np.asarray(lengths, dtype=np.float64), tasks), order, gain)
+
+
 # --------------------------------------------------------------------------- weights
 # --------------------------------------------------------------------------- report
 @dataclass
@@ -100,6 +174,7 @@ class EpisodeScore:
     attempts: int | None
     success: float | None
     jerk: float | None
+    jerk_z: float | None
     jerky: bool
     duration_ratio: float
     duration_flag: str  # "", "fast" or "slow"
@@ -147,24 +222,12 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
     jerk = integrated_squared_jerk(data.action, spans.start, spans.stop, ds.fps)
     log_jerk = np.log10(jerk + 1.0)
     fence = tukey_high(log_jerk)
-    ratios = duration_ratios(lengths.astype(np.float64), [r.task for r in recs])
-
-    if box == "visited":
-        lo, hi = np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float)
-    elif box == "available":
-        ranges = available_ranges(ds, data.state_feature)
-        if any(r[0] is None for r in ranges):
-            raise DatasetError(f"{ds.root}: available joint ranges unknown for some joints; use --box visited")
-        lo, hi = np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges])
-    else:
-        raise ValueError(f"box must be 'visited' or 'available', got {box!r}")
-    width = np.where(hi - lo > 0, hi - lo, 1.0)
+    lo, hi = _box(ds, data, box)
     starts = data.start_states
-    order, gaps = farthest_point_order(starts / width)
+    scored = dataset_scores(recs, lengths, jerk, starts, lo, hi)
+    ratios, order = scored.duration_ratio, scored.coverage_order
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    gap_of = np.empty(len(order))
-    gap_of[order] = gaps
 
     vary_mask = None
     if vary:
@@ -189,14 +252,175 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
         flag = "slow" if ratios[i] > duration_tolerance else "fast" if ratios[i] < 1.0 / duration_tolerance else ""
         scores.append(EpisodeScore(
             rec.episode_index, rec.episode_id, rec.task, int(lengths[i]), rec.outcome, rec.attempts,
-            graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]), bool(log_jerk[i] > fence),
-            float(ratios[i]), flag, int(rank[i]), float(gap_of[i]), bool(has_int[i]), float(ages[i]),
+            graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]),
+            None if np.isnan(scored.jerk_z[i]) else float(scored.jerk_z[i]), bool(log_jerk[i] > fence),
+            float(ratios[i]), flag, int(rank[i]), float(scored.coverage_gain[i]), bool(has_int[i]), float(ages[i]),
             float(weights[i])))
     if all(s.success is None for s in scores):
         notes.append("no outcome/attempts metadata: graded success unknown for every episode")
     return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
                           [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
                           poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes)
+
+
+def _box(ds: LeRobotDataset, data: Any, box: str) -> tuple[np.ndarray, np.ndarray]:
+    """The joint-range box: the range the states visited, or the joints' available limits."""
+    if box == "visited":
+        return np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float)
+    if box == "available":
+        ranges = available_ranges(ds, data.state_feature)
+        if any(r[0] is None for r in ranges):
+            raise DatasetError(f"{ds.root}: available joint ranges unknown for some joints; use --box visited")
+        return np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges])
+    raise ValueError(f"box must be 'visited' or 'available', got {box!r}")
+
+
+# --------------------------------------------------------------------------- stored scores
+STATE = "observation.state"
+
+
+def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
+    """The episodes table of an append with every episode's scores (re)computed, for the commit that
+    writes it. New rows bring their `jerk` and `start_state` (the converter computed them from the
+    rows it writes); rows of a dataset converted before the scores existed get theirs from the data
+    at `root`, which the append has not touched yet. The box is the visited range of every episode
+    (its `stats/observation.state/min|max`)."""
+    df = table.to_pandas()
+    jerk = np.array([np.nan if v is None or pd.isna(v) else float(v) for v in
+                     (df["jerk"] if "jerk" in df else [None] * len(df))])
+    starts: list[Any] = list(df[START_STATE]) if START_STATE in df else [None] * len(df)
+    lacking = [i for i, v in enumerate(starts) if v is None or (isinstance(v, float) and np.isnan(v))]
+    if lacking:
+        old = LeRobotDataset.open(root)
+        data = load(old, STATE)
+        old_jerk = integrated_squared_jerk(data.action, data.spans.start, data.spans.stop, old.fps)
+        where = {int(e): k for k, e in enumerate(data.spans.episode_index)}
+        for i in lacking:
+            k = where[int(df["episode_index"].iloc[i])]
+            jerk[i], starts[i] = old_jerk[k], data.start_states[k]
+    start_arr = np.array([np.asarray(v, dtype=np.float64) for v in starts])
+    lo = np.nanmin(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/min"]]), axis=0)
+    hi = np.nanmax(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/max"]]), axis=0)
+    tasks = [[str(t) for t in v] if v is not None else [] for v in df["tasks"]]
+    scored = dataset_scores(table_records(df, tasks, fps), df["length"].to_numpy(), jerk, start_arr, lo, hi)
+    return _set_columns(table, scored.columns(start_arr))
+
+
+def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
+    for name, values in columns.items():
+        kind = pa.list_(pa.float64()) if name == START_STATE else pa.float64()
+        array = pa.array(values, type=kind)
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, array) if i >= 0 else table.append_column(name, array)
+    return table
+
+
+def store(root: Path) -> list[str]:
+    """Write the scores of `curate` into the dataset's episodes table(s), atomically (the commit of
+    `data/lerobot/commit.py`, under the dataset's lock); the files replaced."""
+    root = Path(root).resolve()
+    with commit.locked_dataset(root):
+        commit.finish(root)  # an interrupted append first
+        ds = LeRobotDataset.open(root)
+        report = curate(ds)
+        by_episode = {s.episode_index: k for k, s in enumerate(report.episodes)}
+        starts = report.start_states
+        files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+        stage = commit.new_stage(root)
+        replaced = []
+        try:
+            for path in files:
+                table = pq.read_table(path)
+                rows = [by_episode[int(e)] for e in table.column("episode_index").to_pylist()]
+                eps = [report.episodes[k] for k in rows]
+                cols: dict[str, list[Any]] = {"graded_success": [s.success for s in eps], "jerk": [s.jerk for s in eps],
+                        "jerk_z": [s.jerk_z for s in eps], "duration_ratio": [s.duration_ratio for s in eps],
+                        "coverage_gain": [s.coverage_gap for s in eps],
+                        START_STATE: [[float(x) for x in starts[k]] for k in rows]}
+                rel = str(path.relative_to(root))
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(_set_columns(table, cols), stage / rel)
+                replaced.append(rel)
+        except BaseException:
+            commit.finish(root)  # staging without a journal: rolled back
+            raise
+        commit.write_journal(root, [], replaced, [])
+        commit.finish(root)
+    return replaced
+
+
+# --------------------------------------------------------------------------- drop plan
+@dataclass
+class Dropped:
+    episode_index: int
+    episode_id: str | None
+    why: list[str]
+    coverage_gain: float | None
+
+
+@dataclass
+class DropPlan:
+    dataset: str
+    filter: list[str]
+    episodes: int
+    frames: int
+    dropped: list[Dropped]
+    dropped_frames: int
+    radius_before: float
+    radius_after: float | None  # None: nothing kept
+    gain_total: float
+    gain_lost: float
+    candidates: int
+    hole: float | None  # the farthest dropped start state from its nearest kept one (None: none dropped/kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def drop_plan(ds: LeRobotDataset, filters: list[str]) -> DropPlan:
+    """Which episodes the filters would drop (with the failing comparisons' values) and the start-state
+    coverage lost: the covering radius (the largest distance from any of `CANDIDATES` Halton points
+    filling the visited joint-range box to its nearest kept start state, box-normalised) before and
+    after, the sum of the dropped episodes' `coverage_gain` against the total, and the hole the drop
+    opens: the largest distance from a dropped start state to its nearest kept one."""
+    known, values = episode_values(ds)
+    flt = Filter.compile(filters, known)
+    report = curate(ds)
+    lo, hi = np.array(report.box_lo), np.array(report.box_hi)
+    starts = np.array(report.start_states) / box_width(lo, hi)
+    dropped, keep = [], np.ones(len(report.episodes), dtype=bool)
+    for k, s in enumerate(report.episodes):
+        v = values[s.episode_index]
+        if not flt.keeps(v):
+            keep[k] = False
+            dropped.append(Dropped(s.episode_index, s.episode_id, flt.reasons(v), s.coverage_gap))
+    before = covering_radius(starts, lo / box_width(lo, hi))
+    after = covering_radius(starts[keep], lo / box_width(lo, hi)) if keep.any() else None
+    hole = float(nearest_distance(starts[~keep], starts[keep]).max()) if keep.any() and not keep.all() else None
+    gains = np.array([s.coverage_gap for s in report.episodes])
+    lengths = np.array([s.length for s in report.episodes])
+    return DropPlan(str(ds.root), list(filters), len(keep), int(lengths.sum()), dropped, int(lengths[~keep].sum()),
+                    before, after, float(gains.sum()), float(gains[~keep].sum()), CANDIDATES, hole)
+
+
+def format_drop_plan(p: DropPlan) -> str:
+    lines = [f"drop plan for {p.dataset}, filter: " + " and ".join(f"({f})" if len(p.filter) > 1 else f
+                                                                    for f in p.filter),
+             f"would drop {len(p.dropped)} of {p.episodes} episodes ({p.dropped_frames} of {p.frames} frames)"]
+    if p.dropped:
+        lines.append(f"{'ep':>5} {'id':<12} why")
+        lines += [f"{d.episode_index:>5} {(d.episode_id or '-')[:12]:<12} {'; '.join(d.why)}" for d in p.dropped]
+    after = "nothing kept" if p.radius_after is None else f"{p.radius_after:.4f}"
+    change = "" if p.radius_after is None or not p.radius_before else \
+        f" ({100 * (p.radius_after - p.radius_before) / p.radius_before:+.1f} %)"
+    lines += ["", f"start-state coverage (covering radius: farthest of {p.candidates} points filling the visited "
+                  "joint-range box from its nearest kept start, box-normalised; lower is better):",
+              f"  before {p.radius_before:.4f}, after {after}{change}",
+              f"  coverage_gain lost: {p.gain_lost:.4f} of {p.gain_total:.4f}"
+              + (f" ({100 * p.gain_lost / p.gain_total:.1f} %)" if p.gain_total else "")]
+    if p.hole is not None:
+        lines.append(f"  farthest dropped start from a kept one: {p.hole:.4f} (the hole this drop opens)")
+    return "\n".join(lines)
 
 
 def format_text(r: CurationReport) -> str:
@@ -267,9 +491,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"recency half-life in days (default {HALF_LIFE_DAYS:g})")
     parser.add_argument("--weights-out", type=Path, help=f"where to write the weights (default DATASET/{WEIGHTS_PATH})")
     parser.add_argument("--no-weights", action="store_true", help="do not write the sample-weights file")
+    parser.add_argument("--store", action="store_true",
+                        help="write the scores into the dataset's episodes table (atomically; convert does this at "
+                             "every append) so `manifest create --filter` can use them")
+    parser.add_argument("--drop-plan", action="store_true",
+                        help="only say which episodes --filter would drop, why, and the start-state coverage lost")
+    parser.add_argument("--filter", action="append", default=[], metavar="EXPR",
+                        help="with --drop-plan: the episodes to keep, as for `manifest create --filter`, e.g. "
+                             "\"jerk_z < 2 and duration_ratio between 0.67 and 1.5 and outcome == success\"")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.filter and not args.drop_plan:
+        raise UsageError("--filter is for --drop-plan", fix="add --drop-plan, or use `manifest create --filter`")
+    if args.drop_plan:
+        if not args.filter:
+            raise UsageError("--drop-plan needs --filter EXPR", fix="e.g. --filter 'jerk_z < 2'")
+        plan = drop_plan(LeRobotDataset.open(args.dataset), args.filter)  # FilterError/DatasetError: exit 2
+        print(json.dumps(plan.to_dict(), indent=2) if args.json else format_drop_plan(plan))
+        return 0
+    if args.store:
+        for rel in store(args.dataset):
+            print(f"wrote the scores into {args.dataset / rel}", file=sys.stderr)
     try:
         rule = WeightRule(args.intervention_weight, args.half_life)
         ds = LeRobotDataset.open(args.dataset)

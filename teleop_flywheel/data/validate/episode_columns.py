@@ -13,6 +13,10 @@ What the validator measured, as numbers `audit` reads without opening a bag (NaN
 - `dead_air_trimmed_leading_s`, `dead_air_trimmed_trailing_s`: what `convert --trim-dead-air` cut
   (0 when nothing was);
 - `warnings`: the validator's warning codes (JSON list).
+
+The task spec the episode was recorded under (null without one): `task_spec_id` (its content id) and
+`outcome_check` (JSON `{"passed": bool, "detail": str}`: its success predicate judged at stop).
+Column names: `data/lerobot/episode_table.py`.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.data.lerobot.episode_table import OUTCOME_CHECK, TASK_SPEC_ID, WARNINGS
 from teleop_flywheel.data.validate.checks import Inspection
 from teleop_flywheel.data.validate.validator import display
 from teleop_flywheel.recording.mcap.reader import ID_VERSION, Bag
@@ -48,7 +53,9 @@ def episode_columns(bag: Bag, ep: EpisodeMeta | None, ins: Inspection, recorded_
         cols[f"camera_lag_stderr_ms/{cam}"] = _num(est.stderr_ms)
     cols["tracking_lag_ms"] = [_num(x) for x in ins.tracking_lag_ms] if ins.tracking_lag_ms else [float("nan")] * 6
     cols["dead_air_trimmed_leading_s"], cols["dead_air_trimmed_trailing_s"] = (float(trimmed[0]), float(trimmed[1]))
-    cols["warnings"] = json.dumps(sorted({w.code for w in ins.warnings}))
+    cols[WARNINGS] = json.dumps(sorted({w.code for w in ins.warnings}))
+    cols[TASK_SPEC_ID] = (ep.task_spec_id or None) if ep else None
+    cols[OUTCOME_CHECK] = json.dumps(ep.outcome_check, sort_keys=True) if ep and ep.outcome_check else None
     return cols
 
 

@@ -95,7 +95,7 @@ def test_filters(tmp_path: Path) -> None:
     assert create(ds, ["task='pick the brick'"])["episode_count"] == 10
     with pytest.raises(ValueError, match="bad filter"):
         create(ds, ["nonsense"])
-    with pytest.raises(ValueError, match="neither an episode field"):
+    with pytest.raises(ValueError, match="unknown column 'colour' at position 1"):
         create(ds, ["colour=red"])
 
 

@@ -53,7 +53,7 @@ def _copy(made: dict[str, Path], tmp_path: Path) -> Path:
 
 def test_manifest_v3_records_what_it_covers(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     m = json.loads(made["manifest"].read_text())
-    assert m["format"] == "teleop_flywheel.manifest/3" and m["id_version"] == 2
+    assert m["format"] == "teleop_flywheel.manifest/4" and m["id_version"] == 2
     assert sorted(m["files"]) == ["data/chunk-000/file-000.parquet",
                                   "videos/observation.images.wrist/chunk-000/file-000.mp4"]
     e = m["episodes"][0]
@@ -164,7 +164,7 @@ def test_an_old_manifest_is_refused_then_migrated(version: int, made: dict[str, 
     before = old.read_bytes()
     assert cli_main(["migrate", str(old)]) == 0
     out = capsys.readouterr().out
-    assert f"manifest: v{version} -> v3: 2 episodes" in out and "the original" in out and old.read_bytes() == before
+    assert f"manifest: v{version} -> v4: 2 episodes" in out and "the original" in out and old.read_bytes() == before
     new = tmp_path / f"v{version}.migrated.json"
     assert json.loads(new.read_text())["episodes"] == json.loads(made["manifest"].read_text())["episodes"]
     code, out = _verify(made["ds"], new, capsys)

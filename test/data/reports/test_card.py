@@ -5,6 +5,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
@@ -117,3 +119,48 @@ def test_card_has_hub_front_matter_repo_id_and_keeps_the_operators_notes(tmp_pat
     assert meta["license"] == "cc-by-4.0" and "pick-place" in meta["tags"]  # tags kept, license changed
     assert cli_main(["card", str(root)]) == 0
     assert yaml.safe_load((root / "README.md").read_text().split("---\n")[1])["license"] == "cc-by-4.0"
+
+
+def _with_spec_columns(root: Path, checks: dict[int, bool]) -> None:
+    """Episodes recorded under a task spec: its id and the predicate's verdict at stop, as convert writes them."""
+    path = next((root / "meta/episodes").rglob("*.parquet"))
+    df = pq.read_table(path).to_pandas()
+    df["task_spec_id"] = [("spec-a" if e in checks else None) for e in df["episode_index"]]
+    df["outcome_check"] = [json.dumps({"passed": checks[e], "detail": ""}) if e in checks else None
+                           for e in df["episode_index"]]
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+
+
+def test_card_shows_the_outcome_mix_with_mismatches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = write(tmp_path / "ds", SyntheticSpec(episodes=10, min_length=20, max_length=30, seed=9)).root
+    eps = read_episodes(root)
+    outcome = dict(zip(eps["episode_index"], eps["outcome"], strict=True))
+    # the predicate agrees with the operator on episodes 0-5 except 1 and 4; 6-9 were recorded without a spec
+    checks = {e: (outcome[e] == "success") != (e in (1, 4)) for e in range(6)}
+    _with_spec_columns(root, checks)
+    entries = [{"id": f"r{i}", "status": "FAIL", "reasons": [{"code": "OUTCOME_MISMATCH"}]} for i in range(3)]
+    entries += [{"id": f"k{i}", "status": "PASS"} for i in range(10)]
+    (tmp_path / "val.json").write_text(json.dumps({"episodes": entries}))
+    assert cli_main(["card", str(root), "--validation", str(tmp_path / "val.json")]) == 0
+    card = (root / "README.md").read_text()
+    n_success = int((eps["outcome"] == "success").sum())
+    assert f"| success | {n_success} | {100 * n_success / 10:.0f} % |" in card
+    assert f"| failure | {10 - n_success} | {100 * (10 - n_success) / 10:.0f} % |" in card
+    assert "| mismatch, kept (operator's flag vs the spec's predicate; --trust-operator) | 2 | 33 % of 6 judged |" \
+        in card
+    assert "| mismatch, rejected (OUTCOME_MISMATCH) | 3 | not in the dataset |" in card
+    assert "judged 6 of 10 episodes" in card
+    assert "Task spec content ids: `(none)` (4), `spec-a` (6)." in card
+
+    manifest = tmp_path / "run.json"
+    expr = "outcome == success and episode_index < 6"
+    assert cli_main(["manifest", "create", str(root), "--out", str(manifest), "--filter", expr]) == 0
+    assert cli_main(["card", str(root), "--manifest", str(manifest)]) == 0
+    assert f"wrote {tmp_path / 'run.card.md'}" in capsys.readouterr().out
+    mcard = (tmp_path / "run.card.md").read_text()
+    chosen = [e for e in range(6) if outcome[e] == "success"]
+    assert f"{len(chosen)} of 10 episodes of this dataset" in mcard and f"chosen by `{expr}`" in mcard
+    assert f"| success | {len(chosen)} | 100 % |" in mcard
+    kept_mismatch = sum(e in (1, 4) for e in chosen)
+    assert f"| mismatch, kept (operator's flag vs the spec's predicate; --trust-operator) | {kept_mismatch} |" in mcard
+    assert (root / "README.md").read_text() == card  # the dataset's own card is not touched
