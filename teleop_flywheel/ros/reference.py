@@ -389,6 +389,15 @@ BENCH_LINES: dict[str, Any] = {
         f"({sum(d['busy']['next_episode']['drops'].values())} drops in it; load {d['load_average_before'][0]:.1f}) "
         f"({_met(d['met_idle'] and d['met_busy'])})"
     ),
+    "loader": lambda d: (
+        f"`loader` (LeRobot's DataLoader, batch {d['batch_size']}, {d['num_workers']} workers, pyav, against an ACT "
+        f"training step on the CPU): target: the step never waits on decode; "
+        + ", ".join(f"{name} {f['loader_samples_per_s']:g} samples/s vs the step's {f['step_samples_per_s']:g} "
+                    f"({100 * f['training_loop_waiting_share']:.1f} % of the loop waiting)"
+                    for name, f in d["forms"].items())
+        + f" ({_met(all(f['ratio_loader_to_step'] >= 1 for f in d['forms'].values()))}; a GPU step faster than "
+        f"the loader's rate would wait: `materialize --resolution` is the lever)"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())
