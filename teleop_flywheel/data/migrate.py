@@ -1,8 +1,10 @@
 """`teleop-flywheel migrate PATH [--output OUT]`: the one upgrade path from an older format of ours.
 
-Readers read the current format only and refuse an older one with a line naming this command.
-PATH is a bag (directory or .mcap: `recording/mcap/upgrade.py` knows its older formats), a manifest
-(JSON) or a LeRobot dataset directory. The upgraded copy is written beside PATH (`<name>.migrated`,
+Readers of bags and manifests read the current format only and refuse an older one with a line
+naming this command; a dataset of an older layout of ours is read by every reader as it is, and
+refused only by `convert`, which never appends to it. PATH is a bag (directory or .mcap:
+`recording/mcap/upgrade.py` knows its older formats), a manifest (JSON) or a LeRobot dataset
+directory. The upgraded copy is written beside PATH (`<name>.migrated`,
 a manifest `<stem>.migrated.json`) or to OUT, created exclusively; the original is never changed.
 One line per kind of change says what was changed; a current PATH is said to be so and nothing is
 written (exit 0).
@@ -24,22 +26,40 @@ What older manifests and datasets were is known here only:
   change): exit 1, naming the episodes.
 - a dataset beside which a converter from before staging (`.convert-*` temp directories) crashed:
   the copy is the dataset without them (they hold temporary videos only).
+- a dataset of an older layout of ours (`data/lerobot/flywheel_schema.py`; layout 1 had the leader
+  arm's reading as `observation.leader_state`, an input LeRobot gives every policy): the copy has
+  the features renamed in the data parquet files, info.json (with `teleop_flywheel_schema`),
+  stats.json and the episodes table's stats columns, each where it was; the videos are the same
+  files (hard-linked where the filesystem allows: they are never changed once written). Written
+  into a temporary directory beside the destination and renamed into place, so the copy is whole
+  or absent. Manifests frozen from the original verify against the original only.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
-from teleop_flywheel.core.files import create_exclusive
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.lerobot.format import INFO_PATH
+from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset
+from teleop_flywheel.data.lerobot.flywheel_schema import (
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    changes_since,
+    renames_since,
+    schema_version,
+)
+from teleop_flywheel.data.lerobot.format import INFO_PATH, STATS_PATH, write_json
 from teleop_flywheel.data.provenance.filter_expr import Compare, literal
 from teleop_flywheel.data.provenance.manifest import (
     FORMAT_VERSION,
@@ -181,17 +201,76 @@ def migrate_manifest(path: Path, output: Path | None, dataset: Path | None) -> M
     return report
 
 
+def rename_features(root: Path, renames: dict[str, str], info_keys: dict[str, Any]) -> int:
+    """Rename features of the dataset at `root` in place, each where it was: data parquet columns,
+    info.json features (and `info_keys` set), stats.json, the episodes table's stats columns; videos
+    are not touched. Files are rewritten one by one: for a private copy only. Returns the number of
+    data files rewritten."""
+    def renamed(column: str) -> str:
+        kind, sep, rest = column.partition("/")
+        if kind == "stats" and sep:
+            feature, slash, stat = rest.rpartition("/")
+            return f"stats/{renames.get(feature, feature)}{slash}{stat}"
+        return renames.get(column, column)
+
+    data = sorted((root / "data").rglob("*.parquet"))
+    for path in [*data, *sorted((root / EPISODES_DIR).rglob("*.parquet"))]:
+        table = pq.read_table(path)
+        pq.write_table(table.rename_columns([renamed(c) for c in table.column_names]), path)
+    info = json.loads((root / INFO_PATH).read_text())
+    info["features"] = {renames.get(k, k): v for k, v in info["features"].items()}
+    write_json(root / INFO_PATH, {**info, **info_keys})
+    if (root / STATS_PATH).is_file():
+        stats = json.loads((root / STATS_PATH).read_text())
+        write_json(root / STATS_PATH, {renames.get(k, k): v for k, v in stats.items()})
+    return len(data)
+
+
+def _copy_file(videos: Path, src: str, dst: str) -> str:
+    """Videos are linked where the filesystem allows (never changed once written), the rest copied."""
+    if Path(src).is_relative_to(videos):
+        with contextlib.suppress(OSError):
+            os.link(src, dst)
+            return dst
+    return str(shutil.copy2(src, dst))
+
+
+def _upgraded_copy(root: Path, dest: Path, renames: dict[str, str]) -> int:
+    """The dataset copied to `dest` with `renames` applied, whole or not at all; data files rewritten."""
+    if dest.exists() or dest.is_symlink():
+        raise FileExistsRefused(f"{dest}: already exists; refusing to overwrite it (choose another --output)")
+    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        copy = work / dest.name
+        shutil.copytree(root, copy, symlinks=True, copy_function=lambda s, d: _copy_file(root / "videos", s, d))
+        rewritten = rename_features(copy, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
+        os.rename(copy, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rewritten
+
+
 def migrate_dataset(root: Path, output: Path | None) -> Migration:
-    LeRobotDataset.open(root)  # a dataset the reader opens, or its one-line error
+    ds = LeRobotDataset.open(root)  # a dataset the reader opens, or its one-line error
     report = Migration(str(root))
     temps = sorted(p for p in root.parent.glob(_LEGACY_TEMPS) if p.is_dir() and not p.is_symlink())
-    if not temps:
+    version = schema_version(ds.info)
+    renames = renames_since(version) if version is not None and version < SCHEMA_VERSION else {}
+    if not temps and not renames:
         return report
     dest = output if output is not None else root.with_name(root.name + SUFFIX)
-    shutil.copytree(root, dest, symlinks=True, dirs_exist_ok=False)
-    report.changes.append(f"temps: {len(temps)} temporary directories of a convert from before staging beside the "
-                          f"dataset left out of the copy ({', '.join(p.name for p in temps)}; temporary videos only: "
-                          "remove them once the copy is checked)")
+    rewritten = _upgraded_copy(root, dest, renames)
+    if temps:
+        report.changes.append(f"temps: {len(temps)} temporary directories of a convert from before staging beside "
+                              f"the dataset left out of the copy ({', '.join(p.name for p in temps)}; temporary videos "
+                              "only: remove them once the copy is checked)")
+    if version is not None and renames:
+        report.changes.append(f"layout: {version} -> {SCHEMA_VERSION}: {'; '.join(changes_since(version))} "
+                              f"({', '.join(f'{old} -> {new}' for old, new in renames.items())} in {rewritten} data "
+                              "files, info.json, stats.json and the episodes table; videos unchanged)")
+        report.notes.append("manifests frozen from the original verify against the original only: freeze a new one "
+                            "from the copy; a checkpoint trained on the original takes the leader's reading as an "
+                            "input and must be trained again")
     report.copy = str(dest)
     return report
 

@@ -17,7 +17,10 @@ policy_args: `CHECKPOINT_DIR[,calibration=FILE][,device=cpu][,fps=30][,task=TEXT
 
 Inputs: `observation.state` ← the follower state; `observation.images.<camera>` ← the latest frame
 of `/cameras/<camera>/image/compressed` (same size as the feature; the node subscribes to the
-cameras listed in `cameras`). A checkpoint needing any other input (e.g. `observation.environment_state`)
+cameras listed in `cameras`). The leader arm's reading is never an input: a checkpoint trained on a
+dataset of our layout 1, where it was `observation.leader_state` (`data/lerobot/flywheel_schema.py`),
+is refused at load naming `teleop-flywheel migrate` (at deployment nobody moves the leader, and the
+policy learnt to copy it). A checkpoint needing any other input (e.g. `observation.environment_state`)
 is refused at load with the feature named. LeRobot and torch are imported inside `make_policy` only.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, names_of
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, follower_calibration, split_args
 
 KEYS = ("calibration", "device", "fps", "task")
@@ -141,6 +145,11 @@ def _inputs(config: Any, root: Path) -> tuple[dict[str, tuple[int, int, int]], b
             uses_state = True
         elif key.startswith(IMAGE_PREFIX) and feat.type is FeatureType.VISUAL and len(shape) == 3:
             cameras[key[len(IMAGE_PREFIX):]] = shape  # type: ignore[assignment]
+        elif key in names_of(LEADER_STATE):
+            raise ValueError(f"{root}: the policy takes the leader arm's reading ({key!r}) as an input: it was "
+                             "trained on a dataset of teleop_flywheel layout 1, where the leader was an observation, "
+                             "and learnt to copy it; at deployment nobody moves the leader, so the node never feeds "
+                             "it. Upgrade the dataset with `teleop-flywheel migrate DATASET` and train again")
         else:
             raise ValueError(f"{root}: the policy needs input feature {key!r} ({feat.type.value}, shape {shape}), "
                              f"which the policy node cannot provide (it has {STATE} and "

@@ -1,9 +1,11 @@
 """A LeRobot v3.0 dataset's files with plain pandas/pyarrow: the independent reader the reports are
-checked against (nothing of `data.lerobot.dataset`), and edits that plant faults in a dataset
-(rows dropped, an episode removed, a column rewritten) the way `synthetic_session` plants them in bags."""
+checked against (reading with nothing of `data.lerobot.dataset`), and edits that plant faults in a
+dataset (rows dropped, an episode removed, a column rewritten) the way `synthetic_session` plants
+them in bags, or make it a dataset of our older layout (`layout_1_copy`)."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +13,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, renames_since
+from teleop_flywheel.data.migrate import rename_features
 
 
 def data_files(root: Path) -> list[Path]:
@@ -86,3 +91,15 @@ def drop_episode(root: Path, episode: int, renumber: bool = False) -> None:
     info["total_episodes"] -= 1
     info["total_frames"] = int(starts[-1])
     (root / "meta/info.json").write_text(json.dumps(info))
+
+
+def layout_1_copy(src: Path, dest: Path) -> Path:
+    """A copy of a dataset our converter wrote, as it wrote it before layout 2: the leader arm's
+    reading `observation.leader_state`, no `teleop_flywheel_schema` in info.json."""
+    shutil.copytree(src, dest)
+    rename_features(dest, {now: old for old, now in renames_since(1).items()}, {})
+    info_path = dest / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    del info[SCHEMA_KEY]
+    info_path.write_text(json.dumps(info, indent=4))
+    return dest

@@ -5,19 +5,25 @@ Bags with old schemas: written as the recorder wrote them before commit 2adad37 
 std_msgs/msg/Header` dependency headers); Foxglove's own parser (npm `@foxglove/rosmsg`, run by node
 as in test_foxglove_parsers.py) cannot decode their stamped topics. The copy decodes there, keeps
 every message and the episode metadata (same content ids). Bags with old stamps are in
-test_data_time_and_foreign.py, old manifests in test_data_manifest_coverage.py.
+test_data_time_and_foreign.py, old manifests in test_data_manifest_coverage.py. Datasets of our
+layout 1 (`data/lerobot/flywheel_schema.py`) are upgraded here; that every reader reads them as
+they are is in test/data/lerobot/test_flywheel_schema.py.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from support.foxglove_npm import decode_bag
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
+from teleop_flywheel.data import migrate as migrate_module
+from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.exceptions import OutdatedBagError
@@ -25,6 +31,7 @@ from teleop_flywheel.recording.mcap.reader import open_bag, open_indexed
 from teleop_flywheel.recording.mcap.upgrade import fixed_text
 from teleop_flywheel.recording.mcap.writer import BagWriter, mcap_file_name
 from teleop_flywheel.testing import synthetic_dataset
+from teleop_flywheel.testing.dataset_files import data_files, layout_1_copy
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
@@ -105,3 +112,43 @@ def test_a_dataset_beside_old_convert_temps_is_copied_without_them(tmp_path: Pat
     assert "temps: 1 temporary directories" in out and ".convert-abc123" in out
     assert _hashes(tmp_path / "ds.migrated") == _hashes(ds) and (tmp_path / ".convert-abc123").is_dir()
     assert len(LeRobotDataset.open(tmp_path / "ds.migrated").episodes) == len(LeRobotDataset.open(ds).episodes)
+
+
+def test_a_dataset_of_layout_1_is_upgraded_into_a_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The copy of a layout-1 dataset is what the converter writes now, file for file: the same data
+    tables, info.json, stats.json and episodes table (the leader's reading renamed where it was),
+    the same videos (linked, never re-encoded); the original is unchanged; a crash leaves no half copy."""
+    bags = [write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=3.0, seed=30 + i)).bag for i in range(2)]
+    convert(bags, tmp_path / "now", workers=1, progress=False, codec="h264")
+    old = layout_1_copy(tmp_path / "now", tmp_path / "old")
+    before = _hashes(old)
+    assert cli_main(["migrate", str(old)]) == 0
+    out = capsys.readouterr().out
+    assert "layout: 1 -> 2: the leader arm's reading moved from observation.leader_state" in out
+    assert "observation.leader_state -> complementary_info.leader_state in 1 data files" in out
+    assert "note: manifests frozen from the original verify against the original only" in out
+    copy, now = tmp_path / "old.migrated", tmp_path / "now"
+    assert _hashes(old) == before
+    assert json.loads((copy / "meta/info.json").read_text()) == json.loads((now / "meta/info.json").read_text())
+    assert json.loads((copy / "meta/stats.json").read_text()) == json.loads((now / "meta/stats.json").read_text())
+    for rel in ["meta/episodes/chunk-000/file-000.parquet", *(p.relative_to(now) for p in data_files(now))]:
+        assert pq.read_table(copy / rel).equals(pq.read_table(now / rel)), rel
+    videos = sorted(p.relative_to(old) for p in (old / "videos").rglob("*.mp4"))
+    assert videos and all((copy / v).stat().st_ino == (old / v).stat().st_ino for v in videos)
+    assert {k: v for k, v in _hashes(copy).items() if not k.startswith(("data/", "meta/"))} == \
+        {k: v for k, v in before.items() if not k.startswith(("data/", "meta/"))}
+
+    assert cli_main(["migrate", str(copy)]) == 0
+    assert "already in the current format" in capsys.readouterr().out
+    assert cli_main(["migrate", str(old)]) == 2  # never overwritten
+    assert "refusing to overwrite" in capsys.readouterr().err
+
+    def crash(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(migrate_module.pq, "write_table", crash)
+        with pytest.raises(OSError):
+            migrate_module.migrate(old, tmp_path / "half")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == \
+        ["ep0", "ep1", "now", "old", "old.migrated"]

@@ -104,6 +104,8 @@ def _save_act(root: Path, inputs: dict[str, tuple[str, tuple[int, ...]]]) -> Pat
             stats[key] = {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)}
         elif kind == "ENV":
             stats[key] = {"mean": torch.zeros(shape), "std": torch.ones(shape)}
+        elif kind == "STATE":
+            stats.setdefault(key, units)
     pre, post = make_pre_post_processors(config, dataset_stats=stats)
     policy.save_pretrained(root)
     pre.save_pretrained(root)
@@ -205,6 +207,18 @@ def test_an_input_the_node_cannot_feed_is_refused_by_name(tmp_path: Path) -> Non
     root = _save_act(tmp_path / "env", {"observation.state": ("STATE", (6,)),
                                          "observation.environment_state": ("ENV", (4,))})
     with pytest.raises(ValueError, match="needs input feature 'observation.environment_state' .*cannot provide"):
+        load_policy("lerobot", str(root), "", simulated=True)
+
+
+@NEEDS_LEROBOT
+@pytest.mark.parametrize("leader", ["observation.leader_state", "complementary_info.leader_state"])
+def test_a_checkpoint_that_reads_the_leader_is_refused_naming_migrate(tmp_path: Path, leader: str) -> None:
+    """Trained on a dataset of layout 1, a policy takes the leader's reading as an input: the node
+    never feeds it (nobody moves the leader at deployment), whatever the feature is called."""
+    root = _save_act(tmp_path / "leader", {"observation.state": ("STATE", (6,)), leader: ("STATE", (6,)),
+                                            f"observation.images.{CAMERA}": ("VISUAL", (3, H, W))})
+    with pytest.raises(ValueError, match=re.escape(f"takes the leader arm's reading ('{leader}') as an input")
+                       + ".*`teleop-flywheel migrate DATASET` and train again"):
         load_policy("lerobot", str(root), "", simulated=True)
 
 

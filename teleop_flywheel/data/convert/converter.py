@@ -23,7 +23,9 @@ An episode without one of the two is not converted: the error names the role and
 `--calibration ROLE=FILE`, which supplies it for every episode that lacks it (a recorded one is
 never replaced). Bags without episode metadata (`ros2 bag record` on another rig) take `--task`,
 `--outcome` (else OUTCOME_UNSET) and `--calibration`. info.json `joint_limits` are the follower
-calibrations' ranges (the union over the episodes converted into the dataset); `--repo-id` is
+calibrations' ranges (the union over the episodes converted into the dataset);
+`teleop_flywheel_schema` is the version of our layout (`data/lerobot/flywheel_schema.py`: a
+dataset of an older one is refused, naming `teleop-flywheel migrate`); `--repo-id` is
 stored as info.json `repo_id`, where the card and the manifest read it (LeRobot keeps unknown info
 keys; a camera-schema sibling gets `<repo_id>__<cameras>`).
 
@@ -70,6 +72,7 @@ from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import DatasetError
+from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
 from teleop_flywheel.data.reports.curate import with_scores
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
@@ -91,7 +94,8 @@ def schema_root(out: Path, schema: Schema) -> Path:
 
 def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None,
            correction: bool) -> tuple[list[str], list[str]]:
-    """Stage one schema group; dataset-level info keys: trigger labels, joint limits, repo_id.
+    """Stage one schema group; dataset-level info keys: trigger labels, joint limits, our layout's
+    version (`flywheel_schema`), repo_id.
     Returns (new files, replaced files) for the journal."""
     info = read_info(root) or {}
     if info:
@@ -104,7 +108,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     for e in eps:
         limits = union_limits(limits, e.joint_limits)
     keys: dict[str, Any] = {"trigger_labels": {str(i + 1): name for i, name in enumerate(TRIGGER_LABELS)},
-                            "joint_limits": limits}
+                            "joint_limits": limits, SCHEMA_KEY: SCHEMA_VERSION}
     if repo_id:
         keys["repo_id"] = repo_id
     data = [e.data for e in eps if e.data is not None]

@@ -8,15 +8,16 @@ the encoder) and encode each camera to a temporary mp4 in the convert's work dir
 the segments `ingest` encoded while the episode was recorded, where they hold exactly those frames
 (`data/convert/segments.py`).
 
-Features: observation.state (follower, at t_k), action (command sent, in effect over
-(t_k, t_k+1]), observation.images.<camera> (at t_k), observation.leader_state (at t_k),
-complementary_info.human_action (leader, same rule as action), complementary_info.policy_action
-(NaN where no policy command exists), complementary_info.blend_weight (α), intervention
-(intervention id ≠ 0), complementary_info.trigger (the FINAL label of the intervention or
-correction the frame belongs to: 0 none, 1.. TRIGGER_LABELS), complementary_info.correction
-(a teleop-mode correction span: `data/convert/frame_labels.py`), observation.effort (the follower's
-JointState.effort at t_k: load as a signed fraction of max torque, −1..1; in episodes that
-recorded it). Episode columns: `data/validate/episode_columns.py`.
+Features: observation.state (follower, at t_k), action (command sent, in effect over (t_k, t_k+1]),
+observation.images.<camera> (at t_k), complementary_info.leader_state (the leader arm at t_k: never
+a policy input, `data/lerobot/flywheel_schema.py`), complementary_info.human_action (leader, same
+rule as action), complementary_info.policy_action (NaN where no policy command exists),
+complementary_info.blend_weight (α), intervention (intervention id ≠ 0), complementary_info.trigger
+(the FINAL label of the intervention or correction the frame belongs to: 0 none, 1..
+TRIGGER_LABELS), complementary_info.correction (a teleop-mode correction span:
+`data/convert/frame_labels.py`), observation.effort (the follower's JointState.effort at t_k: load
+as a signed fraction of max torque, −1..1; in episodes that recorded it). Episode columns:
+`data/validate/episode_columns.py`.
 
 Before any encoding, an episode whose features the target dataset cannot hold is refused
 (`FeatureSetError`: effort present/absent against the dataset's; corrections into a dataset without
@@ -49,6 +50,7 @@ from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
+from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
 from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
@@ -59,7 +61,7 @@ from teleop_flywheel.recording.mcap.exceptions import NotABagError
 from teleop_flywheel.recording.mcap.reader import Bag, Stream, open_bag
 
 JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
-VECTOR_FEATURES = ("observation.state", "action", "observation.leader_state", "complementary_info.human_action",
+VECTOR_FEATURES = ("observation.state", "action", LEADER_STATE, "complementary_info.human_action",
                    "complementary_info.policy_action")
 CORRECTION = "complementary_info.correction"
 SCALAR_FEATURES = {"complementary_info.blend_weight": "float32", "intervention": "bool",
@@ -207,7 +209,7 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     cols: dict[str, np.ndarray] = {
         "observation.state": fcal.rad_to_lerobot(aligned.values[follower.name]).astype(np.float32),
         "action": fcal.rad_to_lerobot(aligned.values[command.name]).astype(np.float32),
-        "observation.leader_state": lcal.rad_to_lerobot(_optional(dec.leader, t_obs, 6)).astype(np.float32),
+        LEADER_STATE: lcal.rad_to_lerobot(_optional(dec.leader, t_obs, 6)).astype(np.float32),
         "complementary_info.human_action": lcal.rad_to_lerobot(_optional(dec.leader, t_act, 6)).astype(np.float32),
         "complementary_info.policy_action": fcal.rad_to_lerobot(_optional(dec.policy, t_act, 6)).astype(np.float32),
         "complementary_info.blend_weight": auth[:, 0].astype(np.float32),

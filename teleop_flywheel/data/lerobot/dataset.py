@@ -6,7 +6,10 @@ only the columns asked for: `meta/info.json` (fps, features, data_path), `meta/e
 (one row per episode; the flattened `stats/...` columns are skipped unless asked for),
 `meta/tasks.parquet`, and the `data/*/*.parquet` files read with pyarrow column projection.
 Video is never opened. Vector features come back as (frames, dims) numpy arrays whatever their
-Arrow list flavour (`fixed_size_list` from `datasets>=4`, `list` from older writers).
+Arrow list flavour (`fixed_size_list` from `datasets>=4`, `list` from older writers). A feature our
+layout renamed is found by any of its names (`flywheel_schema.resolve`: the leader arm's reading is
+`complementary_info.leader_state`, or `observation.leader_state` in datasets converted before), and
+comes back under the name asked for.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 
 INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
@@ -119,8 +123,12 @@ class LeRobotDataset:
         """info.json `repo_id` (our converter's `--repo-id`; LeRobot itself stores none): "" if unknown."""
         return str(self.info.get("repo_id") or "")
 
+    def feature_name(self, name: str) -> str | None:
+        """`name` as this dataset calls it, whichever layout of ours it has (None: no such feature)."""
+        return resolve(name, self.features)
+
     def joint_names(self, feature: str) -> list[str]:
-        f = self.features[feature]
+        f = self.features[self.feature_name(feature) or feature]
         if f.names and len(f.names) == f.width:
             return list(f.names)
         return [f"{feature}[{i}]" for i in range(f.width)]
@@ -150,7 +158,7 @@ class LeRobotDataset:
 
     # ------------------------------------------------------------------ data
     def read_table(self, columns: list[str]) -> pa.Table:
-        """The named data columns over all data files, concatenated in file order."""
+        """The named data columns (as this dataset names them) over all data files, in file order."""
         missing = [c for c in columns if c not in self.data_schema().names]
         if missing:
             raise DatasetError(f"{self.root}: data files have no column(s) {', '.join(missing)}")
@@ -170,7 +178,7 @@ class LeRobotDataset:
             raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
 
     def has_column(self, name: str) -> bool:
-        return name in self.data_schema().names
+        return resolve(name, self.data_schema().names) is not None
 
     def column(self, name: str) -> np.ndarray:
         """One data column as numpy: (frames,) for scalars, (frames, dims) for vectors. Cached."""
@@ -182,9 +190,11 @@ class LeRobotDataset:
         """Several columns in one pass over the files (one projection read per file)."""
         todo = [n for n in names if n not in self._cache]
         if todo:
-            table = self.read_table(todo)
+            present = self.data_schema().names
+            stored = {n: resolve(n, present) or n for n in todo}
+            table = self.read_table(list(dict.fromkeys(stored.values())))
             for name in todo:
-                self._cache[name] = to_numpy(table.column(name), name)
+                self._cache[name] = to_numpy(table.column(stored[name]), name)
         return {n: self._cache[n] for n in names}
 
 

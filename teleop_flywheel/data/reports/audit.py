@@ -331,13 +331,15 @@ def _summary(values: np.ndarray) -> dict[str, float]:
 
 
 def pick_features(ds: LeRobotDataset, state: str | None = None, action: str | None = None) -> tuple[str, str]:
-    """The state and action columns: LeRobot's names unless told otherwise."""
-    state = state or STATE
-    action = action or ACTION
-    for name in (state, action):
-        if name not in ds.features:
+    """The state and action columns: LeRobot's names unless told otherwise (a feature our layout
+    renamed, by any of its names), as the dataset names them."""
+    found = []
+    for name in (state or STATE, action or ACTION):
+        stored = ds.feature_name(name)
+        if stored is None:
             raise DatasetError(f"{ds.root}: no feature {name!r} (features: {', '.join(ds.features)})")
-    return state, action
+        found.append(stored)
+    return found[0], found[1]
 
 
 @dataclass

@@ -13,13 +13,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import trigger_code
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.reports.weights import read_weights
 from teleop_flywheel.recording.mcap.reader import open_bag
+from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
@@ -122,6 +125,43 @@ def test_append_refuses_codec_fps_and_feature_changes_before_encoding(tmp_path: 
     assert conv.run(parser.parse_args([str(no_effort), "--dataset", str(ds), "--workers", "1"])) == 1
     ok = _convert([second], ds, codec="libsvtav1")
     assert len(ok.converted[str(ds)]) == 1 and len(encodes) == 1
+
+
+def test_the_leader_state_is_complementary_info_with_its_stats(tmp_path: Path) -> None:
+    """The leader's reading at t_k, written where LeRobot gives it to no policy (layout 2): the
+    leader at t_{k+1} is the human action of frame k (both zero-order holds of the same stream)."""
+    bag = write_session(tmp_path / "a", SessionSpec(duration_s=3.0, seed=13)).bag
+    _convert([bag], tmp_path / "ds")
+    info = json.loads((tmp_path / "ds/meta/info.json").read_text())
+    assert info[SCHEMA_KEY] == SCHEMA_VERSION and "observation.leader_state" not in info["features"]
+    assert info["features"][LEADER_STATE] == info["features"]["complementary_info.human_action"]
+    d = _data(tmp_path / "ds")
+    leader = np.stack(d[LEADER_STATE]).astype(np.float64)
+    np.testing.assert_array_equal(leader[1:], np.stack(d["complementary_info.human_action"])[:-1])
+    stats = json.loads((tmp_path / "ds/meta/stats.json").read_text())[LEADER_STATE]
+    np.testing.assert_allclose(stats["mean"], leader.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(_episodes(tmp_path / "ds")[f"stats/{LEADER_STATE}/max"][0], leader.max(0))
+
+
+def test_an_old_layout_dataset_is_never_appended_to(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Layout 1 (`observation.leader_state`) and layout 2 never mix in one dataset: one line naming
+    `teleop-flywheel migrate`, nothing written, nothing encoded; its migrated copy takes the append."""
+    first = write_session(tmp_path / "a", SessionSpec(duration_s=3.0, seed=14)).bag
+    _convert([first], tmp_path / "new")
+    old = layout_1_copy(tmp_path / "new", tmp_path / "old")
+    before = {p: p.read_bytes() for p in old.rglob("*") if p.is_file()}
+    second = write_session(tmp_path / "b", SessionSpec(duration_s=3.0, seed=15)).bag
+    assert cli_main(["convert", str(second), "--dataset", str(old), "--codec", "h264", "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("teleop-flywheel convert: error: dataset is in layout 1")
+    assert "observation.leader_state" in err[0] and f"run `teleop-flywheel migrate {old}`" in err[0]
+    assert {p: p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == ["a", "b", "new", "old"]
+    assert cli_main(["migrate", str(old)]) == 0
+    res = _convert([second], tmp_path / "old.migrated")
+    assert len(res.converted[str(tmp_path / "old.migrated")]) == 1
+    assert stack(read_frames(tmp_path / "old.migrated")[LEADER_STATE]).shape[0] == \
+        json.loads((tmp_path / "old.migrated/meta/info.json").read_text())["total_frames"]
 
 
 def test_card_weights_and_validation_record_follow_every_append(tmp_path: Path) -> None:
