@@ -56,7 +56,8 @@ from teleop_flywheel.data.lerobot.flywheel_schema import (
     SCHEMA_KEY,
     SCHEMA_VERSION,
     changes_since,
-    renames_since,
+    pending_renames,
+    renamed_column,
     schema_version,
 )
 from teleop_flywheel.data.lerobot.format import INFO_PATH, STATS_PATH, write_json
@@ -206,17 +207,10 @@ def rename_features(root: Path, renames: dict[str, str], info_keys: dict[str, An
     info.json features (and `info_keys` set), stats.json, the episodes table's stats columns; videos
     are not touched. Files are rewritten one by one: for a private copy only. Returns the number of
     data files rewritten."""
-    def renamed(column: str) -> str:
-        kind, sep, rest = column.partition("/")
-        if kind == "stats" and sep:
-            feature, slash, stat = rest.rpartition("/")
-            return f"stats/{renames.get(feature, feature)}{slash}{stat}"
-        return renames.get(column, column)
-
     data = sorted((root / "data").rglob("*.parquet"))
     for path in [*data, *sorted((root / EPISODES_DIR).rglob("*.parquet"))]:
         table = pq.read_table(path)
-        pq.write_table(table.rename_columns([renamed(c) for c in table.column_names]), path)
+        pq.write_table(table.rename_columns([renamed_column(c, renames) for c in table.column_names]), path)
     info = json.loads((root / INFO_PATH).read_text())
     info["features"] = {renames.get(k, k): v for k, v in info["features"].items()}
     write_json(root / INFO_PATH, {**info, **info_keys})
@@ -255,7 +249,7 @@ def migrate_dataset(root: Path, output: Path | None) -> Migration:
     report = Migration(str(root))
     temps = sorted(p for p in root.parent.glob(_LEGACY_TEMPS) if p.is_dir() and not p.is_symlink())
     version = schema_version(ds.info)
-    renames = renames_since(version) if version is not None and version < SCHEMA_VERSION else {}
+    renames = pending_renames(ds.info)
     if not temps and not renames:
         return report
     dest = output if output is not None else root.with_name(root.name + SUFFIX)

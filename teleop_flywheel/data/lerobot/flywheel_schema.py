@@ -47,6 +47,22 @@ def renames_since(version: int) -> dict[str, str]:
     return out
 
 
+def pending_renames(info: Mapping[str, Any]) -> dict[str, str]:
+    """{name: current name} that would bring the dataset of this info.json to the current layout
+    (empty for a current dataset, or one that is not ours)."""
+    version = schema_version(info)
+    return renames_since(version) if version is not None and version < SCHEMA_VERSION else {}
+
+
+def renamed_column(column: str, renames: Mapping[str, str]) -> str:
+    """A data or episodes-table column after `renames`: a feature, or its `stats/<feature>/<stat>`."""
+    kind, sep, rest = column.partition("/")
+    if kind == "stats" and sep:
+        feature, slash, stat = rest.rpartition("/")
+        return f"stats/{renames.get(feature, feature)}{slash}{stat}"
+    return renames.get(column, column)
+
+
 def names_of(name: str) -> tuple[str, ...]:
     """Every name the feature `name` (in any version) has had, the current one first."""
     current = renames_since(0).get(name, name)

@@ -10,7 +10,10 @@
   weights normalised again) when the source has one. Videos are remuxed (`format.remux`: packets
   copied, byte-identical) or, with `--resolution`, decoded and encoded once at that size with the
   converter's encoder (`format.VideoEncoder`). info.json `materialized_from` records the manifest
-  (path, sha256, fingerprint) and the source dataset; `lineage which OUT` reads it.
+  (path, sha256, fingerprint) and the source dataset; `lineage which OUT` reads it. A source of an
+  older layout of ours (`data/lerobot/flywheel_schema.py`: the leader's reading as
+  `observation.leader_state`, a policy input) gives a dataset of the current one, as `migrate`
+  would: training never sees the leader as an observation.
 
 Both verify first (`manifest.verify`, as `verify --subset`: the dataset may hold more). Episodes
 are found by id, not by the manifest's filter, which may name positions. A manifest episode missing
@@ -48,6 +51,7 @@ from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, DatasetError, LeRobotDataset, episode_spans, to_numpy
+from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, pending_renames, renamed_column
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
@@ -339,10 +343,16 @@ def _write_all(loc: Located, stage: Path, resolution: tuple[int, int] | None, co
     ds, order = loc.ds, loc.episodes
     info = json.loads(json.dumps(ds.info))
     table, texts = _kept_rows(ds, order)
+    source = _episodes_table(ds)
+    renames = pending_renames(info)  # training reads this dataset: always our current layout
+    if renames:
+        table = table.rename_columns([renamed_column(c, renames) for c in table.column_names])
+        source = source.rename_columns([renamed_column(c, renames) for c in source.column_names])
+        info["features"] = {renamed_column(k, renames): v for k, v in info["features"].items()}
+        info[SCHEMA_KEY] = SCHEMA_VERSION
     spans_ = episode_spans(table["episode_index"].to_numpy())
     spans = list(zip(spans_.start.tolist(), spans_.stop.tolist(), strict=True))
     lengths = [hi - lo for lo, hi in spans]
-    source = _episodes_table(ds)
     position = {int(e): i for i, e in enumerate(source["episode_index"].to_pylist())}
     rows = source.take(pa.array([position[e] for e in order])).to_pylist()
     per_episode = _numeric_stats(info, table, spans)

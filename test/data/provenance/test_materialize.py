@@ -27,10 +27,12 @@ from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.provenance.manifest import identities
 from teleop_flywheel.testing.dataset_files import (
     data_files,
     drop_episode,
+    layout_1_copy,
     read_episodes,
     read_frames,
     rewrite_column,
@@ -206,6 +208,25 @@ def test_materialized_dataset_holds_exactly_the_manifest(made: dict[str, Path],
     assert prov["dataset"] == str(src.resolve()) and prov["source_episodes"] == kept
     code, said, _ = _cli(capsys, "lineage", "--registry", str(made["root"] / "reg.json"), "which", str(out))
     assert code == 0 and str(made["manifest"].resolve()) in said
+
+
+def test_a_source_of_layout_1_gives_a_dataset_of_the_current_layout(made: dict[str, Path], tmp_path: Path) -> None:
+    """Training reads the materialized dataset, so the leader's reading is never an observation
+    there: from a layout-1 copy of the source, the same dataset as from the source itself."""
+    old = layout_1_copy(made["ds"], tmp_path / "old")
+    manifest = tmp_path / "m02.json"
+    assert cli_main(["manifest", "create", str(old), "--out", str(manifest), "--filter", "episode_index!=1"]) == 0
+    assert cli_main(["manifest", "materialize", str(manifest), str(tmp_path / "out")]) == 0
+    out, want = tmp_path / "out", made["remuxed"]
+    info, info_want = (json.loads((d / "meta/info.json").read_text()) for d in (out, want))
+    assert info[SCHEMA_KEY] == SCHEMA_VERSION and info["features"] == info_want["features"]
+    assert list(info["features"]) == list(info_want["features"])
+    assert json.loads((out / "meta/stats.json").read_text()) == json.loads((want / "meta/stats.json").read_text())
+    assert read_frames(out).columns.tolist() == read_frames(want).columns.tolist()
+    for c in read_frames(want).columns:
+        np.testing.assert_array_equal(stack(read_frames(out)[c]), stack(read_frames(want)[c]), err_msg=c)
+    assert read_episodes(out).columns.tolist() == read_episodes(want).columns.tolist()
+    assert problems(out) == []
 
 
 def test_stats_are_recomputed_over_the_kept_frames(made: dict[str, Path]) -> None:
