@@ -73,6 +73,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "freeze or verify a manifest of content-addressed episodes",
     ),
     "lineage": ("teleop_flywheel.data.provenance.lineage", "which manifest trained which checkpoint"),
+    "train": (
+        "teleop_flywheel.training.loop",
+        "train a LeRobot policy on a manifest's episodes, weighted; register the checkpoint",
+    ),
     "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
