@@ -1,8 +1,10 @@
 """`teleop-flywheel`: one command, many subcommands.
 
 Each subcommand lives in the module that owns the capability and exposes two functions:
-`add_arguments(parser)` and `run(args) -> int`. Modules are imported only when their
-subcommand runs, so `teleop-flywheel validate` never imports rclpy, torch or OpenCV.
+`add_arguments(parser)` and `run(args) -> int`; a module that sets `PASSTHROUGH = "name"` gets the
+arguments after the first `--` unparsed, as the list `args.name` (for another tool's parser).
+Modules are imported only when their subcommand runs, so `teleop-flywheel validate` never imports
+rclpy, torch or OpenCV.
 
 One voice for every subcommand (`core/errors.py`): an error is ONE line, the last on stderr,
 `teleop-flywheel <command>: error: <what>, <where> (<how to fix>)`; argparse's usage errors too.
@@ -71,6 +73,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "freeze or verify a manifest of content-addressed episodes",
     ),
     "lineage": ("teleop_flywheel.data.provenance.lineage", "which manifest trained which checkpoint"),
+    "train": (
+        "teleop_flywheel.training.loop",
+        "train a LeRobot policy on a manifest's episodes, weighted; register the checkpoint",
+    ),
     "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
@@ -141,7 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         name, rest = argv[0], argv[1:]
         parser, module = command_parser(name)
+        passthrough = getattr(module, "PASSTHROUGH", None)
+        extra: list[str] = []
+        if passthrough and "--" in rest:
+            rest, extra = rest[:rest.index("--")], rest[rest.index("--") + 1:]
         args = parser.parse_args(rest)
+        if passthrough:
+            setattr(args, passthrough, extra)
     except SystemExit as exc:  # --help, --version, a usage error (its line is printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     try:

@@ -2,8 +2,8 @@
 
 - rclpy, launch and ROS message packages are imported only under `teleop_flywheel/ros/`;
   `cli.py` reaches `ros/` commands lazily (inside the verb's function, by module name).
-- Each floor imports only floors below it: core < hw < recording < data < policies < testing <
-  evaluation < ros < cli. So the data engine never pulls in a device, and nothing below `ros`
+- Each floor imports only floors below it: core < hw < recording < data < policies < training <
+  testing < evaluation < ros < cli. So the data engine never pulls in a device, and nothing below `ros`
   can need DDS.
 - Every module outside `ros/` imports in a fresh interpreter in which ROS packages cannot be
   imported at all (catches an import hidden behind another module).
@@ -19,7 +19,7 @@ from pathlib import Path
 from support import architecture_doc
 from support.paths import PACKAGE, ROOT
 
-FLOORS = ("core", "hw", "recording", "data", "policies", "testing", "evaluation", "ros", "cli")
+FLOORS = ("core", "hw", "recording", "data", "policies", "training", "testing", "evaluation", "ros", "cli")
 ROS_PACKAGES = frozenset({
     "rclpy", "rcl_interfaces", "launch", "launch_ros", "ament_index_python", "builtin_interfaces",
     "std_msgs", "std_srvs", "sensor_msgs", "diagnostic_msgs", "geometry_msgs", "tf2_msgs", "rosidl_runtime_py",

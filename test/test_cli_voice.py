@@ -77,6 +77,8 @@ CASES = [
     ("manifest verify {missing} {json}", "{missing}"),
     ("manifest create {empty} --out {root}/m.json", "{empty}"),
     ("lineage --registry {json} list", "{json}"),
+    ("train {missing} --policy act --out {root}/run", "{missing}"),
+    ("train {json} --policy act --out {root}/run", "{json}"),
     ("stats {missing}", "{missing}"),
     ("stats {empty}", "{empty}"),
     ("eval {missing}", "{missing}"),

@@ -57,6 +57,17 @@ def checkpoint_hash(root: Path) -> str:
     return digest.hexdigest()[:12]
 
 
+def default_checkpoint_id(root: Path) -> str:
+    """The id commands are tagged with when none is given: `lerobot:<name>:<checkpoint_hash>`, <name>
+    the directory's, or `RUN-STEP` in LeRobot's training layout (`RUN/checkpoints/STEP/pretrained_model`,
+    where every checkpoint's directory is called `pretrained_model`). `train` registers this id."""
+    root = root.resolve()
+    name = root.name
+    if name == "pretrained_model" and root.parent.parent.name == "checkpoints":
+        name = f"{root.parent.parent.parent.name}-{root.parent.name}"
+    return f"lerobot:{name}:{checkpoint_hash(root)}"
+
+
 def check_dir(root: Path) -> None:
     if not root.is_dir():
         raise ValueError(f"{root}: no such LeRobot checkpoint directory")
@@ -189,6 +200,6 @@ def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> LeRobotPol
     policy = get_policy_class(config.type).from_pretrained(root, config=config)
     pre, post = make_pre_post_processors(config, pretrained_path=str(root),
                                          preprocessor_overrides={"device_processor": {"device": device}})
-    tag = checkpoint_id or f"lerobot:{root.resolve().name}:{checkpoint_hash(root)}"
+    tag = checkpoint_id or default_checkpoint_id(root)
     return LeRobotPolicy(tag, policy, pre, post, calibration, cameras, uses_state, round(1e9 / fps),
                          device, opts.get("task", ""))

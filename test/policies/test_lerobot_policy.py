@@ -270,3 +270,18 @@ def test_policy_node_runs_the_checkpoint_on_camera_images(checkpoint: Path) -> N
     assert tag.startswith("lerobot:act_tiny:") and {m.header.frame_id for m in got} == {tag}
     assert list(got[0].name) == list(JOINT_NAMES)
     assert all(len(m.position) == 6 and np.isfinite(m.position).all() for m in got)
+
+
+def test_a_checkpoint_in_lerobots_training_layout_is_named_by_its_run_and_step(tmp_path: Path) -> None:
+    """Every LeRobot training checkpoint is a `pretrained_model` directory: the id names the run and
+    the step instead (`train` registers this id in lineage; the node tags commands with it)."""
+    from teleop_flywheel.policies.lerobot_checkpoint import checkpoint_hash, default_checkpoint_id
+
+    (tmp_path / "act47" / "checkpoints" / "020000").mkdir(parents=True)
+    step = _files_only(tmp_path / "act47" / "checkpoints" / "020000" / "pretrained_model")
+    assert default_checkpoint_id(step) == f"lerobot:act47-020000:{checkpoint_hash(step)}"
+    (tmp_path / "act47" / "checkpoints" / "last").symlink_to("020000")
+    assert default_checkpoint_id(tmp_path / "act47" / "checkpoints" / "last" / "pretrained_model") == \
+        default_checkpoint_id(step)
+    plain = _files_only(tmp_path / "mine")
+    assert default_checkpoint_id(plain) == f"lerobot:mine:{checkpoint_hash(plain)}"

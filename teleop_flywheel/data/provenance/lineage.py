@@ -7,6 +7,8 @@ the answer survives the manifest file being moved or edited. Registry location, 
 (XDG_DATA_HOME respected).
 
     lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
+                                                        (`teleop-flywheel train` registers its own, with
+                                                        the checkpoint's path, policy type and steps)
     lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
                                                         one a `manifest materialize` dataset holds)
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
@@ -71,8 +73,10 @@ class Registry:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         replace_atomic(self.path, json.dumps({"format": FORMAT, "checkpoints": self.checkpoints}, indent=1) + "\n")
 
-    def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None) -> dict[str, Any]:
-        """Record checkpoint → manifest. Re-registering the same pair is a no-op; a different one an error."""
+    def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None,
+                 training: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Record checkpoint → manifest (and, from `train`, how it was trained: `training`, e.g. its
+        path, policy type and steps). Re-registering the same pair is a no-op; a different one an error."""
         if not checkpoint:
             raise LineageError("checkpoint id must not be empty")
         manifest = load_manifest(manifest_path)
@@ -87,6 +91,8 @@ class Registry:
         entry = {"checkpoint": checkpoint, "run": run, "manifest_path": str(Path(manifest_path).resolve()),
                  "manifest_sha256": digest, "registered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                  "manifest": manifest}
+        if training is not None:
+            entry["training"] = training
         self.checkpoints[checkpoint] = entry
         return entry
 
@@ -109,12 +115,13 @@ class Registry:
         return [e["episode_id"] for e in self.run_entry(run_or_checkpoint)["manifest"]["episodes"]]
 
 
-def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: str | None = None) -> dict[str, Any]:
+def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: str | None = None,
+                        training: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load, register and save under the registry's lock: two concurrent registrations never lose
     an entry, and an entry, once written, is never replaced (checkpoint ids are never reused)."""
     with locked(registry, what="lineage register"):
         reg = Registry.load(registry)
-        entry = reg.register(checkpoint, manifest, run)
+        entry = reg.register(checkpoint, manifest, run, training)
         reg.save()
     return entry
 
@@ -134,11 +141,14 @@ def checkpoint_of_bag(bag: Path) -> str:
 
 def describe(entry: dict[str, Any]) -> str:
     m = entry["manifest"]
+    t = entry.get("training")
+    trained = (f"\n  trained    {t['policy']}, {t['steps']} steps, batch {t['batch_size']}, seed {t['seed']}: "
+               f"{t['path']}") if t else ""
     return (f"checkpoint {entry['checkpoint']}  <-  run {entry['run']}\n"
             f"  manifest   {entry['manifest_path']} (sha256 {entry['manifest_sha256'][:16]})\n"
             f"  dataset    {m['dataset']}  fingerprint {m['fingerprint'][:16]}\n"
             f"  episodes   {m['episode_count']} ({m['frame_count']} frames), filter {m['filter'] or 'none'}\n"
-            f"  created    {m['created']}, registered {entry['registered']}")
+            f"  created    {m['created']}, registered {entry['registered']}{trained}")
 
 
 def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:

@@ -91,14 +91,19 @@ def write_weights(ds: LeRobotDataset, episodes: Sequence[WeightedEpisode], rule:
     return path
 
 
-def read_weights(root: str | Path) -> tuple[dict[int, float], dict[str, Any]]:
-    """{episode_index: weight} and the rule they were made with, for a training loader."""
+def read_weight_table(root: str | Path) -> tuple[pa.Table, dict[str, Any]]:
+    """The weights table (`write_weights`' columns, one row per episode) and the rule it was made with."""
     path = Path(root) / WEIGHTS_PATH
     if not path.is_file():
         raise DatasetError(f"{path}: no sample weights (run `teleop-flywheel curate {root}`)")
     table = pq.read_table(path)
     meta = table.schema.metadata or {}
-    rule = json.loads(meta.get(b"teleop_flywheel.sample_weights", b"{}"))
+    return table, json.loads(meta.get(b"teleop_flywheel.sample_weights", b"{}"))
+
+
+def read_weights(root: str | Path) -> tuple[dict[int, float], dict[str, Any]]:
+    """{episode_index: weight} and the rule they were made with, for a training loader."""
+    table, rule = read_weight_table(root)
     return dict(zip(table.column("episode_index").to_pylist(), table.column("weight").to_pylist(), strict=True)), rule
 
 

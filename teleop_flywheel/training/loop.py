@@ -1,0 +1,256 @@
+"""`teleop-flywheel train MANIFEST --policy act|diffusion --out DIR`: LeRobot's own training machinery
+on a frozen manifest's episodes, frames drawn by their sample weights, the checkpoint registered in
+lineage (docs/training.md).
+
+LeRobot's `lerobot-train` samples a dataset uniformly (or with its `EpisodeAwareSampler`) and takes
+no sampler, so this loop is built from LeRobot's public pieces in the order its script uses them:
+the config (`TrainPipelineConfig`, parsed by draccus from the options below plus everything after
+`--`, then its own `validate`), `make_dataset`, `make_policy`, `make_pre_post_processors`,
+`make_optimizer_and_scheduler`, its training step `update_policy` under an `accelerate.Accelerator`,
+and its checkpointing (`save_checkpoint`, `update_last_checkpoint`: `OUT/checkpoints/<step>/
+pretrained_model`, `OUT/checkpoints/last`). What differs is the DataLoader's sampler:
+`WeightedFrameSampler` over the manifest's episodes, `steps × batch size` draws seeded with the
+run's seed, dropping the last frames of each episode where the policy asks LeRobot to
+(`drop_n_last_frames`).
+
+The manifest decides the data: `--dataset.repo_id`, `--dataset.root` and `--dataset.episodes` come
+from it (the dataset's current indices of the manifest's episodes, after `training_set` verified
+them) and are refused after `--`; the loaded dataset's episodes are checked to be exactly those
+before the first step. Offline: HF_HUB_OFFLINE and HF_DATASETS_OFFLINE are set (unless set already),
+ACT's ResNet starts from random weights (`--policy.pretrained_backbone_weights=null`; give
+`-- --policy.pretrained_backbone_weights=ResNet18_Weights.IMAGENET1K_V1` to download ImageNet's),
+videos decode with pyav, nothing is pushed to the hub.
+
+At the end the last checkpoint is registered in the lineage registry (`--registry`, default as for
+`lineage`) against the manifest, under the id the policy node tags its commands with when it runs
+that checkpoint (`policies/lerobot_checkpoint.default_checkpoint_id`), with its path, policy type,
+steps, batch size, seed and the trained episodes.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.data.lerobot.dataset import DatasetError
+from teleop_flywheel.data.parallel import progress
+from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
+from teleop_flywheel.data.provenance.manifest import load_manifest
+from teleop_flywheel.data.provenance.materialize import ManifestMismatch
+from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
+from teleop_flywheel.training.training_set import TrainingSet, load_training_set
+
+PASSTHROUGH = "lerobot_args"  # cli.py: the arguments after `--`, for LeRobot's config parser
+POLICIES = ("act", "diffusion")
+INSTALL = "pip install 'teleop_flywheel[lerobot]' (LeRobot 0.4.x with torch, ~8 GB)"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+# Set from the manifest or from this command's own options; after `--` they would contradict them.
+OWNED = {
+    "--dataset.repo_id": "the manifest's dataset", "--dataset.root": "the manifest's dataset (or --dataset)",
+    "--dataset.episodes": "the manifest's episodes", "--output_dir": "this command's --out",
+    "--policy.type": "this command's --policy", "--steps": "this command's --steps",
+    "--batch_size": "this command's --batch-size", "--seed": "this command's --seed",
+    "--policy.path": "nothing: fine-tuning a checkpoint is lerobot-train's (`--policy.path`)",
+    "--resume": "nothing: resuming is lerobot-train's (`--resume`)", "--config_path": "the options above",
+}
+
+
+@dataclass
+class TrainResult:
+    checkpoint: Path  # OUT/checkpoints/<step>/pretrained_model
+    checkpoint_id: str
+    steps: int
+    seconds: float
+    loss: float
+    data_s: float  # mean seconds per step waiting for the batch (decode included), then updating
+    update_s: float
+    registry: Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", type=Path, help="manifest JSON (`teleop-flywheel manifest create`)")
+    parser.add_argument("--policy", choices=POLICIES, required=True, help="LeRobot policy type to train")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="run directory to create (LeRobot's output_dir; never overwritten)")
+    parser.add_argument("--steps", type=int, help="training steps (default: LeRobot's, 100000)")
+    parser.add_argument("--batch-size", type=int, help="batch size (default: LeRobot's, 8)")
+    parser.add_argument("--seed", type=int, help="seed of the model's initialisation and of the weighted "
+                                                 "sampler (default: LeRobot's, 1000)")
+    parser.add_argument("--dataset", type=Path,
+                        help="the dataset the manifest was frozen from, if it moved (default: the manifest's)")
+    parser.add_argument("--registry", type=Path, help="lineage registry JSON (default as for `lineage`: "
+                                                      f"$TELEOP_FLYWHEEL_LINEAGE or {default_registry()})")
+    parser.add_argument("--run", help="run name in lineage (default: OUT's name)")
+    parser.usage = ("%(prog)s MANIFEST --policy {act,diffusion} --out OUT [options] [-- LEROBOT_ARGS ...]\n"
+                    "  LEROBOT_ARGS: LeRobot's config arguments (lerobot-train --help), e.g. "
+                    "--policy.chunk_size=20 --num_workers=2 --save_freq=5000")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.out.exists() or args.out.is_symlink():
+        raise UsageError("the run directory exists", where=str(args.out),
+                         fix="choose a new --out: a run is never overwritten")
+    for name, value in (("--steps", args.steps), ("--batch-size", args.batch_size)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be >= 1, got {value}")
+    _check_lerobot_args(args.lerobot_args)
+    load_manifest(args.manifest)  # a bad manifest is named whether LeRobot is installed or not
+    if importlib.util.find_spec("lerobot") is None:
+        raise UsageError("LeRobot is not installed, and train runs LeRobot's training", fix=INSTALL)
+    try:
+        tset = load_training_set(args.manifest, args.dataset)
+    except ManifestMismatch as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        raise
+    result = train(tset, args.policy, args.out, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                   lerobot_args=args.lerobot_args, registry=args.registry, run_name=args.run)
+    print(f"trained {args.policy} on {len(tset.episodes)} episodes of {args.manifest} for {result.steps} steps "
+          f"in {result.seconds:.1f} s ({result.steps / result.seconds:.2f} steps/s; per step {result.data_s:.3f} s "
+          f"loading, {result.update_s:.3f} s updating), last loss {result.loss:.4f}\n"
+          f"checkpoint {result.checkpoint}\n"
+          f"registered as {result.checkpoint_id} in {result.registry}")
+    return 0
+
+
+def _check_lerobot_args(extra: list[str]) -> None:
+    for arg in extra:
+        if not arg.startswith("--"):
+            raise UsageError(f"unexpected argument {arg!r}", where="the arguments after --",
+                             fix="LeRobot's arguments are --name=value")
+        name = arg.split("=", 1)[0]
+        if name in OWNED:
+            raise UsageError(f"{name} is set by {OWNED[name]}", where="the arguments after --",
+                             fix="leave it out (the manifest decides the data; use this command's options)")
+
+
+def lerobot_arguments(tset: TrainingSet, policy: str, out: Path, steps: int | None, batch_size: int | None,
+                      seed: int | None, extra: list[str]) -> list[str]:
+    """The arguments LeRobot's config parser gets: the manifest's data, our options, offline defaults,
+    then the user's (later arguments win in draccus, so a user's offline default override stands)."""
+    args = [f"--policy.type={policy}", f"--dataset.repo_id={tset.repo_id}", f"--dataset.root={tset.root}",
+            f"--dataset.episodes={json.dumps(tset.episodes)}", f"--output_dir={out}",
+            "--dataset.video_backend=pyav", "--policy.pretrained_backbone_weights=null",
+            "--policy.push_to_hub=false", "--wandb.enable=false"]
+    args += [f"--{name}={value}" for name, value in (("steps", steps), ("batch_size", batch_size), ("seed", seed))
+             if value is not None]
+    return args + list(extra)
+
+
+def parse_config(args: list[str]) -> Any:
+    """LeRobot's `TrainPipelineConfig` from `args`, validated as `lerobot-train` validates it; a
+    parser error is one UsageError line (draccus prints a page of usage for it)."""
+    import draccus
+    import lerobot.policies  # noqa: F401  (importing it registers the policy configs `--policy.type` names)
+    from lerobot.configs.train import TrainPipelineConfig
+
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            cfg = draccus.parse(config_class=TrainPipelineConfig, args=args)
+    except SystemExit:
+        errors = [ln for ln in captured.getvalue().splitlines() if "error:" in ln]
+        what = errors[-1].split("error:", 1)[1].strip() if errors else captured.getvalue().strip()[-300:]
+        raise UsageError(f"LeRobot's config parser: {what}", where="the arguments after --",
+                         fix="see lerobot-train --help") from None
+    except Exception as exc:  # draccus' decoding errors are its own classes
+        raise UsageError(f"LeRobot's config parser: {exc}", where="the arguments after --",
+                         fix="see lerobot-train --help") from exc
+    try:
+        cfg.validate()
+    except (ValueError, FileExistsError) as exc:
+        raise UsageError(f"LeRobot's config: {exc}", where="the arguments after --") from exc
+    if not cfg.save_checkpoint:
+        raise UsageError("--save_checkpoint=false leaves nothing to register", where="the arguments after --",
+                         fix="leave it out")
+    return cfg
+
+
+def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None, batch_size: int | None = None,
+          seed: int | None = None, lerobot_args: list[str] | None = None, registry: Path | None = None,
+          run_name: str | None = None) -> TrainResult:
+    """Train on `tset` with LeRobot's machinery and the weighted sampler; register the last checkpoint."""
+    for key, value in OFFLINE.items():  # read by huggingface_hub and datasets when they are imported
+        os.environ.setdefault(key, value)
+    cfg = parse_config(lerobot_arguments(tset, policy, out, steps, batch_size, seed, lerobot_args or []))
+
+    import numpy as np
+    import torch
+    from accelerate import Accelerator
+    from lerobot.datasets.factory import make_dataset
+    from lerobot.datasets.utils import cycle
+    from lerobot.optim.factory import make_optimizer_and_scheduler
+    from lerobot.policies.factory import make_policy, make_pre_post_processors
+    from lerobot.scripts.lerobot_train import update_policy
+    from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
+    from lerobot.utils.random_utils import set_seed
+    from lerobot.utils.train_utils import get_step_checkpoint_dir, save_checkpoint, update_last_checkpoint
+
+    from teleop_flywheel.training.sampler import WeightedFrameSampler
+
+    accelerator = Accelerator(step_scheduler_with_optimizer=False, cpu=cfg.policy.device == "cpu")
+    if cfg.seed is not None:
+        set_seed(cfg.seed, accelerator=accelerator)
+    dataset = make_dataset(cfg)
+    frame_episodes = np.asarray(dataset.hf_dataset.with_format("numpy")["episode_index"], dtype=np.int64)
+    loaded = sorted(int(e) for e in np.unique(frame_episodes))
+    if loaded != tset.episodes or sorted(dataset.episodes or []) != tset.episodes:
+        raise DatasetError(f"{tset.root}: LeRobot loaded episodes {loaded[:20]} for the manifest's "
+                           f"{tset.episodes[:20]}; the run would not be the manifest's")
+    model = make_policy(cfg=cfg.policy, ds_meta=dataset.meta, rename_map=cfg.rename_map)
+    preprocessor, postprocessor = make_pre_post_processors(policy_cfg=cfg.policy, pretrained_path=None,
+                                                           dataset_stats=dataset.meta.stats)
+    optimizer, lr_scheduler = make_optimizer_and_scheduler(cfg, model)
+    sampler = WeightedFrameSampler(frame_episodes, tset.weights, num_samples=cfg.steps * cfg.batch_size,
+                                   seed=cfg.seed or 0,
+                                   drop_last_frames=int(getattr(cfg.policy, "drop_n_last_frames", 0) or 0))
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.num_workers,
+        pin_memory=accelerator.device.type == "cuda", drop_last=False,
+        prefetch_factor=2 if cfg.num_workers > 0 else None)
+    model, optimizer, loader, lr_scheduler = accelerator.prepare(model, optimizer, loader, lr_scheduler)
+    meters = {"loss": AverageMeter("loss", ":.3f"), "grad_norm": AverageMeter("grdn", ":.3f"),
+              "lr": AverageMeter("lr", ":0.1e"), "update_s": AverageMeter("updt_s", ":.3f"),
+              "dataloading_s": AverageMeter("data_s", ":.3f")}
+    tracker = MetricsTracker(cfg.batch_size, dataset.num_frames, dataset.num_episodes, meters,
+                             accelerator=accelerator)
+    batches = cycle(loader)
+    checkpoint = out
+    start = time.perf_counter()
+    with progress(cfg.steps, f"train {cfg.policy.type}", unit="step") as bar:
+        for step in range(1, cfg.steps + 1):
+            fetched = time.perf_counter()
+            batch = preprocessor(next(batches))
+            tracker.dataloading_s = time.perf_counter() - fetched
+            tracker, _ = update_policy(tracker, model, batch, optimizer, cfg.optimizer.grad_clip_norm,
+                                       accelerator=accelerator, lr_scheduler=lr_scheduler)
+            tracker.step()
+            bar.update(1)
+            if step % cfg.save_freq == 0 or step == cfg.steps:
+                checkpoint = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)
+                save_checkpoint(checkpoint_dir=checkpoint, step=step, cfg=cfg,
+                                policy=accelerator.unwrap_model(model), optimizer=optimizer,
+                                scheduler=lr_scheduler, preprocessor=preprocessor, postprocessor=postprocessor)
+                update_last_checkpoint(checkpoint)
+    seconds = time.perf_counter() - start
+    accelerator.end_training()
+
+    pretrained = checkpoint / "pretrained_model"
+    ckpt_id = default_checkpoint_id(pretrained)
+    reg = registry or default_registry()
+    register_checkpoint(reg, ckpt_id, tset.manifest_path, run_name or out.name, training={
+        "path": str(pretrained.resolve()), "policy": cfg.policy.type, "steps": cfg.steps,
+        "batch_size": cfg.batch_size, "seed": cfg.seed, "episodes": tset.episodes,
+        "manifest_fingerprint": tset.manifest["fingerprint"], "sampler": "WeightedFrameSampler",
+        "weight_rule": tset.weight_rule, "lerobot_args": list(lerobot_args or [])})
+    return TrainResult(pretrained, ckpt_id, cfg.steps, seconds, float(tracker.loss.val),
+                       float(tracker.dataloading_s.avg), float(tracker.update_s.avg), reg)
