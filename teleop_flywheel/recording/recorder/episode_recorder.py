@@ -89,7 +89,7 @@ from teleop_flywheel.recording.mcap.metadata import Qos
 from teleop_flywheel.recording.mcap.msgdefs import normalize_type
 from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.recording.recorder import clock_probe, verdict
-from teleop_flywheel.recording.recorder.task_checks import live_checks, outcome_check, outcome_disagrees
+from teleop_flywheel.recording.recorder.spec_checks import live_checks, outcome_check, outcome_disagrees
 
 LATENCY_WINDOW = 64  # a camera's last receive-minus-stamp latencies kept for the status
 
@@ -143,7 +143,7 @@ class EpisodeFields:
     attempts: int = 0  # 0 = unset
     failure_label: str = ""
     machine_check: str = ""
-    outcome_answer: str = ""  # task_checks.OUTCOME_ANSWERS
+    outcome_answer: str = ""  # spec_checks.OUTCOME_ANSWERS
 
 
 @dataclass
@@ -447,7 +447,7 @@ class EpisodeRecorder:
         return meta
 
     def spec_status(self) -> dict[str, Any]:
-        """The task spec's live checks and the last episode's (`task_checks.live_checks`)."""
+        """The task spec's live checks and the last episode's (`spec_checks.live_checks`)."""
         return live_checks(self.config.task_spec, self._follower_seen, self.last_outcome_check)
 
     def _close(self, fields: EpisodeFields) -> tuple[Path, int, EpisodeMeta]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_name, trigger_name
-from teleop_flywheel.recording.recorder.task_checks import outcome_disagrees
+from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
 
 # key -> (action, argument). Digits pick a trigger label in TRIGGER_LABELS order; `a` then a digit
 # sets the attempts of the episode being recorded (ConsoleState.key reads the pair).

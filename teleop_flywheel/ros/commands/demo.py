@@ -43,7 +43,7 @@ from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recorder import verdict
-from teleop_flywheel.recording.recorder.task_checks import outcome_disagrees
+from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters
 

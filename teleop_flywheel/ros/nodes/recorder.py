@@ -76,7 +76,7 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     RecordingError,
     TopicEntry,
 )
-from teleop_flywheel.recording.recorder.task_checks import OUTCOME_ANSWERS
+from teleop_flywheel.recording.recorder.spec_checks import OUTCOME_ANSWERS
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
