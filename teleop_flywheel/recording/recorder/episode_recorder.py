@@ -187,6 +187,7 @@ __all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
 SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
 SETTLE_LIVE_NS = 250_000_000  # nor one not heard from this long before the stop (a stalled camera)
+FOLLOWER_STATES_KEPT = 400  # the follower's last states a pose is taken from (2 s at the drivers' 200 Hz)
 
 
 class EpisodeRecorder:
@@ -204,8 +205,10 @@ class EpisodeRecorder:
         self._intervention_topic = qualify(INTERVENTION, config.namespace)
         self._policy_topic = qualify(POLICY_COMMAND, config.namespace)
         self._follower_topic = qualify(FOLLOWER_STATE, config.namespace)
-        self._follower_seen: bytes | None = None  # the follower's latest state, recording or not (the console's view)
-        self._follower_final: bytes | None = None  # its latest state written into this episode (judged at stop)
+        # The follower's last states, recording or not (the console's view), and the last ones written into
+        # this episode (judged at stop): a few seconds' worth, as a driver with a silent servo leaves it out.
+        self._follower_seen: deque[bytes] = deque(maxlen=FOLLOWER_STATES_KEPT)
+        self._follower_final: deque[bytes] = deque(maxlen=FOLLOWER_STATES_KEPT)
         self.last_outcome_check: dict[str, Any] = {}  # of the last episode stopped, with its name and flag
         self._interventions: dict[int, Intervention] = {}
         self._corrections: dict[int, Intervention] = {}
@@ -260,7 +263,7 @@ class EpisodeRecorder:
         entry.last_recv_ns = recv
         follower = entry.name == self._follower_topic
         if follower:
-            self._follower_seen = data
+            self._follower_seen.append(data)
         if entry.state:
             entry.latest = (bytes(data), sent, info.get("publication_sequence_number") or 0)
         with self._lock:
@@ -286,7 +289,7 @@ class EpisodeRecorder:
             try:
                 bag.write(entry.name, data, recv, sent, info.get("publication_sequence_number") or 0)
                 if follower:
-                    self._follower_final = data
+                    self._follower_final.append(data)
             except BagWriteError as exc:
                 self._fail(exc)
             except BagError:
@@ -374,7 +377,7 @@ class EpisodeRecorder:
                 self.error = str(exc)
                 raise RecordingError(str(exc)) from exc
             self._checkpoints = set()
-            self._follower_final = None
+            self._follower_final.clear()
             self._bag, self._meta, self.error = bag, meta, ""
             self.last_ptp_offset_ns = meta.ptp_offset_ns
         self._log("info", f"episode started: {path}")
@@ -433,7 +436,7 @@ class EpisodeRecorder:
         meta.failure_label = fields.failure_label
         if fields.machine_check:
             meta.extra["machine_check"] = fields.machine_check
-        meta.outcome_check = outcome_check(self.config.task_spec, self._follower_final, fields.outcome_answer)
+        meta.outcome_check = outcome_check(self.config.task_spec, list(self._follower_final), fields.outcome_answer)
         meta.drops = {t.name: t.drops for t in self.topics.values()}
         meta.interventions, meta.corrections = (sorted(
             (i for i in spans.values() if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)),
@@ -448,7 +451,7 @@ class EpisodeRecorder:
 
     def spec_status(self) -> dict[str, Any]:
         """The task spec's live checks and the last episode's (`spec_checks.live_checks`)."""
-        return live_checks(self.config.task_spec, self._follower_seen, self.last_outcome_check)
+        return live_checks(self.config.task_spec, list(self._follower_seen), self.last_outcome_check)
 
     def _close(self, fields: EpisodeFields) -> tuple[Path, int, EpisodeMeta]:
         with self._lock:

@@ -361,6 +361,8 @@ def test_episodes_carry_the_task_spec_and_its_success_predicate_on_the_last_reco
     first = Path(rec.start(EpisodeFields(operator="ana")))
     for pan in (0.1, 0.3, 0.5):
         pose(pan)
+    # A driver whose servos do not all answer publishes the joints that did: each joint's newest position counts.
+    rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), ["gripper"], [0.2]), arm.info())
     assert rec.status()["task_spec"]["success"]["passed"] is True
     text = rec.stop(EpisodeFields(operator="ana", outcome="success"))
     assert text.endswith("the spec's success check: met (joints in region)")
@@ -386,11 +388,17 @@ def test_episodes_carry_the_task_spec_and_its_success_predicate_on_the_last_reco
     last = rec.status()["task_spec"]["last"]
     assert (last["episode"], last["outcome"], last["disagrees"]) == (second.name, "success", True)
 
-    # No follower state in the episode: the predicate cannot hold.
+    # No follower state in the episode, or none with every joint: the predicate cannot hold.
     third = Path(rec.start(EpisodeFields()))
     rec.stop(EpisodeFields(outcome="failure"))
     meta = EpisodeMeta.from_strings(read_back(third)[1][METADATA_RECORD])
     assert meta.outcome_check == {"passed": False, "detail": "no follower state recorded"}
+    fourth = Path(rec.start(EpisodeFields()))
+    rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES[1:]), [0.5] * 5), arm.info())
+    rec.stop(EpisodeFields(outcome="failure"))
+    meta = EpisodeMeta.from_strings(read_back(fourth)[1][METADATA_RECORD])
+    assert meta.outcome_check == {"passed": False, "detail": "no position of shoulder_pan in the follower's last 1 "
+                                                             "states"}
 
 
 def test_without_a_task_spec_the_metadata_has_none_of_its_fields(tmp_path: Path) -> None:
