@@ -150,9 +150,10 @@ class VerdictLog:
             return
         check.update(outcome=meta.outcome, disagrees=outcome_disagrees(meta.outcome, check["passed"]))
         self.checks[index] = check
+        verdict_of_flag = ("OUTCOME_MISMATCH, caught at the rig" if check["disagrees"]
+                           else "nothing to compare" if meta.outcome == "unset" else "agrees")
         print(f"demo: at stop — episode {index}: the spec's success check {'met' if check['passed'] else 'NOT met'} "
-              f"({check['detail']}), flagged {meta.outcome}"
-              + (": OUTCOME_MISMATCH, caught at the rig" if check["disagrees"] else ": agrees"), flush=True)
+              f"({check['detail']}), flagged {meta.outcome}: {verdict_of_flag}", flush=True)
 
     def poll(self) -> None:
         by_name = {n: i for i, n in self.names.items()}
