@@ -188,6 +188,7 @@ CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episod
 SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
 SETTLE_LIVE_NS = 250_000_000  # nor one not heard from this long before the stop (a stalled camera)
 FOLLOWER_STATES_KEPT = 400  # the follower's last states a pose is taken from (2 s at the drivers' 200 Hz)
+LIVE_STATES = 40  # of those, the newest the console's live checks read (0.2 s)
 
 
 class EpisodeRecorder:
@@ -451,7 +452,8 @@ class EpisodeRecorder:
 
     def spec_status(self) -> dict[str, Any]:
         """The task spec's live checks and the last episode's (`spec_checks.live_checks`)."""
-        return live_checks(self.config.task_spec, list(self._follower_seen), self.last_outcome_check)
+        # The newest states only: with a servo silent, every status would otherwise decode all that are kept.
+        return live_checks(self.config.task_spec, list(self._follower_seen)[-LIVE_STATES:], self.last_outcome_check)
 
     def _close(self, fields: EpisodeFields) -> tuple[Path, int, EpisodeMeta]:
         with self._lock:
