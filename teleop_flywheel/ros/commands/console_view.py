@@ -97,6 +97,9 @@ class ConsoleState:
     def _answer(self, ch: str) -> tuple[str, str] | None:
         """The answer to the question a stop asked: keep the flag, or change it; then stop."""
         flag, self.asking = self.asking, ""
+        if self.recorder.get("state") != "recording":  # stopped meanwhile: an answer would label the next one
+            self.message = "stop: the episode was already stopped; nothing sent"
+            return None
         other = "failure" if flag == "success" else "success"
         if ch == "k":
             return ("answer", "kept")

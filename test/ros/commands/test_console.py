@@ -254,6 +254,11 @@ def test_a_stop_on_a_flag_the_spec_disagrees_with_is_asked_about_first() -> None
     assert st.key("f") is None and not st.prompt() and st.message == "stop: cancelled, still recording"
     assert st.key("e") is None and st.key("y") == ("answer", "success")
     assert st.key("e") is None and st.key("k") == ("answer", "kept")
+    # Stopped elsewhere while the question was on screen: the answer must not label the next episode.
+    assert st.key("e") is None
+    st.on_recorder_status(json.dumps({"state": "idle", "outcome": "unset", "task_spec": spec}))
+    assert st.key("k") is None and "already stopped" in st.message
+    st.on_recorder_status(json.dumps({"state": "recording", "outcome": "failure", "task_spec": spec}))
     # A flag that agrees is not asked about.
     st.on_recorder_status(json.dumps({"state": "recording", "outcome": "success", "task_spec": spec}))
     assert st.key("e") == ("stop", "")
