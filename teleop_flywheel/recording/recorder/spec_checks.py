@@ -3,9 +3,10 @@ predicate, live and at stop, beside the operator's flag (no ROS).
 
 The recorder keeps the follower's last `/joint_states` messages (bytes); these functions take each
 joint's newest position from them (an arm driver whose servos do not all answer publishes the
-joints that did) and judge the pose with `core/task_spec.py`. At stop the predicate is judged on the last follower state
-the episode recorded (`EpisodeMeta.outcome_check`: `passed`, `detail`, and `operator_answer` when
-the rig asked about a flag the predicate disagrees with: `kept` or `changed`).
+joints that did) and judge the pose with `core/task_spec.py`. At stop the predicate is judged on
+the last follower states the episode recorded (`EpisodeMeta.outcome_check`: `passed`, `detail`,
+and `operator_answer` when the rig asked about a flag the predicate disagrees with: `kept` or
+`changed`). The validator recomputes its own verdict from the bag (`data/validate/task_checks.py`).
 """
 from __future__ import annotations
 
