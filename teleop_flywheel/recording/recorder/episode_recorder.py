@@ -12,7 +12,9 @@ DDS and serves parameters, services and status over it:
 - `start(fields)` opens `<output_dir>/<episode_prefix>_<YYYYmmdd_HHMMSS>[_n]` (never an existing
   one) with the episode metadata known at start: operator fields, calibration documents, the first
   (monotonic, wall) clock sample, `stamp_clock: ros`, the rig's namespace, PTP/chrony offset
-  (`ptp_offset_ns` if given, else the configured probe);
+  (`ptp_offset_ns` if given, else the configured probe), and the task spec it records under
+  (`RecorderConfig.task_spec`: its canonical content and id; its instruction is the task text
+  unless the operator set another);
 - `sample_clock()` (the node calls it every second) adds a (monotonic, wall) sample to the
   episode's `clock_samples` once a second, and warns when the system clock stepped since the last;
 - `settle(stop_ns)` begins a stop: the streams live at `stop_ns` (≥ 10 Hz this episode, heard from
@@ -22,7 +24,9 @@ DDS and serves parameters, services and status over it:
   late its delivery (a state stream does not run on while a camera is awaited); the node takes
   messages until then (bounded) and calls `stop`;
 - `stop(fields)` closes it with the final metadata: outcome (never defaulted: `unset`), attempts,
-  failure label, machine check, interventions overlapping the episode (their times and the
+  failure label, machine check, the task spec's success predicate judged on the last follower
+  state the episode recorded (`outcome_check`, with the operator's answer when the rig asked about
+  a flag it disagrees with), interventions overlapping the episode (their times and the
   episode's `started_ros_ns`/`stopped_ros_ns` are ROS time), drops, checkpoints, the last clock
   sample and probe, teleop-mode correction spans beside the interventions; `discard(fields)` closes
   it the same way and moves it to `<output_dir>/discarded/` with a `verdict.json` saying so (never
@@ -62,7 +66,9 @@ from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_
 from teleop_flywheel.core.episode import CALIBRATION_ROLES, STAMP_CLOCK_ROS, EpisodeMeta, Intervention
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import CORRECTION_KIND, span_kind
+from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.core.topics import (
+    FOLLOWER_STATE,
     INTERVENTION,
     POLICY_COMMAND,
     STATE_TOPICS,
@@ -83,6 +89,7 @@ from teleop_flywheel.recording.mcap.metadata import Qos
 from teleop_flywheel.recording.mcap.msgdefs import normalize_type
 from teleop_flywheel.recording.mcap.writer import BagWriter
 from teleop_flywheel.recording.recorder import clock_probe, verdict
+from teleop_flywheel.recording.recorder.spec_checks import live_checks, outcome_check, outcome_disagrees
 
 LATENCY_WINDOW = 64  # a camera's last receive-minus-stamp latencies kept for the status
 
@@ -109,6 +116,7 @@ class RecorderConfig:
     calibration_files: tuple[str, ...] = ()
     ptp_probe: str = ""
     namespace: str = ""  # the rig's ROS namespace ("/rig_a"; "" = none): relative topics resolve in it
+    task_spec: TaskSpec | None = None  # the task spec every episode is recorded under (`core/task_spec.py`)
 
     def __post_init__(self) -> None:
         if not re.fullmatch(SAFE_NAME, self.episode_prefix):
@@ -135,6 +143,7 @@ class EpisodeFields:
     attempts: int = 0  # 0 = unset
     failure_label: str = ""
     machine_check: str = ""
+    outcome_answer: str = ""  # spec_checks.OUTCOME_ANSWERS
 
 
 @dataclass
@@ -178,6 +187,8 @@ __all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
 SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
 SETTLE_LIVE_NS = 250_000_000  # nor one not heard from this long before the stop (a stalled camera)
+FOLLOWER_STATES_KEPT = 400  # the follower's last states a pose is taken from (2 s at the drivers' 200 Hz)
+LIVE_STATES = 40  # of those, the newest the console's live checks read (0.2 s)
 
 
 class EpisodeRecorder:
@@ -194,6 +205,12 @@ class EpisodeRecorder:
         self._meta: EpisodeMeta | None = None
         self._intervention_topic = qualify(INTERVENTION, config.namespace)
         self._policy_topic = qualify(POLICY_COMMAND, config.namespace)
+        self._follower_topic = qualify(FOLLOWER_STATE, config.namespace)
+        # The follower's last states, recording or not (the console's view), and the last ones written into
+        # this episode (judged at stop): a few seconds' worth, as a driver with a silent servo leaves it out.
+        self._follower_seen: deque[bytes] = deque(maxlen=FOLLOWER_STATES_KEPT)
+        self._follower_final: deque[bytes] = deque(maxlen=FOLLOWER_STATES_KEPT)
+        self.last_outcome_check: dict[str, Any] = {}  # of the last episode stopped, with its name and flag
         self._interventions: dict[int, Intervention] = {}
         self._corrections: dict[int, Intervention] = {}
         self.last_ptp_offset_ns: int | None = None  # of the latest episode (status: the clock field)
@@ -245,6 +262,9 @@ class EpisodeRecorder:
             with contextlib.suppress(CdrError):
                 entry.latencies_ns.append(recv - header_stamp_ns(data))
         entry.last_recv_ns = recv
+        follower = entry.name == self._follower_topic
+        if follower:
+            self._follower_seen.append(data)
         if entry.state:
             entry.latest = (bytes(data), sent, info.get("publication_sequence_number") or 0)
         with self._lock:
@@ -269,6 +289,8 @@ class EpisodeRecorder:
             entry.drops += lost
             try:
                 bag.write(entry.name, data, recv, sent, info.get("publication_sequence_number") or 0)
+                if follower:
+                    self._follower_final.append(data)
             except BagWriteError as exc:
                 self._fail(exc)
             except BagError:
@@ -316,16 +338,19 @@ class EpisodeRecorder:
             first = sample_mapping()  # the episode's start: its monotonic and its ROS (wall) time
             extra: dict[str, Any] = {}
             cfg = self.config
+            spec = cfg.task_spec
             meta = EpisodeMeta(
-                episode_name="", task=fields.task, operator=fields.operator, rig_id=fields.rig_id,
-                robot_type=fields.robot_type, session_kind=fields.session_kind,
+                # The spec's instruction is the task text unless the operator set another.
+                episode_name="", task=fields.task or (spec.instruction if spec else ""), operator=fields.operator,
+                rig_id=fields.rig_id, robot_type=fields.robot_type, session_kind=fields.session_kind,
                 software_version=f"teleop_flywheel {__version__}", policy_checkpoint=fields.policy_checkpoint,
                 calibration=read_calibrations(cfg.calibration_files), cameras=list(cfg.cameras),
                 topics=list(cfg.topics), clock_start=first.to_dict(), clock_samples=[first.to_dict()],
                 stamp_clock=STAMP_CLOCK_ROS, namespace=cfg.namespace,
                 ptp_offset_ns=self._ptp(fields.ptp_offset_ns, extra, "ptp_probe"),
                 protocol_hash=fields.protocol_hash, condition=fields.condition, extra=extra,
-                started_mono_ns=first.mono_ns, started_ros_ns=first.wall_ns)
+                started_mono_ns=first.mono_ns, started_ros_ns=first.wall_ns,
+                task_spec=dict(spec.content) if spec else {}, task_spec_id=spec.id if spec else "")
             for _attempt in range(100):
                 path = self._new_bag_dir()
                 meta.episode_name = path.name
@@ -353,6 +378,7 @@ class EpisodeRecorder:
                 self.error = str(exc)
                 raise RecordingError(str(exc)) from exc
             self._checkpoints = set()
+            self._follower_final.clear()
             self._bag, self._meta, self.error = bag, meta, ""
             self.last_ptp_offset_ns = meta.ptp_offset_ns
         self._log("info", f"episode started: {path}")
@@ -411,6 +437,7 @@ class EpisodeRecorder:
         meta.failure_label = fields.failure_label
         if fields.machine_check:
             meta.extra["machine_check"] = fields.machine_check
+        meta.outcome_check = outcome_check(self.config.task_spec, list(self._follower_final), fields.outcome_answer)
         meta.drops = {t.name: t.drops for t in self.topics.values()}
         meta.interventions, meta.corrections = (sorted(
             (i for i in spans.values() if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)),
@@ -422,6 +449,11 @@ class EpisodeRecorder:
             if end is not None:
                 meta.extra["ptp_offset_end_ns"] = end
         return meta
+
+    def spec_status(self) -> dict[str, Any]:
+        """The task spec's live checks and the last episode's (`spec_checks.live_checks`)."""
+        # The newest states only: with a servo silent, every status would otherwise decode all that are kept.
+        return live_checks(self.config.task_spec, list(self._follower_seen)[-LIVE_STATES:], self.last_outcome_check)
 
     def _close(self, fields: EpisodeFields) -> tuple[Path, int, EpisodeMeta]:
         with self._lock:
@@ -444,6 +476,13 @@ class EpisodeRecorder:
         path, count, final = self._close(fields)
         self.last_saved = str(path)
         text = f"saved {path}: {count} messages, outcome {final.outcome}"
+        if final.outcome_check:
+            check = final.outcome_check
+            self.last_outcome_check = {**check, "episode": path.name, "outcome": final.outcome,
+                                       "disagrees": outcome_disagrees(final.outcome, check["passed"])}
+            text += f"; the spec's success check: {'met' if check['passed'] else 'NOT met'} ({check['detail']})"
+            if self.last_outcome_check["disagrees"]:
+                text += f" — DISAGREES with the flag {final.outcome}"
         self._log("info", text)
         return text
 
@@ -478,7 +517,8 @@ class EpisodeRecorder:
 
     # -- status -----------------------------------------------------------------------------
     def status(self, wanted: Sequence[str] = (), unrecordable: Mapping[str, str] | None = None) -> dict[str, Any]:
-        """State, episode, per-topic counts/drops/rates since the last status, disk space, last saved bag."""
+        """State, episode, per-topic counts/drops/rates since the last status, disk space, last saved bag,
+        the task spec's live checks (`spec_status`)."""
         now = now_ns()
         with self._lock:
             dt = max((now - self._status_window) / 1e9, 1e-9)
@@ -513,4 +553,5 @@ class EpisodeRecorder:
             # receive − capture stamp per camera (median of the last frames; a proxy for the camera's
             # clock offset until the verdict's content-based estimate) and the episode's PTP offset
             "clock": {"cameras": cameras, "ptp_offset_ns": self.last_ptp_offset_ns},
+            "task_spec": self.spec_status(),
         }

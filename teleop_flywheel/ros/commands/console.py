@@ -7,7 +7,9 @@ attempts through `/recorder/label_episode`, and switch mode / label the
 intervention through the teleop node's services. Esc is the e-stop: `~/estop` of the teleop node
 and of both arm drivers at once, each called the moment its service is known (never queued behind
 another key's wait); `r` calls their `~/reset` (the arms' latched servo faults too). The recorder's status brings the
-verdict of the last episode (validated at stop), which the screen shows with what to do about it. The screen is redrawn
+verdict of the last episode (validated at stop), which the screen shows with what to do about it,
+and under a task spec its checks (start region, success predicate beside the outcome flag); a stop
+on a flag the predicate disagrees with is asked about first (`console_view.py`). The screen is redrawn
 a few times a second with plain ANSI codes, so it works over ssh and in any terminal.
 """
 from __future__ import annotations
@@ -83,22 +85,23 @@ class ConsoleNode:
         # Service calls go out in key order from one worker, which waits for a service that is
         # not discovered yet: a recorder's status topic can arrive before its services do, and a
         # key pressed in that window must not be lost.
-        self._calls: queue.Queue[tuple[Any, Any, str] | None] = queue.Queue()
+        self._calls: queue.Queue[tuple[Any, Any, str, Callable[[], None] | None] | None] = queue.Queue()
         self._caller = threading.Thread(target=self._send_calls, daemon=True)
         self._caller.start()
 
     def _send_calls(self) -> None:
         while (item := self._calls.get()) is not None:
-            client, request, what = item
+            client, request, what, then = item
             if not client.service_is_ready():
                 name = self.node.resolve_service_name(client.srv_name)  # as resolved: /recorder/start, /rig_a/…
                 self.state.message = f"{what}: waiting for {name}"
                 if not client.wait_for_service(timeout_sec=SERVICE_WAIT_S):
                     self.state.message = f"{what}: service {name} not available after {SERVICE_WAIT_S:.0f} s"
                     continue
-            client.call_async(request).add_done_callback(self._report(what))
+            client.call_async(request).add_done_callback(self._report(what, then))
 
-    def _report(self, what: str) -> Callable[[Any], None]:
+    def _report(self, what: str, then: Callable[[], None] | None = None) -> Callable[[Any], None]:
+        """A reply's callback: its outcome in state.message; `then` runs after a reply that succeeded."""
         from teleop_flywheel.ros.nodes.recorder_client import refusals
 
         def report(future: Any) -> None:
@@ -112,6 +115,8 @@ class ConsoleNode:
             else:
                 bad = refusals(res)
                 self.state.message = f"{what}: {'FAILED ' + '; '.join(bad) if bad else 'ok'}"
+            if then is not None and res is not None and (res.success if hasattr(res, "success") else not refusals(res)):
+                then()
         return report
 
     def close(self) -> None:
@@ -125,8 +130,8 @@ class ConsoleNode:
 
         from teleop_flywheel.ros.nodes.recorder_client import named_values
 
-        def call(client: Any, request: Any, what: str) -> None:
-            self._calls.put((client, request, what))
+        def call(client: Any, request: Any, what: str, then: Callable[[], None] | None = None) -> None:
+            self._calls.put((client, request, what, then))
 
         if action in self._trigger:
             call(self._trigger[action], Trigger.Request(), action)
@@ -137,6 +142,11 @@ class ConsoleNode:
                 else:
                     call(client, Trigger.Request(), action)
             self.state.message = "E-STOP sent: the arms hold until r (reset)" if action == ESTOP else "reset sent"
+        elif action == "answer":  # to the question a stop on a flag the spec disagrees with asked; then the stop
+            values = {"outcome_answer": "kept"} if arg == "kept" else {"outcome": arg, "outcome_answer": "changed"}
+            # The stop only once the answer is in: the recorder serves the two services in any order.
+            call(self._rec_labels, named_values(**values), f"answer: {'kept the outcome' if arg == 'kept' else arg}",
+                 then=lambda: call(self._trigger["stop"], Trigger.Request(), "stop"))
         elif action in ("outcome", "attempts"):
             value: str | int = int(arg) if action == "attempts" else arg
             call(self._rec_labels, named_values(**{action: value}), f"{action}={arg}")

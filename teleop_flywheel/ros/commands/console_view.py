@@ -3,6 +3,14 @@
 `console.py` feeds this model from topics (`/teleop/authority`, `/teleop/intervention`,
 `/recorder/status`, `/diagnostics`) and turns key presses into service calls; keeping the
 state and rendering here makes both testable as plain functions.
+
+Under a task spec (the session's `task` argument) the recorder's status carries its checks: the
+screen shows the instruction; before recording, whether the follower is inside the start region
+(live); while recording, the success predicate on the follower's pose beside the outcome flag;
+after a stop, the predicate on the episode's final pose beside the flag it was stopped with. A
+stop (`e`) while the flag and the predicate disagree is asked about first — "the spec says …, you
+marked success: [k]eep success / mark [f]ailure" — and the answer goes into the episode
+(`outcome_answer`; a changed flag as its outcome) before the stop is sent.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS, mode_name, trigger_name
+from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
 
 # key -> (action, argument). Digits pick a trigger label in TRIGGER_LABELS order; `a` then a digit
 # sets the attempts of the episode being recorded (ConsoleState.key reads the pair).
@@ -49,12 +58,15 @@ class ConsoleState:
     clock_offset_ms: float | None = None
     message: str = ""
     awaiting_attempts: bool = False  # `a` was pressed: the next digit is the number of attempts
+    asking: str = ""  # `e` was pressed on a flag the spec's predicate disagrees with: that flag, until answered
     updated: float = field(default_factory=time.monotonic)
 
     # -- keys -----------------------------------------------------------------------------------
     def key(self, ch: str) -> tuple[str, str] | None:
         """The action a key press asks for (None: nothing to send). `a` then a digit is the number of
         attempts; any other key after `a` cancels it and does what it always does."""
+        if self.asking:
+            return self._answer(ch)
         if self.awaiting_attempts:
             self.awaiting_attempts = False
             if ch.isdigit() and len(ch) == 1:
@@ -63,11 +75,46 @@ class ConsoleState:
         if ch not in KEYS:
             return None
         action, arg = KEYS[ch]
+        if action == "stop" and self.disagreement():
+            self.asking = str(self.recorder.get("outcome"))
+            return None
         if action == "attempts":
             self.awaiting_attempts = True
             self.message = "attempts: press a digit 0-9 (0 = not given)"
             return None
         return action, arg
+
+    def disagreement(self) -> str:
+        """While recording under a spec: why its success predicate on the follower's pose now disagrees
+        with the outcome flag (empty: they agree, or nothing to compare)."""
+        rec = self.recorder
+        check = (rec.get("task_spec") or {}).get("success")
+        if rec.get("state") != "recording" or not check or not outcome_disagrees(rec.get("outcome", ""),
+                                                                                   check["passed"]):
+            return ""
+        return f"the spec says {'success' if check['passed'] else 'NOT success'} ({check['detail']})"
+
+    def _answer(self, ch: str) -> tuple[str, str] | None:
+        """The answer to the question a stop asked: keep the flag, or change it; then stop."""
+        flag, self.asking = self.asking, ""
+        if self.recorder.get("state") != "recording":  # stopped meanwhile: an answer would label the next one
+            self.message = "stop: the episode was already stopped; nothing sent"
+            return None
+        other = "failure" if flag == "success" else "success"
+        if ch == "k":
+            return ("answer", "kept")
+        if ch in (("f", "n") if other == "failure" else ("y",)):
+            return ("answer", other)
+        self.message = "stop: cancelled, still recording"
+        return None
+
+    def prompt(self) -> list[str]:
+        """The question a stop on a disagreeing flag asks (empty: none asked)."""
+        if not self.asking:
+            return []
+        change = "mark [f]ailure" if self.asking == "success" else "mark success [y]"
+        return [f"? {self.disagreement() or 'the spec disagrees'}",
+                f"? you marked {self.asking}: [k]eep {self.asking} / {change}   (other key: back to recording)"]
 
     # -- updates from topics ---------------------------------------------------------------
     def on_authority(self, names: list[str], values: list[float]) -> None:
@@ -124,6 +171,7 @@ class ConsoleState:
             )
         free = rec.get("disk_free_bytes")
         lines.append(f"clock offset: {self._clock(rec)}   disk free: {'?' if free is None else f'{free / 1e9:.1f} GB'}")
+        lines += _spec_lines(rec.get("task_spec") or {}, state, rec.get("outcome", "unset"))
         lines += _verdict_lines(rec.get("verdict") or {}, hint=keys and state != "recording")
         lines.append("")
         lines.append(f"{'stream':<44}{'rate Hz':>10}{'msgs':>10}{'drops':>8}")
@@ -145,6 +193,7 @@ class ConsoleState:
         lines.append(f"trigger: {labels}")
         if self.message:
             lines.append(f"> {self.message}")
+        lines += self.prompt()
         return [line[:width] for line in lines]
 
 
@@ -175,6 +224,33 @@ def _lag_ms(lag: Any) -> tuple[float | None, float | None]:
         lag = lag.get("lag_ms")
     return (float(lag) if isinstance(lag, (int, float)) else None,
             float(err) if isinstance(err, (int, float)) else None)
+
+
+def _spec_lines(spec: dict[str, Any], state: str, outcome: str) -> list[str]:
+    """The task spec: before recording, the follower against the start region; while recording, the
+    success predicate now beside the flag; after a stop, the predicate on the final pose beside it.
+    Each check's detail on a line of its own (lines are cut at the screen's width)."""
+    if not spec:
+        return []
+    out = [f"spec {spec.get('name')} ({spec.get('id')}): {spec.get('instruction')}"]
+    if state == "recording":
+        check = spec.get("success")
+        if check:
+            disagree = ": DISAGREE" if outcome_disagrees(outcome, check["passed"]) else ""
+            out += [f"  success now: {'met' if check['passed'] else 'NOT met'}, you marked {outcome}{disagree}",
+                    f"    {check['detail']}"]
+        return out
+    start = spec.get("start")
+    if start:
+        out.append(f"  start: {'inside' if start['inside'] else 'OUTSIDE'} the start region ({start['detail']})")
+    last = spec.get("last") or {}
+    if last:
+        answer = last.get("operator_answer", "")
+        asked = f", {answer} when asked" if answer else ""
+        out += [f"  at stop {last.get('episode')}: success {'met' if last['passed'] else 'NOT met'}, marked "
+                f"{last.get('outcome')}{asked}" + (": DISAGREE (OUTCOME_MISMATCH)" if last.get("disagrees") else ""),
+                f"    {last['detail']}"]
+    return out
 
 
 def _verdict_lines(v: dict[str, Any], hint: bool) -> list[str]:

@@ -4,9 +4,14 @@ A simulated SO-101 pair (two `sim-bus` processes on pseudo-terminals), a synthet
 the scripted policy (which heads for a wrong waypoint on every second move), and a scripted
 operator who watches it: when the policy goes wrong they press the virtual foot pedal (real
 `input_event` records into the pedal node's FIFO), take over, label why, and hand back. One
-bag per episode, outcomes set through the recorder's parameters. Some of the seeds' failures
-are injected on purpose — a camera stall, an intervention nobody labelled, an outcome
-nobody set — so the validator has something real to reject. Every episode is judged the moment
+bag per episode, outcomes set through the recorder's parameters. The session records under the
+task spec `config/task_demo.yaml`: between takes the scripted operator sends the arm home (the start
+region), and the policy ends each take holding the place pose (its success predicate) — except
+where it puts the brick on the wrong square (`policy_miss.yaml`): once flagged a failure, as it
+is, and once flagged a success. Some of the seeds' failures are injected on purpose — a camera
+stall, an intervention nobody labelled, an outcome nobody set, a success that was not one — so the
+validator has something real to reject. The recorder judges the spec's predicate on each take's
+final pose at stop, and this log prints it beside the operator's flag. Every episode is judged the moment
 it stops (the recorder's verdict at stop): its verdict is in `/recorder/status`, in
 `<bag>/verdict.json` and in this log as it comes; the scripted operator keeps every episode (the
 failures are there to be rejected). The session runs with `ingest:=true`: while the next episodes
@@ -31,18 +36,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import PartialFailure, UsageError
+from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recorder import verdict
+from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters
 
-WARMUP_S = 2.0  # after every stream is found; then episodes start on a fixed schedule
-GAP_S = 2.0
+WARMUP_S = 2.5  # after every stream is found (the arm goes home meanwhile); then episodes start on a fixed schedule
+GAP_S = 2.5  # between a stop and the next start: the arm goes home (a 2 s move) after the stop's own delay
+MIN_SECONDS = 7.0  # the policy reaches the place pose about 6.6 s into a take (after the takeover, 2.4-4.4 s)
 READY_S = 60.0  # bound on the recorder's services and streams coming up (a loaded 2-core machine)
 VERDICT_WAIT_S = 120.0  # after the last stop, for the verdicts still being computed
 INGEST_WAIT_S = 300.0  # then for ingest (nice 10: slow on a loaded machine) to take every judged episode
 REPO_ID = "local/teleop_flywheel_demo"
+TASK_SPEC = "task_demo.yaml"  # shipped in config/
+# The scripted policy's waypoints (radians): home, a grasp (every second move is offset by FAIL_OFFSET: the
+# wrong grasp the operator takes over from), the place. The fourth is the place minus the offset, so its
+# "wrong" move lands on the place: the arm holds the place pose until the take ends.
+HOME = [0.0, -0.3, 0.4, 0.2, 0.0, 0.1]
+GRASP = [0.5, 0.1, 0.1, -0.2, 0.6, 0.8]
+PLACE = [-0.4, 0.2, -0.2, 0.3, -0.5, 0.2]
+WRONG_PLACE = [0.5, 0.2, -0.2, 0.3, 0.4, 0.2]  # the brick on the wrong square: outside the spec's success region
+FAIL_OFFSET = 0.35
 
 
 @dataclass(frozen=True)
@@ -51,10 +71,13 @@ class EpisodePlan:
     outcome: str  # success | failure | "" (nobody sets it: injected failure)
     label: str | None  # trigger label the operator gives; None = forgets (injected failure)
     camera_stall: bool = False
+    misses: bool = False  # the policy puts the brick on the wrong square: the final pose misses the spec
 
 
 def plan(episodes: int) -> list[EpisodePlan]:
-    """Mostly clean episodes; one each of the seeds' camera stall, unlabelled takeover, unset outcome."""
+    """Mostly clean episodes; one each of the seeds' camera stall, unlabelled takeover, unset outcome;
+    the careless operator of the unlabelled takeover also marks a missed place a success (the
+    seeds' "marked success, the mug is on its side"), and the failure is a missed place rightly flagged."""
     plans = []
     for i in range(episodes):
         kind = i % 6
@@ -63,8 +86,16 @@ def plan(episodes: int) -> list[EpisodePlan]:
             outcome="" if kind == 3 else ("failure" if kind == 4 else "success"),
             label=None if kind == 2 else ("about_to_collide" if kind == 5 else "wrong_grasp"),
             camera_stall=kind == 1,
+            misses=kind in (2, 4),
         ))
     return plans
+
+
+def policy_yaml(place: list[float]) -> str:
+    """The scripted policy's file: home, grasp, `place`, and `place` minus the offset (held, see PLACE)."""
+    hold = [round(q - FAIL_OFFSET, 6) for q in place]
+    return (f"move_s: 2.0\nfail_every: 2\nfail_offset_rad: {FAIL_OFFSET}\n"
+            f"waypoints: [{HOME}, {GRASP}, {place}, {hold}]\n")
 
 
 def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
@@ -75,6 +106,8 @@ def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
         out.append(("UNLABELLED_INTERVENTION", "", "takeover left unlabelled"))
     if not p.outcome:
         out.append(("OUTCOME_UNSET", "", "outcome not set"))
+    if p.misses and p.outcome == "success":
+        out.append(("OUTCOME_MISMATCH", "", "success marked on a missed place"))
     return out
 
 
@@ -105,6 +138,22 @@ class VerdictLog:
         self.names: dict[int, str] = {}
         self.docs: dict[str, dict[str, Any]] = {}
         self.seconds: dict[str, float] = {}
+        self.checks: dict[int, dict[str, Any]] = {}  # episode index -> the spec's check at stop, with the flag
+
+    def at_stop(self, index: int, bag: Path) -> None:
+        """Prints the task spec's success predicate the recorder judged on the take's final pose, beside
+        the operator's flag: a disagreement is OUTCOME_MISMATCH, caught at the rig."""
+        meta = EpisodeMeta.from_strings(read_metadata_yaml(bag)["custom_data"])
+        check = dict(meta.outcome_check)
+        if not check:
+            print(f"demo: episode {index}: no success check at stop (recorded without a task spec)", flush=True)
+            return
+        check.update(outcome=meta.outcome, disagrees=outcome_disagrees(meta.outcome, check["passed"]))
+        self.checks[index] = check
+        verdict_of_flag = ("OUTCOME_MISMATCH, caught at the rig" if check["disagrees"]
+                           else "nothing to compare" if meta.outcome == "unset" else "agrees")
+        print(f"demo: at stop — episode {index}: the spec's success check {'met' if check['passed'] else 'NOT met'} "
+              f"({check['detail']}), flagged {meta.outcome}: {verdict_of_flag}", flush=True)
 
     def poll(self) -> None:
         by_name = {n: i for i, n in self.names.items()}
@@ -219,11 +268,14 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
 
     bags = out / "bags"
     episode_span = seconds + GAP_S
-    policy_file = out / "policy.yaml"  # the scripted policy: every second move heads for a wrong waypoint
-    policy_file.write_text("move_s: 2.0\nfail_every: 2\nfail_offset_rad: 0.35\n")
+    # The scripted policy: every second move heads for a wrong waypoint; it ends holding the place pose,
+    # or (policy_miss.yaml, the episodes that miss) the wrong square.
+    policy_file, miss_file = out / "policy.yaml", out / "policy_miss.yaml"
+    policy_file.write_text(policy_yaml(PLACE))
+    miss_file.write_text(policy_yaml(WRONG_PLACE))
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
-                        output_dir=str(bags), task="move the brick to the green square", operator="sim-operator",
+                        output_dir=str(bags), task_spec=str(config_path(TASK_SPEC)), operator="sim-operator",
                         checkpoint_id="scripted-v0", policy_args=str(policy_file), ingest=True)
     # Ingest leaves rejects in place (the batch validation below reports and quarantines them) and draws no
     # audit page (the demo draws one at the end).
@@ -242,6 +294,17 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
         status.wait_all_topics(READY_S)  # the recorder has found every stream it records
         verdicts = VerdictLog(status, plans)
         ingested = IngestLog(bags, verdicts)
+        running = [policy_file]
+
+        def home(p: EpisodePlan) -> None:
+            """The scripted operator resets the scene for take `p`: the policy it runs, the arm sent home."""
+            wanted = miss_file if p.misses else policy_file
+            if wanted != running[0]:
+                policy.swap(policy_args=str(wanted))
+                running[0] = wanted
+            policy.reset()
+
+        home(plans[0])
         t_start = time.monotonic()
         pedal = VirtualPedal(session.graph.pedal_fifo)
         try:
@@ -280,11 +343,15 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
                 at(seconds)
                 before = status.last_saved()
                 operator.call("stop")
-                name = verdicts.names[p.index] = Path(status.saved_after(before)).name
+                saved = Path(status.saved_after(before))
+                name = verdicts.names[p.index] = saved.name
                 operator.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
+                if p.index + 1 < len(plans):
+                    home(plans[p.index + 1])
                 print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
-                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}); validating...",
-                      flush=True)
+                      f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}"
+                      f"{', brick on the wrong square' if p.misses else ''}); validating...", flush=True)
+                verdicts.at_stop(p.index, saved)
             verdicts.wait_all(VERDICT_WAIT_S)
             ingested.poll(recording=False)
             ingested.wait_all(INGEST_WAIT_S, session.failed)
@@ -299,7 +366,8 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output folder (must not exist, or be empty)")
     parser.add_argument("--episodes", type=int, default=6, help="episodes to record (default 6)")
-    parser.add_argument("--seconds", type=float, default=8.0, help="seconds per episode (default 8, at least 6)")
+    parser.add_argument("--seconds", type=float, default=8.0,
+                        help=f"seconds per episode (default 8, at least {MIN_SECONDS:g})")
     parser.add_argument("--codec", default="libsvtav1", choices=("libsvtav1", "h264"), help="dataset video codec")
 
 
@@ -308,9 +376,9 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError("exists and is not an empty folder", where=str(out),
                          fix="choose a new --out: nothing is ever overwritten")
-    if args.seconds < 6 or args.episodes < 1:
-        raise UsageError("need --episodes >= 1 and --seconds >= 6", where="the command line",
-                         fix="the scripted takeover happens at 2.4-4.4 s into each episode")
+    if args.seconds < MIN_SECONDS or args.episodes < 1:
+        raise UsageError(f"need --episodes >= 1 and --seconds >= {MIN_SECONDS:g}", where="the command line",
+                         fix="the scripted takeover happens at 2.4-4.4 s into each episode, the place at about 6.6 s")
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     # Its own graph: a random domain per run, so no other session's nodes join this one.
     domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
@@ -388,6 +456,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
     print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
           f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
+    flagged = [f"episode {i} (flagged {c['outcome']}: {c['detail']})" for i, c in sorted(verdicts.checks.items())
+               if c["disagrees"]]
+    print(f"task spec:   config/{TASK_SPEC} (id {load_task_spec(config_path(TASK_SPEC)).id}): "
+          f"{len(verdicts.checks)}/{len(plans)} final poses "
+          f"judged at stop, {sum(p.misses for p in plans)} placed on the wrong square on purpose; "
+          f"{len(flagged)} flag(s) the predicate disagrees with, caught at the rig"
+          + (": " + "; ".join(flagged) if flagged else ""))
     if failed:
         raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
     return 0

@@ -28,7 +28,10 @@ OUTPUTS: tuple[Output, ...] = (
     Output("quarantine/", "the rejected bags, moved to <REASON>/<bag>/ with <bag>.json saying why (never deleted)",
            IF_REJECTED),
     Output("validation.json", "the validator's verdict per episode (PASS/FAIL, reason codes) and the rejection rate"),
-    Output("policy.yaml", "the scripted policy the session ran (every second move heads for a wrong waypoint)"),
+    Output("policy.yaml", "the scripted policy the session ran (every second move heads for a wrong waypoint; it "
+                          "ends holding the place pose of the task spec config/task_demo.yaml)"),
+    Output("policy_miss.yaml", "the same policy putting the brick on the wrong square: the episodes whose final "
+                               "pose misses the spec (one flagged success on purpose: OUTCOME_MISMATCH)"),
     Output("dataset/", "the LeRobot v3.0 dataset of the episodes that passed (meta/, data/, videos/)", IF_PASSED),
     Output("dataset/README.md", "its data card: how it was collected, rejections by reason, what not to use it for",
            IF_PASSED),

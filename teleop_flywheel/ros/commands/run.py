@@ -2,8 +2,10 @@
 
 The same `graph.build_graph` the launch files use, started and supervised by `supervisor.Session`
 exactly as `ros2 launch` would start it: each node in its own process, simulated arms (kind `sim`)
-as `sim-bus` processes. `--param-file` and the `params_file` argument are merged into the nodes'
-parameters before anything starts (a node name no graph has is an error). A node that dies is
+as `sim-bus` processes. `--arg task=task.yaml` (or `task:=task.yaml`) loads and checks the task
+spec first: a bad file is one line naming the file and the field, exit 2, before any process
+starts. `--param-file` and the `params_file` argument are merged into the nodes' parameters
+before anything starts (a node name no graph has is an error). A node that dies is
 reported with its exit code and the whole session stops (exit 1); Ctrl-C or SIGTERM stops every
 process in order (exit 0).
 """
@@ -69,7 +71,7 @@ def parse_args_list(items: list[str]) -> dict[str, str]:
         if not sep:
             raise UsageError(f"--arg {item!r}: expected NAME=VALUE", fix=f"e.g. --arg cameras=front:/dev/video0; "
                              f"names: {', '.join(LAUNCH_ARGUMENTS)}")
-        out[name.strip()] = value
+        out[name.strip().removesuffix(":")] = value  # NAME:=VALUE too, as ros2 launch spells it
     return out
 
 

@@ -26,12 +26,16 @@ last one stopped, to `<output_dir>/discarded/` (never deletes) and marks its ver
 marks the last one stopped as kept (what `ingest` waits for, besides a grace period).
 
 What is said about one episode — outcome, attempts, failure_label, machine_check (an evaluation's
-automatic verdict, kept in the metadata's `extra`) — goes to `~/label_episode`
+automatic verdict, kept in the metadata's `extra`), outcome_answer (asked at the rig about a flag
+the task spec's success predicate disagrees with: `kept` or `changed`) — goes to `~/label_episode`
 (rcl_interfaces/SetParameters: named values, each accepted or refused with its reason), is stored
 at stop and cleared for the next episode. These are messages about an episode, not node
 configuration, so they are not parameters. The outcome is never defaulted: stopped without one the
 bag says `unset`. The session's episode fields (task, operator, condition, …) are parameters,
-changeable at run time; operator text is at most 1000 characters without control characters.
+changeable at run time; the task spec (`task_spec`: its content, never a path, read-only) is in
+every episode's metadata with its id, and `~/status` carries its live checks (`task_spec`: the
+follower's pose against the start region and the success predicate; the last episode's check at
+stop beside its flag); operator text is at most 1000 characters without control characters.
 Everything that decides where data goes, which files are read or what runs
 (output_dir, episode_prefix, topics, cameras, calibration_files, ptp_probe, the take loop's
 settings) is read-only: any participant of the graph can call set_parameters. Status: `~/status`
@@ -58,6 +62,7 @@ from rclpy.subscription import Subscription
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from teleop_flywheel.core.task_spec import TaskSpec, TaskSpecError, parse_task_spec
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.metadata import INFINITE_NS, Qos
@@ -71,6 +76,7 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     RecordingError,
     TopicEntry,
 )
+from teleop_flywheel.recording.recorder.spec_checks import OUTCOME_ANSWERS
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
@@ -118,21 +124,35 @@ class RecorderParams(NodeParams):
     policy_checkpoint: str = _text("", "checkpoint id; empty = from /policy/joint_command frame_id")
     protocol_hash: str = _text("", "data-collection protocol id")
     condition: str = _text("", "experimental condition")
+    task_spec: str = spec("", "the task spec's canonical content as JSON (the session's `task` argument loads and "
+                          "checks the file and passes this): in every episode's metadata with its id, its "
+                          "instruction the task text unless `task` is set, its success predicate judged at stop; "
+                          "empty = none")
     ptp_offset_ns: int | str = spec("", "measured PTP/chrony offset in ns, if known (int); empty = not measured",
                                     text=True, read_only=False)
 
     def check(self) -> None:
+        self.parsed_spec()
         if isinstance(self.ptp_offset_ns, str) and self.ptp_offset_ns:
             try:
                 int(self.ptp_offset_ns)
             except ValueError:
                 raise Invalid("ptp_offset_ns", "an integer (ns) or empty") from None
 
+    def parsed_spec(self) -> TaskSpec | None:
+        """The task spec the `task_spec` parameter holds (Invalid naming the field a bad one breaks)."""
+        if not self.task_spec:
+            return None
+        try:
+            return parse_task_spec(json.loads(self.task_spec), "task_spec")
+        except (ValueError, TaskSpecError) as exc:  # JSONDecodeError is a ValueError
+            raise Invalid("task_spec", f"a task spec's content as JSON ({exc})") from None
+
     def fields(self, labels: EpisodeLabels) -> EpisodeFields:
         ptp = None if self.ptp_offset_ns == "" else int(self.ptp_offset_ns)
         return EpisodeFields(self.task, self.operator, self.rig_id, self.robot_type, self.session_kind,
                              self.policy_checkpoint, self.protocol_hash, self.condition, ptp, labels.outcome,
-                             labels.attempts, labels.failure_label, labels.machine_check)
+                             labels.attempts, labels.failure_label, labels.machine_check, labels.outcome_answer)
 
 
 @dataclass
@@ -144,6 +164,9 @@ class EpisodeLabels(NodeParams):
     attempts: int = spec(0, "attempts until the outcome (graded success); 0 = unset", range=(0, 1_000_000))
     failure_label: str = spec("", "why it failed", text=True)
     machine_check: str = spec("", "an automatic success check's verdict, stored beside the outcome", text=True)
+    outcome_answer: str = spec("", "asked at the rig about an outcome the task spec's success predicate disagrees "
+                               "with, the operator kept it or changed it; stored in outcome_check",
+                               choices=OUTCOME_ANSWERS)
 
     def apply(self, name: str, value: Any, node: str) -> tuple[EpisodeLabels, str]:
         """These labels with `name` set to `value`, or (self, the reason it is refused)."""
@@ -183,7 +206,8 @@ class RecorderNode(Node):
         )
         self.episodes = EpisodeRecorder(RecorderConfig(
             Path(p.output_dir), tuple(wanted), tuple(p.cameras), p.episode_prefix, p.chunk_size_mb,
-            p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe, self.get_namespace()),
+            p.max_chunk_age_s, p.fsync, tuple(p.calibration_files), p.ptp_probe, self.get_namespace(),
+            p.parsed_spec()),
             log=self._log)
         self.unrecordable: dict[str, str] = {}  # topic → why (type not installed here)
         cameras = [c for c in p.cameras if c]
@@ -378,8 +402,9 @@ class RecorderNode(Node):
     def status(self) -> dict[str, Any]:
         p = self.params.values
         s = self.episodes.status(self.episodes.config.topics, self.unrecordable)
-        s.update(outcome=self.labels.outcome or "unset", attempts=self.labels.attempts, task=p.task,
-                 operator=p.operator)
+        spec = self.episodes.config.task_spec
+        s.update(outcome=self.labels.outcome or "unset", attempts=self.labels.attempts,
+                 task=p.task or (spec.instruction if spec else ""), operator=p.operator)
         s.update(self.verdicts.status())
         for name, lag in (s["verdict"].get("camera_lag") or {}).items():  # the content-based estimate, when given
             s["clock"]["cameras"].setdefault(name, {})["lag"] = lag

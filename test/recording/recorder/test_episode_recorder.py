@@ -332,3 +332,81 @@ def test_a_stop_awaits_only_the_live_streams_until_they_reach_it(tmp_path: Path)
     assert len(got[IN_BAG[FOLLOWER_STATE]]) == 42 and len(got[IN_BAG[POLICY_COMMAND]]) == 6
     with pytest.raises(RecordingError):
         rec.settle(stop)
+
+
+def test_episodes_carry_the_task_spec_and_its_success_predicate_on_the_last_recorded_state(tmp_path: Path) -> None:
+    from teleop_flywheel.core.task_spec import parse_task_spec
+
+    spec = parse_task_spec({"name": "place", "instruction": "Put the brick on the square.",
+                            "start_region": {"joints": {"shoulder_pan": [-0.1, 0.1]}},
+                            "success": {"joints": {"shoulder_pan": [0.4, 0.6]}}}, "task.yaml")
+    rec = recorder(tmp_path, task_spec=spec)
+    js, _pol, _iv = add_streams(rec)
+    arm = Publisher(1)
+
+    def pose(pan: float) -> None:
+        rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES), [pan, 0, 0, 0, 0, 0.3]), arm.info())
+
+    # Before recording: the follower's pose against the start region, live (the console shows it).
+    live = rec.status()["task_spec"]
+    assert (live["id"], live["instruction"], live["start"], live["success"]) == (spec.id, spec.instruction, None,
+                                                                                None)
+    pose(0.3)
+    start = rec.status()["task_spec"]["start"]
+    assert start["inside"] is False and "shoulder_pan +0.300 outside [-0.100, +0.100]" in start["detail"]
+    pose(0.0)
+    assert rec.status()["task_spec"]["start"]["inside"] is True
+
+    # A success the predicate confirms: the spec's content, id and instruction (the task text) recorded.
+    first = Path(rec.start(EpisodeFields(operator="ana")))
+    for pan in (0.1, 0.3, 0.5):
+        pose(pan)
+    # A driver whose servos do not all answer publishes the joints that did: each joint's newest position counts.
+    rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), ["gripper"], [0.2]), arm.info())
+    assert rec.status()["task_spec"]["success"]["passed"] is True
+    text = rec.stop(EpisodeFields(operator="ana", outcome="success"))
+    assert text.endswith("the spec's success check: met (joints in region)")
+    pose(0.0)  # after the stop: not this episode's final state
+    meta = EpisodeMeta.from_strings(read_back(first)[1][METADATA_RECORD])
+    assert meta.task == spec.instruction and meta.task_spec == spec.content and meta.task_spec_id == spec.id
+    assert parse_task_spec(meta.task_spec).id == spec.id
+    assert meta.outcome_check == {"passed": True, "detail": "joints in region"}
+    assert rec.last_outcome_check["disagrees"] is False
+
+    # Marked success, final state off the square: judged from the last state recorded, the
+    # operator's answer to the rig's question kept; an operator's own task text wins.
+    second = Path(rec.start(EpisodeFields(task="my own words")))
+    for pan in (0.5, 0.3, 0.1):
+        pose(pan)
+    assert rec.status()["task_spec"]["success"]["passed"] is False
+    text = rec.stop(EpisodeFields(task="my own words", outcome="success", outcome_answer="kept"))
+    assert "NOT met (shoulder_pan +0.100 outside [+0.400, +0.600]) — DISAGREES with the flag success" in text
+    meta = EpisodeMeta.from_strings(read_back(second)[1][METADATA_RECORD])
+    assert meta.task == "my own words" and meta.task_spec_id == spec.id
+    assert meta.outcome_check == {"passed": False, "detail": "shoulder_pan +0.100 outside [+0.400, +0.600]",
+                                  "operator_answer": "kept"}
+    last = rec.status()["task_spec"]["last"]
+    assert (last["episode"], last["outcome"], last["disagrees"]) == (second.name, "success", True)
+
+    # No follower state in the episode, or none with every joint: the predicate cannot hold.
+    third = Path(rec.start(EpisodeFields()))
+    rec.stop(EpisodeFields(outcome="failure"))
+    meta = EpisodeMeta.from_strings(read_back(third)[1][METADATA_RECORD])
+    assert meta.outcome_check == {"passed": False, "detail": "no follower state recorded"}
+    fourth = Path(rec.start(EpisodeFields()))
+    rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES[1:]), [0.5] * 5), arm.info())
+    rec.stop(EpisodeFields(outcome="failure"))
+    meta = EpisodeMeta.from_strings(read_back(fourth)[1][METADATA_RECORD])
+    assert meta.outcome_check == {"passed": False, "detail": "no position of shoulder_pan in the follower's last 1 "
+                                                             "states"}
+
+
+def test_without_a_task_spec_the_metadata_has_none_of_its_fields(tmp_path: Path) -> None:
+    rec = recorder(tmp_path)
+    js, _pol, _iv = add_streams(rec)
+    path = Path(rec.start(EpisodeFields(task="pick mug")))
+    rec.write(js, joint_state_cdr(now_ns(), list(JOINT_NAMES), [0.0] * 6), Publisher(1).info())
+    rec.stop(EpisodeFields(outcome="success"))
+    strings = read_back(path)[1][METADATA_RECORD]
+    assert not {"task_spec", "task_spec_id", "outcome_check"} & set(strings)
+    assert rec.status()["task_spec"] == {}

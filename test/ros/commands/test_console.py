@@ -81,6 +81,9 @@ def test_view_shows_the_verdict_what_to_do_and_the_clock_field() -> None:
 
 
 def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
+    """Under a task spec: the instruction and the start region before recording, the predicate beside
+    the flag while recording, a stop on a flag the predicate disagrees with asked about first, and
+    the answer (a changed flag) in the episode."""
     pytest.importorskip("rclpy")
     recorder_mod = pytest.importorskip("teleop_flywheel.ros.nodes.recorder", reason="recorder node not available")
     import threading
@@ -90,10 +93,15 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     from rclpy.parameter import Parameter
 
     rclpy.init()
-    from sensor_msgs.msg import Joy
+    from sensor_msgs.msg import JointState, Joy
 
+    from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.core.task_spec import parse_task_spec
     from teleop_flywheel.ros.nodes.common import STREAM_QOS
 
+    spec = parse_task_spec({"instruction": "Put the brick on the square.",
+                            "start_region": {"joints": {"shoulder_pan": [-0.1, 0.1]}},
+                            "success": {"joints": {"shoulder_pan": [0.4, 0.6]}}}, "task.yaml")
     pid, fd = pty.fork()
     if pid == 0:
         os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "console", "--session", "pty-test"])
@@ -105,25 +113,36 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
         os.write(fd, b"s")
         read_until(fd, r"waiting for /recorder/start", 30)
         node = recorder_mod.RecorderNode(parameter_overrides=[
-            Parameter("output_dir", value=str(tmp_path)), Parameter("topics", value=["/chatter"]),
+            Parameter("output_dir", value=str(tmp_path)),
+            Parameter("topics", value=["/chatter", "/follower/joint_states"]),
+            Parameter("task_spec", value=json.dumps(dict(spec.content))), Parameter("status_period_s", value=0.2),
         ])
         joys: list[list[int]] = []
         node.create_subscription(Joy, "/pedal/joy", lambda m: joys.append(list(m.buttons)), STREAM_QOS)
+        follower = node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+        node.create_timer(0.05, lambda: follower.publish(JointState(name=list(JOINT_NAMES), position=[0.0] * 6)))
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         threading.Thread(target=executor.spin, daemon=True).start()
         read_until(fd, r"recording: recording", 30)
+        read_until(fd, rf"spec task \({spec.id}\): Put the brick on the square\.", 30)
         os.write(fd, b"y")
         read_until(fd, r"outcome: success", 30)
+        read_until(fd, r"success now: NOT met, you marked success: DISAGREE\s+shoulder_pan \+0\.000 outside "
+                       r"\[\+0\.400, \+0\.600\]", 30)
         os.write(fd, b"a4")  # attempts: `a` then a digit
         read_until(fd, r"attempts: 4", 30)
         os.write(fd, b" ")  # the terminal fallback pedal
         read_until(fd, r"takeover \(pedal down\)", 30)
-        os.write(fd, b"e")
+        os.write(fd, b"e")  # asked first: nothing is stopped until answered
+        read_until(fd, r"\? the spec says NOT success \(shoulder_pan .*\)\s+\? you marked success: \[k\]eep success / "
+                       r"mark \[f\]ailure", 30)
+        os.write(fd, b"f")
         read_until(fd, r"recording: idle", 30)
-        # The verdict of the episode just stopped comes onto the screen (this one has no joint streams).
-        screen = read_until(fd, r"verdict episode_\S+: FAIL [A-Z_ ]*MISSING_STREAM.*x discard and re-record", 60)
-        assert "/follower/joint_states has 0 messages" in screen
+        read_until(fd, r"start: inside the start region .*at stop episode_\S+: success NOT met, marked failure, "
+                       r"changed when asked\s+shoulder_pan \+0\.000 outside", 30)
+        # The verdict of the episode just stopped comes onto the screen (this one has no command streams).
+        read_until(fd, r"verdict episode_\S+: FAIL [A-Z_ ]*MISSING_STREAM.*x discard and re-record", 60)
         os.write(fd, b"k")
         read_until(fd, r"keep: ok kept .*  kept", 30)
         os.write(fd, b"q")
@@ -140,8 +159,13 @@ def test_console_in_a_pty_starts_and_stops_a_real_recorder(tmp_path) -> None:
     assert joys and joys[0][0] == 1, "space bar must press the takeover on /pedal/joy"
     bags = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(bags) == 1, f"expected one saved episode, found {bags}"
-    assert "outcome: success" in (bags[0] / "metadata.yaml").read_text()
-    assert "attempts: '4'" in (bags[0] / "metadata.yaml").read_text()
+    from teleop_flywheel.core.episode import EpisodeMeta
+    from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
+
+    meta = EpisodeMeta.from_strings(read_metadata_yaml(bags[0])["custom_data"])
+    assert (meta.outcome, meta.attempts, meta.task, meta.task_spec_id) == ("failure", 4, spec.instruction, spec.id)
+    assert meta.outcome_check == {"passed": False, "detail": "shoulder_pan +0.000 outside [+0.400, +0.600]",
+                                  "operator_answer": "changed"}
     doc = json.loads((bags[0] / "verdict.json").read_text())
     assert doc["verdict"] == "FAIL" and "MISSING_STREAM" in doc["codes"] and doc["decision"]["action"] == "keep"
 
@@ -207,3 +231,41 @@ def test_escape_e_stops_the_arms_and_the_teleop_node_and_r_resets(tmp_path) -> N
             for n in nodes:
                 n.destroy_node()
             rclpy.shutdown()
+
+
+def test_a_stop_on_a_flag_the_spec_disagrees_with_is_asked_about_first() -> None:
+    st = ConsoleState(session="sim")
+    spec = {"id": "0123abcd", "name": "place", "instruction": "Put the brick on the square.",
+            "start": {"inside": False, "detail": "shoulder_pan +0.300 outside [-0.100, +0.100]"},
+            "success": None, "last": {}}
+    st.on_recorder_status(json.dumps({"state": "idle", "outcome": "unset", "task_spec": spec}))
+    text = "\n".join(st.render(200))
+    assert "spec place (0123abcd): Put the brick on the square." in text
+    assert "start: OUTSIDE the start region (shoulder_pan +0.300 outside [-0.100, +0.100])" in text
+    assert st.key("e") == ("stop", "")  # nothing to compare: a stop is a stop
+    # Marked failure while the predicate holds: asked; any other key goes back to recording.
+    spec["success"] = {"passed": True, "detail": "joints in region"}
+    st.on_recorder_status(json.dumps({"state": "recording", "outcome": "failure", "task_spec": spec}))
+    assert "success now: met, you marked failure: DISAGREE" in "\n".join(st.render(200))
+    assert st.key("e") is None
+    assert st.prompt() == ["? the spec says success (joints in region)",
+                           "? you marked failure: [k]eep failure / mark success [y]   (other key: back to recording)"]
+    assert st.prompt()[1] in st.render(200)
+    assert st.key("f") is None and not st.prompt() and st.message == "stop: cancelled, still recording"
+    assert st.key("e") is None and st.key("y") == ("answer", "success")
+    assert st.key("e") is None and st.key("k") == ("answer", "kept")
+    # Stopped elsewhere while the question was on screen: the answer must not label the next episode.
+    assert st.key("e") is None
+    st.on_recorder_status(json.dumps({"state": "idle", "outcome": "unset", "task_spec": spec}))
+    assert st.key("k") is None and "already stopped" in st.message
+    st.on_recorder_status(json.dumps({"state": "recording", "outcome": "failure", "task_spec": spec}))
+    # A flag that agrees is not asked about.
+    st.on_recorder_status(json.dumps({"state": "recording", "outcome": "success", "task_spec": spec}))
+    assert st.key("e") == ("stop", "")
+    # After the stop: the predicate on the final pose beside the flag it was stopped with.
+    spec["last"] = {"episode": "ep_0009", "passed": False, "detail": "gripper open (+0.600 rad, closed below +0.200)",
+                    "outcome": "success", "disagrees": True, "operator_answer": "kept"}
+    st.on_recorder_status(json.dumps({"state": "idle", "outcome": "unset", "task_spec": spec}))
+    text = "\n".join(st.render(200))
+    assert "at stop ep_0009: success NOT met, marked success, kept when asked: DISAGREE (OUTCOME_MISMATCH)" in text
+    assert "    gripper open (+0.600 rad, closed below +0.200)" in text

@@ -20,7 +20,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     with HostClockWatch() as clock:  # the host's own clock steps are CLOCK_STEP, rightly
         proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "demo", "--out", str(out),
-                               "--episodes", "4", "--seconds", "6"], capture_output=True, text=True, timeout=600)
+                               "--episodes", "4", "--seconds", "8"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Its own graph: a random ROS domain of its own, localhost discovery, both printed.
     assert re.search(r"ROS graph: +domain \d+, discovery LOCALHOST", proc.stdout), proc.stdout[-2000:]
@@ -38,7 +38,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     episodes[:] = ordered
     assert "FRAME_GAP" in codes(1) and any("/cameras/front" in r["detail"] for r in ordered[1]["reasons"]
                                            if r["code"] == "FRAME_GAP")
-    assert "UNLABELLED_INTERVENTION" in codes(2)
+    assert "UNLABELLED_INTERVENTION" in codes(2) and "OUTCOME_MISMATCH" in codes(2)
     assert "OUTCOME_UNSET" in codes(3)
     assert "UNLABELLED_INTERVENTION" not in codes(0) and "OUTCOME_UNSET" not in codes(0)
 
@@ -80,7 +80,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         return r["code"] == "FRAME_GAP" and not r["numbers"]["stream"].startswith("/cameras/") \
             and r["numbers"]["gap_s"] < 0.5
 
-    injected = [set(), {"FRAME_GAP"}, {"UNLABELLED_INTERVENTION"}, {"OUTCOME_UNSET"}]
+    injected = [set(), {"FRAME_GAP"}, {"UNLABELLED_INTERVENTION", "OUTCOME_MISMATCH"}, {"OUTCOME_UNSET"}]
     for i, e in enumerate(ordered):
         extra = [r for r in e["reasons"] if r["code"] not in injected[i] and not load_stall(r, e["name"])]
         assert not extra, (
@@ -102,8 +102,25 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     assert re.search(r"verdicts: +4/4 episodes judged at stop \(stop -> verdict median [\d.]+ s, max [\d.]+ s\); "
                      r"the same as the batch validation for 4/4", proc.stdout), proc.stdout[-2000:]
     # The summary tells the failures injected on purpose from the ones nobody injected.
-    assert re.search(r"injected: +3 failures injected on purpose, 3 caught: \S+ FRAME_GAP \(camera stall\); "
-                     r"\S+ UNLABELLED_INTERVENTION \(takeover left unlabelled\); \S+ OUTCOME_UNSET", proc.stdout)
+    assert re.search(r"injected: +4 failures injected on purpose, 4 caught: \S+ FRAME_GAP \(camera stall\); "
+                     r"\S+ UNLABELLED_INTERVENTION \(takeover left unlabelled\); \S+ OUTCOME_MISMATCH \(success "
+                     r"marked on a missed place\); \S+ OUTCOME_UNSET", proc.stdout), proc.stdout[-3000:]
+    # The task spec at the rig: every take's final pose judged at stop beside its flag; the success on the
+    # wrong square caught there, the takes that end on the place agreeing with their flag.
+    at_stop = dict(re.findall(r"demo: at stop — episode (\d): the spec's success check .*, flagged \w+: "
+                              r"(agrees|OUTCOME_MISMATCH, caught at the rig)", proc.stdout))
+    assert at_stop == {"0": "agrees", "1": "agrees", "2": "OUTCOME_MISMATCH, caught at the rig"}, proc.stdout[-3000:]
+    assert re.search(r"task spec: +config/task_demo.yaml \(id [0-9a-f]{16}\): 4/4 final poses judged at stop, 1 "
+                     r"placed on the wrong square on purpose; 1 flag\(s\) the predicate disagrees with, caught at "
+                     r"the rig: episode 2 \(flagged success: shoulder_pan", proc.stdout), proc.stdout[-3000:]
+    from teleop_flywheel.core.resources import config_path
+    from teleop_flywheel.core.task_spec import load_task_spec
+
+    spec = load_task_spec(config_path("task_demo.yaml"))
+    for bag in bag_dirs:
+        meta = open_bag(bag).episode
+        assert meta is not None
+        assert (meta.task, meta.task_spec_id, meta.task_spec) == (spec.instruction, spec.id, spec.content)
     assert "NOT CAUGHT" not in proc.stdout
     nobody = sum(1 for i, e in enumerate(ordered) for r in e["reasons"] if r["code"] not in injected[i]
                  or (i == 1 and "/cameras/" not in r["detail"]))
@@ -143,7 +160,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
 def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -> None:
     from teleop_flywheel.ros.commands.demo import classify, plan
 
-    plans = plan(4)  # clean, camera stall, unlabelled takeover, outcome unset
+    plans = plan(4)  # clean, camera stall, unlabelled takeover (and a missed place flagged success), outcome unset
     names = {i: f"ep{i}" for i in range(4)}
     reports = {
         "ep0": [{"code": "FRAME_GAP", "detail": "/follower/joint_states gap 0.2s"}],  # a loaded machine
@@ -153,5 +170,6 @@ def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -
     }
     caught, missed, unexpected = classify(plans, names, reports)
     assert caught == ["ep1 FRAME_GAP (camera stall)", "ep3 OUTCOME_UNSET (outcome not set)"]
-    assert missed == ["ep2 UNLABELLED_INTERVENTION (takeover left unlabelled)"]
+    assert missed == ["ep2 UNLABELLED_INTERVENTION (takeover left unlabelled)",
+                      "ep2 OUTCOME_MISMATCH (success marked on a missed place)"]
     assert unexpected == ["ep0 FRAME_GAP(/follower/joint_states gap 0.2s)"]

@@ -277,6 +277,20 @@ def test_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "session stopped cleanly" in out
 
 
+def test_run_with_a_bad_task_spec_stops_before_anything_starts(tmp_path: Path) -> None:
+    """One line naming the file and the field, exit 2, no process started (the spec is read once, by `run`)."""
+    task = tmp_path / "task.yaml"
+    task.write_text("instruction: Put the brick on the square.\nstart_region: {joints: {shoulder_pan: [0.5, -0.5]}}\n")
+    proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "run", "sim", *SIM_ARGS, "--arg",
+                           f"output_dir={tmp_path / 'bags'}", "--arg", f"task:={task}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("teleop-flywheel run: error: field 'start_region.joints.shoulder_pan' is empty: "
+                                  f"low 0.5 > high -0.5, {task} (docs/task_spec.md")
+    assert not (tmp_path / "bags").exists()
+
+
 def test_sessions_stay_on_this_machine_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """`run` and `demo` children (and the supervisor's helpers) default to LOCALHOST discovery;
     a range the user set on purpose is kept."""

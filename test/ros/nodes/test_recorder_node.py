@@ -519,7 +519,8 @@ def test_no_graph_participant_can_run_a_command_or_redirect_data(graph: Graph, t
     rec = recorder(graph, out, ["/follower/joint_states"])
     wait_for(subscribed(rec, "/follower/joint_states"))
     attacks = {"ptp_probe": f"sh -c 'touch {planted}'", "output_dir": str(tmp_path / "elsewhere"),
-               "calibration_files": ["/etc/passwd"], "topics": ["/secret"], "episode_prefix": "../escape"}
+               "calibration_files": ["/etc/passwd"], "topics": ["/secret"], "episode_prefix": "../escape",
+               "task_spec": '{"instruction": "any success will do"}'}  # the spec episodes are judged by
     for name, value in attacks.items():
         (result,) = _set_remote(graph, **{name: value})
         assert not result.successful, name

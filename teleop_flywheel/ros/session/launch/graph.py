@@ -19,12 +19,17 @@ a dataset current from the session's own episodes (`ros/nodes/ingest.py`), at lo
 dataset (`ingest_dataset`, default `<output_dir>/dataset`) must lie inside `output_dir`: nothing in
 the graph names a path outside the session's own folder.
 
+`task` (launch argument `task:=task.yaml`, `core/task_spec.py`) is read and checked here, so a bad
+file stops the session before any node starts (one line naming the file and the field); the
+recorder gets the spec's canonical content (`task_spec`), not the path.
+
 `namespace` (launch argument `namespace:=rig_a`) puts every node of the graph, and with it every
 rig topic and service (`core/topics.py` names are relative), under `/rig_a`: two rigs run in one
 ROS domain and record separately. `/diagnostics` stays global.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,6 +37,7 @@ from typing import Any
 
 from teleop_flywheel.core.calibration import sim_calibration_file
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     DIAGNOSTICS,
@@ -175,7 +181,8 @@ class SessionConfig:
     arm_rate_hz: float = 200.0
     teleop_rate_hz: float = 200.0
     blend_duration_ms: float = 150.0
-    task: str = ""
+    task: str = ""  # the episodes' task text (empty: the task spec's instruction, if one is given)
+    task_spec: str = ""  # the `task` launch argument: a task spec YAML, loaded and checked by build_graph
     operator: str = ""
     record: bool = True
     sim_dir: str = ""  # empty: the session creates one (SIM_DIR in the graph until then)
@@ -222,6 +229,12 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
         "checkpoint id tagged on every policy command (empty: the policy's own)",
     ),
     "output_dir": (SessionConfig.output_dir, "where episode bags are written"),
+    "task": (
+        "",
+        "task spec YAML (docs/task_spec.md), checked before anything starts: its content and id go "
+        "in every episode's metadata, its instruction is the task text, the console shows its start "
+        "region and its success predicate judged at stop",
+    ),
     "record": ("true", "start cameras + recorder too"),
     "ingest": (
         "false",
@@ -264,7 +277,9 @@ def config_from_arguments(values: dict[str, str]) -> SessionConfig:
     if unknown:
         raise ValueError(f"unknown session arguments: {', '.join(sorted(unknown))}")
     flags = ("record", "scripted_on_real", "ingest")
-    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", *flags)}
+    kwargs: dict[str, Any] = {k: v for k, v in values.items() if k not in ("cameras", "task", *flags)}
+    if values.get("task", "").strip():  # the argument names the spec file; SessionConfig.task is the text
+        kwargs["task_spec"] = values["task"].strip()
     if "cameras" in values:
         kwargs["cameras"] = parse_cameras(values["cameras"])
     for flag in flags:
@@ -299,6 +314,8 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     # Lists only when not empty (a parameter file cannot hold an empty list; the defaults are empty).
     if cfg.cameras:
         recorder["cameras"] = [cam.name for cam in cfg.cameras]
+    if cfg.task_spec:  # its content, not its path: no parameter names a file outside the session's folder
+        recorder["task_spec"] = json.dumps(dict(load_task_spec(cfg.task_spec).content), sort_keys=True)
     calibrations = [f"{role}={path}" for role, path in (("leader", cfg.leader_calibration),
                                                           ("follower", cfg.follower_calibration)) if path]
     if calibrations:  # keyed by role in the episode metadata

@@ -333,6 +333,27 @@ def test_params_file_argument(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         with_params_files(graph, (typo,))
 
 
+def test_task_argument_gives_the_recorder_the_spec_s_content_not_its_path(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """`task:=task.yaml` is read and checked when the graph is built (launch and runner alike); the
+    recorder gets the canonical content, and no parameter names the file. A bad file stops the
+    launch before any node starts, naming the file and the field."""
+    from teleop_flywheel.core.task_spec import TaskSpecError, load_task_spec
+
+    task = tmp_path / "task.yaml"
+    task.write_text("instruction: Put the brick on the square.\nsuccess: {joints: {shoulder_pan: [0.2, 0.6]}}\n")
+    _declared, actions = _expand("teleop", monkeypatch, task=str(task))
+    nodes = {a.kwargs["name"]: a.kwargs["parameters"][0] for a in actions if type(a).__name__ == "Node"}
+    graph = build_graph("teleop", config_from_arguments({"task": str(task)}))
+    assert nodes["recorder"] == graph.node("recorder").parameters
+    assert json.loads(nodes["recorder"]["task_spec"]) == load_task_spec(task).content
+    assert nodes["recorder"]["task"] == ""  # the instruction stands unless the operator sets another
+    assert not [(n, k) for n, params in nodes.items() for k, v in params.items() if str(task) in str(v)]
+    task.write_text("instruction: x\nsuccess: {joints: {elbow: [0.2, 0.6]}}\n")
+    with pytest.raises(TaskSpecError, match=rf"^{task}: field 'success.joints.elbow' names joint 'elbow'"):
+        _expand("teleop", monkeypatch, task=str(task))
+
+
 def test_every_executable_is_a_console_script() -> None:
     scripts = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="console_scripts")
                if ep.value.startswith("teleop_flywheel.")}
