@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "teleop_flywheel"
 
-NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "ingest"]
+NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "ingest", "metrics"]
 
 ROS_WHEELS = [
     "ros-kilted-rclpy",
@@ -57,11 +57,13 @@ setup(
         "evdev; platform_system == 'Linux'",
         "foxglove-sdk",
         "rosbags",  # the reader decodes rare types (diagnostics) with its pure-Python deserializer
+        "prometheus_client",  # every session's metrics endpoint (ros/nodes/metrics.py)
     ],
     extras_require={
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "import-linter",
+                "grafanalib",  # config/grafana/dashboard.json is generated with it (data/fleet/dashboard.py)
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.

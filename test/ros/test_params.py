@@ -25,6 +25,7 @@ from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverParams
 from teleop_flywheel.ros.nodes.camera import CameraParams
 from teleop_flywheel.ros.nodes.ingest import IngestParams
+from teleop_flywheel.ros.nodes.metrics import MetricsParams
 from teleop_flywheel.ros.nodes.pedal import PedalParams
 from teleop_flywheel.ros.nodes.policy import PolicyParams
 from teleop_flywheel.ros.nodes.recorder import RecorderParams
@@ -40,7 +41,7 @@ from teleop_flywheel.ros.session.launch.graph import (
 
 PARAMS: dict[str, type[NodeParams]] = {
     "arm_driver": ArmDriverParams, "teleop": TeleopParams, "policy": PolicyParams, "pedal": PedalParams,
-    "camera": CameraParams, "recorder": RecorderParams, "ingest": IngestParams,
+    "camera": CameraParams, "recorder": RecorderParams, "ingest": IngestParams, "metrics": MetricsParams,
 }
 
 
