@@ -61,7 +61,7 @@ setup(
         "evdev; platform_system == 'Linux'",
         "foxglove-sdk",
         "rosbags",  # the reader decodes rare types (diagnostics) with its pure-Python deserializer
-        "prometheus_client",  # every session's metrics endpoint (ros/nodes/metrics.py)
+        "prometheus-client",  # every session's metrics endpoint (ros/nodes/metrics.py)
     ],
     extras_require={
         "standalone": ROS_WHEELS,
