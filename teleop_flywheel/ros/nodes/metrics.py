@@ -31,7 +31,6 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
@@ -47,10 +46,9 @@ from teleop_flywheel.core.topics import (
 from teleop_flywheel.data.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
 from teleop_flywheel.data.fleet.session_metrics import SessionMetrics, default_rig
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, STREAM_QOS, diag_array, diag_status, spin_node
+from teleop_flywheel.ros.nodes.recorder import STATUS_QOS  # the recorder's latched status, as it offers it
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
-STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 LOOKUP_EVERY_S = 1.0  # an unknown publisher of /diagnostics: look the graph up again at most this often
 
 

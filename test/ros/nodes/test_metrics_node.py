@@ -32,7 +32,8 @@ from teleop_flywheel.ros.nodes.common import (  # noqa: E402
     diag_status,
     joint_state,
 )
-from teleop_flywheel.ros.nodes.metrics import STATUS_QOS, MetricsNode  # noqa: E402
+from teleop_flywheel.ros.nodes.metrics import MetricsNode  # noqa: E402
+from teleop_flywheel.ros.nodes.recorder import STATUS_QOS  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
