@@ -7,7 +7,9 @@ from a node's internals: every figure is one the rig publishes anyway.
 - `/diagnostics` of the rig's arm drivers: achieved and configured loop rate, ticks, overruns,
   read errors and each fast read's latency, counted per `hw.arm.health.READ_BUCKETS_MS` since the
   driver started — rebuilt here as a histogram; of its cameras: frames, frames dropped at the
-  source, achieved fps;
+  source, achieved fps; of its teleop node, once a second: the mode, so the seconds the policy
+  drove are the time in policy mode less the takeovers (`rate(interventions) / rate(policy_seconds)`
+  is disengagements per policy-second — `stats`' definition, from bags);
 - the recorder's `~/status`: operator and task, recording or not, messages and drops per topic
   (per episode there; made monotonic here), the bag's size (the write rate the disk alert needs),
   each camera's receive − capture latency and content-estimated lag (the last verdict's, when its
@@ -15,9 +17,7 @@ from a node's internals: every figure is one the rig publishes anyway.
   reset durations) and its verdict with reason codes and the operator's keep or discard;
 - `teleop/intervention` events: takeovers (`kind` intervention: a policy segment ended by the
   human, a *disengagement*) and corrections, counted as they start, and each one's trigger label
-  when it is first given;
-- `teleop/authority` every tick: the seconds the policy drove (policy mode, no takeover running),
-  so `rate(interventions) / rate(policy_seconds)` is disengagements per policy-second;
+  when it is first given; a takeover's start and end are taken out of the policy's seconds;
 - `policy/joint_command`'s `header.frame_id`: the checkpoint.
 
 Labels: `rig` on every metric; the session's `operator`, `task` and `checkpoint` on what a person
@@ -45,14 +45,16 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from teleop_flywheel.core.episode import BREAK_S
-from teleop_flywheel.core.labels import INTERVENTION_KIND, MODES, SPAN_KINDS, TRIGGER_LABELS, mode_name
+from teleop_flywheel.core.labels import INTERVENTION_KIND, MODES, SPAN_KINDS, TRIGGER_LABELS
 from teleop_flywheel.data.validate.reasons import CODES, ValidateConfig
 from teleop_flywheel.hw.arm.health import READ_BUCKETS_MS, read_bucket_key
 
 UNSET, NO_POLICY = "unset", "none"
 SESSION_LABELS = ("rig", "operator", "task", "checkpoint")
 VERDICTS = ("PASS", "FAIL", "not_validated")
-AUTHORITY_GAP_S = 0.5  # authority ticks further apart than this: the policy's time is not counted across
+# Teleop statuses come once a second: further apart than this (the node stopped, the exporter was
+# starved), the time between them is not counted as the policy's.
+STATUS_GAP_S = 2.5
 EPISODE_BUCKETS_S = (5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
 RESET_BUCKETS_S = (2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0, BREAK_S)
 NS = 1_000_000_000
@@ -142,7 +144,8 @@ class SessionMetrics:
         self.checkpoint = NO_POLICY
         self._totals = _Totals()
         self._spans: dict[tuple[str, int], str | None] = {}  # (kind, id) -> trigger
-        self._authority: tuple[int, bool] | None = None  # (stamp, the policy was driving)
+        self._takeovers: dict[int, tuple[int, int | None]] = {}  # id -> (start, end or None), ROS time
+        self._mode: tuple[int, bool] | None = None  # (the teleop status's stamp, in policy mode)
         self._status_seen = False
         self._episode_name = ""  # the recorder's current (or last) episode
         self._episodes: dict[str, _Episode] = {}
@@ -245,21 +248,15 @@ class SessionMetrics:
         with self._lock:
             self._set_session(checkpoint=checkpoint)
 
-    def on_authority(self, stamp_ns: int, mode: int, intervention_id: int) -> None:
-        """One `teleop/authority` tick: header stamp, mode code and the running takeover (0 = none)."""
-        driving = mode_name(mode) == MODES[1] and intervention_id == 0
-        with self._lock:
-            last = self._authority
-            self._authority = (stamp_ns, driving)
-            if last is not None and last[1] and 0 < stamp_ns - last[0] <= AUTHORITY_GAP_S * NS:
-                self.policy_seconds.labels(*self._labels()).inc(_seconds(stamp_ns - last[0]))
-
     def on_intervention(self, event: Mapping[str, Any]) -> None:
         """One `teleop/intervention` event (JSON: id, start_ns, end_ns, trigger, kind)."""
         kind = str(event.get("kind") or INTERVENTION_KIND)
         key = (kind, int(event["id"]))
         trigger = event.get("trigger")
         with self._lock:
+            if kind == INTERVENTION_KIND:
+                end = event.get("end_ns")
+                self._takeovers[key[1]] = (int(event["start_ns"]), None if end is None else int(end))
             labels = self._labels()
             if key not in self._spans:
                 self._spans[key] = None
@@ -271,13 +268,29 @@ class SessionMetrics:
                 self._spans[key] = str(trigger)
                 self.triggers.labels(*labels, kind, str(trigger)).inc()
 
-    def on_diagnostics(self, name: str, values: Mapping[str, str]) -> None:
-        """One DiagnosticStatus of this rig (name and key/values as published)."""
+    def on_diagnostics(self, name: str, values: Mapping[str, str], stamp_ns: int = 0) -> None:
+        """One DiagnosticStatus of this rig (name and key/values as published; `stamp_ns`: its
+        DiagnosticArray's header stamp, ROS time)."""
         with self._lock:
             if name.startswith("camera/"):
                 self._camera(name[len("camera/"):], values)
             elif "role" in values and "overruns" in values:
                 self._driver(values)
+            elif "mode" in values and "interventions" in values:
+                self._teleop(values["mode"], stamp_ns)
+
+    def _teleop(self, mode: str, stamp_ns: int) -> None:
+        """The time since the last teleop status, if the policy drove then, less its takeovers."""
+        last = self._mode
+        self._mode = (stamp_ns, mode == MODES[1])
+        if last is None or not last[1] or not 0 < stamp_ns - last[0] <= STATUS_GAP_S * NS:
+            return
+        a, b = last[0], stamp_ns
+        taken = sum(max(0, min(b, end if end is not None else b) - max(a, start))
+                    for start, end in self._takeovers.values())
+        self.policy_seconds.labels(*self._labels()).inc(_seconds(max(b - a - taken, 0)))
+        for key in [k for k, (_start, end) in self._takeovers.items() if end is not None and end < a]:
+            del self._takeovers[key]  # over before anything still to be counted
 
     def _driver(self, v: Mapping[str, str]) -> None:
         role = v["role"]

@@ -23,7 +23,6 @@ from std_msgs.msg import String  # noqa: E402
 from support.procs import wait_for  # noqa: E402
 
 from teleop_flywheel.core.clock import now_ns  # noqa: E402
-from teleop_flywheel.core.labels import mode_code  # noqa: E402
 from teleop_flywheel.ros.nodes.common import (  # noqa: E402
     LATCHED_QOS,
     STREAM_QOS,
@@ -31,6 +30,7 @@ from teleop_flywheel.ros.nodes.common import (  # noqa: E402
     diag_array,
     diag_status,
     joint_state,
+    stamp,
 )
 from teleop_flywheel.ros.nodes.metrics import MetricsNode  # noqa: E402
 from teleop_flywheel.ros.nodes.recorder import STATUS_QOS  # noqa: E402
@@ -78,9 +78,8 @@ def test_the_node_counts_its_own_rig_and_serves_it(context: Context, tmp_path: P
         diag_b = rig_b.create_publisher(DiagnosticArray, "/diagnostics", 10)
         status = rig_a.create_publisher(String, "recorder/status", STATUS_QOS)
         events = rig_a.create_publisher(String, "teleop/intervention", LATCHED_QOS)
-        authority = rig_a.create_publisher(JointState, "teleop/authority", STREAM_QOS)
         policy = rig_a.create_publisher(JointState, "policy/joint_command", STREAM_QOS)
-        wait_for(lambda: policy.get_subscription_count() and authority.get_subscription_count()
+        wait_for(lambda: policy.get_subscription_count() and events.get_subscription_count()
                  and status.get_subscription_count() and diag_b.get_subscription_count(), 30, "the node subscribed")
 
         def driver(ticks: int) -> DiagnosticArray:
@@ -94,13 +93,14 @@ def test_the_node_counts_its_own_rig_and_serves_it(context: Context, tmp_path: P
                                                "verdicts": [], "clock": {"cameras": {}}})))
         wait_for(lambda: pick(scrape(port), "teleop_session_info", operator="ana", checkpoint="act-v3"), 30,
                  "the session's labels", poll_s=0.2)  # topics are not ordered among each other
-        events.publish(String(data=json.dumps({"id": 1, "start_ns": time.time_ns(), "end_ns": None,
+        start = time.time_ns()
+        events.publish(String(data=json.dumps({"id": 1, "start_ns": start, "end_ns": start + 200_000_000,
                                                "trigger": "too_slow", "kind": "intervention"})))
-        t = now_ns()
-        for k in range(101):  # 0.5 s of the policy driving at 200 Hz
-            authority.publish(joint_state(["alpha", "mode", "intervention_id", "trigger"],
-                                          [0.0, float(mode_code("policy")), 0.0, 0.0], t + k * 5_000_000))
-            time.sleep(0.002)  # within the queues' depth whatever the node's pace
+        t = now_ns() + 1_000_000_000  # two teleop statuses in policy mode, 1 s apart, after the takeover
+        for k in range(2):
+            teleop = diag_array([diag_status("teleop: authority", "OK", "ok", {"mode": "policy", "interventions": 1})])
+            stamp(teleop.header.stamp, t + k * 1_000_000_000)
+            diag_a.publish(teleop)
 
         def counted() -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
             diag_b.publish(driver(10_000))  # rig_b's: never counted by rig_a's exporter
@@ -108,7 +108,7 @@ def test_the_node_counts_its_own_rig_and_serves_it(context: Context, tmp_path: P
             found = scrape(port)
             done = (pick(found, "teleop_driver_ticks_total", role="leader") is not None
                     and pick(found, "teleop_interventions_total", kind="intervention", checkpoint="act-v3",
-                             operator="ana") == 1 and (pick(found, "teleop_policy_seconds_total") or 0) >= 0.499)
+                             operator="ana") == 1 and (pick(found, "teleop_policy_seconds_total") or 0) >= 0.999)
             return found if done else None
 
         found = wait_for(counted, 30, "the rig's messages counted", poll_s=0.2)
@@ -116,7 +116,7 @@ def test_the_node_counts_its_own_rig_and_serves_it(context: Context, tmp_path: P
         assert pick(found, "teleop_driver_overruns_total", role="leader") == 2
         assert pick(found, "teleop_bus_read_latency_seconds_count", role="leader") == 4
         assert pick(found, "teleop_intervention_triggers_total", trigger="too_slow", task="pick") == 1
-        assert pick(found, "teleop_policy_seconds_total", checkpoint="act-v3") == pytest.approx(0.5, abs=1e-6)
+        assert pick(found, "teleop_policy_seconds_total", checkpoint="act-v3") == pytest.approx(1.0, abs=1e-6)
         assert pick(found, "teleop_session_info", rig="rig_a", operator="ana", task="pick", checkpoint="act-v3") == 1
         assert (pick(found, "teleop_disk_free_bytes") or 0) > 0
     finally:
