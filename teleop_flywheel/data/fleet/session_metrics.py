@@ -84,8 +84,10 @@ class _Totals:
             return 0.0 if baseline else total
         return total - last if total >= last else total
 
-    def forget(self, key: Any) -> None:
-        self._last.pop(key, None)
+    def forget(self, kinds: tuple[str, ...]) -> None:
+        """Start again from zero for every key whose first part is one of `kinds`."""
+        for key in [k for k in self._last if k[0] in kinds]:
+            del self._last[key]
 
 
 class _BusLatency(Collector):
@@ -152,7 +154,6 @@ class SessionMetrics:
         self._recording = ""
         self._last_stop_ns: int | None = None
         self._verdicts: dict[str, str | None] = {}  # episode -> decision seen
-        self._bag_bytes = 0
         r, session = self.registry, [*SESSION_LABELS]
         self.info = Gauge("teleop_session_info", "The session's current operator, task and checkpoint (always 1)",
                           session, registry=r)
@@ -315,16 +316,20 @@ class SessionMetrics:
             self._episode_edges(status, wall_ns)
             self._topic_counts(status, baseline)
             self._cameras_at_recorder(status)
-            for summary in status.get("verdicts") or []:
+            summaries = status.get("verdicts") or []
+            for summary in summaries:
                 self._verdict(summary, baseline)
+            # the recorder lists its last episodes only: one that left the list never comes back
+            listed = {str(v.get("episode") or "") for v in summaries} | {self._recording}
+            self._verdicts = {k: v for k, v in self._verdicts.items() if k in listed}
+            self._episodes = {k: v for k, v in self._episodes.items() if k in listed}
 
     def _episode_edges(self, s: Mapping[str, Any], wall_ns: int) -> None:
         name = str(s.get("episode") or "") if s.get("state") == "recording" else ""
         self.recording.labels(self.rig).set(1 if name else 0)
         if name and name != self._episode_name:  # a new episode: its per-episode counts start at 0
             self._episode_name = name
-            for key in [k for k in self._totals._last if k[0] in ("topic", "bag")]:
-                self._totals.forget(key)
+            self._totals.forget(("topic", "bag"))
         if name and name not in self._episodes:
             start = wall_ns - int(float(s.get("elapsed_s") or 0.0) * NS)
             self._episodes[name] = _Episode(start, self._labels())
