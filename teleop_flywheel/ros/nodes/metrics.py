@@ -52,6 +52,7 @@ from teleop_flywheel.ros.nodes.recorder import STATUS_QOS  # the recorder's latc
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 LOOKUP_EVERY_S = 1.0  # an unknown publisher of /diagnostics: look the graph up again at most this often
+UNKNOWN_NAMESPACE = "_NODE_NAMESPACE_UNKNOWN_"  # rmw's word for an endpoint whose node it does not know yet
 
 
 @dataclass
@@ -115,11 +116,17 @@ class MetricsNode(Node):
 
     # -- inputs ------------------------------------------------------------------------------
     def _namespace_of(self, gid: bytes) -> str | None:
-        if gid not in self._diag_sources and time.monotonic() - self._looked_up >= LOOKUP_EVERY_S:
+        """The namespace of the node that owns publisher `gid`, once the graph knows it. An endpoint
+        is discovered before its node's name and namespace (Fast DDS sends those separately), so
+        an endpoint still without them is looked up again, never remembered as it was."""
+        namespace = self._diag_sources.get(gid)
+        if namespace is None and time.monotonic() - self._looked_up >= LOOKUP_EVERY_S:
             self._looked_up = time.monotonic()
             self._diag_sources = {bytes(i.endpoint_gid): i.node_namespace
-                                for i in self.get_publishers_info_by_topic(DIAGNOSTICS)}
-        return self._diag_sources.get(gid)
+                                  for i in self.get_publishers_info_by_topic(DIAGNOSTICS)
+                                  if i.node_namespace != UNKNOWN_NAMESPACE}
+            namespace = self._diag_sources.get(gid)
+        return namespace
 
     def _on_diagnostics(self, msg: DiagnosticArray, info: Any) -> None:
         gid = (info.get("publisher_gid") or {}).get("data")

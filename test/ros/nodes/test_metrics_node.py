@@ -137,3 +137,37 @@ def test_an_address_in_use_is_an_error_the_session_survives(context: Context) ->
         finally:
             node.close()
             node.destroy_node()
+
+
+def test_a_publisher_whose_node_is_not_known_yet_is_looked_up_again(context: Context,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """rmw knows an endpoint before its node (its first message once came with the namespace
+    `_NODE_NAMESPACE_UNKNOWN_`, 2 runs in 5): remembered as such, that rig's teleop status was never
+    counted and its policy seconds stayed 0 in test_fleet_metrics.py."""
+    from rclpy.topic_endpoint_info import TopicEndpointInfo
+
+    from teleop_flywheel.ros.nodes import metrics as module
+
+    monkeypatch.setattr(module, "LOOKUP_EVERY_S", 0.0)
+    node = MetricsNode(namespace="/rig_a", context=context, parameter_overrides=[Parameter("address", value="off")])
+    gid = list(range(16))
+    answers = iter([module.UNKNOWN_NAMESPACE, "/rig_a"])
+    monkeypatch.setattr(node, "get_publishers_info_by_topic", lambda _topic: [
+        TopicEndpointInfo(node_name="leader_arm", node_namespace=next(answers), endpoint_gid=gid)])
+    info = {"publisher_gid": {"data": bytes(gid)}}
+
+    def driver(ticks: int) -> DiagnosticArray:
+        return diag_array([diag_status("leader_arm: leader arm", "OK", "ok", {
+            "role": "leader", "rate_hz": 200.0, "target_rate_hz": 200.0, "ticks": ticks, "overruns": 0,
+            "read_errors": 0, "reads": 0, "read_sum_ms": 0.0, **{f"read_le_{le:g}_ms": 0 for le in (
+                0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0)}})])
+
+    try:
+        node._on_diagnostics(driver(100), info)  # not attributable yet: not counted, not remembered
+        node._on_diagnostics(driver(300), info)  # the graph knows its node now
+        text = node.model.exposition().decode()
+        (ticks,) = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if s.name == "teleop_driver_ticks_total"]
+        assert ticks == 300
+    finally:
+        node.destroy_node()

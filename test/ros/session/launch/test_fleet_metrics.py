@@ -169,7 +169,7 @@ def test_prometheus_scrapes_two_rigs_and_counts_what_their_bags_say(tmp_path: Pa
             assert query(api, f'sum by (rig) (teleop_verdicts_total{{rig="{ns}",verdict="{verdict}"}})') == {ns: 1.0}
             codes = query(api, f'sum by (code) (teleop_verdict_reasons_total{{rig="{ns}"}}) > 0', by="code")
             assert codes == {code: 1.0 for code in doc["codes"]}
-        assert found["policy_s"].keys() == set(TAKEOVERS) and all(v > 0 for v in found["policy_s"].values())
+        assert found["policy_s"].keys() == set(TAKEOVERS) and all(v > 0 for v in found["policy_s"].values()), found
         # the checkpoint the policy commands carried labels what the policy did
         assert set(query(api, 'sum by (rig) (teleop_policy_seconds_total{checkpoint="ckpt-fleet"})')) == set(TAKEOVERS)
     finally:
