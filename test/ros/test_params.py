@@ -9,12 +9,10 @@ path, `/**` included.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterType
 from rclpy.context import Context
@@ -51,14 +49,6 @@ class DemoParams(NodeParams):
     mode: str = spec("a", "which mode", choices=("a", "b"), read_only=False)
     gain: float = spec(1.0, "output gain", range=(0.0, 2.0), read_only=False)
     names: list[str] = spec([], "some names")
-
-
-@pytest.fixture
-def context() -> Iterator[Context]:
-    ctx = Context()
-    rclpy.init(context=ctx, args=[])
-    yield ctx
-    ctx.shutdown()
 
 
 def demo(context: Context, refuse: str = "", **overrides: Any) -> tuple[Node, NodeParameters[DemoParams], list[Any]]:

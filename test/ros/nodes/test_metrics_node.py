@@ -7,7 +7,6 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,14 +41,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@pytest.fixture
-def context() -> Iterator[Context]:
-    ctx = Context()
-    rclpy.init(context=ctx, args=[])
-    yield ctx
-    ctx.shutdown()
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
