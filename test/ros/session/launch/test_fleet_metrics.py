@@ -11,7 +11,6 @@ pedal (as test_namespaces.py does) and takes over a different number of times on
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import socket
 import subprocess
@@ -33,15 +32,10 @@ pytestmark = [pytest.mark.timeout(400),
               pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian: apt-get install "
                                                             "prometheus)")]
 
-from sensor_msgs.msg import JointState, Joy  # noqa: E402
-from std_srvs.srv import Trigger  # noqa: E402
+from support.rig_feed import FeedRig, feed  # noqa: E402
 
-from teleop_flywheel.core import topics  # noqa: E402
-from teleop_flywheel.core.clock import now_ns  # noqa: E402
-from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
 from teleop_flywheel.recording.recorder.verdict import read_verdict  # noqa: E402
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, stamp  # noqa: E402
 from teleop_flywheel.ros.session.launch.graph import SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 
@@ -53,35 +47,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-class Rig:
-    """The test's stand-ins for one rig's arms, policy and pedal, and its recorder's services."""
-
-    def __init__(self, session: Session, namespace: str) -> None:
-        self.node = rclpy.create_node("feed", namespace=namespace, context=session.context)
-        self.pubs = [self.node.create_publisher(JointState, name, STREAM_QOS)
-                     for name in (topics.LEADER_STATE, topics.FOLLOWER_STATE, topics.POLICY_COMMAND)]
-        self.pedal = self.node.create_publisher(Joy, topics.PEDAL_JOY, STREAM_QOS)
-        session.add_node(self.node)
-
-    def publish(self, t_s: float) -> None:
-        value = 0.2 * math.sin(math.pi * t_s)
-        for pub in self.pubs:
-            pub.publish(joint_state(JOINT_NAMES, [value] * 6, now_ns(), frame_id="ckpt-fleet"))
-
-    def press(self, down: bool) -> None:
-        msg = Joy(buttons=[int(down)] + [0] * 5)
-        stamp(msg.header.stamp, now_ns())
-        self.pedal.publish(msg)
-
-    def call(self, service: str) -> str:
-        client = self.node.create_client(Trigger, f"recorder/{service}")
-        assert client.wait_for_service(timeout_sec=60), f"{self.node.get_namespace()}/recorder/{service}"
-        future = client.call_async(Trigger.Request())
-        result = wait_for(lambda: future.done() and future.result(), 60, f"recorder/{service}")
-        assert result.success, result.message
-        return str(result.message)
 
 
 def query(port: int, promql: str, by: str = "rig") -> dict[str, float]:
@@ -115,7 +80,7 @@ def test_prometheus_scrapes_two_rigs_and_counts_what_their_bags_say(tmp_path: Pa
     stop = threading.Event()
     prometheus, api = start_prometheus(tmp_path, ports)
     try:
-        rigs: dict[str, Rig] = {}
+        rigs: dict[str, FeedRig] = {}
         for ns in TAKEOVERS:
             cfg = SessionConfig(namespace=ns, output_dir=str(tmp_path / ns), task="pick", cameras=(),
                                 metrics=f"127.0.0.1:{ports[ns]}")
@@ -124,16 +89,8 @@ def test_prometheus_scrapes_two_rigs_and_counts_what_their_bags_say(tmp_path: Pa
             session = Session(graph, ready_timeout_s=120)
             sessions.append(session)
             session.start()
-            rigs[ns] = Rig(session, f"/{ns}")
-        t0 = time.monotonic()
-
-        def feed() -> None:
-            while not stop.is_set():
-                for rig in rigs.values():
-                    rig.publish(time.monotonic() - t0)
-                stop.wait(0.01)
-
-        threading.Thread(target=feed, daemon=True).start()
+            rigs[ns] = FeedRig(session, f"/{ns}", checkpoint="ckpt-fleet")
+        feed(rigs.values(), stop)
         wait_for(lambda: query(api, 'up{job="teleop_flywheel"} == 1').keys() == set(TAKEOVERS), 120,
                  "Prometheus scraping both rigs", poll_s=0.5)
         for rig in rigs.values():
