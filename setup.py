@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = "teleop_flywheel"
 
-NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "ingest"]
+NODES = ["arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "ingest", "metrics"]
 
 ROS_WHEELS = [
     "ros-kilted-rclpy",
@@ -35,9 +35,13 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.json")),
         (f"share/{PACKAGE}/config/calibration", glob("config/calibration/*.yaml")),
+        (f"share/{PACKAGE}/config/prometheus", glob("config/prometheus/*.yml")),
+        (f"share/{PACKAGE}/config/prometheus/tests", glob("config/prometheus/tests/*.yml")),
+        (f"share/{PACKAGE}/config/grafana", glob("config/grafana/*.json")),
         (f"share/{PACKAGE}/urdf", glob("urdf/*.urdf")),
     ],
-    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json"],
+    package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json", "prometheus/*.yml",
+                                                                "prometheus/tests/*.yml", "grafana/*.json"],
                   f"{PACKAGE}.config.calibration": ["*.yaml"], f"{PACKAGE}.urdf": ["*.urdf"]},
     python_requires=">=3.11",
     install_requires=[
@@ -57,11 +61,13 @@ setup(
         "evdev; platform_system == 'Linux'",
         "foxglove-sdk",
         "rosbags",  # the reader decodes rare types (diagnostics) with its pure-Python deserializer
+        "prometheus-client",  # every session's metrics endpoint (ros/nodes/metrics.py)
     ],
     extras_require={
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "import-linter",
+                "grafanalib",  # config/grafana/dashboard.json is generated with it (data/fleet/dashboard.py)
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.

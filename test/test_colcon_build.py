@@ -28,12 +28,14 @@ def test_colcon_build_installs_scripts_launch_config_and_marker(tmp_path: Path) 
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     install = tmp_path / "install" / "teleop_flywheel"
     lib = install / "lib" / "teleop_flywheel"
-    for exe in ("arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "teleop-flywheel"):
+    for exe in ("arm_driver", "teleop", "pedal", "policy", "camera", "recorder", "metrics", "teleop-flywheel"):
         assert (lib / exe).is_file(), f"{exe} not in {lib}"
     share = install / "share" / "teleop_flywheel"
     assert {"teleop.launch.py", "rollout.launch.py", "sim.launch.py"} <= {p.name for p in (share / "launch").iterdir()}
     assert (share / "config" / "foxglove_layout.json").is_file() and (share / "config" / "pedal.yaml").is_file()
     assert (share / "config" / "calibration" / "follower_sim.yaml").is_file()
+    assert (share / "config" / "prometheus" / "rules.yml").is_file() and (share / "config" / "grafana" /
+                                                                           "dashboard.json").is_file()
     assert (share / "urdf" / "so101.urdf").is_file()
     # The one resources lookup finds the colcon install's files through the ament index.
     probe = ("from teleop_flywheel.core.resources import package_file as f; "

@@ -19,6 +19,9 @@ METADATA_RECORD = "teleop_flywheel.episode"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
 CALIBRATION_ROLES = ("leader", "follower")
+# A gap between one operator's episodes at a station this long or longer is a break, not a scene
+# reset: the same rule for the offline throughput (`stats`) and the live reset-time metric.
+BREAK_S = 600.0
 
 # Fields stored as JSON strings in the flat string map.
 _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra",

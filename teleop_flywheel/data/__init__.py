@@ -5,6 +5,7 @@
   current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
+- `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 

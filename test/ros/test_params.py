@@ -9,12 +9,10 @@ path, `/**` included.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import rclpy
 import yaml
 from rcl_interfaces.msg import ParameterType
 from rclpy.context import Context
@@ -25,6 +23,7 @@ from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverParams
 from teleop_flywheel.ros.nodes.camera import CameraParams
 from teleop_flywheel.ros.nodes.ingest import IngestParams
+from teleop_flywheel.ros.nodes.metrics import MetricsParams
 from teleop_flywheel.ros.nodes.pedal import PedalParams
 from teleop_flywheel.ros.nodes.policy import PolicyParams
 from teleop_flywheel.ros.nodes.recorder import RecorderParams
@@ -40,7 +39,7 @@ from teleop_flywheel.ros.session.launch.graph import (
 
 PARAMS: dict[str, type[NodeParams]] = {
     "arm_driver": ArmDriverParams, "teleop": TeleopParams, "policy": PolicyParams, "pedal": PedalParams,
-    "camera": CameraParams, "recorder": RecorderParams, "ingest": IngestParams,
+    "camera": CameraParams, "recorder": RecorderParams, "ingest": IngestParams, "metrics": MetricsParams,
 }
 
 
@@ -50,14 +49,6 @@ class DemoParams(NodeParams):
     mode: str = spec("a", "which mode", choices=("a", "b"), read_only=False)
     gain: float = spec(1.0, "output gain", range=(0.0, 2.0), read_only=False)
     names: list[str] = spec([], "some names")
-
-
-@pytest.fixture
-def context() -> Iterator[Context]:
-    ctx = Context()
-    rclpy.init(context=ctx, args=[])
-    yield ctx
-    ctx.shutdown()
 
 
 def demo(context: Context, refuse: str = "", **overrides: Any) -> tuple[Node, NodeParameters[DemoParams], list[Any]]:

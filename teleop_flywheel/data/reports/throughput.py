@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from teleop_flywheel.core.episode import BREAK_S
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
 
-BREAK_S = 600.0
 WEEK_HOURS = 40.0  # one station staffed for a working week
 PLAN_DEMOS = 10_000
 

@@ -33,7 +33,9 @@ e-stop, torque, reconnect.
 - `health()` is what `/diagnostics` says (level, message, values): the achieved rate against the
   configured one (a rate that cannot be met is a warning naming the per-read latency), the age of
   the last good reading (a loop that stopped getting readings is WARN and then ERROR naming the
-  port, however good its average rate was), faults, e-stop, temperatures; `close(torque_on_exit)`.
+  port, however good its average rate was), faults, e-stop, temperatures, and counters since start
+  (ticks, overruns — ticks that ended after the next was due —, reads with their latency counted
+  per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close(torque_on_exit)`.
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
 `health()` reports, naming the port.
@@ -193,7 +195,7 @@ class ArmDriver:
             self._positions[JOINT_NAMES.index(name)] = angle
         with self._lock:
             self.state.last_reading_ns = now_ns()
-            self.state.read_ns.append(reading.round_trip_ns)
+            self.state.count_read(reading.round_trip_ns)
         return reading
 
     def tick(self, now: int | None = None) -> Reading:
@@ -368,7 +370,10 @@ class ArmDriver:
             delay = next_tick - now_ns()
             if delay > 0:
                 time.sleep(delay / NS_PER_S)
-            elif delay < -period_ns:
+                continue
+            with self._lock:
+                self.state.overruns += 1
+            if delay < -period_ns:
                 next_tick = now_ns()  # fell behind (load, retries): resync rather than burst
 
     # -- health and shutdown ----------------------------------------------------------------

@@ -19,6 +19,15 @@ STALE_READING_S = (0.1, 0.5)  # age of the last good reading that makes health W
 RATE_SHORTFALL = 0.9  # an achieved rate below this share of the configured one cannot meet it
 RATE_WINDOW = 1000  # ticks the achieved rate is measured over
 RATE_MIN_TICKS = 100  # ticks before a rate shortfall is said
+# Upper bounds (ms) of the cumulative per-read latency counts `/diagnostics` carries, so a metrics
+# exporter can rebuild every transaction's latency as a histogram from a once-a-second status:
+# a pty answers in ~1 ms, a CH343 in 2-3.5, an FTDI adapter with its default timer in 16.
+READ_BUCKETS_MS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+
+
+def read_bucket_key(le_ms: float) -> str:
+    """The `/diagnostics` key of the reads that took at most `le_ms` (cumulative since start)."""
+    return f"read_le_{le_ms:g}_ms"
 
 
 @dataclass
@@ -32,6 +41,10 @@ class DriverState:
     ticks: int = 0
     read_errors: int = 0
     reconnects: int = 0
+    overruns: int = 0  # ticks that ended after the next one was due (the loop could not keep its rate)
+    reads: int = 0  # fast reads since start, with their summed round trip and counts per READ_BUCKETS_MS
+    read_sum_ns: int = 0
+    read_buckets: list[int] = field(default_factory=lambda: [0] * len(READ_BUCKETS_MS))
     torque: bool = False
     estop: str = ""  # why the arm is e-stopped ("" = it is not)
     faults: FaultLatch = field(default_factory=FaultLatch)
@@ -47,6 +60,16 @@ class DriverState:
             return 0.0
         span = self.tick_times[-1] - self.tick_times[0]
         return (len(self.tick_times) - 1) * NS_PER_S / span if span > 0 else 0.0
+
+    def count_read(self, round_trip_ns: int) -> None:
+        """One fast read's round trip into the cumulative counts."""
+        self.read_ns.append(round_trip_ns)
+        self.reads += 1
+        self.read_sum_ns += round_trip_ns
+        ms = round_trip_ns / 1e6
+        for i, le in enumerate(READ_BUCKETS_MS):
+            if ms <= le:
+                self.read_buckets[i] += 1
 
     def read_ms(self, quantile: float) -> float:
         if not self.read_ns:
@@ -77,6 +100,8 @@ def report(s: DriverState, port: str, role: str, target_rate_hz: float, estop_cu
         "port": port, "role": role, "connected": s.connected, "rate_hz": round(rate, 1),
         "target_rate_hz": target_rate_hz, "read_ms_p50": round(s.read_ms(0.5), 2),
         "read_ms_p99": round(s.read_ms(0.99), 2), "read_errors": s.read_errors, "reconnects": s.reconnects,
+        "ticks": s.ticks, "overruns": s.overruns, "reads": s.reads, "read_sum_ms": round(s.read_sum_ns / 1e6, 3),
+        **{read_bucket_key(le): n for le, n in zip(READ_BUCKETS_MS, s.read_buckets, strict=True)},
         "torque": s.torque, "holding": s.holding, "servo_fault": s.faults.summary(), "estop": s.estop,
     })
     age_s = (now_ns() - s.last_reading_ns) / NS_PER_S if s.last_reading_ns else None

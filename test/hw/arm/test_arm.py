@@ -19,6 +19,7 @@ from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits
+from teleop_flywheel.hw.arm.health import READ_BUCKETS_MS, read_bucket_key
 from teleop_flywheel.hw.arm.servos import Log
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
@@ -217,3 +218,29 @@ def test_a_missing_port_is_an_error_naming_it(tmp_path: Path) -> None:
     assert health.level == "ERROR" and port in health.message
     with pytest.raises(ValueError, match="role"):
         ArmConfig(role="both")
+
+
+def test_diagnostics_count_overruns_and_each_reads_latency(tmp_path: Path) -> None:
+    """Behind an FTDI adapter at its default 16 ms latency timer a read takes ~16 ms, so a 500 Hz
+    loop overruns on every tick and every read lands in the buckets above 10 ms: the counters a
+    metrics exporter turns into an overrun rate and a per-transaction latency histogram."""
+    with SimulatedArm("follower", link=tmp_path / "follower", adapter_name="ftdi16") as arm:
+        driver = make_driver(arm, "follower")
+        readings: list[Reading] = []
+        stop = threading.Event()
+        loop = threading.Thread(target=driver.run, args=(500.0, stop, readings.append))
+        loop.start()
+        try:
+            wait_for(lambda: len(readings) >= 30, 60, "readings behind the FTDI timer")
+        finally:
+            stop.set()
+            loop.join(10)
+            driver.close()
+    values = driver.health(500.0).values
+    ticks, reads, overruns = (int(values[k]) for k in ("ticks", "reads", "overruns"))  # type: ignore[call-overload]
+    assert ticks >= 30 and reads >= ticks and overruns >= ticks - 1
+    buckets = [int(values[read_bucket_key(le)]) for le in READ_BUCKETS_MS]  # type: ignore[call-overload]
+    assert buckets == sorted(buckets) and buckets[-1] <= reads  # cumulative (a loaded machine may take 100 ms)
+    assert buckets[READ_BUCKETS_MS.index(5.0)] <= reads // 10  # the 16 ms timer: hardly any read under 5 ms
+    mean_ms = float(values["read_sum_ms"]) / reads  # type: ignore[arg-type]
+    assert 5.0 < mean_ms < 50.0

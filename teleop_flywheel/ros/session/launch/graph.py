@@ -26,6 +26,11 @@ recorder gets the spec's canonical content (`task_spec`), not the path.
 `namespace` (launch argument `namespace:=rig_a`) puts every node of the graph, and with it every
 rig topic and service (`core/topics.py` names are relative), under `/rig_a`: two rigs run in one
 ROS domain and record separately. `/diagnostics` stays global.
+
+`metrics` (launch argument `metrics:=127.0.0.1:9464`, the default) adds the `metrics` node to every
+kind: the session's Prometheus endpoint (`ros/nodes/metrics.py`, docs/fleet.md), on loopback unless
+a LAN address is given; `metrics:=off` (or empty) leaves it out. Two rigs on one machine need a
+port each.
 """
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ from teleop_flywheel.core.topics import (
     camera_image,
     normalize_namespace,
 )
+from teleop_flywheel.data.fleet.endpoint import DEFAULT_ADDRESS, parse_address
 from teleop_flywheel.recording.recorder.output_layout import SESSION_DATASET, dataset_in
 
 KINDS = ("teleop", "rollout", "record", "sim")
@@ -63,6 +69,7 @@ EXECUTABLES: dict[str, str] = {
     "camera": "teleop_flywheel.ros.nodes.camera:CameraNode",
     "recorder": "teleop_flywheel.ros.nodes.recorder:RecorderNode",
     "ingest": "teleop_flywheel.ros.nodes.ingest:IngestNode",
+    "metrics": "teleop_flywheel.ros.nodes.metrics:MetricsNode",
 }
 
 
@@ -190,6 +197,7 @@ class SessionConfig:
     namespace: str = ""  # the rig's ROS namespace (`rig_a`); empty = the root namespace
     ingest: bool = False  # the `ingest` node keeps a dataset current from the session's episodes
     ingest_dataset: str = ""  # its dataset, inside output_dir (relative to it); empty = <output_dir>/dataset
+    metrics: str = DEFAULT_ADDRESS  # HOST:PORT of the session's Prometheus endpoint; empty or off = no metrics node
 
     def with_sim_calibrations(self) -> SessionConfig:
         """Simulated arms default to the shipped simulator calibrations; a real arm has no default
@@ -251,6 +259,11 @@ LAUNCH_ARGUMENTS: dict[str, tuple[str, str]] = {
         "",
         "ROS namespace of the whole rig (e.g. rig_a): every node, topic and service under it, so "
         "two rigs share a ROS domain and record separately (/diagnostics stays global)",
+    ),
+    "metrics": (
+        DEFAULT_ADDRESS,
+        "HOST:PORT of the session's Prometheus metrics (/metrics, docs/fleet.md); loopback by default, a LAN "
+        "address exposes them; each rig on one machine needs its own port; empty or off: no metrics node",
     ),
     "params_file": (
         "",
@@ -333,6 +346,13 @@ def _ingest_node(cfg: SessionConfig) -> NodeSpec:
     return NodeSpec("ingest", "ingest", {"watch_dir": cfg.output_dir, "dataset": dataset})
 
 
+def _metrics_node(cfg: SessionConfig) -> list[NodeSpec]:
+    """The session's metrics exporter, unless `metrics` is off; ValueError for an address that is not HOST:PORT."""
+    if parse_address(cfg.metrics) is None:
+        return []
+    return [NodeSpec("metrics", "metrics", {"address": cfg.metrics.strip(), "output_dir": cfg.output_dir})]
+
+
 def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
     """The node graph of a session kind."""
     if kind not in KINDS:
@@ -356,9 +376,9 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
             pedal_device=pedal_fifo,
             cameras=tuple(replace(cam, source="synthetic", device="synthetic") for cam in cfg.cameras),
         )
-    ingest = [_ingest_node(cfg)] if cfg.ingest else []
+    extra = ([_ingest_node(cfg)] if cfg.ingest else []) + _metrics_node(cfg)
     if kind == "record":
-        return Graph(kind, _in_namespace(_record_nodes(cfg, kind) + ingest, namespace), params_files=params_files)
+        return Graph(kind, _in_namespace(_record_nodes(cfg, kind) + extra, namespace), params_files=params_files)
 
     human_only = kind == "teleop"
     nodes = [
@@ -384,7 +404,7 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         nodes.append(NodeSpec("pedal", "pedal", {"device": cfg.pedal_device}))
     if cfg.record:
         nodes += _record_nodes(cfg, kind)
-    nodes += ingest
+    nodes += extra
     return Graph(kind, _in_namespace(nodes, namespace), sim_arms, pedal_fifo, params_files)
 
 

@@ -11,7 +11,6 @@ from a node in the rig's namespace) and drives the recorder through its relative
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -25,20 +24,14 @@ from support.procs import HostClockWatch, wait_for
 rclpy = pytest.importorskip("rclpy")
 
 from mcap.reader import make_reader  # noqa: E402
-from rcl_interfaces.srv import SetParameters  # noqa: E402
-from sensor_msgs.msg import JointState, Joy  # noqa: E402
-from std_srvs.srv import Trigger  # noqa: E402
+from support.rig_feed import FeedRig, feed  # noqa: E402
 
-from teleop_flywheel.core import bag_topics, topics  # noqa: E402
-from teleop_flywheel.core.clock import now_ns  # noqa: E402
+from teleop_flywheel.core import bag_topics  # noqa: E402
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta  # noqa: E402
-from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.data.convert.converter import convert  # noqa: E402
 from teleop_flywheel.data.validate.reasons import ValidateConfig  # noqa: E402
 from teleop_flywheel.data.validate.validator import validate_bag  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, stamp  # noqa: E402
-from teleop_flywheel.ros.nodes.recorder_client import named_values, refusals  # noqa: E402
 from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, config_from_arguments  # noqa: E402
 from teleop_flywheel.ros.session.launch.supervisor import Session, node_argv  # noqa: E402
 
@@ -60,49 +53,12 @@ def test_the_namespace_argument_puts_every_node_of_the_graph_under_it() -> None:
         build_graph("sim", SessionConfig(namespace="rig a"))
 
 
-class Rig:
-    """What the test publishes for one rig (its arms and policy) and its recorder's services, all
-    under relative names from a node in the rig's namespace."""
-
-    def __init__(self, session: Session, namespace: str, amplitude: float) -> None:
-        self.amplitude = amplitude
-        self.node = rclpy.create_node("feed", namespace=namespace, context=session.context)
-        self.pubs = {name: self.node.create_publisher(JointState, name, STREAM_QOS)
-                     for name in (topics.LEADER_STATE, topics.FOLLOWER_STATE, topics.POLICY_COMMAND)}
-        self.pedal = self.node.create_publisher(Joy, topics.PEDAL_JOY, STREAM_QOS)
-        session.add_node(self.node)
-
-    def pedal_up(self) -> None:
-        msg = Joy(buttons=[0] * 6)
-        stamp(msg.header.stamp, now_ns())
-        self.pedal.publish(msg)
-
-    def publish(self, t_s: float) -> None:
-        value = self.amplitude * math.sin(2 * math.pi * 0.5 * t_s)  # a moving arm: no dead air
-        for pub in self.pubs.values():
-            pub.publish(joint_state(JOINT_NAMES, [value] * 6, now_ns()))
-
-    def call(self, service: str) -> str:
-        client = self.node.create_client(Trigger, f"recorder/{service}")  # relative: this rig's recorder
-        assert client.wait_for_service(timeout_sec=60), f"{self.node.get_namespace()}/recorder/{service}"
-        future = client.call_async(Trigger.Request())
-        result = wait_for(lambda: future.done() and future.result(), 60, f"recorder/{service}")
-        assert result.success, result.message
-        return str(result.message)
-
-    def set_outcome(self) -> None:
-        client = self.node.create_client(SetParameters, "recorder/label_episode")  # relative: this rig's
-        assert client.wait_for_service(timeout_sec=60), f"{self.node.get_namespace()}/recorder/label_episode"
-        future = client.call_async(named_values(outcome="success"))
-        assert not refusals(wait_for(lambda: future.done() and future.result(), 60, "set outcome"))
-
-
 def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchanged_config(tmp_path: Path) -> None:
     sessions: list[Session] = []
     stop = threading.Event()
     clock = HostClockWatch().__enter__()  # the host's own clock steps are CLOCK_STEP, rightly
     try:
-        rigs: dict[str, Rig] = {}
+        rigs: dict[str, FeedRig] = {}
         for ns, amplitude in RIGS.items():
             cfg = SessionConfig(namespace=ns, output_dir=str(tmp_path / ns), task="pick",
                                 cameras=(CameraSpec("front", width=320, height=240),))
@@ -111,17 +67,9 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
             session = Session(graph, ready_timeout_s=120)
             sessions.append(session)
             session.start()  # returns once /<ns>/teleop, /<ns>/camera_front and /<ns>/recorder are on the graph
-            rigs[ns] = Rig(session, f"/{ns}", amplitude)
+            rigs[ns] = FeedRig(session, f"/{ns}", amplitude)
 
-        t0 = time.monotonic()
-
-        def feed() -> None:
-            while not stop.is_set():
-                for rig in rigs.values():
-                    rig.publish(time.monotonic() - t0)
-                stop.wait(0.01)
-
-        threading.Thread(target=feed, daemon=True).start()
+        feed(rigs.values(), stop)
         names = {ns: rig.node.get_topic_names_and_types for ns, rig in rigs.items()}
         wait_for(
             lambda: all(f"/{ns}/follower/joint_command" in dict(names[ns]()) for ns in RIGS), 60, "teleop commands"
@@ -130,8 +78,8 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
             rig.call("start")
         time.sleep(1.0)
         for rig in rigs.values():  # the pedal publishes edges; a recorded topic needs 2 messages
-            rig.pedal_up()
-            rig.pedal_up()
+            rig.press(False)
+            rig.press(False)
         time.sleep(3.0)  # the episode: min_duration_s is 2 s
         bags = {}
         for ns, rig in rigs.items():

@@ -55,7 +55,7 @@ def test_a_session_with_ingest_keeps_its_dataset_current_while_it_records(tmp_pa
 
     out, staging = tmp_path / "bags", tmp_path / "staging"
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", width=320, height=240),),
-                        output_dir=str(out), ingest=True)
+                        output_dir=str(out), ingest=True, metrics="off")
     graph = build_graph("record", cfg)
     assert [n.name for n in graph.nodes] == ["camera_front", "recorder", "ingest"]
     assert graph.node("ingest").parameters == {"watch_dir": str(out), "dataset": "dataset"}
