@@ -5,9 +5,11 @@
   current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
+- `hdf5/`: ALOHA/ACT episode files, exported from a dataset or manifest and imported into one;
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 
 `parallel` (process pools, Ray) and `filelock` serve every room; `migrate` (the verb) upgrades bags,
-manifests and datasets in an older format of ours into copies in the current one.
+manifests and datasets in an older format of ours into copies in the current one; `export` and
+`import_dataset` (the verbs) move episodes to and from other stacks' formats (docs/formats.md).
 """
