@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import av
 import cv2
 import numpy as np
 import pyarrow.parquet as pq
 
 from teleop_flywheel import __version__
-from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.lerobot.commit import fsync_dir, fsync_tree
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset, to_numpy
@@ -54,6 +55,13 @@ POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp"
 EFFORT_FEATURE = "observation.effort"
 IMAGE_PREFIX = "observation.images."
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
+
+
+class ExportError(DatasetError):
+    """The dataset failed under the export (a video that does not decode, frames missing): exit 1."""
+
+    exit_code = EXIT_PARTIAL
+    fix = "`teleop-flywheel doctor DATASET` checks the dataset's files"
 
 
 @dataclass
@@ -125,8 +133,11 @@ def _frames(ds: LeRobotDataset, row: dict[str, Any], key: str) -> Iterator[np.nd
     if rel is None:
         raise DatasetError(f"{ds.root}: episode {int(row['episode_index'])} has no {key} video in the episodes table")
     lo, hi = float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"])
-    for frame in span_frames(ds.root / rel, lo, hi):
-        yield frame.to_ndarray(format="rgb24")
+    try:
+        for frame in span_frames(ds.root / rel, lo, hi):
+            yield frame.to_ndarray(format="rgb24")
+    except av.FFmpegError as exc:
+        raise ExportError(f"{ds.root / rel}: unreadable video ({exc}); nothing was written") from None
 
 
 class _JpegRows:
@@ -228,8 +239,8 @@ def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: 
                 writer[t] = rgb
         count = t + 1
     if cameras and count != n:
-        raise DatasetError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
-                           f"its videos, its length is {n}")
+        raise ExportError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
+                          f"its videos, its length is {n}; nothing was written")
     if jpeg_quality is not None:
         root.create_dataset(al.COMPRESS_LEN, data=np.stack([w.lengths for w in writers]) if writers
                             else np.zeros((0, n), np.float32))

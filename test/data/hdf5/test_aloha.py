@@ -229,3 +229,44 @@ def test_a_foreign_joint_count_is_refused(tmp_path: Path, capsys: pytest.Capture
         f.create_dataset("/action", data=np.zeros((10, 14)))
         f.create_dataset("/observations/images/top", data=np.zeros((10, 48, 64, 3), np.uint8))
     _refused(capsys, bad, tmp_path, "14 joints", "episode_0.hdf5")
+
+
+def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    ds = tmp_path / "ds"
+    shutil.copytree(made["ds"], ds)
+    video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
+    video.write_bytes(video.read_bytes()[:2000])  # the frames are gone: the first episode's images fail
+    code, _, err = _cli(capsys, "export", str(ds), "--to", "hdf5-aloha", str(tmp_path / "out"))
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "unreadable video" in line and "nothing was written" in line, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no OUT, no temporary directory
+
+
+def test_a_foreign_six_joint_aloha_directory_imports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file as ALOHA's recorder writes it (no attributes of ours): task from --task, 50 fps."""
+    src = tmp_path / "aloha"
+    src.mkdir()
+    rng = np.random.default_rng(0)
+    qpos = rng.uniform(-1.0, 1.0, (12, 6))
+    qpos[:, 5] = rng.uniform(0.0, 1.0, 12)
+    with h5py.File(src / "episode_0.hdf5", "w") as f:
+        f.attrs["sim"] = False
+        f.create_dataset("/observations/qpos", data=qpos.astype(np.float32))
+        f.create_dataset("/observations/qvel", data=np.zeros((12, 6), np.float32))
+        f.create_dataset("/observations/effort", data=np.zeros((12, 6), np.float32))
+        f.create_dataset("/action", data=qpos.astype(np.float32))
+        f.create_dataset("/observations/images/top", data=np.full((12, 48, 64, 3), 128, np.uint8))
+    out = tmp_path / "ds"
+    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out))
+    assert code == 2 and "states no task" in err.strip().splitlines()[-1] and not out.exists()
+    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out), "--task", "stack",
+                        "--codec", "h264")
+    assert code == 0, err
+    assert problems(out) == []
+    info = json.loads((out / "meta/info.json").read_text())
+    assert info["fps"] == 50 and "observation.images.top" in info["features"]
+    expected = np.concatenate([np.rad2deg(qpos[:, :5].astype(np.float32).astype(np.float64)),
+                               qpos[:, 5:].astype(np.float32).astype(np.float64) * 100.0], axis=1)
+    np.testing.assert_allclose(ad.column(out, "action", 0), expected.astype(np.float32), rtol=0, atol=0)
+    assert ad.episodes_table(out)["tasks"].iloc[0].tolist() == ["stack"]
