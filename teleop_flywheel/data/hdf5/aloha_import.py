@@ -215,8 +215,8 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
                 if rgb is None or rgb.shape != (h, w, 3):
                     raise AlohaInputError(f"{e.path}: {d.name} frame {t} is not a {w}x{h} JPEG; nothing was written")
             enc.add_i420(cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2YUV_I420))
-            if t in sampled:
-                images.append(lf.downsample(rgb))
+            if t in sampled:  # a copy: the strided view would keep the whole frame alive
+                images.append(np.ascontiguousarray(lf.downsample(rgb)))
     finally:
         enc.close()
     return lf.image_stats(images)
