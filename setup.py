@@ -66,10 +66,12 @@ setup(
     extras_require={
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
-                "import-linter",
+                "import-linter", "h5py",
                 "grafanalib",  # config/grafana/dashboard.json is generated with it (data/fleet/dashboard.py)
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
+        # ALOHA/ACT episode files (`export --to hdf5-aloha`, `import --from hdf5-aloha`).
+        "hdf5": ["h5py"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.
         "lerobot": ["lerobot>=0.4,<0.5"],
     },

@@ -60,6 +60,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "PASS/FAIL per episode with reason codes; quarantine rejects",
     ),
     "convert": ("teleop_flywheel.data.convert.converter", "bags → LeRobot v3.0 dataset (validated episodes only)"),
+    "export": (
+        "teleop_flywheel.data.export",
+        "a dataset or manifest's episodes in another stack's format (--to hdf5-aloha)",
+    ),
+    "import": (
+        "teleop_flywheel.data.import_dataset",
+        "another stack's episodes as a LeRobot v3.0 dataset (--from hdf5-aloha)",
+    ),
     "ingest": (
         "teleop_flywheel.data.convert.ingest",
         "keep a dataset current: validate, quarantine or convert every closed bag",

@@ -6,9 +6,11 @@
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
 - `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
+- `hdf5/`: ALOHA/ACT episode files, exported from a dataset or manifest and imported into one;
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 
 `parallel` (process pools, Ray) and `filelock` serve every room; `migrate` (the verb) upgrades bags,
-manifests and datasets in an older format of ours into copies in the current one.
+manifests and datasets in an older format of ours into copies in the current one; `export` and
+`import_dataset` (the verbs) move episodes to and from other stacks' formats (docs/formats.md).
 """

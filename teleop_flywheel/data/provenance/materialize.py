@@ -205,7 +205,7 @@ def _write_data(stage: Path, info: dict[str, Any], table: pa.Table, spans: list[
                             "dataset_from_index": spans[k][0], "dataset_to_index": spans[k][1]})
 
 
-def _span_frames(path: Path, lo: float, hi: float) -> Iterator[av.VideoFrame]:
+def span_frames(path: Path, lo: float, hi: float) -> Iterator[av.VideoFrame]:
     """The decoded frames whose pts lies in [lo, hi) seconds of an mp4 (the rule `format.remux` copies by)."""
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -235,7 +235,7 @@ def _reencode(parts: list[tuple[Path, float, float, int]], path: Path, size: tup
             sample = set(lf.sample_indices(length).tolist())
             images = []
             count = 0
-            for frame in _span_frames(src, lo, hi):
+            for frame in span_frames(src, lo, hi):
                 scaled = frame.reformat(width=width, height=height, format="yuv420p")
                 enc.add_i420(scaled.to_ndarray())
                 if count in sample:

@@ -1,0 +1,34 @@
+"""`teleop-flywheel export DATASET|MANIFEST --to FORMAT OUT`: our episodes in another training stack's format.
+
+The source is a LeRobot v3.0 dataset directory, or a manifest (JSON): then exactly its episodes,
+verified unchanged and found by id as `manifest materialize` finds them, and every file written
+records the manifest it came from. One module per format writes it (docs/formats.md):
+
+- `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
+  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does.
+
+OUT must not exist (exit 2, nothing written); it appears whole or not at all.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+FORMATS = {"hdf5-aloha": "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", type=Path, help="a LeRobot v3.0 dataset directory, or a manifest JSON")
+    parser.add_argument("out", type=Path, help="where to write (must not exist)")
+    parser.add_argument("--to", required=True, choices=sorted(FORMATS),
+                        help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()))
+    parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
+    parser.add_argument("--jpeg", type=int, metavar="QUALITY",
+                        help="hdf5-aloha: JPEG-compress the frames at this quality (1..100; ALOHA uses 50), "
+                             "with the `compress` attribute ALOHA's loaders read")
+
+
+def run(args: argparse.Namespace) -> int:
+    from teleop_flywheel.data.hdf5.aloha_export import run_export  # noqa: PLC0415 (only the format asked for)
+
+    return run_export(args.source, args.out, args.dataset, args.jpeg)

@@ -1,0 +1,64 @@
+"""Small converted datasets with video for the HDF5 ALOHA tests, and independent readers of their frames.
+
+The readers here are the oracle's side: PyAV decoding a dataset's mp4 by each episode's
+[from, to) timestamps, pyarrow reading its data rows — nothing of the exporter's code.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+SPEC = dict(duration_s=2.5, width=256, height=192)
+CAMERA = "wrist"
+VIDEO = f"observation.images.{CAMERA}"
+
+
+def converted(root: Path, episodes: int = 2) -> Path:
+    """`episodes` synthetic sessions of one duration (equal lengths: ACT's get_norm_stats stacks
+    episodes) converted with h264 into `root/ds`."""
+    bags = [write_session(root / "bags" / f"ep{i}", SessionSpec(seed=40 + i, task=f"task {i}", **SPEC)).bag
+            for i in range(episodes)]
+    ds = root / "ds"
+    conv.convert(bags, ds, codec="h264", workers=1, progress=False)
+    return ds
+
+
+def episodes_table(ds: Path) -> pd.DataFrame:
+    return pd.read_parquet(ds / "meta/episodes/chunk-000/file-000.parquet").sort_values("episode_index")
+
+
+def rows(ds: Path) -> pd.DataFrame:
+    """Every data row, in (episode, frame) order."""
+    tables = [pq.read_table(p).to_pandas() for p in sorted((ds / "data").rglob("*.parquet"))]
+    return pd.concat(tables).sort_values(["episode_index", "frame_index"]).reset_index(drop=True)
+
+
+def column(ds: Path, name: str, episode: int) -> np.ndarray:
+    data = rows(ds)
+    values = data.loc[data["episode_index"] == episode, name].tolist()
+    return np.asarray([np.asarray(v) for v in values])
+
+
+def frames(ds: Path, key: str, episode: int) -> np.ndarray:
+    """An episode's frames of one camera as (T, H, W, 3) RGB, decoded whole by PyAV."""
+    row = episodes_table(ds).set_index("episode_index").loc[episode]
+    path = ds / f"videos/{key}/chunk-{int(row[f'videos/{key}/chunk_index']):03d}/" \
+                f"file-{int(row[f'videos/{key}/file_index']):03d}.mp4"
+    lo, hi = float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"])
+    out = []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        tb = stream.time_base or Fraction(1, 1)
+        for frame in container.decode(stream):
+            t = float(frame.pts * tb)
+            if lo - 1e-6 <= t < hi - 1e-6:
+                out.append(frame.to_ndarray(format="rgb24"))
+    return np.stack(out)
