@@ -243,7 +243,8 @@ def test_kill_9_of_the_supervisor_leaves_no_child(tmp_path: Path) -> None:
     kids = children(proc.pid)
     session_dirs = {Path(a).parent.parent for pid in kids for a in cmdline(pid) if a.endswith(".yaml")}
     try:
-        assert len(kids) == 9 and len(session_dirs) == 1
+        # The sim graph's nodes (metrics included) and the two simulated buses, one process each.
+        assert len(kids) == 10 and len(session_dirs) == 1
         proc.kill()
         proc.wait(10)
         # Each stops within its shutdown bound (SHUTDOWN_BOUND_S, 25 s) even if DDS teardown hangs.
