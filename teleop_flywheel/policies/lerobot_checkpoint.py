@@ -142,6 +142,12 @@ class LeRobotPolicy(Policy):
         return [float(v) for v in self.calibration.lerobot_to_rad(units)]
 
 
+def node_feeds(key: str, feature_type: str) -> bool:
+    """Whether the policy node feeds an input feature: the follower state and camera images (by
+    LeRobot's `FeatureType` value, "STATE" or "VISUAL"); a policy trained on anything else is refused."""
+    return (key == STATE and feature_type == "STATE") or (key.startswith(IMAGE_PREFIX) and feature_type == "VISUAL")
+
+
 def _inputs(config: Any, root: Path) -> tuple[dict[str, tuple[int, int, int]], bool]:
     """The cameras (and whether the state) a checkpoint reads; any input the node cannot feed is an error."""
     from lerobot.configs.types import FeatureType

@@ -187,7 +187,7 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
     import torch
     from accelerate import Accelerator
     from lerobot.datasets.factory import make_dataset
-    from lerobot.datasets.utils import cycle
+    from lerobot.datasets.utils import cycle, dataset_to_policy_features
     from lerobot.optim.factory import make_optimizer_and_scheduler
     from lerobot.policies.factory import make_policy, make_pre_post_processors
     from lerobot.scripts.lerobot_train import update_policy
@@ -195,6 +195,7 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
     from lerobot.utils.random_utils import set_seed
     from lerobot.utils.train_utils import get_step_checkpoint_dir, save_checkpoint, update_last_checkpoint
 
+    from teleop_flywheel.policies.lerobot_checkpoint import node_feeds
     from teleop_flywheel.training.sampler import WeightedFrameSampler
 
     accelerator = Accelerator(step_scheduler_with_optimizer=False, cpu=cfg.policy.device == "cpu")
@@ -206,6 +207,12 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
     if loaded != tset.episodes or sorted(dataset.episodes or []) != tset.episodes:
         raise DatasetError(f"{tset.root}: LeRobot loaded episodes {loaded[:20]} for the manifest's "
                            f"{tset.episodes[:20]}; the run would not be the manifest's")
+    if not cfg.policy.input_features:
+        # The inputs are what the policy node feeds at deployment (the follower state, the cameras):
+        # LeRobot would take every observation.* feature, the follower's effort included, and the
+        # node would refuse the checkpoint.
+        cfg.policy.input_features = {k: ft for k, ft in dataset_to_policy_features(dataset.meta.features).items()
+                                     if node_feeds(k, ft.type.value)}
     model = make_policy(cfg=cfg.policy, ds_meta=dataset.meta, rename_map=cfg.rename_map)
     preprocessor, postprocessor = make_pre_post_processors(policy_cfg=cfg.policy, pretrained_path=None,
                                                            dataset_stats=dataset.meta.stats)

@@ -35,10 +35,11 @@ TINY_ACT = ["--policy.chunk_size=4", "--policy.n_action_steps=4", "--policy.dim_
 @pytest.fixture(scope="module")
 def manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """4 converted 2.5 s episodes (one with a takeover), curate's weights, a manifest of all but episode 1.
-    No follower efforts: the policy node feeds a checkpoint only the state and the cameras."""
+    The follower's effort is recorded (the simulator's default), so the dataset has observation.effort,
+    which `train` must leave out of the inputs: the policy node feeds only the state and the cameras."""
     tmp = tmp_path_factory.mktemp("train")
-    specs = [SessionSpec(duration_s=2.5, seed=s, effort=False) for s in range(3)]
-    specs.append(SessionSpec(duration_s=2.5, seed=3, effort=False, session_kind="policy",
+    specs = [SessionSpec(duration_s=2.5, seed=s) for s in range(3)]
+    specs.append(SessionSpec(duration_s=2.5, seed=3, session_kind="policy",
                              interventions=((0.5, 1.2, "wrong_grasp"),)))
     bags = [write_session(tmp / "bags" / f"ep{i}", s).bag for i, s in enumerate(specs)]
     res = conv.convert(bags, tmp / "ds", workers=1, progress=False)
