@@ -2,7 +2,18 @@
 
 `header.frame_id` of every command is the checkpoint id, so the recorder stores which model
 produced each episode; `header.stamp` is the tick, taken on CLOCK_MONOTONIC (the time the policy
-sees) and converted to ROS time (`common.stamp`). Parameters:
+sees) and converted to ROS time (`common.stamp`) — except for a late action (below).
+
+Every tick that acts also publishes `/policy/inference` (JointState with named numeric fields
+`inference_ms`, `period_ms`, `late`, stamped at the tick, `frame_id` the checkpoint id; recorded
+with every episode): how long the policy took to produce that command, the node's period, and
+whether it took longer. A late action (inference longer than the period) holds, then plays:
+until it arrives the rig holds the last command (nothing newer exists; the teleop node holds a
+policy command older than its `stale_ms`); it is published stamped at the instant it became
+available, not at its tick, and the timer's overdue tick that follows at once is skipped, so it
+is in effect for about a period like any other. The policy's actions play in order, later —
+never the late one skipped as stale (or overwritten at once by the next) for a jump to the next.
+Parameters:
 
 * `policy`: `scripted` | `replay` | a `teleop_flywheel.policies` plugin (`lerobot` ships with the
   package; it needs the `lerobot` extra installed).
@@ -51,13 +62,14 @@ from std_srvs.srv import Trigger
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, camera_image
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, POLICY_INFERENCE, camera_image
 from teleop_flywheel.policies import load_policy
 from teleop_flywheel.policies.base import Policy
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 RESET_SERVICE = "~/reset"
+INFERENCE_FIELDS = ("inference_ms", "period_ms", "late")
 
 
 class PolicyLoadError(FlywheelError, ValueError):
@@ -126,6 +138,10 @@ class PolicyNode(Node):
         self._images: dict[str, LatestImage] = {}
         self._image_subs: dict[str, Subscription] = {}
         self._pub = self.create_publisher(JointState, POLICY_COMMAND, STREAM_QOS)
+        self._inference_pub = self.create_publisher(JointState, POLICY_INFERENCE, STREAM_QOS)
+        self.period_ns = round(1e9 / self.params.values.rate_hz)
+        self.late_actions = 0
+        self._acted_ns = 0  # when the last command was published
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
         self._alpha = 0.0
         self.plans_dropped = 0
@@ -177,6 +193,8 @@ class PolicyNode(Node):
 
     def _tick(self) -> None:
         t = now_ns()
+        if t - self._acted_ns < self.period_ns // 2:
+            return  # the timer catching up after a late action: that action gets its period first
         with self._lock:
             policy, images_in = self.policy, dict(self._images)
         images = {cam: rgb for cam, latest in images_in.items() if (rgb := latest.get()) is not None}
@@ -189,8 +207,15 @@ class PolicyNode(Node):
             if policy is not self.policy:  # swapped meanwhile: its next tick acts
                 return
             command = policy.act(self._state, t, images)
-        if command is not None:
-            self._pub.publish(joint_state(JOINT_NAMES, command, t, frame_id=policy.checkpoint_id))
+        done = now_ns()
+        if command is None:
+            return
+        late = done - t > self.period_ns
+        self.late_actions += late
+        self._acted_ns = done
+        self._pub.publish(joint_state(JOINT_NAMES, command, done if late else t, frame_id=policy.checkpoint_id))
+        self._inference_pub.publish(joint_state(
+            INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], t, frame_id=policy.checkpoint_id))
 
     def restart(self) -> str:
         """Start the policy's episode over from the current state (between episodes)."""

@@ -52,6 +52,7 @@ from teleop_flywheel.core.topics import (
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
+    POLICY_INFERENCE,
     camera_image,
     normalize_namespace,
 )
@@ -318,7 +319,7 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     ]
     topics = [
         LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND,
-        POLICY_COMMAND, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
+        POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
     ] + [camera_image(cam.name) for cam in cfg.cameras]
     recorder: dict[str, Any] = {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
