@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.bag_topics import AUTHORITY
+from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.provenance.lineage import LineageError, Registry
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
+from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import open_bag
 
 
@@ -71,6 +73,27 @@ def read_trial(path: str | Path) -> Trial:
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
                  share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,
                  str(meta.extra.get("machine_check", "")), bag.episode_id)
+
+
+def follower_poses(path: str | Path) -> tuple[list[float] | None, list[float] | None]:
+    """(first, last) follower state a bag recorded, radians in JOINT_NAMES order; (None, None) where
+    it recorded no consistent stream of every joint. The last is what an unattended trial is judged on."""
+    bag = open_bag(path)
+    if not bag.has(FOLLOWER_STATE):
+        return None, None
+    try:
+        stream = bag.joint_state(FOLLOWER_STATE)
+    except BagReadError:  # e.g. a servo stopped answering: its joint missing from later samples
+        return None, None
+    if not all(n in stream.names for n in JOINT_NAMES) or not len(stream.position):
+        return None, None
+    columns = [stream.names.index(n) for n in JOINT_NAMES]
+    return ([float(v) for v in stream.position[0, columns]], [float(v) for v in stream.position[-1, columns]])
+
+
+def final_follower_pose(path: str | Path) -> list[float] | None:
+    """The follower's final state as the bag recorded it (radians, JOINT_NAMES order)."""
+    return follower_poses(path)[1]
 
 
 # -- the table ----------------------------------------------------------------------------------------
