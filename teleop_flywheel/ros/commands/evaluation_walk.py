@@ -51,6 +51,7 @@ RESET_TIMEOUT_S = 20.0  # how long the follower may take to reach a start pose
 RESET_CHECKPOINT = "sim-reset"  # the tag of the commands that move the follower to a start pose
 SETTLE_STEP_S = 0.05
 STILL_S = 0.3
+START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
 REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
 
 
@@ -161,6 +162,11 @@ class TrialDriver:
             previous = current
             still_since = None if moved or not there else (now if still_since is None else still_since)
             if still_since is not None and now - still_since >= STILL_S:
+                off = float(np.max(np.abs(np.asarray(current) - goal)))
+                if off > START_TOLERANCE_RAD:  # commanded there and still, yet elsewhere: the arm holds
+                    raise ProtocolError(f"{self.protocol.path}: condition {what!r}: the follower rests {off:.2f} rad "
+                                        f"from its start_pose, commanded there (an arm held by a fault? its "
+                                        "diagnostics say why)")
                 return
             if now > deadline:
                 raise ProtocolError(f"{self.protocol.path}: condition {what!r}: the follower did not come to rest "
