@@ -53,6 +53,7 @@ SETTLE_STEP_S = 0.05
 STILL_S = 0.3
 START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
 REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
+VERDICT_WAIT_S = 120.0  # unattended: how long the walk waits for the validator's verdicts on its bags
 
 
 def _recorded_wall_ns(bag: Path) -> int:
@@ -272,6 +273,11 @@ class TrialDriver:
         outcome, label = ("success", "") if passed else ("failure", check.failure_label)
         slot, interventions, bag, verdict = self._close(outcome, label)
         recorded = final_follower_pose(bag)
+        if recorded is None:  # no judge possible: the arm, not the checkpoint, failed
+            self.client.call("discard")
+            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no consistent follower state "
+                                "(a servo stopped answering? the follower arm's diagnostics say why); the bag was "
+                                "moved to discarded/")
         if check.judge(recorded)[0] != passed:
             self.client.call("discard")  # the last one stopped: moved to discarded/
             self.disagreement = f"seen {self._pose}, recorded {recorded}"
@@ -301,6 +307,26 @@ class TrialDriver:
     def _enter(self, slot: Slot, outcome: str, failure_label: str, interventions: int, bag: Path) -> None:
         self.walker.record(slot, outcome, failure_label, interventions)
         self.bags.append(bag)
+
+    def verdicts(self, timeout_s: float) -> list[str]:
+        """Wait for the recorder's validator to judge this walk's bags (its worker runs at low
+        priority; a session stopped before it answers leaves them unjudged); lines naming the bags it
+        rejected, or saying it did not answer in time."""
+        from teleop_flywheel.recording.recorder.verdict import PENDING
+
+        names = {bag.name for bag in self.bags}
+
+        def judged(status: dict[str, Any]) -> bool:
+            seen = {v["episode"]: v for v in status.get("verdicts", [])}
+            return all(name in seen and seen[name]["verdict"] != PENDING for name in names if name in seen)
+
+        try:
+            status = self.status.wait(judged, timeout_s, "the validator's verdicts on the walk's bags")
+        except InterfaceError as exc:
+            return [f"warning: {exc}; the bags' verdict.json files are written when it answers"]
+        return [f"validator: trial bag {v['episode']} FAILED {' '.join(v['codes'])}: its outcome still counts; "
+                "look at its verdict.json before trusting the table" for v in status.get("verdicts", [])
+                if v["episode"] in names and v["verdict"] == "FAIL"]
 
     def discard(self) -> None:
         """Throw the running trial away (bag deleted); the same slot comes up again."""
@@ -362,6 +388,8 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
             continue
         bag, verdict = judged
         log(f"  -> {'success' if verdict.startswith('pass') else 'failure'} ({verdict}); bag {bag.name}")
+    for line in driver.verdicts(VERDICT_WAIT_S):
+        log(line)
 
 
 # -- attended (operator console) ----------------------------------------------------------------------
