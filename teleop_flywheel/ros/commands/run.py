@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         return EXIT_PARTIAL
     if session.problems:
-        print(error_line("run", f"session stopped, not cleanly: {'; '.join(session.problems)}", fix=see_above),
+        why = f" (it was stopping because: {error})" if error is not None else ""  # what ended the walk
+        print(error_line("run", f"session stopped, not cleanly: {'; '.join(session.problems)}{why}", fix=see_above),
               file=sys.stderr, flush=True)
         return EXIT_PARTIAL
     if error is not None:

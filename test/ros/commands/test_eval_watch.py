@@ -83,7 +83,7 @@ def test_watch_once_evaluates_a_new_act_checkpoint_unattended_in_the_simulator(t
                "--registry", str(registry), "--param-file", str(params))
     took = time.monotonic() - t0
     assert res.returncode in (0, 1), res.stderr[-3000:]
-    assert f"evaluating {ckpt_id}" in res.stdout and "8/8 trials recorded" in res.stdout, res.stdout[-3000:]
+    assert f"evaluating {ckpt_id}" in res.stdout and "8/8 trials recorded" in res.stdout, res.stderr[-3000:]
     # The walk's bags: the candidate's commands tagged with its id, its inference time recorded.
     bags = sorted(p for p in (out / ckpt_id.replace(":", "_") / "bags").iterdir() if p.is_dir()
                   and p.name != "discarded")
