@@ -3,7 +3,7 @@ the figures that go to lineage, the flag, and the HTML index.
 
 A candidate is a LeRobot pretrained-policy directory (`config.json`, `model.safetensors` and the
 processors: `policies.lerobot_checkpoint.check_dir`) anywhere under the watched folder, or one a
-lineage entry names in its `checkpoint_dir` (what `train` registers). Its id is the lineage
+lineage entry names as its `training.path` (what `train` registers). Its id is the lineage
 entry's, else the id the policy node would tag it with (`lerobot:<dir>:<hash>`). It waits until
 evaluations under this protocol (by hash) are in the registry for it.
 
@@ -52,8 +52,8 @@ def discover(checkpoints_dir: Path, registry: Registry, settled_before: float | 
     """Every checkpoint directory under `checkpoints_dir` and every one a lineage entry names, oldest
     first; with `settled_before` (a time.time()), only those whose files were all last written
     before it (a checkpoint still being saved is left for the next look)."""
-    registered = {Path(e["checkpoint_dir"]).resolve(): ck for ck, e in registry.checkpoints.items()
-                  if e.get("checkpoint_dir")}
+    registered = {Path(path).resolve(): ck for ck, e in registry.checkpoints.items()
+                  if (path := (e.get("training") or {}).get("path"))}
     roots = {config.parent.resolve() for config in checkpoints_dir.rglob("config.json")} | set(registered)
     found = []
     for root in roots:

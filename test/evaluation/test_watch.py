@@ -58,17 +58,19 @@ def test_discovery_finds_checkpoints_at_any_depth_and_registered_ones_oldest_fir
     (watched / "half").mkdir()
     (watched / "half" / "config.json").write_text("{}")  # not a checkpoint (yet): no weights
     elsewhere = _checkpoint_dir(tmp_path / "registered_ckpt", content='{"y": 2}')
-    reg = Registry(tmp_path / "lineage.json", {"ckpt-7": {"checkpoint": "ckpt-7", "checkpoint_dir": str(elsewhere)}})
+    reg = Registry(tmp_path / "lineage.json",  # as `train` registers a checkpoint
+                   {"ckpt-7": {"checkpoint": "ckpt-7", "training": {"path": str(elsewhere), "steps": 2}}})
     found = discover(watched, reg)
     assert [c.directory for c in found[:1]] == [first.resolve()]
     assert {c.directory for c in found} == {first.resolve(), second.resolve(), elsewhere.resolve()}
     ids = {c.directory: c.id for c in found}
     assert ids[elsewhere.resolve()] == "ckpt-7"  # the id lineage registered it under
     assert ids[second.resolve()] == default_checkpoint_id(second)  # the id the policy node tags it with
-    assert ids[first.resolve()] != ids[second.resolve()]  # the same dir name, other content: another id
+    assert ids[first.resolve()] == default_checkpoint_id(first)
+    assert ids[first.resolve()].startswith("lerobot:run1-000100:")  # LeRobot's training layout
     # A checkpoint written just now is left for the next look (it may still be being saved).
     assert {c.directory for c in discover(watched, reg, settled_before=time.time() - 10)} == {first.resolve()}
-    assert slug("lerobot:pretrained_model:3f2a") == "lerobot_pretrained_model_3f2a"
+    assert slug("lerobot:run1-000100:3f2a") == "lerobot_run1-000100_3f2a"
 
 
 def test_candidate_protocol_keeps_the_incumbent_and_refuses_another_for_the_same_folder(tmp_path: Path) -> None:

@@ -179,7 +179,7 @@ def test_an_input_the_node_cannot_feed_is_refused_by_name(tmp_path: Path) -> Non
 def test_a_checkpoint_that_reads_the_leader_is_refused_naming_migrate(tmp_path: Path, leader: str) -> None:
     """Trained on a dataset of layout 1, a policy takes the leader's reading as an input: the node
     never feeds it (nobody moves the leader at deployment), whatever the feature is called."""
-    root = _save_act(tmp_path / "leader", {"observation.state": ("STATE", (6,)), leader: ("STATE", (6,)),
+    root = save_act(tmp_path / "leader", {"observation.state": ("STATE", (6,)), leader: ("STATE", (6,)),
                                             f"observation.images.{CAMERA}": ("VISUAL", (3, H, W))})
     with pytest.raises(ValueError, match=re.escape(f"takes the leader arm's reading ('{leader}') as an input")
                        + ".*`teleop-flywheel migrate DATASET` and train again"):

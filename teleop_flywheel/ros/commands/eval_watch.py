@@ -1,7 +1,7 @@
 """`teleop-flywheel eval watch CHECKPOINTS_DIR --protocol eval.yaml [--out DIR] [--once]`: CI for checkpoints.
 
 Every checkpoint directory that appears under CHECKPOINTS_DIR — or that a lineage entry names
-(`checkpoint_dir`, as `train` registers it) — is evaluated unattended in the simulator against
+(its `training.path`, as `train` registers it) — is evaluated unattended in the simulator against
 the incumbent (the protocol's first checkpoint): one `run sim --unattended` walk per candidate
 (`evaluation.watch` says under which protocol), trial bags in `OUT/<checkpoint>/bags/`, its table
 printed and written as `OUT/<checkpoint>/report.html`, its figures (N, Wilson intervals, Fisher

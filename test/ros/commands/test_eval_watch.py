@@ -22,6 +22,7 @@ from support.lerobot_act import NEEDS_LEROBOT, save_act
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
 from teleop_flywheel.evaluation.report import follower_poses, read_trial
+from teleop_flywheel.evaluation.watch import slug
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
 from teleop_flywheel.recording.mcap.reader import open_bag
 
@@ -75,6 +76,7 @@ def test_watch_once_evaluates_a_new_act_checkpoint_unattended_in_the_simulator(t
     ckpt = save_act(checkpoints / "act_tiny" / "checkpoints" / "000002" / "pretrained_model",
                     {"observation.state": ("STATE", (6,)), "observation.images.front": ("VISUAL", (3, H, W))})
     ckpt_id = default_checkpoint_id(ckpt)
+    assert ckpt_id.startswith("lerobot:act_tiny-000002:")
     params = tmp_path / "camera.yaml"
     params.write_text(yaml.safe_dump({"camera_front": {"ros__parameters": {"width": W, "height": H}}}))
     registry, out = tmp_path / "lineage.json", tmp_path / "watch"
@@ -85,7 +87,7 @@ def test_watch_once_evaluates_a_new_act_checkpoint_unattended_in_the_simulator(t
     assert res.returncode in (0, 1), res.stderr[-3000:]
     assert f"evaluating {ckpt_id}" in res.stdout and "8/8 trials recorded" in res.stdout, res.stderr[-3000:]
     # The walk's bags: the candidate's commands tagged with its id, its inference time recorded.
-    bags = sorted(p for p in (out / ckpt_id.replace(":", "_") / "bags").iterdir() if p.is_dir()
+    bags = sorted(p for p in (out / slug(ckpt_id) / "bags").iterdir() if p.is_dir()
                   and p.name != "discarded")
     trials = [read_trial(b) for b in bags]
     assert sorted((t.checkpoint, t.condition) for t in trials) == sorted(
