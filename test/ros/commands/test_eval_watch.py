@@ -27,7 +27,7 @@ from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
 from teleop_flywheel.recording.mcap.reader import open_bag
 
 POSE = [0.2, -0.2, 0.3, 0.1, 0.2, 0.5]
-STARTS = {"near": [0.1, -0.1, 0.2, 0.0, 0.1, 0.4], "far": [-0.2, 0.1, 0.0, 0.3, -0.2, 0.3]}
+STARTS = {"near": [0.45, -0.2, 0.3, 0.1, 0.2, 0.5], "far": [-0.2, 0.1, 0.0, 0.3, -0.2, 0.3]}  # both outside the check
 W, H = 256, 192  # the smallest 4:3 frame the synthetic camera's timecode fits in
 
 
