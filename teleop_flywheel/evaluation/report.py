@@ -24,7 +24,7 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.provenance.lineage import LineageError, Registry
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
-from teleop_flywheel.recording.mcap.exceptions import BagReadError
+from teleop_flywheel.recording.mcap import cdr
 from teleop_flywheel.recording.mcap.reader import open_bag
 
 
@@ -76,19 +76,25 @@ def read_trial(path: str | Path) -> Trial:
 
 
 def follower_poses(path: str | Path) -> tuple[list[float] | None, list[float] | None]:
-    """(first, last) follower state a bag recorded, radians in JOINT_NAMES order; (None, None) where
-    it recorded no consistent stream of every joint. The last is what an unattended trial is judged on."""
+    """(first, last) follower state a bag recorded with every joint, radians in JOINT_NAMES order
+    (None: no such sample). The last is what an unattended trial is judged on. A sample missing
+    joints — a read in which some servo did not answer in time — is passed over, not the stream."""
     bag = open_bag(path)
     if not bag.has(FOLLOWER_STATE):
         return None, None
-    try:
-        stream = bag.joint_state(FOLLOWER_STATE)
-    except BagReadError:  # e.g. a servo stopped answering: its joint missing from later samples
-        return None, None
-    if not all(n in stream.names for n in JOINT_NAMES) or not len(stream.position):
-        return None, None
-    columns = [stream.names.index(n) for n in JOINT_NAMES]
-    return ([float(v) for v in stream.position[0, columns]], [float(v) for v in stream.position[-1, columns]])
+    data = bag.raw(FOLLOWER_STATE).data
+
+    def complete(order: range) -> list[float] | None:
+        for i in order:
+            try:
+                js = cdr.decode_joint_states([data[i]], f"{path}: {FOLLOWER_STATE}")
+            except cdr.CdrError:
+                continue
+            if all(n in js.names for n in JOINT_NAMES):
+                return [float(js.position[0, js.names.index(n)]) for n in JOINT_NAMES]
+        return None
+
+    return complete(range(len(data))), complete(range(len(data) - 1, -1, -1))
 
 
 def final_follower_pose(path: str | Path) -> list[float] | None:

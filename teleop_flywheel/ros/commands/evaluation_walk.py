@@ -275,9 +275,9 @@ class TrialDriver:
         recorded = final_follower_pose(bag)
         if recorded is None:  # no judge possible: the arm, not the checkpoint, failed
             self.client.call("discard")
-            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no consistent follower state "
-                                "(a servo stopped answering? the follower arm's diagnostics say why); the bag was "
-                                "moved to discarded/")
+            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no follower state with every "
+                                "joint (servos that stopped answering? the follower arm's diagnostics say why); the "
+                                "bag was moved to discarded/")
         if check.judge(recorded)[0] != passed:
             self.client.call("discard")  # the last one stopped: moved to discarded/
             self.disagreement = f"seen {self._pose}, recorded {recorded}"
