@@ -27,7 +27,11 @@ Parameters:
 
 `policy`, `policy_args` and `checkpoint_id` change at run time: the node loads the new policy
 (set them together with `/policy/set_parameters_atomically`, or one at a time when each step
-loads); one that cannot be loaded is refused with the reason and the running policy stays.
+loads); one that cannot be loaded is refused with the reason and the running policy stays. Swapping
+back to the policy it ran just before (the same three values) reuses that one, loaded already: an
+unattended evaluation that alternates a start-pose move with a checkpoint loads the checkpoint once
+(a LeRobot checkpoint's load and first inference take seconds of CPU, which a loaded simulator
+host cannot spare); `~/reset` starts its episode over.
 `~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
 (between episodes or evaluation trials). When the blend weight α on `/teleop/authority` returns
 to 0 after a human takeover, the node calls `Policy.drop_plan()`: a plan made before the human
@@ -106,6 +110,10 @@ def _load(p: PolicyParams) -> Policy:
         raise PolicyLoadError(f"cannot load policy {p.policy!r} with policy_args {p.policy_args!r}: {exc}") from exc
 
 
+def _key(p: PolicyParams) -> tuple[str, str, str]:
+    return p.policy, p.policy_args, p.checkpoint_id
+
+
 class LatestImage:
     """The newest JPEG of one camera topic, decoded to RGB only when a tick asks for it."""
 
@@ -134,6 +142,7 @@ class PolicyNode(Node):
             self.policy = _load(self.params.values)
         except PolicyLoadError as exc:
             raise PolicyLoadError(f"{self.get_fully_qualified_name()}: {exc}") from exc.__cause__
+        self._previous: tuple[tuple[str, str, str], Policy] | None = None  # the policy swapped away from last
         self._state: list[float] | None = None
         self._images: dict[str, LatestImage] = {}
         self._image_subs: dict[str, Subscription] = {}
@@ -164,12 +173,17 @@ class PolicyNode(Node):
         """A new policy/checkpoint: loaded before anything changes, so a refusal leaves the running one."""
         if not names & {"policy", "policy_args", "checkpoint_id"}:
             return None
-        try:
-            policy = _load(new)
-        except PolicyLoadError as exc:
-            self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
-            return str(exc)
+        wanted, running = _key(new), _key(old)
+        if self._previous is not None and self._previous[0] == wanted:
+            policy = self._previous[1]  # back to the one it just ran: loaded already
+        else:
+            try:
+                policy = _load(new)
+            except PolicyLoadError as exc:
+                self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
+                return str(exc)
         with self._lock:
+            self._previous = (running, self.policy)
             self.policy = policy
             self._watch_cameras(policy.cameras)
         self.get_logger().info(f"now running policy {new.policy} ({policy.checkpoint_id})")

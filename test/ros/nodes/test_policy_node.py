@@ -98,3 +98,30 @@ def test_a_late_action_holds_the_last_command_then_plays_in_order() -> None:
     assert all(f["inference_ms"] < f["period_ms"] for f in fields if f["late"] == 0.0)
     stamps = [msg_stamp_ns(m) for m in slow]
     assert stamps == sorted(stamps)
+
+
+def test_swapping_back_reuses_the_policy_it_ran_just_before(tmp_path) -> None:
+    """A start-pose move and a checkpoint, alternating as an unattended walk does: the checkpoint is
+    loaded once; a third policy is loaded afresh; a refused one leaves the running one."""
+    waypoints = tmp_path / "pose.yaml"
+    waypoints.write_text("waypoints: [[0.1, 0.1, 0.1, 0.1, 0.1, 0.1]]\n")
+    rclpy.init()
+    node = PolicyNode(parameter_overrides=[Parameter("simulated", value=True)])
+    try:
+        first = node.policy
+
+        def swap(**values: str) -> bool:
+            return node.set_parameters_atomically([Parameter(k, value=v) for k, v in values.items()]).successful
+
+        assert swap(policy_args=str(waypoints), checkpoint_id="sim-reset")
+        reset_move = node.policy
+        assert reset_move is not first and reset_move.checkpoint_id == "sim-reset"
+        assert swap(policy_args="", checkpoint_id="")
+        assert node.policy is first  # back: not loaded again
+        assert swap(policy_args=str(waypoints), checkpoint_id="sim-reset") and node.policy is reset_move
+        assert swap(policy_args=str(waypoints), checkpoint_id="other")
+        assert node.policy is not reset_move and node.policy is not first
+        assert not swap(policy="nosuch") and node.policy.checkpoint_id == "other"
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
