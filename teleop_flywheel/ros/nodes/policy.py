@@ -28,10 +28,10 @@ Parameters:
 `policy`, `policy_args` and `checkpoint_id` change at run time: the node loads the new policy
 (set them together with `/policy/set_parameters_atomically`, or one at a time when each step
 loads); one that cannot be loaded is refused with the reason and the running policy stays. Swapping
-back to the policy it ran just before (the same three values) reuses that one, loaded already: an
-unattended evaluation that alternates a start-pose move with a checkpoint loads the checkpoint once
-(a LeRobot checkpoint's load and first inference take seconds of CPU, which a loaded simulator
-host cannot spare); `~/reset` starts its episode over.
+back to one of the two policies it ran last (the same three values) reuses it, loaded already: an
+unattended evaluation interleaving two checkpoints with start-pose moves loads each once (a LeRobot
+checkpoint's load and first inference take seconds of CPU, which a loaded simulator host cannot
+spare; the price is up to three policies in memory); `~/reset` starts its episode over.
 `~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
 (between episodes or evaluation trials). When the blend weight α on `/teleop/authority` returns
 to 0 after a human takeover, the node calls `Policy.drop_plan()`: a plan made before the human
@@ -74,6 +74,7 @@ from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 RESET_SERVICE = "~/reset"
 INFERENCE_FIELDS = ("inference_ms", "period_ms", "late")
+RECENT_POLICIES = 2  # swapped-away policies kept loaded: two checkpoints interleaved with a start-pose move
 
 
 class PolicyLoadError(FlywheelError, ValueError):
@@ -142,7 +143,7 @@ class PolicyNode(Node):
             self.policy = _load(self.params.values)
         except PolicyLoadError as exc:
             raise PolicyLoadError(f"{self.get_fully_qualified_name()}: {exc}") from exc.__cause__
-        self._previous: tuple[tuple[str, str, str], Policy] | None = None  # the policy swapped away from last
+        self._recent: dict[tuple[str, str, str], Policy] = {}  # swapped away from lately, oldest first
         self._state: list[float] | None = None
         self._images: dict[str, LatestImage] = {}
         self._image_subs: dict[str, Subscription] = {}
@@ -173,17 +174,19 @@ class PolicyNode(Node):
         """A new policy/checkpoint: loaded before anything changes, so a refusal leaves the running one."""
         if not names & {"policy", "policy_args", "checkpoint_id"}:
             return None
-        wanted, running = _key(new), _key(old)
-        if self._previous is not None and self._previous[0] == wanted:
-            policy = self._previous[1]  # back to the one it just ran: loaded already
-        else:
+        wanted = _key(new)
+        policy = self._recent.get(wanted)  # one it ran lately: loaded already
+        if policy is None:
             try:
                 policy = _load(new)
             except PolicyLoadError as exc:
                 self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
                 return str(exc)
         with self._lock:
-            self._previous = (running, self.policy)
+            self._recent.pop(wanted, None)
+            self._recent[_key(old)] = self.policy
+            while len(self._recent) > RECENT_POLICIES:
+                self._recent.pop(next(iter(self._recent)))
             self.policy = policy
             self._watch_cameras(policy.cameras)
         self.get_logger().info(f"now running policy {new.policy} ({policy.checkpoint_id})")

@@ -100,9 +100,10 @@ def test_a_late_action_holds_the_last_command_then_plays_in_order() -> None:
     assert stamps == sorted(stamps)
 
 
-def test_swapping_back_reuses_the_policy_it_ran_just_before(tmp_path) -> None:
-    """A start-pose move and a checkpoint, alternating as an unattended walk does: the checkpoint is
-    loaded once; a third policy is loaded afresh; a refused one leaves the running one."""
+def test_swapping_back_reuses_a_policy_it_ran_lately(tmp_path) -> None:
+    """A start-pose move and two checkpoints, interleaved as an unattended walk does: each is loaded
+    once; a fourth is loaded afresh and the oldest is then forgotten; a refused one leaves the
+    running one."""
     waypoints = tmp_path / "pose.yaml"
     waypoints.write_text("waypoints: [[0.1, 0.1, 0.1, 0.1, 0.1, 0.1]]\n")
     rclpy.init()
@@ -120,8 +121,16 @@ def test_swapping_back_reuses_the_policy_it_ran_just_before(tmp_path) -> None:
         assert node.policy is first  # back: not loaded again
         assert swap(policy_args=str(waypoints), checkpoint_id="sim-reset") and node.policy is reset_move
         assert swap(policy_args=str(waypoints), checkpoint_id="other")
-        assert node.policy is not reset_move and node.policy is not first
-        assert not swap(policy="nosuch") and node.policy.checkpoint_id == "other"
+        other = node.policy
+        assert other is not reset_move and other is not first
+        for _ in range(2):  # reset, first, reset, other, ...: nothing loaded again
+            assert swap(checkpoint_id="sim-reset") and node.policy is reset_move
+            assert swap(policy_args="", checkpoint_id="") and node.policy is first
+            assert swap(policy_args=str(waypoints), checkpoint_id="sim-reset") and node.policy is reset_move
+            assert swap(checkpoint_id="other") and node.policy is other
+        assert swap(checkpoint_id="fourth") and swap(checkpoint_id="sim-reset") and swap(checkpoint_id="other")
+        assert node.policy is other and swap(policy_args="", checkpoint_id="") and node.policy is not first
+        assert not swap(policy="nosuch") and node.policy.checkpoint_id == "scripted-v0"
     finally:
         node.destroy_node()
         rclpy.shutdown()
