@@ -88,6 +88,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
     "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
     "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
+    "eval watch": (
+        "teleop_flywheel.ros.commands.eval_watch",
+        "evaluate every checkpoint that appears, unattended in the simulator, against the incumbent",
+    ),
     "rollout": (
         "teleop_flywheel.evaluation.rollout",
         "stage a checkpoint across rigs: advance, hold or roll back on the recorded numbers",
@@ -153,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not argv or argv[0] not in SUBCOMMANDS:
             build_parser().parse_args(argv or ["--help"])
             return EXIT_USAGE
-        name, rest = argv[0], argv[1:]
+        # Two-word commands (`eval watch`) before the one-word command they start with.
+        two = " ".join(argv[:2])
+        name, rest = (two, argv[2:]) if len(argv) > 1 and two in SUBCOMMANDS else (argv[0], argv[1:])
         parser, module = command_parser(name)
         passthrough = getattr(module, "PASSTHROUGH", None)
         extra: list[str] = []

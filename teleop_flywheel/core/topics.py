@@ -20,6 +20,7 @@ FOLLOWER_STATE = "follower/joint_states"  # rad; stamp = bus arrival − wire ti
 LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
 FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
+POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = its tick
 AUTHORITY = "teleop/authority"  # name [alpha, mode, intervention_id, trigger], values in position; every tick
 INTERVENTION = "teleop/intervention"  # one JSON event per takeover start, end and label change
 PEDAL_JOY = "pedal/joy"  # buttons[0] takeover, [1..5] trigger labels, none = pedal lost; stamp = kernel event time
@@ -65,7 +66,7 @@ FOLLOWER_FAULT = arm_fault("follower")
 # Latched states: the message in force when an episode starts is recorded with it, so an episode
 # begun while an arm holds for a servo fault carries that fault, however long ago it was published.
 STATE_TOPICS = (LEADER_FAULT, FOLLOWER_FAULT)
-RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, AUTHORITY,
+RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY,
             INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
 
 # Nodes whose services other nodes call (relative: `recorder` in a namespaced rig is

@@ -31,17 +31,38 @@ class ProtocolError(FlywheelError, ValueError):
 
 
 @dataclass(frozen=True)
+class SimWorld:
+    """What the simulator varies for one condition (`sim:` in a condition), applied before each of
+    its trials by `run sim --unattended`: the follower is driven to `start_pose` (radians,
+    JOINT_NAMES order; None: from wherever the last trial left it), the synthetic cameras deliver
+    `camera_latency_ms` after capture, and the simulated follower's encoders read with Gaussian
+    noise of `joint_noise_rad` (standard deviation)."""
+
+    start_pose: tuple[float, ...] | None = None
+    camera_latency_ms: float = 0.0
+    joint_noise_rad: float = 0.0
+
+
+SIM_FIELDS = ("start_pose", "camera_latency_ms", "joint_noise_rad")
+MAX_CAMERA_LATENCY_MS = 10_000.0  # the camera node's own bound on latency_ms
+MAX_JOINT_NOISE_RAD = 0.5
+
+
+@dataclass(frozen=True)
 class Condition:
     name: str
     description: str = ""
     tags: dict[str, str] = field(default_factory=dict)  # start region, object placement, lighting, ...
-    sim_failure_rate: float | None = None  # unattended simulator only: P(failure) of the scripted policy
+    # Statistics demo only (`eval --simulate`): P(failure) drawn per synthetic trial, no arm involved.
+    sim_failure_rate: float | None = None
+    sim: SimWorld = field(default_factory=SimWorld)  # what the simulator varies (`run sim --unattended`)
 
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """A checkpoint under test. `policy`/`policy_args` empty = the session's own policy node,
-    tagged with this id; `sim_failure_scale` multiplies condition failure rates (simulator only)."""
+    """A checkpoint under test: any policy the policy node can load (`policy`, `policy_args`; empty =
+    the session's own policy node), tagged with this id. `sim_failure_scale` multiplies the
+    conditions' failure rates in the statistics demo (`eval --simulate`) only."""
 
     id: str
     policy: str = ""
@@ -147,19 +168,49 @@ def parse_protocol(data: Any, path: str = "<protocol>") -> Protocol:
         tags = c.get("tags") or {}
         if not isinstance(tags, dict):
             raise ProtocolError(f"{where}: field 'tags' must be a mapping")
+        unknown = sorted(set(c) - {"name", "description", "tags", "sim_failure_rate", "sim"})
+        if unknown:
+            raise ProtocolError(f"{where}: unknown field(s) {unknown}")
         rate = c.get("sim_failure_rate")
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1):
             raise ProtocolError(f"{where}: field 'sim_failure_rate' must be a number in [0, 1], got {rate!r}")
         conditions.append(Condition(name, str(c.get("description", "")), {str(k): str(v) for k, v in tags.items()},
-                                    None if rate is None else float(rate)))
+                                    None if rate is None else float(rate), _sim_world(c.get("sim"), where)))
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise ProtocolError(f"{path}: condition names must be distinct, got {names}")
-    # The hash covers what defines the experiment; sim-only failure rates are part of it too
+    # The hash covers what defines the experiment; the simulator's settings are part of it too
     # (a different simulated world is a different protocol).
     return Protocol(path, str(data.get("name", Path(path).stem)), task, tuple(c.id for c in specs),
                     tuple(conditions), trials, criterion, limit, allowed, tuple(labels), check, specs,
                     canonical_hash(data))
+
+
+def _number(raw: dict[str, Any], key: str, where: str, lo: float, hi: float, unit: str) -> float:
+    value = raw.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ProtocolError(f"{where}: field {key!r} must be a number of {unit} in [{lo:g}, {hi:g}], got {value!r}")
+    return float(value)
+
+
+def _sim_world(raw: Any, where: str) -> SimWorld:
+    """A condition's `sim:` mapping (absent: the simulator as it boots, nothing varied)."""
+    if raw is None:
+        return SimWorld()
+    where = f"{where}: sim"
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: must be a mapping with any of {', '.join(SIM_FIELDS)}")
+    unknown = sorted(set(raw) - set(SIM_FIELDS))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(SIM_FIELDS)})")
+    pose = raw.get("start_pose")
+    if pose is not None and (not isinstance(pose, list) or len(pose) != 6 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= 3.2 for v in pose)):
+        raise ProtocolError(f"{where}: field 'start_pose' must be 6 joint positions in radians (|q| <= 3.2), "
+                            f"got {pose!r}")
+    return SimWorld(None if pose is None else tuple(float(v) for v in pose),
+                    _number(raw, "camera_latency_ms", where, 0.0, MAX_CAMERA_LATENCY_MS, "milliseconds"),
+                    _number(raw, "joint_noise_rad", where, 0.0, MAX_JOINT_NOISE_RAD, "radians"))
 
 
 def _checkpoints(raw: list[Any], path: str) -> tuple[CheckpointSpec, ...]:
@@ -302,6 +353,7 @@ class ProtocolWalker:
 __all__ = [
     "Protocol",
     "Condition",
+    "SimWorld",
     "CheckpointSpec",
     "MachineCheck",
     "RESERVED_FAILURES",

@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.bag_topics import AUTHORITY
+from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.provenance.lineage import LineageError, Registry
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
+from teleop_flywheel.recording.mcap import cdr
 from teleop_flywheel.recording.mcap.reader import open_bag
 
 
@@ -71,6 +73,33 @@ def read_trial(path: str | Path) -> Trial:
                  meta.failure_label, len(meta.interventions), [i.trigger or "unlabelled" for i in meta.interventions],
                  share, first, (meta.stopped_mono_ns - meta.started_mono_ns) / 1e9,
                  str(meta.extra.get("machine_check", "")), bag.episode_id)
+
+
+def follower_poses(path: str | Path) -> tuple[list[float] | None, list[float] | None]:
+    """(first, last) follower state a bag recorded with every joint, radians in JOINT_NAMES order
+    (None: no such sample). The last is what an unattended trial is judged on. A sample missing
+    joints — a read in which some servo did not answer in time — is passed over, not the stream."""
+    bag = open_bag(path)
+    if not bag.has(FOLLOWER_STATE):
+        return None, None
+    data = bag.raw(FOLLOWER_STATE).data
+
+    def complete(order: range) -> list[float] | None:
+        for i in order:
+            try:
+                js = cdr.decode_joint_states([data[i]], f"{path}: {FOLLOWER_STATE}")
+            except cdr.CdrError:
+                continue
+            if all(n in js.names for n in JOINT_NAMES):
+                return [float(js.position[0, js.names.index(n)]) for n in JOINT_NAMES]
+        return None
+
+    return complete(range(len(data))), complete(range(len(data) - 1, -1, -1))
+
+
+def final_follower_pose(path: str | Path) -> list[float] | None:
+    """The follower's final state as the bag recorded it (radians, JOINT_NAMES order)."""
+    return follower_poses(path)[1]
 
 
 # -- the table ----------------------------------------------------------------------------------------

@@ -236,3 +236,37 @@ def test_trials_without_outcome_and_machine_disagreement_are_noted(tmp_path: Pat
     text = format_table(report)
     assert "1 trial(s) without an outcome left out" in text and Path(trials[0].bag).name in text
     assert "machine check disagrees with the recorded outcome in 1 trial(s)" in text
+
+
+def test_the_recorded_final_state_passes_over_a_sample_missing_joints(tmp_path: Path) -> None:
+    """What an unattended trial is judged on: the last follower sample with every joint. A read in
+    which two servos did not answer in time (the driver publishes the joints it has) is passed
+    over; the reader refuses such a stream whole, which made a trial unjudgeable."""
+    from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
+    from teleop_flywheel.core.so101 import JOINT_NAMES
+    from teleop_flywheel.evaluation.report import follower_poses
+    from teleop_flywheel.recording.mcap import cdr
+    from teleop_flywheel.recording.mcap.reader import find_bag, open_bag
+    from teleop_flywheel.testing.mutations import rewrite
+    from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+    bag = tmp_path / "trial"
+    write_session(bag, SessionSpec(duration_s=1.0, joint_hz=50.0, cameras=(), seed=3))
+    whole = open_bag(bag).joint_state(FOLLOWER_STATE)
+    columns = [whole.names.index(n) for n in JOINT_NAMES]
+    n = len(whole.position)
+
+    def partial(topic: str, i: int, data: bytes) -> bytes:
+        if topic == FOLLOWER_STATE and i in (0, n - 1):  # the first and the last read lost servos 1 and 2
+            js = cdr.decode_joint_states([data])
+            return cdr.joint_state_cdr(int(js.stamps_ns[0]), js.names[2:], js.position[0, 2:])
+        return data
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    rewrite(payload=partial)(find_bag(bag)[1], damaged / "damaged_0.mcap")
+    first, last = follower_poses(damaged / "damaged_0.mcap")
+    assert first == pytest.approx(list(whole.position[1, columns]))
+    assert last == pytest.approx(list(whole.position[n - 2, columns]))
+    assert follower_poses(bag) == (pytest.approx(list(whole.position[0, columns])),
+                                   pytest.approx(list(whole.position[n - 1, columns])))

@@ -9,16 +9,15 @@ LeRobot's own inference path (`prepare_observation_for_inference` → preprocess
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from support.lerobot_act import HAVE_LEROBOT, NEEDS_LEROBOT, save_act
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.policies import load_policy
@@ -26,9 +25,6 @@ from teleop_flywheel.policies import load_policy
 S = 1_000_000_000
 CAMERA = "wrist"
 H, W = 24, 32
-HAVE_LEROBOT = importlib.util.find_spec("lerobot") is not None
-NEEDS_LEROBOT = pytest.mark.skipif(not HAVE_LEROBOT, reason="LeRobot (torch, ~8 GB) is not installed here; "
-                                                            "pip install '.[lerobot]' to run the checkpoint tests")
 
 
 def _files_only(root: Path) -> Path:
@@ -81,41 +77,9 @@ def test_without_lerobot_the_error_says_how_to_install(tmp_path: Path) -> None:
 
 # -- a real checkpoint ----------------------------------------------------------------------------
 
-def _save_act(root: Path, inputs: dict[str, tuple[str, tuple[int, ...]]]) -> Path:
-    """A tiny random ACT policy + its processors, written with LeRobot's save_pretrained."""
-    import torch
-    from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.act.configuration_act import ACTConfig
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
-
-    torch.manual_seed(0)
-    feats = {k: PolicyFeature(FeatureType[t], shape) for k, (t, shape) in inputs.items()}
-    config = ACTConfig(input_features=feats, output_features={"action": PolicyFeature(FeatureType.ACTION, (6,))},
-                       chunk_size=4, n_action_steps=4, dim_model=32, n_heads=2, dim_feedforward=64,
-                       n_encoder_layers=1, n_decoder_layers=1, n_vae_encoder_layers=1, latent_dim=8,
-                       pretrained_backbone_weights=None, device="cpu")
-    policy = ACTPolicy(config)
-    # LeRobot units: degrees around 0 for the body joints, 0..100 for the gripper.
-    units = {"mean": torch.tensor([0.0, 0, 0, 0, 0, 50]), "std": torch.tensor([30.0, 30, 30, 30, 60, 20])}
-    stats: dict[str, dict[str, Any]] = {"observation.state": units, "action": units}
-    for key, (kind, shape) in inputs.items():
-        if kind == "VISUAL":
-            stats[key] = {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)}
-        elif kind == "ENV":
-            stats[key] = {"mean": torch.zeros(shape), "std": torch.ones(shape)}
-        elif kind == "STATE":
-            stats.setdefault(key, units)
-    pre, post = make_pre_post_processors(config, dataset_stats=stats)
-    policy.save_pretrained(root)
-    pre.save_pretrained(root)
-    post.save_pretrained(root)
-    return root
-
-
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _save_act(tmp_path_factory.mktemp("ckpt") / "act_tiny",
+    return save_act(tmp_path_factory.mktemp("ckpt") / "act_tiny",
                      {"observation.state": ("STATE", (6,)), f"observation.images.{CAMERA}": ("VISUAL", (3, H, W))})
 
 
@@ -204,7 +168,7 @@ def test_a_checkpoint_id_changes_with_the_weights_and_a_given_one_wins(checkpoin
 
 @NEEDS_LEROBOT
 def test_an_input_the_node_cannot_feed_is_refused_by_name(tmp_path: Path) -> None:
-    root = _save_act(tmp_path / "env", {"observation.state": ("STATE", (6,)),
+    root = save_act(tmp_path / "env", {"observation.state": ("STATE", (6,)),
                                          "observation.environment_state": ("ENV", (4,))})
     with pytest.raises(ValueError, match="needs input feature 'observation.environment_state' .*cannot provide"):
         load_policy("lerobot", str(root), "", simulated=True)
@@ -215,7 +179,7 @@ def test_an_input_the_node_cannot_feed_is_refused_by_name(tmp_path: Path) -> Non
 def test_a_checkpoint_that_reads_the_leader_is_refused_naming_migrate(tmp_path: Path, leader: str) -> None:
     """Trained on a dataset of layout 1, a policy takes the leader's reading as an input: the node
     never feeds it (nobody moves the leader at deployment), whatever the feature is called."""
-    root = _save_act(tmp_path / "leader", {"observation.state": ("STATE", (6,)), leader: ("STATE", (6,)),
+    root = save_act(tmp_path / "leader", {"observation.state": ("STATE", (6,)), leader: ("STATE", (6,)),
                                             f"observation.images.{CAMERA}": ("VISUAL", (3, H, W))})
     with pytest.raises(ValueError, match=re.escape(f"takes the leader arm's reading ('{leader}') as an input")
                        + ".*`teleop-flywheel migrate DATASET` and train again"):

@@ -6,11 +6,18 @@ the answer survives the manifest file being moved or edited. Registry location, 
 `--registry PATH`, `$TELEOP_FLYWHEEL_LINEAGE`, `~/.local/share/teleop_flywheel/lineage.json`
 (XDG_DATA_HOME respected).
 
+Beside the checkpoints, the registry keeps each checkpoint's evaluations (`evaluations`: checkpoint
+id → a list of result tables, appended by `teleop-flywheel eval watch`: per condition N,
+successes and the Wilson interval, the comparisons with the incumbent, whether it was flagged), so
+`lineage which` answers both "what trained it" and "how did it do". A checkpoint may be evaluated
+before (or without) being registered.
+
     lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
                                                         (`teleop-flywheel train` registers its own, with
                                                         the checkpoint's path, policy type and steps)
     lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
-                                                        one a `manifest materialize` dataset holds)
+                                                        one a `manifest materialize` dataset holds), and
+                                                        the checkpoint's evaluations' figures
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
     lineage list                                        every registered checkpoint
 """
@@ -53,6 +60,7 @@ class LineageError(DatasetError):
 class Registry:
     path: Path
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Registry:
@@ -65,13 +73,16 @@ class Registry:
             raise LineageError(f"{path}: unreadable lineage registry: {exc}") from None
         if data.get("format") != FORMAT:
             raise LineageError(f"{path}: not a {FORMAT} registry")
-        return cls(path, dict(data.get("checkpoints", {})))
+        return cls(path, dict(data.get("checkpoints", {})), dict(data.get("evaluations", {})))
 
     def save(self) -> None:
         """Replace the registry file atomically (unique temp name + rename; `register_checkpoint`
         holds the registry's lock around load, register and save)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        replace_atomic(self.path, json.dumps({"format": FORMAT, "checkpoints": self.checkpoints}, indent=1) + "\n")
+        data: dict[str, Any] = {"format": FORMAT, "checkpoints": self.checkpoints}
+        if self.evaluations:
+            data["evaluations"] = self.evaluations
+        replace_atomic(self.path, json.dumps(data, indent=1) + "\n")
 
     def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None,
                  training: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -124,6 +135,32 @@ def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: st
         entry = reg.register(checkpoint, manifest, run, training)
         reg.save()
     return entry
+
+
+def add_evaluation(registry: Path, checkpoint: str, figures: dict[str, Any]) -> None:
+    """Append one evaluation's figures to `checkpoint`'s list, under the registry's lock."""
+    with locked(registry, what="lineage evaluation"):
+        reg = Registry.load(registry)
+        reg.evaluations.setdefault(checkpoint, []).append(figures)
+        reg.save()
+
+
+def describe_evaluations(evaluations: list[dict[str, Any]]) -> str:
+    """The figures `eval watch` appended, one block per evaluation."""
+    lines = []
+    for e in evaluations:
+        flag = "  ** FLAGGED: worse than the incumbent **" if e["flagged"] else ""
+        lines.append(f"  evaluated  {e['when']}: protocol {e['protocol']} (hash {e['protocol_hash']}), "
+                     f"incumbent {e['incumbent'] or 'none'}{flag}")
+        for c in e["cells"]:
+            lo, hi = c["ci95"]
+            rate = "-" if c["rate"] is None else f"{c['rate']:.0%}"
+            lines.append(f"    {c['checkpoint']:<28} {c['condition']:<12} N={c['n']:<3} {c['successes']:>3} ok  "
+                         f"{rate:>4} [{lo:.2f}, {hi:.2f}]")
+        lines += [f"    {c['sentence']}" for c in e["comparisons"]]
+        if e.get("report"):
+            lines.append(f"    report {e['report']}")
+    return "\n".join(lines)
 
 
 def checkpoint_of_bag(bag: Path) -> str:
@@ -196,10 +233,17 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "which":
             target = Path(args.checkpoint)
             ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else args.checkpoint
+            evaluations = reg.evaluations.get(ckpt, [])
+            if ckpt not in reg.checkpoints and evaluations:  # evaluated, never registered: say both
+                print(json.dumps({"checkpoint": ckpt, "registered": False, "evaluations": evaluations}, indent=2)
+                      if args.json else f"checkpoint {ckpt}  <-  NOT REGISTERED in {reg.path}: which data trained it "
+                      f"is unknown\n{describe_evaluations(evaluations)}")
+                return 0
             entry = reg.which(ckpt)
             print(json.dumps({k: v for k, v in entry.items() if k != "manifest"} | {
-                "fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"]},
-                indent=2) if args.json else describe(entry))
+                "fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"],
+                "evaluations": evaluations}, indent=2) if args.json
+                else describe(entry) + ("\n" + describe_evaluations(evaluations) if evaluations else ""))
         elif args.action == "episodes":
             ids = reg.episodes(args.run)
             print(json.dumps(ids) if args.json else "\n".join(ids))

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
@@ -254,6 +254,13 @@ class SyntheticSource:
                 self._queue.get_nowait()
                 self.overruns += 1
                 self._queue.put_nowait((capture + self._latency_ns, frame))
+
+    def set_latency_ms(self, latency_ms: float) -> None:
+        """The pipeline latency of the frames captured from now on."""
+        if latency_ms < 0:
+            raise ValueError(f"camera {self.config.name}: latency_ms must be >= 0, got {latency_ms}")
+        self.config = replace(self.config, latency_ms=latency_ms)
+        self._latency_ns = int(latency_ms * 1e6)
 
     def plugged(self) -> bool:
         return not self.config.presence_file or os.path.exists(self.config.presence_file)

@@ -12,6 +12,11 @@ dropped replies, corrupted checksums, error bits, noise, a stall of the whole li
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
 servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo.
 
+A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
+JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
+Gaussian encoder noise on every Present_Position reading (an evaluation condition: how a policy
+copes with a noisy state). A missing or unreadable file leaves the world as it was.
+
 Bring-up is simulated too: the servos boot with the EEPROM a calibration implies (homing offsets,
 position limits) — the shipped simulator calibration of the arm's role unless `calibration=` names
 another — so a driver that checks EEPROM against its calibration file finds them equal;
@@ -25,6 +30,7 @@ broadcast PING is answered by every servo, in id order, each after its return de
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -46,6 +52,7 @@ from teleop_flywheel.hw.feetech.sim_servo import (
     GRIPPER_ID,
     JOINT_RANGES,
     SERVO_IDS,
+    STEPS_PER_RAD,
     STEPS_PER_TURN,
     HumanMotion,
     Servo,
@@ -116,6 +123,7 @@ def _servo_id(text: str) -> int:
 
 
 PHYSICS_STEP_S = 0.005  # the longest step the servos' dynamics are integrated over
+WORLD_POLL_S = 0.1  # how often the world file is looked at
 
 
 class SimulatedArm:
@@ -140,6 +148,7 @@ class SimulatedArm:
         uncalibrated: bool = False,
         grip_object: float | None = None,
         adapter_name: str = "pty",
+        world: str | os.PathLike[str] | None = None,
     ) -> None:
         if role not in ("leader", "follower"):
             raise ValueError(f"role must be leader or follower, got {role!r}")
@@ -192,6 +201,8 @@ class SimulatedArm:
         # Every change of a servo's Goal_Position: (monotonic s it took effect, servo id, raw goal).
         self.goal_writes: deque[tuple[float, int, int]] = deque(maxlen=100_000)
         self.plugged = threading.Event()
+        self.world = Path(world) if world else None
+        self._world_seen: tuple[float, float] | None = None  # (when looked at, the file's mtime)
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> SimulatedArm:
@@ -296,6 +307,8 @@ class SimulatedArm:
             except (OSError, ValueError):
                 return
             now = time.monotonic()
+            if self.world is not None and (self._world_seen is None or now - self._world_seen[0] >= WORLD_POLL_S):
+                self._read_world(self.world, now)
             with self._lock:
                 self._step_physics(now)
             if not ready:
@@ -310,6 +323,24 @@ class SimulatedArm:
             while (packet := parser.next()) is not None:
                 self.requests += 1
                 self._answer(packet, arrival, host_baud)
+
+    def _read_world(self, world: Path, now: float) -> None:
+        """Apply the world file if it changed since it was last read."""
+        try:
+            mtime = world.stat().st_mtime
+        except OSError:
+            mtime = -1.0
+        changed = self._world_seen is None or mtime != self._world_seen[1]
+        self._world_seen = (now, mtime)
+        if not changed or mtime < 0:
+            return
+        try:
+            noise = float(json.loads(world.read_text()).get("joint_noise_rad", 0.0))
+        except (OSError, ValueError, AttributeError, TypeError):
+            return
+        with self._lock:
+            for servo in self.servos.values():
+                servo.noise_steps = max(0.0, noise) * STEPS_PER_RAD
 
     def _host_baud(self) -> int | None:
         """The baud rate the host set on its end of the pty (None if not a standard rate)."""

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the scripted human moves this arm while its torque is off (default: leader only)")
     parser.add_argument("--grip-object", type=float, metavar="STEPS",
                         help="an object between the jaws: the gripper stalls when it closes to this shaft position")
+    parser.add_argument("--world", metavar="FILE",
+                        help="JSON re-read whenever it changes: joint_noise_rad = encoder noise (std, rad) on "
+                             "every position reading")
     parser.add_argument("--factory-new", action="store_true",
                         help="one servo straight from the box (id 1, factory baud), for setup-motors")
     parser.add_argument("--priority", type=int, default=RT_PRIORITY, choices=range(0, 100), metavar="0-99",
@@ -66,7 +69,7 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
                        uncalibrated=args.uncalibrated, grip_object=args.grip_object,
-                       adapter_name=args.adapter)
+                       adapter_name=args.adapter, world=args.world)
     # Before the serving threads start: they inherit it.
     request_realtime(args.priority, whole_process=True,
                      say=lambda message: print(f"sim-bus: {message}", file=sys.stderr, flush=True))

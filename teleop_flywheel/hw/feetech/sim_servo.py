@@ -24,6 +24,7 @@ punishes lets the driver's tests pass for the wrong reasons:
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 
 from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW, STEPS_PER_TURN
@@ -110,6 +111,8 @@ class Servo:
         self._overcurrent_s = 0.0
         self._protected = False  # torque held at Protective_Torque (a fault not in Unloading_Condition)
         self.pending = b""  # REG_WRITE parameters waiting for ACTION
+        self.noise_steps = 0.0  # encoder noise: standard deviation of a reading (raw steps)
+        self._noise = random.Random(servo_id)
         self._put(register("Goal_Position").address, 2, int(self.position))
 
     @property
@@ -266,7 +269,8 @@ class Servo:
     def present_position(self) -> int:
         """Present_Position as the firmware reports it: within one turn, or counting turns when
         Phase bit 4 is set."""
-        present = int(round(self.position)) - self.get("Homing_Offset")
+        shaft = self.position + (self._noise.gauss(0.0, self.noise_steps) if self.noise_steps else 0.0)
+        present = int(round(shaft)) - self.get("Homing_Offset")
         if self.get("Phase") & PHASE_MULTI_TURN:
             return max(-32767, min(32767, present))
         return present % STEPS_PER_TURN

@@ -36,6 +36,9 @@ from teleop_flywheel.core.topics import RECORDER_NODE, RECORDER_STATUS
 POLICY_NODE = "/policy"
 POLICY_RESET = "reset"
 CALL_TIMEOUT_S = 20.0
+# A swap loads the policy before it answers: LeRobot and torch imported in the node's process for the
+# first checkpoint take tens of seconds on a loaded 2-core machine.
+LOAD_TIMEOUT_S = 180.0
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
@@ -82,15 +85,15 @@ class ParameterClient:
         res = call(self._get, GetParameters.Request(names=list(names)))
         return {n: parameter_value_to_python(v) for n, v in zip(names, res.values, strict=True)}
 
-    def set(self, atomically: bool = False, **values: Any) -> None:
+    def set(self, atomically: bool = False, timeout_s: float = CALL_TIMEOUT_S, **values: Any) -> None:
         """Set `values`; all together (one callback, all or nothing) with `atomically`. A refusal
         raises InterfaceError with the node's reasons."""
         params = [Parameter(k, value=v).to_parameter_msg() for k, v in values.items()]
         if atomically:
-            res = call(self._set_atomic, SetParametersAtomically.Request(parameters=params))
+            res = call(self._set_atomic, SetParametersAtomically.Request(parameters=params), timeout_s)
             reasons = [] if res.result.successful else [res.result.reason or "refused"]
         else:
-            res = call(self._set, SetParameters.Request(parameters=params))
+            res = call(self._set, SetParameters.Request(parameters=params), timeout_s)
             reasons = [r.reason or "refused" for r in res.results if not r.successful]
         if reasons:
             raise InterfaceError("; ".join(reasons))
@@ -112,7 +115,7 @@ class PolicyClient:
     def swap(self, **values: str) -> None:
         """Run another policy/checkpoint (any of policy, policy_args, checkpoint_id), all at once;
         InterfaceError with the node's reason if it cannot load (the running policy stays)."""
-        self.params.set(atomically=True, **values)
+        self.params.set(atomically=True, timeout_s=LOAD_TIMEOUT_S, **values)
 
 
 class RecorderStatus:

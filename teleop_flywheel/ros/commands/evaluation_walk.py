@@ -5,15 +5,17 @@ terminal: which condition is next and how to reset for it, start, then the outco
 or failure with one of the protocol's failure labels); the time limit ends a trial as a
 `timeout` failure, and where the protocol forbids interventions a takeover (which always
 works: safety first) ends it as an `intervened` failure. `teleop-flywheel run sim --protocol
-eval.yaml --unattended` runs the same walk on simulated hardware with nobody at the keys: the
-scripted policy heads for a wrong pose with the condition's `sim_failure_rate`, a virtual
-pedal sometimes takes over, and the protocol's machine check judges each trial from the
-follower's final pose. Both go through `TrialDriver`, so an attended and an unattended trial
-differ only in who decides the outcome. One bag per trial, carrying the protocol hash, the
-condition and the checkpoint; when the walk ends, the results table is printed.
+eval.yaml --unattended` runs the same walk on simulated hardware with nobody at the keys: each
+trial's checkpoint — any policy the policy node can load, a LeRobot checkpoint included — runs
+under its condition's simulated world (`sim:` start pose, camera latency, encoder noise), and
+the protocol's machine check judges it on the follower's final state as the bag recorded it.
+Both go through `TrialDriver`, so an attended and an unattended trial differ only in who
+decides the outcome. One bag per trial, carrying the protocol hash, the condition and the
+checkpoint; when the walk ends, the results table is printed.
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import sys
@@ -27,14 +29,31 @@ import numpy as np
 import yaml
 
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
+from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
-from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError, ProtocolWalker, Slot, TrialRecord
-from teleop_flywheel.ros.commands.clients import InterfaceError, PolicyClient, RecorderStatus
+from teleop_flywheel.evaluation.protocol import (
+    Condition,
+    Protocol,
+    ProtocolError,
+    ProtocolWalker,
+    Slot,
+    TrialRecord,
+)
+from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
+from teleop_flywheel.ros.commands.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 
-SETTLE_S = 1.0  # unattended: how long past the policy's move the follower gets to arrive (at least)
 READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
+HOLD_S = 1.0  # unattended: a follower within the machine check's tolerance this long ends the trial
+RESET_SPEED_RAD_S = 1.0  # the move to a condition's start pose (under the rig's 2 rad/s bound)
+RESET_TIMEOUT_S = 20.0  # how long the follower may take to reach a start pose
+RESET_CHECKPOINT = "sim-reset"  # the tag of the commands that move the follower to a start pose
+SETTLE_STEP_S = 0.05
+STILL_S = 0.3
+START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
+REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
+VERDICT_WAIT_S = 120.0  # unattended: how long the walk waits for the validator's verdicts on its bags
 
 
 def _recorded_wall_ns(bag: Path) -> int:
@@ -73,6 +92,13 @@ class TrialDriver:
         self._t0_ns = 0
         self.slot: Slot | None = None
         self.bags: list[Path] = []
+        # What `apply_world` varies: the synthetic cameras' latency, the follower simulator's world file.
+        self.cameras = [ParameterClient(self.client.node, n.fully_qualified_name)
+                        for n in session.graph.nodes if n.executable == "camera"]
+        self.world = next((Path(a.world) for a in session.graph.sim_arms if a.role == "follower" and a.world), None)
+        self._world_now: dict[str, float] | None = None
+        self._moves = 0
+        self.disagreement = ""  # the poses of the last trial whose recorded end disagreed with the one seen
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
         for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
             self.client.node.create_subscription(JointState, topic, lambda m, t=topic: self._on_command(t, m),
@@ -93,6 +119,59 @@ class TrialDriver:
         path = Path(self.session.dir) / "walk"
         path.mkdir(exist_ok=True)
         return path
+
+    def apply_world(self, condition: Condition) -> None:
+        """Put a condition's simulated world in place before its trial: the follower simulator's
+        encoder noise, the synthetic cameras' latency, then the follower driven to the start pose
+        (the scripted policy, tagged `sim-reset`, while nothing records)."""
+        world = condition.sim
+        wanted = {"joint_noise_rad": world.joint_noise_rad, "camera_latency_ms": world.camera_latency_ms}
+        if wanted != self._world_now:
+            if self.world is None:
+                raise ProtocolError(f"{self.protocol.path}: condition {condition.name!r} sets the simulator, and "
+                                    "this session has no simulated follower (kind sim)")
+            replace_atomic(self.world, json.dumps({"joint_noise_rad": world.joint_noise_rad}) + "\n")
+            for camera in self.cameras:
+                camera.set(latency_ms=world.camera_latency_ms)
+            time.sleep(2 * WORLD_POLL_S)  # the simulator has read its world file
+            self._world_now = wanted
+        if world.start_pose is not None:
+            self.move_to(world.start_pose, condition.name, still_rad=0.003 + 4 * world.joint_noise_rad)
+
+    def move_to(self, pose: tuple[float, ...], what: str, still_rad: float) -> None:
+        """Drive the follower to `pose` (radians) at `RESET_SPEED_RAD_S` and wait until it rests
+        there (no joint moving more than `still_rad` per `SETTLE_STEP_S` for `STILL_S`)."""
+        here = self._pose
+        distance = max(abs(a - b) for a, b in zip(here, pose, strict=True)) if here is not None else 1.0
+        self._moves += 1
+        path = self.scratch() / f"start_pose_{self._moves}.yaml"
+        path.write_text(yaml.safe_dump({"waypoints": [list(pose)], "move_s": max(0.3, distance / RESET_SPEED_RAD_S)}))
+        self.policy.swap(policy="scripted", policy_args=str(path), checkpoint_id=RESET_CHECKPOINT)
+        self.policy.reset()
+        # There once the policy commands the pose and the follower has stopped moving: where it
+        # rests (gravity sags the shoulder and elbow a little) is the trial's true start state.
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        goal = np.asarray(pose)
+        still_since: float | None = None
+        previous = self._pose
+        while True:
+            time.sleep(SETTLE_STEP_S)
+            now, current, commanded = time.monotonic(), self._pose, self._latest.get(POLICY_COMMAND)
+            moved = (current is None or previous is None
+                     or float(np.max(np.abs(np.asarray(current) - previous))) > still_rad)
+            there = commanded is not None and float(np.max(np.abs(np.asarray(commanded) - goal))) <= 1e-3
+            previous = current
+            still_since = None if moved or not there else (now if still_since is None else still_since)
+            if still_since is not None and now - still_since >= STILL_S:
+                off = float(np.max(np.abs(np.asarray(current) - goal)))
+                if off > START_TOLERANCE_RAD:  # commanded there and still, yet elsewhere: the arm holds
+                    raise ProtocolError(f"{self.protocol.path}: condition {what!r}: the follower rests {off:.2f} rad "
+                                        f"from its start_pose, commanded there (an arm held by a fault? its "
+                                        "diagnostics say why)")
+                return
+            if now > deadline:
+                raise ProtocolError(f"{self.protocol.path}: condition {what!r}: the follower did not come to rest "
+                                    f"at its start_pose within {RESET_TIMEOUT_S:g} s (last pose {current})")
 
     def resume(self, bag_dir: Path) -> int:
         """Count the trials of this protocol already recorded in `bag_dir` as done (their
@@ -128,19 +207,7 @@ class TrialDriver:
         if all(n in by_name for n in JOINT_NAMES):
             self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
 
-    def arrived(self, goal: np.ndarray, tolerance_rad: float) -> bool:
-        """The move is over: the policy commands its goal (its move done) and the follower is within
-        `tolerance_rad` of the command it is sent (the goal, as the joint limits let it) — not merely
-        a moment on the clock, which a loaded machine can stall either of them past."""
-        policy, sent, pose = self._latest.get(POLICY_COMMAND), self._latest.get(FOLLOWER_COMMAND), self._pose
-        if policy is None or sent is None or pose is None:
-            return False
-        return bool(np.max(np.abs(np.asarray(policy) - goal)) <= 1e-3
-                    and np.max(np.abs(np.asarray(pose) - np.asarray(sent))) <= tolerance_rad)
-
     def _on_event(self, msg: Any) -> None:
-        import json
-
         event = json.loads(msg.data)
         self._events[int(event["id"])] = event
 
@@ -187,6 +254,39 @@ class TrialDriver:
 
     def finish(self, outcome: str, failure_label: str = "") -> tuple[Path, str]:
         """Set the outcome, close the bag, enter the trial; returns (bag, machine-check verdict)."""
+        slot, interventions, bag, verdict = self._close(outcome, failure_label)
+        self._enter(slot, outcome, failure_label, interventions, bag)
+        return bag, verdict
+
+    def finish_judged(self) -> tuple[Path, str] | None:
+        """Unattended: the machine check decides the outcome from the last follower state seen,
+        the bag closes, and the check is run again on the follower's final state as the bag
+        recorded it. They agree: the trial is entered, (bag, verdict) returned. They disagree (the
+        follower crossed the tolerance between the last sample seen and the stop): the bag is
+        moved to discarded/ and None returned — the same slot comes up again."""
+        from teleop_flywheel.evaluation.report import final_follower_pose
+
+        check = self.protocol.machine_check
+        if check is None:
+            raise ProtocolError(f"{self.protocol.path}: no success.machine_check to judge the trial")
+        passed, _why = check.judge(self._pose)
+        outcome, label = ("success", "") if passed else ("failure", check.failure_label)
+        slot, interventions, bag, verdict = self._close(outcome, label)
+        recorded = final_follower_pose(bag)
+        if recorded is None:  # no judge possible: the arm, not the checkpoint, failed
+            self.client.call("discard")
+            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no follower state with every "
+                                "joint (servos that stopped answering? the follower arm's diagnostics say why); the "
+                                "bag was moved to discarded/")
+        if check.judge(recorded)[0] != passed:
+            self.client.call("discard")  # the last one stopped: moved to discarded/
+            self.disagreement = f"seen {self._pose}, recorded {recorded}"
+            return None
+        self._enter(slot, outcome, label, interventions, bag)
+        return bag, verdict
+
+    def _close(self, outcome: str, failure_label: str) -> tuple[Slot, int, Path, str]:
+        """Label the running trial and stop its bag: (slot, interventions, bag, machine-check verdict)."""
         if self.slot is None:
             raise ProtocolError("no trial is running")
         verdict = ""
@@ -200,11 +300,33 @@ class TrialDriver:
                           attempts=1 if outcome == "success" else 0)
         before = self.status.last_saved()
         self.client.call("stop")
-        self.walker.record(self.slot, outcome, failure_label, self.interventions())
-        bag = Path(self.status.saved_after(before))
-        self.bags.append(bag)
+        slot, interventions = self.slot, self.interventions()
         self.slot = None
-        return bag, verdict
+        return slot, interventions, Path(self.status.saved_after(before)), verdict
+
+    def _enter(self, slot: Slot, outcome: str, failure_label: str, interventions: int, bag: Path) -> None:
+        self.walker.record(slot, outcome, failure_label, interventions)
+        self.bags.append(bag)
+
+    def verdicts(self, timeout_s: float) -> list[str]:
+        """Wait for the recorder's validator to judge this walk's bags (its worker runs at low
+        priority; a session stopped before it answers leaves them unjudged); lines naming the bags it
+        rejected, or saying it did not answer in time."""
+        from teleop_flywheel.recording.recorder.verdict import PENDING
+
+        names = {bag.name for bag in self.bags}
+
+        def judged(status: dict[str, Any]) -> bool:
+            seen = {v["episode"]: v for v in status.get("verdicts", [])}
+            return all(name in seen and seen[name]["verdict"] != PENDING for name in names if name in seen)
+
+        try:
+            status = self.status.wait(judged, timeout_s, "the validator's verdicts on the walk's bags")
+        except InterfaceError as exc:
+            return [f"warning: {exc}; the bags' verdict.json files are written when it answers"]
+        return [f"validator: trial bag {v['episode']} FAILED {' '.join(v['codes'])}: its outcome still counts; "
+                "look at its verdict.json before trusting the table" for v in status.get("verdicts", [])
+                if v["episode"] in names and v["verdict"] == "FAIL"]
 
     def discard(self) -> None:
         """Throw the running trial away (bag deleted); the same slot comes up again."""
@@ -223,68 +345,51 @@ class TrialDriver:
 
 # -- unattended (simulator) ---------------------------------------------------------------------------
 
-def run_unattended(driver: TrialDriver, pedal: Any, stop: threading.Event, seed: int = 0,
-                   log: Callable[[str], None] = print) -> None:
-    """The whole protocol with nobody at the keys (sim sessions only); `stop` ends it between trials."""
-    from teleop_flywheel.policies.scripted import ScriptedPolicy
-
+def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[str], None] = print) -> None:
+    """The whole protocol with nobody at the keys (sim sessions only): each trial's condition put
+    in place (`TrialDriver.apply_world`), its checkpoint run for the time limit — or until the
+    follower has held within the machine check's tolerance for `HOLD_S` — and judged by the machine
+    check on the recorded final state. `stop` ends it (a trial under way is discarded)."""
     p = driver.protocol
-    if p.machine_check is None:
+    check = p.machine_check
+    if check is None:
         raise ProtocolError(f"{p.path}: an unattended run needs success.machine_check to judge its trials")
-    missing = [c.name for c in p.conditions if c.sim_failure_rate is None]
-    if missing:
-        raise ProtocolError(f"{p.path}: conditions {missing} have no sim_failure_rate for the simulator")
-    rng = np.random.default_rng([seed, len(driver.walker.done)])  # a resumed walk draws afresh
-    move_s = min(1.5, p.time_limit_s / 2)
+    if any(c.sim_failure_rate is not None for c in p.conditions):
+        log("note: sim_failure_rate is the statistics demo of `eval --simulate` (drawn outcomes); here every "
+            "trial is judged by what its checkpoint did")
+    redone: dict[Slot, int] = {}
     while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
-        cond = p.condition(slot.condition)
-        fail = bool(
-            rng.random() < min(1.0, (cond.sim_failure_rate or 0.0) * p.checkpoint(slot.checkpoint).sim_failure_scale)
-        )
-        takeover = fail and p.interventions_allowed and bool(rng.random() < 0.5)
-        spec = p.checkpoint(slot.checkpoint)
-        name = spec.policy or driver.started_with.get("policy", "")
-        if name != "scripted":
-            driver.prepare(slot)  # a checkpoint that cannot load says so first
-            raise ProtocolError(f"{p.path}: checkpoint {slot.checkpoint} runs policy {name!r}; an "
-                                "unattended run drives the scripted policy only")
-        try:
-            base = ScriptedPolicy.from_args(spec.policy_args or driver.started_with.get("policy_args", ""), spec.id)
-        except ValueError as exc:
-            raise ProtocolError(f"{p.path}: checkpoint {spec.id}: the policy node cannot run it ({exc})") from exc
-        # This trial's moves: to final_pose, or (fail) every move to final_pose + fail_offset_rad.
-        trial_file = driver.scratch() / f"trial_{len(driver.walker.done)}_{slot.checkpoint}_{slot.index}.yaml"
-        trial_file.write_text(yaml.safe_dump({
-            "waypoints": [list(p.machine_check.final_pose)], "move_s": move_s,
-            "fail_every": 1 if fail else 0, "fail_offset_rad": base.fail_offset_rad}))
-        driver.prepare(slot, policy_args=str(trial_file))
+        driver.apply_world(p.condition(slot.condition))
+        driver.prepare(slot)
         log(driver.walker.reset_prompt(slot))
         driver.start(slot)
         t0 = time.monotonic()
-
-        def at(t: float, t0: float = t0) -> None:
-            while time.monotonic() < t0 + t:
-                time.sleep(0.01)
-
-        if takeover:
-            at(0.3 * move_s)
-            pedal.takeover(True)
-            at(0.3 * move_s + 0.15)
-            pedal.label("wrong_grasp")
-            at(0.3 * move_s + 0.5)
-            pedal.takeover(False)
-        at(min(move_s + SETTLE_S, p.time_limit_s))
-        # The trial ends once the follower has arrived where the policy was sent (a loaded machine
-        # can stall it past the nominal settle time: judged mid-move, a success read as a failure,
-        # or a failure passing by final_pose read as a success), or at the time limit.
-        goal = np.asarray(p.machine_check.final_pose) + (base.fail_offset_rad if fail else 0.0)
-        while time.monotonic() < t0 + p.time_limit_s and not driver.arrived(goal, p.machine_check.tolerance_rad / 2):
+        held_since: float | None = None
+        while not stop.is_set() and (now := time.monotonic()) < t0 + p.time_limit_s:
+            if check.judge(driver.pose())[0]:
+                held_since = now if held_since is None else held_since
+                if now - held_since >= HOLD_S:
+                    break
+            else:
+                held_since = None
             time.sleep(0.02)
-        passed, _why = p.machine_check.judge(driver.pose())
-        bag, verdict = driver.finish(
-            "success" if passed else "failure", "" if passed else p.machine_check.failure_label
-        )
-        log(f"  -> {'success' if passed else 'failure'} ({verdict}); bag {bag.name}")
+        if stop.is_set():
+            driver.discard()
+            return
+        judged = driver.finish_judged()
+        if judged is None:
+            redone[slot] = redone.get(slot, 0) + 1
+            if redone[slot] > REDO_LIMIT:
+                raise ProtocolError(f"{p.path}: trial {slot}: the recorded final state disagreed with the last one "
+                                    f"seen {REDO_LIMIT + 1} times (the follower kept moving across the machine "
+                                    "check's tolerance at the stop)")
+            log("  -> the recorded final state disagrees with the last one seen (the follower moved at the stop: "
+                f"{driver.disagreement}): trial discarded, run again")
+            continue
+        bag, verdict = judged
+        log(f"  -> {'success' if verdict.startswith('pass') else 'failure'} ({verdict}); bag {bag.name}")
+    for line in driver.verdicts(VERDICT_WAIT_S):
+        log(line)
 
 
 # -- attended (operator console) ----------------------------------------------------------------------

@@ -47,10 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", type=Path, metavar="EVAL_YAML",
                         help="walk an evaluation protocol: one bag per trial, then the results table")
     parser.add_argument("--unattended", action="store_true",
-                        help="with --protocol on kind sim: nobody at the keys; the machine check judges each trial")
+                        help="with --protocol on kind sim: nobody at the keys; each checkpoint runs in its condition's "
+                             "simulated world and the machine check judges the recorded final state")
     parser.add_argument("--resume", action="store_true",
                         help="with --protocol: trials of this protocol already in output_dir count as done")
-    parser.add_argument("--seed", type=int, default=0, help="unattended runs: the simulated failures' random seed")
 
 
 def check_calibrations(graph: Any) -> None:
@@ -80,19 +80,12 @@ def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, st
     from teleop_flywheel.ros.commands.evaluation_walk import TrialDriver, run_unattended
 
     driver = TrialDriver(session, protocol)
-    unattended, seed = args.unattended, args.seed
     if args.resume:
         out = Path(session.graph.node("recorder").parameters["output_dir"]).expanduser()
         print(f"run: resuming: {driver.resume(out)} trial(s) of protocol {protocol.hash} already in {out}", flush=True)
     try:
-        if unattended:
-            from teleop_flywheel.hw.pedal.virtual import VirtualPedal
-
-            pedal = VirtualPedal(session.graph.pedal_fifo)
-            try:
-                run_unattended(driver, pedal, stop, seed, log=lambda line: print(f"run: {line}", flush=True))
-            finally:
-                pedal.close()
+        if args.unattended:
+            run_unattended(driver, stop, log=lambda line: print(f"run: {line}", flush=True))
         else:
             _attended(session, driver, stop)
     finally:
@@ -191,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         return EXIT_PARTIAL
     if session.problems:
-        print(error_line("run", f"session stopped, not cleanly: {'; '.join(session.problems)}", fix=see_above),
+        why = f" (it was stopping because: {error})" if error is not None else ""  # what ended the walk
+        print(error_line("run", f"session stopped, not cleanly: {'; '.join(session.problems)}{why}", fix=see_above),
               file=sys.stderr, flush=True)
         return EXIT_PARTIAL
     if error is not None:

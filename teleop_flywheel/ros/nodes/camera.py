@@ -11,7 +11,8 @@ exposure (the samples interpolated to it) and says in the JPEG which samples it 
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
 deliver nothing for that long from now: the seeds' dropped camera second, on demand (every set
 stalls again, also with the same value); with `presence_file` it is unplugged while that file is
-missing. Every other parameter is read-only.
+missing; its `latency_ms` (capture → delivery) changes at run time for the frames captured from
+then on (an evaluation condition's camera latency). Every other parameter is read-only.
 A camera that is not there, or goes away, is one ERROR line naming it, `/diagnostics` ERROR while it
 lasts, and is reopened with backoff (0.1 s doubling to 2 s: `hw.camera.capture`) — the node does not
 die; a V4L2 camera that does not grant the mode asked for (`fourcc`, `width`, `height`, `fps`, read
@@ -64,7 +65,8 @@ class CameraParams(NodeParams):
     fps: float = spec(_D.fps, "frame rate requested (Hz)", range=(0.1, 1000.0))
     jpeg_quality: int = spec(_D.jpeg_quality, "JPEG quality", range=(1, 100))
     fourcc: str = spec(_D.fourcc, "v4l2 pixel format (4 characters)", pattern=r".{4}", required=True)
-    latency_ms: float = spec(_D.latency_ms, "synthetic: capture→delivery latency (ms)", range=(0.0, 10_000.0))
+    latency_ms: float = spec(_D.latency_ms, "synthetic: capture→delivery latency (ms); changeable at run time",
+                             range=(0.0, 10_000.0), read_only=False)
     stall_at_s: float = spec(_D.stall_at_s, "synthetic fault: a stall starts this many s after start (<0: none)",
                              range=(-1.0, 86_400.0))
     stall_s: float = spec(_D.stall_s, "synthetic fault: stall length (s)", range=(0.0, 3600.0))
@@ -127,12 +129,17 @@ class CameraNode(Node):
         log_at(self, level, message)
 
     def _on_params(self, old: CameraParams, new: CameraParams, names: set[str]) -> str | None:
-        if "stall_now_s" not in names or new.stall_now_s <= 0:
-            return None
         source = self._source
+        stall = "stall_now_s" in names and new.stall_now_s > 0
+        if not (stall or "latency_ms" in names):
+            return None
         if not isinstance(source, SyntheticSource):
-            return "stall_now_s: only the synthetic camera can stall"
-        source.config = replace(source.config, stall_at_s=(now_ns() - source.start_ns) / 1e9, stall_s=new.stall_now_s)
+            return f"{'stall_now_s' if stall else 'latency_ms'}: only the synthetic camera's changes at run time"
+        if "latency_ms" in names:  # frames captured from now on (an evaluation condition's camera latency)
+            source.set_latency_ms(new.latency_ms)
+        if stall:
+            source.config = replace(source.config, stall_at_s=(now_ns() - source.start_ns) / 1e9,
+                                    stall_s=new.stall_now_s)
         return None
 
     def _on_joints(self, msg: JointState) -> None:

@@ -2,7 +2,18 @@
 
 `header.frame_id` of every command is the checkpoint id, so the recorder stores which model
 produced each episode; `header.stamp` is the tick, taken on CLOCK_MONOTONIC (the time the policy
-sees) and converted to ROS time (`common.stamp`). Parameters:
+sees) and converted to ROS time (`common.stamp`) — except for a late action (below).
+
+Every tick that acts also publishes `/policy/inference` (JointState with named numeric fields
+`inference_ms`, `period_ms`, `late`, stamped at the tick, `frame_id` the checkpoint id; recorded
+with every episode): how long the policy took to produce that command, the node's period, and
+whether it took longer. A late action (inference longer than the period) holds, then plays:
+until it arrives the rig holds the last command (nothing newer exists; the teleop node holds a
+policy command older than its `stale_ms`); it is published stamped at the instant it became
+available, not at its tick, and the timer's overdue tick that follows at once is skipped, so it
+is in effect for about a period like any other. The policy's actions play in order, later —
+never the late one skipped as stale (or overwritten at once by the next) for a jump to the next.
+Parameters:
 
 * `policy`: `scripted` | `replay` | a `teleop_flywheel.policies` plugin (`lerobot` ships with the
   package; it needs the `lerobot` extra installed).
@@ -16,7 +27,11 @@ sees) and converted to ROS time (`common.stamp`). Parameters:
 
 `policy`, `policy_args` and `checkpoint_id` change at run time: the node loads the new policy
 (set them together with `/policy/set_parameters_atomically`, or one at a time when each step
-loads); one that cannot be loaded is refused with the reason and the running policy stays.
+loads); one that cannot be loaded is refused with the reason and the running policy stays. Swapping
+back to one of the two policies it ran last (the same three values) reuses it, loaded already: an
+unattended evaluation interleaving two checkpoints with start-pose moves loads each once (a LeRobot
+checkpoint's load and first inference take seconds of CPU, which a loaded simulator host cannot
+spare; the price is up to three policies in memory); `~/reset` starts its episode over.
 `~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
 (between episodes or evaluation trials). When the blend weight α on `/teleop/authority` returns
 to 0 after a human takeover, the node calls `Policy.drop_plan()`: a plan made before the human
@@ -51,13 +66,15 @@ from std_srvs.srv import Trigger
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, camera_image
+from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, POLICY_INFERENCE, camera_image
 from teleop_flywheel.policies import load_policy
 from teleop_flywheel.policies.base import Policy
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 RESET_SERVICE = "~/reset"
+INFERENCE_FIELDS = ("inference_ms", "period_ms", "late")
+RECENT_POLICIES = 2  # swapped-away policies kept loaded: two checkpoints interleaved with a start-pose move
 
 
 class PolicyLoadError(FlywheelError, ValueError):
@@ -94,6 +111,10 @@ def _load(p: PolicyParams) -> Policy:
         raise PolicyLoadError(f"cannot load policy {p.policy!r} with policy_args {p.policy_args!r}: {exc}") from exc
 
 
+def _key(p: PolicyParams) -> tuple[str, str, str]:
+    return p.policy, p.policy_args, p.checkpoint_id
+
+
 class LatestImage:
     """The newest JPEG of one camera topic, decoded to RGB only when a tick asks for it."""
 
@@ -122,10 +143,15 @@ class PolicyNode(Node):
             self.policy = _load(self.params.values)
         except PolicyLoadError as exc:
             raise PolicyLoadError(f"{self.get_fully_qualified_name()}: {exc}") from exc.__cause__
+        self._recent: dict[tuple[str, str, str], Policy] = {}  # swapped away from lately, oldest first
         self._state: list[float] | None = None
         self._images: dict[str, LatestImage] = {}
         self._image_subs: dict[str, Subscription] = {}
         self._pub = self.create_publisher(JointState, POLICY_COMMAND, STREAM_QOS)
+        self._inference_pub = self.create_publisher(JointState, POLICY_INFERENCE, STREAM_QOS)
+        self.period_ns = round(1e9 / self.params.values.rate_hz)
+        self.late_actions = 0
+        self._acted_ns = 0  # when the last command was published
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
         self._alpha = 0.0
         self.plans_dropped = 0
@@ -148,12 +174,19 @@ class PolicyNode(Node):
         """A new policy/checkpoint: loaded before anything changes, so a refusal leaves the running one."""
         if not names & {"policy", "policy_args", "checkpoint_id"}:
             return None
-        try:
-            policy = _load(new)
-        except PolicyLoadError as exc:
-            self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
-            return str(exc)
+        wanted = _key(new)
+        policy = self._recent.get(wanted)  # one it ran lately: loaded already
+        if policy is None:
+            try:
+                policy = _load(new)
+            except PolicyLoadError as exc:
+                self.get_logger().error(f"refused: {exc}; still running {self.policy.checkpoint_id}")
+                return str(exc)
         with self._lock:
+            self._recent.pop(wanted, None)
+            self._recent[_key(old)] = self.policy
+            while len(self._recent) > RECENT_POLICIES:
+                self._recent.pop(next(iter(self._recent)))
             self.policy = policy
             self._watch_cameras(policy.cameras)
         self.get_logger().info(f"now running policy {new.policy} ({policy.checkpoint_id})")
@@ -177,6 +210,8 @@ class PolicyNode(Node):
 
     def _tick(self) -> None:
         t = now_ns()
+        if t - self._acted_ns < self.period_ns // 2:
+            return  # the timer catching up after a late action: that action gets its period first
         with self._lock:
             policy, images_in = self.policy, dict(self._images)
         images = {cam: rgb for cam, latest in images_in.items() if (rgb := latest.get()) is not None}
@@ -189,8 +224,15 @@ class PolicyNode(Node):
             if policy is not self.policy:  # swapped meanwhile: its next tick acts
                 return
             command = policy.act(self._state, t, images)
-        if command is not None:
-            self._pub.publish(joint_state(JOINT_NAMES, command, t, frame_id=policy.checkpoint_id))
+        done = now_ns()
+        if command is None:
+            return
+        late = done - t > self.period_ns
+        self.late_actions += late
+        self._acted_ns = done
+        self._pub.publish(joint_state(JOINT_NAMES, command, done if late else t, frame_id=policy.checkpoint_id))
+        self._inference_pub.publish(joint_state(
+            INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], t, frame_id=policy.checkpoint_id))
 
     def restart(self) -> str:
         """Start the policy's episode over from the current state (between episodes)."""

@@ -190,6 +190,37 @@ def test_bus_reads_with_source_stamps_and_moves_servos() -> None:
         assert abs(bus.read_register(2, "Present_Position")[0] - 2600) < 25
 
 
+def test_a_world_file_sets_encoder_noise_while_the_arm_runs(tmp_path: Path) -> None:
+    """`world=` (sim-bus --world): joint_noise_rad is the standard deviation of every Present_Position
+    reading, changed while the simulator runs; removing the noise makes readings of a still arm equal."""
+    from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
+    from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+
+    world = tmp_path / "world.json"
+
+    def readings(n: int = 200) -> list[list[int]]:
+        return [list(bus.sync_read_register("Present_Position", range(1, 7)).values.values()) for _ in range(n)]
+
+    with SimulatedArm("follower", world=world) as arm, FeetechBus(arm.port) as bus:
+        for sid in range(1, 7):  # held where it booted (torque off, gravity would move it)
+            bus.write_register(sid, "Torque_Enable", 1)
+        time.sleep(1.0)
+        still = readings(20)  # no world file yet: no noise
+        assert all(r == still[0] for r in still)
+        world.write_text(json.dumps({"joint_noise_rad": 0.01}))
+        time.sleep(3 * WORLD_POLL_S)
+        noisy = readings()
+        sigma = [statistics.pstdev(r[j] for r in noisy) / STEPS_PER_RAD for j in range(6)]
+        assert all(0.007 < s < 0.013 for s in sigma), sigma  # 200 readings: the std within ±30 %
+        world.write_text(json.dumps({"joint_noise_rad": 0.0}))
+        time.sleep(3 * WORLD_POLL_S)
+        quiet = readings(20)
+        assert all(r == quiet[0] for r in quiet)
+        world.write_text("not json")  # an unreadable world leaves it as it was
+        time.sleep(3 * WORLD_POLL_S)
+        assert all(r == quiet[0] for r in readings(20))
+
+
 # -- stamps and latency behind each USB-serial adapter -------------------------------------
 
 STAMP_READS = 250

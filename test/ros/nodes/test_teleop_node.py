@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from itertools import pairwise
 
 import pytest
+from support.lerobot_act import NEEDS_LEROBOT, save_act
 
 rclpy = pytest.importorskip("rclpy")
 
@@ -489,3 +490,77 @@ def test_the_leader_gripper_maps_to_the_same_fraction_of_the_followers_range(tel
         pub.publish(joint_state(JOINT_NAMES, [0.0] * 5 + [t_open], now_ns()))
         time.sleep(0.01)
     assert t_open < want - 0.5, "by angle the follower's jaws would have stayed half closed"
+
+
+@NEEDS_LEROBOT
+def test_a_learned_policy_is_blended_and_recorded_exactly_as_the_scripted_one(teleop_factory, tmp_path) -> None:
+    """The same takeover and hand-back with the `lerobot` plugin (a tiny ACT checkpoint on a camera)
+    as with the `scripted` policy, on one teleop node: α follows the same raised cosine up and down,
+    the authority message carries the same fields, the intervention ids count on, and the policy
+    node drops its plan at each hand-back. Both policies command the leader's pose (the ACT's
+    action statistics pin it there), so no speed-limit stretch can tell them apart either."""
+    import numpy as np
+    from sensor_msgs.msg import CompressedImage
+
+    from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+    from teleop_flywheel.hw.camera.source import encode_jpeg
+    from teleop_flywheel.ros.nodes.common import IMAGE_QOS
+    from teleop_flywheel.ros.nodes.policy import PolicyNode
+
+    pose = [0.2] * 6
+    units = load_calibration(sim_calibration_file("follower")).rad_to_lerobot(np.asarray(pose))
+    ckpt = save_act(tmp_path / "act", {"observation.state": ("STATE", (6,)),
+                                       "observation.images.front": ("VISUAL", (3, 24, 32))}, [float(u) for u in units])
+    waypoints = tmp_path / "hold.yaml"
+    waypoints.write_text(f"waypoints: [{pose}]\nmove_s: 0.2\n")
+    probe = teleop_factory(max_speed_rad_s=4.0)
+    probe.inputs.update(leader=0.2, follower=0.2)
+    node = PolicyNode(parameter_overrides=[Parameter("policy", value="scripted"),
+                                           Parameter("policy_args", value=str(waypoints)),
+                                           Parameter("simulated", value=True)])
+    tags: list[str] = []
+    node.create_subscription(JointState, "/policy/joint_command", lambda m: tags.append(m.header.frame_id),
+                             STREAM_QOS)
+    camera = node.create_publisher(CompressedImage, "/cameras/front/image/compressed", IMAGE_QOS)
+    frame = CompressedImage(format="jpeg", data=encode_jpeg(np.zeros((24, 32, 3), np.uint8), 90))
+    ex = SingleThreadedExecutor()
+    ex.add_node(node)
+    threading.Thread(target=ex.spin, daemon=True).start()
+    stop = threading.Event()
+
+    def cameras() -> None:
+        while not stop.wait(1 / 30):
+            stamp(frame.header.stamp, now_ns())
+            camera.publish(frame)
+
+    threading.Thread(target=cameras, daemon=True).start()
+    profiles = {}
+    try:
+        for policy, args in (("scripted", str(waypoints)), ("lerobot", str(ckpt))):
+            result = node.set_parameters_atomically([Parameter("policy", value=policy),
+                                                     Parameter("policy_args", value=args)])
+            assert result.successful, result.reason
+            tag = node.policy.checkpoint_id
+            dropped = node.plans_dropped
+            probe.drive(lambda tag=tag: tags[-5:] == [tag] * 5 and probe.alpha == 0.0, f"{policy} driving",
+                        silent=("policy",))
+            t_down = now_ns()
+            probe.drive(lambda: probe.alpha == pytest.approx(1.0), f"takeover from {policy}", DOWN, silent=("policy",))
+            t_up = now_ns()
+            probe.drive(lambda: probe.alpha == 0.0, f"hand-back to {policy}", UP, silent=("policy",))
+            probe.drive(lambda d=dropped: node.plans_dropped == d + 1, f"{policy} dropping its plan",
+                        silent=("policy",))
+            auth = sorted(probe.authority)
+            profiles[policy] = ([(t, a[0]) for t, a in auth if t_down <= t < t_up],
+                                [(t, a[0]) for t, a in auth if t >= t_up], {tuple(a[1:3]) for t, a in auth
+                                                                          if t_down <= t < t_up and a[0] > 0})
+    finally:
+        stop.set()
+        ex.shutdown()
+        node.destroy_node()
+    for policy, (rise, fall, _ids) in profiles.items():
+        assert max(ramp_time_error_ms(rise, rising=True)) <= TICK_MS, policy
+        assert max(ramp_time_error_ms(fall, rising=False)) <= TICK_MS, policy
+    # The same fields (mode policy = 1.0) and the next intervention id for the learned policy's takeover.
+    assert profiles["scripted"][2] == {(1.0, 1.0)} and profiles["lerobot"][2] == {(1.0, 2.0)}
+    assert tags[-1].startswith("lerobot:act:")

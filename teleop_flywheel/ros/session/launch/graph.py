@@ -52,6 +52,7 @@ from teleop_flywheel.core.topics import (
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
+    POLICY_INFERENCE,
     camera_image,
     normalize_namespace,
 )
@@ -104,9 +105,12 @@ class SimArmSpec:
     link: str
     faults: tuple[str, ...] = ()
     grip_object: float | None = None  # shaft steps where an object between the jaws stalls the gripper
+    world: str = ""  # the simulated world's file (sim-bus --world): what an evaluation condition varies
 
     def command(self, python: str) -> list[str]:
         cmd = [python, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", self.role, "--link", self.link]
+        if self.world:
+            cmd += ["--world", self.world]
         for fault in self.faults:
             cmd += ["--fault", fault]
         if self.grip_object is not None:
@@ -125,6 +129,7 @@ class CameraSpec:
 
 
 SIM_GRIP_OBJECT = 2750.0
+SIM_FOLLOWER_WORLD = "follower_world.json"  # in the sim dir: the follower simulator's world file
 
 # Stands for the directory a session creates for a `sim` graph's pty links and pedal FIFO
 # (`Graph.in_sim_dir` puts the real one in): build_graph itself creates nothing.
@@ -165,7 +170,8 @@ class Graph:
             self,
             nodes=tuple(replace(n, parameters={k: _in_dir(v, where) for k, v in n.parameters.items()})
                         for n in self.nodes),
-            sim_arms=tuple(replace(a, link=_in_dir(a.link, where)) for a in self.sim_arms),
+            sim_arms=tuple(replace(a, link=_in_dir(a.link, where), world=_in_dir(a.world, where))
+                           for a in self.sim_arms),
             pedal_fifo=_in_dir(self.pedal_fifo, where),
         )
 
@@ -318,7 +324,7 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
     ]
     topics = [
         LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND,
-        POLICY_COMMAND, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
+        POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
     ] + [camera_image(cam.name) for cam in cfg.cameras]
     recorder: dict[str, Any] = {
         "output_dir": cfg.output_dir, "topics": topics, "task": cfg.task, "operator": cfg.operator,
@@ -367,7 +373,8 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         # The follower's gripper closes on an object at its lowest scripted waypoint: the effort
         # stream shows the squeeze.
         sim_arms = (SimArmSpec("leader", f"{sim_dir}/leader"),
-                    SimArmSpec("follower", f"{sim_dir}/follower", grip_object=SIM_GRIP_OBJECT))
+                    SimArmSpec("follower", f"{sim_dir}/follower", grip_object=SIM_GRIP_OBJECT,
+                               world=f"{sim_dir}/{SIM_FOLLOWER_WORLD}"))
         pedal_fifo = f"{sim_dir}/pedal"
         cfg = replace(
             cfg.with_sim_calibrations(),
