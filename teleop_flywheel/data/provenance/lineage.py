@@ -18,6 +18,7 @@ before (or without) being registered.
     lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
                                                         one a `manifest materialize` dataset holds), and
                                                         the checkpoint's evaluations' figures
+    lineage which --rig RIG EPISODES...                 the same for the checkpoint the rig runs now
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
     lineage list                                        every registered checkpoint
 """
@@ -38,6 +39,7 @@ from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
+from teleop_flywheel.data.provenance.recorded import records_for
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 
@@ -163,6 +165,15 @@ def describe_evaluations(evaluations: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def checkpoint_on_rig(rig: str, episodes: list[Path]) -> str:
+    """The checkpoint of the rig's most recently recorded policy episode: every session records the
+    checkpoint it runs and the rig's id, so the latest one says what is on the robot now."""
+    recs = [r for r in records_for(episodes) if (r.rig_id or "") == rig and r.checkpoint]
+    if not recs:
+        raise LineageError(f"{', '.join(map(str, episodes))}: no policy episode recorded on rig {rig!r}")
+    return str(max(recs, key=lambda r: r.recorded_wall_ns or 0).checkpoint)
+
+
 def checkpoint_of_bag(bag: Path) -> str:
     """The policy checkpoint a bag recorded, from its MCAP episode record (a metadata.yaml that
     disagrees with it is refused: it is not trusted over the MCAP)."""
@@ -213,8 +224,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--run", help="run name (default: the manifest file's stem)")
     w = sub.add_parser("which", help="the manifest that produced a checkpoint (or the checkpoint a bag recorded, "
                                      "or the manifest a materialized dataset holds)")
-    w.add_argument("checkpoint", help="checkpoint id, a bag directory recorded with that policy, or a dataset "
-                                      "written by `manifest materialize`")
+    w.add_argument("checkpoint", nargs="+", help="checkpoint id, a bag directory recorded with that policy, or a "
+                                                 "dataset written by `manifest materialize`; with --rig, the rig's "
+                                                 "recorded episodes (bag folders or a converted dataset)")
+    w.add_argument("--rig", help="the checkpoint the rig runs now (its latest policy episode in the given episodes)")
     w.add_argument("--json", action="store_true", help="print the answer as JSON")
     e = sub.add_parser("episodes", help="the episode ids in a run")
     e.add_argument("run", help="run name or checkpoint id")
@@ -228,11 +241,18 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "register":
             entry = register_checkpoint(reg.path, args.checkpoint, args.manifest, args.run)
             print(f"registered in {reg.path}:\n{describe(entry)}")
-        elif args.action == "which" and (Path(args.checkpoint) / "meta" / "info.json").is_file():
-            print(_which_dataset(reg, Path(args.checkpoint), args.json))
+        elif args.action == "which" and args.rig is None and len(args.checkpoint) > 1:
+            raise UsageError("which takes one checkpoint, bag or dataset (several paths only with --rig)")
+        elif args.action == "which" and args.rig is None and (Path(args.checkpoint[0]) / "meta/info.json").is_file():
+            print(_which_dataset(reg, Path(args.checkpoint[0]), args.json))
         elif args.action == "which":
-            target = Path(args.checkpoint)
-            ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else args.checkpoint
+            target = Path(args.checkpoint[0])
+            if args.rig is not None:
+                ckpt = checkpoint_on_rig(args.rig, [Path(p) for p in args.checkpoint])
+                if not args.json:
+                    print(f"rig {args.rig} runs {ckpt} (its latest policy episode)")
+            else:
+                ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else str(target)
             evaluations = reg.evaluations.get(ckpt, [])
             if ckpt not in reg.checkpoints and evaluations:  # evaluated, never registered: say both
                 print(json.dumps({"checkpoint": ckpt, "registered": False, "evaluations": evaluations}, indent=2)

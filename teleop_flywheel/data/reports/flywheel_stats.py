@@ -28,14 +28,12 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset
-from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records, record_from_meta
+from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset
+from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
+from teleop_flywheel.data.provenance.recorded import bag_records
 from teleop_flywheel.data.reports.audit import load
 from teleop_flywheel.data.reports.coverage import farthest_point_order
 from teleop_flywheel.data.reports.throughput import BREAK_S, format_lines, throughput_report
-from teleop_flywheel.data.validate.validator import find_bags
-from teleop_flywheel.recording.mcap.exceptions import BagReadError
-from teleop_flywheel.recording.mcap.reader import read_episode
 
 UNLABELLED = "unlabelled"
 
@@ -172,31 +170,6 @@ def compute(
         notes.append("no policy episodes (no checkpoint in the metadata): intervention rates are empty")
     return FlywheelStats(source, len(records), rows, dict(per_task), dict(per_operator), clusters, rule,
                          current, summary, throughput_report(records, break_s), notes)
-
-
-def bag_records(paths: list[Path]) -> list[EpisodeRecord]:
-    """Episode metadata of every bag under the given paths, from each MCAP's episode record (never
-    metadata.yaml alone: a bag whose metadata.yaml disagrees with its MCAP is refused, naming it)."""
-    bags, errors = find_bags(list(paths))
-    if not bags:
-        raise DatasetError(f"no bags under {', '.join(map(str, paths))}" + (f" ({errors[0]})" if errors else ""))
-    out = []
-    for i, bag in enumerate(bags):
-        try:
-            meta = read_episode(bag)
-        except BagReadError as exc:
-            raise DatasetError(str(exc)) from None
-        if meta is None:
-            raise DatasetError(f"{bag}: no episode metadata record (a foreign bag?): nothing to count")
-        out.append(record_from_meta(meta, episode_index=i, episode_id=bag.name))
-    return out
-
-
-def records_for(paths: list[Path]) -> list[EpisodeRecord]:
-    """The episode records of one dataset made by `convert`, or of the bags under `paths`."""
-    if len(paths) == 1 and (paths[0] / INFO_PATH).is_file():
-        return episode_records(LeRobotDataset.open(paths[0]))
-    return bag_records(paths)
 
 
 def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> FlywheelStats:

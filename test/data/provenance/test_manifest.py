@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.fleet import episode
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
@@ -140,3 +141,18 @@ def test_lineage_answers_which_manifest_and_which_episodes(tmp_path: Path, monke
     assert Registry.load().episodes("ckpt-047") == [e.episode_id for e in identities(LeRobotDataset.open(root))]
     assert cli_main(["lineage", "which", "ckpt-999"]) == 2
     assert "not in" in capsys.readouterr().err
+
+    # "Which manifest produced the model currently on this robot": the rig's latest policy episode.
+    fleet = tmp_path / "fleet"
+    episode(fleet, "a1", "rig_a", "ana", 0, 10, "success", "ckpt-046")
+    episode(fleet, "a2", "rig_a", "ana", 60, 10, "success", "ckpt-047")
+    episode(fleet, "b1", "rig_b", "ben", 120, 10, "success", "ckpt-046")
+    episode(fleet, "a3", "rig_a", "ana", 180, 10, "success")  # teleop: no checkpoint, not what runs
+    assert cli_main(["lineage", "which", "--rig", "rig_a", str(fleet)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("rig rig_a runs ckpt-047 (its latest policy episode)") and "run run47" in out
+    assert cli_main(["lineage", "which", "--rig", "rig_b", str(fleet), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"] == "run46"
+    assert cli_main(["lineage", "which", "--rig", "rig_c", str(fleet)]) == 2
+    assert "no policy episode recorded on rig 'rig_c'" in capsys.readouterr().err
+    assert cli_main(["lineage", "which", "ckpt-046", "ckpt-047"]) == 2
