@@ -178,6 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         if _debug(args):
             traceback.print_exc()
+        for line in getattr(exc, "details", ()):
+            print(line, file=sys.stderr)
         print(error_line(name, exc), file=sys.stderr, flush=True)
         return _exit_code(exc)
     except Exception as exc:  # a bug, not a user mistake: the traceback, then the one line

@@ -39,6 +39,7 @@ class FlywheelError(Exception):
     exit_code: int = EXIT_USAGE
     fix: str = ""
     where: str = ""
+    details: tuple[str, ...] = ()  # lines the CLI prints above the one error line (what differs, one a line)
 
 
 class UsageError(FlywheelError, ValueError):

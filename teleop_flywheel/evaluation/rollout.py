@@ -32,7 +32,7 @@ from typing import Any
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
-from teleop_flywheel.data.provenance.recorded import records_for
+from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.evaluation.stats import fisher_exact, wilson
 
 FORMAT = "teleop_flywheel.rollout/1"

@@ -34,7 +34,6 @@ import importlib.util
 import io
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,6 @@ from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import load_manifest
-from teleop_flywheel.data.provenance.materialize import ManifestMismatch
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
 from teleop_flywheel.training.training_set import TrainingSet, load_training_set
 
@@ -106,12 +104,7 @@ def run(args: argparse.Namespace) -> int:
     load_manifest(args.manifest)  # a bad manifest is named whether LeRobot is installed or not
     if importlib.util.find_spec("lerobot") is None:
         raise UsageError("LeRobot is not installed, and train runs LeRobot's training", fix=INSTALL)
-    try:
-        tset = load_training_set(args.manifest, args.dataset)
-    except ManifestMismatch as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        raise
+    tset = load_training_set(args.manifest, args.dataset)
     result = train(tset, args.policy, args.out, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
                    lerobot_args=args.lerobot_args, registry=args.registry, run_name=args.run)
     print(f"trained {args.policy} on {len(tset.episodes)} episodes of {args.manifest} for {result.steps} steps "

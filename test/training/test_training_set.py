@@ -72,6 +72,6 @@ def test_a_changed_episode_is_an_error_naming_it(tmp_path: Path) -> None:
     rewrite_column(root, "action", lambda a: np.where((ep == 3)[:, None], a + np.float32(1.0), a))
     with pytest.raises(ManifestMismatch, match=r"differs from manifest .*run.json in 1 place") as err:
         load_training_set(manifest)
-    assert err.value.exit_code == 1 and len(err.value.lines) == 1
-    assert err.value.lines[0].startswith("changed episode 3 id ") and "data rows" in err.value.lines[0]
+    assert err.value.exit_code == 1 and len(err.value.details) == 1
+    assert err.value.details[0].startswith("changed episode 3 id ") and "data rows" in err.value.details[0]
     load_training_set(manifest, dataset=make(tmp_path / "again")[0])  # an unchanged copy elsewhere trains (--dataset)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, Le
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import data_file, manifest_sha256, row_fields, video_file, video_keys
-from teleop_flywheel.data.provenance.materialize import ManifestMismatch, locate, span_frames
+from teleop_flywheel.data.provenance.materialize import locate, span_frames
 
 POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp")
 EFFORT_FEATURE = "observation.effort"
@@ -288,10 +287,6 @@ def run_export(source: Path, out: Path, dataset: Path | None, jpeg_quality: int 
     al.h5py_module()
     try:
         src = open_source(source, dataset)
-    except ManifestMismatch as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        raise
     except ValueError as exc:
         if isinstance(exc, FlywheelError):
             raise

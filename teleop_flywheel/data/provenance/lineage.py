@@ -36,10 +36,10 @@ from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
+from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
-from teleop_flywheel.data.provenance.recorded import records_for
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 

@@ -34,7 +34,6 @@ import datetime as dt
 import json
 import os
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +69,7 @@ class ManifestMismatch(DatasetError):
 
     def __init__(self, message: str, lines: list[str]) -> None:
         super().__init__(message)
-        self.lines = lines
+        self.details = tuple(lines)
 
 
 @dataclass
@@ -437,10 +436,6 @@ def run(args: argparse.Namespace) -> int:
                          fix="choose a new OUT: a materialized dataset is written whole, never over anything")
     try:
         loc = locate(args.manifest, args.dataset)
-    except ManifestMismatch as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        raise
     except ValueError as exc:
         if isinstance(exc, FlywheelError):
             raise

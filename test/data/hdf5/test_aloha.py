@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 from support import aloha_data as ad
+from support.cli import run_cli
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.lerobot.consistency import problems
@@ -36,12 +37,6 @@ CODEC_TOLERANCE = 3.0  # the same after one more encode (h264) on import (measur
 def _aloha_units(lerobot: np.ndarray) -> np.ndarray:
     v = np.asarray(lerobot, dtype=np.float64)
     return np.concatenate([v[:, :5] * (math.pi / 180.0), v[:, 5:] / 100.0], axis=1)
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli_main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +174,9 @@ def test_a_dataset_without_video_or_effort_exports(tmp_path: Path) -> None:
 
 def test_an_existing_out_is_refused_and_left_alone(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     before = sorted(p.name for p in made["root"].iterdir())
-    code, _, err = _cli(capsys, "export", str(made["ds"]), "--to", "hdf5-aloha", str(made["aloha"]))
+    code, _, err = run_cli(capsys, "export", str(made["ds"]), "--to", "hdf5-aloha", str(made["aloha"]))
     assert code == 2 and "output already exists" in err.strip().splitlines()[-1]
-    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(made["aloha"]), str(made["imported"]))
+    code, _, err = run_cli(capsys, "import", "--from", "hdf5-aloha", str(made["aloha"]), str(made["imported"]))
     assert code == 2 and "output already exists" in err.strip().splitlines()[-1]
     assert sorted(p.name for p in made["root"].iterdir()) == before
 
@@ -194,7 +189,7 @@ def _bad_dir(made: dict[str, Path], tmp_path: Path) -> Path:
 
 def _refused(capsys: pytest.CaptureFixture[str], src: Path, tmp_path: Path, what: str, name: str) -> None:
     out = tmp_path / "ds"
-    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out))
+    code, _, err = run_cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out))
     lines = err.strip().splitlines()
     assert code == 1, err
     assert name in lines[-1] and what in lines[-1], lines[-1]
@@ -237,7 +232,7 @@ def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_p
     shutil.copytree(made["ds"], ds)
     video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
     video.write_bytes(video.read_bytes()[:2000])  # the frames are gone: the first episode's images fail
-    code, _, err = _cli(capsys, "export", str(ds), "--to", "hdf5-aloha", str(tmp_path / "out"))
+    code, _, err = run_cli(capsys, "export", str(ds), "--to", "hdf5-aloha", str(tmp_path / "out"))
     line = err.strip().splitlines()[-1]
     assert code == 1 and "unreadable video" in line and "nothing was written" in line, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no OUT, no temporary directory
@@ -258,9 +253,9 @@ def test_a_foreign_six_joint_aloha_directory_imports(tmp_path: Path, capsys: pyt
         f.create_dataset("/action", data=qpos.astype(np.float32))
         f.create_dataset("/observations/images/top", data=np.full((12, 48, 64, 3), 128, np.uint8))
     out = tmp_path / "ds"
-    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out))
+    code, _, err = run_cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out))
     assert code == 2 and "states no task" in err.strip().splitlines()[-1] and not out.exists()
-    code, _, err = _cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out), "--task", "stack",
+    code, _, err = run_cli(capsys, "import", "--from", "hdf5-aloha", str(src), str(out), "--task", "stack",
                         "--codec", "h264")
     assert code == 0, err
     assert problems(out) == []

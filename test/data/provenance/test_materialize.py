@@ -20,6 +20,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.cli import run_cli
 from support.paths import ROOT
 
 from teleop_flywheel.cli import main as cli_main
@@ -47,12 +48,6 @@ NEEDS_LEROBOT = pytest.mark.skipif(not HAVE_LEROBOT, reason="LeRobot (torch, ~8 
 SPEC = dict(duration_s=2.5, width=256, height=192)
 VIDEO = "observation.images.wrist"
 POSITIONAL = {"index", "episode_index", "task_index"}
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli_main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -111,13 +106,13 @@ def test_episodes_prints_current_indices_after_renumbering(tmp_path: Path, metad
     manifest = tmp_path / "m.json"
     assert cli_main(["manifest", "create", str(root), "--out", str(manifest), "--filter", "episode_index>=2"]) == 0
     capsys.readouterr()
-    assert _cli(capsys, "manifest", "episodes", str(manifest)) == (0, "--dataset.episodes='[2, 3, 4, 5]'\n", "")
+    assert run_cli(capsys, "manifest", "episodes", str(manifest)) == (0, "--dataset.episodes='[2, 3, 4, 5]'\n", "")
     ids = {e.episode_index: e.episode_id for e in identities(LeRobotDataset.open(root))}
 
     drop_episode(root, 0, renumber=True)  # every later episode moves down one index
-    code, out, err = _cli(capsys, "manifest", "episodes", str(manifest))
+    code, out, err = run_cli(capsys, "manifest", "episodes", str(manifest))
     assert (code, out, err) == (0, "--dataset.episodes='[1, 2, 3, 4]'\n", "")
-    code, out, _ = _cli(capsys, "manifest", "episodes", str(manifest), "--json")
+    code, out, _ = run_cli(capsys, "manifest", "episodes", str(manifest), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["episodes"] == [1, 2, 3, 4]
     assert doc["episode_index"] == {ids[e]: e - 1 for e in (2, 3, 4, 5)}
@@ -138,17 +133,17 @@ def test_a_changed_or_missing_episode_is_an_error_naming_it(tmp_path: Path,
         return a
 
     rewrite_column(root, "action", edit)
-    code, out, err = _cli(capsys, "manifest", "episodes", str(manifest))
+    code, out, err = run_cli(capsys, "manifest", "episodes", str(manifest))
     assert code == 1 and out == ""
     lines = err.splitlines()
     assert lines[0].startswith(f"changed episode 3 id {ids[3]}: data rows") and len(lines) == 2
     assert lines[1].startswith("teleop-flywheel manifest: error: differs from manifest") and "1 place(s)" in lines[1]
     out_dir = tmp_path / "out"
-    assert _cli(capsys, "manifest", "materialize", str(manifest), str(out_dir))[0] == 1
+    assert run_cli(capsys, "manifest", "materialize", str(manifest), str(out_dir))[0] == 1
     assert not out_dir.exists() and not commit.staging_path(out_dir).exists()
 
     drop_episode(root, 4)
-    code, _, err = _cli(capsys, "manifest", "episodes", str(manifest))
+    code, _, err = run_cli(capsys, "manifest", "episodes", str(manifest))
     assert code == 1 and f"removed episode 4 id {ids[4]}" in err and f"changed episode 3 id {ids[3]}" in err
 
 
@@ -160,8 +155,8 @@ def test_episodes_after_the_dataset_gained_episodes(made: dict[str, Path], tmp_p
     assert cli_main(["manifest", "create", str(ds), "--out", str(manifest)]) == 0
     conv.convert([made["bag1"]], ds, codec="h264", workers=1, progress=False)  # appended: episode 2
     capsys.readouterr()
-    assert _cli(capsys, "manifest", "verify", str(ds), str(manifest))[0] == 1  # it did gain an episode
-    assert _cli(capsys, "manifest", "episodes", str(manifest)) == (0, "--dataset.episodes='[0, 1]'\n", "")
+    assert run_cli(capsys, "manifest", "verify", str(ds), str(manifest))[0] == 1  # it did gain an episode
+    assert run_cli(capsys, "manifest", "episodes", str(manifest)) == (0, "--dataset.episodes='[0, 1]'\n", "")
 
 
 # --------------------------------------------------------------------------- manifest materialize
@@ -169,7 +164,7 @@ def test_materialized_dataset_holds_exactly_the_manifest(made: dict[str, Path],
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     src, out = made["ds"], made["remuxed"]
     assert problems(out) == []
-    assert _cli(capsys, "doctor", str(out))[0] == 0
+    assert run_cli(capsys, "doctor", str(out))[0] == 0
     manifest = json.loads(made["manifest"].read_text())
     src_eps, out_eps = read_episodes(src).set_index("episode_index"), read_episodes(out)
     kept = [0, 2]
@@ -206,7 +201,7 @@ def test_materialized_dataset_holds_exactly_the_manifest(made: dict[str, Path],
     prov = info["materialized_from"]
     assert prov["manifest"] == str(made["manifest"].resolve()) and prov["fingerprint"] == manifest["fingerprint"]
     assert prov["dataset"] == str(src.resolve()) and prov["source_episodes"] == kept
-    code, said, _ = _cli(capsys, "lineage", "--registry", str(made["root"] / "reg.json"), "which", str(out))
+    code, said, _ = run_cli(capsys, "lineage", "--registry", str(made["root"] / "reg.json"), "which", str(out))
     assert code == 0 and str(made["manifest"].resolve()) in said
 
 
@@ -264,7 +259,7 @@ def test_sample_weights_keep_their_ratios(made: dict[str, Path]) -> None:
 
 def test_resolution_reencodes_once_at_that_size(made: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     out = made["small"]
-    assert problems(out) == [] and _cli(capsys, "doctor", str(out))[0] == 0
+    assert problems(out) == [] and run_cli(capsys, "doctor", str(out))[0] == 0
     info = json.loads((out / "meta/info.json").read_text())
     feature = info["features"][VIDEO]
     assert feature["shape"] == [96, 128, 3] and feature["info"]["video.codec"] == "av1"
@@ -288,10 +283,11 @@ def test_materialize_from_a_renumbered_dataset(made: dict[str, Path], tmp_path: 
     edited = tmp_path / "edited"
     shutil.copytree(made["ds"], edited)
     drop_episode(edited, 1, renumber=True)  # episode 2 is now 1; its video span is where it was
-    code, out, _ = _cli(capsys, "manifest", "episodes", str(made["manifest"]), "--dataset", str(edited))
+    code, out, _ = run_cli(capsys, "manifest", "episodes", str(made["manifest"]), "--dataset", str(edited))
     assert (code, out) == (0, "--dataset.episodes='[0, 1]'\n")
     again = tmp_path / "again"
-    assert _cli(capsys, "manifest", "materialize", str(made["manifest"]), str(again), "--dataset", str(edited))[0] == 0
+    code, _, _ = run_cli(capsys, "manifest", "materialize", str(made["manifest"]), str(again), "--dataset", str(edited))
+    assert code == 0
     for new in (0, 1):
         a = _packets(*_video_span(made["remuxed"], read_episodes(made["remuxed"]).loc[new].to_dict()))
         b = _packets(*_video_span(again, read_episodes(again).loc[new].to_dict()))
@@ -303,10 +299,10 @@ def test_an_existing_out_is_refused_and_nothing_is_written(made: dict[str, Path]
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    code, _, err = _cli(capsys, "manifest", "materialize", str(made["manifest"]), str(out))
+    code, _, err = run_cli(capsys, "manifest", "materialize", str(made["manifest"]), str(out))
     assert code == 2 and "output already exists" in err
     assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    code, _, err = _cli(capsys, "manifest", "materialize", str(made["manifest"]), str(tmp_path / "x"),
+    code, _, err = run_cli(capsys, "manifest", "materialize", str(made["manifest"]), str(tmp_path / "x"),
                         "--resolution", "127x96")
     assert code == 2 and "bad resolution" in err and not (tmp_path / "x").exists()
 
