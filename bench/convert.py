@@ -104,7 +104,7 @@ def main() -> int:
             "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
             "target_ratio_max": 1.5,
-            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.SVT_PRESET}",
+            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.svt_preset()}",
             "resolution": "640x480",
             "cpus": os.cpu_count(),
         }

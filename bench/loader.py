@@ -150,7 +150,7 @@ def main() -> int:
         "video_backend": "pyav",
         "policy": "ACT (resnet18, no pretrained weights), CPU",
         "camera": "640x480 @ 30 fps, one camera",
-        "av1": f"libsvtav1 preset {lf.SVT_PRESET}",
+        "av1": f"libsvtav1 preset {lf.svt_preset()}",
         "cpus": os.cpu_count(),
         "forms": results,
         "least_waiting": best,

@@ -63,6 +63,16 @@ CODECS = ("libsvtav1", "h264")
 # at 11 and 12 every inter frame (g=2: every second) kept blocks of the frame before — measured, the
 # 16-px pixel timecode of 150 of 300 frames came out damaged (0 of 300 at 8 and 10; test_camera.py).
 SVT_PRESET = "10"
+# PyAV before 18 (15.1 is what LeRobot 0.4.4 installs) bundles an SVT-AV1 that at presets 10 and 12
+# writes damaged inter frames: synthetic-session frames at 320x240 came back 4.6-14.8/255 off their
+# source on every second frame, against 1.1-1.2 at preset 8 and with PyAV 18 at 10 (test_video.py).
+# LeRobot's own writer (preset 12) has the same damage there.
+SVT_PRESET_OLD_PYAV = "8"
+
+
+def svt_preset() -> str:
+    """The libsvtav1 preset this PyAV's bundled SVT-AV1 encodes faithfully at."""
+    return SVT_PRESET if int(av.__version__.split(".")[0]) >= 18 else SVT_PRESET_OLD_PYAV
 IMAGE_STAT_FRAMES = 100
 os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner per encoder otherwise; errors still show
 
@@ -200,7 +210,7 @@ def arrow_column(values: np.ndarray, dtype: str) -> pa.Array:
 # -- video ---------------------------------------------------------------------------------------
 
 class VideoEncoder:
-    """One mp4 file: yuv420p frames in, libsvtav1 (g=2, crf=30 as LeRobot; preset SVT_PRESET) or h264 out."""
+    """One mp4 file: yuv420p frames in, libsvtav1 (g=2, crf=30 as LeRobot; preset `svt_preset()`) or h264 out."""
 
     def __init__(self, path: Path, width: int, height: int, fps: int, codec: str = "libsvtav1",
                  g: int = 2, crf: int = 30) -> None:
@@ -212,7 +222,7 @@ class VideoEncoder:
         name = "libx264" if codec == "h264" else codec
         options = {"g": str(g), "crf": str(crf)}
         if codec == "libsvtav1":
-            options["preset"] = SVT_PRESET
+            options["preset"] = svt_preset()
         stream = self.container.add_stream(name, rate=fps, options=options)
         if not isinstance(stream, VideoStream):
             raise ValueError(f"{name}: not a video codec")
