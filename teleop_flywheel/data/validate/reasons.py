@@ -27,6 +27,7 @@ from teleop_flywheel.core.bag_topics import (
     INTERVENTION,
     LEADER_STATE,
     PEDAL_JOY,
+    POLICY_INFERENCE,
 )
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
 from teleop_flywheel.core.resources import config_path
@@ -70,7 +71,7 @@ class ValidateConfig:
     required_topics: list[str] = field(default_factory=lambda: [
         FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
     min_messages: int = 2
-    event_topics: list[str] = field(default_factory=lambda: [PEDAL_JOY, INTERVENTION])
+    event_topics: list[str] = field(default_factory=lambda: [PEDAL_JOY, INTERVENTION, POLICY_INFERENCE])
     gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
     min_duration_s: float = 2.0
     max_duration_s: float = 600.0
