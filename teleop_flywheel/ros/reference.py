@@ -398,6 +398,16 @@ BENCH_LINES: dict[str, Any] = {
         + f" ({_met(all(f['ratio_loader_to_step'] >= 1 for f in d['forms'].values()))}; a GPU step faster than "
         f"the loader's rate would wait: `materialize --resolution` is the lever)"
     ),
+    "rollout": lambda d: (
+        f"`rollout` (a LeRobot ACT checkpoint at its default size drives the simulated rig on the CPU while it "
+        f"records, {d['act']['trials']} trials of {d['trial_s']:g} s, the scripted policy in the same session): "
+        f"target every episode passes, no FRAME_GAP from the policy's load; inference p50 "
+        f"{d['act']['inference_ms']['p50']:g} ms, p99 {d['act']['inference_ms']['p99']:g} ms "
+        f"({d['act']['late_actions']} of {d['act']['actions']} actions late, held); "
+        f"{d['act']['passed']}/{d['act']['trials']} passed ({d['act']['rejection_codes'] or 'none'}), scripted "
+        f"{d['scripted']['passed']}/{d['scripted']['trials']} ({d['scripted']['rejection_codes'] or 'none'}) "
+        f"({_met(d['met'])})"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())
