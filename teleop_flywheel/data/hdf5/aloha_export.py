@@ -21,55 +21,38 @@ with `provenance.materialize.locate`), numbered 0..N-1 as ACT's loader counts th
   `episode_id` (the content id), `source_dataset`, `source_episode_index`, and from a manifest
   `manifest`, `manifest_fingerprint` and `manifest_sha256` — what the file came from.
 
-Atomic: files are written into a hidden temporary directory beside OUT and renamed to OUT at the
-end; an OUT that exists is refused before anything is read (exit 2); an error removes the
-temporary directory, so OUT is whole or absent.
+Read with `interchange.export_source` (one episode, one frame at a time); written with
+`interchange.staged_output`: OUT is whole or absent.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import av
 import cv2
 import numpy as np
-import pyarrow.parquet as pq
 
-from teleop_flywheel import __version__
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
-from teleop_flywheel.data.lerobot.commit import fsync_dir, fsync_tree
-from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
+from teleop_flywheel.data.interchange.export_source import (
+    IMAGE_PREFIX,
+    POSITIONAL,
+    ExportError,
+    Source,
+    episode_columns,
+    episode_frames,
+    open_source,
+    task_of,
+)
+from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.parallel import progress
-from teleop_flywheel.data.provenance.manifest_hash import data_file, manifest_sha256, row_fields, video_file, video_keys
-from teleop_flywheel.data.provenance.materialize import locate, span_frames
+from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
-POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp")
 EFFORT_FEATURE = "observation.effort"
-IMAGE_PREFIX = "observation.images."
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
-
-
-class ExportError(DatasetError):
-    """The dataset failed under the export (a video that does not decode, frames missing): exit 1."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "`teleop-flywheel doctor DATASET` checks the dataset's files"
-
-
-@dataclass
-class Source:
-    """What to export: a dataset, the episodes (current indices, in order) and where they came from."""
-
-    ds: LeRobotDataset
-    episodes: list[int]
-    attrs: dict[str, str]  # root attributes every file gets (the manifest's ids)
 
 
 @dataclass
@@ -77,19 +60,6 @@ class Exported:
     out: Path
     episodes: int
     frames: int
-
-
-def open_source(path: Path, dataset: Path | None = None) -> Source:
-    """A dataset directory, or a manifest JSON (verified against its dataset, or `dataset`)."""
-    if path.is_file():
-        loc = locate(path, dataset)
-        if not loc.current:
-            raise UsageError("the manifest lists no episodes", where=str(path), fix="create one that selects some")
-        return Source(loc.ds, loc.episodes, {"manifest": str(path.resolve()),
-                                              "manifest_fingerprint": str(loc.manifest.get("fingerprint", "")),
-                                              "manifest_sha256": manifest_sha256(loc.manifest)})
-    ds = LeRobotDataset.open(path)
-    return Source(ds, [int(e) for e in ds.episodes["episode_index"]], {})
 
 
 def _check_joints(ds: LeRobotDataset, feature: str) -> str:
@@ -102,41 +72,6 @@ def _check_joints(ds: LeRobotDataset, feature: str) -> str:
         raise DatasetError(f"{ds.root}: {feature} has joints {list(f.names or [])} (width {f.width}), "
                            f"not the SO-101's {al.JOINT_FEATURE_NAMES}; their units cannot be converted")
     return name
-
-
-def _episode_columns(ds: LeRobotDataset, row: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Every non-visual data column of one episode (current names), in frame order."""
-    rel = data_file(row)
-    paths = [ds.root / rel] if rel else ds.data_files()
-    e = int(row["episode_index"])
-    renames = pending_renames(ds.info)
-    out: dict[str, list[np.ndarray]] = {}
-    for path in paths:
-        try:  # row-group statistics let pyarrow skip the other episodes' rows
-            table = pq.read_table(path, filters=[("episode_index", "=", e)])
-        except (OSError, ValueError) as exc:
-            raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
-        for name in table.column_names:
-            out.setdefault(renamed_column(name, renames), []).append(to_numpy(table[name], name))
-    columns = {k: np.concatenate(v) for k, v in out.items()}
-    if len(columns.get("frame_index", ())) != int(row["length"]):
-        raise DatasetError(f"{ds.root}: episode {e} has {len(columns.get('frame_index', ()))} data rows, "
-                           f"its length is {int(row['length'])}")
-    order = np.argsort(columns["frame_index"], kind="stable")
-    return {k: v[order] for k, v in columns.items()}
-
-
-def _frames(ds: LeRobotDataset, row: dict[str, Any], key: str) -> Iterator[np.ndarray]:
-    """One camera's frames of an episode as (H, W, 3) uint8 RGB, decoded one at a time."""
-    rel = video_file(row, key)
-    if rel is None:
-        raise DatasetError(f"{ds.root}: episode {int(row['episode_index'])} has no {key} video in the episodes table")
-    lo, hi = float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"])
-    try:
-        for frame in span_frames(ds.root / rel, lo, hi):
-            yield frame.to_ndarray(format="rgb24")
-    except av.FFmpegError as exc:
-        raise ExportError(f"{ds.root / rel}: unreadable video ({exc}); nothing was written") from None
 
 
 class _JpegRows:
@@ -170,18 +105,16 @@ class _JpegRows:
 def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], cameras: list[str],
                    jpeg_quality: int | None) -> int:
     ds = src.ds
-    cols = _episode_columns(ds, row)
+    cols = episode_columns(ds, row)
     state, action = (cols.pop(_check_joints(ds, f)) for f in (STATE, ACTION))
     n = len(state)
     effort = cols.pop(ds.feature_name(EFFORT_FEATURE) or EFFORT_FEATURE, None)
     episode_row = row_fields(row)
     with h5.File(path, "w") as f:
         f.attrs.update({
-            "sim": False, "compress": jpeg_quality is not None, "fps": ds.fps, "task": _task(ds, cols),
-            "joint_names": al.json_attr(list(al.JOINT_NAMES)), "qpos_units": al.QPOS_UNITS,
-            "episode_id": str(episode_row.get("episode_id") or ""), "source_dataset": str(ds.root.resolve()),
-            "source_episode_index": int(row["episode_index"]), "format": al.FORMAT,
-            "teleop_flywheel_version": __version__, **src.attrs,
+            "sim": False, "compress": jpeg_quality is not None, "fps": ds.fps, "task": task_of(ds, cols),
+            "joint_names": al.json_attr(list(al.JOINT_NAMES)), "qpos_units": al.QPOS_UNITS, "format": al.FORMAT,
+            **src.provenance(row),
         })
         f.create_dataset(al.QPOS, data=al.to_aloha(state)).attrs["units"] = al.QPOS_UNITS
         f.create_dataset(al.ACTION, data=al.to_aloha(action)).attrs["units"] = al.QPOS_UNITS
@@ -207,11 +140,6 @@ def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], camera
     return n
 
 
-def _task(ds: LeRobotDataset, cols: dict[str, np.ndarray]) -> str:
-    tasks = cols.get("task_index")
-    return ds.tasks.get(int(tasks[0]), "") if tasks is not None and len(tasks) else ""
-
-
 def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: list[str], n: int,
                   jpeg_quality: int | None, root: Any) -> None:
     writers: list[Any] = []
@@ -225,7 +153,7 @@ def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: 
         else:
             writers.append(_JpegRows(group, cam, n, jpeg_quality))
     count = 0
-    for t, images in enumerate(zip(*(_frames(ds, row, key) for key in cameras), strict=False)):
+    for t, images in enumerate(zip(*(episode_frames(ds, row, key) for key in cameras), strict=False)):
         if t >= n:
             break
         for key, shape, writer, rgb in zip(cameras, shapes, writers, images, strict=True):
@@ -248,49 +176,23 @@ def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: 
 def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True) -> Exported:
     """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically."""
     h5 = al.h5py_module()
-    out = Path(os.path.abspath(out))
-    if os.path.lexists(out):
-        raise UsageError("output already exists", where=str(out), fix="choose a new OUT: an export is written "
-                                                                        "whole, never over anything")
-    out.parent.mkdir(parents=True, exist_ok=True)
     cameras = sorted(video_keys(src.ds))  # /compress_len rows in h5py's (name) order of the cameras
-    rows = {int(r["episode_index"]): r for r in src.ds.episodes.to_dict("records")}
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    stage.chmod(0o777 & ~umask)  # mkdtemp's 0700 is for the temporary name, not for OUT
     frames = 0
-    try:
-        with progress(len(src.episodes), "export" if show_progress else None, unit="episode") as bar:
-            for k, e in enumerate(src.episodes):
-                frames += _write_episode(h5, stage / al.EPISODE_FILE.format(index=k), src, rows[e], cameras,
-                                         jpeg_quality)
-                bar.update(1)
-        fsync_tree(stage)
-        if os.path.lexists(out):
-            raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
-        os.rename(stage, out)
-        fsync_dir(out.parent)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    return Exported(out, len(src.episodes), frames)
+    with staged_output(out) as stage, \
+            progress(len(src.episodes), "export" if show_progress else None, unit="episode") as bar:
+        for k, row in enumerate(src.rows()):
+            frames += _write_episode(h5, stage / al.EPISODE_FILE.format(index=k), src, row, cameras, jpeg_quality)
+            bar.update(1)
+    return Exported(Path(os.path.abspath(out)), len(src.episodes), frames)
 
 
 def run_export(source: Path, out: Path, dataset: Path | None, jpeg_quality: int | None) -> int:
     """The `export --to hdf5-aloha` verb's work: one line saying what was written."""
     if jpeg_quality is not None and not 1 <= jpeg_quality <= 100:
         raise UsageError(f"JPEG quality {jpeg_quality} is out of range", where="--jpeg", fix="give 1..100 (ALOHA: 50)")
-    if os.path.lexists(out):
-        raise UsageError("output already exists", where=str(out), fix="choose a new OUT: an export is written "
-                                                                        "whole, never over anything")
+    refuse_existing(out)
     al.h5py_module()
-    try:
-        src = open_source(source, dataset)
-    except ValueError as exc:
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc)) from exc
+    src = open_source(source, dataset)
     made = export(src, out, jpeg_quality)
     print(f"wrote {made.out}: {made.episodes} episode files (episode_0..{made.episodes - 1}.hdf5), {made.frames} "
           f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}")
