@@ -12,16 +12,21 @@ OUT must not exist (exit 2, nothing written); it appears whole or not at all.
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
-FORMATS = {"hdf5-aloha": "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"}
+# format -> (the module whose run_export(args) -> int writes it, what it is)
+FORMATS = {
+    "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
+                   "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", type=Path, help="a LeRobot v3.0 dataset directory, or a manifest JSON")
     parser.add_argument("out", type=Path, help="where to write (must not exist)")
     parser.add_argument("--to", required=True, choices=sorted(FORMATS),
-                        help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()))
+                        help="; ".join(f"{k}: {v}" for k, (_, v) in FORMATS.items()))
     parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
                         help="hdf5-aloha: JPEG-compress the frames at this quality (1..100; ALOHA uses 50), "
@@ -29,6 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from teleop_flywheel.data.hdf5.aloha_export import run_export  # noqa: PLC0415 (only the format asked for)
-
-    return run_export(args.source, args.out, args.dataset, args.jpeg)
+    writer = importlib.import_module(FORMATS[args.to][0])  # only the format asked for: its extras may be absent
+    result: int = writer.run_export(args)
+    return result

@@ -26,6 +26,7 @@ Read with `interchange.export_source` (one episode, one frame at a time); writte
 """
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,8 +187,9 @@ def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progres
     return Exported(Path(os.path.abspath(out)), len(src.episodes), frames)
 
 
-def run_export(source: Path, out: Path, dataset: Path | None, jpeg_quality: int | None) -> int:
+def run_export(args: argparse.Namespace) -> int:
     """The `export --to hdf5-aloha` verb's work: one line saying what was written."""
+    source, out, dataset, jpeg_quality = args.source, args.out, args.dataset, args.jpeg
     if jpeg_quality is not None and not 1 <= jpeg_quality <= 100:
         raise UsageError(f"JPEG quality {jpeg_quality} is out of range", where="--jpeg", fix="give 1..100 (ALOHA: 50)")
     refuse_existing(out)
