@@ -19,7 +19,7 @@ from pathlib import Path
 
 from teleop_flywheel.data.lerobot import format as lf
 
-# format -> (the module whose run_import(args) -> commit.NewDataset writes it, what SRC is)
+# format -> (the module whose run_import(args) -> staged_output.Imported writes it, what SRC is)
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_import",
                    "a directory of ALOHA/ACT episode_N.hdf5 files (h5py: pip install '.[hdf5]')"),

@@ -30,6 +30,7 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
+from teleop_flywheel.data.interchange.staged_output import Imported
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes
@@ -223,15 +224,14 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
     return lf.image_stats(images)
 
 
-def run_import(args: argparse.Namespace) -> commit.NewDataset:
+def run_import(args: argparse.Namespace) -> Imported:
     """`import --from hdf5-aloha DIR OUT` (data/import_dataset.py)."""
     return import_aloha(args.source, args.out, args.task, args.fps, args.codec or "libsvtav1",
                         args.robot_type or "so101_follower")
 
 
 def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int | None = None,
-                 codec: str = "libsvtav1", robot_type: str = "so101_follower",
-                 show_progress: bool = True) -> commit.NewDataset:
+                 codec: str = "libsvtav1", robot_type: str = "so101_follower", show_progress: bool = True) -> Imported:
     """Write the dataset of `directory`'s episode files at `out` (which must not exist), atomically."""
     h5 = al.h5py_module()
     out = Path(os.path.abspath(out))
@@ -252,12 +252,22 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
     keys: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION, **files[0].dataset_keys,
                             "imported_from": {"format": al.FORMAT, "directory": str(directory.resolve()),
                                               "files": [e.path.name for e in files]}}
-    with commit.new_dataset(out, "an imported dataset") as stage, \
-            tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work, \
-            progress(len(files), "import" if show_progress else None, unit="episode") as bar:
-        eps = []
-        for e in files:
-            eps.append(_read_episode(h5, e, Path(work), int(round(rate)), codec, task or e.task))
-            bar.update(1)
-        write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
-    return commit.NewDataset(out, len(files), sum(e.length for e in files))
+    with commit.locked_dataset(out):
+        commit.finish(out)  # a staging directory a crashed run left: rolled back
+        stage = commit.new_stage(out)
+        try:
+            with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work, \
+                    progress(len(files), "import" if show_progress else None, unit="episode") as bar:
+                eps = []
+                for e in files:
+                    eps.append(_read_episode(h5, e, Path(work), int(round(rate)), codec, task or e.task))
+                    bar.update(1)
+                write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
+            commit.fsync_tree(stage)
+            if os.path.lexists(out):
+                raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
+            os.rename(stage, out)
+            commit.fsync_dir(out.parent)
+        finally:
+            commit.finish(out)  # staging without a journal: removed (after the rename there is none)
+    return Imported(out, len(files), sum(e.length for e in files))

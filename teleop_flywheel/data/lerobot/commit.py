@@ -31,11 +31,10 @@ import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.filelock import locked
 
@@ -221,34 +220,3 @@ def locked_dataset(out: Path) -> Iterator[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     with locked(out, wait=False, what="another convert or doctor") as lock:
         yield lock
-
-
-@dataclass
-class NewDataset:
-    """What `new_dataset`'s caller wrote: the dataset, its episodes and frames."""
-
-    out: Path
-    episodes: int
-    frames: int
-
-
-@contextmanager
-def new_dataset(out: Path, what: str) -> Iterator[Path]:
-    """Write a whole new dataset at `out` (absolute; it must not exist): yields an empty staging
-    directory beside it to fill. When the block ends it is fsynced and renamed to `out` (whole); on
-    any error it is removed (absent). `what` names the dataset in the refusal of an existing `out`."""
-    if os.path.lexists(out):
-        raise UsageError("output already exists", where=str(out),
-                         fix=f"choose a new OUT: {what} is written whole, never over anything")
-    with locked_dataset(out):
-        finish(out)  # a staging directory a crashed run left: rolled back
-        stage = new_stage(out)
-        try:
-            yield stage
-            fsync_tree(stage)
-            if os.path.lexists(out):
-                raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
-            os.rename(stage, out)
-            fsync_dir(out.parent)
-        finally:
-            finish(out)  # staging without a journal: removed (after the rename there is none)

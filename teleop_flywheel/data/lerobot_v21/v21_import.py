@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
-from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing, staged_output
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.parallel import progress
 
@@ -322,26 +321,23 @@ def _write_meta(src: Source, stage: Path, info: dict[str, Any], rows: list[dict[
     lf.write_json(stage / lf.INFO_PATH, info)
 
 
-def import_v21(root: Path, out: Path, show_progress: bool = True) -> commit.NewDataset:
+def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
     """Migrate the v2.1 dataset at `root` to a v3.0 dataset at `out` (which must not exist), atomically."""
-    out = Path(os.path.abspath(out))
-    if os.path.lexists(out):
-        raise UsageError("output already exists", where=str(out),
-                         fix="choose a new OUT: an imported dataset is written whole, never over anything")
+    out = refuse_existing(out)
     src = read_source(root)
     info = v30_info(src)
     rows: list[dict[str, Any]] = [{"episode_index": e.index} for e in src.episodes]
     steps = len(src.episodes) * (1 + len(src.video_keys))
-    with commit.new_dataset(out, "an imported dataset") as stage, \
+    with staged_output(out) as stage, \
             progress(steps, "import" if show_progress else None, unit="file") as bar:
         _write_data(src, stage, rows, int(info["data_files_size_in_mb"]), bar)
         for key in src.video_keys:
             _write_videos(src, stage, key, rows, int(info["video_files_size_in_mb"]), bar)
         _write_meta(src, stage, info, rows)
-    return commit.NewDataset(out, len(src.episodes), sum(e.rows for e in src.episodes))
+    return Imported(out, len(src.episodes), sum(e.rows for e in src.episodes))
 
 
-def run_import(args: argparse.Namespace) -> commit.NewDataset:
+def run_import(args: argparse.Namespace) -> Imported:
     """`import --from lerobot-v2.1 SRC OUT` (data/import_dataset.py)."""
     given = [f"--{name.replace('_', '-')}" for name in ALOHA_ONLY if getattr(args, name, None) is not None]
     if given:

@@ -387,8 +387,22 @@ def materialize(loc: Located, out: Path, resolution: tuple[int, int] | None = No
     out = Path(os.path.abspath(out))
     if not loc.current:
         raise UsageError("the manifest lists no episodes", where=str(loc.path), fix="create one that selects some")
-    with commit.new_dataset(out, "a materialized dataset") as stage:
-        made = _write_all(loc, stage, resolution, codec, show_progress)
+    if os.path.lexists(out):
+        raise UsageError("output already exists", where=str(out),
+                         fix="choose a new OUT: a materialized dataset is written whole, never over anything")
+    with commit.locked_dataset(out):
+        commit.finish(out)  # a staging directory a crashed run left: rolled back
+        stage = commit.new_stage(out)
+        try:
+            made = _write_all(loc, stage, resolution, codec, show_progress)
+            commit.fsync_tree(stage)
+            if os.path.lexists(out):
+                raise UsageError("output appeared while it was being written", where=str(out),
+                                 fix="choose a new OUT")
+            os.rename(stage, out)
+            commit.fsync_dir(out.parent)
+        finally:
+            commit.finish(out)  # staging without a journal: removed (after the rename there is none)
     made.root = out
     return made
 
