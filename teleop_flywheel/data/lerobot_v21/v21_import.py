@@ -81,6 +81,7 @@ class Episode:
     stats: dict[str, dict[str, Any]]
     data: Path
     rows: int
+    data_bytes: int
     videos: dict[str, Path] = field(default_factory=dict)
     frames: dict[str, int] = field(default_factory=dict)  # video key -> frames in its mp4
 
@@ -139,9 +140,10 @@ def _read_info(root: Path) -> dict[str, Any]:
     return info
 
 
-def _check_data(path: Path, ep: int, length: int, info: dict[str, Any], tasks: dict[int, str]) -> int:
+def _check_data(path: Path, ep: int, length: int, info: dict[str, Any], tasks: dict[int, str]) -> tuple[int, int]:
     """The episode's parquet holds the features' columns, `length` rows of episode `ep`, vectors as
-    wide as their feature names, known task indices. Returns its rows."""
+    wide as their feature names, known task indices. Returns its rows and its columns' uncompressed
+    bytes (what LeRobot's converter measures a data file by)."""
     if not path.is_file():
         raise _bad(path, f"missing (the data of episode {ep})")
     try:
@@ -173,7 +175,9 @@ def _check_data(path: Path, ep: int, length: int, info: dict[str, Any], tasks: d
         raise _bad(path, f"episode_index is not {ep} in every row")
     if unknown := set(table.column("task_index").to_pylist()) - set(tasks):
         raise _bad(path, f"task_index {sorted(unknown)} not in {TASKS}")
-    return int(meta.num_rows)
+    size = sum(meta.row_group(g).column(c).total_uncompressed_size
+               for g in range(meta.num_row_groups) for c in range(meta.num_columns))
+    return int(meta.num_rows), size
 
 
 def _check_video(path: Path, ep: int, key: str, length: int, feature: dict[str, Any]) -> tuple[int, str]:
@@ -218,7 +222,7 @@ def read_source(root: Path) -> Source:
             raise _bad(root / EPISODES_STATS, f"no stats of episode {ep}")
         places = {"episode_chunk": ep // chunks, "episode_index": ep}
         data = root / info["data_path"].format(**places)
-        e = Episode(ep, row, ep_stats, data, _check_data(data, ep, int(row["length"]), info, tasks))
+        e = Episode(ep, row, ep_stats, data, *_check_data(data, ep, int(row["length"]), info, tasks))
         for key in sorted(k for k, f in info["features"].items() if f["dtype"] == "video"):
             mp4 = root / info["video_path"].format(video_key=key, **places)
             e.frames[key], codec = _check_video(mp4, ep, key, e.rows, info["features"][key])
@@ -229,9 +233,10 @@ def read_source(root: Path) -> Source:
     return Source(root, info, tasks, episodes)
 
 
-def _groups(sizes: list[int], limit_mb: int) -> list[list[int]]:
+def _groups(sizes: list[int], limit_mb: float) -> list[list[int]]:
     """Consecutive runs of episodes per file, as LeRobot's converter cuts them: a new file before
-    the episode that would bring the current one to the limit."""
+    the episode that would bring the current one to the limit (data: the parquet columns'
+    uncompressed bytes; video: the mp4's bytes)."""
     limit = limit_mb * MB
     groups: list[list[int]] = [[]]
     size = 0
@@ -244,10 +249,10 @@ def _groups(sizes: list[int], limit_mb: int) -> list[list[int]]:
     return groups
 
 
-def _write_data(src: Source, stage: Path, rows: list[dict[str, Any]], limit_mb: int, bar: Any) -> None:
+def _write_data(src: Source, stage: Path, rows: list[dict[str, Any]], limit_mb: float, bar: Any) -> None:
     """Each episode's rows, unchanged, appended to the data file it falls in (one episode in memory)."""
     cursor = 0
-    groups = _groups([e.data.stat().st_size for e in src.episodes], limit_mb)
+    groups = _groups([e.data_bytes for e in src.episodes], limit_mb)
     for number, group in enumerate(groups):
         ci, fi = lf.chunk_file(number)
         rel = lf.DATA_PATH.format(chunk_index=ci, file_index=fi)
@@ -269,7 +274,7 @@ def _write_data(src: Source, stage: Path, rows: list[dict[str, Any]], limit_mb: 
                 writer.close()
 
 
-def _write_videos(src: Source, stage: Path, key: str, rows: list[dict[str, Any]], limit_mb: int, bar: Any) -> None:
+def _write_videos(src: Source, stage: Path, key: str, rows: list[dict[str, Any]], limit_mb: float, bar: Any) -> None:
     """One camera's episode mp4s remuxed back to back; each episode's span where its frames landed."""
     fps = int(src.info["fps"])
     groups = _groups([e.videos[key].stat().st_size for e in src.episodes], limit_mb)
@@ -330,9 +335,9 @@ def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
     steps = len(src.episodes) * (1 + len(src.video_keys))
     with staged_output(out) as stage, \
             progress(steps, "import" if show_progress else None, unit="file") as bar:
-        _write_data(src, stage, rows, int(info["data_files_size_in_mb"]), bar)
+        _write_data(src, stage, rows, float(info["data_files_size_in_mb"]), bar)
         for key in src.video_keys:
-            _write_videos(src, stage, key, rows, int(info["video_files_size_in_mb"]), bar)
+            _write_videos(src, stage, key, rows, float(info["video_files_size_in_mb"]), bar)
         _write_meta(src, stage, info, rows)
     return Imported(out, len(src.episodes), sum(e.rows for e in src.episodes))
 

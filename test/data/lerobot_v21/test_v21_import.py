@@ -206,34 +206,37 @@ def test_a_migration_that_fails_midway_leaves_nothing(tmp_path: Path, monkeypatc
 
 # -- the oracle: LeRobot 0.4.x's loader and its own v2.1 -> v3.0 converter -------------------------
 
-@pytest.fixture(scope="module")
-def lerobots(made: dict[str, Path]) -> Path:
-    """The v3.0 dataset LeRobot's own converter makes of the same input (offline: its functions on a
+def _lerobot_convert(root: Path, data_mb: float, video_mb: float) -> Path:
+    """The v3.0 dataset LeRobot's own converter makes of the fixture (offline: its functions on a
     local copy; its script's `convert_dataset` downloads from the Hub unless given a root)."""
-    from lerobot.datasets.utils import DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_VIDEO_FILE_SIZE_IN_MB  # noqa: PLC0415
     from lerobot.datasets.v30 import convert_dataset_v21_to_v30 as c  # noqa: PLC0415
 
-    src, new = made["root"] / "lerobot_src", made["root"] / "lerobot_v30"
+    src, new = root / "lerobot_src", root / "lerobot_v30"
     shutil.copytree(FIXTURE, src)
     c.validate_local_dataset_version(src)
-    c.convert_info(src, new, DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    c.convert_info(src, new, data_mb, video_mb)
     c.convert_tasks(src, new)
-    data = c.convert_data(src, new, DEFAULT_DATA_FILE_SIZE_IN_MB)
-    videos = c.convert_videos(src, new, DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    data = c.convert_data(src, new, data_mb)
+    videos = c.convert_videos(src, new, video_mb)
     c.convert_episodes_metadata(src, new, data, videos)
     return new
 
 
-@NEEDS_LEROBOT
-def test_lerobot_loads_it_and_every_frame_equals_its_own_converters(made: dict[str, Path], lerobots: Path) -> None:
+@pytest.fixture(scope="module")
+def lerobots(made: dict[str, Path]) -> Path:
+    return _lerobot_convert(made["root"], lf.DEFAULT_DATA_FILE_SIZE_IN_MB, lf.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+
+
+def _same_items(ours_root: Path, theirs_root: Path) -> None:
+    """LeRobot loads both; every item (every frame of every camera decoded by LeRobot) is equal."""
     import torch  # noqa: PLC0415
     from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
 
-    ours = LeRobot("local/out", root=made["out"], video_backend="pyav")
-    theirs = LeRobot("local/lerobot_v30", root=lerobots, video_backend="pyav")
+    ours = LeRobot("local/ours", root=ours_root, video_backend="pyav")
+    theirs = LeRobot("local/theirs", root=theirs_root, video_backend="pyav")
     assert (ours.num_episodes, len(ours)) == (theirs.num_episodes, len(theirs)) == (3, 87)
     assert ours.meta.camera_keys == theirs.meta.camera_keys == list(CAMERAS)
-    for i in range(len(ours)):  # every frame of every camera decoded, by LeRobot
+    for i in range(len(ours)):
         a, b = ours[i], theirs[i]
         assert a.keys() == b.keys()
         for key, value in a.items():
@@ -241,6 +244,11 @@ def test_lerobot_loads_it_and_every_frame_equals_its_own_converters(made: dict[s
                 assert torch.equal(value, b[key]), (i, key)
             else:
                 assert value == b[key], (i, key)
+
+
+@NEEDS_LEROBOT
+def test_lerobot_loads_it_and_every_frame_equals_its_own_converters(made: dict[str, Path], lerobots: Path) -> None:
+    _same_items(made["out"], lerobots)
 
 
 @NEEDS_LEROBOT
@@ -265,3 +273,28 @@ def test_its_files_equal_lerobots_own_converters(made: dict[str, Path], lerobots
         assert a[feature].keys() == b[feature].keys(), feature
         for name in b[feature]:
             assert np.allclose(a[feature][name], b[feature][name], rtol=1e-12, atol=0), (feature, name)
+
+
+@NEEDS_LEROBOT
+def test_files_roll_over_where_lerobots_converter_rolls_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With file limits the fixture's episodes overflow (data 6 KB uncompressed, video 12 KB: episodes 0-1 in one
+    file, 2 in the next), both cut the files alike and every item is equal. One difference, on
+    purpose: LeRobot's converter records episode 2's data in file 0, where its rows are not."""
+    data_mb, video_mb = 6 / 1024, 12 / 1024
+    theirs = _lerobot_convert(tmp_path, data_mb, video_mb)
+    monkeypatch.setattr(lf, "DEFAULT_DATA_FILE_SIZE_IN_MB", data_mb)
+    monkeypatch.setattr(lf, "DEFAULT_VIDEO_FILE_SIZE_IN_MB", video_mb)
+    ours = tmp_path / "out"
+    assert cli_main(["import", "--from", "lerobot-v2.1", str(FIXTURE), str(ours)]) == 0
+    assert sorted(p.relative_to(ours).as_posix() for p in ours.rglob("file-*.*")) == sorted(
+        p.relative_to(theirs).as_posix() for p in theirs.rglob("file-*.*"))
+    assert len(list(ours.rglob("file-001.mp4"))) == 2 and (ours / "data/chunk-000/file-001.parquet").exists()
+    _same_items(ours, theirs)
+    episodes = lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    a, b = pq.read_table(ours / episodes).to_pylist(), pq.read_table(theirs / episodes).to_pylist()
+    assert [r["data/file_index"] for r in a] == [0, 0, 1]
+    assert [r["data/file_index"] for r in b] == [0, 0, 0]  # LeRobot's: episode 2's rows are in file 1
+    assert set(pq.read_table(ours / "data/chunk-000/file-001.parquet").column("episode_index").to_pylist()) == {2}
+    for ra, rb in zip(a, b, strict=True):
+        assert {k: v for k, v in ra.items() if k != "data/file_index"} == \
+            {k: v for k, v in rb.items() if k != "data/file_index"}
