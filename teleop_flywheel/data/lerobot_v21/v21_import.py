@@ -98,7 +98,8 @@ class Source:
         return sorted(k for k, f in self.info["features"].items() if f["dtype"] == "video")
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def _jsonl(path: Path, fields: dict[str, type]) -> list[dict[str, Any]]:
+    """The rows of a jsonl file, each with `fields` of their types."""
     if not path.is_file():
         raise _bad(path, "missing (a v2.1 dataset has meta/episodes.jsonl, tasks.jsonl and episodes_stats.jsonl)")
     out = []
@@ -111,6 +112,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
             raise _bad(path, f"line {n} is not JSON ({exc.msg})") from None
         if not isinstance(item, dict):
             raise _bad(path, f"line {n} is not a JSON object")
+        for key, kind in fields.items():
+            if not isinstance(item.get(key), kind) or isinstance(item.get(key), bool):
+                raise _bad(path, f"line {n} has no {key!r} ({kind.__name__})")
         out.append(item)
     return out
 
@@ -152,7 +156,7 @@ def _check_data(path: Path, ep: int, length: int, info: dict[str, Any], tasks: d
     except (OSError, pa.ArrowException) as exc:
         raise _bad(path, f"not a readable parquet file ({exc})") from None
     columns = {f: spec for f, spec in info["features"].items() if spec["dtype"] != "video"}
-    if missing := sorted(set(columns) - set(schema.names)):
+    if missing := sorted((set(columns) | {"episode_index", "task_index"}) - set(schema.names)):
         raise _bad(path, f"no column {', '.join(missing)} (info.json's features)")
     if extra := sorted(set(schema.names) - set(columns)):
         raise _bad(path, f"column {', '.join(extra)} is not a feature of info.json")
@@ -205,24 +209,25 @@ def read_source(root: Path) -> Source:
     if not root.is_dir():
         raise UsageError("not a directory", where=str(root), fix="give the root of a LeRobot v2.1 dataset")
     info = _read_info(root)
-    tasks = {int(t["task_index"]): str(t["task"]) for t in _jsonl(root / TASKS)}
-    legacy = sorted(_jsonl(root / EPISODES), key=lambda r: int(r.get("episode_index", -1)))
-    indices = [r.get("episode_index") for r in legacy]
+    tasks = {t["task_index"]: t["task"] for t in _jsonl(root / TASKS, {"task_index": int, "task": str})}
+    legacy = sorted(_jsonl(root / EPISODES, {"episode_index": int, "tasks": list, "length": int}),
+                    key=lambda r: int(r["episode_index"]))
+    indices = [r["episode_index"] for r in legacy]
     if indices != list(range(len(legacy))) or len(legacy) != int(info["total_episodes"]):
         raise _bad(root / EPISODES, f"episodes {indices[:5]}{'...' if len(indices) > 5 else ''}: not 0..N-1 "
                                     f"for info.json's total_episodes {info['total_episodes']}")
-    stats = {int(s["episode_index"]): s.get("stats") for s in _jsonl(root / EPISODES_STATS)}
+    stats = {s["episode_index"]: s["stats"]
+             for s in _jsonl(root / EPISODES_STATS, {"episode_index": int, "stats": dict})}
     chunks = int(info["chunks_size"])
     codecs: dict[str, str] = {}
     episodes = []
     for row in legacy:
         ep = int(row["episode_index"])
-        ep_stats = stats.get(ep)
-        if not isinstance(ep_stats, dict):
+        if ep not in stats:
             raise _bad(root / EPISODES_STATS, f"no stats of episode {ep}")
         places = {"episode_chunk": ep // chunks, "episode_index": ep}
         data = root / info["data_path"].format(**places)
-        e = Episode(ep, row, ep_stats, data, *_check_data(data, ep, int(row["length"]), info, tasks))
+        e = Episode(ep, row, stats[ep], data, *_check_data(data, ep, int(row["length"]), info, tasks))
         for key in sorted(k for k, f in info["features"].items() if f["dtype"] == "video"):
             mp4 = root / info["video_path"].format(video_key=key, **places)
             e.frames[key], codec = _check_video(mp4, ep, key, e.rows, info["features"][key])

@@ -135,6 +135,19 @@ def test_a_missing_video_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
              "observation.images.wrist/episode_000001.mp4")
 
 
+def test_a_broken_jsonl_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = _bad(tmp_path)
+    episodes = bad / "meta/episodes.jsonl"
+    lines = episodes.read_text().splitlines()
+    row = json.loads(lines[1])
+    del row["length"]
+    episodes.write_text("\n".join([lines[0], json.dumps(row), lines[2]]))
+    _refused(capsys, bad, tmp_path, "line 2 has no 'length' (int)", "episodes.jsonl")
+    shutil.copy(FIXTURE / "meta/episodes.jsonl", episodes)
+    (bad / "meta/episodes_stats.jsonl").unlink()
+    _refused(capsys, bad, tmp_path, "missing", "episodes_stats.jsonl")
+
+
 def test_a_truncated_video_or_parquet_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = _bad(tmp_path)
     mp4 = bad / "videos/chunk-000/observation.images.front/episode_000002.mp4"
