@@ -5,7 +5,9 @@ verified unchanged and found by id as `manifest materialize` finds them, and eve
 records the manifest it came from. One module per format writes it (docs/formats.md):
 
 - `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
-  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does.
+  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
+- `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
+  them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
 OUT must not exist (exit 2, nothing written); it appears whole or not at all.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+    "mcap": ("teleop_flywheel.data.bags.mcap_export",
+             "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),
 }
 
 
@@ -29,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="; ".join(f"{k}: {v}" for k, (_, v) in FORMATS.items()))
     parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
-                        help="hdf5-aloha: JPEG-compress the frames at this quality (1..100; ALOHA uses 50), "
-                             "with the `compress` attribute ALOHA's loaders read")
+                        help="JPEG quality of the frames, 1..100. hdf5-aloha: compress them (ALOHA uses 50), "
+                             "with the `compress` attribute ALOHA's loaders read; mcap: CompressedImage quality "
+                             "(default 90)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ from teleop_flywheel.data.interchange.export_source import (
     Source,
     episode_columns,
     episode_frames,
+    joint_column,
     open_source,
     task_of,
 )
@@ -61,18 +62,6 @@ class Exported:
     out: Path
     episodes: int
     frames: int
-
-
-def _check_joints(ds: LeRobotDataset, feature: str) -> str:
-    """The column of an SO-101 joint vector feature; an error for any other arm."""
-    name = ds.feature_name(feature)
-    if name is None:
-        raise DatasetError(f"{ds.root}: no {feature} feature; an ALOHA file needs qpos and action")
-    f = ds.features[name]
-    if f.width != len(al.JOINT_FEATURE_NAMES) or (f.names and list(f.names) != al.JOINT_FEATURE_NAMES):
-        raise DatasetError(f"{ds.root}: {feature} has joints {list(f.names or [])} (width {f.width}), "
-                           f"not the SO-101's {al.JOINT_FEATURE_NAMES}; their units cannot be converted")
-    return name
 
 
 class _JpegRows:
@@ -107,7 +96,7 @@ def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], camera
                    jpeg_quality: int | None) -> int:
     ds = src.ds
     cols = episode_columns(ds, row)
-    state, action = (cols.pop(_check_joints(ds, f)) for f in (STATE, ACTION))
+    state, action = (cols.pop(joint_column(ds, f)) for f in (STATE, ACTION))
     n = len(state)
     effort = cols.pop(ds.feature_name(EFFORT_FEATURE) or EFFORT_FEATURE, None)
     episode_row = row_fields(row)

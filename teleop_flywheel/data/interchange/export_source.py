@@ -10,7 +10,9 @@ order and records the same provenance:
 - `episode_frames`: one camera's frames of one episode, decoded one at a time with PyAV
   (`materialize.span_frames`, the rule manifests read episodes by): never a whole episode in memory;
 - `Source.provenance(row)`: what a written file came from (the episode's content id, the source
-  dataset and index, and from a manifest its path, fingerprint and sha256).
+  dataset and index, and from a manifest its path, fingerprint and sha256);
+- `joint_column`: the column of the state or action, refused (naming `meta/info.json`) unless it
+  holds the SO-101's six joints: every format's units and joint order are the SO-101's.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.provenance.manifest_hash import data_file, manifest_sha256, row_fields, video_file
@@ -32,6 +35,7 @@ from teleop_flywheel.data.provenance.materialize import locate, span_frames
 
 POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp")
 IMAGE_PREFIX = "observation.images."
+JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]  # LeRobot's SO-101 feature names
 
 
 class ExportError(DatasetError):
@@ -77,6 +81,19 @@ def open_source(path: Path, dataset: Path | None = None) -> Source:
             raise
         raise UsageError(str(exc)) from exc
     return Source(ds, [int(e) for e in ds.episodes["episode_index"]], {})
+
+
+def joint_column(ds: LeRobotDataset, feature: str) -> str:
+    """The column of an SO-101 joint vector feature; an error naming the dataset's info.json for any other arm."""
+    name = ds.feature_name(feature)
+    info = ds.root / "meta" / "info.json"
+    if name is None:
+        raise DatasetError(f"{info}: no {feature} feature; an export needs the state and the action")
+    f = ds.features[name]
+    if f.width != len(JOINT_FEATURE_NAMES) or (f.names and list(f.names) != JOINT_FEATURE_NAMES):
+        raise DatasetError(f"{info}: {feature} has joints {list(f.names or [])} (width {f.width}), "
+                           f"not the SO-101's {JOINT_FEATURE_NAMES}; their units cannot be converted")
+    return name
 
 
 def episode_columns(ds: LeRobotDataset, row: dict[str, Any]) -> dict[str, np.ndarray]:
