@@ -431,6 +431,8 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
 
 def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progress: bool = True) -> Exported:
     """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically."""
+    for feature in (STATE, ACTION):
+        joint_column(src.ds, feature)  # another arm is refused before anything is written
     cameras = sorted(video_keys(src.ds))
     rows = src.rows()
     frames = 0

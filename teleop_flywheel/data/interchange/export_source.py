@@ -83,15 +83,22 @@ def open_source(path: Path, dataset: Path | None = None) -> Source:
     return Source(ds, [int(e) for e in ds.episodes["episode_index"]], {})
 
 
+class ForeignArmError(DatasetError):
+    """A dataset of another arm than the SO-101 (other joints): nothing is exported (exit 1)."""
+
+    exit_code = EXIT_PARTIAL
+    fix = "an export reads SO-101 datasets: the six joints of core/so101.py, LeRobot's `<joint>.pos` names"
+
+
 def joint_column(ds: LeRobotDataset, feature: str) -> str:
     """The column of an SO-101 joint vector feature; an error naming the dataset's info.json for any other arm."""
     name = ds.feature_name(feature)
     info = ds.root / "meta" / "info.json"
     if name is None:
-        raise DatasetError(f"{info}: no {feature} feature; an export needs the state and the action")
+        raise ForeignArmError(f"{info}: no {feature} feature; an export needs the state and the action")
     f = ds.features[name]
     if f.width != len(JOINT_FEATURE_NAMES) or (f.names and list(f.names) != JOINT_FEATURE_NAMES):
-        raise DatasetError(f"{info}: {feature} has joints {list(f.names or [])} (width {f.width}), "
+        raise ForeignArmError(f"{info}: {feature} has joints {list(f.names or [])} (width {f.width}), "
                            f"not the SO-101's {JOINT_FEATURE_NAMES}; their units cannot be converted")
     return name
 
