@@ -139,9 +139,14 @@ def _text(row: dict[str, Any], key: str) -> str:
     return "" if v is None else str(v)
 
 
-def _spans(row: dict[str, Any], key: str) -> list[Intervention]:
+def _spans(row: dict[str, Any], key: str) -> list[Intervention] | None:
+    """The episodes table's intervention or correction records; None where there are none that parse
+    (a dataset another writer made: the spans are then made from the columns)."""
     text = _value(row, key)
-    return [Intervention(**s) for s in json.loads(text)] if text else []
+    try:
+        return [Intervention(**s) for s in json.loads(text)] if text else None
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -192,13 +197,14 @@ def _labels(cols: dict[str, np.ndarray], row: dict[str, Any], t_act: np.ndarray,
                     and (correction is None or (got[CORRECTION] == np.asarray(correction, bool)).all()))
 
     recorded, recorded_corr = _spans(row, "interventions"), _spans(row, "corrections")
-    ids = np.zeros(n, np.int64)
-    for iv in recorded:
-        end = np.iinfo(np.int64).max if iv.end_ns is None else iv.end_ns
-        ids[inside & (t_act >= iv.start_ns) & (t_act <= end)] = iv.id
-    table = _Labels(ids, shown, recorded, recorded_corr, True)
-    if (ids[inside] > 0).all() and gives_back(table):
-        return table
+    if recorded is not None:
+        ids = np.zeros(n, np.int64)
+        for iv in recorded:
+            end = np.iinfo(np.int64).max if iv.end_ns is None else iv.end_ns
+            ids[inside & (t_act >= iv.start_ns) & (t_act <= end)] = iv.id
+        table = _Labels(ids, shown, recorded, recorded_corr or [], True)
+        if (ids[inside] > 0).all() and gives_back(table):
+            return table
     runs = _runs(inside, codes)
     ids = np.zeros(n, np.int64)
     for j, (a, b) in enumerate(runs, start=1):
