@@ -68,7 +68,7 @@ import numpy as np
 from teleop_flywheel import __version__
 from teleop_flywheel.core import bag_topics as bt
 from teleop_flywheel.core.calibration import ArmCalibration, JointCalibration
-from teleop_flywheel.core.episode import CALIBRATION_ROLES, OUTCOMES, EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import CALIBRATION_ROLES, EXPORT_RECORD, OUTCOMES, EpisodeMeta, Intervention
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, mode_code, trigger_name
 from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
@@ -95,7 +95,6 @@ from teleop_flywheel.recording.mcap.writer import BagWriter
 
 FORMAT = "mcap"
 EPISODE_BAG = "episode_{index}"
-EXPORT_RECORD = "teleop_flywheel.export"  # MCAP metadata record: what the bag was exported from
 DEFAULT_JPEG = 90
 TIMESTAMP_TOLERANCE_S = 1e-4  # LeRobot's own tolerance on timestamps
 HUMAN_ACTION = "complementary_info.human_action"

@@ -129,6 +129,8 @@ def test_validate_passes_the_exported_episodes(made: dict[str, Path], capsys: py
     assert code == 0, err
     reports = json.loads(out)["episodes"]
     assert len(reports) == 2 and all(r["reasons"] == [] for r in reports), out
+    for r in reports:  # and it says what it could not check
+        assert "EXPORTED" in r["warning_codes"] and str(made["ds"].resolve()) in json.dumps(r["warnings"])
 
 
 def test_round_trip_keeps_every_column_exactly_and_frames_within_jpeg_tolerance(made: dict[str, Path]) -> None:
