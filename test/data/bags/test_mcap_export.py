@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from mcap.reader import make_reader
 from support import aloha_data as ad
@@ -192,5 +194,27 @@ def test_a_dataset_another_writer_made_round_trips_its_columns(tmp_path: Path) -
     a, b = ad.rows(ds), ad.rows(tmp_path / "back")
     assert a["intervention"].any() and len(a) == len(b)
     for name in a.columns:
+        np.testing.assert_array_equal(np.stack(a[name].map(np.asarray)), np.stack(b[name].map(np.asarray)),
+                                      err_msg=name)
+
+
+def test_policy_commands_that_start_late_or_never_come_back_as_nan(made: dict[str, Path], tmp_path: Path) -> None:
+    """A teleop episode without a policy node (NaN throughout) and one whose policy starts 10 frames in."""
+    ds = tmp_path / "ds"
+    shutil.copytree(made["ds"], ds)
+    path = next((ds / "data").rglob("*.parquet"))
+    table = pq.read_table(path)
+    policy = np.stack(table["complementary_info.policy_action"].to_pylist()).astype(np.float32)
+    episode, frame = table["episode_index"].to_numpy(), table["frame_index"].to_numpy()
+    policy[(episode == 0) | ((episode == 1) & (frame < 10))] = np.nan
+    column = pa.FixedSizeListArray.from_arrays(pa.array(policy.reshape(-1)), 6)
+    i = table.column_names.index("complementary_info.policy_action")
+    pq.write_table(table.set_column(i, table.field(i).with_type(column.type), column), path)
+    assert cli_main(["export", str(ds), "--to", "mcap", str(tmp_path / "out")]) == 0
+    assert "/policy/joint_command" not in decode_bag(_mcap(tmp_path / "out" / "episode_0"))
+    res = conv.convert(sorted((tmp_path / "out").iterdir()), tmp_path / "back", codec="h264", workers=1, progress=False)
+    assert sum(len(v) for v in res.converted.values()) == 2, res
+    a, b = ad.rows(ds), ad.rows(tmp_path / "back")
+    for name in ("complementary_info.policy_action", "action", "observation.state"):
         np.testing.assert_array_equal(np.stack(a[name].map(np.asarray)), np.stack(b[name].map(np.asarray)),
                                       err_msg=name)
