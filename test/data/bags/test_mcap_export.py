@@ -10,6 +10,7 @@ takeover labelled late, so the labels, the leader and the policy stream all make
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -33,6 +34,9 @@ JPEG_TOLERANCE = 3.0  # mean absolute difference per pixel, 0..255: one JPEG (q9
 SPECS = [SessionSpec(seed=40, task="stack", corrections=((0.8, 1.4, "other"),), **ad.SPEC),
          SessionSpec(seed=41, task="unstack", session_kind="policy", interventions=((0.6, 1.5, "wrong_grasp"),),
                      label_delay_s=0.2, **ad.SPEC)]
+NEEDS_LEROBOT = pytest.mark.skipif(importlib.util.find_spec("lerobot") is None,
+                                   reason="LeRobot (torch, ~8 GB) is not installed here; run in /work/lrenv/venv "
+                                          "(pip install '.[lerobot]') for the loader check")
 DEGREE_JOINTS = 5  # the body joints: radians are exactly the degrees' radians, whatever the calibration
 
 
@@ -218,3 +222,16 @@ def test_policy_commands_that_start_late_or_never_come_back_as_nan(made: dict[st
     for name in ("complementary_info.policy_action", "action", "observation.state"):
         np.testing.assert_array_equal(np.stack(a[name].map(np.asarray)), np.stack(b[name].map(np.asarray)),
                                       err_msg=name)
+
+
+@NEEDS_LEROBOT
+def test_lerobot_loads_the_dataset_the_bags_convert_back_to(made: dict[str, Path]) -> None:
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
+
+    ds = LeRobot("local/back", root=made["back"], video_backend="pyav")
+    rows = ad.rows(made["ds"])
+    assert ds.num_episodes == 2 and len(ds) == len(rows)
+    for i in range(len(ds)):
+        item = ds[i]
+        assert tuple(item[ad.VIDEO].shape) == (3, 192, 256)
+        np.testing.assert_array_equal(item["action"].numpy(), np.asarray(rows["action"][i]))
