@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=sorted(FORMATS),
                         help="; ".join(f"{k}: {v}" for k, (_, v) in FORMATS.items()))
     parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
+    parser.add_argument("--calibration", action="append", default=[], metavar="ROLE=FILE",
+                        help="mcap: the leader's or follower's calibration YAML, for radians of that arm in the bags "
+                             "(repeatable; default a nominal one: the dataset keeps none)")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
                         help="JPEG quality of the frames, 1..100. hdf5-aloha: compress them (ALOHA uses 50), "
                              "with the `compress` attribute ALOHA's loaders read; mcap: CompressedImage quality "

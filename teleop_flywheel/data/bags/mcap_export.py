@@ -40,10 +40,11 @@ converter's own rule); otherwise spans made from those columns, one per run of f
 
 Episode metadata (the recorder's record and `custom_data`): task, outcome, attempts, operator,
 rig, session kind, policy checkpoint, task spec id and outcome check from the episodes table; the
-cameras and topics written; the interventions; a nominal calibration for both arms (arm_id
-`<role>_nominal_export`: every joint over the full 0..4095 steps, drive_mode 0), through which the
-converter gives back the dataset's values exactly. Body-joint radians are the degrees' radians
-whatever the calibration; the gripper's radians are nominal (the dataset keeps only its 0..100).
+cameras and topics written; the interventions; the arms' calibrations, through which the converter
+gives back the dataset's values exactly: those given with `--calibration ROLE=FILE`, else a nominal
+one (arm_id `<role>_nominal_export`: every joint over the full 0..4095 steps, drive_mode 0) — a
+dataset keeps none. With drive_mode 0 a body joint's radians are its degrees' radians whatever the
+calibration; the gripper's radians need the arm's own (the dataset keeps only its 0..100).
 Provenance (`Source.provenance`: the episode's content id, the source dataset and index, a
 manifest's path, fingerprint and sha256) is the MCAP metadata record `teleop_flywheel.export`.
 
@@ -69,10 +70,11 @@ from teleop_flywheel import __version__
 from teleop_flywheel.core import bag_topics as bt
 from teleop_flywheel.core.calibration import ArmCalibration, JointCalibration
 from teleop_flywheel.core.episode import CALIBRATION_ROLES, EXPORT_RECORD, OUTCOMES, EpisodeMeta, Intervention
-from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, mode_code, trigger_name
 from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.core.topics import AUTHORITY_FIELDS
+from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
 from teleop_flywheel.data.interchange.export_source import (
@@ -122,7 +124,12 @@ def nominal_calibration(role: str) -> ArmCalibration:
         JointCalibration(name, JOINT_IDS[name], 0, 0, 0, MAX_RAW) for name in JOINT_NAMES))
 
 
-CALIBRATION = {role: nominal_calibration(role) for role in CALIBRATION_ROLES}
+Calibrations = dict[str, ArmCalibration]  # role -> the calibration the bags' radians go through
+
+
+def calibrations(supplied: Calibrations | None = None) -> Calibrations:
+    """The supplied calibration of each role (`--calibration ROLE=FILE`), else the nominal one."""
+    return {role: (supplied or {}).get(role) or nominal_calibration(role) for role in CALIBRATION_ROLES}
 
 
 def _value(row: dict[str, Any], key: str) -> Any:
@@ -255,9 +262,8 @@ class _Episode:
     topics: dict[str, str] = field(default_factory=dict)
 
 
-def _radians(values: np.ndarray, role: str, what: str, where: str) -> np.ndarray:
+def _radians(values: np.ndarray, cal: ArmCalibration, what: str, where: str) -> np.ndarray:
     """LeRobot units → radians through the episode's calibration; refused unless they come back exactly."""
-    cal = CALIBRATION[role]
     rad = cal.lerobot_to_rad(values)
     back = cal.rad_to_lerobot(rad).astype(values.dtype)
     bad = ~_same(back, values)
@@ -268,7 +274,7 @@ def _radians(values: np.ndarray, role: str, what: str, where: str) -> np.ndarray
     return np.asarray(rad, np.float64)
 
 
-def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str]) -> _Episode:
+def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str], cals: Calibrations) -> _Episode:
     ds = src.ds
     where = f"{ds.root} episode {int(row['episode_index'])}"
     cols = episode_columns(ds, row)
@@ -300,13 +306,13 @@ def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str]) ->
         if leader_from <= n:
             leader = values.astype(np.float64)
             known = leader_from + np.flatnonzero(~np.isnan(leader[leader_from:]).all(axis=1))
-            leader[known] = _radians(values[known], "leader", "the leader", where)
+            leader[known] = _radians(values[known], cals["leader"], "the leader", where)
     if POLICY_ACTION in cols:
         policy_from = _known_from(cols[POLICY_ACTION])
         if policy_from < n:
             policy = cols[POLICY_ACTION].astype(np.float64)
             known = policy_from + np.flatnonzero(~np.isnan(policy[policy_from:]).all(axis=1))
-            policy[known] = _radians(cols[POLICY_ACTION][known], "follower", POLICY_ACTION, where)
+            policy[known] = _radians(cols[POLICY_ACTION][known], cals["follower"], POLICY_ACTION, where)
     labels = _labels(cols, row, times[1:], where)
     session_kind = _text(row, "session_kind")
     if BLEND in cols:
@@ -321,15 +327,15 @@ def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str]) ->
         episode_name=name, task=task_of(ds, cols), operator=_text(row, "operator"), rig_id=_text(row, "rig_id"),
         robot_type=ds.robot_type, session_kind=session_kind, software_version=__version__,
         policy_checkpoint=_text(row, "policy_checkpoint"),
-        calibration={role: cal.to_dict() for role, cal in CALIBRATION.items()},
+        calibration={role: cal.to_dict() for role, cal in cals.items()},
         cameras=[c.removeprefix(IMAGE_PREFIX) for c in cameras], outcome=outcome if outcome in OUTCOMES else "unset",
         attempts=None if attempts is None else int(attempts), interventions=labels.interventions,
         corrections=labels.corrections, started_ros_ns=int(times[0]), stopped_ros_ns=tail,
         task_spec_id=_text(row, "task_spec_id"), outcome_check=json.loads(outcome_check) if outcome_check else {},
     )
     effort = None if effort_key is None else cols[effort_key].astype(np.float64)
-    ep = _Episode(n, times, tail, _radians(state, "follower", STATE, where),
-                  _radians(action, "follower", ACTION, where), effort, leader, leader_from, policy,
+    ep = _Episode(n, times, tail, _radians(state, cals["follower"], STATE, where),
+                  _radians(action, cals["follower"], ACTION, where), effort, leader, leader_from, policy,
                   policy_from, authority, labels, meta)
     ep.topics = {bt.FOLLOWER_STATE: JOINT_STATE, bt.FOLLOWER_COMMAND: JOINT_STATE}
     for topic, present in ((bt.LEADER_STATE, leader is not None), (bt.POLICY_COMMAND, policy is not None),
@@ -385,8 +391,8 @@ def _frames(src: Source, row: dict[str, Any], cameras: list[str], n: int) -> Ite
 
 
 def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: list[str], quality: int,
-                   bar: Any) -> int:
-    ep = _episode(src, row, bag_dir.name, cameras)
+                   cals: Calibrations, bar: Any) -> int:
+    ep = _episode(src, row, bag_dir.name, cameras, cals)
     names = [bt.camera_image(key.removeprefix(IMAGE_PREFIX)) for key in cameras]
     frame_ids = [key.removeprefix(IMAGE_PREFIX) for key in cameras]
     checkpoint = ep.meta.policy_checkpoint
@@ -434,8 +440,11 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
     return ep.n
 
 
-def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progress: bool = True) -> Exported:
-    """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically."""
+def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progress: bool = True,
+           supplied: Calibrations | None = None) -> Exported:
+    """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically; `supplied`:
+    the arms' calibrations by role (else nominal ones)."""
+    cals = calibrations(supplied)
     for feature in (STATE, ACTION):
         joint_column(src.ds, feature)  # another arm is refused before anything is written
     cameras = sorted(video_keys(src.ds))
@@ -444,7 +453,7 @@ def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progre
     with staged_output(out) as stage, \
             progress(sum(int(r["length"]) for r in rows), "export" if show_progress else None, unit="frame") as bar:
         for k, row in enumerate(rows):
-            frames += _write_episode(stage / EPISODE_BAG.format(index=k), src, row, cameras, jpeg_quality, bar)
+            frames += _write_episode(stage / EPISODE_BAG.format(index=k), src, row, cameras, jpeg_quality, cals, bar)
     return Exported(Path(os.path.abspath(out)), len(rows), frames, float(src.ds.fps))
 
 
@@ -455,8 +464,14 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError(f"JPEG quality {quality} is out of range", where="--jpeg",
                          fix=f"give 1..100 (default {DEFAULT_JPEG})")
     refuse_existing(args.out)
+    try:
+        supplied = load_supplied(role_files(args.calibration))
+    except ValueError as exc:
+        if isinstance(exc, FlywheelError):
+            raise
+        raise UsageError(str(exc), where="--calibration") from exc
     src = open_source(args.source, args.dataset)
-    made = export(src, args.out, quality)
+    made = export(src, args.out, quality, supplied=supplied)
     print(f"wrote {made.out}: {made.episodes} bags (episode_0..{made.episodes - 1}), {made.frames} frames; open "
           f"episode_<k>/episode_<k>_0.mcap in Foxglove, or `teleop-flywheel validate {made.out}`, "
           f"`teleop-flywheel convert {made.out} --fps {made.fps:g} --dataset NEW`")

@@ -25,8 +25,10 @@ from support.cli import run_cli
 from support.foxglove_npm import decode_bag
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -51,9 +53,13 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert cli_main(["manifest", "create", str(ds), "--out", str(manifest), "--filter", "episode_index==1"]) == 0
     assert cli_main(["export", str(ds), "--to", "mcap", str(root / "mcap")]) == 0
     assert cli_main(["export", str(manifest), "--to", "mcap", str(root / "from_manifest")]) == 0
+    assert cli_main(["export", str(ds), "--to", "mcap", str(root / "calibrated"), "--calibration",
+                     f"leader={sim_calibration_file('leader')}", "--calibration",
+                     f"follower={sim_calibration_file('follower')}"]) == 0
     back = conv.convert(sorted((root / "mcap").iterdir()), root / "back", codec="h264", workers=1, progress=False)
     assert sum(len(v) for v in back.converted.values()) == 2, back
-    return {"root": root, "ds": ds, "mcap": root / "mcap", "manifest": manifest,
+    return {"root": root, "ds": ds, "mcap": root / "mcap", "manifest": manifest, "calibrated": root / "calibrated",
+            "recorded": root / "recorded",
             "from_manifest": root / "from_manifest", "back": root / "back"}
 
 
@@ -235,3 +241,20 @@ def test_lerobot_loads_the_dataset_the_bags_convert_back_to(made: dict[str, Path
         item = ds[i]
         assert tuple(item[ad.VIDEO].shape) == (3, 192, 256)
         np.testing.assert_array_equal(item["action"].numpy(), np.asarray(rows["action"][i]))
+
+
+def test_with_the_arms_calibrations_the_radians_are_the_recorded_ones(made: dict[str, Path]) -> None:
+    """Exported through the calibrations the episodes were recorded with, every joint's radians (the
+    gripper's too) are the follower's recorded samples held at each frame, as the converter read them."""
+    table = ad.episodes_table(made["ds"])
+    gripper = load_calibration(sim_calibration_file("follower"))["gripper"]
+    for e in (0, 1):
+        recorded = open_bag(made["recorded"] / f"ep{e}").joint_state("/follower/joint_states").stream()
+        exported = open_bag(made["calibrated"] / f"episode_{e}").joint_state("/follower/joint_states").stream()
+        t0 = int(table.loc[table["episode_index"] == e, "recorded_wall_ns"].iloc[0])
+        n = len(ad.column(made["ds"], "observation.state", e))
+        grid = t0 + np.round(np.arange(n) * (1e9 / 30)).astype(np.int64)
+        held = recorded.values[np.searchsorted(recorded.stamps_ns, grid, side="right") - 1]
+        held[:, 5] = np.clip(held[:, 5], *gripper.rad_range())  # the dataset's 0..100 is the calibrated range
+        np.testing.assert_array_equal(exported.stamps_ns[:n], grid)
+        np.testing.assert_allclose(exported.values[:n], held, rtol=0, atol=1e-6)  # float32 in the dataset between
