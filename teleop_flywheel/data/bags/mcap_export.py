@@ -24,9 +24,9 @@ Streams (topics of `core/bag_topics.py`, radians through the calibration in the 
   leader_state[k+1]: a dataset where they differ cannot be one leader stream, and is refused);
 - `/follower/joint_command` ← action at t_{k+1} (the command in effect over (t_k, t_{k+1}]),
   `/policy/joint_command` ← complementary_info.policy_action at t_{k+1} (frame_id: the checkpoint;
-  the frames before its first command, NaN in the dataset, are not written), `/teleop/authority`
-  ← [blend weight, mode, intervention id, trigger] at t_{k+1} (mode: policy when the episode has
-  policy commands, else teleop — the dataset does not keep it);
+  the frames before its first command, NaN in the dataset, are not written; so for the leader),
+  `/teleop/authority` ← [blend weight, mode, intervention id, trigger] at t_{k+1} (mode, which the
+  dataset does not keep: teleop in a teleop session or one without policy commands, else policy);
 - `/teleop/intervention`: the JSON start and end events of each intervention and correction.
 
 The converter needs every stream to outlast the last frame's action time, and a command at t_0: so
@@ -316,7 +316,7 @@ def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str], ca
     labels = _labels(cols, row, times[1:], where)
     session_kind = _text(row, "session_kind")
     if BLEND in cols:
-        mode = mode_code("policy" if policy is not None else "teleop")
+        mode = mode_code("teleop" if session_kind == "teleop" or policy is None else "policy")
         authority = np.stack([cols[BLEND].astype(np.float64), np.full(n, float(mode)), labels.ids.astype(np.float64),
                               labels.shown.astype(np.float64)], axis=1)
     effort_key = ds.feature_name(EFFORT)
@@ -419,7 +419,7 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
                         for key, rgb in zip(cameras, next(frames), strict=True)]
                 for topic, frame_id, data in zip(names, frame_ids, last, strict=True):
                     bag.write(topic, t, compressed_image_cdr(t, data, frame_id))
-            if ep.leader is not None and k >= ep.leader_from and not np.isnan(ep.leader[k]).all():
+            if ep.leader is not None and k >= ep.leader_from:
                 bag.write(bt.LEADER_STATE, t, joint_state_cdr(t, JOINTS, ep.leader[k]))
             a = max(k - 1, 0)  # the command in effect up to t_k (and at t_0, the first one)
             bag.write(bt.FOLLOWER_COMMAND, t, joint_state_cdr(t, JOINTS, ep.action[a]))
