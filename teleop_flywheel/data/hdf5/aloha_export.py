@@ -37,6 +37,7 @@ import numpy as np
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.interchange.export_source import (
+    EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
     Exported,
@@ -52,7 +53,6 @@ from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, Le
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
-EFFORT_FEATURE = "observation.effort"
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
 
 

@@ -35,6 +35,7 @@ from teleop_flywheel.data.provenance.materialize import locate, span_frames
 
 POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp")
 IMAGE_PREFIX = "observation.images."
+EFFORT_FEATURE = "observation.effort"
 JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]  # the SO-101's state and action, LeRobot's names
 
 

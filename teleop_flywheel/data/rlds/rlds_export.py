@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,6 +40,7 @@ from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.interchange.export_source import (
+    EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
     Exported,
@@ -51,6 +53,7 @@ from teleop_flywheel.data.interchange.export_source import (
 )
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
+from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
@@ -58,7 +61,6 @@ FORMAT = "rlds"
 NAME = "teleop_flywheel_so101"  # the TFDS dataset name: the shards' prefix, `builder.name`
 VERSION = "1.0.0"
 SPLIT = "train"
-EFFORT_FEATURE = "observation.effort"
 EXTRAS = "teleop_flywheel"  # the step's group of our per-frame columns; RLDS readers pass it through
 JPEG_QUALITY = 95  # tf.io.encode_jpeg's default, the quality TFDS itself writes an Image feature at
 SHARD_BYTES = 256 << 20  # episodes per shard: as many as fit in about this many bytes (the first one's size)
@@ -76,31 +78,47 @@ def tfds_module() -> ModuleType:
     return tfds
 
 
-def _extras(ds: LeRobotDataset, skip: set[str]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """Every other numeric per-frame feature: name -> (dtype, shape of one frame's value)."""
-    out = {}
+@dataclass
+class _Layout:
+    """Which of a dataset's columns (their current names, as `episode_columns` gives them) go where."""
+
+    state: str
+    action: str
+    effort: tuple[str, tuple[int, ...]] | None  # (column, shape of one frame's value)
+    cameras: list[str]
+    extras: dict[str, tuple[np.dtype, tuple[int, ...]]]  # every other numeric per-frame column: (dtype, shape)
+
+
+def _layout(ds: LeRobotDataset) -> _Layout:
+    """The dataset's columns as RLDS steps hold them; an error for a dataset of another arm."""
+    renames = pending_renames(ds.info)
+    state, action = (renamed_column(so101_joints(ds, f, "an RLDS episode"), renames) for f in (STATE, ACTION))
+    effort_name = ds.feature_name(EFFORT_FEATURE)
+    effort = None if effort_name is None else (renamed_column(effort_name, renames), ds.features[effort_name].shape)
+    taken = {state, action, *POSITIONAL, *([effort[0]] if effort else [])}
+    extras = {}
     for name, f in sorted(ds.features.items()):
-        if f.is_visual or name in skip or name in POSITIONAL:
+        column = renamed_column(name, renames)
+        if f.is_visual or column in taken:
             continue
         try:
             dtype = np.dtype(f.dtype)
         except TypeError:  # text: nothing a step's numeric group holds
             continue
         if dtype.kind in "biuf":
-            out[name] = (dtype, () if f.width == 1 else f.shape)
-    return out
+            extras[column] = (dtype, () if f.width == 1 else f.shape)
+    return _Layout(state, action, effort, sorted(video_keys(ds)), extras)
 
 
-def _features(tfds: ModuleType, ds: LeRobotDataset, cameras: list[str], effort: str | None,
-              extras: dict[str, tuple[np.dtype, tuple[int, ...]]]) -> Any:
+def _features(tfds: ModuleType, ds: LeRobotDataset, layout: _Layout) -> Any:
     F = tfds.features
     joints = len(JOINT_NAMES)
     observation = {"state": F.Tensor(shape=(joints,), dtype=np.float32,
                                      doc=f"observation.state, the follower's joints {list(JOINT_NAMES)}; {UNITS}")}
-    if effort is not None:
-        observation["effort"] = F.Tensor(shape=(joints,), dtype=np.float32,
+    if layout.effort is not None:
+        observation["effort"] = F.Tensor(shape=layout.effort[1], dtype=np.float32,
                                          doc="observation.effort: load, a signed fraction of max torque, -1..1")
-    for key in cameras:
+    for key in layout.cameras:
         h, w = ds.features[key].shape[:2]
         observation[f"image_{key.removeprefix(IMAGE_PREFIX)}"] = F.Image(
             shape=(h, w, 3), dtype=np.uint8, encoding_format="jpeg", doc=f"{key}, RGB")
@@ -114,7 +132,8 @@ def _features(tfds: ModuleType, ds: LeRobotDataset, cameras: list[str], effort: 
         "is_first": F.Scalar(dtype=np.bool_), "is_last": F.Scalar(dtype=np.bool_),
         "is_terminal": F.Scalar(dtype=np.bool_, doc="the last step: the episode ended where its task did"),
         "language_instruction": text,
-        EXTRAS: F.FeaturesDict({name: F.Tensor(shape=shape, dtype=dtype) for name, (dtype, shape) in extras.items()}),
+        EXTRAS: F.FeaturesDict({name: F.Tensor(shape=shape, dtype=dtype)
+                                for name, (dtype, shape) in layout.extras.items()}),
     }
     metadata = {key: text for key in (*PROVENANCE, "task", "episode", "teleop_flywheel_version")}
     metadata["source_episode_index"] = F.Scalar(dtype=np.int64)
@@ -129,17 +148,17 @@ def _jpeg(rgb: np.ndarray, quality: int) -> bytes:
     return encoded.tobytes()
 
 
-def _episode(src: Source, row: dict[str, Any], cameras: list[str], effort: str | None,
-             extras: dict[str, tuple[np.dtype, tuple[int, ...]]], quality: int) -> tuple[dict[str, Any], int]:
+def _episode(src: Source, row: dict[str, Any], layout: _Layout, quality: int) -> tuple[dict[str, Any], int]:
     """One episode as the example TFDS encodes, and its size in bytes (images and numbers)."""
-    ds = src.ds
+    ds, cameras = src.ds, layout.cameras
     cols = episode_columns(ds, row)
-    state, action = (cols[so101_joints(ds, f, "an RLDS episode")].astype(np.float32) for f in (STATE, ACTION))
-    efforts = cols[effort].astype(np.float32) if effort is not None else None
+    state, action = (cols[name].astype(np.float32) for name in (layout.state, layout.action))
+    efforts = None if layout.effort is None else cols[layout.effort[0]].astype(np.float32)
     n = len(state)
     tasks = [ds.tasks.get(int(i), "") for i in cols["task_index"]] if "task_index" in cols else [""] * n
     success = row_fields(row).get("outcome") == "success"
-    frame_extras = {name: cols[name].astype(dtype).reshape((n, *shape)) for name, (dtype, shape) in extras.items()}
+    frame_extras = {name: cols[name].astype(dtype).reshape((n, *shape))
+                    for name, (dtype, shape) in layout.extras.items()}
     steps: list[dict[str, Any]] = []
     size = state.nbytes + action.nbytes + sum(v.nbytes for v in frame_extras.values())
     images = episode_images(ds, row, cameras, n) if cameras else iter([[]] * n)
@@ -178,18 +197,16 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
     """Write `src`'s episodes as the RLDS dataset directory `out` (which must not exist), atomically."""
     tfds = tfds_module()
     ds = src.ds
-    state, action = (so101_joints(ds, f, "an RLDS episode") for f in (STATE, ACTION))  # before anything is written
-    effort = ds.feature_name(EFFORT_FEATURE)
-    cameras = sorted(video_keys(ds))
-    extras = _extras(ds, {state, action, *([effort] if effort else [])})
-    features = _features(tfds, ds, cameras, effort, extras)
+    layout = _layout(ds)  # a dataset of another arm fails here, before anything is written
+    features = _features(tfds, ds, layout)
     frames = 0
     with staged_output(out) as stage, \
             progress(len(src.episodes), "export" if show_progress else None, unit="episode") as bar:
         identity = tfds.core.DatasetIdentity(name=NAME, version=tfds.core.Version(VERSION), data_dir=os.fspath(stage),
                                              module_name=__name__)
         info = tfds.core.DatasetInfo(
-            builder=identity, features=features, metadata=tfds.core.MetadataDict(_dataset_metadata(src, cameras)),
+            builder=identity, features=features,
+            metadata=tfds.core.MetadataDict(_dataset_metadata(src, layout.cameras)),
             description=f"SO-101 teleoperation episodes of {ds.root.resolve()}, exported by teleop_flywheel "
                         f"{__version__} (docs/formats.md). State and action in {UNITS}.")
 
@@ -200,7 +217,7 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
 
         writer = None
         for row in src.rows():
-            example, size = _episode(src, row, cameras, effort, extras, quality)
+            example, size = _episode(src, row, layout, quality)
             if writer is None:  # SequentialWriter shards by episode count: size it by the first episode
                 writer = open_writer(size)
             writer.add_examples({SPLIT: [example]})

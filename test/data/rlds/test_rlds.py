@@ -49,8 +49,6 @@ def _episodes(out: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    if not HAS_TFDS:
-        pytest.skip("tensorflow-datasets is not installed here")
     root = tmp_path_factory.mktemp("rlds")
     ds = ad.converted(root)
     manifest = root / "m1.json"
