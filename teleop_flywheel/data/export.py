@@ -6,6 +6,8 @@ records the manifest it came from. One module per format writes it (docs/formats
 
 - `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
   ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does.
+- `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
+  X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95).
 
 OUT must not exist (exit 2, nothing written); it appears whole or not at all.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+    "rlds": ("teleop_flywheel.data.rlds.rlds_export",
+             "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
 }
 
 
@@ -30,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
                         help="hdf5-aloha: JPEG-compress the frames at this quality (1..100; ALOHA uses 50), "
-                             "with the `compress` attribute ALOHA's loaders read")
+                             "with the `compress` attribute ALOHA's loaders read; rlds: the frames' JPEG "
+                             "quality (default 95)")
 
 
 def run(args: argparse.Namespace) -> int:
