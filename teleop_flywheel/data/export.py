@@ -6,6 +6,8 @@ records the manifest it came from. One module per format writes it (docs/formats
 
 - `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
   ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
+- `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
+  X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
 - `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
   them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
@@ -21,6 +23,8 @@ from pathlib import Path
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+    "rlds": ("teleop_flywheel.data.rlds.rlds_export",
+             "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
     "mcap": ("teleop_flywheel.data.bags.mcap_export",
              "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),
 }
@@ -37,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(repeatable; default a nominal one: the dataset keeps none)")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
                         help="JPEG quality of the frames, 1..100. hdf5-aloha: compress them (ALOHA uses 50), "
-                             "with the `compress` attribute ALOHA's loaders read; mcap: CompressedImage quality "
-                             "(default 90)")
+                             "with the `compress` attribute ALOHA's loaders read; rlds: the frames' quality "
+                             "(default 95); mcap: the CompressedImage quality (default 90)")
 
 
 def run(args: argparse.Namespace) -> int:

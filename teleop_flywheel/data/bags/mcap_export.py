@@ -58,8 +58,8 @@ import argparse
 import json
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -76,15 +76,17 @@ from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
-from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
+from teleop_flywheel.data.convert.frames import CORRECTION
 from teleop_flywheel.data.interchange.export_source import (
+    EFFORT_FEATURE,
     IMAGE_PREFIX,
+    Exported,
     ExportError,
     Source,
     episode_columns,
-    episode_frames,
-    joint_column,
+    episode_images,
     open_source,
+    so101_joints,
     task_of,
 )
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
@@ -108,14 +110,6 @@ JOINT_STATE = "sensor_msgs/msg/JointState"
 COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 STRING = "std_msgs/msg/String"
 JOINTS = list(JOINT_NAMES)
-
-
-@dataclass
-class Exported:
-    out: Path
-    episodes: int
-    frames: int
-    fps: float
 
 
 def nominal_calibration(role: str) -> ArmCalibration:
@@ -278,7 +272,7 @@ def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str], ca
     ds = src.ds
     where = f"{ds.root} episode {int(row['episode_index'])}"
     cols = episode_columns(ds, row)
-    state_key, action_key = joint_column(ds, STATE), joint_column(ds, ACTION)
+    state_key, action_key = (so101_joints(ds, f, "a bag") for f in (STATE, ACTION))
     state, action = cols[state_key], cols[action_key]
     n, fps = len(state), float(ds.fps)
     if n == 0:
@@ -319,7 +313,7 @@ def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str], ca
         mode = mode_code("teleop" if session_kind == "teleop" or policy is None else "policy")
         authority = np.stack([cols[BLEND].astype(np.float64), np.full(n, float(mode)), labels.ids.astype(np.float64),
                               labels.shown.astype(np.float64)], axis=1)
-    effort_key = ds.feature_name(EFFORT)
+    effort_key = ds.feature_name(EFFORT_FEATURE)
     outcome = _text(row, "outcome")
     attempts = _value(row, "attempts")
     outcome_check = _value(row, "outcome_check")
@@ -368,28 +362,6 @@ def _jpeg(rgb: np.ndarray, quality: int, where: str) -> bytes:
     return encoded.tobytes()
 
 
-def _frames(src: Source, row: dict[str, Any], cameras: list[str], n: int) -> Iterator[list[np.ndarray]]:
-    """Each frame's images of every camera, one frame at a time; n frames or an ExportError."""
-    if not cameras:
-        yield from ([] for _ in range(n))
-        return
-    ds, e = src.ds, int(row["episode_index"])
-    shapes = [tuple(ds.features[key].shape[:2]) + (3,) for key in cameras]
-    count = 0
-    for t, images in enumerate(zip(*(episode_frames(ds, row, key) for key in cameras), strict=False)):
-        if t >= n:
-            break
-        for key, shape, rgb in zip(cameras, shapes, images, strict=True):
-            if rgb.shape != shape:
-                raise DatasetError(f"{ds.root}: {key} frame {t} of episode {e} is {rgb.shape}, "
-                                   f"the feature says {shape}")
-        count = t + 1
-        yield list(images)
-    if count != n:
-        raise ExportError(f"{ds.root}: episode {e} has {count} decodable frames in its videos, its length is {n}; "
-                          "nothing was written")
-
-
 def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: list[str], quality: int,
                    cals: Calibrations, bar: Any) -> int:
     ep = _episode(src, row, bag_dir.name, cameras, cals)
@@ -403,7 +375,7 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
             writer.add_topic(topic, type_name)
         bag = _Bag(writer)
         last: list[bytes] = []
-        frames = _frames(src, row, cameras, ep.n)
+        frames = episode_images(src.ds, row, cameras, ep.n) if cameras else repeat([])
 
         def state(t: int, k: int) -> None:
             bag.write(bt.FOLLOWER_STATE, t, joint_state_cdr(t, JOINTS, ep.state[k],
@@ -446,7 +418,7 @@ def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progre
     the arms' calibrations by role (else nominal ones)."""
     cals = calibrations(supplied)
     for feature in (STATE, ACTION):
-        joint_column(src.ds, feature)  # another arm is refused before anything is written
+        so101_joints(src.ds, feature, "a bag")  # another arm is refused before anything is written
     cameras = sorted(video_keys(src.ds))
     rows = src.rows()
     frames = 0
@@ -454,7 +426,7 @@ def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progre
             progress(sum(int(r["length"]) for r in rows), "export" if show_progress else None, unit="frame") as bar:
         for k, row in enumerate(rows):
             frames += _write_episode(stage / EPISODE_BAG.format(index=k), src, row, cameras, jpeg_quality, cals, bar)
-    return Exported(Path(os.path.abspath(out)), len(rows), frames, float(src.ds.fps))
+    return Exported(Path(os.path.abspath(out)), len(rows), frames)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -474,5 +446,5 @@ def run_export(args: argparse.Namespace) -> int:
     made = export(src, args.out, quality, supplied=supplied)
     print(f"wrote {made.out}: {made.episodes} bags (episode_0..{made.episodes - 1}), {made.frames} frames; open "
           f"episode_<k>/episode_<k>_0.mcap in Foxglove, or `teleop-flywheel validate {made.out}`, "
-          f"`teleop-flywheel convert {made.out} --fps {made.fps:g} --dataset NEW`")
+          f"`teleop-flywheel convert {made.out} --fps {src.ds.fps:g} --dataset NEW`")
     return 0

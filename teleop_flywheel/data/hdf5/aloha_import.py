@@ -29,14 +29,13 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
-from teleop_flywheel.data.interchange.export_source import JOINT_FEATURE_NAMES
+from teleop_flywheel.data.interchange.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import progress
 
-EFFORT_FEATURE = "observation.effort"
 POSITIONAL_ROW = ("tasks", "length")  # episodes-table fields write_episodes sets itself
 
 
