@@ -88,7 +88,7 @@ _LEGACY_TEMPS = ".convert-*"
 _SIMPLE_OPS = ("!=", ">=", "<=", "=", ">", "<")  # the order formats 1-3 looked for them in
 
 
-class ManifestMismatch(MigrateError):
+class FrozenEpisodesChanged(MigrateError):
     """The dataset no longer holds what the old manifest froze: migrating it would hide that."""
 
     exit_code = EXIT_PARTIAL
@@ -177,7 +177,7 @@ def migrate_manifest(path: Path, output: Path | None, dataset: Path | None) -> M
     ds = LeRobotDataset.open(dataset if dataset is not None else manifest.get("dataset", ""))
     chosen, wrong = _matched(ds, manifest, version)
     if wrong:
-        raise ManifestMismatch(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
+        raise FrozenEpisodesChanged(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
                                + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     filters = [simple_filter(str(f)) for f in manifest.get("filter", [])]
     upgraded = freeze(ds, chosen, filters, str(manifest.get("created", "")))

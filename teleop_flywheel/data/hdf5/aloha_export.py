@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,15 @@ import numpy as np
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.interchange.export_source import (
+    EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    ExportError,
+    Exported,
     Source,
     episode_columns,
-    episode_frames,
+    episode_images,
     open_source,
+    so101_joints,
     task_of,
 )
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
@@ -52,27 +53,7 @@ from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, Le
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
-EFFORT_FEATURE = "observation.effort"
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
-
-
-@dataclass
-class Exported:
-    out: Path
-    episodes: int
-    frames: int
-
-
-def _check_joints(ds: LeRobotDataset, feature: str) -> str:
-    """The column of an SO-101 joint vector feature; an error for any other arm."""
-    name = ds.feature_name(feature)
-    if name is None:
-        raise DatasetError(f"{ds.root}: no {feature} feature; an ALOHA file needs qpos and action")
-    f = ds.features[name]
-    if f.width != len(al.JOINT_FEATURE_NAMES) or (f.names and list(f.names) != al.JOINT_FEATURE_NAMES):
-        raise DatasetError(f"{ds.root}: {feature} has joints {list(f.names or [])} (width {f.width}), "
-                           f"not the SO-101's {al.JOINT_FEATURE_NAMES}; their units cannot be converted")
-    return name
 
 
 class _JpegRows:
@@ -107,7 +88,7 @@ def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], camera
                    jpeg_quality: int | None) -> int:
     ds = src.ds
     cols = episode_columns(ds, row)
-    state, action = (cols.pop(_check_joints(ds, f)) for f in (STATE, ACTION))
+    state, action = (cols.pop(so101_joints(ds, f, "an ALOHA file")) for f in (STATE, ACTION))
     n = len(state)
     effort = cols.pop(ds.feature_name(EFFORT_FEATURE) or EFFORT_FEATURE, None)
     episode_row = row_fields(row)
@@ -144,31 +125,19 @@ def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], camera
 def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: list[str], n: int,
                   jpeg_quality: int | None, root: Any) -> None:
     writers: list[Any] = []
-    shapes: list[tuple[int, int, int]] = []
     for key in cameras:
         cam = key.removeprefix(IMAGE_PREFIX)
         h, w = ds.features[key].shape[:2]
-        shapes.append((h, w, 3))
         if jpeg_quality is None:
             writers.append(group.create_dataset(cam, (n, h, w, 3), dtype="uint8", chunks=(1, h, w, 3)))
         else:
             writers.append(_JpegRows(group, cam, n, jpeg_quality))
-    count = 0
-    for t, images in enumerate(zip(*(episode_frames(ds, row, key) for key in cameras), strict=False)):
-        if t >= n:
-            break
-        for key, shape, writer, rgb in zip(cameras, shapes, writers, images, strict=True):
-            if rgb.shape != shape:
-                raise DatasetError(f"{ds.root}: {key} frame {t} of episode {int(row['episode_index'])} is "
-                                   f"{rgb.shape}, the feature says {shape}")
+    for t, images in enumerate(episode_images(ds, row, cameras, n)):
+        for writer, rgb in zip(writers, images, strict=True):
             if isinstance(writer, _JpegRows):
                 writer.write(t, rgb)
             else:
                 writer[t] = rgb
-        count = t + 1
-    if cameras and count != n:
-        raise ExportError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
-                          f"its videos, its length is {n}; nothing was written")
     if jpeg_quality is not None:
         root.create_dataset(al.COMPRESS_LEN, data=np.stack([w.lengths for w in writers]) if writers
                             else np.zeros((0, n), np.float32))

@@ -30,6 +30,7 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
+from teleop_flywheel.data.interchange.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.interchange.staged_output import Imported
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
@@ -37,7 +38,6 @@ from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episo
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import progress
 
-EFFORT_FEATURE = "observation.effort"
 POSITIONAL_ROW = ("tasks", "length")  # episodes-table fields write_episodes sets itself
 
 
@@ -159,8 +159,8 @@ def _agree(files: list[EpisodeFile]) -> None:
 
 
 def _features(e: EpisodeFile) -> dict[str, Any]:
-    feats: dict[str, Any] = {"observation.state": lf.vector_feature(al.JOINT_FEATURE_NAMES),
-                             "action": lf.vector_feature(al.JOINT_FEATURE_NAMES)}
+    feats: dict[str, Any] = {"observation.state": lf.vector_feature(JOINT_FEATURE_NAMES),
+                             "action": lf.vector_feature(JOINT_FEATURE_NAMES)}
     if e.effort:
         feats[EFFORT_FEATURE] = lf.vector_feature(al.EFFORT_NAMES)
     for cam, (h, w) in sorted(e.cameras.items()):

@@ -40,7 +40,6 @@ COMPRESS_LEN = "compress_len"
 EXTRAS = "teleop_flywheel"  # our group: ACT's and ALOHA's readers never open it
 FRAMES = f"{EXTRAS}/frames"  # per-frame columns beyond qpos/action/effort, as the dataset stores them
 ABSENT = "absent"  # dataset attribute: True on a zeros array standing in for what the dataset has not
-JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 EFFORT_NAMES = [f"{j}.effort" for j in JOINT_NAMES]
 GRIPPER_COLUMN = JOINT_NAMES.index(GRIPPER)
 QPOS_UNITS = "radians (body joints), gripper normalised 0..1"
