@@ -8,7 +8,9 @@ reads it (docs/formats.md):
   SO-101 (six joints).
 
 Every input file is checked first; a bad one is one line naming it and what is wrong, exit 1, and
-nothing is written. OUT must not exist (exit 2); it appears whole or not at all.
+nothing is written. OUT must not exist (exit 2); it appears whole or not at all. Episodes are read
+and encoded in parallel (`--workers N`, default one per CPU as `convert`; `--executor ray`), with a
+progress bar on a terminal, and appended in order.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import argparse
 from pathlib import Path
 
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.parallel import add_arguments_to
 
 FORMATS = {"hdf5-aloha": "a directory of ALOHA/ACT episode_N.hdf5 files (h5py: pip install '.[hdf5]')"}
 
@@ -30,12 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                 "ALOHA's control rate)")
     parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="video codec of the dataset")
     parser.add_argument("--robot-type", default="so101_follower", help="info.json robot_type")
+    add_arguments_to(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from teleop_flywheel.data.hdf5.aloha_import import import_aloha  # noqa: PLC0415 (only the format asked for)
 
-    made = import_aloha(args.source, args.out, args.task, args.fps, args.codec, args.robot_type)
+    made = import_aloha(args.source, args.out, args.task, args.fps, args.codec, args.robot_type,
+                        workers=args.workers, executor=args.executor)
     print(f"wrote {made.out}: {made.episodes} episodes, {made.frames} frames; load with "
           f"LeRobotDataset('local/{made.out.name}', root={str(made.out)!r}, video_backend='pyav')")
     return 0
