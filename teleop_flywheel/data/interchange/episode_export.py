@@ -29,6 +29,7 @@ from teleop_flywheel.data.interchange.staged_output import staged_output
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
 from teleop_flywheel.data.provenance.lineage import default_registry, register_export
+from teleop_flywheel.data.provenance.manifest_hash import file_sha256
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,14 @@ EpisodeWriter = Callable[[LeRobotDataset, EpisodeJob], int]
 _OPEN: dict[str, LeRobotDataset] = {}  # per process: the source dataset, opened once
 
 
-def _write_job(write: EpisodeWriter, job: EpisodeJob) -> int:
+def _write_job(write: EpisodeWriter, job: EpisodeJob) -> tuple[int, str]:
+    """Frames written and the file's sha256 for lineage, taken here while the file is hot in this
+    worker's cache (hashing is as dear as writing for uncompressed frames: bench/export.py)."""
     ds = _OPEN.get(job.root)
     if ds is None:
         ds = _OPEN[job.root] = LeRobotDataset.open(Path(job.root))
-    return write(ds, job)
+    frames = write(ds, job)
+    return frames, file_sha256(Path(job.path))
 
 
 def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file_name: str, *,
@@ -77,8 +81,8 @@ def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file
                                                                                                   strict=True)]
         _OPEN[root] = src.ds  # inline jobs use the dataset already open; workers open their own
         try:
-            frames = parallel_map(functools.partial(_write_job, write), jobs, workers, executor,
-                                  desc="export" if show_progress else None, unit="episode")
+            done = parallel_map(functools.partial(_write_job, write), jobs, workers, executor,
+                                desc="export" if show_progress else None, unit="episode")
         except ParallelJobError as exc:
             if isinstance(exc.__cause__, FlywheelError | OSError):
                 raise exc.__cause__ from None  # the episode's own one-line error (or a full disk)
@@ -86,18 +90,20 @@ def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file
         finally:
             _OPEN.pop(root, None)
     out = Path(os.path.abspath(out))
-    entry = record_export(src, out, fmt, registry, options, names)
-    return Exported(out, len(jobs), sum(frames), entry["export"])
+    entry = record_export(src, out, fmt, registry, options, dict(zip(names, (sha for _, sha in done), strict=True)))
+    return Exported(out, len(jobs), sum(n for n, _ in done), entry["export"])
 
 
 def record_export(src: Source, out: Path, fmt: str, registry: Path | None = None,
-                  options: dict[str, Any] | None = None, files: list[str] | None = None) -> dict[str, Any]:
-    """Register the export written at `out` (`files`: each episode's file, for a file per episode)."""
+                  options: dict[str, Any] | None = None, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """Register the export written at `out`. `files`: for a file per episode, each episode's file
+    (in episode order) → its sha256, hashed as it was written; any other file of `out` is hashed here."""
+    names = list(files) if files else None
     episodes = []
     for k, row in enumerate(src.rows()):
         p = src.provenance(row)
         episodes.append({"episode_id": p["episode_id"], "source_episode_index": p["source_episode_index"]}
-                        | ({"file": files[k]} if files else {}))
+                        | ({"file": names[k]} if names else {}))
     manifest = src.attrs.get("manifest")
     return register_export(registry or default_registry(), fmt, out, episodes, str(src.ds.root.resolve()),
-                           Path(manifest) if manifest else None, options)
+                           Path(manifest) if manifest else None, options, files)

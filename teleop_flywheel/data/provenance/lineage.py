@@ -73,15 +73,18 @@ class LineageError(DatasetError):
     pass
 
 
-def content_files(path: Path) -> dict[str, str]:
+def content_files(path: Path, known: dict[str, str] | None = None) -> dict[str, str]:
     """sha256 of every file of an output: relative POSIX path → hex digest (a single file: under ''),
-    hidden names skipped (a file manager's droppings are not the export)."""
+    hidden names skipped (a file manager's droppings are not the export). `known`: digests the
+    writer already took, by the same names; every other file is read and hashed here."""
+    known = known or {}
     if path.is_file():
-        return {"": file_sha256(path)}
+        return {"": known.get("") or file_sha256(path)}
     if not path.is_dir():
         raise LineageError(f"{path}: no such file or directory")
-    return {p.relative_to(path).as_posix(): file_sha256(p) for p in sorted(path.rglob("*"))
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)}
+    rels = [p.relative_to(path) for p in sorted(path.rglob("*")) if p.is_file()]
+    return {r.as_posix(): known.get(r.as_posix()) or file_sha256(path / r) for r in rels
+            if not any(part.startswith(".") for part in r.parts)}
 
 
 def content_fingerprint(files: dict[str, str]) -> str:
@@ -227,12 +230,14 @@ def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: st
 
 
 def register_export(registry: Path, fmt: str, out: Path, episodes: list[dict[str, Any]], source_dataset: str,
-                    manifest: Path | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
+                    manifest: Path | None = None, options: dict[str, Any] | None = None,
+                    files: dict[str, str] | None = None) -> dict[str, Any]:
     """Record an export's output (written, renamed into place) with the episodes each file holds
     (`episodes`: each {"episode_id", "source_episode_index"} and, for a file per episode, "file"),
     under its id `<format>:<fingerprint, 16 hex>`. The same content exported again is the same entry
-    (its `out` is where it was first written)."""
-    files = content_files(out)
+    (its `out` is where it was first written). `files`: the digests of the files the exporter hashed
+    as it wrote them (the others are hashed here)."""
+    files = content_files(out, files)
     fingerprint = content_fingerprint(files)
     entry: dict[str, Any] = {"export": f"{fmt}:{fingerprint[:16]}", "format": fmt, "out": str(out.resolve()),
                              "fingerprint": fingerprint, "files": files, "episodes": episodes,
