@@ -389,8 +389,8 @@ BENCH_LINES: dict[str, Any] = {
         + ", ".join(f"{name} {f['export_fps']:g} frames/s, {f['ratio_export_over_floor']:.2f}× "
                     f"({_met(f['ratio_export_over_floor'] <= d['target_ratio_max'])})"
                     for name, f in d["formats"].items())
-        + "; 2 workers: " + ", ".join(f"{f['speedup_workers_2']:g}×" for f in d["formats"].values())
-        + f" (load {d['load_average_before'][0]:.1f})"
+        + "; `--workers 2` " + " / ".join(f"{f['speedup_workers_2']:g}×" for f in d["formats"].values())
+        + f" the speed of one (load {d['load_average_before'][0]:.1f} on {d['cpus']} cores)"
     ),
     "verdict": lambda d: (
         f"`verdict` (stop → the recorder's verdict at stop, a {d['episode_s']:g} s one-camera episode, the validator "
