@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from teleop_flywheel.core.errors import FlywheelError
@@ -31,6 +32,18 @@ class ParallelJobError(FlywheelError, RuntimeError):
         super().__init__(f"job {index} ({item!r}) failed: {type(cause).__name__}: {cause}")
         self.index = index
         self.item = item
+
+
+@contextmanager
+def own_errors(*kinds: type[BaseException]) -> Iterator[None]:
+    """Around `parallel_map`: a job's error of one of `kinds` is raised as itself (the command's
+    one-line error naming its file, or a full disk), not as the job that failed."""
+    try:
+        yield
+    except ParallelJobError as exc:
+        if isinstance(exc.__cause__, kinds):
+            raise exc.__cause__ from None
+        raise
 
 
 def default_workers() -> int:

@@ -38,7 +38,7 @@ from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
+from teleop_flywheel.data.parallel import own_errors, parallel_map
 
 EFFORT_FEATURE = "observation.effort"
 POSITIONAL_ROW = ("tasks", "length")  # episodes-table fields write_episodes sets itself
@@ -265,13 +265,9 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
         try:
             with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:
                 read = functools.partial(_read_episode, work=Path(work), fps=int(round(rate)), codec=codec, task=task)
-                try:
+                with own_errors(FlywheelError, OSError):
                     eps = parallel_map(read, files, workers, executor, desc="import" if show_progress else None,
                                        unit="episode")
-                except ParallelJobError as exc:
-                    if isinstance(exc.__cause__, FlywheelError | OSError):
-                        raise exc.__cause__ from None  # the file's own one-line error (or a full disk)
-                    raise
                 write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
             commit.fsync_tree(stage)
             if os.path.lexists(out):

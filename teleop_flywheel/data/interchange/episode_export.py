@@ -27,7 +27,7 @@ from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.data.interchange.export_source import Source
 from teleop_flywheel.data.interchange.staged_output import staged_output
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
+from teleop_flywheel.data.parallel import own_errors, parallel_map
 from teleop_flywheel.data.provenance.lineage import default_registry, register_export
 from teleop_flywheel.data.provenance.manifest_hash import file_sha256
 
@@ -81,12 +81,9 @@ def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file
                                                                                                   strict=True)]
         _OPEN[root] = src.ds  # inline jobs use the dataset already open; workers open their own
         try:
-            done = parallel_map(functools.partial(_write_job, write), jobs, workers, executor,
-                                desc="export" if show_progress else None, unit="episode")
-        except ParallelJobError as exc:
-            if isinstance(exc.__cause__, FlywheelError | OSError):
-                raise exc.__cause__ from None  # the episode's own one-line error (or a full disk)
-            raise
+            with own_errors(FlywheelError, OSError):
+                done = parallel_map(functools.partial(_write_job, write), jobs, workers, executor,
+                                    desc="export" if show_progress else None, unit="episode")
         finally:
             _OPEN.pop(root, None)
     out = Path(os.path.abspath(out))

@@ -220,6 +220,21 @@ def test_a_file_without_action_is_refused(made: dict[str, Path], tmp_path: Path,
     _refused(capsys, bad, tmp_path, "no /action", "episode_0.hdf5")
 
 
+def test_a_bad_frame_found_in_a_worker_is_one_line_and_nothing(made: dict[str, Path], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Only frame 0 is checked up front; a later frame fails while a worker encodes its episode."""
+    bad = tmp_path / "bad"
+    shutil.copytree(made["jpeg"], bad)
+    with h5py.File(bad / "episode_1.hdf5", "a") as f:
+        f[f"/observations/images/{ad.CAMERA}"][5] = 0  # no JPEG there any more
+    out = tmp_path / "ds"
+    code, _, err = run_cli(capsys, "import", "--from", "hdf5-aloha", str(bad), str(out), "--workers", "2",
+                           "--codec", "h264")
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "episode_1.hdf5" in line and "frame 5 is not a 256x192 JPEG" in line, err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".ds")]
+
+
 def test_a_foreign_joint_count_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
