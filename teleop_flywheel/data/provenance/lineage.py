@@ -180,7 +180,8 @@ class Registry:
             if entry["fingerprint"] == fingerprint:
                 return entry
         raise LineageError(f"{path}: not the output of an export registered in {self.path} (its content matches "
-                           f"none of the {len(self.exports)} registered; an edited export is another dataset)")
+                           f"none of the {len(self.exports)} registered; an edited export is another dataset; an "
+                           "export made on another machine is in that machine's registry: give it with --registry)")
 
     def which(self, checkpoint: str) -> dict[str, Any]:
         try:
@@ -218,7 +219,7 @@ def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: st
     """Load, register and save under the registry's lock: two concurrent registrations never lose
     an entry, and an entry, once written, is never replaced (checkpoint ids are never reused).
     `manifest` may be an export's output instead (a directory, or a file that is not JSON)."""
-    is_export = manifest.is_dir() or (manifest.is_file() and manifest.suffix != ".json")
+    is_export = manifest.is_dir() or (manifest.is_file() and not _starts_as_json(manifest))
     with locked(registry, what="lineage register"):
         reg = Registry.load(registry)
         if is_export:
@@ -227,6 +228,12 @@ def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: st
             entry = reg.register(checkpoint, manifest, run, training)
         reg.save()
     return entry
+
+
+def _starts_as_json(path: Path) -> bool:
+    """A manifest is a JSON object; an export's file (HDF5, MCAP, TFRecord) is not, whatever its name."""
+    with path.open("rb") as f:
+        return f.read(4096).lstrip().startswith(b"{")
 
 
 def register_export(registry: Path, fmt: str, out: Path, episodes: list[dict[str, Any]], source_dataset: str,

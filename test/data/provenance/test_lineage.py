@@ -17,6 +17,8 @@ import pytest
 from support import aloha_data as ad
 from support.cli import run_cli
 
+from teleop_flywheel.data.provenance.lineage import Registry, source_summary
+
 h5py = pytest.importorskip("h5py", reason="h5py is the hdf5 extra: pip install '.[hdf5]'")
 
 
@@ -78,6 +80,9 @@ def test_a_checkpoint_trained_on_an_export_answers_with_its_episodes_manifest_an
     assert code == 0 and json.loads(out) == [episode_id]
     code, out, _ = run_cli(capsys, "lineage", "which", str(world["export"]))  # and from the export's side
     assert code == 0 and "trained    " + answer["checkpoint"] in out
+    reg = Registry.load()  # an evaluation report's lineage column
+    summary = source_summary(reg.which(answer["checkpoint"]), reg)
+    assert summary.startswith(f"run act1, export {exported['export']}") and "(1 episodes)" in summary
 
 
 def test_the_export_is_found_by_its_content_wherever_it_lies(world: dict[str, Path],
@@ -97,6 +102,10 @@ def test_the_export_is_found_by_its_content_wherever_it_lies(world: dict[str, Pa
     assert code == 0  # the same pair again: a no-op
     code, _, err = run_cli(capsys, "lineage", "register", "act-run-7", str(world["export"]))
     assert code == 2 and "never reused" in err
+    renamed = world["root"] / "pick"  # a manifest is told from an export's file by its content, not its name
+    renamed.write_bytes(world["manifest"].read_bytes())
+    code, _, err = run_cli(capsys, "lineage", "register", "ckpt-m", str(renamed))
+    assert code == 0, err
 
     edited = world["root"] / "edited"
     shutil.copytree(world["all"], edited)
