@@ -1,4 +1,4 @@
-"""An export's episodes in worker processes give the same bytes as one process; an episode that
+"""An export's episodes in worker processes (or Ray tasks) give the same bytes as one process; an episode that
 fails in a worker stops the export with its own one-line error and writes nothing.
 
 Oracles: the files' bytes compared with Python's own reads, and h5py reading each file as ACT does.
@@ -6,6 +6,7 @@ Oracles: the files' bytes compared with Python's own reads, and h5py reading eac
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from support import aloha_data as ad
 from support.cli import run_cli
 
 from teleop_flywheel.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[3]
 
 h5py = pytest.importorskip("h5py", reason="h5py is the hdf5 extra: pip install '.[hdf5]'")
 
@@ -62,3 +65,23 @@ def test_an_episode_failing_in_a_worker_is_one_line_and_nothing(source: Path, tm
     assert code == 1 and "unreadable video" in line and str(video) in line, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # no OUT, no stage left behind
     assert cli_main(["export", str(ds), "--to", "hdf5-aloha", str(tmp_path / "x"), "--workers", "0"]) == 2
+
+
+@pytest.mark.timeout(300)
+def test_ray_tasks_write_the_bytes_one_process_writes(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`--executor ray`: the episodes as tasks on a (single-node, local) Ray cluster."""
+    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    try:
+        code, _, err = run_cli(capsys, "export", str(source), "--to", "hdf5-aloha", str(tmp_path / "ray"),
+                               "--executor", "ray", "--jpeg", "50")
+        assert code == 0, err
+    finally:
+        ray.shutdown()
+    code, _, err = run_cli(capsys, "export", str(source), "--to", "hdf5-aloha", str(tmp_path / "one"),
+                           "--workers", "1", "--jpeg", "50")
+    assert code == 0, err
+    assert _files(tmp_path / "ray") == _files(tmp_path / "one")
