@@ -11,13 +11,21 @@ records the manifest it came from. One module per format writes it (docs/formats
 - `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
   them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
-OUT must not exist (exit 2, nothing written); it appears whole or not at all.
+OUT must not exist (exit 2, nothing written); it appears whole or not at all. Episodes are
+written in parallel (`--workers N` processes, default one per CPU, as `convert`; `--executor ray`
+on a cluster), with a progress bar on a terminal. Every export is recorded in the lineage registry
+(`--registry`, default as `lineage`'s): a checkpoint trained on it is registered with
+`lineage register CHECKPOINT OUT` and `lineage which CHECKPOINT` names the export, its episodes,
+their manifest and dataset.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 from pathlib import Path
+
+from teleop_flywheel.data.parallel import add_arguments_to
+from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
 
 # format -> (the module whose run_export(args) -> int writes it, what it is)
 FORMATS = {
@@ -43,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="JPEG quality of the frames, 1..100. hdf5-aloha: compress them (ALOHA uses 50), "
                              "with the `compress` attribute ALOHA's loaders read; rlds: the frames' quality "
                              "(default 95); mcap: the CompressedImage quality (default 90)")
+    parser.add_argument("--registry", type=Path, help=f"the lineage registry to record the export in (default "
+                                                      f"${LINEAGE_ENV} or lineage's default)")
+    add_arguments_to(parser)
 
 
 def run(args: argparse.Namespace) -> int:

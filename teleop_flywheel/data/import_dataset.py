@@ -9,7 +9,9 @@ module per format reads it (docs/formats.md):
   LeRobot's own v2.1→v3.0 converter does (rows and stats carried, videos remuxed, not re-encoded).
 
 Every input file is checked first; a bad one is one line naming it and what is wrong, exit 1, and
-nothing is written. OUT must not exist (exit 2); it appears whole or not at all.
+nothing is written. OUT must not exist (exit 2); it appears whole or not at all. Episodes are read
+and encoded in parallel (`--workers N`, default one per CPU as `convert`; `--executor ray`), with a
+progress bar on a terminal, and appended in order.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import importlib
 from pathlib import Path
 
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.parallel import add_arguments_to
 
 # format -> (the module whose run_import(args) -> staged_output.Imported writes it, what SRC is)
 FORMATS = {
@@ -39,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                 "ALOHA's control rate)")
     parser.add_argument("--codec", choices=lf.CODECS, help="hdf5-aloha: video codec of the dataset (default libsvtav1)")
     parser.add_argument("--robot-type", help="hdf5-aloha: info.json robot_type (default so101_follower)")
+    add_arguments_to(parser)
 
 
 def run(args: argparse.Namespace) -> int:

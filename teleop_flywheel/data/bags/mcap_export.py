@@ -77,10 +77,10 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION
+from teleop_flywheel.data.interchange.episode_export import Exported, record_export
 from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
-    Exported,
     ExportError,
     Source,
     episode_columns,
@@ -413,7 +413,7 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
 
 
 def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progress: bool = True,
-           supplied: Calibrations | None = None) -> Exported:
+           supplied: Calibrations | None = None, registry: Path | None = None) -> Exported:
     """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically; `supplied`:
     the arms' calibrations by role (else nominal ones)."""
     cals = calibrations(supplied)
@@ -426,7 +426,9 @@ def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progre
             progress(sum(int(r["length"]) for r in rows), "export" if show_progress else None, unit="frame") as bar:
         for k, row in enumerate(rows):
             frames += _write_episode(stage / EPISODE_BAG.format(index=k), src, row, cameras, jpeg_quality, cals, bar)
-    return Exported(Path(os.path.abspath(out)), len(rows), frames)
+    out = Path(os.path.abspath(out))
+    entry = record_export(src, out, FORMAT, registry, {"jpeg": jpeg_quality})
+    return Exported(out, len(rows), frames, entry["export"])
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -443,8 +445,8 @@ def run_export(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(exc), where="--calibration") from exc
     src = open_source(args.source, args.dataset)
-    made = export(src, args.out, quality, supplied=supplied)
+    made = export(src, args.out, quality, supplied=supplied, registry=args.registry)
     print(f"wrote {made.out}: {made.episodes} bags (episode_0..{made.episodes - 1}), {made.frames} frames; open "
           f"episode_<k>/episode_<k>_0.mcap in Foxglove, or `teleop-flywheel validate {made.out}`, "
-          f"`teleop-flywheel convert {made.out} --fps {src.ds.fps:g} --dataset NEW`")
+          f"`teleop-flywheel convert {made.out} --fps {src.ds.fps:g} --dataset NEW`; lineage export {made.export_id}")
     return 0

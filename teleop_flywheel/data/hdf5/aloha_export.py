@@ -22,12 +22,14 @@ with `provenance.materialize.locate`), numbered 0..N-1 as ACT's loader counts th
   `manifest`, `manifest_fingerprint` and `manifest_sha256` — what the file came from.
 
 Read with `interchange.export_source` (one episode, one frame at a time); written with
-`interchange.staged_output`: OUT is whole or absent.
+`interchange.episode_export`: one episode per job, in `workers` processes (or Ray tasks), each
+file written into a stage renamed to OUT at the end (OUT is whole or absent), and the export
+recorded in the lineage registry.
 """
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +38,11 @@ import numpy as np
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
+from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    Exported,
     Source,
     episode_columns,
     episode_images,
@@ -48,9 +50,8 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.interchange.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
@@ -84,19 +85,20 @@ class _JpegRows:
         self.lengths[t] = n
 
 
-def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], cameras: list[str],
-                   jpeg_quality: int | None) -> int:
-    ds = src.ds
+def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], jpeg_quality: int | None) -> int:
+    """One episode's file (in a worker process: everything it needs is in `job`)."""
+    h5 = al.h5py_module()
+    row = job.row
     cols = episode_columns(ds, row)
     state, action = (cols.pop(so101_joints(ds, f, "an ALOHA file")) for f in (STATE, ACTION))
     n = len(state)
     effort = cols.pop(ds.feature_name(EFFORT_FEATURE) or EFFORT_FEATURE, None)
     episode_row = row_fields(row)
-    with h5.File(path, "w") as f:
+    with h5.File(job.path, "w") as f:
         f.attrs.update({
             "sim": False, "compress": jpeg_quality is not None, "fps": ds.fps, "task": task_of(ds, cols),
             "joint_names": al.json_attr(list(al.JOINT_NAMES)), "qpos_units": al.QPOS_UNITS, "format": al.FORMAT,
-            **src.provenance(row),
+            **job.provenance,
         })
         f.create_dataset(al.QPOS, data=al.to_aloha(state)).attrs["units"] = al.QPOS_UNITS
         f.create_dataset(al.ACTION, data=al.to_aloha(action)).attrs["units"] = al.QPOS_UNITS
@@ -143,17 +145,14 @@ def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: 
                             else np.zeros((0, n), np.float32))
 
 
-def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True) -> Exported:
-    """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically."""
-    h5 = al.h5py_module()
+def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True,
+           workers: int | None = None, executor: str = "local", registry: Path | None = None) -> Exported:
+    """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically, `workers` at a time."""
+    al.h5py_module()
     cameras = sorted(video_keys(src.ds))  # /compress_len rows in h5py's (name) order of the cameras
-    frames = 0
-    with staged_output(out) as stage, \
-            progress(len(src.episodes), "export" if show_progress else None, unit="episode") as bar:
-        for k, row in enumerate(src.rows()):
-            frames += _write_episode(h5, stage / al.EPISODE_FILE.format(index=k), src, row, cameras, jpeg_quality)
-            bar.update(1)
-    return Exported(Path(os.path.abspath(out)), len(src.episodes), frames)
+    write = functools.partial(_write_episode, cameras=cameras, jpeg_quality=jpeg_quality)
+    return export_episodes(src, out, al.FORMAT, write, al.EPISODE_FILE, workers=workers, executor=executor,
+                           registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -164,7 +163,8 @@ def run_export(args: argparse.Namespace) -> int:
     refuse_existing(out)
     al.h5py_module()
     src = open_source(source, dataset)
-    made = export(src, out, jpeg_quality)
+    made = export(src, out, jpeg_quality, workers=args.workers, executor=args.executor, registry=args.registry)
     print(f"wrote {made.out}: {made.episodes} episode files (episode_0..{made.episodes - 1}.hdf5), {made.frames} "
-          f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}")
+          f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}; lineage "
+          f"export {made.export_id}")
     return 0

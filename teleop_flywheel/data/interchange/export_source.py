@@ -54,15 +54,6 @@ class ForeignArmError(DatasetError):
 
 
 @dataclass
-class Exported:
-    """What an export wrote."""
-
-    out: Path
-    episodes: int
-    frames: int
-
-
-@dataclass
 class Source:
     """What to export: a dataset, the episodes (current indices, in order) and where they came from."""
 

@@ -39,11 +39,11 @@ import numpy as np
 from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.interchange.episode_export import Exported, record_export
 from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    Exported,
     ExportError,
     Source,
     episode_columns,
@@ -193,7 +193,8 @@ def _dataset_metadata(src: Source, cameras: list[str]) -> dict[str, Any]:
             "source_dataset": str(ds.root.resolve()), "teleop_flywheel_version": __version__, **src.attrs}
 
 
-def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: bool = True) -> Exported:
+def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: bool = True,
+           registry: Path | None = None) -> Exported:
     """Write `src`'s episodes as the RLDS dataset directory `out` (which must not exist), atomically."""
     tfds = tfds_module()
     ds = src.ds
@@ -224,7 +225,9 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
             frames += len(example["steps"])
             bar.update(1)
         (writer or open_writer(1)).close_all()  # no episodes: an empty split, still a dataset TFDS opens
-    return Exported(Path(os.path.abspath(out)), len(src.episodes), frames)
+    out = Path(os.path.abspath(out))
+    entry = record_export(src, out, FORMAT, registry, {"jpeg": quality})
+    return Exported(out, len(src.episodes), frames, entry["export"])
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -235,7 +238,8 @@ def run_export(args: argparse.Namespace) -> int:
                          fix=f"give 1..100 (default {JPEG_QUALITY})")
     refuse_existing(args.out)
     tfds_module()
-    made = export(open_source(args.source, args.dataset), args.out, quality)
+    made = export(open_source(args.source, args.dataset), args.out, quality, registry=args.registry)
     print(f"wrote {made.out}: {made.episodes} episodes, {made.frames} steps (RLDS); read it with "
-          f"tfds.builder_from_directory({str(made.out)!r}).as_dataset(split={SPLIT!r})")
+          f"tfds.builder_from_directory({str(made.out)!r}).as_dataset(split={SPLIT!r}); "
+          f"lineage export {made.export_id}")
     return 0
