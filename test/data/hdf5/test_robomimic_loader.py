@@ -115,3 +115,46 @@ def test_get_dataset_info_describes_it(made: dict[str, Path]) -> None:
     assert run.returncode == 0, run.stderr
     assert "total trajectories: 2" in run.stdout
     assert f"total transitions: {sum(len(ad.column(ds, 'action', e)) for e in rd.INTERVENTION)}" in run.stdout
+
+
+def test_bc_trains_on_a_filter_key_and_its_policy_acts(made: dict[str, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """robomimic's own trainer (scripts/train.py `train`, 0.3's API) on the `intervention` subset:
+    its training set is exactly those demos' frames, and the checkpoint it saves gives a policy that
+    acts on our `state`."""
+    pytest.importorskip("torchvision", reason="robomimic's trainer imports torchvision (a CPU build, or the CUDA "
+                                              "one with its torch: /work/rmtrainenv, docs/formats.md)")
+    pytest.importorskip("imageio", reason="robomimic's trainer imports imageio")
+    import torch  # noqa: PLC0415
+    from robomimic.config import config_factory  # noqa: PLC0415
+    from robomimic.scripts.train import train  # noqa: PLC0415
+    from robomimic.utils.file_utils import policy_from_checkpoint  # noqa: PLC0415
+
+    if "action_keys" in inspect.signature(SequenceDataset).parameters:
+        pytest.skip("written for robomimic 0.3's train(config, device); 0.4+ takes a list of datasets")
+    config = config_factory("bc")
+    with config.values_unlocked():
+        config.train.data = str(made["out"])
+        config.train.output_dir = str(tmp_path / "trained")
+        config.train.hdf5_filter_key = "intervention"
+        config.train.hdf5_cache_mode = "low_dim"
+        config.train.batch_size = 16
+        config.train.num_epochs = 2
+        config.experiment.name = "intervention"
+        config.experiment.epoch_every_n_steps = 5
+        config.experiment.rollout.enabled = False  # no simulator of the arm
+        config.experiment.logging.terminal_output_to_txt = False
+        config.experiment.logging.log_tb = False
+        config.experiment.save.every_n_epochs = 2
+        config.observation.modalities.obs.low_dim = ["state"]
+        config.observation.modalities.obs.rgb = []
+    train(config, device=torch.device("cpu"))
+    printed = capsys.readouterr().out
+    frames = sum(len(ad.column(made["ds"], "action", e)) for e in rd.INTERVENTION)
+    assert "filter_key=intervention" in printed and f"num_demos={len(rd.INTERVENTION)}" in printed, printed[-2000:]
+    assert f"num_sequences={frames}" in printed
+    checkpoint = next((tmp_path / "trained").rglob("model_epoch_2.pth"))
+    policy, _ = policy_from_checkpoint(ckpt_path=str(checkpoint), device=torch.device("cpu"))
+    policy.start_episode()
+    action = policy(ob={"state": ad.column(made["ds"], "observation.state", rd.INTERVENTION[0])[0]})
+    assert action.shape == (6,) and np.isfinite(action).all()
