@@ -232,9 +232,11 @@ def export(src: Source, out: Path, show_progress: bool = True) -> ExportedFile:
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to hdf5-robomimic` verb's work: one line saying what was written."""
-    if getattr(args, "jpeg", None) is not None:
-        raise UsageError("--jpeg is an option of hdf5-aloha and rlds", where="--jpeg",
-                         fix="leave it out: hdf5-robomimic stores the frames uncompressed")
+    for option, given in (("--jpeg", getattr(args, "jpeg", None) is not None),
+                          ("--calibration", bool(getattr(args, "calibration", None)))):
+        if given:
+            raise UsageError(f"{option} does not apply to hdf5-robomimic", where=option,
+                             fix="leave it out: the frames are stored uncompressed, the joints in LeRobot units")
     refuse_existing(args.out)
     h5py_module(FORMAT)
     made = export(open_source(args.source, args.dataset), args.out)
