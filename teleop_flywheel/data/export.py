@@ -6,6 +6,9 @@ records the manifest it came from. One module per format writes it (docs/formats
 
 - `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
   ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
+- `hdf5-robomimic` (`data/hdf5/robomimic_export.py`): one HDF5 file of `data/demo_N` groups that
+  robomimic's `SequenceDataset` reads, with `mask/` filter keys (success, intervention, validated,
+  splits) to train on a subset;
 - `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
   X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
 - `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
@@ -31,6 +34,8 @@ from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+    "hdf5-robomimic": ("teleop_flywheel.data.hdf5.robomimic_export",
+                       "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
     "rlds": ("teleop_flywheel.data.rlds.rlds_export",
              "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
     "mcap": ("teleop_flywheel.data.bags.mcap_export",

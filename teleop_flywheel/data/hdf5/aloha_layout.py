@@ -67,11 +67,11 @@ def json_attr(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def h5py_module() -> ModuleType:
-    """h5py, imported only when an HDF5 command runs (an optional extra)."""
+def h5py_module(fmt: str = FORMAT) -> ModuleType:
+    """h5py, imported only when an HDF5 command (of format `fmt`) runs: an optional extra."""
     try:
         import h5py  # noqa: PLC0415
     except ImportError:
-        raise UsageError("h5py is not installed", where="hdf5-aloha",
+        raise UsageError("h5py is not installed", where=fmt,
                          fix="pip install 'teleop_flywheel[hdf5]' (or pip install h5py)") from None
     return h5py
