@@ -15,7 +15,9 @@ Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (re
 atomically after every batch) lists every bag taken and what became of it, and the converter
 itself skips episodes already in the dataset (content ids) and finishes an append a crash
 interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
-ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
+ingest pass at a time per dataset (`<DS>.ingest.lock`: a second ingest waits its turn); its convert
+waits for whatever else holds the dataset (`<DS>.lock`: a user's convert, curate or doctor) rather
+than fail — a user's command that finds the dataset held by ingest is refused as busy.
 
 Encoded ahead (`data/convert/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being
 recorded, or closed and about to be taken (waiting for its verdict, a keep or the grace period),
@@ -199,7 +201,7 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
     t0 = time.monotonic()
     res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
                   progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
-                  segments=pre.segments(bags) if pre is not None else None)
+                  segments=pre.segments(bags) if pre is not None else None, wait=True)
     moved = _quarantine(res, cfg)
     if moved and (cfg.dataset / lf.INFO_PATH).is_file():
         update_record(cfg.dataset, moved)  # where each rejected bag went
