@@ -37,10 +37,11 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def add_arguments_to(parser: argparse.ArgumentParser) -> None:
-    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags."""
-    parser.add_argument("--workers", type=int, default=None,
-                        help="parallel jobs (default: one per CPU; 1 runs inline)")
+def add_arguments_to(parser: argparse.ArgumentParser, workers: int | None = None) -> None:
+    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags;
+    `workers`: the default (None: one per CPU)."""
+    parser.add_argument("--workers", type=int, default=workers,
+                        help=f"parallel jobs (default: {'one per CPU' if workers is None else workers}; 1 runs inline)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local process pool (default) or Ray tasks on the cluster at $RAY_ADDRESS")
 

@@ -222,8 +222,8 @@ class PreEncoding:
     the segment it is in), so a bag that becomes ready is taken within about a budget even while
     recordings go on — a busy machine makes the pre-encoder fall behind, never the ingest (`behind`
     says there is work left; None: every decided segment in one step). Segments live in
-    `root/<bag, relative to the watch folder, quoted>/<camera>/`; a folder whose bag is no longer
-    waiting (taken, discarded, moved) is removed on the next step."""
+    `root/<bag, relative to watch (the watch folders' common parent), quoted>/<camera>/`; a folder
+    whose bag is no longer waiting (taken, discarded, moved) is removed on the next step."""
 
     def __init__(self, root: Path, watch: Path, fps: int, codec: str, log: Callable[[str], None] = print,
                  budget_s: float | None = None) -> None:

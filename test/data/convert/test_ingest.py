@@ -50,7 +50,7 @@ def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
     recording = watch / "recording"
     recording.mkdir()
     (recording / "recording_0.mcap").write_bytes(b"\x89MCAP0\r\n")  # still being written: no metadata.yaml
-    cfg = IngestConfig(watch, ds, tmp_path / "quarantine", grace_s=30.0, codec="h264", audit_html=tmp_path / "a.html")
+    cfg = IngestConfig([watch], ds, tmp_path / "quarantine", grace_s=30.0, codec="h264", audit_html=tmp_path / "a.html")
     assert ready(fresh, cfg)[1].startswith("grace period") and ready(unjudged, cfg) == (False, "no verdict yet")
     assert ready(gone, cfg) == (False, "discarded by the operator") and not ready(recording, cfg)[0]
     lines: list[str] = []

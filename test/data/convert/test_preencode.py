@@ -141,7 +141,7 @@ def test_segments_of_another_episode_are_never_used(tmp_path: Path, plain: Path,
 def test_ingest_converts_a_kept_episode_from_what_it_encoded_while_recording(source: Path, tmp_path: Path) -> None:
     watch, ds = tmp_path / "bags", tmp_path / "ds"
     watch.mkdir()
-    cfg = IngestConfig(watch, ds, tmp_path / "quarantine", grace_s=30.0)
+    cfg = IngestConfig([watch], ds, tmp_path / "quarantine", grace_s=30.0)
     pre = PreEncoding(segments_root(ds), watch, cfg.fps, cfg.codec)
     lines: list[str] = []
     bag = watch / source.name
@@ -177,7 +177,7 @@ def test_a_pre_encoder_that_cannot_be_right_stops_and_says_why(tmp_path: Path) -
 
 def test_only_bags_being_recorded_or_about_to_be_taken_are_encoded_ahead(tmp_path: Path) -> None:
     watch = tmp_path / "bags"
-    cfg = IngestConfig(watch, tmp_path / "ds", None, grace_s=30.0)
+    cfg = IngestConfig([watch], tmp_path / "ds", None, grace_s=30.0)
 
     def bag(name: str, decision: str | None = None, verdict: bool = True) -> Path:
         b = write_session(watch / name, SessionSpec(duration_s=1.0, seed=1)).bag
