@@ -292,9 +292,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     # Between looks the pre-encoder works for about a poll period, then looks again at once if it is behind.
-    # Segment folders are named by each bag's path below the watch folders' common parent: unique across rigs.
-    common = Path(os.path.commonpath([w.resolve() for w in watch]))
-    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), common, cfg.fps, cfg.codec, log,
+    pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log,
                                                       budget_s=args.poll)
     while True:
         ingest_once(cfg, log, pre)
