@@ -33,8 +33,10 @@ import pyarrow.parquet as pq
 import pytest
 from support.paths import ROOT
 
+from teleop_flywheel.data.convert import converter
 from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.recording.recorder.verdict import KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.synthetic_session import SessionSpec, SessionTruth, write_session
@@ -157,6 +159,13 @@ def test_one_ingest_over_both_rigs_as_ray_tasks_equals_two_sequential_ingests(
     if ray.is_initialized():
         pytest.skip("a Ray cluster is already initialised in this process")
     root, _ = fleet
+    executors: list[str] = []  # what the convert asked parallel_map for (it still runs every job)
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        executors.append(kwargs["executor"])
+        return parallel_map(*args, **kwargs)
+
+    monkeypatch.setattr(converter, "parallel_map", spied)
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
@@ -166,7 +175,7 @@ def test_one_ingest_over_both_rigs_as_ray_tasks_equals_two_sequential_ingests(
         taken = ingest_once(cfg, log=lambda _line: None)
     finally:
         ray.shutdown()
-    assert sorted(taken.values()) == ["converted"] * 2 * EPISODES
+    assert sorted(taken.values()) == ["converted"] * 2 * EPISODES and executors == ["ray"]
     _assert_same("ray", root / "ray", datasets["sequential"])
 
 
