@@ -57,10 +57,11 @@ def _workers(text: str) -> int:
     return n
 
 
-def add_arguments_to(parser: argparse.ArgumentParser) -> None:
-    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags."""
-    parser.add_argument("--workers", type=_workers, default=None,
-                        help="parallel jobs (default: one per CPU; 1 runs inline)")
+def add_arguments_to(parser: argparse.ArgumentParser, workers: int | None = None) -> None:
+    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags;
+    `workers`: the default (None: one per CPU)."""
+    parser.add_argument("--workers", type=_workers, default=workers,
+                        help=f"parallel jobs (default: {'one per CPU' if workers is None else workers}; 1 runs inline)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local process pool (default) or Ray tasks on the cluster at $RAY_ADDRESS")
 

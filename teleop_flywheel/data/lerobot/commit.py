@@ -215,8 +215,9 @@ def pending(root: Path) -> list[str]:
 
 
 @contextmanager
-def locked_dataset(out: Path) -> Iterator[Path]:
-    """One convert/doctor at a time per dataset family (the lock file `<DATASET>.lock` beside it)."""
+def locked_dataset(out: Path, wait: bool = False) -> Iterator[Path]:
+    """One convert/doctor at a time per dataset family (the lock file `<DATASET>.lock` beside it).
+    `wait`: queue behind the holder (a background ingest) instead of refusing at once (a user's command)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    with locked(out, wait=False, what="another convert or doctor") as lock:
+    with locked(out, wait=wait, what="another convert or doctor") as lock:
         yield lock
