@@ -5,6 +5,7 @@ reserved failure labels."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import re
@@ -135,13 +136,17 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     """No drawn outcomes: ckpt-a's waypoint leads to the place pose, ckpt-b's beside it, and the
     machine check on each bag's last follower state says so. Each condition's simulated world is
     in place: the first recorded follower state is its start pose, and the camera frames of the
-    `far` condition arrive its 40 ms later."""
+    `far` condition arrive its 40 ms later. In `near` a scripted operator takes over (pedal down,
+    label, pedal up) and the policy finishes: its bags record the intervention with its label and
+    the blend weight. No trial is shorter than the validator's shortest episode, though ckpt-a
+    reaches its pose in under a second."""
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
-        tmp_path, time_limit_s=3,
+        tmp_path, time_limit_s=4,
         checkpoints=[{"id": "ckpt-a", "policy": "scripted", "policy_args": _waypoints(tmp_path, "a", POSE)},
                      {"id": "ckpt-b", "policy": "scripted", "policy_args": _waypoints(tmp_path, "b", wrong)}],
-        conditions=[{"name": "near", "sim": {"start_pose": NEAR}},
+        conditions=[{"name": "near", "sim": {"start_pose": NEAR,
+                                             "takeover": {"at_s": 0.3, "hold_s": 0.8, "label": "too_slow"}}},
                     {"name": "far", "sim": {"start_pose": FAR, "camera_latency_ms": 40, "joint_noise_rad": 0.002}}]))
     out = tmp_path / "bags"
     res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}")
@@ -170,10 +175,16 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         camera = bag.camera_topics()["front"]
         delay_ms = float(np.median(bag.raw(camera).log_ns - bag.stamps(camera))) / 1e6
         assert (delay_ms >= 40) == (t.condition == "far"), (b, delay_ms)
+        took_over = t.condition == "near"
+        assert t.interventions == int(took_over) and t.triggers == (["too_slow"] if took_over else []), (b, t)
+        alpha = bag.authority().stream(["alpha"]).values[:, 0]
+        assert (alpha.max() == 1.0) == took_over and alpha[-1] == 0.0, (b, alpha.max())
+        verdict = json.loads((b / "verdict.json").read_text())
+        assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & set(verdict["codes"]), (b, verdict)
     report = build_report(trials, proto)
     cells = {(c.checkpoint, c.condition): c.successes for c in report.cells}
     assert cells == {("ckpt-a", "near"): 2, ("ckpt-a", "far"): 2, ("ckpt-b", "near"): 0, ("ckpt-b", "far"): 0}
-    assert not report.incomplete and all(t.interventions == 0 for t in trials)
+    assert not report.incomplete
     table = re.sub(r"\s+", " ", res.stdout)
     assert "ckpt-a far 2/2 2 100%" in table and "ckpt-b far 2/2 0 0%" in table
 

@@ -41,6 +41,7 @@ from teleop_flywheel.evaluation.protocol import (
     TrialRecord,
 )
 from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
+from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.ros.commands.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 
@@ -53,6 +54,8 @@ SETTLE_STEP_S = 0.05
 STILL_S = 0.3
 START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
 REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
+SPAN_MARGIN_S = 0.5  # unattended: a trial ends early no sooner than this past the validator's shortest episode
+LABEL_AFTER_S = 0.3  # unattended takeover: the scripted operator presses the trigger label this long after the pedal
 VERDICT_WAIT_S = 120.0  # unattended: how long the walk waits for the validator's verdicts on its bags
 
 
@@ -98,6 +101,7 @@ class TrialDriver:
         self.world = next((Path(a.world) for a in session.graph.sim_arms if a.role == "follower" and a.world), None)
         self._world_now: dict[str, float] | None = None
         self._moves = 0
+        self._pedal: VirtualPedal | None = None  # the scripted operator's, opened at its first takeover
         self.disagreement = ""  # the poses of the last trial whose recorded end disagreed with the one seen
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
         for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
@@ -112,6 +116,34 @@ class TrialDriver:
         except InterfaceError as exc:
             print(f"run: warning: {exc}; still missing: {(self.status.latest or {}).get('missing_topics')}",
                   file=sys.stderr, flush=True)
+
+    def duration_range(self) -> tuple[float, float]:
+        """The episode spans (seconds) the recorder's verdict accepts: its thresholds file, the
+        session's task spec where it states a duration. A trial outside is DURATION_OUT_OF_RANGE
+        whatever its checkpoint did."""
+        from teleop_flywheel.core.task_spec import parse_task_spec
+        from teleop_flywheel.data.validate.reasons import ValidateConfig
+        from teleop_flywheel.data.validate.task_checks import spec_config
+
+        params = self.session.graph.node("recorder").parameters
+        content = str(params.get("task_spec") or "")
+        spec = parse_task_spec(json.loads(content), "task_spec") if content else None
+        cfg = spec_config(ValidateConfig.load(str(params.get("validate_config") or "") or None), spec)
+        return cfg.min_duration_s, cfg.max_duration_s
+
+    def pedal(self, down: bool, label: str = "") -> None:
+        """The scripted operator's foot on the simulator's pedal (the pedal node's FIFO): down or up,
+        then the trigger label, as the demo's operator presses them."""
+        if self._pedal is None:
+            fifo = self.session.graph.pedal_fifo
+            if not fifo:
+                raise ProtocolError(f"{self.protocol.path}: a condition scripts a takeover, and this session has no "
+                                    "simulated pedal (kind sim)")
+            self._pedal = VirtualPedal(fifo)
+        if label:
+            self._pedal.label(label)
+        else:
+            self._pedal.takeover(down)
 
     def scratch(self) -> Path:
         """A directory of this walk's own files (unattended trials' policy files), inside the
@@ -336,6 +368,9 @@ class TrialDriver:
 
     def close(self) -> None:
         try:
+            if self._pedal is not None:
+                self._pedal.takeover(False)
+                self._pedal.close()
             self.discard()
         except RuntimeError as exc:  # the recorder is gone (the session is stopping anyway)
             print(f"run: the running trial could not be discarded: {exc}", file=sys.stderr, flush=True)
@@ -348,12 +383,19 @@ class TrialDriver:
 def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[str], None] = print) -> None:
     """The whole protocol with nobody at the keys (sim sessions only): each trial's condition put
     in place (`TrialDriver.apply_world`), its checkpoint run for the time limit — or until the
-    follower has held within the machine check's tolerance for `HOLD_S` — and judged by the machine
-    check on the recorded final state. `stop` ends it (a trial under way is discarded)."""
+    follower has held within the machine check's tolerance for `HOLD_S`, once the trial is long
+    enough for the validator (`TrialDriver.duration_range`) and any scripted takeover
+    (`Takeover`: pedal down, label, pedal up) is over — and judged by the machine check on the
+    recorded final state. `stop` ends it (a trial under way is discarded)."""
     p = driver.protocol
     check = p.machine_check
     if check is None:
         raise ProtocolError(f"{p.path}: an unattended run needs success.machine_check to judge its trials")
+    shortest, longest = driver.duration_range()
+    if not shortest + SPAN_MARGIN_S <= p.time_limit_s <= longest:
+        raise ProtocolError(f"{p.path}: time_limit_s {p.time_limit_s:g} does not fit the episode spans the "
+                            f"recorder's validator accepts, [{shortest:g}, {longest:g}] s (less {SPAN_MARGIN_S:g} s "
+                            "at the short end): every trial would be DURATION_OUT_OF_RANGE")
     if any(c.sim_failure_rate is not None for c in p.conditions):
         log("note: sim_failure_rate is the statistics demo of `eval --simulate` (drawn outcomes); here every "
             "trial is judged by what its checkpoint did")
@@ -364,11 +406,19 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
         log(driver.walker.reset_prompt(slot))
         driver.start(slot)
         t0 = time.monotonic()
+        takeover = p.condition(slot.condition).sim.takeover
+        operator = [] if takeover is None else [(takeover.at_s, True, ""),
+                                                (takeover.at_s + LABEL_AFTER_S, True, takeover.label),
+                                                (takeover.end_s, False, "")]
+        earliest_end = max(shortest + SPAN_MARGIN_S, takeover.end_s if takeover else 0.0)
         held_since: float | None = None
         while not stop.is_set() and (now := time.monotonic()) < t0 + p.time_limit_s:
-            if check.judge(driver.pose())[0]:
+            while operator and now >= t0 + operator[0][0]:
+                _at, down, label = operator.pop(0)
+                driver.pedal(down, label)
+            if check.judge(driver.pose())[0] and not operator:
                 held_since = now if held_since is None else held_since
-                if now - held_since >= HOLD_S:
+                if now - held_since >= HOLD_S and now - t0 >= earliest_end:
                     break
             else:
                 held_since = None
