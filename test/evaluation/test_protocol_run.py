@@ -27,6 +27,7 @@ from teleop_flywheel.evaluation.protocol import (
     ProtocolError,
     ProtocolWalker,
     SimWorld,
+    Takeover,
     load_protocol,
     parse_protocol,
 )
@@ -108,6 +109,22 @@ def test_sim_conditions_parse_and_each_bad_field_is_one_line_naming_it(tmp_path:
         assert "\n" not in str(exc.value)
     with pytest.raises(ProtocolError, match=r"x.yaml: conditions\[0\]: unknown field\(s\) \['start_pose'\]"):
         parse_protocol(dict(raw, conditions=[{"name": "c", "start_pose": [0] * 6}]), "x.yaml")
+    takeover = {"at_s": 1, "hold_s": 2, "label": "too_slow"}
+    assert parse_protocol(dict(raw, conditions=[{"name": "c", "sim": {"takeover": takeover}}]), "x.yaml").condition(
+        "c").sim.takeover == Takeover(1.0, 2.0, "too_slow")
+    bad_takeovers = {
+        "{label: bored}": r"sim: takeover: field 'label' must be a trigger label \(wrong_object, .*got 'bored'",
+        "{at_s: 1, hold_s: 0, label: other}": r"takeover: field 'hold_s' must be a number of seconds in \[0.1, ",
+        "{at_s: 4, hold_s: 2, label: other}": r"conditions\[0\]: sim: takeover ends 6 s into a trial, not before "
+                                              r"time_limit_s 6",
+        "{at_s: 1, hold_s: 1, label: other, foot: left}": r"takeover: unknown field\(s\) \['foot'\]",
+    }
+    for text, message in bad_takeovers.items():
+        with pytest.raises(ProtocolError, match=message):
+            parse_protocol(dict(raw, conditions=[{"name": "c", "sim": {"takeover": yaml.safe_load(text)}}]), "x.yaml")
+    with pytest.raises(ProtocolError, match="takeover in a protocol with interventions_allowed false"):
+        parse_protocol(dict(raw, interventions_allowed=False,
+                            conditions=[{"name": "c", "sim": {"takeover": takeover}}]), "x.yaml")
 
 
 def test_run_refuses_protocol_on_the_wrong_session(tmp_path: Path) -> None:
