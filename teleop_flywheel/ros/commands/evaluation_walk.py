@@ -31,7 +31,14 @@ import yaml
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
+from teleop_flywheel.core.topics import (
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    POLICY_COMMAND,
+    RESET,
+    arm_fault,
+)
 from teleop_flywheel.evaluation.protocol import (
     Condition,
     Protocol,
@@ -73,8 +80,10 @@ class TrialDriver:
     interventions and the follower's pose watched."""
 
     def __init__(self, session: Any, protocol: Protocol) -> None:
+        from diagnostic_msgs.msg import DiagnosticStatus
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
+        from std_srvs.srv import Trigger
 
         from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, STREAM_QOS
 
@@ -102,6 +111,15 @@ class TrialDriver:
         self._world_now: dict[str, float] | None = None
         self._moves = 0
         self._pedal: VirtualPedal | None = None  # the scripted operator's, opened at its first takeover
+        # Each arm's latched hold (`<role>/fault`) and its driver's `~/reset`: an unattended walk is
+        # the operator who resets an arm a servo fault held (`reset_held_arms`).
+        self._faults: dict[str, Any] = {}
+        self._resets: dict[str, Any] = {
+            str(n.parameters.get("role")): self.client.node.create_client(Trigger, f"{n.fully_qualified_name}/{RESET}")
+            for n in session.graph.nodes if n.executable == "arm_driver"}
+        for role in self._resets:
+            self.client.node.create_subscription(DiagnosticStatus, arm_fault(role),
+                                                 lambda m, r=role: self._on_fault(r, m), LATCHED_QOS)
         self.disagreement = ""  # the poses of the last trial whose recorded end disagreed with the one seen
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
         for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
@@ -130,6 +148,26 @@ class TrialDriver:
         spec = parse_task_spec(json.loads(content), "task_spec") if content else None
         cfg = spec_config(ValidateConfig.load(str(params.get("validate_config") or "") or None), spec)
         return cfg.min_duration_s, cfg.max_duration_s
+
+    def reset_held_arms(self, log: Callable[[str], None]) -> None:
+        """Between unattended trials: reset every arm a servo fault holds (its driver's `~/reset`,
+        what the operator does at the console) and wait until its hold is off. The trial it
+        happened in keeps its SERVO_FAULT verdict; the walk goes on instead of stopping at the next
+        start pose (a starved simulator misses a reply on a loaded machine)."""
+        from diagnostic_msgs.msg import DiagnosticStatus
+
+        from teleop_flywheel.ros.commands.clients import trigger
+
+        held = {role: m.message for role, m in list(self._faults.items()) if m.level == DiagnosticStatus.ERROR}
+        for role, why in held.items():
+            log(f"  the {role} arm is held ({why}): reset, as an operator would")
+            trigger(self._resets[role])
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        while held and any(self._faults[r].level == DiagnosticStatus.ERROR for r in held):
+            if time.monotonic() > deadline:
+                raise ProtocolError(f"{self.protocol.path}: the {', '.join(held)} arm(s) still held "
+                                    f"{RESET_TIMEOUT_S:g} s after a reset (their diagnostics say why)")
+            time.sleep(SETTLE_STEP_S)
 
     def pedal(self, down: bool, label: str = "") -> None:
         """The scripted operator's foot on the simulator's pedal (the pedal node's FIFO): down or up,
@@ -238,6 +276,9 @@ class TrialDriver:
         by_name = dict(zip(msg.name, msg.position, strict=False))
         if all(n in by_name for n in JOINT_NAMES):
             self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
+
+    def _on_fault(self, role: str, msg: Any) -> None:
+        self._faults[role] = msg
 
     def _on_event(self, msg: Any) -> None:
         event = json.loads(msg.data)
@@ -401,6 +442,7 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
             "trial is judged by what its checkpoint did")
     redone: dict[Slot, int] = {}
     while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
+        driver.reset_held_arms(log)
         driver.apply_world(p.condition(slot.condition))
         driver.prepare(slot)
         log(driver.walker.reset_prompt(slot))
