@@ -222,16 +222,22 @@ def _number(raw: dict[str, Any], key: str, where: str, lo: float, hi: float, uni
     return float(value)
 
 
+def _known_fields(raw: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
+    """`raw` if it is a mapping of only `known` fields; else the one-line error naming `where`."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: must be a mapping with any of {', '.join(known)}")
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(known)})")
+    return raw
+
+
 def _sim_world(raw: Any, where: str) -> SimWorld:
     """A condition's `sim:` mapping (absent: the simulator as it boots, nothing varied)."""
     if raw is None:
         return SimWorld()
     where = f"{where}: sim"
-    if not isinstance(raw, dict):
-        raise ProtocolError(f"{where}: must be a mapping with any of {', '.join(SIM_FIELDS)}")
-    unknown = sorted(set(raw) - set(SIM_FIELDS))
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(SIM_FIELDS)})")
+    raw = _known_fields(raw, where, SIM_FIELDS)
     pose = raw.get("start_pose")
     if pose is not None and (not isinstance(pose, list) or len(pose) != 6 or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= 3.2 for v in pose)):
@@ -248,11 +254,7 @@ def _takeover(raw: Any, where: str) -> Takeover | None:
     if raw is None:
         return None
     where = f"{where}: takeover"
-    if not isinstance(raw, dict):
-        raise ProtocolError(f"{where}: must be a mapping with {', '.join(TAKEOVER_FIELDS)}")
-    unknown = sorted(set(raw) - set(TAKEOVER_FIELDS))
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(TAKEOVER_FIELDS)})")
+    raw = _known_fields(raw, where, TAKEOVER_FIELDS)
     label = raw.get("label")
     if label not in TRIGGER_LABELS:
         raise ProtocolError(f"{where}: field 'label' must be a trigger label ({', '.join(TRIGGER_LABELS)}), "
