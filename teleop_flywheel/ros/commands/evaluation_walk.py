@@ -120,7 +120,7 @@ class TrialDriver:
         for role in self._resets:
             self.client.node.create_subscription(DiagnosticStatus, arm_fault(role),
                                                  lambda m, r=role: self._on_fault(r, m), LATCHED_QOS)
-        self.disagreement = ""  # the poses of the last trial whose recorded end disagreed with the one seen
+        self.disagreement = ""  # why the last trial judged unattended was discarded (finish_judged)
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
         for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
             self.client.node.create_subscription(JointState, topic, lambda m, t=topic: self._on_command(t, m),
@@ -335,8 +335,10 @@ class TrialDriver:
         """Unattended: the machine check decides the outcome from the last follower state seen,
         the bag closes, and the check is run again on the follower's final state as the bag
         recorded it. They agree: the trial is entered, (bag, verdict) returned. They disagree (the
-        follower crossed the tolerance between the last sample seen and the stop): the bag is
-        moved to discarded/ and None returned — the same slot comes up again."""
+        follower crossed the tolerance between the last sample seen and the stop), or the bag holds
+        no follower state to judge (every read lost a servo: the arm, not the checkpoint, failed):
+        the bag is moved to discarded/, `disagreement` says why and None is returned — the same
+        slot comes up again."""
         from teleop_flywheel.evaluation.report import final_follower_pose
 
         check = self.protocol.machine_check
@@ -346,14 +348,12 @@ class TrialDriver:
         outcome, label = ("success", "") if passed else ("failure", check.failure_label)
         slot, interventions, bag, verdict = self._close(outcome, label)
         recorded = final_follower_pose(bag)
-        if recorded is None:  # no judge possible: the arm, not the checkpoint, failed
-            self.client.call("discard")
-            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no follower state with every "
-                                "joint (servos that stopped answering? the follower arm's diagnostics say why); the "
-                                "bag was moved to discarded/")
-        if check.judge(recorded)[0] != passed:
+        if recorded is None or check.judge(recorded)[0] != passed:
             self.client.call("discard")  # the last one stopped: moved to discarded/
-            self.disagreement = f"seen {self._pose}, recorded {recorded}"
+            self.disagreement = (f"the recorded final state disagrees with the last one seen (the follower moved at "
+                                 f"the stop: seen {self._pose}, recorded {recorded})" if recorded is not None else
+                                 "its bag recorded no follower state with every joint (servos that stopped answering: "
+                                 "the follower arm's diagnostics say why)")
             return None
         self._enter(slot, outcome, label, interventions, bag)
         return bag, verdict
@@ -472,11 +472,9 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
         if judged is None:
             redone[slot] = redone.get(slot, 0) + 1
             if redone[slot] > REDO_LIMIT:
-                raise ProtocolError(f"{p.path}: trial {slot}: the recorded final state disagreed with the last one "
-                                    f"seen {REDO_LIMIT + 1} times (the follower kept moving across the machine "
-                                    "check's tolerance at the stop)")
-            log("  -> the recorded final state disagrees with the last one seen (the follower moved at the stop: "
-                f"{driver.disagreement}): trial discarded, run again")
+                raise ProtocolError(f"{p.path}: trial {slot}: discarded {REDO_LIMIT + 1} times, the last because "
+                                    f"{driver.disagreement}")
+            log(f"  -> {driver.disagreement}: trial discarded, run again")
             continue
         bag, verdict = judged
         log(f"  -> {'success' if verdict.startswith('pass') else 'failure'} ({verdict}); bag {bag.name}")
