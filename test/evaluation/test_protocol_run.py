@@ -195,7 +195,9 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         took_over = t.condition == "near"
         assert t.interventions == int(took_over) and t.triggers == (["too_slow"] if took_over else []), (b, t)
         alpha = bag.authority().stream(["alpha"]).values[:, 0]
-        assert (alpha.max() == 1.0) == took_over and alpha[-1] == 0.0, (b, alpha.max())
+        # The blend weight rises towards the human (a blend stretched to respect the speed limit may not
+        # reach 1 in 0.8 s when the leader is far) and is back at 0 by the end.
+        assert (alpha.max() > 0.5) == took_over and alpha[-1] == 0.0, (b, alpha.max())
         verdict = json.loads((b / "verdict.json").read_text())
         assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & set(verdict["codes"]), (b, verdict)
     report = build_report(trials, proto)
