@@ -159,7 +159,7 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     reaches its pose in under a second."""
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
-        tmp_path, time_limit_s=4,
+        tmp_path, time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
         checkpoints=[{"id": "ckpt-a", "policy": "scripted", "policy_args": _waypoints(tmp_path, "a", POSE)},
                      {"id": "ckpt-b", "policy": "scripted", "policy_args": _waypoints(tmp_path, "b", wrong)}],
         conditions=[{"name": "near", "sim": {"start_pose": NEAR,

@@ -60,7 +60,7 @@ RESET_CHECKPOINT = "sim-reset"  # the tag of the commands that move the follower
 SETTLE_STEP_S = 0.05
 STILL_S = 0.3
 START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
-REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
+REDO_LIMIT = 3  # unattended: how often a trial is redone that could not be judged (finish_judged)
 SPAN_MARGIN_S = 0.5  # unattended: a trial ends early no sooner than this past the validator's shortest episode
 LABEL_AFTER_S = 0.3  # unattended takeover: the scripted operator presses the trigger label this long after the pedal
 VERDICT_WAIT_S = 120.0  # unattended: how long the walk waits for the validator's verdicts on its bags
@@ -465,6 +465,8 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
             else:
                 held_since = None
             time.sleep(0.02)
+        for _at, down, label in operator:  # a starved loop reached the time limit first: hand back before the stop
+            driver.pedal(down, label)
         if stop.is_set():
             driver.discard()
             return
