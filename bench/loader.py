@@ -21,13 +21,14 @@ Run with an interpreter that has LeRobot: `/path/to/lerobot-venv/bin/python benc
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from lerobot_bench import RESULTS, require_lerobot, write_result
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
@@ -132,14 +133,10 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--batches", type=int, default=30, help="loader batches timed after the first")
     ap.add_argument("--steps", type=int, default=4, help="training steps timed (alone, then with the loader)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "loader.json"))
+    ap.add_argument("--out", default=str(RESULTS / "loader.json"))
     args = ap.parse_args()
-    try:
-        import lerobot  # noqa: F401
-    except ImportError:
-        print("bench/loader.py: needs LeRobot 0.4.x (run it with a LeRobot venv's python)", file=sys.stderr)
+    if not require_lerobot("bench/loader.py"):
         return 2
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp_s:
         forms = build_forms(Path(tmp_s), args.episodes, args.seconds)
         results = {name: measure(root, args.batches, args.steps) for name, root in forms.items()}
@@ -156,9 +153,7 @@ def main() -> int:
         "least_waiting": best,
         "target": "the training step never waits on decode (loader/step >= 1, waiting share ~0)",
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    write_result(args.out, out)
     return 0
 
 

@@ -20,7 +20,7 @@ FOLLOWER_STATE = "follower/joint_states"  # rad; stamp = bus arrival − wire ti
 LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
 FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
-POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = its tick
+POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = when it was available
 AUTHORITY = "teleop/authority"  # name [alpha, mode, intervention_id, trigger], values in position; every tick
 AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")  # authority names; mode, trigger: labels codes
 INTERVENTION = "teleop/intervention"  # one JSON event per takeover start, end and label change

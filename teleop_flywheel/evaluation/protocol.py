@@ -17,6 +17,7 @@ import yaml
 
 from teleop_flywheel.core.content_id import canonical_hash
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.labels import TRIGGER_LABELS
 
 FORMAT = "teleop_flywheel.eval_protocol/1"
 # Failure labels every protocol accepts, whatever its own list says: the walker itself ends a
@@ -31,19 +32,39 @@ class ProtocolError(FlywheelError, ValueError):
 
 
 @dataclass(frozen=True)
+class Takeover:
+    """A scripted operator's takeover in every trial of a condition (`sim: takeover:`): the
+    simulator's foot pedal goes down `at_s` into the trial, the trigger `label` is pressed, and the
+    pedal comes up `hold_s` later; the simulated leader's "human" drives meanwhile and the policy
+    resumes after. So an unattended rollout records intervention segments (blend weight, label)
+    as an operator's would."""
+
+    at_s: float
+    hold_s: float
+    label: str
+
+    @property
+    def end_s(self) -> float:
+        return self.at_s + self.hold_s
+
+
+@dataclass(frozen=True)
 class SimWorld:
     """What the simulator varies for one condition (`sim:` in a condition), applied before each of
     its trials by `run sim --unattended`: the follower is driven to `start_pose` (radians,
     JOINT_NAMES order; None: from wherever the last trial left it), the synthetic cameras deliver
-    `camera_latency_ms` after capture, and the simulated follower's encoders read with Gaussian
-    noise of `joint_noise_rad` (standard deviation)."""
+    `camera_latency_ms` after capture, the simulated follower's encoders read with Gaussian
+    noise of `joint_noise_rad` (standard deviation), and a scripted operator takes over
+    (`takeover`; None: nobody does)."""
 
     start_pose: tuple[float, ...] | None = None
     camera_latency_ms: float = 0.0
     joint_noise_rad: float = 0.0
+    takeover: Takeover | None = None
 
 
-SIM_FIELDS = ("start_pose", "camera_latency_ms", "joint_noise_rad")
+SIM_FIELDS = ("start_pose", "camera_latency_ms", "joint_noise_rad", "takeover")
+TAKEOVER_FIELDS = ("at_s", "hold_s", "label")
 MAX_CAMERA_LATENCY_MS = 10_000.0  # the camera node's own bound on latency_ms
 MAX_JOINT_NOISE_RAD = 0.5
 
@@ -179,6 +200,14 @@ def parse_protocol(data: Any, path: str = "<protocol>") -> Protocol:
     names = [c.name for c in conditions]
     if len(set(names)) != len(names):
         raise ProtocolError(f"{path}: condition names must be distinct, got {names}")
+    for i, c in enumerate(conditions):
+        takeover = c.sim.takeover
+        if takeover is not None and not allowed:
+            raise ProtocolError(f"{path}: conditions[{i}]: sim: takeover in a protocol with interventions_allowed "
+                                "false: every such trial would be an 'intervened' failure")
+        if takeover is not None and takeover.end_s >= limit:
+            raise ProtocolError(f"{path}: conditions[{i}]: sim: takeover ends {takeover.end_s:g} s into a trial, "
+                                f"not before time_limit_s {limit:g}: the policy would never drive again")
     # The hash covers what defines the experiment; the simulator's settings are part of it too
     # (a different simulated world is a different protocol).
     return Protocol(path, str(data.get("name", Path(path).stem)), task, tuple(c.id for c in specs),
@@ -193,16 +222,22 @@ def _number(raw: dict[str, Any], key: str, where: str, lo: float, hi: float, uni
     return float(value)
 
 
+def _known_fields(raw: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
+    """`raw` if it is a mapping of only `known` fields; else the one-line error naming `where`."""
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{where}: must be a mapping with any of {', '.join(known)}")
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(known)})")
+    return raw
+
+
 def _sim_world(raw: Any, where: str) -> SimWorld:
     """A condition's `sim:` mapping (absent: the simulator as it boots, nothing varied)."""
     if raw is None:
         return SimWorld()
     where = f"{where}: sim"
-    if not isinstance(raw, dict):
-        raise ProtocolError(f"{where}: must be a mapping with any of {', '.join(SIM_FIELDS)}")
-    unknown = sorted(set(raw) - set(SIM_FIELDS))
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field(s) {unknown} (known: {list(SIM_FIELDS)})")
+    raw = _known_fields(raw, where, SIM_FIELDS)
     pose = raw.get("start_pose")
     if pose is not None and (not isinstance(pose, list) or len(pose) != 6 or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= 3.2 for v in pose)):
@@ -210,7 +245,22 @@ def _sim_world(raw: Any, where: str) -> SimWorld:
                             f"got {pose!r}")
     return SimWorld(None if pose is None else tuple(float(v) for v in pose),
                     _number(raw, "camera_latency_ms", where, 0.0, MAX_CAMERA_LATENCY_MS, "milliseconds"),
-                    _number(raw, "joint_noise_rad", where, 0.0, MAX_JOINT_NOISE_RAD, "radians"))
+                    _number(raw, "joint_noise_rad", where, 0.0, MAX_JOINT_NOISE_RAD, "radians"),
+                    _takeover(raw.get("takeover"), where))
+
+
+def _takeover(raw: Any, where: str) -> Takeover | None:
+    """`sim: takeover: {at_s, hold_s, label}` (absent: no takeover)."""
+    if raw is None:
+        return None
+    where = f"{where}: takeover"
+    raw = _known_fields(raw, where, TAKEOVER_FIELDS)
+    label = raw.get("label")
+    if label not in TRIGGER_LABELS:
+        raise ProtocolError(f"{where}: field 'label' must be a trigger label ({', '.join(TRIGGER_LABELS)}), "
+                            f"got {label!r}")
+    return Takeover(_number(raw, "at_s", where, 0.0, 3600.0, "seconds"),
+                    _number(raw, "hold_s", where, 0.1, 3600.0, "seconds"), str(label))
 
 
 def _checkpoints(raw: list[Any], path: str) -> tuple[CheckpointSpec, ...]:
@@ -354,6 +404,7 @@ __all__ = [
     "Protocol",
     "Condition",
     "SimWorld",
+    "Takeover",
     "CheckpointSpec",
     "MachineCheck",
     "RESERVED_FAILURES",

@@ -1,6 +1,6 @@
 """`lerobot` policy plugin: run a LeRobot 0.4.x pretrained policy directory on the SO-101 follower.
 
-policy_args: `CHECKPOINT_DIR[,calibration=FILE][,device=cpu][,fps=30][,task=TEXT]`
+policy_args: `CHECKPOINT_DIR[,calibration=FILE][,device=cpu][,fps=30][,task=TEXT][,threads=1]`
 
 * `CHECKPOINT_DIR` — what LeRobot 0.4 `save_pretrained` writes: `config.json`, `model.safetensors`,
   `policy_preprocessor.json`, `policy_postprocessor.json` (+ their state `.safetensors`). Loaded with
@@ -14,14 +14,20 @@ policy_args: `CHECKPOINT_DIR[,calibration=FILE][,device=cpu][,fps=30][,task=TEXT
 * `fps` (default 30, the converter's default) — the rate the policy was trained at: `select_action`
   runs once per frame period and its action holds in between, so an action chunk plays at the
   speed it was recorded at whatever the node's `rate_hz`.
+* `threads` (default 1; 0 = torch's default, every core) — torch's CPU threads. On a rig's CPU the
+  policy shares the cores with the arm drivers, the cameras and the recorder; torch's default
+  takes them all for each inference and starves the streams the episode is judged on
+  (bench/rollout.py). A late action holds, a late camera frame fails the episode.
 
 Inputs: `observation.state` ← the follower state; `observation.images.<camera>` ← the latest frame
-of `/cameras/<camera>/image/compressed` (same size as the feature; the node subscribes to the
-cameras listed in `cameras`). The leader arm's reading is never an input: a checkpoint trained on a
-dataset of our layout 1, where it was `observation.leader_state` (`data/lerobot/flywheel_schema.py`),
-is refused at load naming `teleop-flywheel migrate` (at deployment nobody moves the leader, and the
-policy learnt to copy it). A checkpoint needing any other input (e.g. `observation.environment_state`)
-is refused at load with the feature named. LeRobot and torch are imported inside `make_policy` only.
+of `/cameras/<camera>/image/compressed`, scaled to the feature's width and height when the camera
+delivers another size (as `manifest materialize --resolution` scaled the training frames: the whole
+frame, no crop); the node subscribes to the cameras listed in `cameras`. The leader arm's reading is
+never an input: a checkpoint trained on a dataset of our layout 1, where it was
+`observation.leader_state` (`data/lerobot/flywheel_schema.py`), is refused at load naming
+`teleop-flywheel migrate` (at deployment nobody moves the leader, and the policy learnt to copy it).
+A checkpoint needing any other input (e.g. `observation.environment_state`) is refused at load with
+the feature named. LeRobot and torch are imported inside `make_policy` only.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration
@@ -38,7 +45,7 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, names_of
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy, follower_calibration, split_args
 
-KEYS = ("calibration", "device", "fps", "task")
+KEYS = ("calibration", "device", "fps", "task", "threads")
 STATE = "observation.state"
 IMAGE_PREFIX = "observation.images."
 ACTION = "action"
@@ -131,9 +138,11 @@ class LeRobotPolicy(Policy):
             obs[STATE] = torch.from_numpy(units).unsqueeze(0).to(self.device)
         for cam, (c, h, w) in self.image_shapes.items():
             rgb = images[cam]
-            if rgb.shape != (h, w, c):
+            if rgb.ndim != 3 or rgb.shape[2] != c:
                 raise ValueError(f"{self.checkpoint_id}: feature {IMAGE_PREFIX}{cam} wants {w}x{h}x{c} images, "
-                                 f"camera {cam!r} delivers {rgb.shape[1]}x{rgb.shape[0]}x{rgb.shape[2]}")
+                                 f"camera {cam!r} delivers {'x'.join(map(str, rgb.shape[1::-1] + rgb.shape[2:]))}")
+            if rgb.shape[:2] != (h, w):
+                rgb = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)
             chw = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).float() / 255.0
             obs[IMAGE_PREFIX + cam] = chw.unsqueeze(0).to(self.device)
         with torch.inference_mode():
@@ -192,6 +201,9 @@ def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> LeRobotPol
         raise ValueError(f"policy_args {args!r}: fps must be a number, got {opts['fps']!r}") from None
     if fps <= 0:
         raise ValueError(f"policy_args {args!r}: fps must be positive, got {fps}")
+    threads = opts.get("threads", "1")
+    if not threads.isdigit():
+        raise ValueError(f"policy_args {args!r}: threads must be a whole number >= 0, got {threads!r}")
     calibration = follower_calibration(opts.get("calibration", ""), simulated)  # before torch: a refusal is quick
     device = opts.get("device", "cpu")
     try:
@@ -200,6 +212,10 @@ def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> LeRobotPol
     except ImportError as exc:
         raise ImportError(f"the lerobot policy needs LeRobot 0.4.x: pip install 'teleop_flywheel[lerobot]' "
                           f"({exc})") from exc
+    import torch
+
+    if int(threads):
+        torch.set_num_threads(int(threads))
     config = PreTrainedConfig.from_pretrained(root)
     config.device = device
     cameras, uses_state = _inputs(config, root)

@@ -409,14 +409,21 @@ BENCH_LINES: dict[str, Any] = {
         f"the loader's rate would wait: `materialize --resolution` is the lever)"
     ),
     "rollout": lambda d: (
-        f"`rollout` (a LeRobot ACT checkpoint at its default size drives the simulated rig on the CPU while it "
-        f"records, {d['act']['trials']} trials of {d['trial_s']:g} s, the scripted policy in the same session): "
-        f"target every episode passes, no FRAME_GAP from the policy's load; inference p50 "
+        f"`rollout` (a LeRobot ACT at its default size, {d['policy_input']} input from a {d['camera']} camera, "
+        f"{d['torch_threads']} torch thread, drives the simulated rig on the CPU while it records, "
+        f"{d['walk']['planned'] // 2} trials of {d['trial_s']:g} s, half with a scripted takeover; the scripted "
+        f"policy interleaved in the same session): target every episode passes, takeovers included, no FRAME_GAP; "
+        f"inference p50 "
         f"{d['act']['inference_ms']['p50']:g} ms, p99 {d['act']['inference_ms']['p99']:g} ms "
         f"({d['act']['late_actions']} of {d['act']['actions']} actions late, held); "
-        f"{d['act']['passed']}/{d['act']['trials']} passed ({d['act']['rejection_codes'] or 'none'}), scripted "
-        f"{d['scripted']['passed']}/{d['scripted']['trials']} ({d['scripted']['rejection_codes'] or 'none'}) "
-        f"({_met(d['met'])})"
+        f"{d['act']['passed']}/{d['act']['trials']} passed ({d['act']['rejection_codes'] or 'none'}), "
+        f"{d['act']['takeover_trials_passed']}/{d['act']['takeover_trials']} with a takeover; scripted "
+        f"{d['scripted']['passed']}/{d['scripted']['trials']} ({d['scripted']['rejection_codes'] or 'none'}); "
+        f"episodes with a FRAME_GAP per recorded minute {d['act']['frame_gap_episodes_per_min']:g} (ACT) vs "
+        f"{d['scripted']['frame_gap_episodes_per_min']:g} (scripted); "
+        + ("" if d["walk"]["complete"] else f"the walk stopped after {d['walk']['recorded']} of "
+           f"{d['walk']['planned']} trials; ")
+        + f"load {d['load_average_before'][0]:g} ({_met(d['met'])})"
     ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "

@@ -5,6 +5,7 @@ reserved failure labels."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import re
@@ -26,6 +27,7 @@ from teleop_flywheel.evaluation.protocol import (
     ProtocolError,
     ProtocolWalker,
     SimWorld,
+    Takeover,
     load_protocol,
     parse_protocol,
 )
@@ -107,6 +109,22 @@ def test_sim_conditions_parse_and_each_bad_field_is_one_line_naming_it(tmp_path:
         assert "\n" not in str(exc.value)
     with pytest.raises(ProtocolError, match=r"x.yaml: conditions\[0\]: unknown field\(s\) \['start_pose'\]"):
         parse_protocol(dict(raw, conditions=[{"name": "c", "start_pose": [0] * 6}]), "x.yaml")
+    takeover = {"at_s": 1, "hold_s": 2, "label": "too_slow"}
+    assert parse_protocol(dict(raw, conditions=[{"name": "c", "sim": {"takeover": takeover}}]), "x.yaml").condition(
+        "c").sim.takeover == Takeover(1.0, 2.0, "too_slow")
+    bad_takeovers = {
+        "{label: bored}": r"sim: takeover: field 'label' must be a trigger label \(wrong_object, .*got 'bored'",
+        "{at_s: 1, hold_s: 0, label: other}": r"takeover: field 'hold_s' must be a number of seconds in \[0.1, ",
+        "{at_s: 4, hold_s: 2, label: other}": r"conditions\[0\]: sim: takeover ends 6 s into a trial, not before "
+                                              r"time_limit_s 6",
+        "{at_s: 1, hold_s: 1, label: other, foot: left}": r"takeover: unknown field\(s\) \['foot'\]",
+    }
+    for text, message in bad_takeovers.items():
+        with pytest.raises(ProtocolError, match=message):
+            parse_protocol(dict(raw, conditions=[{"name": "c", "sim": {"takeover": yaml.safe_load(text)}}]), "x.yaml")
+    with pytest.raises(ProtocolError, match="takeover in a protocol with interventions_allowed false"):
+        parse_protocol(dict(raw, interventions_allowed=False,
+                            conditions=[{"name": "c", "sim": {"takeover": takeover}}]), "x.yaml")
 
 
 def test_run_refuses_protocol_on_the_wrong_session(tmp_path: Path) -> None:
@@ -135,13 +153,17 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     """No drawn outcomes: ckpt-a's waypoint leads to the place pose, ckpt-b's beside it, and the
     machine check on each bag's last follower state says so. Each condition's simulated world is
     in place: the first recorded follower state is its start pose, and the camera frames of the
-    `far` condition arrive its 40 ms later."""
+    `far` condition arrive its 40 ms later. In `near` a scripted operator takes over (pedal down,
+    label, pedal up) and the policy finishes: its bags record the intervention with its label and
+    the blend weight. No trial is shorter than the validator's shortest episode, though ckpt-a
+    reaches its pose in under a second."""
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
-        tmp_path, time_limit_s=3,
+        tmp_path, time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
         checkpoints=[{"id": "ckpt-a", "policy": "scripted", "policy_args": _waypoints(tmp_path, "a", POSE)},
                      {"id": "ckpt-b", "policy": "scripted", "policy_args": _waypoints(tmp_path, "b", wrong)}],
-        conditions=[{"name": "near", "sim": {"start_pose": NEAR}},
+        conditions=[{"name": "near", "sim": {"start_pose": NEAR,
+                                             "takeover": {"at_s": 0.3, "hold_s": 0.8, "label": "too_slow"}}},
                     {"name": "far", "sim": {"start_pose": FAR, "camera_latency_ms": 40, "joint_noise_rad": 0.002}}]))
     out = tmp_path / "bags"
     res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}")
@@ -170,10 +192,18 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         camera = bag.camera_topics()["front"]
         delay_ms = float(np.median(bag.raw(camera).log_ns - bag.stamps(camera))) / 1e6
         assert (delay_ms >= 40) == (t.condition == "far"), (b, delay_ms)
+        took_over = t.condition == "near"
+        assert t.interventions == int(took_over) and t.triggers == (["too_slow"] if took_over else []), (b, t)
+        alpha = bag.authority().stream(["alpha"]).values[:, 0]
+        # The blend weight rises towards the human (a blend stretched to respect the speed limit may not
+        # reach 1 in 0.8 s when the leader is far) and is back at 0 by the end.
+        assert (alpha.max() > 0.5) == took_over and alpha[-1] == 0.0, (b, alpha.max())
+        verdict = json.loads((b / "verdict.json").read_text())
+        assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & set(verdict["codes"]), (b, verdict)
     report = build_report(trials, proto)
     cells = {(c.checkpoint, c.condition): c.successes for c in report.cells}
     assert cells == {("ckpt-a", "near"): 2, ("ckpt-a", "far"): 2, ("ckpt-b", "near"): 0, ("ckpt-b", "far"): 0}
-    assert not report.incomplete and all(t.interventions == 0 for t in trials)
+    assert not report.incomplete
     table = re.sub(r"\s+", " ", res.stdout)
     assert "ckpt-a far 2/2 2 100%" in table and "ckpt-b far 2/2 0 0%" in table
 

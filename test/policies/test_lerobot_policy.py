@@ -46,6 +46,7 @@ def test_bad_args_name_the_path_and_the_reason(tmp_path: Path) -> None:
         f"{_files_only(tmp_path / 'ck')},speed=3": "option 'speed=3' is not one of calibration=",
         f"{tmp_path / 'ck'},fps=fast": "fps must be a number",
         f"{tmp_path / 'ck'},fps=0": "fps must be positive",
+        f"{tmp_path / 'ck'},threads=two": "threads must be a whole number >= 0, got 'two'",
         f"{tmp_path / 'ck'},calibration={tmp_path}/none.yaml": "none.yaml: cannot read calibration",
     }
     for args, reason in cases.items():
@@ -146,9 +147,13 @@ def test_act_matches_lerobot_inference_in_radians_on_the_training_frame_rate(che
     assert pol.act(state, t0 + 2 * period, {CAMERA: rgb}) == pytest.approx(first, abs=1e-6)
     assert second != pytest.approx(first, abs=1e-6)
 
-    with pytest.raises(ValueError, match=f"feature observation.images.{CAMERA} wants 32x24x3 images.*delivers 24x32x3"):
+    # A camera of another size is scaled to the feature's (as `materialize --resolution` scaled the
+    # training frames): the frame at twice the size, each pixel 2×2, acts as the frame itself.
+    pol.reset(state, t0)
+    assert pol.act(state, t0, {CAMERA: rgb.repeat(2, axis=0).repeat(2, axis=1)}) == pytest.approx(got[0], abs=1e-6)
+    with pytest.raises(ValueError, match=f"feature observation.images.{CAMERA} wants 32x24x3 images.*delivers 32x24x4"):
         pol.reset(state, t0)
-        pol.act(state, t0, {CAMERA: np.zeros((W, H, 3), np.uint8)})
+        pol.act(state, t0, {CAMERA: np.zeros((H, W, 4), np.uint8)})
 
 
 @NEEDS_LEROBOT

@@ -47,7 +47,15 @@ from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, span_kind
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, small_grey
-from teleop_flywheel.data.validate.reasons import CORRUPT, MISSING_STREAM, SCHEMA_MISMATCH, Reason, Supplied
+from teleop_flywheel.data.validate.reasons import (
+    CORRUPT,
+    MISSING_STREAM,
+    SCHEMA_MISMATCH,
+    SERVO_FAULT,
+    Reason,
+    Supplied,
+)
+from teleop_flywheel.recording.mcap import cdr
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, CdrError
 from teleop_flywheel.recording.mcap.reader import Bag, ImageStream, Stream
 
@@ -202,13 +210,34 @@ def _joint_state(bag: Bag, topic: str, columns: list[str]) -> tuple[Stream, Stre
     except BagReadError as exc:
         if "not in names" in str(exc):
             raise DecodeError(SCHEMA_MISMATCH, str(exc)) from None
-        raise DecodeError(CORRUPT, f"{topic}: undecodable JointState payload: {exc}") from None
+        raise _silent_servos(bag, topic) or DecodeError(CORRUPT, f"{topic}: undecodable JointState payload: {exc}"
+                                                        ) from None
     except (CdrError, ValueError, IndexError) as exc:
         raise DecodeError(CORRUPT, f"{topic}: undecodable JointState payload: {exc}") from None
     effort = None
     if js.effort.shape == js.position.shape and len(js.effort) and np.isfinite(js.effort).all():
         effort = Stream(f"{topic} effort", js.stamps_ns, js.effort[:, [js.names.index(c) for c in columns]])
     return positions, effort
+
+
+def _silent_servos(bag: Bag, topic: str) -> DecodeError | None:
+    """SERVO_FAULT when an arm's joint states lose joints part-way: the arm driver leaves a servo
+    that stopped answering out of its message (the others go on) and holds the arm. The bag is
+    intact; what it recorded is an arm that froze. None: the names changed some other way."""
+    if topic not in (FOLLOWER_STATE, LEADER_STATE):
+        return None
+    data = bag.raw(topic).data
+    try:
+        t0, _, first, _ = cdr.joint_state_layout(data[0])
+        for i, message in enumerate(data):
+            stamp, _, names, _ = cdr.joint_state_layout(message)
+            left_out = [n for n in first if n not in names]
+            if left_out and set(names) < set(first):
+                return DecodeError(SERVO_FAULT, f"{topic}: servo(s) {', '.join(left_out)} left out from message {i} "
+                                   f"(t={(stamp - t0) / 1e9:.2f}s): they stopped answering and the arm held")
+    except CdrError:
+        return None
+    return None
 
 
 def decode_streams(bag: Bag) -> Decoded:

@@ -31,7 +31,14 @@ import yaml
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.topics import FOLLOWER_COMMAND, FOLLOWER_STATE, INTERVENTION, POLICY_COMMAND
+from teleop_flywheel.core.topics import (
+    FOLLOWER_COMMAND,
+    FOLLOWER_STATE,
+    INTERVENTION,
+    POLICY_COMMAND,
+    RESET,
+    arm_fault,
+)
 from teleop_flywheel.evaluation.protocol import (
     Condition,
     Protocol,
@@ -41,6 +48,7 @@ from teleop_flywheel.evaluation.protocol import (
     TrialRecord,
 )
 from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
+from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.ros.commands.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 
@@ -52,7 +60,9 @@ RESET_CHECKPOINT = "sim-reset"  # the tag of the commands that move the follower
 SETTLE_STEP_S = 0.05
 STILL_S = 0.3
 START_TOLERANCE_RAD = 0.15  # where a follower at rest may be from its start pose (gravity sags it <= 0.07)
-REDO_LIMIT = 3  # unattended: how often a trial whose recorded end disagrees with the last pose seen is redone
+REDO_LIMIT = 3  # unattended: how often a trial is redone that could not be judged (finish_judged)
+SPAN_MARGIN_S = 0.5  # unattended: a trial ends early no sooner than this past the validator's shortest episode
+LABEL_AFTER_S = 0.3  # unattended takeover: the scripted operator presses the trigger label this long after the pedal
 VERDICT_WAIT_S = 120.0  # unattended: how long the walk waits for the validator's verdicts on its bags
 
 
@@ -70,8 +80,10 @@ class TrialDriver:
     interventions and the follower's pose watched."""
 
     def __init__(self, session: Any, protocol: Protocol) -> None:
+        from diagnostic_msgs.msg import DiagnosticStatus
         from sensor_msgs.msg import JointState
         from std_msgs.msg import String
+        from std_srvs.srv import Trigger
 
         from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, STREAM_QOS
 
@@ -98,7 +110,17 @@ class TrialDriver:
         self.world = next((Path(a.world) for a in session.graph.sim_arms if a.role == "follower" and a.world), None)
         self._world_now: dict[str, float] | None = None
         self._moves = 0
-        self.disagreement = ""  # the poses of the last trial whose recorded end disagreed with the one seen
+        self._pedal: VirtualPedal | None = None  # the scripted operator's, opened at its first takeover
+        # Each arm's latched hold (`<role>/fault`) and its driver's `~/reset`: an unattended walk is
+        # the operator who resets an arm a servo fault held (`reset_held_arms`).
+        self._faults: dict[str, Any] = {}
+        self._resets: dict[str, Any] = {
+            str(n.parameters.get("role")): self.client.node.create_client(Trigger, f"{n.fully_qualified_name}/{RESET}")
+            for n in session.graph.nodes if n.executable == "arm_driver"}
+        for role in self._resets:
+            self.client.node.create_subscription(DiagnosticStatus, arm_fault(role),
+                                                 lambda m, r=role: self._on_fault(r, m), LATCHED_QOS)
+        self.disagreement = ""  # why the last trial judged unattended was discarded (finish_judged)
         self.client.node.create_subscription(JointState, FOLLOWER_STATE, self._on_pose, STREAM_QOS)
         for topic in (POLICY_COMMAND, FOLLOWER_COMMAND):
             self.client.node.create_subscription(JointState, topic, lambda m, t=topic: self._on_command(t, m),
@@ -112,6 +134,54 @@ class TrialDriver:
         except InterfaceError as exc:
             print(f"run: warning: {exc}; still missing: {(self.status.latest or {}).get('missing_topics')}",
                   file=sys.stderr, flush=True)
+
+    def duration_range(self) -> tuple[float, float]:
+        """The episode spans (seconds) the recorder's verdict accepts: its thresholds file, the
+        session's task spec where it states a duration. A trial outside is DURATION_OUT_OF_RANGE
+        whatever its checkpoint did."""
+        from teleop_flywheel.core.task_spec import parse_task_spec
+        from teleop_flywheel.data.validate.reasons import ValidateConfig
+        from teleop_flywheel.data.validate.task_checks import spec_config
+
+        params = self.session.graph.node("recorder").parameters
+        content = str(params.get("task_spec") or "")
+        spec = parse_task_spec(json.loads(content), "task_spec") if content else None
+        cfg = spec_config(ValidateConfig.load(str(params.get("validate_config") or "") or None), spec)
+        return cfg.min_duration_s, cfg.max_duration_s
+
+    def reset_held_arms(self, log: Callable[[str], None]) -> None:
+        """Between unattended trials: reset every arm a servo fault holds (its driver's `~/reset`,
+        what the operator does at the console) and wait until its hold is off. The trial it
+        happened in keeps its SERVO_FAULT verdict; the walk goes on instead of stopping at the next
+        start pose (a starved simulator misses a reply on a loaded machine)."""
+        from diagnostic_msgs.msg import DiagnosticStatus
+
+        from teleop_flywheel.ros.commands.clients import trigger
+
+        held = {role: m.message for role, m in list(self._faults.items()) if m.level == DiagnosticStatus.ERROR}
+        for role, why in held.items():
+            log(f"  the {role} arm is held ({why}): reset, as an operator would")
+            trigger(self._resets[role])
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        while held and any(self._faults[r].level == DiagnosticStatus.ERROR for r in held):
+            if time.monotonic() > deadline:
+                raise ProtocolError(f"{self.protocol.path}: the {', '.join(held)} arm(s) still held "
+                                    f"{RESET_TIMEOUT_S:g} s after a reset (their diagnostics say why)")
+            time.sleep(SETTLE_STEP_S)
+
+    def pedal(self, down: bool, label: str = "") -> None:
+        """The scripted operator's foot on the simulator's pedal (the pedal node's FIFO): down or up,
+        then the trigger label, as the demo's operator presses them."""
+        if self._pedal is None:
+            fifo = self.session.graph.pedal_fifo
+            if not fifo:
+                raise ProtocolError(f"{self.protocol.path}: a condition scripts a takeover, and this session has no "
+                                    "simulated pedal (kind sim)")
+            self._pedal = VirtualPedal(fifo)
+        if label:
+            self._pedal.label(label)
+        else:
+            self._pedal.takeover(down)
 
     def scratch(self) -> Path:
         """A directory of this walk's own files (unattended trials' policy files), inside the
@@ -207,6 +277,9 @@ class TrialDriver:
         if all(n in by_name for n in JOINT_NAMES):
             self._latest[topic] = [float(by_name[n]) for n in JOINT_NAMES]
 
+    def _on_fault(self, role: str, msg: Any) -> None:
+        self._faults[role] = msg
+
     def _on_event(self, msg: Any) -> None:
         event = json.loads(msg.data)
         self._events[int(event["id"])] = event
@@ -262,8 +335,10 @@ class TrialDriver:
         """Unattended: the machine check decides the outcome from the last follower state seen,
         the bag closes, and the check is run again on the follower's final state as the bag
         recorded it. They agree: the trial is entered, (bag, verdict) returned. They disagree (the
-        follower crossed the tolerance between the last sample seen and the stop): the bag is
-        moved to discarded/ and None returned — the same slot comes up again."""
+        follower crossed the tolerance between the last sample seen and the stop), or the bag holds
+        no follower state to judge (every read lost a servo: the arm, not the checkpoint, failed):
+        the bag is moved to discarded/, `disagreement` says why and None is returned — the same
+        slot comes up again."""
         from teleop_flywheel.evaluation.report import final_follower_pose
 
         check = self.protocol.machine_check
@@ -273,14 +348,12 @@ class TrialDriver:
         outcome, label = ("success", "") if passed else ("failure", check.failure_label)
         slot, interventions, bag, verdict = self._close(outcome, label)
         recorded = final_follower_pose(bag)
-        if recorded is None:  # no judge possible: the arm, not the checkpoint, failed
-            self.client.call("discard")
-            raise ProtocolError(f"{self.protocol.path}: trial {slot}: its bag recorded no follower state with every "
-                                "joint (servos that stopped answering? the follower arm's diagnostics say why); the "
-                                "bag was moved to discarded/")
-        if check.judge(recorded)[0] != passed:
+        if recorded is None or check.judge(recorded)[0] != passed:
             self.client.call("discard")  # the last one stopped: moved to discarded/
-            self.disagreement = f"seen {self._pose}, recorded {recorded}"
+            self.disagreement = (f"the recorded final state disagrees with the last one seen (the follower moved at "
+                                 f"the stop: seen {self._pose}, recorded {recorded})" if recorded is not None else
+                                 "its bag recorded no follower state with every joint (servos that stopped answering: "
+                                 "the follower arm's diagnostics say why)")
             return None
         self._enter(slot, outcome, label, interventions, bag)
         return bag, verdict
@@ -336,6 +409,9 @@ class TrialDriver:
 
     def close(self) -> None:
         try:
+            if self._pedal is not None:
+                self._pedal.takeover(False)
+                self._pedal.close()
             self.discard()
         except RuntimeError as exc:  # the recorder is gone (the session is stopping anyway)
             print(f"run: the running trial could not be discarded: {exc}", file=sys.stderr, flush=True)
@@ -348,31 +424,49 @@ class TrialDriver:
 def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[str], None] = print) -> None:
     """The whole protocol with nobody at the keys (sim sessions only): each trial's condition put
     in place (`TrialDriver.apply_world`), its checkpoint run for the time limit — or until the
-    follower has held within the machine check's tolerance for `HOLD_S` — and judged by the machine
-    check on the recorded final state. `stop` ends it (a trial under way is discarded)."""
+    follower has held within the machine check's tolerance for `HOLD_S`, once the trial is long
+    enough for the validator (`TrialDriver.duration_range`) and any scripted takeover
+    (`Takeover`: pedal down, label, pedal up) is over — and judged by the machine check on the
+    recorded final state. `stop` ends it (a trial under way is discarded)."""
     p = driver.protocol
     check = p.machine_check
     if check is None:
         raise ProtocolError(f"{p.path}: an unattended run needs success.machine_check to judge its trials")
+    shortest, longest = driver.duration_range()
+    if not shortest + SPAN_MARGIN_S <= p.time_limit_s <= longest:
+        raise ProtocolError(f"{p.path}: time_limit_s {p.time_limit_s:g} does not fit the episode spans the "
+                            f"recorder's validator accepts, [{shortest:g}, {longest:g}] s (less {SPAN_MARGIN_S:g} s "
+                            "at the short end): every trial would be DURATION_OUT_OF_RANGE")
     if any(c.sim_failure_rate is not None for c in p.conditions):
         log("note: sim_failure_rate is the statistics demo of `eval --simulate` (drawn outcomes); here every "
             "trial is judged by what its checkpoint did")
     redone: dict[Slot, int] = {}
     while (slot := driver.walker.next_slot()) is not None and not stop.is_set():
+        driver.reset_held_arms(log)
         driver.apply_world(p.condition(slot.condition))
         driver.prepare(slot)
         log(driver.walker.reset_prompt(slot))
         driver.start(slot)
         t0 = time.monotonic()
+        takeover = p.condition(slot.condition).sim.takeover
+        operator = [] if takeover is None else [(takeover.at_s, True, ""),
+                                                (takeover.at_s + LABEL_AFTER_S, True, takeover.label),
+                                                (takeover.end_s, False, "")]
+        earliest_end = max(shortest + SPAN_MARGIN_S, takeover.end_s if takeover else 0.0)
         held_since: float | None = None
         while not stop.is_set() and (now := time.monotonic()) < t0 + p.time_limit_s:
-            if check.judge(driver.pose())[0]:
+            while operator and now >= t0 + operator[0][0]:
+                _at, down, label = operator.pop(0)
+                driver.pedal(down, label)
+            if check.judge(driver.pose())[0] and not operator:
                 held_since = now if held_since is None else held_since
-                if now - held_since >= HOLD_S:
+                if now - held_since >= HOLD_S and now - t0 >= earliest_end:
                     break
             else:
                 held_since = None
             time.sleep(0.02)
+        for _at, down, label in operator:  # a starved loop reached the time limit first: hand back before the stop
+            driver.pedal(down, label)
         if stop.is_set():
             driver.discard()
             return
@@ -380,11 +474,9 @@ def run_unattended(driver: TrialDriver, stop: threading.Event, log: Callable[[st
         if judged is None:
             redone[slot] = redone.get(slot, 0) + 1
             if redone[slot] > REDO_LIMIT:
-                raise ProtocolError(f"{p.path}: trial {slot}: the recorded final state disagreed with the last one "
-                                    f"seen {REDO_LIMIT + 1} times (the follower kept moving across the machine "
-                                    "check's tolerance at the stop)")
-            log("  -> the recorded final state disagrees with the last one seen (the follower moved at the stop: "
-                f"{driver.disagreement}): trial discarded, run again")
+                raise ProtocolError(f"{p.path}: trial {slot}: discarded {REDO_LIMIT + 1} times, the last because "
+                                    f"{driver.disagreement}")
+            log(f"  -> {driver.disagreement}: trial discarded, run again")
             continue
         bag, verdict = judged
         log(f"  -> {'success' if verdict.startswith('pass') else 'failure'} ({verdict}); bag {bag.name}")

@@ -5,14 +5,17 @@ produced each episode; `header.stamp` is the tick, taken on CLOCK_MONOTONIC (the
 sees) and converted to ROS time (`common.stamp`) — except for a late action (below).
 
 Every tick that acts also publishes `/policy/inference` (JointState with named numeric fields
-`inference_ms`, `period_ms`, `late`, stamped at the tick, `frame_id` the checkpoint id; recorded
-with every episode): how long the policy took to produce that command, the node's period, and
-whether it took longer. A late action (inference longer than the period) holds, then plays:
-until it arrives the rig holds the last command (nothing newer exists; the teleop node holds a
-policy command older than its `stale_ms`); it is published stamped at the instant it became
-available, not at its tick, and the timer's overdue tick that follows at once is skipped, so it
-is in effect for about a period like any other. The policy's actions play in order, later —
-never the late one skipped as stale (or overwritten at once by the next) for a jump to the next.
+`inference_ms`, `period_ms`, `late`, `frame_id` the checkpoint id; recorded with every episode):
+how long the policy took to produce that command, the node's period, and whether it took longer.
+It is stamped when the action became available, the instant the figure is known (its tick is the
+stamp less `inference_ms`): stamped at the tick, a 40 ms inference would arrive 40 ms "late" and
+read as a clock offset to the validator, which bounds every stream's receive-minus-stamp latency.
+A late action (inference longer than the period) holds, then plays: until it arrives the rig holds
+the last command (nothing newer exists; the teleop node holds a policy command older than its
+`stale_ms`); it is published stamped at the instant it became available, not at its tick, and the
+timer's overdue tick that follows at once is skipped, so it is in effect for about a period like
+any other. The policy's actions play in order, later — never the late one skipped as stale (or
+overwritten at once by the next) for a jump to the next.
 Parameters:
 
 * `policy`: `scripted` | `replay` | a `teleop_flywheel.policies` plugin (`lerobot` ships with the
@@ -232,7 +235,8 @@ class PolicyNode(Node):
         self._acted_ns = done
         self._pub.publish(joint_state(JOINT_NAMES, command, done if late else t, frame_id=policy.checkpoint_id))
         self._inference_pub.publish(joint_state(
-            INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], t, frame_id=policy.checkpoint_id))
+            INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], done,
+            frame_id=policy.checkpoint_id))
 
     def restart(self) -> str:
         """Start the policy's episode over from the current state (between episodes)."""

@@ -1,6 +1,6 @@
 """Validator checks: event topics need no messages, the seed's dead-air examples are
 rejected (leading and trailing), warnings are a third outcome that never changes a verdict or the
-exit code, the follower's tracking lag, unlabelled corrections."""
+exit code, the follower's tracking lag, unlabelled corrections, a servo that stopped answering."""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.data.validate import validator as val
-from teleop_flywheel.data.validate.reasons import DEAD_AIR, MISSING_STREAM, TRACKING_LAG, UNLABELLED_INTERVENTION
+from teleop_flywheel.data.validate.reasons import (
+    CORRUPT,
+    DEAD_AIR,
+    MISSING_STREAM,
+    SERVO_FAULT,
+    TRACKING_LAG,
+    UNLABELLED_INTERVENTION,
+)
+from teleop_flywheel.recording.mcap import cdr
+from teleop_flywheel.recording.mcap.metadata import find_mcap
+from teleop_flywheel.recording.mcap.reader import open_bag
+from teleop_flywheel.testing.mutations import rewrite
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 
@@ -84,3 +96,24 @@ def test_unlabelled_correction_is_unlabelled_intervention(tmp_path: Path) -> Non
     assert UNLABELLED_INTERVENTION in r.codes and "correction 1 (teleop mode)" in r.line()
     ok = write_session(tmp_path / "corr_ok", SessionSpec(duration_s=4.0, corrections=((1.0, 2.0, "other"),))).bag
     assert UNLABELLED_INTERVENTION not in _check(ok).codes
+
+
+def test_a_servo_that_stopped_answering_is_a_servo_fault_not_a_corrupt_bag(tmp_path: Path) -> None:
+    """The arm driver leaves a servo that stopped answering out of its JointState (the others go on)
+    and holds the arm: a follower stream whose last reads lack servos 1 and 2 is SERVO_FAULT naming
+    them, never CORRUPT — the bag is intact (seen in bench/rollout.py on a loaded machine)."""
+
+    bag = write_session(tmp_path / "trial", SessionSpec(duration_s=3.0, cameras=(), seed=5)).bag
+    assert _check(bag).passed
+    n = len(open_bag(bag).raw(FOLLOWER_STATE).data)
+
+    def silent(topic: str, i: int, data: bytes) -> bytes:
+        if topic == FOLLOWER_STATE and i >= n - 3:
+            js = cdr.decode_joint_states([data])
+            return cdr.joint_state_cdr(int(js.stamps_ns[0]), js.names[2:], js.position[0, 2:])
+        return data
+
+    r = _check(rewrite(payload=silent)(find_mcap(bag)[1], tmp_path / "silent"))
+    assert CORRUPT not in r.codes, r.line()
+    assert SERVO_FAULT in r.codes, r.line()
+    assert "shoulder_pan" in r.line() and "shoulder_lift" in r.line() and "stopped answering" in r.line()

@@ -43,7 +43,7 @@ def _protocol(tmp_path: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "format": "teleop_flywheel.eval_protocol/1", "name": "watch-ci", "task": "reach the place pose",
         "checkpoints": [{"id": "scripted-incumbent", "policy": "scripted", "policy_args": str(waypoints)}],
-        "trials_per_condition": 2, "time_limit_s": 2,
+        "trials_per_condition": 2, "time_limit_s": 3,
         "success": {"criterion": "ends at the place pose",
                     "machine_check": {"final_pose": POSE, "tolerance_rad": 0.15}},
         "conditions": [{"name": "near", "sim": {"start_pose": STARTS["near"]}},

@@ -14,7 +14,9 @@ returns once every node is on the ROS graph; a failed start stops what it had st
 Supervision: a child that exits while the session runs is reported with its name, pid and exit
 code and `failed` is set — the caller then stops the session (`runner.run` does at once).
 `stop()` sends SIGINT to the recorder first (it closes its bag while the streams still flow),
-then to every other node at once, waits up to `stop_timeout_s`, then SIGTERM, then SIGKILL; then
+then to every other node at once, waits up to `stop_timeout_s` (by default a little past the
+nodes' own stop bound, `nodes.common.SHUTDOWN_BOUND_S`: a node closing slowly on a loaded machine
+is not cut short, and one that hangs prints its stacks itself), then SIGTERM, then SIGKILL; then
 the simulators the same way; then the directory goes. Each child runs in its own session: a
 terminal's Ctrl-C reaches only the supervisor, which stops them in that order, and with the
 kernel's sched_autogroup each process gets its own CPU share — a heavy job elsewhere (or a busy
@@ -48,6 +50,7 @@ from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.ros.session.launch.graph import Graph, NodeSpec
 
 PR_SET_PDEATHSIG = 1
+STOP_MARGIN_S = 2.0  # past a node's own stop bound: time to print its stacks and exit
 CLEAN_STOP = (0, 130, -signal.SIGINT)  # 130: interrupted while still importing (exec_node)
 PROBE_NODE = "_teleop_flywheel_session"  # hidden (leading underscore): `ros2 node list` skips it
 try:
@@ -170,11 +173,13 @@ def _signal(proc: subprocess.Popen[Any], sig: int) -> None:
 class Session:
     """A running graph, one process per node, supervised. Use as a context manager."""
 
-    def __init__(self, graph: Graph, *, ready_timeout_s: float = 90.0, stop_timeout_s: float = 10.0,
+    def __init__(self, graph: Graph, *, ready_timeout_s: float = 90.0, stop_timeout_s: float | None = None,
                  log: Callable[[str], None] | None = None, on_failure: Callable[[str], None] | None = None) -> None:
+        from teleop_flywheel.ros.nodes.common import SHUTDOWN_BOUND_S
+
         self.graph = graph
         self.ready_timeout_s = ready_timeout_s
-        self.stop_timeout_s = stop_timeout_s
+        self.stop_timeout_s = SHUTDOWN_BOUND_S + STOP_MARGIN_S if stop_timeout_s is None else stop_timeout_s
         self.log = log or (lambda text: print(f"session: {text}", file=sys.stderr, flush=True))
         self.dir: Path | None = None  # kept (as a name) after stop: it says where the session lived
         self.processes: dict[str, subprocess.Popen[Any]] = {}  # node name, or sim_<role>
