@@ -252,7 +252,7 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
                             "imported_from": {"format": al.FORMAT, "directory": str(directory.resolve()),
                                               "files": [e.path.name for e in files]}}
     with commit.locked_dataset(out):
-        commit.finish(out)  # a staging directory a crashed run left: rolled back
+        commit.recover(out)  # what a crashed run left
         stage = commit.new_stage(out)
         try:
             with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work, \
@@ -262,11 +262,9 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
                     eps.append(_read_episode(h5, e, Path(work), int(round(rate)), codec, task or e.task))
                     bar.update(1)
                 write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
-            commit.fsync_tree(stage)
             if os.path.lexists(out):
                 raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
-            os.rename(stage, out)
-            commit.fsync_dir(out.parent)
+            commit.publish(out)
         finally:
-            commit.finish(out)  # staging without a journal: removed (after the rename there is none)
+            commit.recover(out)  # a staging directory not published: removed
     return Imported(out, len(files), sum(e.length for e in files))
