@@ -226,6 +226,9 @@ def _upgrade(root: Path) -> None:
 def new_stage(root: Path) -> Path:
     """An empty staging directory for the next version of `root` (the caller, under the lock, has
     run `recover`); a plain-directory dataset is upgraded first."""
+    if versions_path(root).is_symlink():
+        raise CommitError(f"{versions_path(root)}: a symlink, not this dataset's versions; nothing is written through "
+                          "it (remove it)")
     if root.is_dir() and not root.is_symlink():
         _upgrade(root)
     current(root)  # a symlink we did not make: refused before any work
