@@ -13,8 +13,8 @@ older than the grace period.
 
 Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
 atomically after every batch) lists every bag taken and what became of it, and the converter
-itself skips episodes already in the dataset (content ids) and finishes an append a crash
-interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
+itself skips episodes already in the dataset (content ids), and an append a crash interrupted was
+never published (`data/lerobot/commit.py`). A crash at any point therefore re-does at most the last batch. One
 ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
 
 Encoded ahead (`data/convert/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being

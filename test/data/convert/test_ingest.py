@@ -80,9 +80,10 @@ def _run_ingest(watch: Path, ds: Path, env: dict[str, str]) -> subprocess.Comple
                           capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.parametrize("step", [3, 9, 14])
+@pytest.mark.parametrize("step", [3, 10, 14])
 def test_ingest_resumes_after_a_crash(tmp_path: Path, step: int) -> None:
-    """kill -9 at a write step of the converter (while it stages, as it publishes, while it refreshes):
+    """kill -9 at a write step of the converter (while it stages, with the version made but the pointer
+    not moved to it, while it refreshes after the commit):
     the next ingest leaves what a crash-free one leaves."""
     watch, ds = tmp_path / "bags", tmp_path / "ds"
     for i in range(2):
