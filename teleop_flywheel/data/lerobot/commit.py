@@ -110,12 +110,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory below root (what was staged must be on disk before it is
-    published); the `.work` directory of temporary videos is not part of it."""
-    for dirpath, dirs, files in os.walk(root):
+def fsync_tree(root: Path, files: bool = True) -> None:
+    """fsync every file (unless not `files`) and directory below root (what was staged must be on
+    disk before it is published); the `.work` directory of temporary videos is not part of it."""
+    for dirpath, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d != _WORK]
-        for name in files:
+        for name in names if files else ():
             fd = os.open(Path(dirpath) / name, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -163,15 +163,18 @@ def _versions(root: Path) -> dict[int, Path]:
 
 def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
     """Hard-link every file below `src` into `dst` at its relative path, but those in `skip` or
-    already in `dst` (staged: they replace it)."""
+    already in `dst` (staged: they replace it). Plain strings: thousands of files per commit."""
     for dirpath, _dirs, files in os.walk(src):
-        rel_dir = Path(dirpath).relative_to(src)
+        rel_dir = os.path.relpath(dirpath, src)
+        out_dir = os.path.join(dst, rel_dir)
+        os.makedirs(out_dir, exist_ok=True)
         for name in files:
-            rel = (rel_dir / name).as_posix()
-            if rel in skip or os.path.lexists(dst / rel):
+            if (name if rel_dir == "." else f"{rel_dir}/{name}") in skip:
                 continue
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.link(Path(dirpath) / name, dst / rel)
+            try:
+                os.link(os.path.join(dirpath, name), os.path.join(out_dir, name))
+            except FileExistsError:
+                continue  # staged: it replaces this one
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -208,7 +211,7 @@ def _upgrade(root: Path) -> None:
     work = vdir / UPGRADE
     work.mkdir()
     _link_tree(root, work, set())
-    fsync_tree(work)
+    fsync_tree(work, files=False)  # the same files, new names: only the names need to reach the disk
     v0 = vdir / "v000000"
     os.rename(work, v0)
     fsync_dir(vdir)
@@ -252,9 +255,10 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
             raise CommitError(f"{root / taken[0]}: exists already; a commit never overwrites a file it adds "
                               "(run `teleop-flywheel doctor`)")
     shutil.rmtree(stage / _WORK, ignore_errors=True)
+    fsync_tree(stage)
     if base is not None:
         _link_tree(base, stage, set(drop))
-    fsync_tree(stage)
+        fsync_tree(stage, files=False)  # the linked files are on disk already: their new names are not
     fault("staged")
     have = _versions(root)
     version = versions_path(root) / f"v{max(have, default=-1) + 1:06d}"
