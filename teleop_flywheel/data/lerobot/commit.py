@@ -16,19 +16,23 @@ A commit (under the dataset's lock, `locked_dataset`):
    file is written there at its path relative to the dataset (the current version is only read);
 2. `publish`: each file of the current version not written there (unchanged) is hard-linked into
    it, except the ones the commit drops; a new file must not exist in the current version (never
-   overwritten); everything is fsynced, the staging directory renamed to the next version
-   `vNNNNNN`, and the pointer replaced: a symlink made under a temporary name, `os.replace`d onto
-   `DATASET` (one rename), the parent directory fsynced.
+   overwritten); the written files and every directory are fsynced, the staging directory renamed
+   to the next version `vNNNNNN`, and the pointer replaced: a symlink made under a temporary name,
+   `os.replace`d onto `DATASET` (one rename), the parent directory fsynced. Cost: one hard link per
+   file of the dataset (0.25 s for 2000 files on the 2-core test machine), no copy.
 
 A file is never written in place once it is in a version: versions share files by hard links,
 and replacing one is writing a new file under another version's directory. So a reader that
 resolves the pointer once (`snapshot`: our `LeRobotDataset.open`) sees the old version or the new
-one, never a mix. A reader that opens `DATASET/...` path by path (LeRobot's loader) gets each file
-whole from one version; a commit between two of its opens gives it the old metadata beside the
-new version's data files, which an append only adds to (data and video files are never replaced:
-same name, same bytes in every version). A short reader that must not see even that (a check, a
-copy) reads `snapshot(DATASET)`; a long one (a training run) reads `DATASET`: its version may be
-removed under it (below), and what it opens later is the same bytes in the newer version.
+one, never a mix. A reader that opens `DATASET/...` path by path (LeRobot's loader given
+`root=DATASET`) gets each file whole from a published version, but a commit landing between two
+of its opens (its start-up reads info.json, the tables, then globs the data) gives it files of two
+adjacent versions: seen in `test/data/lerobot/test_commit.py`, info.json and the episodes table
+saying 5 episodes beside data files holding 6. Given `root=snapshot(DATASET)` it reads one version.
+An append only adds files (data and video files are never replaced: same name, same bytes in every
+version), so a training run that names its episodes (`--dataset.episodes`, as `train` does) reads
+the same rows either way; it reads `DATASET`, because a pinned version may be removed under a run
+that lasts longer than `KEEP_S` (below).
 
 Old versions: after a commit, a version older than the previous one is removed once it has not
 been current for `KEEP_S` seconds (the previous version is always kept). A reader that pinned a
