@@ -19,7 +19,9 @@ A commit (under the dataset's lock, `locked_dataset`):
    overwritten); the written files and every directory are fsynced, the staging directory renamed
    to the next version `vNNNNNN`, and the pointer replaced: a symlink made under a temporary name,
    `os.replace`d onto `DATASET` (one rename), the parent directory fsynced. Cost: one hard link per
-   file of the dataset (0.25 s for 2000 files on the 2-core test machine), no copy.
+   file of the dataset (0.25 s for 2000 files on the 2-core test machine), no copy. A new dataset's
+   first commit makes the pointer first (dangling: still no dataset), then renames the staging
+   directory to `v000000`: the dataset appears whole.
 
 A file is never written in place once it is in a version: versions share files by hard links,
 and replacing one is writing a new file under another version's directory. So a reader that
@@ -42,9 +44,9 @@ not opened yet are gone.
 A crash (kill -9, power, full disk) before the pointer's rename leaves the dataset exactly as it
 was (the old version); after it, the new version is whole. What a crash leaves beside the dataset
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
-directory) is never read by anyone; `recover` removes it (every writer runs it first under the
-lock; `teleop-flywheel doctor` reports it and `--repair` removes it). No journal, nothing to roll
-forward.
+directory, a new dataset's dangling pointer) is never read by anyone; `recover` removes it (every
+writer runs it first under the lock; `teleop-flywheel doctor` reports it and `--repair` removes
+it). No journal, nothing to roll forward.
 
 A dataset written before versions (a plain directory) is upgraded by the first commit: its files
 are hard-linked into `v000000`, then the directory and a pointer to `v000000` swap names in one
@@ -236,6 +238,10 @@ def new_stage(root: Path) -> Path:
     if versions_path(root).is_symlink():
         raise CommitError(f"{versions_path(root)}: a symlink, not this dataset's versions; nothing is written through "
                           "it (remove it)")
+    if not os.path.lexists(root) and _versions(root):
+        raise CommitError(f"{versions_path(root)}: versions of a dataset whose pointer {root.name} is gone; make "
+                          f"one the dataset again (`ln -s {versions_path(root).name}/vNNNNNN {root.name}`) or move "
+                          "them away")
     if root.is_dir() and not root.is_symlink():
         _upgrade(root)
     current(root)  # a symlink we did not make: refused before any work
@@ -264,15 +270,20 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
         _link_tree(base, stage, set(drop))
         fsync_tree(stage, files=False)  # the linked files are on disk already: their new names are not
     fault("staged")
-    have = _versions(root)
-    version = versions_path(root) / f"v{max(have, default=-1) + 1:06d}"
+    if base is None:  # a new dataset: the pointer first (no dataset until it resolves), then its version
+        version = versions_path(root) / "v000000"
+        os.symlink(_pointer_target(root, version), root)  # fails if anything appeared there
+        fsync_dir(root.parent)
+        fault("pointer made")
+        os.rename(stage, version)
+        fsync_dir(version.parent)
+        fault("published")
+        return version
+    version = versions_path(root) / f"v{max(_versions(root)) + 1:06d}"
     os.rename(stage, version)
     fsync_dir(version.parent)
     fault(f"version {version.name}")
-    if base is None:
-        os.symlink(_pointer_target(root, version), root)  # fails if anything appeared there
-    else:
-        os.replace(_temp_pointer(root, _pointer_target(root, version)), root)
+    os.replace(_temp_pointer(root, _pointer_target(root, version)), root)
     fsync_dir(root.parent)
     fault("published")
     _collect(root)
@@ -306,15 +317,21 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
     vdir = versions_path(root)
     if not vdir.is_dir() or vdir.is_symlink():
         return out
-    cur = current(root)
-    n = (_number(cur.name) or 0) if cur is not None else -1
     for name, what in ((STAGING, "the staging directory of a commit interrupted before it was published"),
                        (UPGRADE, "an upgrade to versions interrupted before it was published")):
         if os.path.lexists(vdir / name):
             out.append((vdir / name, what))
     have = _versions(root)
-    if not os.path.lexists(root) and set(have) - {0}:
+    if not os.path.lexists(root):
         return out  # a pointer removed by hand: its versions are a dataset's, not a crash's (doctor says so)
+    cur = current(root)
+    if cur is None:  # a plain directory: a version beside it is an upgrade that never swapped names
+        n = -1
+    else:
+        n = _number(cur.name) or 0
+        if n == 0 and not have:
+            out.append((root, "the pointer of a new dataset's first commit, interrupted before its version was "
+                              "in place (no dataset yet)"))
     for k, p in sorted(have.items()):
         if k > n:
             out.append((p, "a version made by a commit interrupted before the pointer was moved to it"))

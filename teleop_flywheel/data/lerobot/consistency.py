@@ -179,7 +179,7 @@ def _layout(root: Path) -> list[Problem]:
         return [Problem(str(exc))]
     out = [Problem(line, line.rsplit(": ", 1)[-1], leftover=True) for line in left]
     versions = commit.versions_path(root)
-    if version is not None and not version.is_dir():
+    if version is not None and not version.is_dir() and not left:
         out.append(Problem(f"{root}: points to {version.name}, which is not in {versions.name}/ (removed by hand?)"))
     elif not os.path.lexists(root) and versions.is_dir() and not left:
         out.append(Problem(f"{versions}: versions of a dataset whose pointer {root.name} is gone; "

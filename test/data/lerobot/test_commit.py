@@ -209,3 +209,43 @@ def test_a_plain_dataset_is_upgraded_whole(tmp_path: Path) -> None:
         if "data/new" not in now:
             _commit(ds, {"data/new": "new"}, new=("data/new",))
         assert {p.relative_to(ds).as_posix() for p in ds.rglob("*") if p.is_file()} == {"meta/info.json", "data/new"}
+
+
+def test_doctor_reads_the_version_layout(tmp_path: Path) -> None:
+    """What `doctor` says of pointers it did not make or that lost their version, and what a crash left."""
+    ds = tmp_path / "ds"
+    _commit(ds, {"meta/info.json": "0"})
+    v1 = _commit(ds, {"meta/info.json": "1"})
+    (commit.versions_path(ds) / "v000002").mkdir()  # a version a crash left, never pointed to
+    found = problems(ds)
+    assert len(found) == 1 and found[0].leftover
+    assert "v000002: a version made by a commit interrupted" in found[0].detail
+    commit.recover(ds)
+    shutil.rmtree(v1)  # removed by hand
+    assert [p.repair for p in problems(ds)] == [None] and "points to v000001, which is not in" in problems(ds)[0].detail
+    ds.unlink()  # the pointer removed by hand: its versions are left alone
+    assert commit.recover(ds) is None and (commit.versions_path(ds) / "v000000").is_dir()
+    assert "whose pointer ds is gone" in problems(ds)[0].detail
+    other = tmp_path / "other"
+    os.symlink(commit.versions_path(ds) / "v000000", other)
+    assert "not to a version of this dataset" in problems(other)[0].detail
+
+
+def test_a_new_dataset_appears_whole(tmp_path: Path) -> None:
+    """A first commit killed at each of its steps: no dataset, or all of it; the next one starts clean."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "log"
+    assert subprocess.run([sys.executable, "-c", UPGRADER, str(tmp_path / "first")],
+                          env={**env, commit.FAULT_LOG: str(log)}).returncode == 0
+    steps = log.read_text().splitlines()
+    assert [s.split(" ", 1)[1] for s in steps] == ["staged", "pointer made", "published"]
+    for n in range(1, len(steps) + 1):
+        ds = tmp_path / f"ds{n}"
+        killed = subprocess.run([sys.executable, "-c", UPGRADER, str(ds)], env={**env, commit.FAULT_AT: str(n)})
+        assert killed.returncode == -9
+        assert (ds / "data/new").is_file() == (n == len(steps)) and ds.exists() == (n == len(steps)), steps[n - 1]
+        assert bool(commit.pending(ds)) == (n < len(steps))
+        assert n == len(steps) or all(p.leftover for p in problems(ds))  # doctor --repair removes them
+        commit.recover(ds)
+        assert sorted(p.name for p in tmp_path.glob(f"*{ds.name}*")) == ([] if n < len(steps) else
+                                                                        [ds.name, f"{ds.name}.versions"])
