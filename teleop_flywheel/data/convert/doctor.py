@@ -73,6 +73,15 @@ def run(args: argparse.Namespace) -> int:
     return max(_dataset(args, ports), 1 if bad_ports else 0)
 
 
+def _version(root: Path) -> str | None:
+    """The version the dataset's pointer names (`data/lerobot/commit.py`); None for a plain directory."""
+    try:
+        version = commit.current(root)
+    except commit.CommitError:
+        return None
+    return version.name if version is not None else None
+
+
 def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     root = Path(os.path.abspath(args.dataset))
     if not root.exists() and not commit.pending(root):
@@ -91,8 +100,10 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     if not found and not done and not (root / "meta" / "info.json").is_file():
         raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
                          fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
+    version = _version(root)
     if args.json:
-        print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
+        print(json.dumps({"dataset": display(root), "version": version, "repaired": done,
+                          "problems": [p.to_dict() for p in found],
                           "consistent": not found, **({"ports": [a.to_dict() for a in ports]} if ports else {})},
                          indent=2))
     else:
@@ -100,9 +111,11 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
             print(f"repaired: {display(line)}")
         for p in found:
             fix = f"\n    repair: {p.repair} (run with --repair)" if p.repair else \
-                "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
+                "\n    not repaired here: the dataset's pointer or versions are not as commits leave them" if p.layout \
+                else "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
             print(f"problem: {display(p.detail)}{fix}")
-        print(f"{display(root)}: " + ("consistent" if not found else f"{len(found)} problem(s)"
+        print(f"{display(root)}" + (f" ({version})" if version else "") + ": "
+              + ("consistent" if not found else f"{len(found)} problem(s)"
                                      + (f", {sum(1 for p in found if p.repair)} repairable with --repair"
                                         if not args.repair else "")))
     return 0 if not found else 1

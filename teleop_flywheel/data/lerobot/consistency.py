@@ -46,6 +46,7 @@ class Problem:
     repair: str | None = None  # what `--repair` does; None: not repairable
     fix: Callable[[Path], list[str]] | None = None  # writes into the next version's stage; the files it drops
     leftover: bool = False  # beside the dataset, not in it: removed by `commit.recover`, no commit
+    layout: bool = False  # the pointer or versions (not repairable here, but nothing in them is lost)
 
     def to_dict(self) -> dict[str, Any]:
         return {"problem": self.detail, "repair": self.repair}
@@ -176,14 +177,16 @@ def _layout(root: Path) -> list[Problem]:
         version = commit.current(root)
         left = commit.pending(root)
     except commit.CommitError as exc:
-        return [Problem(str(exc))]
+        return [Problem(str(exc), layout=True)]
     out = [Problem(line, line.rsplit(": ", 1)[-1], leftover=True) for line in left]
     versions = commit.versions_path(root)
     if version is not None and not version.is_dir() and not left:
-        out.append(Problem(f"{root}: points to {version.name}, which is not in {versions.name}/ (removed by hand?)"))
+        out.append(Problem(f"{root}: points to {version.name}, which is not in {versions.name}/ (removed by hand?)",
+                           layout=True))
     elif not os.path.lexists(root) and versions.is_dir() and not left:
         out.append(Problem(f"{versions}: versions of a dataset whose pointer {root.name} is gone; "
-                           f"`ln -s {versions.name}/vNNNNNN {root.name}` beside them makes one the dataset again"))
+                           f"`ln -s {versions.name}/vNNNNNN {root.name}` beside them makes one the dataset again",
+                           layout=True))
     return out
 
 
