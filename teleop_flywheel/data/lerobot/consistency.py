@@ -8,7 +8,8 @@ explains them and, with `--repair`, applies the repairs that lose nothing, each 
   published, a temporary pointer): remove it (`commit.recover`; the dataset is its last published
   version);
 - a pointer that is not the dataset's (a symlink elsewhere), that names a missing version, or a
-  versions directory whose pointer was removed: no repair, the finding says what is there;
+  versions directory whose pointer was removed, or the journal of an append the commit format before
+  versions left half done: no repair, the finding says what is there;
 - a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter,
   or copied in): link it into `<DATASET>.orphans/` (never deleted) and leave it out of the next
   version;
@@ -38,6 +39,7 @@ from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 
 ORPHANS_SUFFIX = ".orphans"
+LEGACY_JOURNAL = ".convert-journal.json"  # beside a dataset of the commit format before versions
 
 
 @dataclass
@@ -179,6 +181,11 @@ def _layout(root: Path) -> list[Problem]:
     except commit.CommitError as exc:
         return [Problem(str(exc), layout=True)]
     out = [Problem(line, line.rsplit(": ", 1)[-1], leftover=True) for line in left]
+    journal = root.with_name(root.name + LEGACY_JOURNAL)
+    if os.path.lexists(journal):
+        out.append(Problem(f"{journal}: an append interrupted under the commit format before versions, half moved "
+                           "into the dataset; finish it with that teleop-flywheel's `doctor --repair`, then run this "
+                           "one", layout=True))
     versions = commit.versions_path(root)
     if version is not None and not version.is_dir() and not left:
         out.append(Problem(f"{root}: points to {version.name}, which is not in {versions.name}/ (removed by hand?)",

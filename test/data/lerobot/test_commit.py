@@ -249,3 +249,7 @@ def test_a_new_dataset_appears_whole(tmp_path: Path) -> None:
         commit.recover(ds)
         assert sorted(p.name for p in tmp_path.glob(f"*{ds.name}*")) == ([] if n < len(steps) else
                                                                         [ds.name, f"{ds.name}.versions"])
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (tmp_path / "legacy.convert-journal.json").write_text("{}")  # an append the journal format left half done
+    assert "commit format before versions" in problems(legacy)[0].detail and problems(legacy)[0].layout
