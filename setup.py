@@ -72,6 +72,8 @@ setup(
         "ray": ["ray"],
         # ALOHA/ACT episode files (`export --to hdf5-aloha`, `import --from hdf5-aloha`).
         "hdf5": ["h5py"],
+        # RLDS / Open X-Embodiment datasets (`export --to rlds`), written with TFDS's own writer; ~1.4 GB.
+        "rlds": ["tensorflow-cpu", "tensorflow-datasets>=4.9"],
         # The `lerobot` policy plugin (policies/lerobot_checkpoint.py); ~8 GB with torch, so never a base requirement.
         "lerobot": ["lerobot>=0.4,<0.5"],
     },

@@ -46,6 +46,13 @@ def multiprocessing_helpers() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def lineage_registry(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Exports and training register themselves in lineage: into this run's registry, never the
+    user's (a test that checks a registry sets its own)."""
+    os.environ.setdefault("TELEOP_FLYWHEEL_LINEAGE", str(tmp_path_factory.mktemp("lineage") / "lineage.json"))
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_processes(multiprocessing_helpers: None, request: pytest.FixtureRequest) -> Iterator[None]:
     """A test must not leave processes behind: an orphaned simulator or node would keep

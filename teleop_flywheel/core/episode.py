@@ -16,6 +16,9 @@ from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.core.topics import strip_namespace
 
 METADATA_RECORD = "teleop_flywheel.episode"
+# The MCAP metadata record of a bag `export --to mcap` wrote from a dataset: where it came from. Such
+# a bag keeps no receive times, clock samples or PTP offsets (a dataset has none), and says so.
+EXPORT_RECORD = "teleop_flywheel.export"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
 CALIBRATION_ROLES = ("leader", "follower")

@@ -22,6 +22,7 @@ FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the da
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
 POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = its tick
 AUTHORITY = "teleop/authority"  # name [alpha, mode, intervention_id, trigger], values in position; every tick
+AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")  # authority names; mode, trigger: labels codes
 INTERVENTION = "teleop/intervention"  # one JSON event per takeover start, end and label change
 PEDAL_JOY = "pedal/joy"  # buttons[0] takeover, [1..5] trigger labels, none = pedal lost; stamp = kernel event time
 CAMERA_PREFIX = "cameras/"  # cameras/<name>/image/compressed: JPEG; stamp = capture time

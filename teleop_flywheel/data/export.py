@@ -5,9 +5,21 @@ verified unchanged and found by id as `manifest materialize` finds them, and eve
 records the manifest it came from. One module per format writes it (docs/formats.md):
 
 - `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
-  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does.
+  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
+- `hdf5-robomimic` (`data/hdf5/robomimic_export.py`): one HDF5 file of `data/demo_N` groups that
+  robomimic's `SequenceDataset` reads, with `mask/` filter keys (success, intervention, validated,
+  splits) to train on a subset;
+- `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
+  X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
+- `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
+  them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
-OUT must not exist (exit 2, nothing written); it appears whole or not at all.
+OUT must not exist (exit 2, nothing written); it appears whole or not at all. Episodes are
+written in parallel (`--workers N` processes, default one per CPU, as `convert`; `--executor ray`
+on a cluster), with a progress bar on a terminal. Every export is recorded in the lineage registry
+(`--registry`, default as `lineage`'s): a checkpoint trained on it is registered with
+`lineage register CHECKPOINT OUT` and `lineage which CHECKPOINT` names the export, its episodes,
+their manifest and dataset.
 """
 from __future__ import annotations
 
@@ -15,10 +27,19 @@ import argparse
 import importlib
 from pathlib import Path
 
+from teleop_flywheel.data.parallel import add_arguments_to
+from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
+
 # format -> (the module whose run_export(args) -> int writes it, what it is)
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
+    "hdf5-robomimic": ("teleop_flywheel.data.hdf5.robomimic_export",
+                       "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
+    "rlds": ("teleop_flywheel.data.rlds.rlds_export",
+             "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
+    "mcap": ("teleop_flywheel.data.bags.mcap_export",
+             "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),
 }
 
 
@@ -28,9 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=sorted(FORMATS),
                         help="; ".join(f"{k}: {v}" for k, (_, v) in FORMATS.items()))
     parser.add_argument("--dataset", type=Path, help="a manifest's dataset, if not where the manifest says it is")
+    parser.add_argument("--calibration", action="append", default=[], metavar="ROLE=FILE",
+                        help="mcap: the leader's or follower's calibration YAML, for radians of that arm in the bags "
+                             "(repeatable; default a nominal one: the dataset keeps none)")
     parser.add_argument("--jpeg", type=int, metavar="QUALITY",
-                        help="hdf5-aloha: JPEG-compress the frames at this quality (1..100; ALOHA uses 50), "
-                             "with the `compress` attribute ALOHA's loaders read")
+                        help="JPEG quality of the frames, 1..100. hdf5-aloha: compress them (ALOHA uses 50), "
+                             "with the `compress` attribute ALOHA's loaders read; rlds: the frames' quality "
+                             "(default 95); mcap: the CompressedImage quality (default 90)")
+    parser.add_argument("--registry", type=Path, help=f"the lineage registry to record the export in (default "
+                                                      f"${LINEAGE_ENV} or lineage's default)")
+    add_arguments_to(parser)
 
 
 def run(args: argparse.Namespace) -> int:

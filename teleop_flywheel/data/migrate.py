@@ -88,7 +88,7 @@ _LEGACY_TEMPS = ".convert-*"
 _SIMPLE_OPS = ("!=", ">=", "<=", "=", ">", "<")  # the order formats 1-3 looked for them in
 
 
-class ManifestMismatch(MigrateError):
+class FrozenEpisodesChanged(MigrateError):
     """The dataset no longer holds what the old manifest froze: migrating it would hide that."""
 
     exit_code = EXIT_PARTIAL
@@ -177,7 +177,7 @@ def migrate_manifest(path: Path, output: Path | None, dataset: Path | None) -> M
     ds = LeRobotDataset.open(dataset if dataset is not None else manifest.get("dataset", ""))
     chosen, wrong = _matched(ds, manifest, version)
     if wrong:
-        raise ManifestMismatch(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
+        raise FrozenEpisodesChanged(f"{path}: dataset {ds.root} no longer holds what this manifest froze: "
                                + "; ".join(wrong[:5]) + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""))
     filters = [simple_filter(str(f)) for f in manifest.get("filter", [])]
     upgraded = freeze(ds, chosen, filters, str(manifest.get("created", "")))
@@ -236,17 +236,10 @@ def _upgraded_copy(root: Path, dest: Path, renames: dict[str, str]) -> int:
     if dest.exists() or dest.is_symlink():
         raise FileExistsRefused(f"{dest}: already exists; refusing to overwrite it (choose another --output)")
     source = commit.snapshot(root)
-    with commit.locked_dataset(dest):
-        commit.recover(dest)  # what a crashed run left
-        stage = commit.new_stage(dest)
-        try:
-            shutil.copytree(source, stage, symlinks=True, dirs_exist_ok=True,
-                            copy_function=lambda s, d: _copy_file(source / "videos", s, d))
-            rewritten = rename_features(stage, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
-            commit.publish(dest)
-        finally:
-            commit.recover(dest)  # a staging directory not published: removed
-    return rewritten
+    with commit.new_dataset(dest) as stage:
+        shutil.copytree(source, stage, symlinks=True, dirs_exist_ok=True,
+                        copy_function=lambda s, d: _copy_file(source / "videos", s, d))
+        return rename_features(stage, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
 
 
 def migrate_dataset(root: Path, output: Path | None) -> Migration:

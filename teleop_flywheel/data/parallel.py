@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from teleop_flywheel.core.errors import FlywheelError
@@ -33,14 +34,34 @@ class ParallelJobError(FlywheelError, RuntimeError):
         self.item = item
 
 
+@contextmanager
+def own_errors(*kinds: type[BaseException]) -> Iterator[None]:
+    """Around `parallel_map`: a job's error of one of `kinds` is raised as itself (the command's
+    one-line error naming its file, or a full disk), not as the job that failed."""
+    try:
+        yield
+    except ParallelJobError as exc:
+        if isinstance(exc.__cause__, kinds):
+            raise exc.__cause__ from None
+        raise
+
+
 def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def add_arguments_to(parser: argparse.ArgumentParser) -> None:
-    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags."""
-    parser.add_argument("--workers", type=int, default=None,
-                        help="parallel jobs (default: one per CPU; 1 runs inline)")
+def _workers(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def add_arguments_to(parser: argparse.ArgumentParser, workers: int | None = None) -> None:
+    """`--workers N` and `--executor local|ray`, the same on every command that fans out over bags;
+    `workers`: the default (None: one per CPU)."""
+    parser.add_argument("--workers", type=_workers, default=workers,
+                        help=f"parallel jobs (default: {'one per CPU' if workers is None else workers}; 1 runs inline)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
                         help="local process pool (default) or Ray tasks on the cluster at $RAY_ADDRESS")
 
@@ -51,6 +72,7 @@ def parallel_map(
     workers: int | None = None,
     executor: str = "local",
     desc: str | None = None,
+    unit: str = "bag",
 ) -> list[R]:
     """`[fn(x) for x in items]`, in order, run in parallel.
 
@@ -58,7 +80,7 @@ def parallel_map(
     `workers=1` runs inline in this process (debuggable, no pickling). executor="ray": each item
     is a Ray task on the cluster already initialised in this process, or the one named by
     $RAY_ADDRESS; `workers` then caps the tasks in flight. `fn` and items must be picklable
-    (a module-level function). A progress bar is shown when `desc` is given.
+    (a module-level function). A progress bar counting `unit`s is shown when `desc` is given.
     """
     jobs = list(items)
     if executor not in EXECUTORS:
@@ -67,7 +89,7 @@ def parallel_map(
         raise ValueError(f"workers must be >= 1, got {workers}")
     if not jobs:
         return []
-    with progress(len(jobs), desc) as bar:
+    with progress(len(jobs), desc, unit) as bar:
         if executor == "ray":
             return _ray_map(fn, jobs, workers, bar.update)
         n = min(workers or default_workers(), len(jobs))

@@ -21,7 +21,7 @@ import numpy as np
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.provenance.lineage import LineageError, Registry
+from teleop_flywheel.data.provenance.lineage import LineageError, Registry, source_summary
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
 from teleop_flywheel.recording.mcap import cdr
@@ -291,8 +291,7 @@ def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for ck in ckpts:
         e = reg.checkpoints.get(ck)
-        out[ck] = (f"run {e['run']}, manifest {e['manifest_path']} (sha256 {e['manifest_sha256'][:12]}, "
-                   f"{len(e['manifest'].get('episodes', []))} episodes)" if e else
+        out[ck] = (source_summary(e, reg) if e else
                    f"NOT REGISTERED in {reg.path}: which data trained it is unknown "
                    f"(teleop-flywheel lineage register {ck} MANIFEST)")
     return out

@@ -382,6 +382,16 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['ratio_ours_over_pyav_floor']:.2f}× encode-only "
         f"({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])})"
     ),
+    "export": lambda d: (
+        f"`export` (dataset → other stacks' formats, {d['frames']} frames {d['resolution']} from "
+        f"{d['source_codec']}, one process): target ≤ {d['target_ratio_max']:g}× reading the source plus the "
+        f"writer's floor; reading alone {d['read_floor_fps']:g} frames/s; "
+        + ", ".join(f"{name} {f['export_fps']:g} frames/s, {f['ratio_export_over_floor']:.2f}× "
+                    f"({_met(f['ratio_export_over_floor'] <= d['target_ratio_max'])})"
+                    for name, f in d["formats"].items())
+        + "; `--workers 2` " + " / ".join(f"{f['speedup_workers_2']:g}×" for f in d["formats"].values())
+        + f" the speed of one (load {d['load_average_before'][0]:.1f} on {d['cpus']} cores)"
+    ),
     "verdict": lambda d: (
         f"`verdict` (stop → the recorder's verdict at stop, a {d['episode_s']:g} s one-camera episode, the validator "
         f"in a worker process): target ≤ 5 s; {d['idle']['stop_to_verdict_s']:.1f} s, "

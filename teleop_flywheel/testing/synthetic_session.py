@@ -61,13 +61,14 @@ from teleop_flywheel.core.episode import CALIBRATION_ROLES, EpisodeMeta, Interve
 from teleop_flywheel.core.labels import mode_code, trigger_code
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
 from teleop_flywheel.core.task_spec import TaskSpec
+from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.scan import record_spans
 from teleop_flywheel.recording.mcap.writer import BagWriter
 
-AUTHORITY_NAMES = ["alpha", "mode", "intervention_id", "trigger"]
+AUTHORITY_NAMES = list(AUTHORITY_FIELDS)
 JOINT_STATE = "sensor_msgs/msg/JointState"
 WALL0_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 MONO0_NS = 1_000 * 10**9

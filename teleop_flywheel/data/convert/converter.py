@@ -200,17 +200,18 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             executor: str = "local", validate: ValidateConfig | None = None, progress: bool = True,
             repo_id: str | None = None, calibrations: Mapping[str, str | Path] | None = None,
             supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True,
-            segments: Mapping[str, Path] | None = None) -> ConvertResult:
+            segments: Mapping[str, Path] | None = None, wait: bool = False) -> ConvertResult:
     """`calibrations`: {role: calibration file} for the episodes that recorded none for that role;
     `supplied`: task/outcome of bags that carry no episode metadata; `trim_dead_air`: cut leading and
     trailing dead air instead of rejecting it; `refresh_after`: update the validation record, data
     card and sample weights of every dataset appended to (`data/convert/refresh.py`); `segments`: {bag:
-    folder of its pre-encoded video segments} (`ingest`: `data/convert/segments.py`)."""
+    folder of its pre-encoded video segments} (`ingest`: `data/convert/segments.py`); `wait`: take the dataset
+    after whoever holds it (another convert, a curate, a doctor) instead of refusing it as busy (`ingest`)."""
     cfg = validate or ValidateConfig.load()
     cfg.fps = fps
     cals = load_supplied(calibrations or {})
     out = Path(os.path.abspath(out))
-    with commit.locked_dataset(out):
+    with commit.locked_dataset(out, wait=wait):
         recovered = commit.recover_all(out)
         siblings = _siblings(out)
         _refuse_inconsistent([out, *siblings])

@@ -1,8 +1,16 @@
-"""`teleop-flywheel ingest WATCH_DIR --dataset DS`: the flywheel turns by itself.
+"""`teleop-flywheel ingest WATCH_DIR... --dataset DS`: the flywheel turns by itself.
 
 Every episode the recorder closes in WATCH_DIR (its `output_dir`) is validated, then quarantined
 or converted into the dataset (an append), and the dataset's validation record, data card, sample
 weights and the audit are refreshed — without anyone running four commands.
+
+Many stations, one dataset: give every rig's output folder (or the one folder they share), and one
+ingest takes the closed bags of all of them; its validation and encoding fan out over `--workers`
+local processes or, with `--executor ray`, over a Ray cluster's machines (`data/parallel.py`; the
+bags and the dataset on a filesystem they all mount). Several ingests into one dataset are safe:
+they take turns, a pass at a time (the ingest lock), and each append is one commit under the
+dataset's lock, so episode indices, tasks and video offsets are those of the same appends one after
+the other.
 
 When a bag is taken: it is closed (metadata.yaml written), it has the recorder's verdict
 (`verdict.json`, `recording/recorder/verdict.py`) and the operator kept it — or the grace period
@@ -14,8 +22,10 @@ older than the grace period.
 Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
 atomically after every batch) lists every bag taken and what became of it, and the converter
 itself skips episodes already in the dataset (content ids), and an append a crash interrupted was
-never published (`data/lerobot/commit.py`). A crash at any point therefore re-does at most the last batch. One
-ingest per dataset (`<DS>.ingest.lock`); a convert of the same dataset waits for it (`<DS>.lock`).
+never published (`data/lerobot/commit.py`). A crash at any point therefore re-does at most the last
+batch. One ingest pass at a time per dataset (`<DS>.ingest.lock`: a second ingest waits its turn); its
+convert waits for whatever else holds the dataset (`<DS>.lock`: a user's convert, curate or doctor)
+rather than fail — a user's command that finds the dataset held by ingest is refused as busy.
 
 Encoded ahead (`data/convert/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being
 recorded, or closed and about to be taken (waiting for its verdict, a keep or the grace period),
@@ -61,6 +71,7 @@ from teleop_flywheel.data.convert.refresh import update_record
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, find_bags, quarantine
@@ -76,7 +87,7 @@ AHEAD_UNJUDGED_S = 120.0
 
 @dataclass
 class IngestConfig:
-    watch: Path
+    watch: list[Path]  # the rigs' output folders (one, or one per rig)
     dataset: Path
     quarantine: Path | None  # None: rejected bags stay where they are (recorded as rejected in the state)
     grace_s: float = GRACE_S
@@ -86,6 +97,7 @@ class IngestConfig:
     trim_dead_air: bool = False
     without_verdict: bool = False
     workers: int = 1
+    executor: str = "local"  # or "ray": validation and conversion as tasks on a Ray cluster
     audit_html: Path | None = None
     repo_id: str | None = None
 
@@ -139,8 +151,8 @@ def ready(bag: Path, cfg: IngestConfig, now_ns: int | None = None) -> tuple[bool
 
 def waiting_bags(cfg: IngestConfig, state: dict[str, Any]) -> tuple[list[Path], list[Path]]:
     """(bags ready to take now, bags worth encoding ahead: being recorded or about to be taken)
-    among the bags in the watch folder not taken before (discarded/ and the quarantine skipped)."""
-    bags, _errors = find_bags([cfg.watch], exclude=cfg.quarantine)
+    among the bags in the watch folders not taken before (discarded/ and the quarantine skipped)."""
+    bags, _errors = find_bags(list(cfg.watch), exclude=cfg.quarantine)
     done = state["bags"]
     now, ahead = [], []
     for bag in bags:
@@ -197,9 +209,9 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
           ) -> dict[str, str]:
     """Convert/quarantine `bags`, record them in the state, refresh the audit page."""
     t0 = time.monotonic()
-    res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, validate=cfg.validate,
-                  progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
-                  segments=pre.segments(bags) if pre is not None else None)
+    res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, executor=cfg.executor,
+                  validate=cfg.validate, progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
+                  segments=pre.segments(bags) if pre is not None else None, wait=True)
     moved = _quarantine(res, cfg)
     if moved and (cfg.dataset / lf.INFO_PATH).is_file():
         update_record(cfg.dataset, moved)  # where each rejected bag went
@@ -229,11 +241,12 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("watch", type=Path, metavar="WATCH_DIR", help="the recorder's output folder (its bags)")
+    parser.add_argument("watch", type=Path, nargs="+", metavar="WATCH_DIR",
+                        help="the recorders' output folders (one per rig, or the one they share)")
     parser.add_argument("--dataset", type=Path, required=True, metavar="DS", help="dataset to append to (created)")
     moving = parser.add_mutually_exclusive_group()
     moving.add_argument("--quarantine", type=Path, metavar="DIR",
-                        help="where rejected bags are moved (default: <WATCH_DIR>/../quarantine)")
+                        help="where rejected bags are moved (default: <first WATCH_DIR>/../quarantine)")
     moving.add_argument("--no-quarantine", action="store_true",
                         help="leave rejected bags where they are (the state file and the dataset's record say so)")
     parser.add_argument("--grace", type=float, default=GRACE_S, metavar="S",
@@ -248,7 +261,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
     parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
-    parser.add_argument("--workers", type=int, default=1, help="parallel conversions (default 1: low impact)")
+    add_arguments_to(parser, workers=1)  # one worker: low impact beside a recording rig
     parser.add_argument("--no-pre-encode", action="store_true",
                         help="do not encode camera video while episodes are recorded (all of it then waits for the "
                              "keep)")
@@ -260,18 +273,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    watch = Path(args.watch)
-    if not watch.is_dir():
-        raise UsageError("no such folder", where=str(watch), fix="give the recorder's output_dir")
+    watch = [Path(w) for w in args.watch]
+    for folder in watch:
+        if not folder.is_dir():
+            raise UsageError("no such folder", where=str(folder), fix="give the recorder's output_dir")
     dataset = Path(os.path.abspath(args.dataset))
     moved_to = None if args.no_quarantine else (Path(args.quarantine) if args.quarantine
-                                                else watch.resolve().parent / "quarantine")
+                                                else watch[0].resolve().parent / "quarantine")
     page = None if args.no_audit else (args.audit or dataset.with_name(dataset.name + "_audit.html"))
     cfg = IngestConfig(watch, dataset, moved_to, args.grace, args.codec, args.fps, ValidateConfig.load(args.config),
-                       args.trim_dead_air, args.without_verdict, args.workers, page, args.repo_id)
+                       args.trim_dead_air, args.without_verdict, args.workers, args.executor, page, args.repo_id)
     check_append([dataset], args.fps, args.codec)  # a dataset this run cannot append to: refused now, not later
     lower_priority(args.nice)
-    print(f"ingest: watching {display(watch)} -> {display(dataset)} (quarantine "
+    print(f"ingest: watching {', '.join(display(w) for w in watch)} -> {display(dataset)} (quarantine "
           f"{display(moved_to) if moved_to else 'off: rejected bags stay'}, grace {cfg.grace_s:g} s, "
           f"nice {os.nice(0)})", flush=True)
     def log(line: str) -> None:

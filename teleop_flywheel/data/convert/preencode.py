@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import numpy as np
 from mcap.records import Message
@@ -222,28 +222,38 @@ class PreEncoding:
     the segment it is in), so a bag that becomes ready is taken within about a budget even while
     recordings go on — a busy machine makes the pre-encoder fall behind, never the ingest (`behind`
     says there is work left; None: every decided segment in one step). Segments live in
-    `root/<bag, relative to the watch folder, quoted>/<camera>/`; a folder whose bag is no longer
-    waiting (taken, discarded, moved) is removed on the next step."""
+    `root/<bag, relative to root's parent (else absolute), quoted>/<camera>/`: one folder per bag
+    however many rigs' folders (`watch`) hold an `episode_<same second>`, and however many ingests
+    share the root. A step removes a folder whose bag is gone (discarded, moved) or lies in `watch`
+    and is no longer waiting (taken); the folders of bags another ingest watches are its own."""
 
-    def __init__(self, root: Path, watch: Path, fps: int, codec: str, log: Callable[[str], None] = print,
-                 budget_s: float | None = None) -> None:
-        self.root, self.watch, self.fps, self.codec, self.log = root, watch, fps, codec, log
+    def __init__(self, root: Path, watch: Path | list[Path], fps: int, codec: str,
+                 log: Callable[[str], None] = print, budget_s: float | None = None) -> None:
+        self.root, self.fps, self.codec, self.log = root, fps, codec, log
+        self.watch = [w.resolve() for w in ([watch] if isinstance(watch, Path) else watch)]
         self.budget_s = budget_s
         self.behind = False
         self._bags: dict[Path, BagPreEncoder] = {}
 
     def folder(self, bag: Path) -> Path:
-        rel = bag.resolve().relative_to(self.watch.resolve()) if bag.is_absolute() else bag
-        return self.root / quote(rel.as_posix(), safe="")
+        path = bag.resolve()
+        base = self.root.resolve().parent
+        return self.root / quote((path.relative_to(base) if path.is_relative_to(base) else path).as_posix(), safe="")
+
+    def _stale(self, folder: Path) -> bool:
+        """Whether a folder no bag of ours is waiting for is stale: its bag is gone, or is ours (in
+        `watch`) and so no longer waiting."""
+        bag = self.root.resolve().parent / unquote(folder.name)  # an absolute name stays absolute
+        return not bag.exists() or any(bag.is_relative_to(w) for w in self.watch)
 
     def step(self, waiting: list[Path]) -> int:
         """Advance the pre-encoders of `waiting` (bags being recorded or about to be taken); frames
-        encoded. Every other folder under `root` is removed."""
+        encoded. Stale folders under `root` are removed."""
         wanted = {self.folder(b): b for b in waiting}
         for folder in [f for f in self._bags if f not in wanted]:
             del self._bags[folder]
         if self.root.is_dir():
-            for stale in [d for d in self.root.iterdir() if d not in wanted]:
+            for stale in [d for d in self.root.iterdir() if d not in wanted and self._stale(d)]:
                 shutil.rmtree(stale, ignore_errors=True)
         deadline = None if self.budget_s is None else time.monotonic() + self.budget_s
         active = [self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec))

@@ -22,13 +22,14 @@ with `provenance.materialize.locate`), numbered 0..N-1 as ACT's loader counts th
   `manifest`, `manifest_fingerprint` and `manifest_sha256` — what the file came from.
 
 Read with `interchange.export_source` (one episode, one frame at a time); written with
-`interchange.staged_output`: OUT is whole or absent.
+`interchange.episode_export`: one episode per job, in `workers` processes (or Ray tasks), each
+file written into a stage renamed to OUT at the end (OUT is whole or absent), and the export
+recorded in the lineage registry.
 """
 from __future__ import annotations
 
 import argparse
-import os
-from dataclasses import dataclass
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -37,42 +38,23 @@ import numpy as np
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
+from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.interchange.export_source import (
+    EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    ExportError,
     Source,
     episode_columns,
-    episode_frames,
+    episode_images,
     open_source,
+    so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.interchange.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
-EFFORT_FEATURE = "observation.effort"
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)
-
-
-@dataclass
-class Exported:
-    out: Path
-    episodes: int
-    frames: int
-
-
-def _check_joints(ds: LeRobotDataset, feature: str) -> str:
-    """The column of an SO-101 joint vector feature; an error for any other arm."""
-    name = ds.feature_name(feature)
-    if name is None:
-        raise DatasetError(f"{ds.root}: no {feature} feature; an ALOHA file needs qpos and action")
-    f = ds.features[name]
-    if f.width != len(al.JOINT_FEATURE_NAMES) or (f.names and list(f.names) != al.JOINT_FEATURE_NAMES):
-        raise DatasetError(f"{ds.root}: {feature} has joints {list(f.names or [])} (width {f.width}), "
-                           f"not the SO-101's {al.JOINT_FEATURE_NAMES}; their units cannot be converted")
-    return name
 
 
 class _JpegRows:
@@ -103,19 +85,20 @@ class _JpegRows:
         self.lengths[t] = n
 
 
-def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], cameras: list[str],
-                   jpeg_quality: int | None) -> int:
-    ds = src.ds
+def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], jpeg_quality: int | None) -> int:
+    """One episode's file (in a worker process: everything it needs is in `job`)."""
+    h5 = al.h5py_module()
+    row = job.row
     cols = episode_columns(ds, row)
-    state, action = (cols.pop(_check_joints(ds, f)) for f in (STATE, ACTION))
+    state, action = (cols.pop(so101_joints(ds, f, "an ALOHA file")) for f in (STATE, ACTION))
     n = len(state)
     effort = cols.pop(ds.feature_name(EFFORT_FEATURE) or EFFORT_FEATURE, None)
     episode_row = row_fields(row)
-    with h5.File(path, "w") as f:
+    with h5.File(job.path, "w") as f:
         f.attrs.update({
             "sim": False, "compress": jpeg_quality is not None, "fps": ds.fps, "task": task_of(ds, cols),
             "joint_names": al.json_attr(list(al.JOINT_NAMES)), "qpos_units": al.QPOS_UNITS, "format": al.FORMAT,
-            **src.provenance(row),
+            **job.provenance,
         })
         f.create_dataset(al.QPOS, data=al.to_aloha(state)).attrs["units"] = al.QPOS_UNITS
         f.create_dataset(al.ACTION, data=al.to_aloha(action)).attrs["units"] = al.QPOS_UNITS
@@ -144,47 +127,32 @@ def _write_episode(h5: Any, path: Path, src: Source, row: dict[str, Any], camera
 def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: list[str], n: int,
                   jpeg_quality: int | None, root: Any) -> None:
     writers: list[Any] = []
-    shapes: list[tuple[int, int, int]] = []
     for key in cameras:
         cam = key.removeprefix(IMAGE_PREFIX)
         h, w = ds.features[key].shape[:2]
-        shapes.append((h, w, 3))
         if jpeg_quality is None:
             writers.append(group.create_dataset(cam, (n, h, w, 3), dtype="uint8", chunks=(1, h, w, 3)))
         else:
             writers.append(_JpegRows(group, cam, n, jpeg_quality))
-    count = 0
-    for t, images in enumerate(zip(*(episode_frames(ds, row, key) for key in cameras), strict=False)):
-        if t >= n:
-            break
-        for key, shape, writer, rgb in zip(cameras, shapes, writers, images, strict=True):
-            if rgb.shape != shape:
-                raise DatasetError(f"{ds.root}: {key} frame {t} of episode {int(row['episode_index'])} is "
-                                   f"{rgb.shape}, the feature says {shape}")
+    for t, images in enumerate(episode_images(ds, row, cameras, n)):
+        for writer, rgb in zip(writers, images, strict=True):
             if isinstance(writer, _JpegRows):
                 writer.write(t, rgb)
             else:
                 writer[t] = rgb
-        count = t + 1
-    if cameras and count != n:
-        raise ExportError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
-                          f"its videos, its length is {n}; nothing was written")
     if jpeg_quality is not None:
         root.create_dataset(al.COMPRESS_LEN, data=np.stack([w.lengths for w in writers]) if writers
                             else np.zeros((0, n), np.float32))
 
 
-def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True) -> Exported:
-    """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically."""
-    h5 = al.h5py_module()
+def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True,
+           workers: int | None = None, executor: str = "local", registry: Path | None = None) -> Exported:
+    """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically, `workers` at a time."""
+    al.h5py_module()
     cameras = sorted(video_keys(src.ds))  # /compress_len rows in h5py's (name) order of the cameras
-    frames = 0
-    with staged_output(out) as stage, \
-            progress(len(src.episodes), "export" if show_progress else None, unit="episode") as bar:
-        for k, row in enumerate(src.rows()):
-            frames += _write_episode(h5, stage / al.EPISODE_FILE.format(index=k), src, row, cameras, jpeg_quality)
-            bar.update(1)
-    return Exported(Path(os.path.abspath(out)), len(src.episodes), frames)
+    write = functools.partial(_write_episode, cameras=cameras, jpeg_quality=jpeg_quality)
+    return export_episodes(src, out, al.FORMAT, write, al.EPISODE_FILE, workers=workers, executor=executor,
+                           registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -195,7 +163,8 @@ def run_export(args: argparse.Namespace) -> int:
     refuse_existing(out)
     al.h5py_module()
     src = open_source(source, dataset)
-    made = export(src, out, jpeg_quality)
+    made = export(src, out, jpeg_quality, workers=args.workers, executor=args.executor, registry=args.registry)
     print(f"wrote {made.out}: {made.episodes} episode files (episode_0..{made.episodes - 1}.hdf5), {made.frames} "
-          f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}")
+          f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}; lineage "
+          f"export {made.export_id}")
     return 0

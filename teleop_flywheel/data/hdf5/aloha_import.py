@@ -12,11 +12,18 @@ observation.effort unless it is marked `absent`, each camera encoded with the co
 ALOHA's own loaders do), our `/teleop_flywheel/frames/*` columns restored with their dtype and
 names, and the episodes-table row our export recorded restored as the episode's columns. The
 dataset is staged and appended with `lerobot/append.write_episodes` (LeRobot 0.4.x's layout and
-stats) and renamed into place as `materialize` does: whole or absent. The task is the files' `task`
-attribute, else `--task`; the frame rate their `fps` attribute, else `--fps` (default ALOHA's 50).
+stats) and published as `materialize` publishes (`lerobot/commit.new_dataset`): whole or absent.
+The task is the files' `task` attribute, else `--task`; the frame rate their `fps` attribute, else
+`--fps` (default ALOHA's 50).
+
+Episodes are read and encoded in parallel (`workers` processes, default one per CPU as `convert`,
+or Ray tasks), each into its own temporary mp4, and appended in N order: the dataset is the one a
+single process writes.
 """
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import tempfile
@@ -29,13 +36,14 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
+from teleop_flywheel.data.interchange.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
+from teleop_flywheel.data.interchange.staged_output import Imported
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.parallel import progress
+from teleop_flywheel.data.parallel import own_errors, parallel_map
 
-EFFORT_FEATURE = "observation.effort"
 POSITIONAL_ROW = ("tasks", "length")  # episodes-table fields write_episodes sets itself
 
 
@@ -157,8 +165,8 @@ def _agree(files: list[EpisodeFile]) -> None:
 
 
 def _features(e: EpisodeFile) -> dict[str, Any]:
-    feats: dict[str, Any] = {"observation.state": lf.vector_feature(al.JOINT_FEATURE_NAMES),
-                             "action": lf.vector_feature(al.JOINT_FEATURE_NAMES)}
+    feats: dict[str, Any] = {"observation.state": lf.vector_feature(JOINT_FEATURE_NAMES),
+                             "action": lf.vector_feature(JOINT_FEATURE_NAMES)}
     if e.effort:
         feats[EFFORT_FEATURE] = lf.vector_feature(al.EFFORT_NAMES)
     for cam, (h, w) in sorted(e.cameras.items()):
@@ -175,8 +183,10 @@ def _column(values: np.ndarray, dtype: str) -> np.ndarray:
     return v.reshape(len(v), -1) if v.ndim > 1 else v
 
 
-def _read_episode(h5: Any, e: EpisodeFile, work: Path, fps: int, codec: str, task: str) -> EpisodeData:
-    """One file's columns and videos (each camera encoded frame by frame into a temporary mp4)."""
+def _read_episode(e: EpisodeFile, work: Path, fps: int, codec: str, task: str | None) -> EpisodeData:
+    """One file's columns and videos (each camera encoded frame by frame into a temporary mp4); in a
+    worker process: everything it needs is in its arguments."""
+    h5 = al.h5py_module()
     try:
         with h5.File(e.path, "r") as f:
             cols: dict[str, np.ndarray] = {"observation.state": al.from_aloha(f[al.QPOS][()]),
@@ -197,7 +207,7 @@ def _read_episode(h5: Any, e: EpisodeFile, work: Path, fps: int, codec: str, tas
         raise AlohaInputError(f"{e.path}: unreadable ({exc}); nothing was written") from None
     extra = {k: v for k, v in e.row.items() if k not in POSITIONAL_ROW}
     extra["source_file"] = e.path.name
-    return EpisodeData(task, e.length, cols, stats, videos, extra)
+    return EpisodeData(task or e.task, e.length, cols, stats, videos, extra)
 
 
 def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, codec: str) -> dict[str, np.ndarray]:
@@ -222,15 +232,15 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
     return lf.image_stats(images)
 
 
-@dataclass
-class Imported:
-    out: Path
-    episodes: int
-    frames: int
+def run_import(args: argparse.Namespace) -> Imported:
+    """`import --from hdf5-aloha DIR OUT` (data/import_dataset.py)."""
+    return import_aloha(args.source, args.out, args.task, args.fps, args.codec or "libsvtav1",
+                        args.robot_type or "so101_follower", workers=args.workers, executor=args.executor)
 
 
 def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int | None = None,
-                 codec: str = "libsvtav1", robot_type: str = "so101_follower", show_progress: bool = True) -> Imported:
+                 codec: str = "libsvtav1", robot_type: str = "so101_follower", show_progress: bool = True,
+                 workers: int | None = None, executor: str = "local") -> Imported:
     """Write the dataset of `directory`'s episode files at `out` (which must not exist), atomically."""
     h5 = al.h5py_module()
     out = Path(os.path.abspath(out))
@@ -251,20 +261,11 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
     keys: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION, **files[0].dataset_keys,
                             "imported_from": {"format": al.FORMAT, "directory": str(directory.resolve()),
                                               "files": [e.path.name for e in files]}}
-    with commit.locked_dataset(out):
-        commit.recover(out)  # what a crashed run left
-        stage = commit.new_stage(out)
-        try:
-            with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work, \
-                    progress(len(files), "import" if show_progress else None, unit="episode") as bar:
-                eps = []
-                for e in files:
-                    eps.append(_read_episode(h5, e, Path(work), int(round(rate)), codec, task or e.task))
-                    bar.update(1)
-                write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
-            if os.path.lexists(out):
-                raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
-            commit.publish(out)
-        finally:
-            commit.recover(out)  # a staging directory not published: removed
+    with commit.new_dataset(out) as stage, \
+            tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:
+        read = functools.partial(_read_episode, work=Path(work), fps=int(round(rate)), codec=codec, task=task)
+        with own_errors(FlywheelError, OSError):
+            eps = parallel_map(read, files, workers, executor, desc="import" if show_progress else None,
+                               unit="episode")
+        write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
     return Imported(out, len(files), sum(e.length for e in files))

@@ -40,7 +40,6 @@ COMPRESS_LEN = "compress_len"
 EXTRAS = "teleop_flywheel"  # our group: ACT's and ALOHA's readers never open it
 FRAMES = f"{EXTRAS}/frames"  # per-frame columns beyond qpos/action/effort, as the dataset stores them
 ABSENT = "absent"  # dataset attribute: True on a zeros array standing in for what the dataset has not
-JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]
 EFFORT_NAMES = [f"{j}.effort" for j in JOINT_NAMES]
 GRIPPER_COLUMN = JOINT_NAMES.index(GRIPPER)
 QPOS_UNITS = "radians (body joints), gripper normalised 0..1"
@@ -68,11 +67,11 @@ def json_attr(value: object) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def h5py_module() -> ModuleType:
-    """h5py, imported only when an HDF5 command runs (an optional extra)."""
+def h5py_module(fmt: str = FORMAT) -> ModuleType:
+    """h5py, imported only when an HDF5 command (of format `fmt`) runs: an optional extra."""
     try:
         import h5py  # noqa: PLC0415
     except ImportError:
-        raise UsageError("h5py is not installed", where="hdf5-aloha",
+        raise UsageError("h5py is not installed", where=fmt,
                          fix="pip install 'teleop_flywheel[hdf5]' (or pip install h5py)") from None
     return h5py

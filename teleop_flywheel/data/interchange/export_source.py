@@ -9,6 +9,8 @@ order and records the same provenance:
   pyarrow's row-group filter so the other episodes' rows are skipped;
 - `episode_frames`: one camera's frames of one episode, decoded one at a time with PyAV
   (`materialize.span_frames`, the rule manifests read episodes by): never a whole episode in memory;
+  `episode_images`: every camera's frame t together, shapes and count checked against the episode;
+- `so101_joints`: the column of the SO-101's state or action, an error for a dataset of another arm;
 - `Source.provenance(row)`: what a written file came from (the episode's content id, the source
   dataset and index, and from a manifest its path, fingerprint and sha256).
 """
@@ -26,13 +28,16 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, to_numpy
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.provenance.manifest_hash import data_file, manifest_sha256, row_fields, video_file
 from teleop_flywheel.data.provenance.materialize import locate, span_frames
 
 POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp")
 IMAGE_PREFIX = "observation.images."
+EFFORT_FEATURE = "observation.effort"
+JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]  # the SO-101's state and action, LeRobot's names
 
 
 class ExportError(DatasetError):
@@ -40,6 +45,13 @@ class ExportError(DatasetError):
 
     exit_code = EXIT_PARTIAL
     fix = "`teleop-flywheel doctor DATASET` checks the dataset's files"
+
+
+class ForeignArmError(DatasetError):
+    """A dataset of another arm (other joints, or none): its values are not the SO-101's (exit 1)."""
+
+    exit_code = EXIT_PARTIAL
+    fix = "export a dataset of the SO-101 (the one `teleop-flywheel convert` writes)"
 
 
 @dataclass
@@ -113,6 +125,38 @@ def episode_frames(ds: LeRobotDataset, row: dict[str, Any], key: str) -> Iterato
             yield frame.to_ndarray(format="rgb24")
     except av.FFmpegError as exc:
         raise ExportError(f"{ds.root / rel}: unreadable video ({exc}); nothing was written") from None
+
+
+def so101_joints(ds: LeRobotDataset, feature: str, fmt: str) -> str:
+    """The column of the SO-101 joint vector `feature` (state or action); an error for any other arm."""
+    name = ds.feature_name(feature)
+    if name is None:
+        raise ForeignArmError(f"{ds.root / INFO_PATH}: no {feature} feature; {fmt} needs the SO-101's "
+                              f"state and action")
+    f = ds.features[name]
+    if f.width != len(JOINT_FEATURE_NAMES) or (f.names and list(f.names) != JOINT_FEATURE_NAMES):
+        raise ForeignArmError(f"{ds.root / INFO_PATH}: {feature} has joints {list(f.names or [])} (width {f.width}), "
+                              f"not the SO-101's {JOINT_FEATURE_NAMES}; their units cannot be converted")
+    return name
+
+
+def episode_images(ds: LeRobotDataset, row: dict[str, Any], cameras: list[str], n: int) -> Iterator[list[np.ndarray]]:
+    """Frame t of every camera in `cameras`, t = 0..n-1, each checked against its feature's shape;
+    an error if the videos hold fewer frames than the episode's `n` rows."""
+    shapes = [(*ds.features[key].shape[:2], 3) for key in cameras]
+    count = 0
+    for t, images in enumerate(zip(*(episode_frames(ds, row, key) for key in cameras), strict=False)):
+        if t >= n:
+            break
+        for key, shape, rgb in zip(cameras, shapes, images, strict=True):
+            if rgb.shape != shape:
+                raise DatasetError(f"{ds.root}: {key} frame {t} of episode {int(row['episode_index'])} is "
+                                   f"{rgb.shape}, the feature says {shape}")
+        yield list(images)
+        count = t + 1
+    if cameras and count != n:
+        raise ExportError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
+                          f"its videos, its length is {n}; nothing was written")
 
 
 def task_of(ds: LeRobotDataset, columns: dict[str, np.ndarray]) -> str:

@@ -9,10 +9,20 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.commit import fsync_dir, fsync_tree
+
+
+@dataclass
+class Imported:
+    """What an import wrote (data/import_dataset.py prints it): the dataset, its episodes and frames."""
+
+    out: Path
+    episodes: int
+    frames: int
 
 
 def refuse_existing(out: Path) -> Path:

@@ -115,7 +115,7 @@ def image_stats(images: list[np.ndarray]) -> dict[str, np.ndarray]:
 
 def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
     """Combine per-episode stats: min of mins, max of maxes, count-weighted mean, pooled variance,
-    count-weighted mean of quantiles."""
+    count-weighted mean of the quantiles every episode has (as LeRobot's `aggregate_feature_stats`)."""
     keys = dict.fromkeys(k for s in per_episode for k in s)
     out: dict[str, dict[str, np.ndarray]] = {}
     for key in keys:
@@ -128,7 +128,8 @@ def aggregate_stats(per_episode: list[dict[str, dict[str, np.ndarray]]]) -> dict
         agg = {"min": np.min(np.stack([s["min"] for s in ss]), 0), "max": np.max(np.stack([s["max"] for s in ss]), 0),
                "mean": mean, "std": np.sqrt(var), "count": np.array([int(counts.sum())])}
         for q in QUANTILES:
-            agg[q] = (w * np.stack([np.asarray(s[q], float) for s in ss])).sum(0)
+            if all(q in s for s in ss):  # LeRobot's stats before 0.4 (v2.1) have no quantiles
+                agg[q] = (w * np.stack([np.asarray(s[q], float) for s in ss])).sum(0)
         out[key] = agg
     return out
 

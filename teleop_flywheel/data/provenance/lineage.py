@@ -2,7 +2,17 @@
 
 A small JSON registry maps checkpoint id (the id the policy node stamps on every command and
 writes into each recording's `policy_checkpoint`) to a copy of the manifest that trained it, so
-the answer survives the manifest file being moved or edited. Registry location, first found:
+the answer survives the manifest file being moved or edited.
+
+A checkpoint trained by another stack (ACT, robomimic, an RLDS pipeline) was trained on an export:
+every `teleop-flywheel export` registers itself here (`exports`: id → its format, where it was
+written, the sha256 of every file it wrote and their combined fingerprint, the content ids and
+source indices of its episodes, the source dataset, and the manifest it came from, copied). A
+checkpoint registered against an export directory or file is found by the output's content (so
+a moved or copied export still answers; an edited one does not), and `lineage which` then prints
+checkpoint → export → episodes → manifest → dataset. A checkpoint given as a path (a directory or a
+file such as ACT's `policy_best.ckpt`) gets the id `<name>:<sha256 of its content, 12 hex>`.
+Registry location, first found:
 `--registry PATH`, `$TELEOP_FLYWHEEL_LINEAGE`, `~/.local/share/teleop_flywheel/lineage.json`
 (XDG_DATA_HOME respected).
 
@@ -12,20 +22,25 @@ successes and the Wilson interval, the comparisons with the incumbent, whether i
 `lineage which` answers both "what trained it" and "how did it do". A checkpoint may be evaluated
 before (or without) being registered.
 
-    lineage register CHECKPOINT MANIFEST [--run NAME]   record that MANIFEST trained CHECKPOINT
+    lineage register CHECKPOINT MANIFEST|EXPORT [--run NAME]
+                                                        record that MANIFEST (or an export's output) trained
+                                                        CHECKPOINT, an id or a checkpoint's path
                                                         (`teleop-flywheel train` registers its own, with
                                                         the checkpoint's path, policy type and steps)
-    lineage which CHECKPOINT|BAG|DATASET                the manifest behind a checkpoint (or a bag's, or the
-                                                        one a `manifest materialize` dataset holds), and
-                                                        the checkpoint's evaluations' figures
+    lineage which CHECKPOINT|BAG|DATASET|EXPORT         the manifest (or export) behind a checkpoint (or a
+                                                        bag's, or the one a `manifest materialize` dataset
+                                                        holds, or which export a directory or file is and
+                                                        what trained on it), and the checkpoint's
+                                                        evaluations' figures
     lineage which --rig RIG EPISODES...                 the same for the checkpoint the rig runs now
     lineage episodes RUN|CHECKPOINT                     the episode ids in that run
-    lineage list                                        every registered checkpoint
+    lineage list                                        every registered checkpoint and export
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -38,7 +53,7 @@ from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.data.provenance.manifest import load_manifest
-from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
+from teleop_flywheel.data.provenance.manifest_hash import file_sha256, manifest_sha256
 from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
@@ -58,11 +73,41 @@ class LineageError(DatasetError):
     pass
 
 
+def content_files(path: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every file of an output: relative POSIX path → hex digest (a single file: under ''),
+    hidden names skipped (a file manager's droppings are not the export). `known`: digests the
+    writer already took, by the same names; every other file is read and hashed here."""
+    known = known or {}
+    if path.is_file():
+        return {"": known.get("") or file_sha256(path)}
+    if not path.is_dir():
+        raise LineageError(f"{path}: no such file or directory")
+    rels = [p.relative_to(path) for p in sorted(path.rglob("*")) if p.is_file()]
+    return {r.as_posix(): known.get(r.as_posix()) or file_sha256(path / r) for r in rels
+            if not any(part.startswith(".") for part in r.parts)}
+
+
+def content_fingerprint(files: dict[str, str]) -> str:
+    """One sha256 over an output's file names and contents: where the output lies does not change it."""
+    return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+
+
+def path_checkpoint_id(path: Path, files: dict[str, str] | None = None) -> str:
+    """The id of a checkpoint given as a path (another stack's directory or file): name and content
+    (`files`: its `content_files`, if already computed)."""
+    return f"{path.resolve().name}:{content_fingerprint(content_files(path) if files is None else files)[:12]}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
 @dataclass
 class Registry:
     path: Path
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     evaluations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Registry:
@@ -75,7 +120,8 @@ class Registry:
             raise LineageError(f"{path}: unreadable lineage registry: {exc}") from None
         if data.get("format") != FORMAT:
             raise LineageError(f"{path}: not a {FORMAT} registry")
-        return cls(path, dict(data.get("checkpoints", {})), dict(data.get("evaluations", {})))
+        return cls(path, dict(data.get("checkpoints", {})), dict(data.get("evaluations", {})),
+                   dict(data.get("exports", {})))
 
     def save(self) -> None:
         """Replace the registry file atomically (unique temp name + rename; `register_checkpoint`
@@ -84,30 +130,58 @@ class Registry:
         data: dict[str, Any] = {"format": FORMAT, "checkpoints": self.checkpoints}
         if self.evaluations:
             data["evaluations"] = self.evaluations
+        if self.exports:
+            data["exports"] = self.exports
         replace_atomic(self.path, json.dumps(data, indent=1) + "\n")
+
+    def _add(self, checkpoint: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """Record `entry` under `checkpoint`: the same source again is a no-op, another an error."""
+        if not checkpoint:
+            raise LineageError("checkpoint id must not be empty")
+        old = self.checkpoints.get(checkpoint)
+        if old is not None:
+            if _trained_on(old) == _trained_on(entry):
+                return old
+            raise LineageError(f"checkpoint {checkpoint!r} is already registered to {_source_text(old)} "
+                               f"(run {old['run']!r}); checkpoint ids are never reused")
+        self.checkpoints[checkpoint] = entry
+        return entry
 
     def register(self, checkpoint: str, manifest_path: str | Path, run: str | None = None,
                  training: dict[str, Any] | None = None) -> dict[str, Any]:
         """Record checkpoint → manifest (and, from `train`, how it was trained: `training`, e.g. its
         path, policy type and steps). Re-registering the same pair is a no-op; a different one an error."""
-        if not checkpoint:
-            raise LineageError("checkpoint id must not be empty")
         manifest = load_manifest(manifest_path)
-        digest = manifest_sha256(manifest)
-        old = self.checkpoints.get(checkpoint)
-        if old is not None:
-            if old["manifest_sha256"] == digest:
-                return old
-            raise LineageError(f"checkpoint {checkpoint!r} is already registered to manifest "
-                               f"{old['manifest_path']} (run {old['run']!r}); checkpoint ids are never reused")
-        run = run or Path(manifest_path).stem
-        entry = {"checkpoint": checkpoint, "run": run, "manifest_path": str(Path(manifest_path).resolve()),
-                 "manifest_sha256": digest, "registered": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                 "manifest": manifest}
+        entry = {"checkpoint": checkpoint, "run": run or Path(manifest_path).stem,
+                 "manifest_path": str(Path(manifest_path).resolve()), "manifest_sha256": manifest_sha256(manifest),
+                 "registered": _now(), "manifest": manifest}
         if training is not None:
             entry["training"] = training
-        self.checkpoints[checkpoint] = entry
-        return entry
+        return self._add(checkpoint, entry)
+
+    def register_on_export(self, checkpoint: str, export_path: Path, run: str | None = None,
+                           checkpoint_path: Path | None = None) -> dict[str, Any]:
+        """Record checkpoint → the export whose output `export_path` is (found by its content); the
+        export's manifest, if it came from one, is the checkpoint's too."""
+        export = self.find_export(export_path)
+        entry: dict[str, Any] = {"checkpoint": checkpoint, "run": run or Path(export_path).name,
+                                 "export": export["export"], "registered": _now()}
+        if checkpoint_path is not None:
+            entry["checkpoint_path"] = str(checkpoint_path.resolve())
+        if "manifest" in export:
+            entry.update({k: export[k] for k in ("manifest_path", "manifest_sha256", "manifest")})
+        return self._add(checkpoint, entry)
+
+    def find_export(self, path: Path, files: dict[str, str] | None = None) -> dict[str, Any]:
+        """The registered export whose output has exactly `path`'s content (`files`: its
+        `content_files`, if already computed)."""
+        fingerprint = content_fingerprint(content_files(path) if files is None else files)
+        for entry in self.exports.values():
+            if entry["fingerprint"] == fingerprint:
+                return entry
+        raise LineageError(f"{path}: not the output of an export registered in {self.path} (its content matches "
+                           f"none of the {len(self.exports)} registered; an edited export is another dataset; an "
+                           "export made on another machine is in that machine's registry: give it with --registry)")
 
     def which(self, checkpoint: str) -> dict[str, Any]:
         try:
@@ -125,16 +199,63 @@ class Registry:
         return hits[0]
 
     def episodes(self, run_or_checkpoint: str) -> list[str]:
-        return [e["episode_id"] for e in self.run_entry(run_or_checkpoint)["manifest"]["episodes"]]
+        entry = self.run_entry(run_or_checkpoint)
+        if "export" in entry:
+            return [e["episode_id"] for e in self.exports[entry["export"]]["episodes"]]
+        return [e["episode_id"] for e in entry["manifest"]["episodes"]]
+
+
+def _trained_on(entry: dict[str, Any]) -> str:
+    """What trained a checkpoint, by content: an export's id or a manifest's sha256."""
+    return f"export {entry['export']}" if "export" in entry else f"manifest {entry['manifest_sha256']}"
+
+
+def _source_text(entry: dict[str, Any]) -> str:
+    return f"export {entry['export']}" if "export" in entry else f"manifest {entry['manifest_path']}"
 
 
 def register_checkpoint(registry: Path, checkpoint: str, manifest: Path, run: str | None = None,
-                        training: dict[str, Any] | None = None) -> dict[str, Any]:
+                        training: dict[str, Any] | None = None, checkpoint_path: Path | None = None) -> dict[str, Any]:
     """Load, register and save under the registry's lock: two concurrent registrations never lose
-    an entry, and an entry, once written, is never replaced (checkpoint ids are never reused)."""
+    an entry, and an entry, once written, is never replaced (checkpoint ids are never reused).
+    `manifest` may be an export's output instead (a directory, or a file that is not JSON)."""
+    is_export = manifest.is_dir() or (manifest.is_file() and not _starts_as_json(manifest))
     with locked(registry, what="lineage register"):
         reg = Registry.load(registry)
-        entry = reg.register(checkpoint, manifest, run, training)
+        if is_export:
+            entry = reg.register_on_export(checkpoint, manifest, run, checkpoint_path)
+        else:
+            entry = reg.register(checkpoint, manifest, run, training)
+        reg.save()
+    return entry
+
+
+def _starts_as_json(path: Path) -> bool:
+    """A manifest is a JSON object; an export's file (HDF5, MCAP, TFRecord) is not, whatever its name."""
+    with path.open("rb") as f:
+        return f.read(4096).lstrip().startswith(b"{")
+
+
+def register_export(registry: Path, fmt: str, out: Path, episodes: list[dict[str, Any]], source_dataset: str,
+                    manifest: Path | None = None, options: dict[str, Any] | None = None,
+                    files: dict[str, str] | None = None) -> dict[str, Any]:
+    """Record an export's output (written, renamed into place) with the episodes each file holds
+    (`episodes`: each {"episode_id", "source_episode_index"} and, for a file per episode, "file"),
+    under its id `<format>:<fingerprint, 16 hex>`. The same content exported again is the same entry
+    (its `out` is where it was first written). `files`: the digests of the files the exporter hashed
+    as it wrote them (the others are hashed here)."""
+    files = content_files(out, files)
+    fingerprint = content_fingerprint(files)
+    entry: dict[str, Any] = {"export": f"{fmt}:{fingerprint[:16]}", "format": fmt, "out": str(out.resolve()),
+                             "fingerprint": fingerprint, "files": files, "episodes": episodes,
+                             "source_dataset": source_dataset, "options": options or {}, "registered": _now()}
+    if manifest is not None:
+        data = load_manifest(manifest)
+        entry.update({"manifest_path": str(manifest.resolve()), "manifest_sha256": manifest_sha256(data),
+                      "manifest": data})
+    with locked(registry, what="lineage export"):
+        reg = Registry.load(registry)
+        entry = reg.exports.setdefault(entry["export"], entry)
         reg.save()
     return entry
 
@@ -187,7 +308,40 @@ def checkpoint_of_bag(bag: Path) -> str:
     return str(ckpt)
 
 
-def describe(entry: dict[str, Any]) -> str:
+def describe_export(export: dict[str, Any]) -> str:
+    """An export's line and what it holds: episodes → manifest → dataset."""
+    eps = export["episodes"]
+    options = ", ".join(f"{k} {v}" for k, v in sorted(export["options"].items()) if v is not None)
+    ids = ", ".join(e["episode_id"][:12] for e in eps[:4]) + (", ..." if len(eps) > 4 else "")
+    indices = ", ".join(str(e["source_episode_index"]) for e in eps)
+    m = export.get("manifest")
+    trained_from = (f"  manifest   {export['manifest_path']} (sha256 {export['manifest_sha256'][:16]}), "
+                    f"filter {m['filter'] or 'none'}\n"
+                    f"  dataset    {m['dataset']}  fingerprint {m['fingerprint'][:16]}") if m else (
+                    "  manifest   none: the whole dataset was exported\n"
+                    f"  dataset    {export['source_dataset']}")
+    return (f"  export     {export['export']} ({export['format']}{', ' + options if options else ''}) "
+            f"{export['out']}, {len(export['files'])} files, exported {export['registered']}\n"
+            f"  episodes   {len(eps)} (source indices {indices}): {ids}\n{trained_from}")
+
+
+def source_summary(entry: dict[str, Any], reg: Registry) -> str:
+    """One line: what trained a registered checkpoint (an evaluation report's lineage column)."""
+    if "export" in entry:
+        export = reg.exports.get(entry["export"], {})
+        return (f"run {entry['run']}, export {entry['export']} at {export.get('out', '?')} "
+                f"({len(export.get('episodes', []))} episodes)")
+    return (f"run {entry['run']}, manifest {entry['manifest_path']} (sha256 {entry['manifest_sha256'][:12]}, "
+            f"{len(entry['manifest'].get('episodes', []))} episodes)")
+
+
+def describe(entry: dict[str, Any], reg: Registry | None = None) -> str:
+    if "export" in entry:
+        path = f"\n  path       {entry['checkpoint_path']}" if entry.get("checkpoint_path") else ""
+        export = (reg.exports if reg else {}).get(entry["export"])
+        body = describe_export(export) if export else f"  export     {entry['export']} (not in this registry)"
+        return (f"checkpoint {entry['checkpoint']}  <-  run {entry['run']}, registered {entry['registered']}"
+                f"{path}\n{body}")
     m = entry["manifest"]
     t = entry.get("training")
     trained = (f"\n  trained    {t['policy']}, {t['steps']} steps, batch {t['batch_size']}, seed {t['seed']}: "
@@ -215,63 +369,116 @@ def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
             f"  trained    {', '.join(trained) or 'no registered checkpoint'}")
 
 
+def _is_bag(path: Path) -> bool:
+    return path.suffix == ".mcap" or (path.is_dir() and (any(path.glob("*.mcap"))
+                                                         or (path / "metadata.yaml").is_file()))
+
+
+def _which_export(reg: Registry, export: dict[str, Any], as_json: bool) -> str:
+    """Which export an output is, and the checkpoints registered as trained on it."""
+    trained = sorted(c for c, e in reg.checkpoints.items() if e.get("export") == export["export"])
+    if as_json:
+        return json.dumps({k: v for k, v in export.items() if k != "manifest"} | {"checkpoints": trained}, indent=2)
+    return (describe_export(export).removeprefix("  ")
+            + f"\n  trained    {', '.join(trained) or 'no registered checkpoint'}")
+
+
+def _checkpoint_json(reg: Registry, entry: dict[str, Any], evaluations: list[dict[str, Any]]) -> str:
+    answer = {k: v for k, v in entry.items() if k != "manifest"} | {"evaluations": evaluations}
+    if "export" in entry:
+        export = reg.exports.get(entry["export"], {})
+        answer |= {"exported": {k: v for k, v in export.items() if k != "manifest"},
+                   "episode_count": len(export.get("episodes", []))}
+        if "manifest" in entry:
+            answer["fingerprint"] = entry["manifest"]["fingerprint"]
+    else:
+        answer |= {"fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"]}
+    return json.dumps(answer, indent=2)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--registry", type=Path, help=f"registry JSON (default ${ENV} or {default_registry()})")
     sub = parser.add_subparsers(dest="action", required=True)
-    r = sub.add_parser("register", help="record that MANIFEST trained CHECKPOINT")
-    r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands")
-    r.add_argument("manifest", type=Path, help="the manifest JSON the checkpoint was trained on")
-    r.add_argument("--run", help="run name (default: the manifest file's stem)")
-    w = sub.add_parser("which", help="the manifest that produced a checkpoint (or the checkpoint a bag recorded, "
-                                     "or the manifest a materialized dataset holds)")
-    w.add_argument("checkpoint", nargs="+", help="checkpoint id, a bag directory recorded with that policy, or a "
-                                                 "dataset written by `manifest materialize`; with --rig, the rig's "
-                                                 "recorded episodes (bag folders or a converted dataset)")
+    r = sub.add_parser("register", help="record that MANIFEST (or an export's output) trained CHECKPOINT")
+    r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands; or the checkpoint's "
+                                      "directory or file (another stack's): id <name>:<content sha256, 12 hex>")
+    r.add_argument("manifest", type=Path, help="the manifest JSON the checkpoint was trained on, or the output "
+                                               "(directory or file) of the `teleop-flywheel export` it was trained on")
+    r.add_argument("--run", help="run name (default: the manifest file's stem, the export's name)")
+    w = sub.add_parser("which", help="the manifest or export that produced a checkpoint (or the checkpoint a bag "
+                                     "recorded, the manifest a materialized dataset holds, which export an output is)")
+    w.add_argument("checkpoint", nargs="+", help="checkpoint id or path, a bag directory recorded with that policy, "
+                                                 "a dataset written by `manifest materialize`, or an export's output; "
+                                                 "with --rig, the rig's recorded episodes (bag folders or a converted "
+                                                 "dataset)")
     w.add_argument("--rig", help="the checkpoint the rig runs now (its latest policy episode in the given episodes)")
     w.add_argument("--json", action="store_true", help="print the answer as JSON")
     e = sub.add_parser("episodes", help="the episode ids in a run")
     e.add_argument("run", help="run name or checkpoint id")
     e.add_argument("--json", action="store_true", help="print the ids as a JSON list")
-    sub.add_parser("list", help="every registered checkpoint")
+    sub.add_parser("list", help="every registered checkpoint and export")
+
+
+def _register(reg: Registry, args: argparse.Namespace) -> None:
+    path = Path(args.checkpoint)
+    ckpt, ckpt_path = (path_checkpoint_id(path), path) if path.exists() else (args.checkpoint, None)
+    entry = register_checkpoint(reg.path, ckpt, args.manifest, args.run, checkpoint_path=ckpt_path)
+    print(f"registered in {reg.path}:\n{describe(entry, Registry.load(reg.path))}")
+
+
+def _which(reg: Registry, args: argparse.Namespace) -> None:
+    target = Path(args.checkpoint[0])
+    if args.rig is not None:
+        ckpt = checkpoint_on_rig(args.rig, [Path(p) for p in args.checkpoint])
+        if not args.json:
+            print(f"rig {args.rig} runs {ckpt} (its latest policy episode)")
+    elif len(args.checkpoint) > 1:
+        raise UsageError("which takes one checkpoint, bag, dataset or export (several paths only with --rig)")
+    elif (target / "meta/info.json").is_file():
+        print(_which_dataset(reg, target, args.json))
+        return
+    elif _is_bag(target):
+        ckpt = checkpoint_of_bag(target)
+    elif target.exists():  # an export's output, or a checkpoint given by its path
+        files = content_files(target)
+        fingerprint = content_fingerprint(files)
+        export = next((e for e in reg.exports.values() if e["fingerprint"] == fingerprint), None)
+        if export is not None:
+            print(_which_export(reg, export, args.json))
+            return
+        ckpt = path_checkpoint_id(target, files)
+    else:
+        ckpt = str(target)
+    evaluations = reg.evaluations.get(ckpt, [])
+    if ckpt not in reg.checkpoints and evaluations:  # evaluated, never registered: say both
+        print(json.dumps({"checkpoint": ckpt, "registered": False, "evaluations": evaluations}, indent=2)
+              if args.json else f"checkpoint {ckpt}  <-  NOT REGISTERED in {reg.path}: which data trained it "
+              f"is unknown\n{describe_evaluations(evaluations)}")
+        return
+    entry = reg.which(ckpt)
+    print(_checkpoint_json(reg, entry, evaluations) if args.json
+          else describe(entry, reg) + ("\n" + describe_evaluations(evaluations) if evaluations else ""))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         reg = Registry.load(args.registry)
         if args.action == "register":
-            entry = register_checkpoint(reg.path, args.checkpoint, args.manifest, args.run)
-            print(f"registered in {reg.path}:\n{describe(entry)}")
-        elif args.action == "which" and args.rig is None and len(args.checkpoint) > 1:
-            raise UsageError("which takes one checkpoint, bag or dataset (several paths only with --rig)")
-        elif args.action == "which" and args.rig is None and (Path(args.checkpoint[0]) / "meta/info.json").is_file():
-            print(_which_dataset(reg, Path(args.checkpoint[0]), args.json))
+            _register(reg, args)
         elif args.action == "which":
-            target = Path(args.checkpoint[0])
-            if args.rig is not None:
-                ckpt = checkpoint_on_rig(args.rig, [Path(p) for p in args.checkpoint])
-                if not args.json:
-                    print(f"rig {args.rig} runs {ckpt} (its latest policy episode)")
-            else:
-                ckpt = checkpoint_of_bag(target) if target.is_dir() or target.suffix == ".mcap" else str(target)
-            evaluations = reg.evaluations.get(ckpt, [])
-            if ckpt not in reg.checkpoints and evaluations:  # evaluated, never registered: say both
-                print(json.dumps({"checkpoint": ckpt, "registered": False, "evaluations": evaluations}, indent=2)
-                      if args.json else f"checkpoint {ckpt}  <-  NOT REGISTERED in {reg.path}: which data trained it "
-                      f"is unknown\n{describe_evaluations(evaluations)}")
-                return 0
-            entry = reg.which(ckpt)
-            print(json.dumps({k: v for k, v in entry.items() if k != "manifest"} | {
-                "fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"],
-                "evaluations": evaluations}, indent=2) if args.json
-                else describe(entry) + ("\n" + describe_evaluations(evaluations) if evaluations else ""))
+            _which(reg, args)
         elif args.action == "episodes":
             ids = reg.episodes(args.run)
             print(json.dumps(ids) if args.json else "\n".join(ids))
         else:
             for entry in sorted(reg.checkpoints.values(), key=lambda x: x["registered"]):
-                m = entry["manifest"]
-                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {m['episode_count']:>6} episodes  "
-                      f"{entry['registered']}")
+                count = len(reg.exports.get(entry["export"], {}).get("episodes", [])) if "export" in entry \
+                    else entry["manifest"]["episode_count"]
+                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {count:>6} episodes  {entry['registered']}"
+                      + (f"  export {entry['export']}" if "export" in entry else ""))
+            for export in sorted(reg.exports.values(), key=lambda x: x["registered"]):
+                print(f"{export['export']:<24} {len(export['episodes']):>6} episodes  {export['registered']}  "
+                      f"{export['out']}")
     except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli.py)
         if isinstance(exc, FlywheelError):
             raise

@@ -390,17 +390,8 @@ def materialize(loc: Located, out: Path, resolution: tuple[int, int] | None = No
     if os.path.lexists(out):
         raise UsageError("output already exists", where=str(out),
                          fix="choose a new OUT: a materialized dataset is written whole, never over anything")
-    with commit.locked_dataset(out):
-        commit.recover(out)  # what a crashed run left
-        stage = commit.new_stage(out)
-        try:
-            made = _write_all(loc, stage, resolution, codec, show_progress)
-            if os.path.lexists(out):
-                raise UsageError("output appeared while it was being written", where=str(out),
-                                 fix="choose a new OUT")
-            commit.publish(out)
-        finally:
-            commit.recover(out)  # a staging directory not published: removed
+    with commit.new_dataset(out) as stage:
+        made = _write_all(loc, stage, resolution, codec, show_progress)
     made.root = out
     return made
 

@@ -106,6 +106,16 @@ def read_validation(path: str | Path) -> ValidationSummary:
     return ValidationSummary(str(path), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()))
 
 
+def passed_episode_ids(path: str | Path) -> set[str]:
+    """The episode ids a validator JSON report passed (an entry without an id, a rejected bag, has none)."""
+    path = Path(path)
+    try:
+        entries = _entries(json.loads(path.read_text()))
+        return {str(e["episode_id"]) for e in entries if e.get("episode_id") and _passed(e)}
+    except (OSError, json.JSONDecodeError, DatasetError) as exc:
+        raise DatasetError(f"{path}: cannot read validation report: {exc}") from None
+
+
 @dataclass
 class ManifestView:
     """What a manifest's card says of it: its file, filter expressions and episodes."""

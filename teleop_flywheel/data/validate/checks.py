@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
-from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.core.episode import EXPORT_RECORD, EpisodeMeta
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.validate import task_checks, timebase
 from teleop_flywheel.data.validate.camera_lag import LagEstimate, estimate_lag
@@ -47,6 +47,7 @@ from teleop_flywheel.data.validate.reasons import (
     CORRUPT,
     DEAD_AIR,
     DURATION_OUT_OF_RANGE,
+    EXPORTED,
     FRAME_GAP,
     MISSING_STREAM,
     OUTCOME_UNSET,
@@ -451,7 +452,19 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
         rejected, kept = task_checks.outcome_reasons(ep, spec, None if poses is None else poses[-1], cfg, foreign)
         reasons += rejected
         ins.warnings += kept + task_checks.start_warnings(spec, None if poses is None else poses[0])
+    if EXPORT_RECORD in bag.mcap_metadata:
+        ins.warnings.append(exported_warning(bag.mcap_metadata[EXPORT_RECORD]))
     return ins
+
+
+def exported_warning(record: dict[str, str]) -> Reason:
+    """What cannot be checked in a bag exported from a dataset: a dataset keeps header stamps on its
+    fps grid, not receive times (the bag's log times are its stamps), clock samples or PTP offsets."""
+    source = record.get("source_dataset", "a dataset")
+    return Reason(EXPORTED, f"exported from {source} (episode {record.get('source_episode_index', '?')}): "
+                  "its receive times are its header stamps and it has no clock samples or PTP offset, so "
+                  "CLOCK_OFFSET's receive latency, CLOCK_STEP and the PTP checks had nothing to check",
+                  {"source_dataset": source, "source_episode_id": record.get("episode_id", "")})
 
 
 def check_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None) -> list[Reason]:

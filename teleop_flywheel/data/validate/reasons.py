@@ -9,8 +9,9 @@ per episode (the PTP offset moved) and per session (`session_drift.py`).
 
 Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
 camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound),
-START_OUT_OF_REGION (the first follower pose outside the spec's start region), and
-OUTCOME_MISMATCH kept under `trust_operator`.
+START_OUT_OF_REGION (the first follower pose outside the spec's start region),
+OUTCOME_MISMATCH kept under `trust_operator`, and EXPORTED (a bag `export --to mcap` wrote from a
+dataset: the clock checks had nothing to check).
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURAT
 CAMERA_LAG_UNKNOWN = "CAMERA_LAG_UNKNOWN"
 TRACKING_LAG = "TRACKING_LAG"
 START_OUT_OF_REGION = "START_OUT_OF_REGION"
-WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG, START_OUT_OF_REGION)
+EXPORTED = "EXPORTED"
+WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG, START_OUT_OF_REGION, EXPORTED)
 
 
 @dataclass

@@ -79,6 +79,7 @@ from teleop_flywheel.core.safety import CommandGuard, JointLimits
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import (
     AUTHORITY,
+    AUTHORITY_FIELDS,
     DIAGNOSTICS,
     ESTOP,
     FOLLOWER_COMMAND,
@@ -103,8 +104,6 @@ from teleop_flywheel.ros.nodes.common import (
     spin_node,
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
-
-AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")
 
 
 @dataclass

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from support.paths import ROOT
+from support.procs import wait_for
 
 from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, ready
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -47,7 +50,7 @@ def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
     recording = watch / "recording"
     recording.mkdir()
     (recording / "recording_0.mcap").write_bytes(b"\x89MCAP0\r\n")  # still being written: no metadata.yaml
-    cfg = IngestConfig(watch, ds, tmp_path / "quarantine", grace_s=30.0, codec="h264", audit_html=tmp_path / "a.html")
+    cfg = IngestConfig([watch], ds, tmp_path / "quarantine", grace_s=30.0, codec="h264", audit_html=tmp_path / "a.html")
     assert ready(fresh, cfg)[1].startswith("grace period") and ready(unjudged, cfg) == (False, "no verdict yet")
     assert ready(gone, cfg) == (False, "discarded by the operator") and not ready(recording, cfg)[0]
     lines: list[str] = []
@@ -99,3 +102,30 @@ def test_ingest_resumes_after_a_crash(tmp_path: Path, step: int) -> None:
     assert info["total_episodes"] == 2
     assert {v["outcome"] for v in read_state(ds)["bags"].values()} <= {"converted", "duplicate"}
     assert not os.path.lexists(ds.with_name(ds.name + ".versions") / ".staging")
+
+
+def test_ingest_waits_for_a_dataset_another_command_holds(tmp_path: Path) -> None:
+    """A convert, curate or doctor of the dataset holds its lock: ingest (in a session: a node whose
+    exit ends the session) waits its turn and then appends, instead of dying on a busy dataset."""
+    watch, ds = tmp_path / "bags", tmp_path / "ds"
+    judged(write_session(watch / "ep0", SessionSpec(duration_s=3.0, seed=30)).bag, KEEP)
+    with commit.locked_dataset(ds):
+        proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "ingest", str(watch), "--dataset",
+                                 str(ds), "--once", "--grace", "0", "--codec", "h264", "--nice", "0", "--no-audit"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wait_for(lambda: proc.poll() is not None or _blocked_on_lock(proc.pid), 60, "ingest at the dataset's lock",
+                 poll_s=0.05)
+        assert proc.poll() is None, proc.communicate()[0]  # waiting, not dead
+        assert not (ds / "meta/info.json").exists()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert _episodes(ds) == ["ep0"]
+
+
+def _blocked_on_lock(pid: int) -> bool:
+    """The process sleeps waiting for a file lock (its kernel wait channel)."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text().startswith("locks_")
+    except OSError:
+        return False

@@ -112,7 +112,7 @@ def test_a_segment_that_does_not_hold_the_frames_is_encoded_again(source: Path, 
     pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1")
     bag, _made = _grown(source, watch, pre)
     # Segment 1 now claims the frames of segment 2 (a bag changed since, a wrong guess): its digests differ.
-    folder = tmp_path / "segments" / bag.name / "front"
+    folder = pre.folder(bag) / "front"
     one, two = (json.loads((folder / f"{i:06d}.json").read_text()) for i in (1, 2))
     (folder / "000001.json").write_text(json.dumps({**one, "frames": two["frames"]}))
     # Segment 2 was made for another size: not used either.
@@ -141,7 +141,7 @@ def test_segments_of_another_episode_are_never_used(tmp_path: Path, plain: Path,
 def test_ingest_converts_a_kept_episode_from_what_it_encoded_while_recording(source: Path, tmp_path: Path) -> None:
     watch, ds = tmp_path / "bags", tmp_path / "ds"
     watch.mkdir()
-    cfg = IngestConfig(watch, ds, tmp_path / "quarantine", grace_s=30.0)
+    cfg = IngestConfig([watch], ds, tmp_path / "quarantine", grace_s=30.0)
     pre = PreEncoding(segments_root(ds), watch, cfg.fps, cfg.codec)
     lines: list[str] = []
     bag = watch / source.name
@@ -177,7 +177,7 @@ def test_a_pre_encoder_that_cannot_be_right_stops_and_says_why(tmp_path: Path) -
 
 def test_only_bags_being_recorded_or_about_to_be_taken_are_encoded_ahead(tmp_path: Path) -> None:
     watch = tmp_path / "bags"
-    cfg = IngestConfig(watch, tmp_path / "ds", None, grace_s=30.0)
+    cfg = IngestConfig([watch], tmp_path / "ds", None, grace_s=30.0)
 
     def bag(name: str, decision: str | None = None, verdict: bool = True) -> Path:
         b = write_session(watch / name, SessionSpec(duration_s=1.0, seed=1)).bag
@@ -225,8 +225,35 @@ def test_a_namespaced_rig_s_bag_is_encoded_ahead_under_the_reader_s_names(source
     pre = PreEncoding(tmp_path / "segments", watch, 30, "libsvtav1")
     bag, made = _grown(rig, watch, pre)
     frames = json.loads((plain / "meta/info.json").read_text())["total_frames"]
-    assert sum(made) == frames and (tmp_path / "segments" / "ep" / "front").is_dir()  # the camera as read
+    assert sum(made) == frames and (pre.folder(bag) / "front").is_dir()  # the camera as read
     assert _convert(bag, tmp_path / "ds", pre).reused_frames == {str(bag): frames}
+
+
+def test_ingests_of_several_rigs_keep_apart_the_segments_of_same_named_bags_and_of_each_other(tmp_path: Path
+                                                                                              ) -> None:
+    """Two rigs' folders hold a bag of the same name (recorders name bags by the second they start):
+    each bag has its own segment folder. Two ingests sharing one dataset (one root) each remove only
+    the stale folders that are theirs — a bag gone, or one of theirs no longer waiting — never the
+    folders of the bags the other is encoding ahead."""
+    root = tmp_path / "ds.ingest.segments"
+    bags = {rig: tmp_path / rig / "episode_20260105_100000" for rig in ("rig_a", "rig_b")}
+    for bag in bags.values():
+        bag.mkdir(parents=True)
+    taken = tmp_path / "rig_a" / "episode_20260105_095900"
+    taken.mkdir()
+    a = PreEncoding(root, [tmp_path / "rig_a"], 30, "h264")
+    b = PreEncoding(root, tmp_path / "rig_b", 30, "h264")
+    one = PreEncoding(root, [tmp_path / "rig_a", tmp_path / "rig_b"], 30, "h264")
+    folders = {rig: a.folder(bag) for rig, bag in bags.items()}
+    assert folders["rig_a"] != folders["rig_b"] and one.folder(bags["rig_b"]) == b.folder(bags["rig_b"])
+    gone = a.folder(tmp_path / "rig_b" / "discarded_since")
+    for folder in [*folders.values(), a.folder(taken), gone]:
+        (folder / "front").mkdir(parents=True)
+    a.step([bags["rig_a"]])  # rig_a's ingest: its waiting bag; rig_b's bag is not its to judge
+    assert folders["rig_a"].is_dir() and folders["rig_b"].is_dir()
+    assert not a.folder(taken).exists() and not gone.exists()  # its own bag taken; a bag gone
+    b.step([])  # rig_b's ingest took its bag
+    assert folders["rig_a"].is_dir() and not folders["rig_b"].exists()
 
 
 def test_a_budgeted_step_makes_one_segment_per_bag_in_turn_and_says_it_is_behind(source: Path, tmp_path: Path

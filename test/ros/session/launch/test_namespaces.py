@@ -1,6 +1,7 @@
 """Two rigs in one ROS domain: `namespace:=rig_a` puts a rig's nodes, topics
 and services under `/rig_a`, so two rigs record separately, and the data engine reads both with the
-unchanged config/validate.yaml (the reader strips the namespace the episode metadata names).
+unchanged config/validate.yaml (the reader strips the namespace the episode metadata names). One
+`ingest` watching both rigs' output folders while they record takes both episodes into one dataset.
 
 The rigs are `sim` session graphs with the namespace argument, started by the supervisor one
 process per node, as `teleop-flywheel run sim --arg namespace=rig_a` starts them. To keep two rigs
@@ -12,13 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
+from support.paths import ROOT
 from support.procs import HostClockWatch, wait_for
 
 rclpy = pytest.importorskip("rclpy")
@@ -29,6 +35,7 @@ from support.rig_feed import FeedRig, feed  # noqa: E402
 from teleop_flywheel.core import bag_topics  # noqa: E402
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta  # noqa: E402
 from teleop_flywheel.data.convert.converter import convert  # noqa: E402
+from teleop_flywheel.data.convert.ingest import read_state, state_path  # noqa: E402
 from teleop_flywheel.data.validate.reasons import ValidateConfig  # noqa: E402
 from teleop_flywheel.data.validate.validator import validate_bag  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
@@ -57,6 +64,15 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
     sessions: list[Session] = []
     stop = threading.Event()
     clock = HostClockWatch().__enter__()  # the host's own clock steps are CLOCK_STEP, rightly
+    fleet = tmp_path / "fleet"
+    for ns in RIGS:
+        (tmp_path / ns).mkdir()
+    # One ingest for both rigs, as a fleet runs it (nice 10, encoding ahead while they record).
+    watched = [str(tmp_path / ns) for ns in RIGS]
+    ingest = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "ingest", *watched, "--dataset", str(fleet),
+                               "--grace", "0", "--poll", "0.2", "--codec", "h264", "--no-quarantine", "--no-audit"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         rigs: dict[str, FeedRig] = {}
         for ns, amplitude in RIGS.items():
@@ -87,11 +103,14 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
             saved = rig.call("stop")
             bags[ns] = Path(saved.split()[1].rstrip(":"))
         stop.set()
+        taken = wait_for(lambda: _taken(fleet), 180, "the ingest taking both rigs' episodes", poll_s=0.5)
     finally:
         stop.set()
         clock.__exit__()
         for session in sessions:
             session.stop()
+        ingest.send_signal(signal.SIGTERM)
+        ingest_log = ingest.communicate(timeout=60)[0]
 
     for ns, bag in bags.items():
         assert bag.parent == tmp_path / ns
@@ -125,6 +144,15 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
         assert set(report.codes) <= allowed, f"{ns}: {report.line()} (host clock: largest step {clock.max_jump_ns} ns)"
         if not report.passed:
             warnings.warn(f"{ns}: {report.line()} (machine load: {os.getloadavg()[0]:.1f})", stacklevel=1)
+    # The one ingest judged each rig's episode as the validator does, and appended the passing ones.
+    for ns, report in reports.items():
+        assert taken[ns]["episode_id"] == report.episode_id and taken[ns]["codes"] == report.codes, (ns, ingest_log)
+        assert taken[ns]["outcome"] == ("converted" if report.passed else "rejected"), (ns, ingest_log)
+    passed = sorted(r.episode_id for r in reports.values() if r.passed)
+    if passed:
+        table = pq.read_table(fleet / "meta/episodes/chunk-000/file-000.parquet").to_pydict()
+        assert sorted(table["episode_id"]) == passed and table["episode_index"] == list(range(len(passed)))
+        assert sorted(table["source_bag"]) == sorted(bags[ns].name for ns, r in reports.items() if r.passed)
     result = convert(list(bags.values()), tmp_path / "dataset", codec="h264", workers=1, progress=False,
                      include_failed=not all(r.passed for r in reports.values()))
     assert not result.errors and not result.rejected, result
@@ -132,3 +160,11 @@ def test_two_rigs_in_one_domain_record_separately_and_validate_with_the_unchange
     assert sorted(ids) == sorted(r.episode_id for r in reports.values())
     info = json.loads((tmp_path / "dataset" / "meta" / "info.json").read_text())
     assert info["total_episodes"] == 2 and info["total_frames"] > 2 * 60
+
+
+def _taken(dataset: Path) -> dict[str, dict[str, object]] | None:
+    """{rig: what ingest made of its bag} once it has taken one bag of each rig (its state file)."""
+    if not state_path(dataset).exists():
+        return None
+    got = {Path(bag).parent.name: entry for bag, entry in read_state(dataset)["bags"].items()}
+    return got if len(got) == len(RIGS) else None

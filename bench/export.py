@@ -1,0 +1,181 @@
+"""Export benchmark: dataset → each export format, frames/s against reading the source alone plus the writer's floor.
+
+Source: `synthetic_session` episodes (simulated arm, one 640×480 camera at 30 fps) converted with
+the converter's default codec (libsvtav1), the dataset a user exports. Measured in the same run,
+one process (`--workers 1`) throughout so the ratios compare like with like:
+- read floor: every episode's columns and every frame decoded, through the exporters' own reader
+  (`interchange.export_source.episode_columns` / `episode_frames`) and nothing else;
+- per format (`FORMATS`, one line each): the `teleop-flywheel export` verb, end to end (read,
+  convert units, write, fsync, rename, lineage registration); its writer's floor: only what any
+  writer of that format must do with frames already decoded (a ring of the dataset's own frames,
+  cycled to every frame's slot, so no decoding is counted twice); and the steps the verb adds
+  beyond both, timed alone: making the floor's files durable (fsync, which the verb's atomic
+  output does) and hashing the output for lineage (`provenance.lineage.content_files`);
+- the same export with `--workers 2`, for the speedup over episodes on this machine.
+Each figure is the best of `--repeat` runs, the floor and the exports interleaved (each output
+removed before the next, so the disk's write-back of one does not land on another). Target
+(SPEC §9): export ≤ 1.5 × (read floor + writer floor). The machine's load average is recorded:
+other processes share its 2 cores.
+
+Usage: `python bench/export.py [--episodes 3] [--seconds 20] [--repeat 2] [--out bench/results/export.json]`
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import h5py
+import numpy as np
+
+from teleop_flywheel.cli import main as cli
+from teleop_flywheel.data.convert.converter import convert
+from teleop_flywheel.data.interchange.export_source import episode_columns, episode_frames, open_source
+from teleop_flywheel.data.lerobot.commit import fsync_tree
+from teleop_flywheel.data.provenance.lineage import content_files
+from teleop_flywheel.data.provenance.manifest_hash import video_keys
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+RING = 60  # decoded frames a writer floor cycles through (memory: 60 × 0.9 MB)
+TARGET = 1.5
+
+
+def floor_aloha_raw(path: Path, ring: list[np.ndarray], lengths: list[int]) -> None:
+    """h5py writing (T, H, W, 3) uint8, one chunk per frame, and the two joint arrays: ALOHA's layout."""
+    h, w, _ = ring[0].shape
+    for e, n in enumerate(lengths):
+        with h5py.File(path / f"episode_{e}.hdf5", "w") as f:
+            f.create_dataset("observations/qpos", data=np.zeros((n, 6)))
+            f.create_dataset("action", data=np.zeros((n, 6)))
+            d = f.create_dataset("observations/images/wrist", (n, h, w, 3), dtype="uint8", chunks=(1, h, w, 3))
+            for t in range(n):
+                d[t] = ring[t % len(ring)]
+
+
+def floor_aloha_jpeg(path: Path, ring: list[np.ndarray], lengths: list[int], quality: int = 50) -> None:
+    """JPEG-encoding every frame with OpenCV and writing the bytes as zero-padded rows, as ALOHA does
+    (rows as wide as the ring's longest JPEG, known here in advance: the least any writer stores)."""
+    params = [int(cv2.IMWRITE_JPEG_QUALITY), quality]
+    width = max(len(cv2.imencode(".jpg", rgb, params)[1]) for rgb in ring)
+    for e, n in enumerate(lengths):
+        with h5py.File(path / f"episode_{e}.hdf5", "w") as f:
+            f.create_dataset("observations/qpos", data=np.zeros((n, 6)))
+            f.create_dataset("action", data=np.zeros((n, 6)))
+            d = f.create_dataset("observations/images/wrist", (n, width), dtype="uint8", chunks=(1, width))
+            for t in range(n):
+                ok, encoded = cv2.imencode(".jpg", ring[t % len(ring)], params)
+                row = np.zeros(d.shape[1], np.uint8)
+                row[:len(encoded)] = encoded.reshape(-1)
+                d[t] = row
+
+
+@dataclass(frozen=True)
+class Case:
+    to: str  # the `export --to` format
+    args: tuple[str, ...]  # its options
+    floor: Callable[[Path, list[np.ndarray], list[int]], None]  # the writer's floor on decoded frames
+
+
+# one line per format (and option set worth measuring)
+FORMATS = {
+    "hdf5-aloha": Case("hdf5-aloha", (), floor_aloha_raw),
+    "hdf5-aloha --jpeg 50": Case("hdf5-aloha", ("--jpeg", "50"), floor_aloha_jpeg),
+}
+
+
+def read_floor(ds: Path) -> tuple[float, int, list[int], list[np.ndarray]]:
+    """Seconds to read every column and decode every frame; frames, episode lengths, a ring of frames."""
+    src = open_source(ds)
+    keys = sorted(video_keys(src.ds))
+    ring: list[np.ndarray] = []
+    lengths = []
+    t = time.perf_counter()
+    for row in src.rows():
+        lengths.append(len(episode_columns(src.ds, row)["frame_index"]))
+        for key in keys:
+            for rgb in episode_frames(src.ds, row, key):
+                if len(ring) < RING:
+                    ring.append(rgb)
+    return time.perf_counter() - t, sum(lengths), lengths, ring
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def export(ds: Path, out: Path, case: Case, workers: int) -> float:
+    argv = ["export", str(ds), "--to", case.to, str(out), "--workers", str(workers), *case.args]
+    t = time.perf_counter()
+    if cli(argv) != 0:
+        raise SystemExit(f"bench/export.py: teleop-flywheel {' '.join(argv)} failed")
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "export.json"))
+    args = ap.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp_s:
+        tmp = Path(tmp_s)
+        os.environ["TELEOP_FLYWHEEL_LINEAGE"] = str(tmp / "lineage.json")  # not the user's registry
+        bags = [write_session(tmp / "bags" / f"episode_{i}",
+                              SessionSpec(duration_s=args.seconds, width=640, height=480, seed=i, motion="reach")).bag
+                for i in range(args.episodes)]
+        ds = tmp / "ds"
+        res = convert(bags, ds, workers=1, progress=False)
+        if sum(len(ids) for ids in res.converted.values()) != args.episodes:
+            raise SystemExit(f"bench/export.py: converted {res.converted} of {args.episodes} episodes")
+        read_s, frames, lengths, ring = min((read_floor(ds) for _ in range(args.repeat)), key=lambda r: r[0])
+        result: dict[str, object] = {
+            "episodes": args.episodes, "frames": frames, "resolution": "640x480", "source_codec": "libsvtav1",
+            "repeat": args.repeat, "read_floor_s": round(read_s, 2), "read_floor_fps": round(frames / read_s, 1),
+            "target_ratio_max": TARGET, "cpus": os.cpu_count(),
+        }
+        formats: dict[str, dict[str, float]] = {}
+        for name, case in FORMATS.items():
+            writer, fsync, ours, parallel, hashing = [], [], [], [], []
+            for _ in range(args.repeat):
+                (tmp / "floor").mkdir()
+                writer.append(timed(lambda case=case: case.floor(tmp / "floor", ring, lengths)))
+                fsync.append(timed(lambda: fsync_tree(tmp / "floor")))
+                shutil.rmtree(tmp / "floor")
+                ours.append(export(ds, tmp / "out", case, workers=1))
+                hashing.append(timed(lambda: content_files(tmp / "out")))
+                size = sum(p.stat().st_size for p in (tmp / "out").iterdir())
+                shutil.rmtree(tmp / "out")
+                parallel.append(export(ds, tmp / "out", case, workers=2))
+                shutil.rmtree(tmp / "out")
+            floor = read_s + min(writer)
+            formats[name] = {
+                "export_s": round(min(ours), 2), "export_fps": round(frames / min(ours), 1),
+                "writer_floor_s": round(min(writer), 2), "floor_s": round(floor, 2),
+                "fsync_s": round(min(fsync), 2),
+                "ratio_export_over_floor": round(min(ours) / floor, 3),
+                "lineage_hash_s": round(min(hashing), 2), "output_mb": round(size / 1e6, 1),
+                "workers_2_s": round(min(parallel), 2), "speedup_workers_2": round(min(ours) / min(parallel), 2),
+            }
+        result["formats"] = formats
+    result["load_average_before"] = [round(x, 2) for x in load_before]
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
