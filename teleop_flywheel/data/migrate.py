@@ -31,8 +31,8 @@ What older manifests and datasets were is known here only:
   the features renamed in the data parquet files, info.json (with `teleop_flywheel_schema`),
   stats.json and the episodes table's stats columns, each where it was; the videos are the same
   files (hard-linked where the filesystem allows: they are never changed once written). Written
-  into a temporary directory beside the destination and renamed into place, so the copy is whole
-  or absent. Manifests frozen from the original verify against the original only.
+  as every dataset is (`data/lerobot/commit.py`): staged, then published as the copy's first
+  version, so the copy is whole or absent. Manifests frozen from the original verify against the original only.
 """
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import (
     SCHEMA_KEY,
@@ -230,18 +230,16 @@ def _copy_file(videos: Path, src: str, dst: str) -> str:
 
 
 def _upgraded_copy(root: Path, dest: Path, renames: dict[str, str]) -> int:
-    """The dataset copied to `dest` with `renames` applied, whole or not at all; data files rewritten."""
+    """The dataset (the version it is now) copied to `dest` with `renames` applied, whole or not at
+    all (`commit.publish`: `dest` is a new dataset's first version); data files rewritten."""
+    dest = Path(os.path.abspath(dest))
     if dest.exists() or dest.is_symlink():
         raise FileExistsRefused(f"{dest}: already exists; refusing to overwrite it (choose another --output)")
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    try:
-        copy = work / dest.name
-        shutil.copytree(root, copy, symlinks=True, copy_function=lambda s, d: _copy_file(root / "videos", s, d))
-        rewritten = rename_features(copy, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
-        os.rename(copy, dest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return rewritten
+    source = commit.snapshot(root)
+    with commit.new_dataset(dest) as stage:
+        shutil.copytree(source, stage, symlinks=True, dirs_exist_ok=True,
+                        copy_function=lambda s, d: _copy_file(source / "videos", s, d))
+        return rename_features(stage, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
 
 
 def migrate_dataset(root: Path, output: Path | None) -> Migration:

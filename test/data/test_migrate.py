@@ -151,4 +151,4 @@ def test_a_dataset_of_layout_1_is_upgraded_into_a_copy(tmp_path: Path, capsys: p
         with pytest.raises(OSError):
             migrate_module.migrate(old, tmp_path / "half")
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == \
-        ["ep0", "ep1", "now", "old", "old.migrated"]
+        ["ep0", "ep1", "now", "now.versions", "old", "old.migrated", "old.migrated.versions"]  # no half*

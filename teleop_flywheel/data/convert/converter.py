@@ -5,16 +5,17 @@ shared checks (only PASSING episodes unless `--include-failed`), align on header
 units through the episode's calibration, encode temporary mp4s. Then in this process: skip episodes
 whose content id (v2, or v1 of datasets converted before) is already in the dataset (idempotent),
 stage the append (one new data parquet, new video files remuxed back to back, the episodes table,
-tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/commit.py`: journal
-beside the dataset, files moved into place). Episodes with another camera set (schema drift) go to a
-dataset of their own schema beside it, `<DATASET>__<cameras>`, and are reported — never dropped.
+tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/commit.py`: a new
+version, unchanged files hard-linked, published by one rename of the dataset's pointer). Episodes
+with another camera set (schema drift) go to a dataset of their own schema beside it,
+`<DATASET>__<cameras>`, and are reported — never dropped.
 
 The episodes table gets every episode's curation scores in the same commit (`reports/curate.py`
 `with_scores`: they are relative to the dataset, so each append recomputes them for all).
 
-Atomic: a crash (kill -9, full disk) at any step leaves the dataset as it was, or an append that
-the next run (or `teleop-flywheel doctor --repair`) rolls forward; a run first finishes an
-interrupted append, then refuses a dataset that is inconsistent (`lerobot/consistency.py`: run
+Atomic: a crash (kill -9, full disk) at any step leaves the dataset as it was or with the whole
+append, and a reader sees one or the other, never a mix; a run first removes what an interrupted
+commit left beside it, then refuses a dataset that is inconsistent (`lerobot/consistency.py`: run
 `teleop-flywheel doctor DATASET`). One convert at a time per dataset (a lock file beside it).
 
 Calibration (radians → LeRobot units) is the episode's own, by role (`EpisodeMeta.calibration`,
@@ -31,7 +32,7 @@ keys; a camera-schema sibling gets `<repo_id>__<cameras>`).
 
 Exit status: 0 ran (rejections are results), 1 some bags could not be converted (not a bag,
 undecodable, calibration missing) or the run failed midway (disk full: the dataset is unchanged
-or rolled forward next run), 2 could not run (usage, no bags, inconsistent or busy dataset).
+or holds the whole append), 2 could not run (usage, no bags, inconsistent or busy dataset).
 """
 from __future__ import annotations
 
@@ -93,10 +94,10 @@ def schema_root(out: Path, schema: Schema) -> Path:
 
 
 def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None,
-           correction: bool) -> tuple[list[str], list[str]]:
+           correction: bool) -> list[str]:
     """Stage one schema group; dataset-level info keys: trigger labels, joint limits, our layout's
     version (`flywheel_schema`), repo_id.
-    Returns (new files, replaced files) for the journal."""
+    Returns the new files (`commit.publish` refuses any that exist)."""
     info = read_info(root) or {}
     if info:
         have = {k for k in info["features"] if not k.startswith("observation.images.")}
@@ -114,9 +115,9 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     data = [e.data for e in eps if e.data is not None]
     shapes = {cam: (h, w) for cam, (_, h, w) in data[0].videos.items()}
     features = features_for(shapes, effort=EFFORT in data[0].columns, correction=correction)
-    _, new, replace = write_episodes(root, stage, data, fps, robot_type, features, keys,
-                                     amend=lambda table: with_scores(table, root, fps))
-    return new, replace
+    _, new = write_episodes(root, stage, data, fps, robot_type, features, keys,
+                            amend=lambda table: with_scores(table, root, fps))
+    return new
 
 
 def _repo_ids(out: Path, repo_id: str | None, roots: list[Path]) -> dict[Path, str | None]:
@@ -138,7 +139,7 @@ class ConvertResult:
     duplicates: list[str]
     rejected: dict[str, list[str]]  # code -> bag names
     errors: list[str]
-    recovered: list[str] | None = None  # interrupted appends rolled forward/back before this run
+    recovered: list[str] | None = None  # what interrupted commits left, removed before this run
     refused: list[str] = field(default_factory=list)  # episodes whose features the dataset cannot hold
     reports: list[EpisodeReport] = field(default_factory=list)  # every verdict (warnings, camera lag, ...)
     refreshed: list[str] = field(default_factory=list)  # validation record, card, weights written after
@@ -246,15 +247,14 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 root = roots[schema]
                 stage = commit.staging_path(out) if root == out else commit.new_stage(root)
                 try:
-                    new, replace = _write(root, stage, eps, fps, robot_type, repo_ids[root], correction)
+                    new = _write(root, stage, eps, fps, robot_type, repo_ids[root], correction)
                 except FeatureSetError as exc:
                     for e in eps:
                         _refuse(e, str(exc), result)
                     continue
-                staged.append((root, new, replace, [e.episode_id or "" for e in eps]))
-            for root, new, replace, ids in sorted(staged, key=lambda s: s[0] == out):  # the primary last
-                commit.write_journal(root, new, replace, ids)
-                commit.finish(root)
+                staged.append((root, new, [e.episode_id or "" for e in eps]))
+            for root, new, ids in sorted(staged, key=lambda s: s[0] == out):  # the primary last
+                commit.publish(root, new)
                 result.converted[str(root)] = ids
             result.outcomes = {p.bag: "converted" if p.status == "ok" else p.status for p in prepared}
             result.reused_frames = {p.bag: p.reused_frames for p in prepared if p.reused_frames}
@@ -263,7 +263,7 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             return result
         finally:
             with contextlib.suppress(OSError):  # e.g. still no space: the next run finishes it
-                commit.recover_all(out)  # staging without a journal: rolled back; a journal: finished
+                commit.recover_all(out)  # a staging directory not published: removed
 
 
 def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path]) -> None:
@@ -315,11 +315,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments_to(parser)
 
 
-def _failure(exc: OSError, out: Path) -> PartialFailure:
-    """The run failed midway on the disk: what, where, and what state the dataset is in."""
-    journal = commit.journal_path(Path(os.path.abspath(out)))
-    state = (f"the append is committed and will be finished by the next run (journal {journal.name})"
-             if journal.exists() else "the dataset was not changed")
+def _published(out: Path) -> str | None:
+    """Which version `out` is: its pointer's version, "plain" (a dataset from before versions), None (none)."""
+    try:
+        version = commit.current(Path(os.path.abspath(out)))
+    except commit.CommitError:
+        return None
+    return version.name if version is not None else "plain" if out.is_dir() else None
+
+
+def _failure(exc: OSError, out: Path, before: str | None) -> PartialFailure:
+    """The run failed midway on the disk: what, where, and what state the dataset is in (`before`:
+    its version when the run started; upgrading a plain directory to version 0 changes nothing)."""
+    after = _published(out)
+    unchanged = after == before or (before == "plain" and after == "v000000")
+    state = "the dataset was not changed" if unchanged else "the dataset holds the whole append"
     where = f"writing {exc.filename}" if exc.filename else display(out)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return PartialFailure(f"disk full ({exc.strerror or exc}); {state}", where, "free disk space and run it again")
@@ -336,6 +346,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc
+    before = _published(out)
     try:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
@@ -345,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     except (FlywheelError, OSError) as exc:
         if isinstance(exc, OSError) and not isinstance(exc, FlywheelError):
-            raise _failure(exc, out) from exc
+            raise _failure(exc, out, before) from exc
         raise  # an inconsistent or busy dataset, a bad argument: one line, exit 2
     except ValueError as exc:
         raise UsageError(str(exc)) from exc

@@ -1,12 +1,13 @@
 """`teleop-flywheel doctor [DATASET] [--repair] [--port PORT ...] [--json]`: is a dataset consistent, and
 if not, why and what can be repaired; are the arms' USB adapters set up for the loop rate.
 
-It reports (`data/lerobot/consistency.py`): an append interrupted by a crash (a journal or staging
-directory beside the dataset), temp directories of older converters, orphan data/video files, info
-totals or stats that disagree with the episodes table, and what cannot be repaired (an unreadable
-table, a referenced file missing or cut). With `--repair` (the consent) it applies the repairs
-that lose nothing — roll the append forward or back, move orphans to `<DATASET>.orphans/`,
-recompute totals and stats — under the dataset's lock, so never beside a running convert.
+It reports (`data/lerobot/consistency.py`): the version layout (`data/lerobot/commit.py`: the
+pointer `DATASET` and `DATASET.versions/`) and what an interrupted commit left beside it, orphan
+data/video files, info totals or stats that disagree with the episodes table, and what cannot be
+repaired (an unreadable table, a referenced file missing or cut, a pointer that is not the
+dataset's). With `--repair` (the consent) it applies the repairs that lose nothing — remove the
+leftovers, move orphans to `<DATASET>.orphans/`, recompute totals and stats, as one new version —
+under the dataset's lock, so never beside a running convert.
 
 `--port PORT` (repeatable: the leader's and the follower's) reads each port's adapter from sysfs
 (`hw/bringup/usb_adapter.py`, no bus opened): the driver, an FTDI's latency timer, the sync-read
@@ -32,7 +33,7 @@ from teleop_flywheel.hw.bringup.usb_adapter import Adapter, describe
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dataset", type=Path, nargs="?", help="LeRobot v3.0 dataset directory (made by convert)")
     parser.add_argument("--repair", action="store_true",
-                        help="apply the repairs that lose nothing (roll an interrupted append forward/back, move "
+                        help="apply the repairs that lose nothing (remove what an interrupted commit left, move "
                              "orphan files aside, recompute totals and stats)")
     parser.add_argument("--port", action="append", default=[], metavar="PORT",
                         help="check the USB adapter of an arm's serial port (repeatable): driver, FTDI latency timer, "
@@ -72,10 +73,19 @@ def run(args: argparse.Namespace) -> int:
     return max(_dataset(args, ports), 1 if bad_ports else 0)
 
 
+def _version(root: Path) -> str | None:
+    """The version the dataset's pointer names (`data/lerobot/commit.py`); None for a plain directory."""
+    try:
+        version = commit.current(root)
+    except commit.CommitError:
+        return None
+    return version.name if version is not None else None
+
+
 def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     root = Path(os.path.abspath(args.dataset))
     if not root.exists() and not commit.pending(root):
-        raise UsageError("no such dataset (and no interrupted append beside it)", where=display(root),
+        raise UsageError("no such dataset (and nothing an interrupted commit left beside it)", where=display(root),
                          fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
     done: list[str] = []
     try:
@@ -90,8 +100,10 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     if not found and not done and not (root / "meta" / "info.json").is_file():
         raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
                          fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
+    version = _version(root)
     if args.json:
-        print(json.dumps({"dataset": display(root), "repaired": done, "problems": [p.to_dict() for p in found],
+        print(json.dumps({"dataset": display(root), "version": version, "repaired": done,
+                          "problems": [p.to_dict() for p in found],
                           "consistent": not found, **({"ports": [a.to_dict() for a in ports]} if ports else {})},
                          indent=2))
     else:
@@ -99,9 +111,11 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
             print(f"repaired: {display(line)}")
         for p in found:
             fix = f"\n    repair: {p.repair} (run with --repair)" if p.repair else \
-                "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
+                "\n    not repaired here: the dataset's pointer or versions are not as commits leave them" if p.layout \
+                else "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
             print(f"problem: {display(p.detail)}{fix}")
-        print(f"{display(root)}: " + ("consistent" if not found else f"{len(found)} problem(s)"
+        print(f"{display(root)}" + (f" ({version})" if version else "") + ": "
+              + ("consistent" if not found else f"{len(found)} problem(s)"
                                      + (f", {sum(1 for p in found if p.repair)} repairable with --repair"
                                         if not args.repair else "")))
     return 0 if not found else 1

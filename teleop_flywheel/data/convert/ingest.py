@@ -21,11 +21,11 @@ older than the grace period.
 
 Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
 atomically after every batch) lists every bag taken and what became of it, and the converter
-itself skips episodes already in the dataset (content ids) and finishes an append a crash
-interrupted (its journal). A crash at any point therefore re-does at most the last batch. One
-ingest pass at a time per dataset (`<DS>.ingest.lock`: a second ingest waits its turn); its convert
-waits for whatever else holds the dataset (`<DS>.lock`: a user's convert, curate or doctor) rather
-than fail — a user's command that finds the dataset held by ingest is refused as busy.
+itself skips episodes already in the dataset (content ids), and an append a crash interrupted was
+never published (`data/lerobot/commit.py`). A crash at any point therefore re-does at most the last
+batch. One ingest pass at a time per dataset (`<DS>.ingest.lock`: a second ingest waits its turn); its
+convert waits for whatever else holds the dataset (`<DS>.lock`: a user's convert, curate or doctor)
+rather than fail — a user's command that finds the dataset held by ingest is refused as busy.
 
 Encoded ahead (`data/convert/preencode.py`; `--no-pre-encode`: not): the camera video of every bag being
 recorded, or closed and about to be taken (waiting for its verdict, a keep or the grace period),

@@ -11,12 +11,14 @@ sample weights are current — never stale from the append before.
   written with (defaults for a new one), every episode weighed again (normalised weights and ages
   depend on the whole dataset).
 
-Files are replaced through a temporary file and `os.replace`: a reader sees the old or the new one.
+They are replaced in the dataset's current version, each through a temporary file and `os.replace`
+(a reader sees the old or the new one; the version's other files, and older versions, which share
+files by hard links, are untouched), not by a commit (`data/lerobot/commit.py`): they are derived
+from the episodes table, and LeRobot reads none of them.
 """
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -114,9 +116,7 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = ()) 
         except (DatasetError, OSError, ValueError):
             pass  # unreadable: written again with the defaults
     report = curate(ds, rule)
-    tmp = root / f"{WEIGHTS_PATH}.{os.getpid()}.tmp"
-    write_weights(ds, report.episodes, report.rule, tmp)
-    os.replace(tmp, root / WEIGHTS_PATH)
+    write_weights(ds, report.episodes, report.rule)
     fault(f"refresh {WEIGHTS_PATH}")
     done.append(f"sample weights {root / WEIGHTS_PATH}")
     return done

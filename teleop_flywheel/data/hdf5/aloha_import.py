@@ -12,8 +12,9 @@ observation.effort unless it is marked `absent`, each camera encoded with the co
 ALOHA's own loaders do), our `/teleop_flywheel/frames/*` columns restored with their dtype and
 names, and the episodes-table row our export recorded restored as the episode's columns. The
 dataset is staged and appended with `lerobot/append.write_episodes` (LeRobot 0.4.x's layout and
-stats) and renamed into place as `materialize` does: whole or absent. The task is the files' `task`
-attribute, else `--task`; the frame rate their `fps` attribute, else `--fps` (default ALOHA's 50).
+stats) and published as `materialize` publishes (`lerobot/commit.new_dataset`): whole or absent.
+The task is the files' `task` attribute, else `--task`; the frame rate their `fps` attribute, else
+`--fps` (default ALOHA's 50).
 
 Episodes are read and encoded in parallel (`workers` processes, default one per CPU as `convert`,
 or Ray tasks), each into its own temporary mp4, and appended in N order: the dataset is the one a
@@ -260,21 +261,11 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
     keys: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION, **files[0].dataset_keys,
                             "imported_from": {"format": al.FORMAT, "directory": str(directory.resolve()),
                                               "files": [e.path.name for e in files]}}
-    with commit.locked_dataset(out):
-        commit.finish(out)  # a staging directory a crashed run left: rolled back
-        stage = commit.new_stage(out)
-        try:
-            with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:
-                read = functools.partial(_read_episode, work=Path(work), fps=int(round(rate)), codec=codec, task=task)
-                with own_errors(FlywheelError, OSError):
-                    eps = parallel_map(read, files, workers, executor, desc="import" if show_progress else None,
-                                       unit="episode")
-                write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
-            commit.fsync_tree(stage)
-            if os.path.lexists(out):
-                raise UsageError("output appeared while it was being written", where=str(out), fix="choose a new OUT")
-            os.rename(stage, out)
-            commit.fsync_dir(out.parent)
-        finally:
-            commit.finish(out)  # staging without a journal: removed (after the rename there is none)
+    with commit.new_dataset(out) as stage, \
+            tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:
+        read = functools.partial(_read_episode, work=Path(work), fps=int(round(rate)), codec=codec, task=task)
+        with own_errors(FlywheelError, OSError):
+            eps = parallel_map(read, files, workers, executor, desc="import" if show_progress else None,
+                               unit="episode")
+        write_episodes(out, stage, eps, int(round(rate)), robot_type, _features(files[0]), keys)
     return Imported(out, len(files), sum(e.length for e in files))

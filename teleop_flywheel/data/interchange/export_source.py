@@ -16,6 +16,7 @@ order and records the same provenance:
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ class Source:
     def provenance(self, row: dict[str, Any]) -> dict[str, str | int]:
         """What a file holding the episode of `row` records about its origin."""
         return {"episode_id": str(row_fields(row).get("episode_id") or ""),
-                "source_dataset": str(self.ds.root.resolve()), "source_episode_index": int(row["episode_index"]),
+                "source_dataset": os.path.abspath(self.ds.root), "source_episode_index": int(row["episode_index"]),
                 "teleop_flywheel_version": __version__, **self.attrs}
 
 

@@ -7,7 +7,7 @@ columns, flattened per-episode stats, and the caller's own episode columns), tas
 (aggregated over every episode) and `info.json` (totals, splits, video `info` blocks, plus the
 caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
 Nothing is written inside the dataset: every file goes to the staging directory at its relative
-path and `commit` (`data/lerobot/commit.py`) moves them into place atomically.
+path and `commit.publish` (`data/lerobot/commit.py`) makes it the dataset's next version.
 Format details: `data/lerobot/format.py`.
 """
 from __future__ import annotations
@@ -136,10 +136,11 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
 
 def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, robot_type: str,
                    features: dict[str, Any], info_keys: dict[str, Any] | None = None,
-                   amend: Callable[[pa.Table], pa.Table] | None = None) -> tuple[list[int], list[str], list[str]]:
+                   amend: Callable[[pa.Table], pa.Table] | None = None) -> tuple[list[int], list[str]]:
     """Stage an append of episodes of one camera schema to the dataset at `root` (created if new):
     every file is written under `stage` at its path relative to the dataset. Returns (their episode
-    indices, new files, replaced files) for `commit.write_journal`. `features` are the non-default
+    indices, the new files) for `commit.publish`; the episodes and tasks tables, stats and info replace
+    the current ones. `features` are the non-default
     features of a new dataset; `info_keys` are set in info.json as given; `amend` rewrites the whole
     episodes table before it is staged (columns that depend on every episode, such as curation scores)."""
     info = read_info(root)
@@ -204,4 +205,4 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     info.update(info_keys or {})
     lf.write_json(stage / lf.INFO_PATH, info)
     fault(f"stage {lf.INFO_PATH}")
-    return list(range(ep0, total)), new, [ep_rel, lf.TASKS_PATH, lf.STATS_PATH, lf.INFO_PATH]
+    return list(range(ep0, total)), new

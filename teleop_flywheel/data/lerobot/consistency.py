@@ -1,12 +1,18 @@
 """Is a LeRobot v3.0 dataset on disk consistent, and what can be repaired without losing data?
 
 `convert` refuses to append to a dataset with any problem here, and `teleop-flywheel doctor`
-explains them and, with `--repair`, applies the repairs that lose nothing:
+explains them and, with `--repair`, applies the repairs that lose nothing, each through a commit
+(`commit.py`: a new version, so a reader never sees a repair half done):
 
-- an append interrupted by a crash (journal / staging directory beside the dataset):
-  roll it forward or back (`commit.finish`);
+- what an interrupted commit left beside the dataset (a staging directory, a version never
+  published, a temporary pointer): remove it (`commit.recover`; the dataset is its last published
+  version);
+- a pointer that is not the dataset's (a symlink elsewhere), that names a missing version, or a
+  versions directory whose pointer was removed, or the journal of an append the commit format before
+  versions left half done: no repair, the finding says what is there;
 - a data parquet or mp4 no episode refers to (an orphan: left by a crash of an older converter,
-  or copied in): move it to `<DATASET>.orphans/` (never deleted);
+  or copied in): link it into `<DATASET>.orphans/` (never deleted) and leave it out of the next
+  version;
 - info.json totals/splits that disagree with the episodes table: recompute them from the table;
 - stats.json missing or unreadable: recompute it from the table's per-episode stats;
 - an unreadable episodes table, tasks table or info.json; a referenced file missing, unreadable
@@ -33,26 +39,30 @@ from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 
 ORPHANS_SUFFIX = ".orphans"
+LEGACY_JOURNAL = ".convert-journal.json"  # beside a dataset of the commit format before versions
 
 
 @dataclass
 class Problem:
     detail: str
     repair: str | None = None  # what `--repair` does; None: not repairable
-    fix: Callable[[], None] | None = None
+    fix: Callable[[Path], list[str]] | None = None  # writes into the next version's stage; the files it drops
+    leftover: bool = False  # beside the dataset, not in it: removed by `commit.recover`, no commit
+    layout: bool = False  # the pointer or versions (not repairable here, but nothing in them is lost)
 
     def to_dict(self) -> dict[str, Any]:
         return {"problem": self.detail, "repair": self.repair}
 
 
-def _move_aside(root: Path, rel: str) -> None:
+def _move_aside(root: Path, rel: str, _stage: Path) -> list[str]:
     dest = root.with_name(root.name + ORPHANS_SUFFIX) / rel
     k = 1
     while os.path.lexists(dest):
         dest = dest.with_name(f"{dest.stem}_{k}{dest.suffix}")
         k += 1
     dest.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(root / rel, dest)
+    os.link(root / rel, dest)
+    return [rel]
 
 
 def _read_table(root: Path, problems: list[Problem]) -> pd.DataFrame | None:
@@ -140,19 +150,21 @@ def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[s
     want = {"total_episodes": n, "total_frames": frames, "total_tasks": len(tasks), "splits": {"train": f"0:{n}"}}
     wrong = {k: v for k, v in want.items() if info.get(k) != v}
     if wrong:
-        def fix() -> None:
+        def fix(stage: Path) -> list[str]:
             fresh = json.loads((root / lf.INFO_PATH).read_text())
             fresh.update(want)
-            lf.write_json(root / lf.INFO_PATH, fresh)
+            lf.write_json(stage / lf.INFO_PATH, fresh)
+            return []
         said = ", ".join(f"{k} {info.get(k)!r}" for k in wrong)
         problems.append(Problem(f"meta/info.json says {said}; the episodes table has {n} episodes, {frames} frames",
                                 "recompute the totals and splits in meta/info.json from the episodes table", fix))
     try:
         json.loads((root / lf.STATS_PATH).read_text())
     except (OSError, ValueError):
-        def fix_stats() -> None:
+        def fix_stats(stage: Path) -> list[str]:
             per = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_dict("records")]
-            lf.write_json(root / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per)))
+            lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per)))
+            return []
         problems.append(Problem("meta/stats.json missing or unreadable",
                                 "recompute it from the per-episode stats in the episodes table", fix_stats))
     listed = {t for ts in table.get("tasks", pd.Series(dtype=object)) for t in (ts if ts is not None else [])}
@@ -161,18 +173,35 @@ def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[s
         problems.append(Problem(f"meta/tasks.parquet lacks task(s) {missing[:3]} the episodes list"))
 
 
-def _finish(root: Path) -> None:
-    commit.finish(root)
+def _layout(root: Path) -> list[Problem]:
+    """The pointer and versions beside `root` (`commit.py`), and what a crash left there."""
+    try:
+        version = commit.current(root)
+        left = commit.pending(root)
+    except commit.CommitError as exc:
+        return [Problem(str(exc), layout=True)]
+    out = [Problem(line, line.rsplit(": ", 1)[-1], leftover=True) for line in left]
+    journal = root.with_name(root.name + LEGACY_JOURNAL)
+    if os.path.lexists(journal):
+        out.append(Problem(f"{journal}: an append interrupted under the commit format before versions, half moved "
+                           "into the dataset; finish it with that teleop-flywheel's `doctor --repair`, then run this "
+                           "one", layout=True))
+    versions = commit.versions_path(root)
+    if version is not None and not version.is_dir() and not left:
+        out.append(Problem(f"{root}: points to {version.name}, which is not in {versions.name}/ (removed by hand?)",
+                           layout=True))
+    elif not os.path.lexists(root) and versions.is_dir() and not left:
+        out.append(Problem(f"{versions}: versions of a dataset whose pointer {root.name} is gone; "
+                           f"`ln -s {versions.name}/vNNNNNN {root.name}` beside them makes one the dataset again",
+                           layout=True))
+    return out
 
 
 def problems(root: Path) -> list[Problem]:
     """Every inconsistency of the dataset at `root` (and leftovers beside it), repairable or not."""
-    out = [Problem(msg, msg.split(": ", 1)[1].split(": ", 1)[-1], partial(_finish, root))
-           for msg in commit.pending(root)]
-    if out:
-        return out  # the rest is checked once the interrupted append is finished
-    if not root.exists():
-        return out
+    out = _layout(root)
+    if out or not root.exists():
+        return out  # the rest is checked once the layout is right
     if not (root / lf.INFO_PATH).is_file():
         stray = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
                        and p.relative_to(root).parts[0] in ("data", "videos", "meta"))
@@ -198,15 +227,22 @@ def problems(root: Path) -> list[Problem]:
 
 
 def repair(root: Path) -> tuple[list[str], list[Problem]]:
-    """Apply every repair that loses nothing, until none is left; (what was done, what remains)."""
+    """Apply every repair that loses nothing, until none is left; (what was done, what remains).
+    Leftovers beside the dataset are removed; the repairs of its content are one commit."""
     done: list[str] = []
-    for _ in range(4):  # finishing a journal can reveal the next layer of checks
+    for _ in range(4):  # removing leftovers reveals the next layer of checks
         found = problems(root)
-        fixable = [p for p in found if p.fix is not None]
+        fixable = [p for p in found if p.repair is not None and (p.leftover or p.fix is not None)]
         if not fixable:
             return done, found
-        for p in fixable:
-            assert p.fix is not None
-            p.fix()
-            done.append(f"{p.repair} ({p.detail})")
+        if any(p.leftover for p in fixable):
+            commit.recover(root)
+        else:
+            stage = commit.new_stage(root)
+            try:
+                drop = [rel for p in fixable if p.fix is not None for rel in p.fix(stage)]
+                commit.publish(root, drop=drop)
+            finally:
+                commit.recover(root)
+        done += [f"{p.repair} ({p.detail})" for p in fixable]
     return done, problems(root)

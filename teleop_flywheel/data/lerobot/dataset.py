@@ -10,6 +10,9 @@ Arrow list flavour (`fixed_size_list` from `datasets>=4`, `list` from older writ
 layout renamed is found by any of its names (`flywheel_schema.resolve`: the leader arm's reading is
 `complementary_info.leader_state`, or `observation.leader_state` in datasets converted before), and
 comes back under the name asked for.
+
+A dataset whose path is a pointer to versions (`commit.py`) is read from the version it points to
+when it is opened (`files`), whatever commits follow; `root` stays the path given.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.data.lerobot.commit import snapshot
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 
 INFO_PATH = "meta/info.json"
@@ -79,12 +83,14 @@ class LeRobotDataset:
     features: dict[str, Feature]
     episodes: pd.DataFrame
     tasks: dict[int, str]
+    files: Path  # the version read (`commit.snapshot`); `root` itself if the dataset has no versions
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, root: str | Path, episode_stats: bool = False) -> LeRobotDataset:
         root = Path(root)
-        info_path = root / INFO_PATH
+        files = snapshot(root)
+        info_path = files / INFO_PATH
         if not info_path.is_file():
             error = DatasetError(f"{root}: " + (f"not a LeRobot dataset (no {INFO_PATH})" if root.exists()
                                                 else "no such dataset directory"))
@@ -107,7 +113,7 @@ class LeRobotDataset:
                           _feature_names(spec.get("names")))
             for name, spec in info["features"].items()
         }
-        return cls(root, info, features, _read_episodes(root, episode_stats), _read_tasks(root))
+        return cls(root, info, features, _read_episodes(files, episode_stats), _read_tasks(files), files)
 
     # ------------------------------------------------------------------ metadata
     @property
@@ -135,9 +141,9 @@ class LeRobotDataset:
 
     def data_files(self) -> list[Path]:
         """Data parquet files in (chunk, file) order, which is frame `index` order for LeRobot."""
-        files = sorted((self.root / DATA_DIR).glob("chunk-*/file-*.parquet"))
+        files = sorted((self.files / DATA_DIR).glob("chunk-*/file-*.parquet"))
         if not files:
-            files = sorted((self.root / DATA_DIR).rglob("*.parquet"))
+            files = sorted((self.files / DATA_DIR).rglob("*.parquet"))
         if not files:
             raise DatasetError(f"{self.root / DATA_DIR}: no data parquet files")
         return files

@@ -28,7 +28,8 @@ has them: none for v2.1); info.json the source's with codebase_version "v3.0", t
 file sizes, an integer fps, `fps` on each non-video feature, without total_chunks/total_videos,
 plus `imported_from`. Where LeRobot's converter names the wrong data file for the episode that
 starts a new one (it records the file before it rolls over), this names the file the rows are in.
-Written into a staging directory beside OUT and renamed into place: whole or absent.
+Written as every dataset is (`data/lerobot/commit.py`): staged, then published as OUT's first
+version, so OUT is whole or absent.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
-from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing, staged_output
+from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.parallel import progress
 
@@ -338,7 +340,7 @@ def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
     info = v30_info(src)
     rows: list[dict[str, Any]] = [{"episode_index": e.index} for e in src.episodes]
     steps = len(src.episodes) * (1 + len(src.video_keys))
-    with staged_output(out) as stage, \
+    with commit.new_dataset(out) as stage, \
             progress(steps, "import" if show_progress else None, unit="file") as bar:
         _write_data(src, stage, rows, float(info["data_files_size_in_mb"]), bar)
         for key in src.video_keys:

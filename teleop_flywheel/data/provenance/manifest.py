@@ -30,6 +30,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ def freeze(ds: LeRobotDataset, chosen: set[int], filters: list[str], created: st
         "format": FORMAT,
         "id_version": ID_VERSION,
         "created": created,
-        "dataset": str(ds.root.resolve()),
+        "dataset": os.path.abspath(ds.root),
         "repo_id": ds.repo_id,
         "filter": filters,
         "filter_values": {e["episode_id"]: used[e["episode_index"]] for e in entries} if filters else {},

@@ -22,10 +22,10 @@ info.json is an error, one line per difference, exit 1. A data parquet changed a
 renumbering rewrites the parquet that holds an episode, and the episode's own rows are proven by
 their `data_sha256`.
 
-Atomic as `convert`: everything is written into `<OUT>.convert-staging/` beside OUT (under OUT's
-lock), fsynced, and renamed to OUT at the end. An OUT that exists is refused before anything is
-written; a crash leaves no OUT, and its staging directory is removed by the next run (or
-`teleop-flywheel doctor --repair OUT`).
+Atomic as `convert` (`data/lerobot/commit.py`): everything is written into the staging directory
+of OUT's first version (under OUT's lock) and published at the end, OUT a pointer to it. An OUT that
+exists is refused before anything is written; a crash leaves no OUT, and what it left beside it is
+removed by the next run (or `teleop-flywheel doctor --repair OUT`).
 """
 from __future__ import annotations
 
@@ -370,7 +370,7 @@ def _write_all(loc: Located, stage: Path, resolution: tuple[int, int] | None, co
     info.update(total_episodes=n, total_frames=frames, total_tasks=len(texts), splits={"train": f"0:{n}"})
     info[PROVENANCE_KEY] = {
         "manifest": str(loc.path.resolve()), "manifest_sha256": manifest_sha256(loc.manifest),
-        "fingerprint": loc.manifest["fingerprint"], "dataset": str(ds.root.resolve()),
+        "fingerprint": loc.manifest["fingerprint"], "dataset": os.path.abspath(ds.root),
         "source_episodes": order, "videos": "remuxed" if resolution is None else f"re-encoded {codec}",
         "resolution": None if resolution is None else f"{resolution[0]}x{resolution[1]}",
         "sample_weights": weights, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -390,19 +390,8 @@ def materialize(loc: Located, out: Path, resolution: tuple[int, int] | None = No
     if os.path.lexists(out):
         raise UsageError("output already exists", where=str(out),
                          fix="choose a new OUT: a materialized dataset is written whole, never over anything")
-    with commit.locked_dataset(out):
-        commit.finish(out)  # a staging directory a crashed run left: rolled back
-        stage = commit.new_stage(out)
-        try:
-            made = _write_all(loc, stage, resolution, codec, show_progress)
-            commit.fsync_tree(stage)
-            if os.path.lexists(out):
-                raise UsageError("output appeared while it was being written", where=str(out),
-                                 fix="choose a new OUT")
-            os.rename(stage, out)
-            commit.fsync_dir(out.parent)
-        finally:
-            commit.finish(out)  # staging without a journal: removed (after the rename there is none)
+    with commit.new_dataset(out) as stage:
+        made = _write_all(loc, stage, resolution, codec, show_progress)
     made.root = out
     return made
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -318,9 +319,9 @@ def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
 def store(root: Path) -> list[str]:
     """Write the scores of `curate` into the dataset's episodes table(s), atomically (the commit of
     `data/lerobot/commit.py`, under the dataset's lock); the files replaced."""
-    root = Path(root).resolve()
+    root = Path(os.path.abspath(root))
     with commit.locked_dataset(root):
-        commit.finish(root)  # an interrupted append first
+        commit.recover(root)  # what an interrupted commit left
         ds = LeRobotDataset.open(root)
         report = curate(ds)
         by_episode = {s.episode_index: k for k, s in enumerate(report.episodes)}
@@ -341,11 +342,9 @@ def store(root: Path) -> list[str]:
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 pq.write_table(_set_columns(table, cols), stage / rel)
                 replaced.append(rel)
-        except BaseException:
-            commit.finish(root)  # staging without a journal: rolled back
-            raise
-        commit.write_journal(root, [], replaced, [])
-        commit.finish(root)
+            commit.publish(root)
+        finally:
+            commit.recover(root)  # a staging directory not published: removed
     return replaced
 
 

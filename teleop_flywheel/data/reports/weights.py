@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
@@ -87,8 +88,10 @@ def write_weights(ds: LeRobotDataset, episodes: Sequence[WeightedEpisode], rule:
     })
     meta = {"rule": WEIGHT_RULE, **asdict(rule)}
     table = table.replace_schema_metadata({b"teleop_flywheel.sample_weights": json.dumps(meta).encode()})
-    pq.write_table(table, path)
-    return path
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf)
+    # replaced, never rewritten in place: a dataset's versions share their files (`data/lerobot/commit.py`)
+    return replace_atomic(path, buf.getvalue().to_pybytes())
 
 
 def read_weight_table(root: str | Path) -> tuple[pa.Table, dict[str, Any]]:

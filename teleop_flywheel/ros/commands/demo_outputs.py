@@ -32,7 +32,10 @@ OUTPUTS: tuple[Output, ...] = (
                           "ends holding the place pose of the task spec config/task_demo.yaml)"),
     Output("policy_miss.yaml", "the same policy putting the brick on the wrong square: the episodes whose final "
                                "pose misses the spec (one flagged success on purpose: OUTCOME_MISMATCH)"),
-    Output("dataset/", "the LeRobot v3.0 dataset of the episodes that passed (meta/, data/, videos/)", IF_PASSED),
+    Output("dataset/", "the LeRobot v3.0 dataset of the episodes that passed (meta/, data/, videos/): a pointer to "
+                       "its current version", IF_PASSED),
+    Output("dataset.versions/", "the dataset's versions, one per commit, unchanged files shared (docs/convert.md)",
+           IF_PASSED),
     Output("dataset/README.md", "its data card: how it was collected, rejections by reason, what not to use it for",
            IF_PASSED),
     Output("dataset/meta/sample_weights.parquet", "per-episode training weights (interventions 2.5x, recency)",

@@ -13,9 +13,9 @@ of its own (`detach`: it dies with the node) at low priority from its first inst
 SCHED_BATCH and its niced autogroup: `core/priority.py`) — so the recorder's and the arms'
 sessions keep their CPU share while it imports and converts. This
 node stays at normal priority and cheap: a stop is prompt even on a machine busy enough to starve
-the conversions — the process is ended with SIGTERM, what was committed stays, and the next ingest
-of the dataset finishes an interrupted append from its journal (the data engine is crash-safe by
-design). If that process exits on its own (its one-line error is on stderr: a dataset it cannot
+the conversions — the process is ended with SIGTERM, what was committed stays, and an append it
+was in was never published: the next ingest of the dataset does it again (the data engine is
+crash-safe by design). If that process exits on its own (its one-line error is on stderr: a dataset it cannot
 append to, unreadable thresholds, a full disk), this node reports it as a node's failure (exit
 code 1), so the supervisor — or `ros2 launch` — ends the session, as for any node.
 

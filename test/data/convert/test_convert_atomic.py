@@ -2,11 +2,12 @@
 
 The fault-injection hook (`TELEOP_FLYWHEEL_FAULT_AT=N`) kills a real `teleop-flywheel convert`
 process with SIGKILL at its N-th write step, for every N until a run completes. After each kill,
-the dataset is byte-identical to before (no commit yet) or `doctor` reports an append to roll
-forward, or the append is complete and only what is derived from it (the validation record, card
-and sample weights, written after the append: `data/convert/refresh.py`) is behind; the next run leaves
-exactly the dataset a run without the crash makes. A full disk (a small tmpfs) stops the run with
-one line and leaves the dataset as it was.
+what a reader of the dataset gets is byte-identical to before (the pointer not moved yet) or the
+whole append, and only what is derived from it (the validation record, card and sample weights,
+written after the append: `data/convert/refresh.py`) may be behind; `doctor` reports what the crash
+left beside it, and the next run removes that and leaves exactly the dataset a run without the
+crash makes. A full disk (a small tmpfs) stops the run with one line and leaves the dataset as it
+was. `test/data/lerobot/test_commit.py` reads the dataset while such kills happen.
 """
 from __future__ import annotations
 
@@ -39,15 +40,15 @@ def without_derived(c: dict[str, object]) -> dict[str, object]:
 
 
 def tree(root: Path) -> dict[str, str]:
-    """relpath -> sha256 of every file below root (and what lies beside it: journal, staging)."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
-    for extra in (commit.journal_path(root), commit.staging_path(root)):
-        if os.path.lexists(extra):
-            out[extra.name] = "present"
-    return out
+    """relpath -> sha256 of every file a reader of `root` finds (through its pointer)."""
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def copy_dataset(src: Path, dst: Path) -> None:
+    """A copy of a dataset with versions: its versions directory and a pointer to the same version."""
+    shutil.copytree(commit.versions_path(src), commit.versions_path(dst), symlinks=True)
+    os.symlink(f"{commit.versions_path(dst).name}/{commit.current(src).name}", dst)  # type: ignore[union-attr]
 
 
 def content(root: Path) -> dict[str, object]:
@@ -73,7 +74,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = root / "base"
     conv.convert([a], base, codec="h264", workers=1, progress=False)
     ref = root / "ref"
-    shutil.copytree(base, ref)
+    copy_dataset(base, ref)
     conv.convert([b], ref, codec="h264", workers=1, progress=False)
     return {"a": a, "b": b, "base": base, "ref": ref, "root": root}
 
@@ -90,36 +91,37 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     base_tree, ref_content = tree(setup["base"]), content(setup["ref"])
     log = tmp_path / "steps.log"
-    shutil.copytree(setup["base"], tmp_path / "counted")
+    copy_dataset(setup["base"], tmp_path / "counted")
     counted = _convert_process(setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
     assert counted.wait(120) == 0, counted.stderr.read() if counted.stderr else ""
     steps = log.read_text().splitlines()
     assert content(tmp_path / "counted") == ref_content
-    assert len(steps) > 12 and any("journal" in s for s in steps) and any(s.endswith("meta/info.json") for s in steps)
+    assert len(steps) > 12 and any(s.endswith("published") for s in steps) and any(s.endswith("meta/info.json")
+                                                                                   for s in steps)
     runs = {}
     for n in range(1, len(steps) + 1):  # a real process killed at each step, three at a time (2 cores)
         ds = tmp_path / f"ds{n}"
-        shutil.copytree(setup["base"], ds)
+        copy_dataset(setup["base"], ds)
         runs[n] = (ds, _convert_process(setup["b"], ds, {commit.FAULT_AT: str(n)}))
         if len(runs) % 3 == 0 or n == len(steps):
             for _ds, proc in runs.values():
                 proc.wait(120)
-    committed_kills = 0
+    published_kills = 0
     for n, (ds, proc) in runs.items():
         assert proc.returncode == -9, (steps[n - 1], proc.returncode, proc.stderr.read() if proc.stderr else "")
-        if commit.journal_path(ds).exists():  # killed after the commit marker: an append to roll forward
-            committed_kills += 1
-            assert cli_main(["doctor", str(ds)]) == 1
-            assert "roll forward" in capsys.readouterr().out
-        else:  # killed before it: the dataset is exactly as it was; or after the journal was removed: complete
-            now = {k: v for k, v in tree(ds).items() if not k.endswith(commit.STAGING_SUFFIX)}
-            assert now == base_tree or without_derived(content(ds)) == without_derived(ref_content), steps[n - 1]
-        leftover = os.path.lexists(commit.journal_path(ds)) or os.path.lexists(commit.staging_path(ds))
+        if tree(ds) == base_tree:  # killed before the pointer moved: the dataset is exactly as it was
+            assert commit.snapshot(ds).name == commit.snapshot(setup["base"]).name, steps[n - 1]
+        else:  # killed after it: the whole append (what is derived from it may be behind)
+            published_kills += 1
+            assert without_derived(content(ds)) == without_derived(ref_content), steps[n - 1]
+        leftover = commit.pending(ds)
+        assert cli_main(["doctor", str(ds)]) == (1 if leftover else 0), steps[n - 1]
+        assert ("interrupted" in capsys.readouterr().out) == bool(leftover)
         result = conv.convert([setup["b"]], ds, codec="h264", workers=1, progress=False)  # the next run
-        assert bool(result.recovered) == leftover, steps[n - 1]
+        assert bool(result.recovered) == bool(leftover), steps[n - 1]
         assert problems(ds) == [] and not os.path.lexists(commit.staging_path(ds))
         assert content(ds) == ref_content, f"after a kill at step {steps[n - 1]}"
-    assert committed_kills >= 6  # the journal, then each move
+    assert published_kills >= 4  # the pointer moved, then each refresh step
 
 
 def _mount_tmpfs(path: Path, size_kb: int) -> None:
@@ -140,7 +142,7 @@ def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path
         _mount_tmpfs(disk, base_kb + 64 + extra_kb)
         try:
             ds = disk / "ds"
-            shutil.copytree(setup["base"], ds)
+            copy_dataset(setup["base"], ds)
             before = tree(ds)
             code = cli_main(["convert", str(setup["b"]), "--dataset", str(ds), "--codec", "h264", "--workers", "1"])
             err = capsys.readouterr().err

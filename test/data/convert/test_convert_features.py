@@ -156,7 +156,7 @@ def test_an_old_layout_dataset_is_never_appended_to(tmp_path: Path, capsys: pyte
     assert len(err) == 1 and err[0].startswith("teleop-flywheel convert: error: dataset is in layout 1")
     assert "observation.leader_state" in err[0] and f"run `teleop-flywheel migrate {old}`" in err[0]
     assert {p: p.read_bytes() for p in old.rglob("*") if p.is_file()} == before
-    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == ["a", "b", "new", "old"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == ["a", "b", "new", "new.versions", "old"]
     assert cli_main(["migrate", str(old)]) == 0
     res = _convert([second], tmp_path / "old.migrated")
     assert len(res.converted[str(tmp_path / "old.migrated")]) == 1

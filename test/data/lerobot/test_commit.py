@@ -1,0 +1,255 @@
+"""Commits publish versions by one rename of a pointer (`data/lerobot/commit.py`): a reader sees the old
+version or the new one, never a mix, even while the writer is killed -9 at every write step.
+
+The readers run in their own processes and loop for the whole test: our `LeRobotDataset.open`, and
+LeRobot's own `LeRobotDataset` (in an environment with LeRobot; skipped with the reason elsewhere)
+given `commit.snapshot(DATASET)`, the version the pointer names when it starts. Each read checks
+that info.json's totals equal the episodes and rows it finds. (LeRobot given the pointer path itself
+opens it file by file, so a commit during its start-up can give it one version's metadata and the
+next one's data: seen once in three reads while writing this test; `commit.py` says so.)
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = dict(duration_s=2.5, width=256, height=192)
+HAVE_LEROBOT = importlib.util.find_spec("lerobot") is not None
+
+READER = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    root, stop, out, kind = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+    if kind == "lerobot":
+        import logging
+        logging.disable(logging.WARNING)
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset as Loader
+        from teleop_flywheel.data.lerobot.commit import snapshot
+    else:
+        from teleop_flywheel.data.lerobot import dataset as ours
+    seen = {}
+    while not stop.exists():
+        try:
+            if kind == "lerobot":
+                ds = Loader("local/ds", root=snapshot(root), video_backend="pyav")
+                rows = ds.hf_dataset.with_format(None)["episode_index"]
+                found = (ds.meta.total_episodes, len(ds.meta.episodes), len(set(rows)),
+                         ds.meta.total_frames, len(rows))
+            else:
+                ds = ours.LeRobotDataset.open(root)
+                rows = ds.read_table(["episode_index"]).column("episode_index").to_pylist()
+                found = (int(ds.info["total_episodes"]), len(ds.episodes), len(set(rows)),
+                         int(ds.info["total_frames"]), len(rows))
+        except Exception as exc:  # a read that fails is a finding too
+            found = ("error", f"{type(exc).__name__}: {exc}")
+        key = json.dumps(found)
+        seen[key] = seen.get(key, 0) + 1
+        out.with_suffix(".ready").touch()
+    out.write_text(json.dumps(seen))
+''')
+
+
+def _reader(kind: str, ds: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    stop, out = tmp / f"stop-{kind}", tmp / f"seen-{kind}.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(tmp / "hf-cache")}
+    proc = subprocess.Popen([sys.executable, "-c", READER, str(ds), str(stop), str(out), kind], env=env)
+    return proc, stop, out
+
+
+def _converting(bag: Path, ds: Path, env: dict[str, str]) -> None:
+    os.environ.update(env)
+    commit._steps[0] = 0  # counted from this process's start, as in a new one
+    conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+
+
+def _convert(bag: Path, ds: Path, env: dict[str, str]) -> int | None:
+    """A convert in a process of its own, forked (no second start-up: the test stays cheap); its exit code."""
+    proc = multiprocessing.get_context("fork").Process(target=_converting, args=(bag, ds, env))
+    proc.start()
+    proc.join(120)
+    return proc.exitcode
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    root = tmp_path_factory.mktemp("readers")
+    return [write_session(root / f"b{i}", SessionSpec(seed=40 + i, **SPEC)).bag for i in range(10)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["ours", pytest.param("lerobot", marks=pytest.mark.skipif(
+    not HAVE_LEROBOT, reason="LeRobot (torch, ~8 GB) is not installed here; run in /work/lrenv/venv for its loader"))])
+def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_path: Path, kind: str) -> None:
+    ds = tmp_path / "ds"
+    assert conv.convert([bags[0]], ds, codec="h264", workers=1, progress=False).converted
+    log = tmp_path / "steps.log"
+    probe = tmp_path / "probe"
+    shutil.copytree(commit.versions_path(ds), commit.versions_path(probe), symlinks=True)
+    os.symlink(f"{probe.name}{commit.VERSIONS_SUFFIX}/{commit.current(ds).name}", probe)  # type: ignore[union-attr]
+    assert _convert(bags[1], probe, {commit.FAULT_LOG: str(log)}) == 0
+    steps = log.read_text().splitlines()
+    reader, stop, out = _reader(kind, ds, tmp_path)
+    try:
+        for _ in range(1200):  # LeRobot imports torch: up to a minute on a busy machine
+            if out.with_suffix(".ready").exists() or reader.poll() is not None:
+                break
+            time.sleep(0.1)
+        nxt, published = 1, 0
+        for n in range(1, len(steps) + 1):  # the same append killed at each of its write steps
+            before = json.loads((ds / "meta/info.json").read_text())["total_episodes"]
+            assert _convert(bags[nxt], ds, {commit.FAULT_AT: str(n)}) == -9, steps[n - 1]
+            if json.loads((ds / "meta/info.json").read_text())["total_episodes"] > before:
+                published += 1
+                nxt += 1
+        assert _convert(bags[nxt], ds, {}) == 0
+    finally:
+        stop.touch()
+        reader.wait(60)
+    seen = {tuple(json.loads(k)): n for k, n in json.loads(out.read_text()).items()}
+    assert problems(ds) == [] and published >= 3
+    assert sum(seen.values()) >= 5 and {s[0] for s in seen} >= {1, nxt + 1}, seen  # read before and after
+    broken = {s: n for s, n in seen.items() if s[0] == "error" or not s[0] == s[1] == s[2] or s[3] != s[4]}
+    assert broken == {}, (broken, seen)
+
+
+def _files(version: Path) -> dict[str, int]:
+    return {p.relative_to(version).as_posix(): p.stat().st_ino for p in version.rglob("*") if p.is_file()}
+
+
+def _commit(root: Path, files: dict[str, str], new: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> Path:
+    stage = commit.new_stage(root)
+    for rel, text in files.items():
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_text(text)
+    return commit.publish(root, new, drop)
+
+
+def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = tmp_path / "ds"
+    v0 = _commit(ds, {"meta/info.json": "0", "data/a": "a"})
+    assert os.readlink(ds) == "ds.versions/v000000" and commit.snapshot(ds) == v0
+    v1 = _commit(ds, {"meta/info.json": "1", "data/b": "b"}, new=("data/b",))
+    assert (ds / "meta/info.json").read_text() == "1" and (v0 / "meta/info.json").read_text() == "0"
+    assert _files(v1)["data/a"] == _files(v0)["data/a"] and sorted(_files(v1)) == ["data/a", "data/b", "meta/info.json"]
+    with pytest.raises(commit.CommitError, match="never overwrites"):
+        _commit(ds, {"data/a": "x"}, new=("data/a",))
+    assert commit.recover(ds) is not None and commit.current(ds) == v1  # the refused stage removed
+    v2 = _commit(ds, {}, drop=("data/b",))
+    assert sorted(_files(v2)) == ["data/a", "meta/info.json"]
+    assert sorted(p.name for p in commit.versions_path(ds).iterdir()) == ["v000000", "v000001", "v000002"]  # KEEP_S
+    monkeypatch.setattr(commit, "KEEP_S", 0.0)
+    _commit(ds, {"meta/info.json": "3"})
+    assert sorted(p.name for p in commit.versions_path(ds).iterdir()) == ["v000002", "v000003"]  # current, previous
+    elsewhere = tmp_path / "elsewhere"
+    os.symlink(v0, elsewhere)
+    with pytest.raises(commit.CommitError, match="not to a version of this dataset"):
+        commit.new_stage(elsewhere)
+    assert commit.snapshot(elsewhere) == elsewhere  # readers read it as it is
+    planted, victim = tmp_path / "planted", tmp_path / "victim"
+    victim.mkdir()
+    commit.versions_path(planted).symlink_to(victim)
+    with pytest.raises(commit.CommitError, match="nothing is written through"):
+        commit.new_stage(planted)
+    assert list(victim.iterdir()) == []
+
+
+UPGRADER = textwrap.dedent('''
+    import sys
+    from pathlib import Path
+    from teleop_flywheel.data.lerobot import commit
+    root = Path(sys.argv[1])
+    stage = commit.new_stage(root)
+    (stage / "data").mkdir()
+    (stage / "data" / "new").write_text("new")
+    commit.publish(root, ["data/new"])
+''')
+
+
+def test_a_plain_dataset_is_upgraded_whole(tmp_path: Path) -> None:
+    """A dataset from before versions: killed at each step of its upgrade and first commit, it reads
+    as the plain directory's files or the committed ones; the next commit finishes from there."""
+    plain = tmp_path / "plain"
+    (plain / "meta").mkdir(parents=True)
+    (plain / "meta" / "info.json").write_text("{}")
+    old = {"meta/info.json": "{}"}
+    log = tmp_path / "log"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = tmp_path / "first"
+    shutil.copytree(plain, first)
+    done = subprocess.run([sys.executable, "-c", UPGRADER, str(first)], env={**env, commit.FAULT_LOG: str(log)})
+    assert done.returncode == 0 and os.readlink(first) == "first.versions/v000001"
+    steps = log.read_text().splitlines()
+    assert [s.split(" ", 1)[1] for s in steps] == ["upgrade: v000000 linked", "upgrade: pointer in place", "staged",
+                                                   "version v000001", "published"]
+    for n in range(1, len(steps) + 1):
+        ds = tmp_path / f"ds{n}"
+        shutil.copytree(plain, ds)
+        killed = subprocess.run([sys.executable, "-c", UPGRADER, str(ds)], env={**env, commit.FAULT_AT: str(n)})
+        assert killed.returncode == -9
+        now = {p.relative_to(ds).as_posix(): p.read_text() for p in ds.rglob("*") if p.is_file()}
+        assert now in (old, {**old, "data/new": "new"}), steps[n - 1]
+        commit.recover(ds)
+        assert not commit.pending(ds) and list(tmp_path.glob(f".{ds.name}.*")) == []
+        if "data/new" not in now:
+            _commit(ds, {"data/new": "new"}, new=("data/new",))
+        assert {p.relative_to(ds).as_posix() for p in ds.rglob("*") if p.is_file()} == {"meta/info.json", "data/new"}
+
+
+def test_doctor_reads_the_version_layout(tmp_path: Path) -> None:
+    """What `doctor` says of pointers it did not make or that lost their version, and what a crash left."""
+    ds = tmp_path / "ds"
+    _commit(ds, {"meta/info.json": "0"})
+    v1 = _commit(ds, {"meta/info.json": "1"})
+    (commit.versions_path(ds) / "v000002").mkdir()  # a version a crash left, never pointed to
+    found = problems(ds)
+    assert len(found) == 1 and found[0].leftover
+    assert "v000002: a version made by a commit interrupted" in found[0].detail
+    commit.recover(ds)
+    shutil.rmtree(v1)  # removed by hand
+    assert [p.repair for p in problems(ds)] == [None] and "points to v000001, which is not in" in problems(ds)[0].detail
+    ds.unlink()  # the pointer removed by hand: its versions are left alone
+    assert commit.recover(ds) is None and (commit.versions_path(ds) / "v000000").is_dir()
+    assert "whose pointer ds is gone" in problems(ds)[0].detail
+    other = tmp_path / "other"
+    os.symlink(commit.versions_path(ds) / "v000000", other)
+    assert "not to a version of this dataset" in problems(other)[0].detail
+
+
+def test_a_new_dataset_appears_whole(tmp_path: Path) -> None:
+    """A first commit killed at each of its steps: no dataset, or all of it; the next one starts clean."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "log"
+    assert subprocess.run([sys.executable, "-c", UPGRADER, str(tmp_path / "first")],
+                          env={**env, commit.FAULT_LOG: str(log)}).returncode == 0
+    steps = log.read_text().splitlines()
+    assert [s.split(" ", 1)[1] for s in steps] == ["staged", "pointer made", "published"]
+    for n in range(1, len(steps) + 1):
+        ds = tmp_path / f"ds{n}"
+        killed = subprocess.run([sys.executable, "-c", UPGRADER, str(ds)], env={**env, commit.FAULT_AT: str(n)})
+        assert killed.returncode == -9
+        assert (ds / "data/new").is_file() == (n == len(steps)) and ds.exists() == (n == len(steps)), steps[n - 1]
+        assert bool(commit.pending(ds)) == (n < len(steps))
+        assert n == len(steps) or all(p.leftover for p in problems(ds))  # doctor --repair removes them
+        commit.recover(ds)
+        assert sorted(p.name for p in tmp_path.glob(f"*{ds.name}*")) == ([] if n < len(steps) else
+                                                                        [ds.name, f"{ds.name}.versions"])
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (tmp_path / "legacy.convert-journal.json").write_text("{}")  # an append the journal format left half done
+    assert "commit format before versions" in problems(legacy)[0].detail and problems(legacy)[0].layout
