@@ -51,6 +51,12 @@ from teleop_flywheel.data.interchange.export_source import (
     open_source,
     so101_joints,
 )
+from teleop_flywheel.data.interchange.format_options import (
+    PARALLEL_OPTIONS,
+    SEQUENTIAL_FIX,
+    jpeg_quality,
+    refuse_options,
+)
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
@@ -232,10 +238,9 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to rlds` verb's work: one line saying what was written and how to read it."""
-    quality = JPEG_QUALITY if args.jpeg is None else args.jpeg
-    if not 1 <= quality <= 100:
-        raise UsageError(f"JPEG quality {quality} is out of range", where="--jpeg",
-                         fix=f"give 1..100 (default {JPEG_QUALITY})")
+    refuse_options(args, ("calibration",), FORMAT, "leave it out: the joints are in LeRobot units")
+    refuse_options(args, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
+    quality = jpeg_quality(args.jpeg, JPEG_QUALITY, f"give 1..100 (default {JPEG_QUALITY})")
     refuse_existing(args.out)
     tfds_module()
     made = export(open_source(args.source, args.dataset), args.out, quality, registry=args.registry)

@@ -180,6 +180,24 @@ def test_other_joint_names_are_refused_naming_the_file(made: dict[str, Path], tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]  # no OUT, no temporary
 
 
+def test_two_workers_write_the_bytes_one_writes(made: dict[str, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The bags come from worker processes (`interchange.episode_export`): bag k is episode k, byte for byte."""
+    ids = []
+    for workers in ("1", "2"):
+        code, out, err = run_cli(capsys, "export", str(made["ds"]), "--to", "mcap", str(tmp_path / workers),
+                                 "--workers", workers)
+        assert code == 0, err
+        ids.append(out.split("lineage export ")[-1].strip())
+    serial, parallel = ({p.relative_to(tmp_path / w).as_posix(): p.read_bytes()
+                         for p in sorted((tmp_path / w).rglob("*")) if p.is_file()} for w in ("1", "2"))
+    assert list(serial) == [f"episode_{e}/{name}" for e in (0, 1) for name in (f"episode_{e}_0.mcap", "metadata.yaml")]
+    assert parallel == serial
+    assert ids[0] == ids[1]  # the same content is the same export in lineage
+    for e in (0, 1):  # each bag is its own episode, not a neighbour's
+        assert _records(tmp_path / "2" / f"episode_{e}")["teleop_flywheel.export"]["source_episode_index"] == str(e)
+
+
 def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"

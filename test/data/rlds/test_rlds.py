@@ -182,3 +182,14 @@ def test_without_the_extra_it_says_how_to_install_it(tmp_path: Path, capsys: pyt
     line = err.strip().splitlines()[-1]
     assert code == 2 and "tensorflow-datasets is not installed" in line and "[rlds]" in line, err
     assert not (tmp_path / "out").exists()
+
+
+def test_options_it_does_not_use_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One TFDS writer in episode order: `--workers`/`--executor ray` are refused, not ignored (docs/formats.md)."""
+    ds = write(tmp_path / "syn", SyntheticSpec(episodes=1, min_length=12, max_length=12, seed=5)).root
+    for option in (("--workers", "2"), ("--executor", "ray"), ("--calibration", "follower=x.yaml"), ("--jpeg", "0")):
+        code, _, err = run_cli(capsys, "export", str(ds), "--to", "rlds", str(tmp_path / "out"), *option)
+        line = err.strip().splitlines()[-1]
+        expected = "JPEG quality 0 is out of range" if option[0] == "--jpeg" else f"{option[0]} does not apply to rlds"
+        assert code == 2 and expected in line, err
+        assert not (tmp_path / "out").exists()
