@@ -65,7 +65,6 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from teleop_flywheel import __version__
@@ -88,12 +87,13 @@ from teleop_flywheel.data.interchange.export_source import (
     episode_columns,
     episode_images,
     open_source,
+    rgb_jpeg,
     so101_joints,
     task_of,
 )
 from teleop_flywheel.data.interchange.format_options import jpeg_quality
 from teleop_flywheel.data.interchange.staged_output import refuse_existing
-from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
 from teleop_flywheel.data.provenance.manifest_hash import video_keys
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
@@ -356,13 +356,6 @@ class _Bag:
         self.writer.write(topic, data, log_time_ns=t, publish_time_ns=t, sequence=self.sequence[topic])
 
 
-def _jpeg(rgb: np.ndarray, quality: int, where: str) -> bytes:
-    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [int(cv2.IMWRITE_JPEG_QUALITY), quality])
-    if not ok:
-        raise DatasetError(f"{where}: JPEG encoding failed")
-    return encoded.tobytes()
-
-
 def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], quality: int, cals: Calibrations) -> int:
     """One episode's bag (in a worker process: everything it needs is in `job`)."""
     bag_dir, row = Path(job.path), job.row
@@ -389,7 +382,7 @@ def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], qual
                 bag.write(bt.INTERVENTION, *events.pop(0))
             if k < ep.n:
                 state(t, k)
-                last = [_jpeg(rgb, quality, f"{ds.root} episode {int(row['episode_index'])} {key} frame {k}")
+                last = [rgb_jpeg(rgb, quality, f"{ds.root} episode {int(row['episode_index'])} {key} frame {k}")
                         for key, rgb in zip(cameras, next(frames), strict=True)]
                 for topic, frame_id, data in zip(names, frame_ids, last, strict=True):
                     bag.write(topic, t, compressed_image_cdr(t, data, frame_id))

@@ -33,7 +33,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import cv2
 import numpy as np
 
 from teleop_flywheel import __version__
@@ -44,11 +43,11 @@ from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    ExportError,
     Source,
     episode_columns,
     episode_images,
     open_source,
+    rgb_jpeg,
     so101_joints,
 )
 from teleop_flywheel.data.interchange.format_options import (
@@ -146,14 +145,6 @@ def _features(tfds: ModuleType, ds: LeRobotDataset, layout: _Layout) -> Any:
     return F.FeaturesDict({"steps": F.Dataset(step), "episode_metadata": F.FeaturesDict(metadata)})
 
 
-def _jpeg(rgb: np.ndarray, quality: int) -> bytes:
-    # A JPEG stores YCbCr decoded to RGB by every reader: OpenCV encodes from BGR, so swap first.
-    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [int(cv2.IMWRITE_JPEG_QUALITY), quality])
-    if not ok:
-        raise ExportError(f"JPEG encoding failed on a {rgb.shape} frame")
-    return encoded.tobytes()
-
-
 def _episode(src: Source, row: dict[str, Any], layout: _Layout, quality: int) -> tuple[dict[str, Any], int]:
     """One episode as the example TFDS encodes, and its size in bytes (images and numbers)."""
     ds, cameras = src.ds, layout.cameras
@@ -173,7 +164,7 @@ def _episode(src: Source, row: dict[str, Any], layout: _Layout, quality: int) ->
         if efforts is not None:
             observation["effort"] = efforts[t]
         for key, rgb in zip(cameras, frames, strict=True):
-            encoded = _jpeg(rgb, quality)
+            encoded = rgb_jpeg(rgb, quality, f"{ds.root} episode {int(row['episode_index'])} {key} frame {t}")
             observation[f"image_{key.removeprefix(IMAGE_PREFIX)}"] = encoded
             size += len(encoded)
         last = t == n - 1

@@ -201,9 +201,7 @@ def test_two_workers_write_the_bytes_one_writes(made: dict[str, Path], tmp_path:
 def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"
-    shutil.copytree(made["ds"], ds)
-    video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
-    video.write_bytes(video.read_bytes()[:2000])
+    ad.truncated_video_copy(made["ds"], ds)
     code, _, err = run_cli(capsys, "export", str(ds), "--to", "mcap", str(tmp_path / "out"))
     assert code == 1 and "nothing was written" in err.strip().splitlines()[-1], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
@@ -250,15 +248,7 @@ def test_policy_commands_that_start_late_or_never_come_back_as_nan(made: dict[st
 
 @NEEDS_LEROBOT
 def test_lerobot_loads_the_dataset_the_bags_convert_back_to(made: dict[str, Path]) -> None:
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
-
-    ds = LeRobot("local/back", root=made["back"], video_backend="pyav")
-    rows = ad.rows(made["ds"])
-    assert ds.num_episodes == 2 and len(ds) == len(rows)
-    for i in range(len(ds)):
-        item = ds[i]
-        assert tuple(item[ad.VIDEO].shape) == (3, 192, 256)
-        np.testing.assert_array_equal(item["action"].numpy(), np.asarray(rows["action"][i]))
+    ad.assert_lerobot_reads(made["back"], made["ds"])
 
 
 def test_with_the_arms_calibrations_the_radians_are_the_recorded_ones(made: dict[str, Path]) -> None:

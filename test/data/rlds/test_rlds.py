@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +165,7 @@ def test_a_dataset_of_another_arm_is_refused(tmp_path: Path, capsys: pytest.Capt
 def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"
-    shutil.copytree(made["ds"], ds)
-    video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
-    video.write_bytes(video.read_bytes()[:2000])
+    ad.truncated_video_copy(made["ds"], ds)
     code, _, err = run_cli(capsys, "export", str(ds), "--to", "rlds", str(tmp_path / "out"))
     line = err.strip().splitlines()[-1]
     assert code == 1 and "unreadable video" in line, err
