@@ -120,7 +120,7 @@ def floor_mcap(path: Path, ring: list[np.ndarray], lengths: list[int], quality: 
 
 
 def floor_rlds(path: Path, ring: list[np.ndarray], lengths: list[int], quality: int = 95) -> None:
-    """JPEG at the exporter's default quality and one TFRecord a episode (a `tf.train.Example` holding its
+    """JPEG at the exporter's default quality and one TFRecord an episode (a `tf.train.Example` holding its
     frames' bytes and joint arrays): what any TFDS/RLDS writer must serialise, without TFDS's feature encoders."""
     import tensorflow as tf  # noqa: PLC0415
 
