@@ -14,12 +14,14 @@ records the manifest it came from. One module per format writes it (docs/formats
 - `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
   them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
-OUT must not exist (exit 2, nothing written); it appears whole or not at all. Episodes are
-written in parallel (`--workers N` processes, default one per CPU, as `convert`; `--executor ray`
-on a cluster), with a progress bar on a terminal. Every export is recorded in the lineage registry
-(`--registry`, default as `lineage`'s): a checkpoint trained on it is registered with
-`lineage register CHECKPOINT OUT` and `lineage which CHECKPOINT` names the export, its episodes,
-their manifest and dataset.
+OUT must not exist (exit 2, nothing written); it appears whole or not at all. The formats of a
+file per episode (hdf5-aloha, mcap) are written in parallel (`--workers N` processes, default one
+per CPU, as `convert`; `--executor ray` on a cluster); hdf5-robomimic and rlds, one file or record
+stream in episode order, are written by one process and refuse `--workers`/`--executor ray`
+(docs/formats.md says what that costs). A progress bar shows on a terminal. Every export is
+recorded in the lineage registry (`--registry`, default as `lineage`'s): a checkpoint trained on it
+is registered with `lineage register CHECKPOINT OUT` and `lineage which CHECKPOINT` names the
+export, its episodes, their manifest and dataset.
 """
 from __future__ import annotations
 

@@ -9,9 +9,11 @@ module per format reads it (docs/formats.md):
   LeRobot's own v2.1→v3.0 converter does (rows and stats carried, videos remuxed, not re-encoded).
 
 Every input file is checked first; a bad one is one line naming it and what is wrong, exit 1, and
-nothing is written. OUT must not exist (exit 2); it appears whole or not at all. Episodes are read
-and encoded in parallel (`--workers N`, default one per CPU as `convert`; `--executor ray`), with a
-progress bar on a terminal, and appended in order.
+nothing is written. OUT must not exist (exit 2); it appears whole or not at all. hdf5-aloha
+episodes are read and encoded in parallel (`--workers N`, default one per CPU as `convert`;
+`--executor ray`) and appended in order; a lerobot-v2.1 dataset is remuxed, not re-encoded, by one
+process (as fast as LeRobot's converter) and refuses `--workers`/`--executor ray`. A progress bar
+shows on a terminal.
 """
 from __future__ import annotations
 

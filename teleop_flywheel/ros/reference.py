@@ -387,9 +387,10 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['source_codec']}, one process): target ≤ {d['target_ratio_max']:g}× reading the source plus the "
         f"writer's floor; reading alone {d['read_floor_fps']:g} frames/s; "
         + ", ".join(f"{name} {f['export_fps']:g} frames/s, {f['ratio_export_over_floor']:.2f}× "
-                    f"({_met(f['ratio_export_over_floor'] <= d['target_ratio_max'])})"
-                    for name, f in d["formats"].items())
-        + "; `--workers 2` " + " / ".join(f"{f['speedup_workers_2']:g}×" for f in d["formats"].values())
+                    f"({_met(f['ratio_export_over_floor'] <= d['target_ratio_max'])})" if isinstance(f, dict)
+                    else f for name, f in d["formats"].items())  # a string: the format was skipped, and why
+        + "; `--workers 2` " + ", ".join(f"{name} {f['speedup_workers_2']:g}×" for name, f in d["formats"].items()
+                                         if isinstance(f, dict) and "speedup_workers_2" in f)
         + f" the speed of one (load {d['load_average_before'][0]:.1f} on {d['cpus']} cores)"
     ),
     "verdict": lambda d: (

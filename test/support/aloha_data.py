@@ -5,6 +5,7 @@ The readers here are the oracle's side: PyAV decoding a dataset's mp4 by each ep
 """
 from __future__ import annotations
 
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,6 +32,14 @@ def converted(root: Path, episodes: int = 2) -> Path:
     return ds
 
 
+def truncated_video_copy(ds: Path, copy: Path) -> Path:
+    """A copy of `ds` at `copy` whose first video stops decoding after its first 2000 bytes; that video."""
+    shutil.copytree(ds, copy)
+    video = next((copy / "videos" / VIDEO).rglob("*.mp4"))
+    video.write_bytes(video.read_bytes()[:2000])
+    return video
+
+
 def episodes_table(ds: Path) -> pd.DataFrame:
     return pd.read_parquet(ds / "meta/episodes/chunk-000/file-000.parquet").sort_values("episode_index")
 
@@ -45,6 +54,21 @@ def column(ds: Path, name: str, episode: int) -> np.ndarray:
     data = rows(ds)
     values = data.loc[data["episode_index"] == episode, name].tolist()
     return np.asarray([np.asarray(v) for v in values])
+
+
+def assert_lerobot_reads(root: Path, source: Path) -> None:
+    """LeRobot's own `LeRobotDataset` (run where `lerobot` imports) loads `root`, every frame decodes at
+    the source's size, and action and state equal the source dataset's rows exactly."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
+
+    ds = LeRobot(f"local/{root.name}", root=root, video_backend="pyav")
+    data = rows(source)
+    assert ds.num_episodes == data["episode_index"].nunique() and len(ds) == len(data)
+    for i in range(len(ds)):
+        item = ds[i]
+        assert tuple(item[VIDEO].shape) == (3, SPEC["height"], SPEC["width"])
+        for key in ("action", "observation.state"):
+            np.testing.assert_array_equal(item[key].numpy(), np.asarray(data[key][i]), err_msg=f"{key} row {i}")
 
 
 def frames(ds: Path, key: str, episode: int) -> np.ndarray:

@@ -49,21 +49,22 @@ Provenance (`Source.provenance`: the episode's content id, the source dataset an
 manifest's path, fingerprint and sha256) is the MCAP metadata record `teleop_flywheel.export`.
 
 Before a bag is written its columns are checked to come back exactly through the converter's
-rules (units, leader, labels); a dataset that cannot is refused naming the file. OUT appears whole
-or not at all (`interchange.staged_output`).
+rules (units, leader, labels); a dataset that cannot is refused naming the file. Written with
+`interchange.episode_export`: one bag per job, in `workers` processes (or Ray tasks), each into a
+stage renamed to OUT at the end (OUT appears whole or not at all); bag k is episode k whichever
+worker wrote it, byte for byte, and the export is recorded in the lineage registry.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
 from teleop_flywheel import __version__
@@ -77,7 +78,7 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION
-from teleop_flywheel.data.interchange.episode_export import Exported, record_export
+from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
@@ -86,13 +87,14 @@ from teleop_flywheel.data.interchange.export_source import (
     episode_columns,
     episode_images,
     open_source,
+    rgb_jpeg,
     so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
-from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError
+from teleop_flywheel.data.interchange.format_options import jpeg_quality
+from teleop_flywheel.data.interchange.staged_output import refuse_existing
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import video_keys
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.writer import BagWriter
@@ -268,8 +270,7 @@ def _radians(values: np.ndarray, cal: ArmCalibration, what: str, where: str) -> 
     return np.asarray(rad, np.float64)
 
 
-def _episode(src: Source, row: dict[str, Any], name: str, cameras: list[str], cals: Calibrations) -> _Episode:
-    ds = src.ds
+def _episode(ds: LeRobotDataset, row: dict[str, Any], name: str, cameras: list[str], cals: Calibrations) -> _Episode:
     where = f"{ds.root} episode {int(row['episode_index'])}"
     cols = episode_columns(ds, row)
     state_key, action_key = (so101_joints(ds, f, "a bag") for f in (STATE, ACTION))
@@ -355,27 +356,21 @@ class _Bag:
         self.writer.write(topic, data, log_time_ns=t, publish_time_ns=t, sequence=self.sequence[topic])
 
 
-def _jpeg(rgb: np.ndarray, quality: int, where: str) -> bytes:
-    ok, encoded = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [int(cv2.IMWRITE_JPEG_QUALITY), quality])
-    if not ok:
-        raise DatasetError(f"{where}: JPEG encoding failed")
-    return encoded.tobytes()
-
-
-def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: list[str], quality: int,
-                   cals: Calibrations, bar: Any) -> int:
-    ep = _episode(src, row, bag_dir.name, cameras, cals)
+def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], quality: int, cals: Calibrations) -> int:
+    """One episode's bag (in a worker process: everything it needs is in `job`)."""
+    bag_dir, row = Path(job.path), job.row
+    ep = _episode(ds, row, bag_dir.name, cameras, cals)
     names = [bt.camera_image(key.removeprefix(IMAGE_PREFIX)) for key in cameras]
     frame_ids = [key.removeprefix(IMAGE_PREFIX) for key in cameras]
     checkpoint = ep.meta.policy_checkpoint
     events = _events(ep.labels)
     with BagWriter(bag_dir, episode=ep.meta, fsync=False, max_chunk_age_s=1e6) as writer:
-        writer.add_metadata(EXPORT_RECORD, {k: str(v) for k, v in {**src.provenance(row), "format": FORMAT}.items()})
+        writer.add_metadata(EXPORT_RECORD, {k: str(v) for k, v in {**job.provenance, "format": FORMAT}.items()})
         for topic, type_name in ep.topics.items():
             writer.add_topic(topic, type_name)
         bag = _Bag(writer)
         last: list[bytes] = []
-        frames = episode_images(src.ds, row, cameras, ep.n) if cameras else repeat([])
+        frames = episode_images(ds, row, cameras, ep.n) if cameras else repeat([])
 
         def state(t: int, k: int) -> None:
             bag.write(bt.FOLLOWER_STATE, t, joint_state_cdr(t, JOINTS, ep.state[k],
@@ -387,7 +382,7 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
                 bag.write(bt.INTERVENTION, *events.pop(0))
             if k < ep.n:
                 state(t, k)
-                last = [_jpeg(rgb, quality, f"{src.ds.root} episode {int(row['episode_index'])} {key} frame {k}")
+                last = [rgb_jpeg(rgb, quality, f"{ds.root} episode {int(row['episode_index'])} {key} frame {k}")
                         for key, rgb in zip(cameras, next(frames), strict=True)]
                 for topic, frame_id, data in zip(names, frame_ids, last, strict=True):
                     bag.write(topic, t, compressed_image_cdr(t, data, frame_id))
@@ -401,7 +396,6 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
                 bag.write(bt.POLICY_COMMAND, t, joint_state_cdr(t, JOINTS, ep.policy[a], checkpoint))
             if ep.authority is not None:
                 bag.write(bt.AUTHORITY, t, joint_state_cdr(t, list(AUTHORITY_FIELDS), ep.authority[a]))
-            bar.update(1)
         next(frames, None)  # the frame count check at the end of the videos
         state(ep.tail, ep.n - 1)
         for topic, frame_id, data in zip(names, frame_ids, last, strict=True):
@@ -413,30 +407,21 @@ def _write_episode(bag_dir: Path, src: Source, row: dict[str, Any], cameras: lis
 
 
 def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progress: bool = True,
-           supplied: Calibrations | None = None, registry: Path | None = None) -> Exported:
-    """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically; `supplied`:
-    the arms' calibrations by role (else nominal ones)."""
-    cals = calibrations(supplied)
+           supplied: Calibrations | None = None, registry: Path | None = None, workers: int | None = None,
+           executor: str = "local") -> Exported:
+    """Write `src`'s episodes as `out/episode_<k>/` bags (out must not exist), atomically, `workers`
+    at a time; `supplied`: the arms' calibrations by role (else nominal ones)."""
     for feature in (STATE, ACTION):
         so101_joints(src.ds, feature, "a bag")  # another arm is refused before anything is written
-    cameras = sorted(video_keys(src.ds))
-    rows = src.rows()
-    frames = 0
-    with staged_output(out) as stage, \
-            progress(sum(int(r["length"]) for r in rows), "export" if show_progress else None, unit="frame") as bar:
-        for k, row in enumerate(rows):
-            frames += _write_episode(stage / EPISODE_BAG.format(index=k), src, row, cameras, jpeg_quality, cals, bar)
-    out = Path(os.path.abspath(out))
-    entry = record_export(src, out, FORMAT, registry, {"jpeg": jpeg_quality})
-    return Exported(out, len(rows), frames, entry["export"])
+    write = functools.partial(_write_episode, cameras=sorted(video_keys(src.ds)), quality=jpeg_quality,
+                              cals=calibrations(supplied))
+    return export_episodes(src, out, FORMAT, write, EPISODE_BAG, workers=workers, executor=executor,
+                           registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
 
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to mcap` verb's work: one line saying what was written and how to read it back."""
-    quality = DEFAULT_JPEG if args.jpeg is None else args.jpeg
-    if not 1 <= quality <= 100:
-        raise UsageError(f"JPEG quality {quality} is out of range", where="--jpeg",
-                         fix=f"give 1..100 (default {DEFAULT_JPEG})")
+    quality = jpeg_quality(args.jpeg, DEFAULT_JPEG, f"give 1..100 (default {DEFAULT_JPEG})")
     refuse_existing(args.out)
     try:
         supplied = load_supplied(role_files(args.calibration))
@@ -445,7 +430,8 @@ def run_export(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(exc), where="--calibration") from exc
     src = open_source(args.source, args.dataset)
-    made = export(src, args.out, quality, supplied=supplied, registry=args.registry)
+    made = export(src, args.out, quality, supplied=supplied, registry=args.registry, workers=args.workers,
+                  executor=args.executor)
     print(f"wrote {made.out}: {made.episodes} bags (episode_0..{made.episodes - 1}), {made.frames} frames; open "
           f"episode_<k>/episode_<k>_0.mcap in Foxglove, or `teleop-flywheel validate {made.out}`, "
           f"`teleop-flywheel convert {made.out} --fps {src.ds.fps:g} --dataset NEW`; lineage export {made.export_id}")

@@ -36,7 +36,6 @@ from typing import Any
 import cv2
 import numpy as np
 
-from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.interchange.export_source import (
@@ -50,6 +49,7 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
+from teleop_flywheel.data.interchange.format_options import jpeg_quality as jpeg_quality_of
 from teleop_flywheel.data.interchange.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
@@ -157,9 +157,8 @@ def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progres
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to hdf5-aloha` verb's work: one line saying what was written."""
-    source, out, dataset, jpeg_quality = args.source, args.out, args.dataset, args.jpeg
-    if jpeg_quality is not None and not 1 <= jpeg_quality <= 100:
-        raise UsageError(f"JPEG quality {jpeg_quality} is out of range", where="--jpeg", fix="give 1..100 (ALOHA: 50)")
+    source, out, dataset = args.source, args.out, args.dataset
+    jpeg_quality = jpeg_quality_of(args.jpeg, None, "give 1..100 (ALOHA: 50)")
     refuse_existing(out)
     al.h5py_module()
     src = open_source(source, dataset)

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel import __version__
-from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.hdf5.aloha_layout import h5py_module, json_attr
 from teleop_flywheel.data.interchange.episode_export import Exported, record_export
@@ -62,6 +61,7 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
+from teleop_flywheel.data.interchange.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.format import STATS_PATH
@@ -234,11 +234,9 @@ def export(src: Source, out: Path, show_progress: bool = True, registry: Path | 
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to hdf5-robomimic` verb's work: one line saying what was written."""
-    for option, given in (("--jpeg", getattr(args, "jpeg", None) is not None),
-                          ("--calibration", bool(getattr(args, "calibration", None)))):
-        if given:
-            raise UsageError(f"{option} does not apply to hdf5-robomimic", where=option,
-                             fix="leave it out: the frames are stored uncompressed, the joints in LeRobot units")
+    refuse_options(args, ("jpeg", "calibration"), FORMAT,
+                   "leave it out: the frames are stored uncompressed, the joints in LeRobot units")
+    refuse_options(args, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
     refuse_existing(args.out)
     h5py_module(FORMAT)
     made = export(open_source(args.source, args.dataset), args.out, registry=args.registry)

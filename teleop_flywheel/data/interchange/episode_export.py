@@ -1,14 +1,14 @@
 """An export run one episode per job in worker processes, and every export recorded in lineage.
 
-- `export_episodes`: for a format that writes one file per episode (ALOHA's `episode_N.hdf5`, an
-  MCAP per episode). The format gives its per-episode writer, `write(ds, job) -> frames`, a
-  module-level function (or a `functools.partial` of one) so it pickles. The jobs run through
-  `data.parallel.parallel_map`: inline with `workers=1`, else a pool of worker processes (default
-  one per CPU, as `convert`), or Ray tasks with `executor="ray"` on a cluster that shares the file
-  system. Each worker opens the source dataset once and writes its own file into the stage;
-  episode N is file N whichever worker wrote it, so the output is byte for byte the one a single
-  process writes. A failed episode stops the export with its own error (exit 1) and OUT is not
-  written (`staged_output`).
+- `export_episodes`: for a format that writes one file (or directory) per episode (ALOHA's
+  `episode_N.hdf5`, a rosbag2 bag directory per episode). The format gives its per-episode
+  writer, `write(ds, job) -> frames`, a module-level function (or a `functools.partial` of one)
+  so it pickles. The jobs run through `data.parallel.parallel_map`: inline with `workers=1`, else
+  a pool of worker processes (default one per CPU, as `convert`), or Ray tasks with
+  `executor="ray"` on a cluster that shares the file system. Each worker opens the source
+  dataset once and writes its own file into the stage; episode N is file N whichever worker
+  wrote it, so the output is byte for byte the one a single process writes. A failed episode
+  stops the export with its own error (exit 1) and OUT is not written (`staged_output`).
 - `record_export`: registers the finished output in the lineage registry (`provenance.lineage`:
   format, where, the sha256 of every file and their fingerprint, the episodes' content ids, the
   manifest), so a checkpoint another stack trains on it can be traced back. `export_episodes` calls
@@ -28,14 +28,13 @@ from teleop_flywheel.data.interchange.export_source import Source
 from teleop_flywheel.data.interchange.staged_output import staged_output
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.parallel import own_errors, parallel_map
-from teleop_flywheel.data.provenance.lineage import default_registry, register_export
-from teleop_flywheel.data.provenance.manifest_hash import file_sha256
+from teleop_flywheel.data.provenance.lineage import content_files, default_registry, register_export
 
 
 @dataclass(frozen=True)
 class EpisodeJob:
-    """One episode to write: the source dataset's root, its episodes-table row, the file to write
-    (inside the stage) and what that file records about its origin (`Source.provenance`)."""
+    """One episode to write: the source dataset's root, its episodes-table row, the file or directory
+    to write (inside the stage) and what that file records about its origin (`Source.provenance`)."""
 
     root: str
     row: dict[str, Any]
@@ -59,14 +58,16 @@ EpisodeWriter = Callable[[LeRobotDataset, EpisodeJob], int]
 _OPEN: dict[str, LeRobotDataset] = {}  # per process: the source dataset, opened once
 
 
-def _write_job(write: EpisodeWriter, job: EpisodeJob) -> tuple[int, str]:
-    """Frames written and the file's sha256 for lineage, taken here while the file is hot in this
-    worker's cache (hashing is as dear as writing for uncompressed frames: bench/export.py)."""
+def _write_job(write: EpisodeWriter, job: EpisodeJob) -> tuple[int, dict[str, str]]:
+    """Frames written and the sha256 of each file written (relative to the stage) for lineage, taken
+    here while the files are hot in this worker's cache (hashing is as dear as writing for
+    uncompressed frames: bench/export.py)."""
     ds = _OPEN.get(job.root)
     if ds is None:
         ds = _OPEN[job.root] = LeRobotDataset.open(Path(job.root))
     frames = write(ds, job)
-    return frames, file_sha256(Path(job.path))
+    path = Path(job.path)
+    return frames, {"/".join(filter(None, (path.name, rel))): sha for rel, sha in content_files(path).items()}
 
 
 def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file_name: str, *,
@@ -87,15 +88,17 @@ def export_episodes(src: Source, out: Path, fmt: str, write: EpisodeWriter, file
         finally:
             _OPEN.pop(root, None)
     out = Path(os.path.abspath(out))
-    entry = record_export(src, out, fmt, registry, options, dict(zip(names, (sha for _, sha in done), strict=True)))
+    digests = {rel: sha for _, files in done for rel, sha in files.items()}
+    entry = record_export(src, out, fmt, registry, options, names, digests)
     return Exported(out, len(jobs), sum(n for n, _ in done), entry["export"])
 
 
 def record_export(src: Source, out: Path, fmt: str, registry: Path | None = None,
-                  options: dict[str, Any] | None = None, files: dict[str, str] | None = None) -> dict[str, Any]:
-    """Register the export written at `out`. `files`: for a file per episode, each episode's file
-    (in episode order) → its sha256, hashed as it was written; any other file of `out` is hashed here."""
-    names = list(files) if files else None
+                  options: dict[str, Any] | None = None, names: list[str] | None = None,
+                  digests: dict[str, str] | None = None) -> dict[str, Any]:
+    """Register the export written at `out`. `names`: for a file (or directory) per episode, each
+    episode's, in episode order; `digests`: sha256 of files taken as they were written (relative
+    POSIX path → hex); any other file of `out` is hashed here."""
     episodes = []
     for k, row in enumerate(src.rows()):
         p = src.provenance(row)
@@ -103,4 +106,4 @@ def record_export(src: Source, out: Path, fmt: str, registry: Path | None = None
                         | ({"file": names[k]} if names else {}))
     manifest = src.attrs.get("manifest")
     return register_export(registry or default_registry(), fmt, out, episodes, str(src.ds.root.resolve()),
-                           Path(manifest) if manifest else None, options, files)
+                           Path(manifest) if manifest else None, options, digests)

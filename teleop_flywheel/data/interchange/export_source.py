@@ -10,6 +10,7 @@ order and records the same provenance:
 - `episode_frames`: one camera's frames of one episode, decoded one at a time with PyAV
   (`materialize.span_frames`, the rule manifests read episodes by): never a whole episode in memory;
   `episode_images`: every camera's frame t together, shapes and count checked against the episode;
+- `rgb_jpeg`: a decoded frame as the JPEG every reader decodes back to that RGB;
 - `so101_joints`: the column of the SO-101's state or action, an error for a dataset of another arm;
 - `Source.provenance(row)`: what a written file came from (the episode's content id, the source
   dataset and index, and from a manifest its path, fingerprint and sha256).
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import av
+import cv2
 import numpy as np
 import pyarrow.parquet as pq
 
@@ -157,6 +159,15 @@ def episode_images(ds: LeRobotDataset, row: dict[str, Any], cameras: list[str], 
     if cameras and count != n:
         raise ExportError(f"{ds.root}: episode {int(row['episode_index'])} has {count} decodable frames in "
                           f"its videos, its length is {n}; nothing was written")
+
+
+def rgb_jpeg(rgb: np.ndarray, quality: int, where: str) -> bytes:
+    """An (H, W, 3) RGB frame as JPEG at `quality`; `where`: the frame, named in the error if encoding fails."""
+    # A JPEG stores YCbCr decoded to RGB by every reader: OpenCV encodes from BGR, so swap first.
+    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [int(cv2.IMWRITE_JPEG_QUALITY), quality])
+    if not ok:
+        raise ExportError(f"{where}: JPEG encoding failed on a {rgb.shape} frame; nothing was written")
+    return encoded.tobytes()
 
 
 def task_of(ds: LeRobotDataset, columns: dict[str, np.ndarray]) -> str:

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.data.interchange.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
@@ -351,9 +352,7 @@ def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
 
 def run_import(args: argparse.Namespace) -> Imported:
     """`import --from lerobot-v2.1 SRC OUT` (data/import_dataset.py)."""
-    given = [f"--{name.replace('_', '-')}" for name in ALOHA_ONLY if getattr(args, name, None) is not None]
-    if given:
-        raise UsageError(f"{', '.join(given)} is not for lerobot-v2.1", where=str(args.source),
-                         fix="leave it out: a v2.1 dataset states its tasks, fps, codec and robot type, and its "
-                             "videos are copied, not re-encoded")
+    refuse_options(args, (*ALOHA_ONLY, *PARALLEL_OPTIONS), FORMAT,
+                   "leave it out: a v2.1 dataset states its tasks, fps, codec and robot type, and its videos are "
+                   "remuxed in this process, not re-encoded (as fast as LeRobot's own converter)")
     return import_v21(args.source, args.out)

@@ -33,7 +33,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import cv2
 import numpy as np
 
 from teleop_flywheel import __version__
@@ -44,12 +43,18 @@ from teleop_flywheel.data.interchange.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
-    ExportError,
     Source,
     episode_columns,
     episode_images,
     open_source,
+    rgb_jpeg,
     so101_joints,
+)
+from teleop_flywheel.data.interchange.format_options import (
+    PARALLEL_OPTIONS,
+    SEQUENTIAL_FIX,
+    jpeg_quality,
+    refuse_options,
 )
 from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
@@ -140,14 +145,6 @@ def _features(tfds: ModuleType, ds: LeRobotDataset, layout: _Layout) -> Any:
     return F.FeaturesDict({"steps": F.Dataset(step), "episode_metadata": F.FeaturesDict(metadata)})
 
 
-def _jpeg(rgb: np.ndarray, quality: int) -> bytes:
-    # A JPEG stores YCbCr decoded to RGB by every reader: OpenCV encodes from BGR, so swap first.
-    ok, encoded = cv2.imencode(".jpg", np.ascontiguousarray(rgb[..., ::-1]), [int(cv2.IMWRITE_JPEG_QUALITY), quality])
-    if not ok:
-        raise ExportError(f"JPEG encoding failed on a {rgb.shape} frame")
-    return encoded.tobytes()
-
-
 def _episode(src: Source, row: dict[str, Any], layout: _Layout, quality: int) -> tuple[dict[str, Any], int]:
     """One episode as the example TFDS encodes, and its size in bytes (images and numbers)."""
     ds, cameras = src.ds, layout.cameras
@@ -167,7 +164,7 @@ def _episode(src: Source, row: dict[str, Any], layout: _Layout, quality: int) ->
         if efforts is not None:
             observation["effort"] = efforts[t]
         for key, rgb in zip(cameras, frames, strict=True):
-            encoded = _jpeg(rgb, quality)
+            encoded = rgb_jpeg(rgb, quality, f"{ds.root} episode {int(row['episode_index'])} {key} frame {t}")
             observation[f"image_{key.removeprefix(IMAGE_PREFIX)}"] = encoded
             size += len(encoded)
         last = t == n - 1
@@ -232,10 +229,9 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
 
 def run_export(args: argparse.Namespace) -> int:
     """The `export --to rlds` verb's work: one line saying what was written and how to read it."""
-    quality = JPEG_QUALITY if args.jpeg is None else args.jpeg
-    if not 1 <= quality <= 100:
-        raise UsageError(f"JPEG quality {quality} is out of range", where="--jpeg",
-                         fix=f"give 1..100 (default {JPEG_QUALITY})")
+    refuse_options(args, ("calibration",), FORMAT, "leave it out: the joints are in LeRobot units")
+    refuse_options(args, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
+    quality = jpeg_quality(args.jpeg, JPEG_QUALITY, f"give 1..100 (default {JPEG_QUALITY})")
     refuse_existing(args.out)
     tfds_module()
     made = export(open_source(args.source, args.dataset), args.out, quality, registry=args.registry)

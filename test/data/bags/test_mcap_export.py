@@ -180,12 +180,28 @@ def test_other_joint_names_are_refused_naming_the_file(made: dict[str, Path], tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign"]  # no OUT, no temporary
 
 
+def test_two_workers_write_the_bytes_one_writes(made: dict[str, Path], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The bags come from worker processes (`interchange.episode_export`): bag k is episode k, byte for byte."""
+    ids = []
+    for workers in ("1", "2"):
+        code, out, err = run_cli(capsys, "export", str(made["ds"]), "--to", "mcap", str(tmp_path / workers),
+                                 "--workers", workers)
+        assert code == 0, err
+        ids.append(out.split("lineage export ")[-1].strip())
+    serial, parallel = ({p.relative_to(tmp_path / w).as_posix(): p.read_bytes()
+                         for p in sorted((tmp_path / w).rglob("*")) if p.is_file()} for w in ("1", "2"))
+    assert list(serial) == [f"episode_{e}/{name}" for e in (0, 1) for name in (f"episode_{e}_0.mcap", "metadata.yaml")]
+    assert parallel == serial
+    assert ids[0] == ids[1]  # the same content is the same export in lineage
+    for e in (0, 1):  # each bag is its own episode, not a neighbour's
+        assert _records(tmp_path / "2" / f"episode_{e}")["teleop_flywheel.export"]["source_episode_index"] == str(e)
+
+
 def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"
-    shutil.copytree(made["ds"], ds)
-    video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
-    video.write_bytes(video.read_bytes()[:2000])
+    ad.truncated_video_copy(made["ds"], ds)
     code, _, err = run_cli(capsys, "export", str(ds), "--to", "mcap", str(tmp_path / "out"))
     assert code == 1 and "nothing was written" in err.strip().splitlines()[-1], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
@@ -232,15 +248,7 @@ def test_policy_commands_that_start_late_or_never_come_back_as_nan(made: dict[st
 
 @NEEDS_LEROBOT
 def test_lerobot_loads_the_dataset_the_bags_convert_back_to(made: dict[str, Path]) -> None:
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
-
-    ds = LeRobot("local/back", root=made["back"], video_backend="pyav")
-    rows = ad.rows(made["ds"])
-    assert ds.num_episodes == 2 and len(ds) == len(rows)
-    for i in range(len(ds)):
-        item = ds[i]
-        assert tuple(item[ad.VIDEO].shape) == (3, 192, 256)
-        np.testing.assert_array_equal(item["action"].numpy(), np.asarray(rows["action"][i]))
+    ad.assert_lerobot_reads(made["back"], made["ds"])
 
 
 def test_with_the_arms_calibrations_the_radians_are_the_recorded_ones(made: dict[str, Path]) -> None:

@@ -139,16 +139,7 @@ def test_round_trip_keeps_every_column_and_frame(made: dict[str, Path]) -> None:
 
 @NEEDS_LEROBOT
 def test_lerobot_loads_the_imported_dataset(made: dict[str, Path]) -> None:
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset as LeRobot  # noqa: PLC0415
-
-    ds = LeRobot("local/imported", root=made["imported"], video_backend="pyav")
-    rows = ad.rows(made["ds"])
-    assert ds.num_episodes == 2 and len(ds) == len(rows)
-    for i in range(len(ds)):
-        item = ds[i]
-        assert tuple(item[ad.VIDEO].shape) == (3, 192, 256)
-        np.testing.assert_array_equal(item["action"].numpy(), np.asarray(rows["action"][i]))
-        np.testing.assert_array_equal(item["observation.state"].numpy(), np.asarray(rows["observation.state"][i]))
+    ad.assert_lerobot_reads(made["imported"], made["ds"])
 
 
 def test_manifest_exports_exactly_its_episodes_and_names_them(made: dict[str, Path]) -> None:

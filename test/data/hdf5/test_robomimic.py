@@ -162,7 +162,8 @@ def test_an_existing_out_is_refused_and_left_alone(made: dict[str, Path], capsys
 
 def test_options_of_other_formats_are_refused(made: dict[str, Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    for option, value in (("--jpeg", "50"), ("--calibration", "follower=x.yaml")):
+    for option, value in (("--jpeg", "50"), ("--calibration", "follower=x.yaml"), ("--workers", "2"),
+                          ("--executor", "ray")):
         code, _, err = run_cli(capsys, "export", str(made["ds"]), "--to", "hdf5-robomimic", option, value,
                                str(tmp_path / "out.hdf5"))
         assert code == 2 and f"{option} does not apply" in err.strip().splitlines()[-1], err

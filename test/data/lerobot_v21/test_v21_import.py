@@ -200,7 +200,11 @@ def test_an_existing_out_and_aloha_options_are_refused(made: dict[str, Path],
     assert code == 2 and "output already exists" in err.strip().splitlines()[-1]
     code, _, err = run_cli(capsys, "import", "--from", "lerobot-v2.1", str(made["src"]), str(made["root"] / "x"),
                            "--fps", "50")
-    assert code == 2 and "--fps is not for lerobot-v2.1" in err.strip().splitlines()[-1]
+    assert code == 2 and "--fps does not apply to lerobot-v2.1" in err.strip().splitlines()[-1]
+    for option in (("--workers", "2"), ("--executor", "ray")):  # one remux in this process: not ignored, refused
+        code, _, err = run_cli(capsys, "import", "--from", "lerobot-v2.1", str(made["src"]), str(made["root"] / "x"),
+                               *option)
+        assert code == 2 and f"{option[0]} does not apply to lerobot-v2.1" in err.strip().splitlines()[-1], err
     assert sorted(p.name for p in made["root"].iterdir()) == before
 
 

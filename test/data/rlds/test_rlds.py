@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +165,7 @@ def test_a_dataset_of_another_arm_is_refused(tmp_path: Path, capsys: pytest.Capt
 def test_an_export_that_fails_midway_leaves_nothing(made: dict[str, Path], tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     ds = tmp_path / "ds"
-    shutil.copytree(made["ds"], ds)
-    video = next((ds / "videos" / ad.VIDEO).rglob("*.mp4"))
-    video.write_bytes(video.read_bytes()[:2000])
+    ad.truncated_video_copy(made["ds"], ds)
     code, _, err = run_cli(capsys, "export", str(ds), "--to", "rlds", str(tmp_path / "out"))
     line = err.strip().splitlines()[-1]
     assert code == 1 and "unreadable video" in line, err
@@ -182,3 +179,14 @@ def test_without_the_extra_it_says_how_to_install_it(tmp_path: Path, capsys: pyt
     line = err.strip().splitlines()[-1]
     assert code == 2 and "tensorflow-datasets is not installed" in line and "[rlds]" in line, err
     assert not (tmp_path / "out").exists()
+
+
+def test_options_it_does_not_use_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One TFDS writer in episode order: `--workers`/`--executor ray` are refused, not ignored (docs/formats.md)."""
+    ds = write(tmp_path / "syn", SyntheticSpec(episodes=1, min_length=12, max_length=12, seed=5)).root
+    for option in (("--workers", "2"), ("--executor", "ray"), ("--calibration", "follower=x.yaml"), ("--jpeg", "0")):
+        code, _, err = run_cli(capsys, "export", str(ds), "--to", "rlds", str(tmp_path / "out"), *option)
+        line = err.strip().splitlines()[-1]
+        expected = "JPEG quality 0 is out of range" if option[0] == "--jpeg" else f"{option[0]} does not apply to rlds"
+        assert code == 2 and expected in line, err
+        assert not (tmp_path / "out").exists()

@@ -1,0 +1,43 @@
+"""The options an `export --to FORMAT` or `import --from FORMAT` verb shares, checked one way for every format.
+
+- `jpeg_quality`: `--jpeg` in 1..100, or the format's default where it is not given;
+- `refuse_options`: a usage error (exit 2, nothing written) for options given that the format does
+  not use, rather than ignoring them: `--workers` and `--executor ray` for a format written as one
+  ordered stream, `--task` for a dataset that states its own.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import overload
+
+from teleop_flywheel.core.errors import UsageError
+
+LOCAL = "local"  # `--executor`'s default (`data.parallel.add_arguments_to`)
+PARALLEL_OPTIONS = ("workers", "executor")
+SEQUENTIAL_FIX = "leave it out: the output is one stream written in episode order by one process (docs/formats.md)"
+
+
+@overload
+def jpeg_quality(given: int | None, default: int, fix: str) -> int: ...
+@overload
+def jpeg_quality(given: int | None, default: None, fix: str) -> int | None: ...
+def jpeg_quality(given: int | None, default: int | None, fix: str) -> int | None:
+    """`--jpeg`'s quality, `default` where it is not given; an error out of 1..100 (`fix`: what to give)."""
+    quality = default if given is None else given
+    if quality is not None and not 1 <= quality <= 100:
+        raise UsageError(f"JPEG quality {quality} is out of range", where="--jpeg", fix=fix)
+    return quality
+
+
+def _given(args: argparse.Namespace, name: str) -> bool:
+    value = getattr(args, name, None)
+    return value not in (None, False, [], LOCAL if name == "executor" else None)
+
+
+def refuse_options(args: argparse.Namespace, names: Iterable[str], fmt: str, fix: str) -> None:
+    """A usage error naming every option of `names` (attribute names) given on the command line."""
+    given = [f"--{name.replace('_', '-')}" for name in names if _given(args, name)]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {fmt}",
+                         where=given[0], fix=fix)
