@@ -47,9 +47,9 @@ opened yet are gone.
 A crash (kill -9, power, full disk) before the pointer's rename leaves the dataset exactly as it
 was (the old version); after it, the new version is whole. What a crash leaves beside the dataset
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
-directory, a new dataset's dangling pointer) is never read by anyone; `recover` removes it (every
-writer runs it first under the lock; `teleop-flywheel doctor` reports it and `--repair` removes
-it). No journal, nothing to roll forward.
+directory, a new dataset's dangling pointer, the lease file of a version that is gone) is never
+read by anyone; `recover` removes it (every writer runs it first under the lock; `teleop-flywheel
+doctor` reports it and `--repair` removes it). No journal, nothing to roll forward.
 
 A dataset written before versions (a plain directory) is upgraded by the first commit: its files
 are hard-linked into `v000000`, then the directory and a pointer to `v000000` swap names in one
@@ -350,7 +350,7 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
 
 def collect(root: Path, now: float | None = None, keep_s: float | None = None) -> list[Path]:
     """Remove versions older than the previous one that stopped being current `keep_s` (`KEEP_S`)
-    ago and that no reader leases, and lease files whose version is gone; the versions removed."""
+    ago and that no reader leases; the versions removed."""
     cur = current(root)
     have = _versions(root)
     if cur is None or _number(cur.name) not in have:
