@@ -33,6 +33,7 @@ from lerobot_bench import RESULTS, require_lerobot, write_result
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot.commit import pinned
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 BATCH = 8
@@ -139,7 +140,10 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp_s:
         forms = build_forms(Path(tmp_s), args.episodes, args.seconds)
-        results = {name: measure(root, args.batches, args.steps) for name, root in forms.items()}
+        results = {}
+        for name, root in forms.items():
+            with pinned(root) as files:  # LeRobot reads one version, leased while it reads
+                results[name] = measure(files, args.batches, args.steps)
     best = min(results, key=lambda k: results[k]["training_loop_waiting_share"])
     out = {
         "batch_size": BATCH,

@@ -16,7 +16,10 @@ run's seed, dropping the last frames of each episode where the policy asks LeRob
 The manifest decides the data: `--dataset.repo_id`, `--dataset.root` and `--dataset.episodes` come
 from it (the dataset's current indices of the manifest's episodes, after `training_set` verified
 them) and are refused after `--`; the loaded dataset's episodes are checked to be exactly those
-before the first step. Offline: HF_HUB_OFFLINE and HF_DATASETS_OFFLINE are set (unless set already),
+before the first step. `--dataset.root` is the dataset's current version folder, pinned and leased
+for the whole run (`commit.pinned`): a commit during the run (an ingest's append) is not read, and
+the version is not collected under it; lineage records the dataset's path, as the manifest does.
+Offline: HF_HUB_OFFLINE and HF_DATASETS_OFFLINE are set (unless set already),
 ACT's ResNet starts from random weights (`--policy.pretrained_backbone_weights=null`; give
 `-- --policy.pretrained_backbone_weights=ResNet18_Weights.IMAGENET1K_V1` to download ImageNet's),
 videos decode with pyav, nothing is pushed to the hub.
@@ -45,7 +48,7 @@ from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
-from teleop_flywheel.training.training_set import TrainingSet, load_training_set
+from teleop_flywheel.training.training_set import TrainingSet, training_set
 
 PASSTHROUGH = "lerobot_args"  # cli.py: the arguments after `--`, for LeRobot's config parser
 POLICIES = ("act", "diffusion")
@@ -104,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
     load_manifest(args.manifest)  # a bad manifest is named whether LeRobot is installed or not
     if importlib.util.find_spec("lerobot") is None:
         raise UsageError("LeRobot is not installed, and train runs LeRobot's training", fix=INSTALL)
-    tset = load_training_set(args.manifest, args.dataset)
-    result = train(tset, args.policy, args.out, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                   lerobot_args=args.lerobot_args, registry=args.registry, run_name=args.run)
+    with training_set(args.manifest, args.dataset) as tset:
+        result = train(tset, args.policy, args.out, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
+                       lerobot_args=args.lerobot_args, registry=args.registry, run_name=args.run)
     print(f"trained {args.policy} on {len(tset.episodes)} episodes of {args.manifest} for {result.steps} steps "
           f"in {result.seconds:.1f} s ({result.steps / result.seconds:.2f} steps/s; per step {result.data_s:.3f} s "
           f"loading, {result.update_s:.3f} s updating), last loss {result.loss:.4f}\n"
@@ -130,7 +133,7 @@ def lerobot_arguments(tset: TrainingSet, policy: str, out: Path, steps: int | No
                       seed: int | None, extra: list[str]) -> list[str]:
     """The arguments LeRobot's config parser gets: the manifest's data, our options, offline defaults,
     then the user's (later arguments win in draccus, so a user's offline default override stands)."""
-    args = [f"--policy.type={policy}", f"--dataset.repo_id={tset.repo_id}", f"--dataset.root={tset.root}",
+    args = [f"--policy.type={policy}", f"--dataset.repo_id={tset.repo_id}", f"--dataset.root={tset.files}",
             f"--dataset.episodes={json.dumps(tset.episodes)}", f"--output_dir={out}",
             "--dataset.video_backend=pyav", "--policy.pretrained_backbone_weights=null",
             "--policy.push_to_hub=false", "--wandb.enable=false"]

@@ -5,18 +5,24 @@ The dataset is verified and the episodes found as `manifest episodes` does (`mat
 a manifest episode missing or changed is an error, each difference named; episodes are matched by
 `episode_id`, so a dataset that gained or renumbered episodes still trains exactly the manifest's).
 
+`training_set` holds the dataset's current version pinned and leased (`commit.pinned`) while a
+run reads it: verified, weighed and handed to LeRobot as that one version folder (`files`), so a
+commit during the run changes nothing it reads and the version is not collected under it.
+
 Weights come from `meta/sample_weights.parquet` (`data/reports/weights.py`, written by `curate`):
 a row is matched by its `episode_id` where it has one, else by its episode index; a manifest episode
 without a weight is an error (re-run `curate`). They are normalised over the manifest's episodes.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
-from teleop_flywheel.data.provenance.materialize import locate
+from teleop_flywheel.data.provenance.materialize import Located, locate, located
 from teleop_flywheel.data.reports.weights import WEIGHTS_PATH, read_weight_table
 
 
@@ -26,7 +32,8 @@ class TrainingSet:
 
     manifest_path: Path
     manifest: dict[str, Any]
-    root: Path
+    root: Path  # the dataset's path (what lineage and messages name)
+    files: Path  # the version read: LeRobot's `--dataset.root` (`root` itself for a dataset without versions)
     episode_ids: dict[int, str]
     weights: dict[int, float]  # normalised to sum to 1 over the manifest's episodes
     weight_rule: dict[str, Any]
@@ -44,14 +51,24 @@ class TrainingSet:
 def load_training_set(manifest_path: str | Path, dataset: str | Path | None = None) -> TrainingSet:
     """Verify the manifest's dataset (or `dataset`), find its episodes and their weights;
     `materialize.ManifestMismatch` names every difference."""
-    located = locate(Path(manifest_path), Path(dataset) if dataset is not None else None)
-    ids = {index: episode_id for episode_id, index in located.current.items()}
-    weights, rule = _weights(located.ds, ids)
-    return TrainingSet(located.path, located.manifest, located.ds.root, ids, weights, rule)
+    return _training_set(locate(Path(manifest_path), Path(dataset) if dataset is not None else None))
+
+
+@contextmanager
+def training_set(manifest_path: str | Path, dataset: str | Path | None = None) -> Iterator[TrainingSet]:
+    """`load_training_set` on the dataset's current version, pinned and leased until the block ends."""
+    with located(Path(manifest_path), Path(dataset) if dataset is not None else None) as loc:
+        yield _training_set(loc)
+
+
+def _training_set(loc: Located) -> TrainingSet:
+    ids = {index: episode_id for episode_id, index in loc.current.items()}
+    weights, rule = _weights(loc.ds, ids)
+    return TrainingSet(loc.path, loc.manifest, loc.ds.root, loc.ds.files, ids, weights, rule)
 
 
 def _weights(ds: LeRobotDataset, ids: dict[int, str]) -> tuple[dict[int, float], dict[str, Any]]:
-    table, rule = read_weight_table(ds.root)
+    table, rule = read_weight_table(ds.files)
     by_id: dict[str, float] = {}
     by_index: dict[int, float] = {}
     for row in table.select(["episode_index", "episode_id", "weight"]).to_pylist():

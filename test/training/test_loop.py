@@ -22,6 +22,7 @@ from support.paths import ROOT
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 HAVE_LEROBOT = importlib.util.find_spec("lerobot") is not None
@@ -127,7 +128,8 @@ def test_a_tiny_act_trains_on_the_manifest_and_its_checkpoint_is_registered_and_
     assert tset.episodes == [0, 2, 3]
     train_config = json.loads((pretrained / "train_config.json").read_text())
     assert train_config["dataset"]["episodes"] == tset.episodes
-    assert train_config["dataset"]["root"] == str(tset.root) and train_config["steps"] == 3
+    assert train_config["dataset"]["root"] == str(tset.files) and train_config["steps"] == 3  # the pinned version
+    assert tset.files.parent == commit.versions_path(tset.root)
     assert train_config["policy"]["pretrained_backbone_weights"] is None  # nothing downloaded
 
     # registered against the manifest, under the id the policy plugin tags its commands with

@@ -10,12 +10,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.materialize import ManifestMismatch
 from teleop_flywheel.data.reports.weights import WEIGHTS_PATH, read_weights
 from teleop_flywheel.testing.dataset_files import rewrite_column
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
-from teleop_flywheel.training.training_set import load_training_set
+from teleop_flywheel.training.loop import lerobot_arguments
+from teleop_flywheel.training.training_set import load_training_set, training_set
 
 
 def make(tmp: Path) -> tuple[Path, Path]:
@@ -38,6 +40,29 @@ def test_the_manifests_episodes_at_their_indices_with_their_weights(tmp_path: Pa
     total = sum(weights[e] for e in tset.episodes)
     assert tset.weights == pytest.approx({e: weights[e] / total for e in tset.episodes})
     assert rule == tset.weight_rule and rule["intervention_weight"] == 2.5
+
+
+def _commit_unchanged(root: Path) -> Path:
+    """A new version of `root` with the same files (a plain directory is upgraded to versions first)."""
+    with commit.locked_dataset(root):
+        commit.new_stage(root)
+        return commit.publish(root)
+
+
+def test_a_run_reads_the_version_it_pinned_and_keeps_it(tmp_path: Path) -> None:
+    """LeRobot gets the pinned version folder; the lease keeps it however many commits follow;
+    what the run records (the manifest, `root`) is still the dataset's path."""
+    root, manifest = make(tmp_path)
+    first = _commit_unchanged(root)
+    with training_set(manifest) as tset:
+        assert tset.files == first and tset.root == root and tset.episodes == [0, 2, 3, 4, 5]
+        assert f"--dataset.root={first}" in lerobot_arguments(tset, "act", tmp_path / "run", None, None, None, [])
+        assert json.loads(manifest.read_text())["dataset"] == str(root)
+        _commit_unchanged(root)
+        _commit_unchanged(root)
+        assert commit.collect(root, keep_s=0) == [first.with_name("v000000")]  # the upgrade's: nobody leases it
+        assert (first / "meta/info.json").is_file()
+    assert commit.collect(root, keep_s=0) == [first]  # the run ended: its version goes
 
 
 def test_weights_are_matched_by_episode_id_not_by_row_or_index(tmp_path: Path) -> None:

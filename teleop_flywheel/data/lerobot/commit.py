@@ -30,23 +30,26 @@ one, never a mix. A reader that opens `DATASET/...` path by path (LeRobot's load
 `root=DATASET`) gets each file whole from a published version, but a commit landing between two
 of its opens (its start-up reads info.json, the tables, then globs the data) gives it files of two
 adjacent versions: seen in `test/data/lerobot/test_commit.py`, info.json and the episodes table
-saying 5 episodes beside data files holding 6. Given `root=snapshot(DATASET)` it reads one version.
-An append only adds files (data and video files are never replaced: same name, same bytes in every
-version), so a training run that names its episodes (`--dataset.episodes`, as `train` does) reads
-the same rows either way; it reads `DATASET`, because a pinned version may be removed under a run
-that lasts longer than `KEEP_S` (below).
+saying 5 episodes beside data files holding 6. Given the version itself (`pinned`) it reads one.
+
+Reader leases: `pinned(DATASET)` resolves the pointer once and holds a shared `flock` on the
+version's lease file `DATASET.versions/vNNNNNN.lease` until the block ends; the kernel releases it
+when the process exits, however it dies, so a crashed reader never leaks a lease. `train`,
+`manifest materialize` and the loader benchmark give LeRobot the pinned version folder this way.
 
 Old versions: after a commit, a version older than the previous one is removed once it has not
-been current for `KEEP_S` seconds (the previous version is always kept). A reader that pinned a
-removed version keeps the files it opened (hard links: the data stays until closed); files it had
-not opened yet are gone.
+been current for `KEEP_S` seconds (the previous version is always kept) and no reader leases it:
+the collector takes the lease file's exclusive lock without waiting, and skips the version when a
+reader holds it (a later commit collects it). A reader of `snapshot` (no lease) that outlives
+`KEEP_S` keeps the files it opened (hard links: the data stays until closed); files it had not
+opened yet are gone.
 
 A crash (kill -9, power, full disk) before the pointer's rename leaves the dataset exactly as it
 was (the old version); after it, the new version is whole. What a crash leaves beside the dataset
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
-directory, a new dataset's dangling pointer) is never read by anyone; `recover` removes it (every
-writer runs it first under the lock; `teleop-flywheel doctor` reports it and `--repair` removes
-it). No journal, nothing to roll forward.
+directory, a new dataset's dangling pointer, the lease file of a version that is gone) is never
+read by anyone; `recover` removes it (every writer runs it first under the lock; `teleop-flywheel
+doctor` reports it and `--repair` removes it). No journal, nothing to roll forward.
 
 A dataset written before versions (a plain directory) is upgraded by the first commit: its files
 are hard-linked into `v000000`, then the directory and a pointer to `v000000` swap names in one
@@ -62,6 +65,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -79,7 +83,8 @@ STAGING = ".staging"
 UPGRADE = ".upgrade"
 FAULT_AT = "TELEOP_FLYWHEEL_FAULT_AT"
 FAULT_LOG = "TELEOP_FLYWHEEL_FAULT_LOG"
-KEEP_S = 600.0  # an old version is kept this long after it stopped being current (readers that pinned it)
+KEEP_S = 600.0  # an old version is kept this long after it stopped being current (readers without a lease)
+LEASE_SUFFIX = ".lease"
 _VERSION = re.compile(r"^v(\d{6})$")
 _WORK = ".work"  # temporary videos of a convert, inside the staging directory: never part of a version
 _steps = [0]
@@ -160,6 +165,56 @@ def snapshot(root: str | os.PathLike[str]) -> Path:
     return version if version is not None else path
 
 
+def lease_path(version: Path) -> Path:
+    """The lease file of a version directory: readers hold it shared, the collector exclusive."""
+    return version.with_name(version.name + LEASE_SUFFIX)
+
+
+def _make_lease(version: Path) -> None:
+    """The lease file of a version about to be published (so readers that cannot create files lease it)."""
+    os.close(os.open(lease_path(version), os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def _open_lease(path: Path) -> int | None:
+    """A descriptor of the lease file (created if missing and we may); None if it cannot be had
+    (a dataset we may not write to, published before leases: nothing can collect it under us)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+    try:
+        return os.open(path, os.O_RDONLY)  # flock needs no write access
+    except FileNotFoundError:
+        return None
+
+
+@contextmanager
+def pinned(root: str | os.PathLike[str]) -> Iterator[Path]:
+    """The directory to read `root` from (as `snapshot`), its version leased until the block ends:
+    not collected however long the block lasts (module docstring). Give it to LeRobot as `root=`."""
+    path = Path(root)
+    while True:
+        version = snapshot(path)
+        if version == path:  # not versioned: nothing collects it
+            yield version
+            return
+        fd = _open_lease(lease_path(version))
+        if fd is None:
+            yield version
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # the collector holds it exclusive only while removing the version
+            held = os.path.exists(lease_path(version)) and \
+                os.fstat(fd).st_ino == os.stat(lease_path(version)).st_ino
+            if held and (version.is_dir() or snapshot(path) == version):  # a version gone by hand: the reader says so
+                yield version
+                return
+        finally:
+            os.close(fd)  # closing the last descriptor releases the lease
+        # collected between resolving the pointer and taking the lease: the pointer names a newer version
+
+
 def _versions(root: Path) -> dict[int, Path]:
     vdir = versions_path(root)
     if not vdir.is_dir() or vdir.is_symlink():
@@ -219,6 +274,7 @@ def _upgrade(root: Path) -> None:
     _link_tree(root, work, set())
     fsync_tree(work, files=False)  # the same files, new names: only the names need to reach the disk
     v0 = vdir / "v000000"
+    _make_lease(v0)
     os.rename(work, v0)
     fsync_dir(vdir)
     fault("upgrade: v000000 linked")
@@ -272,6 +328,7 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
     fault("staged")
     if base is None:  # a new dataset: the pointer first (no dataset until it resolves), then its version
         version = versions_path(root) / "v000000"
+        _make_lease(version)
         os.symlink(_pointer_target(root, version), root)  # fails if anything appeared there
         fsync_dir(root.parent)
         fault("pointer made")
@@ -280,18 +337,20 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
         fault("published")
         return version
     version = versions_path(root) / f"v{max(_versions(root)) + 1:06d}"
+    _make_lease(version)
     os.rename(stage, version)
     fsync_dir(version.parent)
     fault(f"version {version.name}")
     os.replace(_temp_pointer(root, _pointer_target(root, version)), root)
     fsync_dir(root.parent)
     fault("published")
-    _collect(root)
+    collect(root)
     return version
 
 
-def _collect(root: Path, now: float | None = None) -> list[Path]:
-    """Remove versions older than the previous one that stopped being current `KEEP_S` ago."""
+def collect(root: Path, now: float | None = None, keep_s: float | None = None) -> list[Path]:
+    """Remove versions older than the previous one that stopped being current `keep_s` (`KEEP_S`)
+    ago and that no reader leases; the versions removed."""
     cur = current(root)
     have = _versions(root)
     if cur is None or _number(cur.name) not in have:
@@ -300,13 +359,29 @@ def _collect(root: Path, now: float | None = None) -> list[Path]:
     assert n is not None
     older = sorted(k for k in have if k < n)
     now = time.time() if now is None else now
+    keep_s = KEEP_S if keep_s is None else keep_s
     removed = []
     for k in older[:-1]:  # the previous version is always kept
         successor = min(j for j in have if j > k)
-        if now - os.lstat(have[successor]).st_ctime >= KEEP_S:  # ctime: when it was renamed into place
-            shutil.rmtree(have[k])
+        if now - os.lstat(have[successor]).st_ctime >= keep_s and _remove_unleased(have[k]):
             removed.append(have[k])
     return removed
+
+
+def _remove_unleased(version: Path) -> bool:
+    """Remove `version` and its lease file unless a reader holds the lease; whether it was removed."""
+    lease = lease_path(version)
+    fd = os.open(lease, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        shutil.rmtree(version)
+        lease.unlink()  # under the lock: a reader that opened it sees it gone and resolves the pointer again
+        return True
+    finally:
+        os.close(fd)
 
 
 def _leftovers(root: Path) -> list[tuple[Path, str]]:
@@ -323,7 +398,8 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
             out.append((vdir / name, what))
     have = _versions(root)
     if not os.path.lexists(root):
-        return out  # a pointer removed by hand: its versions are a dataset's, not a crash's (doctor says so)
+        # a pointer removed by hand: its versions are a dataset's, not a crash's (doctor says so)
+        return out + (_stray_leases(vdir, None) if not have else [])
     cur = current(root)
     if cur is None:  # a plain directory: a version beside it is an upgrade that never swapped names
         n = -1
@@ -335,7 +411,17 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
     for k, p in sorted(have.items()):
         if k > n:
             out.append((p, "a version made by a commit interrupted before the pointer was moved to it"))
-    return out
+            if os.path.lexists(lease_path(p)):
+                out.append((lease_path(p), "the lease file of that version"))
+    return out + _stray_leases(vdir, None if any(p == root for p, _ in out) else cur)
+
+
+def _stray_leases(vdir: Path, pointed: Path | None) -> list[tuple[Path, str]]:
+    """Lease files whose version is gone but the one the pointer names (if gone, doctor names the pointer)."""
+    return [(lease, "the lease file of a version never published or already removed")
+            for lease in sorted(vdir.glob(f"v*{LEASE_SUFFIX}"))
+            if not os.path.lexists(version := lease.with_name(lease.name.removesuffix(LEASE_SUFFIX)))
+            and version != pointed]
 
 
 def recover(root: Path) -> str | None:

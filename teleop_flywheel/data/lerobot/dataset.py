@@ -87,9 +87,10 @@ class LeRobotDataset:
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, root: str | Path, episode_stats: bool = False) -> LeRobotDataset:
+    def open(cls, root: str | Path, episode_stats: bool = False, files: Path | None = None) -> LeRobotDataset:
+        """`files`: the version of `root` to read (one `commit.pinned` holds); default the current one."""
         root = Path(root)
-        files = snapshot(root)
+        files = snapshot(root) if files is None else files
         info_path = files / INFO_PATH
         if not info_path.is_file():
             error = DatasetError(f"{root}: " + (f"not a LeRobot dataset (no {INFO_PATH})" if root.exists()

@@ -255,7 +255,7 @@ def _file_changes(ds: LeRobotDataset, manifest: dict[str, Any]) -> list[str]:
                 holders.setdefault(rel, []).append(int(m["episode_index"]))
     out = []
     for rel, digest in sorted((manifest.get("files") or {}).items()):
-        path = ds.root / rel
+        path = ds.files / rel
         now = file_sha256(path) if path.is_file() else None
         if now != digest:
             what = "missing" if now is None else f"sha256 {digest[:12]} -> {now[:12]}"

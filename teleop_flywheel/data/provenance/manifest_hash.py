@@ -72,7 +72,7 @@ def _plain(value: Any) -> Any:
 def episode_rows(ds: LeRobotDataset) -> pd.DataFrame:
     """The whole episodes table (with the stats columns the reader skips), by episode_index."""
     frames = []
-    for path in sorted((ds.root / "meta" / "episodes").rglob("*.parquet")):
+    for path in sorted((ds.files / "meta" / "episodes").rglob("*.parquet")):
         try:
             frames.append(pq.read_table(path).to_pandas())
         except Exception as exc:  # noqa: BLE001
@@ -177,12 +177,12 @@ def episode_parts(ds: LeRobotDataset, episodes: list[int], task_indices: dict[in
         out[e] = part
     for (key, vrel), ranges in per_file.items():
         try:
-            digests = video_hashes(ds.root, vrel, ranges)
+            digests = video_hashes(ds.files, vrel, ranges)
         except (DatasetError, OSError, av.error.FFmpegError, ValueError) as exc:
             digests = {e: f"unreadable: {exc}" for e in ranges}
         for e, digest in digests.items():
             out[e]["videos"][key]["sha256"] = digest
-    hashed = {rel: (file_sha256(ds.root / rel) if (ds.root / rel).is_file() else "missing") for rel in sorted(files)}
+    hashed = {rel: (file_sha256(ds.files / rel) if (ds.files / rel).is_file() else "missing") for rel in sorted(files)}
     return out, hashed
 
 

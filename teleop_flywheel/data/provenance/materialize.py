@@ -35,6 +35,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,21 @@ def locate(manifest_path: Path, dataset: Path | None = None) -> Located:
     """Load the manifest, open its dataset (or `dataset`), verify it holds every manifest episode
     unchanged, and find each one's current index; ManifestMismatch naming every difference."""
     manifest = load_manifest(manifest_path)
-    ds = LeRobotDataset.open(dataset if dataset is not None else manifest["dataset"])
+    return _verified(manifest_path, manifest, LeRobotDataset.open(dataset or manifest["dataset"]))
+
+
+@contextmanager
+def located(manifest_path: Path, dataset: Path | None = None) -> Iterator[Located]:
+    """`locate`, the dataset's current version pinned and leased until the block ends
+    (`commit.pinned`): everything read through `Located.ds` (`ds.files`) is that one version, however
+    long the block lasts and whatever commits follow; `ds.root` stays the dataset's path."""
+    manifest = load_manifest(manifest_path)
+    root = dataset or manifest["dataset"]
+    with commit.pinned(root) as files:
+        yield _verified(manifest_path, manifest, LeRobotDataset.open(root, files=files))
+
+
+def _verified(manifest_path: Path, manifest: dict[str, Any], ds: LeRobotDataset) -> Located:
     # Episodes are found by id, so the manifest's filter (which may name positions) is not applied
     # again, and whole-file hashes of data parquets are left out (module docstring).
     files = {rel: d for rel, d in (manifest.get("files") or {}).items() if not rel.startswith("data/")}
@@ -128,7 +143,7 @@ class Materialized:
 
 
 def _episodes_table(ds: LeRobotDataset) -> pa.Table:
-    files = sorted((ds.root / EPISODES_DIR).rglob("*.parquet"))
+    files = sorted((ds.files / EPISODES_DIR).rglob("*.parquet"))
     return pa.concat_tables([pq.read_table(p) for p in files], promote_options="permissive")
 
 
@@ -267,9 +282,9 @@ def _write_videos(loc: Located, stage: Path, info: dict[str, Any], order: list[i
             rel = video_file(row, key)
             if rel is None:
                 raise DatasetError(f"{loc.ds.root}: episode {e} has no {key} video in the episodes table")
-            parts.append((loc.ds.root / rel, float(row[f"videos/{key}/from_timestamp"]),
+            parts.append((loc.ds.files / rel, float(row[f"videos/{key}/from_timestamp"]),
                           float(row[f"videos/{key}/to_timestamp"]), n))
-            sizes.append((loc.ds.root / rel).stat().st_size * n / max(frames_in[rel], 1))
+            sizes.append((loc.ds.files / rel).stat().st_size * n / max(frames_in[rel], 1))
         for file_no, group in enumerate(_groups(sizes, limit)):
             ci, fi = lf.chunk_file(file_no, chunks)
             rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
@@ -319,7 +334,7 @@ def _write_episodes(stage: Path, source: pa.Table, order: list[int], rows: list[
 def _write_weights(ds: LeRobotDataset, stage: Path, order: list[int]) -> bool:
     """The source's sample weights of the kept episodes, renumbered, normalised to sum to 1 again
     (the ratios, hence the sampling, unchanged); False if the source has none."""
-    src = ds.root / lf.SAMPLE_WEIGHTS_PATH
+    src = ds.files / lf.SAMPLE_WEIGHTS_PATH
     if not src.is_file():
         return False
     table = pq.read_table(src)
@@ -423,20 +438,21 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "materialize" and os.path.lexists(args.out):
         raise UsageError("output already exists", where=str(args.out),
                          fix="choose a new OUT: a materialized dataset is written whole, never over anything")
-    try:
-        loc = locate(args.manifest, args.dataset)
-    except ValueError as exc:
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc)) from exc
-    if args.action == "episodes":
-        if args.json:
-            print(json.dumps({"dataset": str(loc.ds.root), "manifest": str(args.manifest), "episodes": loc.episodes,
-                              "episode_index": loc.current}, indent=2))
-        else:
-            print(lerobot_argument(loc.episodes))
-        return 0
-    made = materialize(loc, args.out, resolution, args.codec, show_progress=True)
+    with ExitStack() as pin:  # the dataset's version leased while it is read
+        try:
+            loc = pin.enter_context(located(args.manifest, args.dataset))
+        except ValueError as exc:
+            if isinstance(exc, FlywheelError):
+                raise
+            raise UsageError(str(exc)) from exc
+        if args.action == "episodes":
+            if args.json:
+                print(json.dumps({"dataset": str(loc.ds.root), "manifest": str(args.manifest),
+                                  "episodes": loc.episodes, "episode_index": loc.current}, indent=2))
+            else:
+                print(lerobot_argument(loc.episodes))
+            return 0
+        made = materialize(loc, args.out, resolution, args.codec, show_progress=True)
     repo = loc.ds.repo_id or f"local/{made.root.name}"
     print(f"wrote {made.root}: {made.episodes} episodes, {made.frames} frames, videos {made.videos}; load with "
           f"LeRobotDataset({repo!r}, root={str(made.root)!r}, video_backend='pyav')")

@@ -3,10 +3,13 @@ version or the new one, never a mix, even while the writer is killed -9 at every
 
 The readers run in their own processes and loop for the whole test: our `LeRobotDataset.open`, and
 LeRobot's own `LeRobotDataset` (in an environment with LeRobot; skipped with the reason elsewhere)
-given `commit.snapshot(DATASET)`, the version the pointer names when it starts. Each read checks
-that info.json's totals equal the episodes and rows it finds. (LeRobot given the pointer path itself
-opens it file by file, so a commit during its start-up can give it one version's metadata and the
-next one's data: seen once in three reads while writing this test; `commit.py` says so.)
+given the version `commit.pinned(DATASET)` leases when it starts. Each read checks that info.json's
+totals equal the episodes and rows it finds. (LeRobot given the pointer path itself opens it file by
+file, so a commit during its start-up can give it one version's metadata and the next one's data:
+seen once in three reads while writing this test; `commit.py` says so.)
+
+Leases: a version a reader has pinned is not collected however old it is; one nobody leases is, and
+so is one whose reader was killed (the kernel drops its lock).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,17 +44,18 @@ READER = textwrap.dedent('''
         import logging
         logging.disable(logging.WARNING)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset as Loader
-        from teleop_flywheel.data.lerobot.commit import snapshot
+        from teleop_flywheel.data.lerobot.commit import pinned
     else:
         from teleop_flywheel.data.lerobot import dataset as ours
     seen = {}
     while not stop.exists():
         try:
             if kind == "lerobot":
-                ds = Loader("local/ds", root=snapshot(root), video_backend="pyav")
-                rows = ds.hf_dataset.with_format(None)["episode_index"]
-                found = (ds.meta.total_episodes, len(ds.meta.episodes), len(set(rows)),
-                         ds.meta.total_frames, len(rows))
+                with pinned(root) as version:
+                    ds = Loader("local/ds", root=version, video_backend="pyav")
+                    rows = ds.hf_dataset.with_format(None)["episode_index"]
+                    found = (ds.meta.total_episodes, len(ds.meta.episodes), len(set(rows)),
+                             ds.meta.total_frames, len(rows))
             else:
                 ds = ours.LeRobotDataset.open(root)
                 rows = ds.read_table(["episode_index"]).column("episode_index").to_pylist()
@@ -92,9 +97,38 @@ def bags(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [write_session(root / f"b{i}", SessionSpec(seed=40 + i, **SPEC)).bag for i in range(10)]
 
 
+LEROBOT = pytest.mark.skipif(not HAVE_LEROBOT, reason="LeRobot (torch, ~8 GB) is not installed here; run in "
+                                                     "/work/lrenv/venv for its loader")
+
+
+def _started(reader: subprocess.Popen[bytes], out: Path) -> None:
+    for _ in range(1200):  # LeRobot imports torch: up to a minute on a busy machine
+        if out.with_suffix(".ready").exists() or reader.poll() is not None:
+            return
+        time.sleep(0.1)
+
+
+def _read_after(reader: subprocess.Popen[bytes], out: Path) -> None:
+    """Wait for a read that started after now (the second one to end from now)."""
+    for _ in range(2):
+        out.with_suffix(".ready").unlink(missing_ok=True)
+        for _ in range(600):
+            if out.with_suffix(".ready").exists() or reader.poll() is not None:
+                break
+            time.sleep(0.1)
+
+
+def _seen(reader: subprocess.Popen[bytes], stop: Path, out: Path) -> tuple[dict[tuple[Any, ...], int], dict[Any, int]]:
+    """Stop the reader: every read's (episodes in info.json, in the table, in the data, frames in
+    info.json, in the data) and how often, and the reads where those disagree or that failed."""
+    stop.touch()
+    reader.wait(60)
+    seen = {tuple(json.loads(k)): n for k, n in json.loads(out.read_text()).items()}
+    return seen, {s: n for s, n in seen.items() if s[0] == "error" or not s[0] == s[1] == s[2] or s[3] != s[4]}
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("kind", ["ours", pytest.param("lerobot", marks=pytest.mark.skipif(
-    not HAVE_LEROBOT, reason="LeRobot (torch, ~8 GB) is not installed here; run in /work/lrenv/venv for its loader"))])
+@pytest.mark.parametrize("kind", ["ours", pytest.param("lerobot", marks=LEROBOT)])
 def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_path: Path, kind: str) -> None:
     ds = tmp_path / "ds"
     assert conv.convert([bags[0]], ds, codec="h264", workers=1, progress=False).converted
@@ -106,10 +140,7 @@ def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_p
     steps = log.read_text().splitlines()
     reader, stop, out = _reader(kind, ds, tmp_path)
     try:
-        for _ in range(1200):  # LeRobot imports torch: up to a minute on a busy machine
-            if out.with_suffix(".ready").exists() or reader.poll() is not None:
-                break
-            time.sleep(0.1)
+        _started(reader, out)
         nxt, published = 1, 0
         for n in range(1, len(steps) + 1):  # the same append killed at each of its write steps
             before = json.loads((ds / "meta/info.json").read_text())["total_episodes"]
@@ -118,14 +149,75 @@ def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_p
                 published += 1
                 nxt += 1
         assert _convert(bags[nxt], ds, {}) == 0
+        _read_after(reader, out)
     finally:
-        stop.touch()
-        reader.wait(60)
-    seen = {tuple(json.loads(k)): n for k, n in json.loads(out.read_text()).items()}
+        seen, broken = _seen(reader, stop, out)
     assert problems(ds) == [] and published >= 3
     assert sum(seen.values()) >= 5 and {s[0] for s in seen} >= {1, nxt + 1}, seen  # read before and after
-    broken = {s: n for s, n in seen.items() if s[0] == "error" or not s[0] == s[1] == s[2] or s[3] != s[4]}
     assert broken == {}, (broken, seen)
+
+
+@pytest.mark.timeout(120)
+@LEROBOT
+def test_lerobot_given_a_pinned_version_reads_one_while_appends_commit(bags: list[Path], tmp_path: Path) -> None:
+    """LeRobot's loader started in a loop, each time on the version `pinned` leases, while appends
+    commit back to back: every read is one version whole."""
+    ds = tmp_path / "ds"
+    assert conv.convert([bags[0]], ds, codec="h264", workers=1, progress=False).converted
+    reader, stop, out = _reader("lerobot", ds, tmp_path)
+    try:
+        _started(reader, out)
+        for bag in bags[1:5]:
+            assert conv.convert([bag], ds, codec="h264", workers=1, progress=False).converted
+        _read_after(reader, out)
+    finally:
+        seen, broken = _seen(reader, stop, out)
+    assert {s[0] for s in seen} >= {1, 5} and len(seen) >= 3, seen  # read before, during and after
+    assert broken == {}, (broken, seen)
+
+
+PINNER = textwrap.dedent('''
+    import sys
+    from teleop_flywheel.data.lerobot.commit import pinned
+    with pinned(sys.argv[1]) as version:
+        print(version, flush=True)
+        sys.stdin.read()
+''')
+
+
+def test_a_leased_version_is_kept_until_its_reader_ends_or_dies(tmp_path: Path) -> None:
+    ds = tmp_path / "ds"
+    v0 = _commit(ds, {"meta/info.json": "0"})
+    with commit.pinned(ds) as pinned_v0:
+        assert pinned_v0 == v0 and commit.lease_path(v0).is_file()
+        v1 = _commit(ds, {"meta/info.json": "1"})
+        other = subprocess.Popen([sys.executable, "-c", PINNER, str(ds)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            assert other.stdout is not None and other.stdout.readline().decode().strip() == str(v1)
+            for n in range(2, 5):
+                _commit(ds, {"meta/info.json": str(n)})
+            past = time.time() + commit.KEEP_S + 1
+            assert commit.collect(ds, now=past) == [commit.versions_path(ds) / "v000002"]  # nobody leases it
+            assert _names(ds) == ["v000000", "v000001", "v000003", "v000004"]
+            assert (v0 / "meta/info.json").read_text() == "0" and (v1 / "meta/info.json").read_text() == "1"
+            assert commit.collect(ds, now=time.time()) == []  # KEEP_S not over: nothing
+        finally:
+            other.kill()  # SIGKILL: the kernel releases its lease
+            other.wait(30)
+        assert commit.collect(ds, keep_s=0) == [v1] and _names(ds) == ["v000000", "v000003", "v000004"]
+    assert commit.collect(ds, keep_s=0) == [v0] and _names(ds) == ["v000003", "v000004"]
+    assert commit.pending(ds) == []  # lease files of live versions are not leftovers
+    commit.lease_path(v0).touch()  # a collector killed between removing a version and its lease file
+    assert commit.pending(ds) and commit.recover(ds) and _names(ds) == ["v000003", "v000004"]
+
+
+def _names(root: Path) -> list[str]:
+    """The versions beside `root`; each has its lease file (and nothing else is there)."""
+    names = sorted(p.name for p in commit.versions_path(root).iterdir())
+    versions = [n for n in names if not n.endswith(commit.LEASE_SUFFIX)]
+    assert names == sorted(versions + [n + commit.LEASE_SUFFIX for n in versions])
+    return versions
 
 
 def _files(version: Path) -> dict[str, int]:
@@ -152,10 +244,10 @@ def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest
     assert commit.recover(ds) is not None and commit.current(ds) == v1  # the refused stage removed
     v2 = _commit(ds, {}, drop=("data/b",))
     assert sorted(_files(v2)) == ["data/a", "meta/info.json"]
-    assert sorted(p.name for p in commit.versions_path(ds).iterdir()) == ["v000000", "v000001", "v000002"]  # KEEP_S
+    assert _names(ds) == ["v000000", "v000001", "v000002"]  # KEEP_S
     monkeypatch.setattr(commit, "KEEP_S", 0.0)
     _commit(ds, {"meta/info.json": "3"})
-    assert sorted(p.name for p in commit.versions_path(ds).iterdir()) == ["v000002", "v000003"]  # current, previous
+    assert _names(ds) == ["v000002", "v000003"]  # current, previous
     elsewhere = tmp_path / "elsewhere"
     os.symlink(v0, elsewhere)
     with pytest.raises(commit.CommitError, match="not to a version of this dataset"):
@@ -222,6 +314,8 @@ def test_doctor_reads_the_version_layout(tmp_path: Path) -> None:
     assert "v000002: a version made by a commit interrupted" in found[0].detail
     commit.recover(ds)
     shutil.rmtree(v1)  # removed by hand
+    with commit.pinned(ds) as version:
+        assert version == v1  # not waited for: the reader finds it missing and says so
     assert [p.repair for p in problems(ds)] == [None] and "points to v000001, which is not in" in problems(ds)[0].detail
     ds.unlink()  # the pointer removed by hand: its versions are left alone
     assert commit.recover(ds) is None and (commit.versions_path(ds) / "v000000").is_dir()
