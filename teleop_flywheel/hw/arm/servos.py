@@ -251,17 +251,27 @@ class ArmServos:
 
     def isolate(self) -> list[int]:
         """After a sync read timed out: read each servo on its own; the ones that do not answer
-        are left out of `active` and returned (empty: none in particular, or all of them)."""
-        silent = []
-        for sid in list(self.active):
-            try:
-                self.bus.read(sid, POS_ADDR, POS_SIZE)
-            except BusTimeout:
-                silent.append(sid)
-            except ServoError:
-                pass  # it answered (with fault bits the next sync read reports)
+        are left out of `active` and returned (empty: none in particular, or all of them).
+
+        A stall of the whole line (a USB adapter's hiccup, a simulator starved of CPU on a loaded
+        machine) silences whichever servos happen to be asked during it, the first ones in id
+        order, so a servo is silent only if it does not answer again after another one did, and
+        that other one answers right after it: asked between two answers, its silence is its own."""
+        silent = [sid for sid in self.active if not self._answers(sid)]
         if len(silent) == len(self.active):
             return []
+        witness = next(sid for sid in self.active if sid not in silent)
+        silent = [sid for sid in silent if not self._answers(sid) and self._answers(witness)]
         for sid in silent:
             self.active.remove(sid)
         return silent
+
+    def _answers(self, sid: int) -> bool:
+        """Whether the servo answers a read of its position (with fault bits or not)."""
+        try:
+            self.bus.read(sid, POS_ADDR, POS_SIZE)
+        except BusTimeout:
+            return False
+        except ServoError:
+            pass  # it answered (with fault bits the next sync read reports)
+        return True
