@@ -96,7 +96,7 @@ def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
             )
     ds = tmp_path / "ds"
     res = conv.convert(bags, ds, codec="h264", workers=1, progress=False, include_failed=True)
-    assert len(res.converted[str(ds)]) == 3, res
+    assert len(res.converted.get(str(ds), [])) == 3, res  # a bag refused: res says which and why
     data = pq.read_table(ds / "data/chunk-000/file-000.parquet").to_pandas()
     for e, (takeover, _label_at, back, label, correction) in enumerate(PLAN):
         rows = data[data.episode_index == e]
