@@ -190,7 +190,9 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         inference = bag.joint_state(POLICY_INFERENCE)
         assert inference.names == ["inference_ms", "period_ms", "late"] and len(inference.position) > 10
         camera = bag.camera_topics()["front"]
-        delay_ms = float(np.median(bag.raw(camera).log_ns - bag.stamps(camera))) / 1e6
+        # The least delay: no `far` frame is delivered before its capture + 40 ms, while a loaded machine
+        # delays many `near` frames by as much (the median did), but not every one.
+        delay_ms = float(np.min(bag.raw(camera).log_ns - bag.stamps(camera))) / 1e6
         assert (delay_ms >= 40) == (t.condition == "far"), (b, delay_ms)
         took_over = t.condition == "near"
         assert t.interventions == int(took_over) and t.triggers == (["too_slow"] if took_over else []), (b, t)

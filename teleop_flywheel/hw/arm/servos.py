@@ -34,6 +34,9 @@ GOAL_ADDR, GOAL_SIZE = register("Goal_Position").address, register("Goal_Positio
 LOAD_FULL_SCALE = 1000.0  # Present_Load counts 0.1 % of the servo's maximum torque
 CURRENT_MA_PER_UNIT = 6.5  # Present_Current of an STS3215
 HALF_TURN = STEPS_PER_TURN // 2
+# A servo is named silent after this many more misses, each between answers of another servo: a
+# simulator starved of CPU on a loaded machine misses one or two such reads, a hung servo every one.
+SILENT_CONFIRMATIONS = 3
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
 
 Log = Callable[[str, str], None]  # (level "info" | "error", message)
@@ -251,17 +254,29 @@ class ArmServos:
 
     def isolate(self) -> list[int]:
         """After a sync read timed out: read each servo on its own; the ones that do not answer
-        are left out of `active` and returned (empty: none in particular, or all of them)."""
-        silent = []
-        for sid in list(self.active):
-            try:
-                self.bus.read(sid, POS_ADDR, POS_SIZE)
-            except BusTimeout:
-                silent.append(sid)
-            except ServoError:
-                pass  # it answered (with fault bits the next sync read reports)
+        are left out of `active` and returned (empty: none in particular, or all of them).
+
+        A stall of the whole line (a USB adapter's hiccup, a simulator starved of CPU on a loaded
+        machine) silences whichever servos happen to be asked during it, the first ones in id
+        order, so a servo is silent only if it does not answer again after another one did, and
+        that other one answers right after it, `SILENT_CONFIRMATIONS` times over: asked between two
+        answers, its silence is its own. One let off wrongly is asked again at the next timeout."""
+        silent = [sid for sid in self.active if not self._answers(sid)]
         if len(silent) == len(self.active):
             return []
+        witness = next(sid for sid in self.active if sid not in silent)
+        for _ in range(SILENT_CONFIRMATIONS):
+            silent = [sid for sid in silent if not self._answers(sid) and self._answers(witness)]
         for sid in silent:
             self.active.remove(sid)
         return silent
+
+    def _answers(self, sid: int) -> bool:
+        """Whether the servo answers a read of its position (with fault bits or not)."""
+        try:
+            self.bus.read(sid, POS_ADDR, POS_SIZE)
+        except BusTimeout:
+            return False
+        except ServoError:
+            pass  # it answered (with fault bits the next sync read reports)
+        return True

@@ -82,12 +82,14 @@ def _record(out: Path) -> list[Path]:
 @pytest.mark.timeout(600)
 def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
     bags = _record(tmp_path / "bags")
+    recorded = []  # each episode's span as the teleop switched it (a loaded machine delivers a pedal late)
     for bag, (_t, _l, _b, label, correction) in zip(bags, PLAN, strict=True):
         b = open_bag(bag)
         ep = b.episode
         assert ep is not None
         spans = ep.corrections if correction else ep.interventions
         assert [s.trigger for s in spans] == [label], (bag.name, ep.interventions, ep.corrections)
+        recorded.append(spans[0])
         if not correction:  # the authority stream kept when the label arrived: 0 before it
             auth = b.authority(AUTHORITY).position
             running = auth[:, 2] > 0
@@ -96,14 +98,14 @@ def test_final_labels_on_every_frame_of_real_bags(tmp_path: Path) -> None:
             )
     ds = tmp_path / "ds"
     res = conv.convert(bags, ds, codec="h264", workers=1, progress=False, include_failed=True)
-    assert len(res.converted[str(ds)]) == 3, res
+    assert len(res.converted.get(str(ds), [])) == 3, res  # a bag refused: res says which and why
     data = pq.read_table(ds / "data/chunk-000/file-000.parquet").to_pandas()
-    for e, (takeover, _label_at, back, label, correction) in enumerate(PLAN):
+    for e, (span, (_takeover, _label_at, _back, label, correction)) in enumerate(zip(recorded, PLAN, strict=True)):
         rows = data[data.episode_index == e]
         trig = rows["complementary_info.trigger"].to_numpy()
         flag = (rows["complementary_info.correction"] if correction else rows.intervention).to_numpy().astype(bool)
         frames = int(flag.sum())
-        assert abs(frames - (back - takeover) * 30) <= 6, (e, frames)
+        assert span.end_ns is not None and abs(frames - (span.end_ns - span.start_ns) / 1e9 * 30) <= 6, (e, frames)
         zero = int(np.count_nonzero(trig[flag] == 0))
         assert zero == 0, f"episode {e}: {zero} of {frames} frames without their label"
         assert set(trig[flag]) == {trigger_code(label)} and set(trig[~flag]) == {0}
