@@ -225,7 +225,7 @@ def export(src: Source, out: Path, show_progress: bool = True, registry: Path | 
         for key, demos in masks.items():
             f.create_dataset(f"mask/{key}", data=np.array(demos, dtype="S"))  # robomimic decodes bytes
         f.attrs.update({"format": FORMAT, "fps": ds.fps, "episode_ids": json_attr(ids),
-                        "joint_names": json_attr(list(JOINT_NAMES)), "source_dataset": str(ds.root.resolve()),
+                        "joint_names": json_attr(list(JOINT_NAMES)), "source_dataset": os.path.abspath(ds.root),
                         "teleop_flywheel_version": __version__, **src.attrs})
     out = Path(os.path.abspath(out))
     entry = record_export(src, out, FORMAT, registry)

@@ -105,5 +105,5 @@ def record_export(src: Source, out: Path, fmt: str, registry: Path | None = None
         episodes.append({"episode_id": p["episode_id"], "source_episode_index": p["source_episode_index"]}
                         | ({"file": names[k]} if names else {}))
     manifest = src.attrs.get("manifest")
-    return register_export(registry or default_registry(), fmt, out, episodes, str(src.ds.root.resolve()),
+    return register_export(registry or default_registry(), fmt, out, episodes, os.path.abspath(src.ds.root),
                            Path(manifest) if manifest else None, options, digests)

@@ -187,7 +187,7 @@ def _dataset_metadata(src: Source, cameras: list[str]) -> dict[str, Any]:
     return {"format": FORMAT, "joint_names": list(JOINT_NAMES), "units": UNITS, "fps": ds.fps,
             "robot_type": ds.robot_type, "cameras": [c.removeprefix(IMAGE_PREFIX) for c in cameras],
             "trigger_labels": ds.info.get("trigger_labels"), "joint_limits": ds.info.get("joint_limits"),
-            "source_dataset": str(ds.root.resolve()), "teleop_flywheel_version": __version__, **src.attrs}
+            "source_dataset": os.path.abspath(ds.root), "teleop_flywheel_version": __version__, **src.attrs}
 
 
 def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: bool = True,
@@ -205,7 +205,7 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
         info = tfds.core.DatasetInfo(
             builder=identity, features=features,
             metadata=tfds.core.MetadataDict(_dataset_metadata(src, layout.cameras)),
-            description=f"SO-101 teleoperation episodes of {ds.root.resolve()}, exported by teleop_flywheel "
+            description=f"SO-101 teleoperation episodes of {os.path.abspath(ds.root)}, exported by teleop_flywheel "
                         f"{__version__} (docs/formats.md). State and action in {UNITS}.")
 
         def open_writer(episode_bytes: int) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,7 @@ def test_tfds_reads_every_episode_as_the_source_has_it(made: dict[str, Path]) ->
             assert np.abs(image.astype(int) - source[t]).mean() < JPEG_TOLERANCE, t
         assert meta["episode_id"].decode() == table["episode_id"].iloc[e]
         assert meta["source_episode_index"] == e
-        assert meta["source_dataset"].decode() == str(ds.resolve())
+        assert meta["source_dataset"].decode() == os.path.abspath(ds)
         assert meta["manifest"].decode() == ""
         assert json.loads(meta["episode"].decode())["outcome"] == table["outcome"].iloc[e]
     info = json.loads((out / "metadata.json").read_text())
