@@ -320,9 +320,11 @@ class TrialDriver:
     def start(self, slot: Slot) -> None:
         if slot != self.walker.next_slot():
             raise ProtocolError(f"{self.protocol.path}: {slot} is not the next planned trial")
-        self.policy.reset()
         self._t0_ns = now_ns()  # before the recorder's start: the trial's window covers the bag's
         self.client.call("start")
+        # The checkpoint (swapped in by `prepare`, idle until now) starts once the bag records: its
+        # first recorded follower state is the start pose, not wherever the policy had driven it.
+        self.policy.reset()
         self.slot = slot
 
     def finish(self, outcome: str, failure_label: str = "") -> tuple[Path, str]:

@@ -34,7 +34,10 @@ loads); one that cannot be loaded is refused with the reason and the running pol
 back to one of the two policies it ran last (the same three values) reuses it, loaded already: an
 unattended evaluation interleaving two checkpoints with start-pose moves loads each once (a LeRobot
 checkpoint's load and first inference take seconds of CPU, which a loaded simulator host cannot
-spare; the price is up to three policies in memory); `~/reset` starts its episode over.
+spare; the price is up to three policies in memory). A swapped-in policy commands nothing until
+`~/reset` starts its episode: between a start-pose move and a trial the arm holds where the move
+left it (the teleop node holds the last command), so the trial's bag, started before that reset,
+begins at the start pose and holds only the new checkpoint's commands.
 `~/reset` (std_srvs/Trigger) starts the running policy's episode over from the current state
 (between episodes or evaluation trials). When the blend weight α on `/teleop/authority` returns
 to 0 after a human takeover, the node calls `Policy.drop_plan()`: a plan made before the human
@@ -155,6 +158,7 @@ class PolicyNode(Node):
         self.period_ns = round(1e9 / self.params.values.rate_hz)
         self.late_actions = 0
         self._acted_ns = 0  # when the last command was published
+        self._engaged = True  # False from a swap until `~/reset` starts the new policy's episode
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_state, CONTROL_QOS)
         self._alpha = 0.0
         self.plans_dropped = 0
@@ -191,6 +195,7 @@ class PolicyNode(Node):
             while len(self._recent) > RECENT_POLICIES:
                 self._recent.pop(next(iter(self._recent)))
             self.policy = policy
+            self._engaged = False
             self._watch_cameras(policy.cameras)
         self.get_logger().info(f"now running policy {new.policy} ({policy.checkpoint_id})")
         return None
@@ -216,6 +221,8 @@ class PolicyNode(Node):
         if t - self._acted_ns < self.period_ns // 2:
             return  # the timer catching up after a late action: that action gets its period first
         with self._lock:
+            if not self._engaged:
+                return
             policy, images_in = self.policy, dict(self._images)
         images = {cam: rgb for cam, latest in images_in.items() if (rgb := latest.get()) is not None}
         missing = [camera_image(cam) for cam in images_in if cam not in images]
@@ -242,6 +249,7 @@ class PolicyNode(Node):
         """Start the policy's episode over from the current state (between episodes)."""
         with self._lock:
             self.policy.reset(self._state, now_ns())
+            self._engaged = True
             where = "the current state" if self._state is not None else "no follower state yet"
             return f"{self.policy.checkpoint_id} restarted from {where}"
 

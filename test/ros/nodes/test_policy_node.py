@@ -20,6 +20,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 
+from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy  # noqa: E402
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, msg_stamp_ns  # noqa: E402
 from teleop_flywheel.ros.nodes.policy import INFERENCE_FIELDS, PolicyNode  # noqa: E402
@@ -143,4 +144,47 @@ def test_swapping_back_reuses_a_policy_it_ran_lately(tmp_path) -> None:
         assert not swap(policy="nosuch") and node.policy.checkpoint_id == "scripted-v0"
     finally:
         node.destroy_node()
+        rclpy.shutdown()
+
+
+def test_a_swapped_in_policy_commands_nothing_until_its_episode_is_reset() -> None:
+    """Between a start-pose move and a trial the arm must hold: a swap loads the checkpoint, and
+    only `~/reset` (the trial's start, once its bag records) lets it command."""
+    rclpy.init()
+    node = PolicyNode(parameter_overrides=[Parameter("simulated", value=True), Parameter("rate_hz", value=50.0)])
+    probe = rclpy.create_node("probe")
+    tags: list[tuple[int, str]] = []  # (received monotonic ns, checkpoint id) of /policy/joint_command
+    probe.create_subscription(JointState, "/policy/joint_command",
+                              lambda m: tags.append((time.monotonic_ns(), m.header.frame_id)), STREAM_QOS)
+    state = probe.create_publisher(JointState, "/follower/joint_states", 10)
+    executors = []
+    for n in (node, probe):
+        ex = SingleThreadedExecutor()
+        ex.add_node(n)
+        threading.Thread(target=ex.spin, daemon=True).start()
+        executors.append(ex)
+
+    def wait_for(tag: str, after_ns: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = JointState(name=list(JOINT_NAMES), position=[0.1] * len(JOINT_NAMES))
+            state.publish(msg)
+            if any(t > after_ns and f == tag for t, f in tags):
+                return True
+            time.sleep(0.02)
+        return False
+
+    try:
+        assert wait_for(node.policy.checkpoint_id, 0, 10.0)  # the policy it started with acts at once
+        assert node.set_parameters_atomically([Parameter("checkpoint_id", value="swapped-in")]).successful
+        swapped = time.monotonic_ns()
+        assert not wait_for("swapped-in", swapped, 0.5)  # idle: nothing from either policy
+        assert not any(t > swapped + 100_000_000 for t, _f in tags), tags[-3:]
+        node.restart()
+        assert wait_for("swapped-in", swapped, 10.0)
+    finally:
+        for ex in executors:
+            ex.shutdown()
+        for n in (node, probe):
+            n.destroy_node()
         rclpy.shutdown()
