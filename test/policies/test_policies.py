@@ -234,8 +234,8 @@ def test_policy_node_tags_commands_with_the_checkpoint() -> None:
 
 def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
     """`/policy/reset` starts the policy over from the current state; setting policy/policy_args/
-    checkpoint_id at run time loads the new policy, and one that cannot load is refused with the
-    reason while the running policy keeps commanding."""
+    checkpoint_id at run time loads the new policy, idle until a reset starts its episode, and one
+    that cannot load is refused with the reason while the running policy keeps commanding."""
     rclpy = pytest.importorskip("rclpy")
     from rclpy.node import Node
     from rclpy.parameter import Parameter
@@ -294,6 +294,12 @@ def test_policy_node_reset_service_and_run_time_swap(tmp_path: Path) -> None:
             Parameter("policy", value="scripted"), Parameter("policy_args", value=str(waypoints)),
             Parameter("checkpoint_id", value="ckpt-2")])).result
         assert result.successful, result.reason
+        # loaded, and idle until its episode starts: the arm holds (the teleop node holds the last command)
+        n = len(got)
+        time.sleep(0.3)
+        assert len(got) <= n + 1, got[n:]  # at most the tick that was under way at the swap
+        answer = done(reset.call_async(Trigger.Request()))
+        assert answer.success and answer.message == "ckpt-2 restarted from the current state"
         wait(
             lambda: got[-1][1] == "ckpt-2" and got[-1][2] == pytest.approx([0.7] * 6), "the new policy at its waypoint"
         )

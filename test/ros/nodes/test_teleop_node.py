@@ -540,6 +540,7 @@ def test_a_learned_policy_is_blended_and_recorded_exactly_as_the_scripted_one(te
             result = node.set_parameters_atomically([Parameter("policy", value=policy),
                                                      Parameter("policy_args", value=args)])
             assert result.successful, result.reason
+            node.restart()  # a swapped-in policy commands once its episode starts
             tag = node.policy.checkpoint_id
             dropped = node.plans_dropped
             probe.drive(lambda tag=tag: tags[-5:] == [tag] * 5 and probe.alpha == 0.0, f"{policy} driving",
