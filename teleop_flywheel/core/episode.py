@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS
-from teleop_flywheel.core.topics import strip_namespace
+from teleop_flywheel.core.names import UnsafeNameError, check_identifier, check_text
+from teleop_flywheel.core.topics import is_ros_name, strip_namespace
 
 METADATA_RECORD = "teleop_flywheel.episode"
 # The MCAP metadata record of a bag `export --to mcap` wrote from a dataset: where it came from. Such
@@ -26,6 +27,10 @@ CALIBRATION_ROLES = ("leader", "follower")
 # reset: the same rule for the offline throughput (`stats`) and the live reset-time metric.
 BREAK_S = 600.0
 
+# The name-bearing fields (`core/names.py`): identifiers, and text.
+IDENTIFIER_FIELDS = ("episode_name", "rig_id", "robot_type", "session_kind")
+# A checkpoint id names a directory (`lerobot:<dir>:<hash>`): text, whatever the directory is called.
+TEXT_FIELDS = ("task", "operator", "policy_checkpoint", "condition", "failure_label")
 # Fields stored as JSON strings in the flat string map.
 _JSON_FIELDS = ("calibration", "cameras", "interventions", "clock_start", "clock_end", "drops", "topics", "extra",
                 "clock_samples", "corrections", "task_spec", "outcome_check")
@@ -149,7 +154,27 @@ class EpisodeMeta:
         merged_extra = dict(kwargs.get("extra") or {})
         merged_extra.update(extra)
         kwargs["extra"] = merged_extra
-        return cls(**kwargs)
+        meta = cls(**kwargs)
+        meta.check_names()
+        return meta
+
+    def check_names(self) -> None:
+        """UnsafeNameError naming the first field whose name could be read as a path (`core/names.py`):
+        run where metadata is decoded (`from_strings`), so a recording's names are data, never paths."""
+        for key in IDENTIFIER_FIELDS:
+            check_identifier(key, getattr(self, key))
+        for key in TEXT_FIELDS:
+            check_text(key, getattr(self, key))
+        # Fields of the wrong structure are the validator's SCHEMA_MISMATCH; every name in them is checked.
+        for cam in self.cameras if isinstance(self.cameras, list) else ():
+            if isinstance(cam, str):
+                check_identifier("camera", cam, empty=False)
+        for names in (self.topics, self.drops):
+            for name in names if isinstance(names, (list, dict)) else ():
+                if isinstance(name, str) and not is_ros_name(name):
+                    raise UnsafeNameError("stream", name, "not a ROS topic name (tokens of letters, digits and '_')")
+        if isinstance(self.namespace, str) and self.namespace != "" and not is_ros_name(self.namespace):
+            raise UnsafeNameError("namespace", self.namespace, "not a ROS namespace (tokens of letters, digits, '_')")
 
     def calibration_by_role(self) -> dict[str, Any]:
         """{role: calibration document} for each of CALIBRATION_ROLES this episode recorded.

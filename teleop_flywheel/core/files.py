@@ -3,6 +3,9 @@
 - `create_exclusive`: files that must never be overwritten (bags' metadata, manifests,
   lineage entries, calibration output). Created with O_CREAT|O_EXCL|O_NOFOLLOW: an existing file
   or a symlink at the path is an error, never followed. Written, flushed and fsynced.
+- `inside`: every path the engine builds from a name it read (a camera's video, an episode's work
+  file) is resolved and compared with its root before anything is written there, so a name that
+  got past `core/names.py` still cannot lead a write out of the dataset (docs/security.md).
 - `replace_atomic`: files replaced by design (info.json, stats.json, an episodes table). Written
   to a unique temp file (`mkstemp`) in the same directory, fsynced, then `os.replace`d over the
   target: readers see the old or the new file, never half of one, and no predictable temp name
@@ -15,6 +18,20 @@ import tempfile
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError
+
+
+class OutsideRootError(FlywheelError, ValueError):
+    """A path built from a name would leave the folder it must stay in: nothing is written."""
+
+
+def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """`path` if, resolved (symlinks followed, `..` collapsed), it is `root` or below it; else
+    OutsideRootError naming both. Relative paths are taken from `root`."""
+    base = Path(root).resolve()
+    target = (base / path).resolve()
+    if target != base and base not in target.parents:
+        raise OutsideRootError(f"{path}: would be written outside {root} (resolves to {target}); nothing was written")
+    return Path(path) if Path(path).is_absolute() else base / path
 
 
 class FileExistsRefused(FlywheelError, FileExistsError):

@@ -104,6 +104,13 @@ def normalize_namespace(namespace: str) -> str:
     return "/" + text
 
 
+def is_ros_name(name: object) -> bool:
+    """A fully qualified or relative ROS name (`/rig_a/leader/joint_states`): tokens of letters,
+    digits and `_`, none starting with a digit, separated by single `/`; at most 256 characters.
+    What a bag's stream names must be: nothing else (`..`, `~`, a NUL, a look-alike) gets through."""
+    return isinstance(name, str) and len(name) <= 256 and re.fullmatch(rf"/?{_TOKEN}(/{_TOKEN})*", name) is not None
+
+
 def qualify(name: str, namespace: str = "") -> str:
     """The fully qualified name of `name` in `namespace` (absolute names are left as they are)."""
     if name.startswith("/"):

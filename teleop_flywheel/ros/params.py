@@ -36,9 +36,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from teleop_flywheel.core.errors import FlywheelError
-
-MAX_TEXT = 1000  # operator-set text parameters (task, operator, …)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+from teleop_flywheel.core.names import MAX_TEXT, text_problem
 
 
 class ParameterError(FlywheelError, ValueError):
@@ -65,7 +63,7 @@ class Spec:
     range: tuple[float, float] | None = None  # inclusive; for lists: of every element
     choices: tuple[str, ...] = ()
     read_only: bool = True
-    text: bool = False  # operator text: at most MAX_TEXT characters, no control characters
+    text: bool = False  # operator text: what the data engine reads back as text (`core.names.text_problem`)
     pattern: str = ""  # strings: must match this regex entirely (empty strings allowed unless `required`)
     required: bool = False  # strings: must not be empty
     length: int | None = None  # lists: exactly this many elements
@@ -82,7 +80,8 @@ class Spec:
         if self.pattern:
             parts.append(f"matching {self.pattern}")
         if self.text:
-            parts.append(f"at most {MAX_TEXT} characters, no control characters")
+            parts.append(f"at most {MAX_TEXT} characters, no control characters, no path separators or "
+                         "look-alikes")
         if self.length is not None:
             parts.append(f"{self.length} values")
         return "; ".join(parts) or "any value"
@@ -169,7 +168,7 @@ class Field:
             if isinstance(v, str):
                 bad = ((s.choices and v not in s.choices) or (s.required and not v)
                        or (s.pattern and v and not re.fullmatch(s.pattern, v))
-                       or (s.text and (len(v) > MAX_TEXT or _CONTROL.search(v))))
+                       or (s.text and text_problem(v) is not None))
                 if bad:
                     return s.allowed()
         return None

@@ -161,8 +161,10 @@ def yaml_custom_value(rng_key: int, rng_char: int) -> Callable[[Path, Path], Pat
 
 
 def rewrite(types: dict[str, str] | None = None, payload: Callable[[str, int, bytes], bytes] | None = None,
-            meta: Callable[[dict[str, str]], dict[str, str]] | None = None) -> Callable[[Path, Path], Path]:
-    """A consistent rewrite through the writer (valid CRCs) that declares or carries the wrong thing."""
+            meta: Callable[[dict[str, str]], dict[str, str]] | None = None,
+            topics: dict[str, str] | None = None) -> Callable[[Path, Path], Path]:
+    """A consistent rewrite through the writer (valid CRCs) that declares or carries the wrong thing
+    (`topics`: channels renamed, old name -> new)."""
     def make(src: Path, dest: Path) -> Path:
         idx = open_indexed(src)
         records = idx.metadata()
@@ -172,8 +174,8 @@ def rewrite(types: dict[str, str] | None = None, payload: Callable[[str, int, by
             names = {}
             for cid, ch in sorted(idx.channels.items()):
                 type_name = (types or {}).get(ch.topic, ch.schema_name)
-                w.add_topic(ch.topic, type_name)
-                names[cid] = ch.topic
+                names[cid] = (topics or {}).get(ch.topic, ch.topic)
+                w.add_topic(names[cid], type_name)
             counters: dict[str, int] = {}
             for m in idx.messages():
                 topic = names[m.channel_id]

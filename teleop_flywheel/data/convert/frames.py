@@ -36,6 +36,7 @@ import numpy as np
 from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.convert.align import AlignError, align, make_grid
 from teleop_flywheel.data.convert.calibrations import (
@@ -55,7 +56,7 @@ from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns
-from teleop_flywheel.data.validate.reasons import DEAD_AIR, Reason, Supplied, ValidateConfig
+from teleop_flywheel.data.validate.reasons import DEAD_AIR, UNSAFE_NAME, Reason, Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, report_of
 from teleop_flywheel.recording.mcap.exceptions import NotABagError
 from teleop_flywheel.recording.mcap.reader import Bag, Stream, open_bag
@@ -146,7 +147,7 @@ def prepare_episode(job: ConvertJob) -> Prepared:
                                                             ("leading", "trailing"))]
         out.report = report_of(job.bag, bag.name, bag.episode_id, bag.episode_id_v1, sorted(bag.camera_topics()), ins)
         out.reasons = out.report.reasons
-        if out.reasons and not job.include_failed:
+        if out.reasons and (not job.include_failed or any(r.code == UNSAFE_NAME for r in out.reasons)):
             out.status = "rejected"
             return out
         _fill(bag, ins, job, out)
@@ -226,11 +227,12 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     cols["timestamp"] = (np.arange(n) / fps).astype(np.float32)
     task = job.task if job.task is not None else (ep.task if ep else "")
     data = EpisodeData(task, n, cols, {k: lf.feature_stats(v) for k, v in cols.items()})
-    tmp = Path(job.tmp_dir) / (bag.episode_id or "episode")
+    tmp = inside(job.tmp_dir, bag.episode_id or "episode")
     for cam, im in images.items():
-        path = tmp / f"{cam}.mp4"
+        # The camera name is a checked identifier (reader); the paths built from it are proven inside too.
+        path = inside(tmp, f"{cam}.mp4")
         video = encode_camera(im.data, aligned.indices[f"camera:{cam}"], path, fps, job.codec,
-                              Path(job.segments) / cam if job.segments else None)
+                              inside(job.segments, cam) if job.segments else None)
         data.videos[cam] = (str(path), video.height, video.width)
         data.stats[f"observation.images.{cam}"] = video.stats
         out.reused_frames += video.reused

@@ -32,6 +32,7 @@ from mcap.records import Message
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE
 from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.topics import strip_namespace
 from teleop_flywheel.data.convert.align import Grid, make_grid
 from teleop_flywheel.data.convert.segments import (
@@ -44,7 +45,13 @@ from teleop_flywheel.data.convert.segments import (
 )
 from teleop_flywheel.recording.mcap.cdr import decode_compressed_images, header_stamp_ns
 from teleop_flywheel.recording.mcap.exceptions import CdrError
-from teleop_flywheel.recording.mcap.reader import COMPRESSED_IMAGE, FollowMcap, Stream, image_stream_name
+from teleop_flywheel.recording.mcap.reader import (
+    COMPRESSED_IMAGE,
+    FollowMcap,
+    Stream,
+    image_stream_name,
+    name_problem,
+)
 from teleop_flywheel.recording.mcap.writer import START_RECORD
 
 GRID_TOPICS = (FOLLOWER_STATE, FOLLOWER_COMMAND)  # with every camera: the streams the grid spans
@@ -111,6 +118,10 @@ class BagPreEncoder:
         schema = result.schemas.get(channel.schema_id)
         try:
             if schema is not None and schema.name == COMPRESSED_IMAGE:
+                unsafe = name_problem(channel.topic, schema.name)
+                if unsafe is not None:  # convert rejects the bag (UNSAFE_NAME): nothing is encoded for it
+                    self.stopped = unsafe[1]
+                    return
                 stamps, _formats, jpegs = decode_compressed_images([m.data])
                 cam = self._cameras.setdefault(image_stream_name(topic), _Camera(topic))
                 stamp = int(stamps[0])
@@ -200,7 +211,7 @@ class BagPreEncoder:
             if cam.key is None:
                 first = decode_bgr(cam.jpegs[int(local[0])], f"{self.bag.name}: camera {name}")
                 cam.key = VideoKey(self.fps, self.codec, first.shape[1], first.shape[0])
-            folder = self.folder / name
+            folder = inside(self.folder, name)
             digests = [frame_digest(cam.jpegs[int(i)]) for i in local]
             if cached_segment(folder, cam.segment, cam.key, digests) is None:  # an earlier run may have made it
                 write_segment(folder, cam.segment, cam.key, cam.jpegs, local, digests)

@@ -35,6 +35,7 @@ import cv2
 import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.interchange.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.interchange.staged_output import Imported
@@ -200,7 +201,7 @@ def _read_episode(e: EpisodeFile, work: Path, fps: int, codec: str, task: str | 
             stats = {k: lf.feature_stats(v) for k, v in cols.items()}
             videos = {}
             for cam, (h, w) in sorted(e.cameras.items()):
-                mp4 = work / f"{e.path.stem}.{cam}.mp4"
+                mp4 = inside(work, f"{e.path.stem}.{cam}.mp4")  # the camera name is the HDF5 file's
                 stats[IMAGES + cam] = _encode(f[f"{al.IMAGES}/{cam}"], e, mp4, (h, w), fps, codec)
                 videos[cam] = (str(mp4), h, w)
     except OSError as exc:

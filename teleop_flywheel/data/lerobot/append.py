@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.commit import fault
 
@@ -119,7 +120,7 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
         for g in groups:
             ci, fi = lf.chunk_file(file_no, chunks)
             rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
-            path = stage / rel
+            path = inside(stage, rel)  # the camera name is in `rel`: proven to stay in the staging folder
             lf.concat_videos([Path(eps[k].videos[cam][0]) for k in g], path)
             new.append(rel)
             fault(f"stage {rel}")

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.interchange.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing
 from teleop_flywheel.data.lerobot import commit
@@ -229,10 +230,10 @@ def read_source(root: Path) -> Source:
         if ep not in stats:
             raise _bad(root / EPISODES_STATS, f"no stats of episode {ep}")
         places = {"episode_chunk": ep // chunks, "episode_index": ep}
-        data = root / info["data_path"].format(**places)
+        data = inside(root, info["data_path"].format(**places))  # paths from a foreign info.json
         e = Episode(ep, row, stats[ep], data, *_check_data(data, ep, int(row["length"]), info, tasks))
         for key in sorted(k for k, f in info["features"].items() if f["dtype"] == "video"):
-            mp4 = root / info["video_path"].format(video_key=key, **places)
+            mp4 = inside(root, info["video_path"].format(video_key=key, **places))
             e.frames[key], codec = _check_video(mp4, ep, key, e.rows, info["features"][key])
             if codecs.setdefault(key, codec) != codec:
                 raise _bad(mp4, f"codec {codec}, episode 0's {key} video is {codecs[key]}: one file cannot hold both")
@@ -289,7 +290,7 @@ def _write_videos(src: Source, stage: Path, key: str, rows: list[dict[str, Any]]
     for number, group in enumerate(groups):
         ci, fi = lf.chunk_file(number)
         lf.concat_videos([src.episodes[k].videos[key] for k in group],
-                         stage / lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi))
+                         inside(stage, lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)))
         t = 0.0
         for k in group:
             end = t + src.episodes[k].frames[key] / fps

@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, DatasetError, LeRobotDataset, episode_spans, to_numpy
@@ -288,6 +289,7 @@ def _write_videos(loc: Located, stage: Path, info: dict[str, Any], order: list[i
         for file_no, group in enumerate(_groups(sizes, limit)):
             ci, fi = lf.chunk_file(file_no, chunks)
             rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            inside(stage, rel)  # the video key is the source dataset's info.json
             chosen = [parts[k] for k in group]
             if resolution is None:
                 counts = lf.remux([(src, (lo, hi)) for src, lo, hi, _ in chosen], stage / rel)

@@ -54,6 +54,7 @@ from teleop_flywheel.data.validate.reasons import (
     SERVO_FAULT,
     TRACKING_LAG,
     UNLABELLED_INTERVENTION,
+    UNSAFE_NAME,
     Reason,
     Supplied,
     ValidateConfig,
@@ -407,7 +408,10 @@ def _timing(bag: Bag, ep: EpisodeMeta, foreign: bool, decoded: Decoded | None, c
 def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None, images: bool = True) -> Inspection:
     """Every per-episode check on an opened bag; `images=False` skips decoding every JPEG (convert
     decodes the ones it uses itself)."""
-    reasons = [Reason(d.code, f"{bag.mcap_path.name}: {d.detail}", {"file": d.file}) for d in bag.damage]
+    reasons = [Reason(d.code, f"{bag.mcap_path.name}: {d.detail}", {"file": d.file} | ({"field": d.field} if d.field
+                                                                                      else {})) for d in bag.damage]
+    if any(d.code == UNSAFE_NAME for d in bag.damage):
+        return Inspection(reasons, None)  # no check reads a name that could be read as a path
     try:
         ep, foreign = episode_of(bag, supplied)
     except DecodeError as exc:

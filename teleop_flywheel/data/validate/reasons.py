@@ -5,7 +5,8 @@ Codes (thresholds: `config/validate.yaml`, documented there and in docs/validate
 MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
 OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
 OUTCOME_MISMATCH and the spec's thresholds need a task spec (`task_checks.py`); CLOCK_DRIFT is
-per episode (the PTP offset moved) and per session (`session_drift.py`).
+per episode (the PTP offset moved) and per session (`session_drift.py`). UNSAFE_NAME: a name in the
+bag that could be read as a path (`core/names.py`), naming the field.
 
 Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
 camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound),
@@ -31,6 +32,7 @@ from teleop_flywheel.core.bag_topics import (
     POLICY_INFERENCE,
 )
 from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.names import UNSAFE_NAME
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.recording.mcap.reader import CORRUPT, TRUNCATED
@@ -47,12 +49,16 @@ SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
 SERVO_FAULT = "SERVO_FAULT"
 OUTCOME_MISMATCH = "OUTCOME_MISMATCH"
 CLOCK_DRIFT = "CLOCK_DRIFT"
+CODES: tuple[str, ...]
 CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
          OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
 CAMERA_LAG_UNKNOWN = "CAMERA_LAG_UNKNOWN"
 TRACKING_LAG = "TRACKING_LAG"
 START_OUT_OF_REGION = "START_OUT_OF_REGION"
 EXPORTED = "EXPORTED"
+# A name read from the bag (camera, stream, task, operator, rig, checkpoint, episode, ...) that could
+# be read as a path (`core/names.py`): always a rejection, convert and ingest refuse it whatever their flags.
+CODES += (UNSAFE_NAME,)
 WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG, START_OUT_OF_REGION, EXPORTED)
 
 

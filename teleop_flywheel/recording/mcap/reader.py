@@ -7,7 +7,7 @@ Stable API (policy replay, the data engine, evaluation and `replay` use it)::
     bag.episode                              # EpisodeMeta | None (final record, else the start record)
     bag.metadata_yaml                        # dict | None (rosbag2_bagfile_information)
     bag.topics                               # {topic: type name}
-    bag.damage                               # [BagDamage(code="TRUNCATED"|"CORRUPT", file, detail)]
+    bag.damage                               # [BagDamage(code="TRUNCATED"|"CORRUPT"|"UNSAFE_NAME", file, detail)]
     bag.episode_id                           # content id v2: messages + episode metadata (`episode_id_for`)
     bag.episode_id_v1                        # content id v1: the messages only (`content_id`)
     raw = bag.raw("/follower/joint_states")  # RawTopic(log_ns, publish_ns, sequence, data: list[bytes])
@@ -42,7 +42,10 @@ Damage: `open_bag` reads the file record by record with `scan.py`, so a bag cut 
 footer/summary) still yields every complete chunk and is marked `TRUNCATED`; a chunk whose CRC or
 compressed frame is bad, a data-section or summary CRC mismatch, a duplicated chunk or record,
 counts that disagree with the summary or with metadata.yaml, and an episode record that disagrees
-with metadata.yaml `custom_data` are `CORRUPT` (`integrity.py`); all name the file. `open_indexed`
+with metadata.yaml `custom_data` are `CORRUPT` (`integrity.py`); all name the file. A name that could be
+read as a path (`core/names.py`: a channel's topic not a ROS name, a camera name not an identifier, a
+name in the episode metadata) is `UNSAFE_NAME`, naming the field; the episode metadata is then not
+handed out (`Bag.episode` None) and nothing downstream builds a path or key from such a name. `open_indexed`
 needs the summary and index a complete file has (else: `teleop-flywheel recover`). All find the
 file with `metadata.find_mcap`; their errors are in `exceptions.py`.
 """
@@ -64,7 +67,8 @@ from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.topics import camera_name, strip_namespace
+from teleop_flywheel.core.names import UNSAFE_NAME, UnsafeNameError, identifier_problem
+from teleop_flywheel.core.topics import camera_name, is_ros_name, strip_namespace
 from teleop_flywheel.recording.mcap import cdr, integrity, upgrade
 from teleop_flywheel.recording.mcap.exceptions import (
     BagNotFoundError,
@@ -170,8 +174,9 @@ def read_episode(path: str | Path) -> EpisodeMeta | None:
 
 
 __all__ = ["Bag", "BagDamage", "RawTopic", "JointStream", "ImageStream", "Stream", "open_bag", "content_id",
-           "episode_id_for", "TRUNCATED", "CORRUPT", "ID_VERSION",
-           "IndexedBag", "RawChannel", "RawMessage", "open_indexed", "read_episode", "find_bag", "FollowMcap",
+           "episode_id_for", "TRUNCATED", "CORRUPT", "UNSAFE_NAME", "ID_VERSION",
+           "name_problem", "IndexedBag", "RawChannel", "RawMessage", "open_indexed", "read_episode", "find_bag",
+           "FollowMcap",
            "BagReadError", "NotABagError", "OutdatedBagError", "UnindexedBagError"]
 
 TRUNCATED = "TRUNCATED"
@@ -182,9 +187,10 @@ COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 
 @dataclass(frozen=True)
 class BagDamage:
-    code: str  # TRUNCATED | CORRUPT
+    code: str  # TRUNCATED | CORRUPT | UNSAFE_NAME
     file: str
     detail: str
+    field: str = ""  # UNSAFE_NAME: the field whose name is refused (camera, stream, task, ...)
 
 
 @dataclass
@@ -399,6 +405,8 @@ def open_bag(path: str | Path) -> Bag:
     if record:
         try:
             episode = EpisodeMeta.from_strings(record)
+        except UnsafeNameError as exc:
+            damage.append(BagDamage(UNSAFE_NAME, file, f"episode metadata: {exc}", exc.field))
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
     namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
@@ -406,6 +414,10 @@ def open_bag(path: str | Path) -> Bag:
     raw: dict[str, RawTopic] = {}
     for cid, ch in sorted(scanned.raw_channels.items()):
         type_name = ch.schema_name
+        problem = name_problem(ch.topic, type_name)
+        if problem is not None:
+            damage.append(BagDamage(UNSAFE_NAME, file, problem[1], problem[0]))
+            continue  # never a stream: nothing reads it, names a file or a feature after it
         name = strip_namespace(ch.topic, namespace) if namespace else ch.topic
         if name in raw:
             damage.append(BagDamage(CORRUPT, file, f"topic {ch.topic} is on two channels"))
@@ -419,7 +431,8 @@ def open_bag(path: str | Path) -> Bag:
             damage.append(BagDamage(CORRUPT, file, dup))
     if scanned.complete and not scanned.bad_chunks:
         counts = {ch.topic: len(raw[strip_namespace(ch.topic, namespace) if namespace else ch.topic])
-                  for ch in scanned.channels.values()}
+                  if name_problem(ch.topic, ch.schema_name) is None else len(per_channel.get(cid, ((),))[0])
+                  for cid, ch in scanned.raw_channels.items()}
         damage += [BagDamage(CORRUPT, file, p) for p in integrity.yaml_count_problems(meta_yaml, counts)]
     if episode is not None and namespace:
         try:
@@ -431,6 +444,18 @@ def open_bag(path: str | Path) -> Bag:
         damage.append(BagDamage(CORRUPT, file, disagree))
     return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
                scanned.metadata, raw, record or None)
+
+
+def name_problem(topic: str, type_name: str) -> tuple[str, str] | None:
+    """(field, why) if a channel's camera name, or its topic, could be read as a path (every reader
+    of channels asks: `open_bag`, the pre-encoder of a growing bag)."""
+    if type_name == COMPRESSED_IMAGE:
+        why = identifier_problem(image_stream_name(topic))
+        if why:
+            return "camera", f"{UnsafeNameError('camera', image_stream_name(topic), why)} (topic {topic!r})"
+    if not is_ros_name(topic):
+        return "stream", f"{UnsafeNameError('stream', topic, 'not a ROS topic name')}"
+    return None
 
 
 def _scan_damage(scanned: ScanResult, file: str) -> list[BagDamage]:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, UsageError, error_line
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation, default_registry
 from teleop_flywheel.evaluation.protocol import ProtocolError, load_protocol
@@ -61,7 +62,7 @@ def _evaluate(args: argparse.Namespace, protocol_path: Path, candidate: Candidat
     from teleop_flywheel.ros.commands import run as run_command
 
     protocol = load_protocol(protocol_path)
-    out = args.out / slug(candidate.id)
+    out = inside(args.out, slug(candidate.id))  # a folder per candidate, never beside --out
     derived = load_protocol(write_candidate_protocol(protocol, candidate, out))
     bags = out / "bags"
     print(f"eval watch: evaluating {candidate.id} ({candidate.directory}) against {incumbent_of(protocol)}",

@@ -62,6 +62,7 @@ from rclpy.subscription import Subscription
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from teleop_flywheel.core.names import IDENTIFIER_PATTERN
 from teleop_flywheel.core.task_spec import TaskSpec, TaskSpecError, parse_task_spec
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
 from teleop_flywheel.recording.mcap import msgdefs
@@ -89,10 +90,17 @@ def _text(default: str, description: str) -> Any:
     return spec(default, description, text=True, read_only=False)
 
 
+def _name(default: str, description: str) -> Any:
+    """An identifier the data engine reads back as one (`core/names.py`): a bag is never recorded with
+    a name `validate` would reject as UNSAFE_NAME."""
+    return spec(default, description, pattern=IDENTIFIER_PATTERN, read_only=False)
+
+
 @dataclass
 class RecorderParams(NodeParams):
     topics: list[str] = spec(list(RECORDED), "topics to record (types discovered from the graph)")
-    cameras: list[str] = spec([], "camera names; adds /cameras/<name>/image/compressed")
+    cameras: list[str] = spec([], "camera names; adds /cameras/<name>/image/compressed",
+                              pattern=IDENTIFIER_PATTERN)
     output_dir: str = spec("bags", "directory that receives one bag directory per episode", required=True)
     episode_prefix: str = spec("episode", "bag names: <prefix>_<YYYYmmdd_HHMMSS>[_n]", pattern=SAFE_NAME,
                                required=True)
@@ -118,9 +126,9 @@ class RecorderParams(NodeParams):
     validate_config: str = spec("", "thresholds YAML of the verdict at stop; empty = the shipped config/validate.yaml")
     task: str = _text("", "task description")
     operator: str = _text("", "who teleoperated")
-    rig_id: str = _text("", "rig / robot id")
-    robot_type: str = _text("so101_follower", "robot type")
-    session_kind: str = _text("teleop", "teleop | rollout | …")
+    rig_id: str = _name("", "rig / robot id")
+    robot_type: str = _name("so101_follower", "robot type")
+    session_kind: str = _name("teleop", "teleop | rollout | …")
     policy_checkpoint: str = _text("", "checkpoint id; empty = from /policy/joint_command frame_id")
     protocol_hash: str = _text("", "data-collection protocol id")
     condition: str = _text("", "experimental condition")

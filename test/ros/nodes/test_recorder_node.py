@@ -307,7 +307,8 @@ def test_outcome_unset_and_discard_moves_the_episode_aside(graph: Graph, tmp_pat
     # Each value is judged on its own, with its reason; a refused one changes nothing.
     assert graph.label(outcome="great", attempts=3, failure_label="ok\x07") == [
         "outcome = 'great' is not allowed: one of: '', 'success', 'failure'",
-        "failure_label = 'ok\\x07' is not allowed: at most 1000 characters, no control characters"]
+        "failure_label = 'ok\\x07' is not allowed: at most 1000 characters, no control characters, no path "
+        "separators or look-alikes"]
     assert graph.label(task="x") == [
         "task is not an episode label: outcome, attempts, failure_label, machine_check, outcome_answer"]
     assert (rec.labels.outcome, rec.labels.attempts, rec.labels.failure_label) == ("", 3, "")
