@@ -9,12 +9,16 @@
 - `replace_atomic`: files replaced by design (info.json, stats.json, an episodes table). Written
   to a unique temp file (`mkstemp`) in the same directory, fsynced, then `os.replace`d over the
   target: readers see the old or the new file, never half of one, and no predictable temp name
-  exists for anyone to plant.
+  exists for anyone to plant. A process killed between the two leaves the temp file
+  (`.<name>.XXXXXXXX.tmp`); `is_replace_temp` recognises the name, so a dataset's commit never
+  carries one into a version and `recover`/`doctor` remove it (`data/lerobot/commit.py`).
 """
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError
@@ -57,16 +61,29 @@ def create_exclusive(path: str | os.PathLike[str], data: bytes | str) -> Path:
     return target
 
 
-def replace_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
-    """Replace `path` with `data` atomically (unique temp file in the same directory + rename)."""
+_TEMP_SUFFIX = ".tmp"
+# `.<target name>.` + mkstemp's 8 random characters (lower-case letters, digits, `_`) + `.tmp`
+_REPLACE_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
+def is_replace_temp(name: str) -> bool:
+    """Whether a file name is a temp file of `replace_atomic` (one a kill left: never data)."""
+    return _REPLACE_TEMP.fullmatch(name) is not None
+
+
+def replace_atomic(path: str | os.PathLike[str], data: bytes | str, written: Callable[[], None] | None = None) -> Path:
+    """Replace `path` with `data` atomically (unique temp file in the same directory + rename).
+    `written` is called between the two (the fault-injection hook of the kill tests)."""
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TEMP_SUFFIX, dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        if written is not None:
+            written()
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -82,7 +82,7 @@ def update_record(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]])
     doc = {"format": FORMAT, "episodes": merged, "summary": _summary(merged)}
     path = root / RECORD_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_atomic(path, json.dumps(doc, indent=1))
+    replace_atomic(path, json.dumps(doc, indent=1), written=lambda: fault(f"temp {RECORD_PATH}"))
     return path
 
 

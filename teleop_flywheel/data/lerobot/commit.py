@@ -47,8 +47,10 @@ opened yet are gone.
 A crash (kill -9, power, full disk) before the pointer's rename leaves the dataset exactly as it
 was (the old version); after it, the new version is whole. What a crash leaves beside the dataset
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
-directory, a new dataset's dangling pointer, the lease file of a version that is gone) is never
-read by anyone; `recover` removes it (every writer runs it first under the lock; `teleop-flywheel
+directory, a new dataset's dangling pointer, the lease file of a version that is gone) or in it (a
+`replace_atomic` temp file `.<name>.XXXXXXXX.tmp` of a derived file replaced in place, such as
+`meta/validation.json`: never hard-linked into a next version) is never read by anyone;
+`recover` removes it (every writer runs it first under the lock; `teleop-flywheel
 doctor` reports it and `--repair` removes it). No journal, nothing to roll forward.
 
 A dataset written before versions (a plain directory) is upgraded by the first commit: its files
@@ -76,6 +78,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.filelock import locked
 
 VERSIONS_SUFFIX = ".versions"
@@ -223,15 +226,16 @@ def _versions(root: Path) -> dict[int, Path]:
 
 
 def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
-    """Hard-link every file below `src` into `dst` at its relative path, but those in `skip` or
-    already in `dst` (staged: they replace it). Plain strings: thousands of files per commit."""
+    """Hard-link every file below `src` into `dst` at its relative path, but those in `skip`, temp
+    files of `replace_atomic` (`core.files.is_replace_temp`) and those already in `dst` (staged: they
+    replace it). Plain strings: thousands of files per commit."""
     for dirpath, _dirs, files in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
         out_dir = os.path.join(dst, rel_dir)
         os.makedirs(out_dir, exist_ok=True)
         for name in files:
-            if (name if rel_dir == "." else f"{rel_dir}/{name}") in skip:
-                continue
+            if (name if rel_dir == "." else f"{rel_dir}/{name}") in skip or is_replace_temp(name):
+                continue  # dropped, or a temp file a kill left in the version: never carried forward
             try:
                 os.link(os.path.join(dirpath, name), os.path.join(out_dir, name))
             except FileExistsError:
@@ -408,12 +412,23 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
         if n == 0 and not have:
             out.append((root, "the pointer of a new dataset's first commit, interrupted before its version was "
                               "in place (no dataset yet)"))
+    out += _stray_temps(root if cur is None else cur)
     for k, p in sorted(have.items()):
         if k > n:
             out.append((p, "a version made by a commit interrupted before the pointer was moved to it"))
             if os.path.lexists(lease_path(p)):
                 out.append((lease_path(p), "the lease file of that version"))
     return out + _stray_leases(vdir, None if any(p == root for p, _ in out) else cur)
+
+
+def _stray_temps(folder: Path) -> list[tuple[Path, str]]:
+    """Temp files of `replace_atomic` a kill left in the dataset's current files (`meta/validation.json`,
+    the card, the weights are replaced in place): no reader reads them, no commit carries them on."""
+    if not folder.is_dir():
+        return []
+    return [(Path(d) / name, "a temporary file of a replace interrupted before its rename (never part of the "
+                             "dataset)")
+            for d, _dirs, names in sorted(os.walk(folder)) for name in sorted(names) if is_replace_temp(name)]
 
 
 def _stray_leases(vdir: Path, pointed: Path | None) -> list[tuple[Path, str]]:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems
@@ -36,7 +37,8 @@ DERIVED = ("README.md", "meta/validation.json", "meta/sample_weights.parquet")  
 
 
 def without_derived(c: dict[str, object]) -> dict[str, object]:
-    return {k: v for k, v in c.items() if k not in DERIVED}
+    """What a reader gets but what is refreshed after an append, and the temp file of a refresh a kill cut."""
+    return {k: v for k, v in c.items() if k not in DERIVED and not is_replace_temp(Path(k).name)}
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -122,6 +124,43 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
         assert problems(ds) == [] and not os.path.lexists(commit.staging_path(ds))
         assert content(ds) == ref_content, f"after a kill at step {steps[n - 1]}"
     assert published_kills >= 4  # the pointer moved, then each refresh step
+
+
+@pytest.mark.timeout(300)
+def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39: a convert killed after `replace_atomic` wrote `meta/.validation.json.XXXX.tmp` and
+    before its rename left it in the published version; the next convert did not remove it, `doctor
+    --repair` called the dataset consistent and every later commit hard-linked it forward. Now doctor
+    names it, `--repair` removes it, and the next commit neither carries nor keeps it."""
+    log = tmp_path / "steps.log"
+    copy_dataset(setup["base"], tmp_path / "counted")
+    counted = _convert_process(setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
+    assert counted.wait(120) == 0
+    steps = log.read_text().splitlines()
+    at = next(int(s.split()[0]) for s in steps if s.endswith("temp meta/validation.json"))
+    ds = tmp_path / "ds"
+    copy_dataset(setup["base"], ds)
+    killed = _convert_process(setup["b"], ds, {commit.FAULT_AT: str(at)})
+    assert killed.wait(120) == -9
+    version = commit.current(ds)
+    assert version is not None
+    (temp,) = [p for p in (version / "meta").iterdir() if is_replace_temp(p.name)]  # what the kill left
+    ds2 = tmp_path / "ds2"
+    copy_dataset(ds, ds2)
+    assert cli_main(["doctor", str(ds)]) == 1
+    out = capsys.readouterr().out
+    assert temp.name in out and "interrupted" in out and "consistent" not in out, out
+    assert cli_main(["doctor", str(ds), "--repair"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("consistent") and temp.name in out, out
+    assert not [p for p in commit.snapshot(ds).rglob("*") if is_replace_temp(p.name)]
+    # the next commit (a new episode) on the copy: recovered first, nothing linked forward
+    c = write_session(tmp_path / "new" / "c", SessionSpec(seed=33, **SPEC)).bag
+    result = conv.convert([c], ds2, codec="h264", workers=1, progress=False)
+    assert result.recovered and commit.current(ds2) != commit.current(ds)
+    assert not [p for p in commit.snapshot(ds2).rglob("*") if is_replace_temp(p.name)]
+    assert problems(ds2) == [] and cli_main(["doctor", str(ds2)]) == 0
 
 
 def _mount_tmpfs(path: Path, size_kb: int) -> None:
