@@ -56,9 +56,13 @@ doctor` reports it and `--repair` removes it). No journal, nothing to roll forwa
 A dataset written before versions (a plain directory) is upgraded by the first commit: its files
 are hard-linked into `v000000`, then the directory and a pointer to `v000000` swap names in one
 `renameat2(RENAME_EXCHANGE)`, so a reader sees the plain directory or the same files through the
-pointer. Where the filesystem has no RENAME_EXCHANGE the directory is renamed aside and the pointer
-put in its place: for those microseconds `DATASET` does not exist (a reader opening it then fails
-with "no such dataset"; it never sees a mix).
+pointer. Where the filesystem has no RENAME_EXCHANGE (NFS, CIFS) the directory is renamed aside to
+`DATASET.versions/.plain` and the pointer made in its place: between the two `DATASET` does not
+exist. `snapshot` (and so `pinned` and `LeRobotDataset.open`) then reads `v000000`, the same files,
+whole on disk before the directory moved; a process given the bare path (LeRobot's loader) fails
+with "no such dataset" for those microseconds, never sees a mix. A kill there is completed forward
+by the next writer's `recover` (or `doctor --repair`): the pointer is made, the directory removed.
+`TELEOP_FLYWHEEL_NO_EXCHANGE=1` takes that path on any filesystem (the kill tests run both).
 
 Fault injection (tests): `TELEOP_FLYWHEEL_FAULT_AT=N` kills this process with SIGKILL at the N-th
 write step (`fault`); `TELEOP_FLYWHEEL_FAULT_LOG=FILE` appends every step's name to FILE.
@@ -84,6 +88,8 @@ from teleop_flywheel.data.filelock import locked
 VERSIONS_SUFFIX = ".versions"
 STAGING = ".staging"
 UPGRADE = ".upgrade"
+PLAIN = ".plain"  # an upgrade's plain directory, moved aside where RENAME_EXCHANGE is missing
+NO_EXCHANGE = "TELEOP_FLYWHEEL_NO_EXCHANGE"  # set: upgrade as on a filesystem without RENAME_EXCHANGE (tests)
 FAULT_AT = "TELEOP_FLYWHEEL_FAULT_AT"
 FAULT_LOG = "TELEOP_FLYWHEEL_FAULT_LOG"
 KEEP_S = 600.0  # an old version is kept this long after it stopped being current (readers without a lease)
@@ -161,6 +167,8 @@ def snapshot(root: str | os.PathLike[str]) -> Path:
     directory, or a symlink that is not a pointer of ours: itself). Everything read below it is one
     version, whatever commits follow."""
     path = Path(root)
+    if _upgrade_aside(path) is not None:  # an upgrade killed between its renames: v000000 holds the files
+        return versions_path(path) / "v000000"
     try:
         version = current(path)
     except CommitError:
@@ -243,7 +251,10 @@ def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap the names `a` and `b` atomically (renameat2 RENAME_EXCHANGE); False where unsupported."""
+    """Swap the names `a` and `b` atomically (renameat2 RENAME_EXCHANGE); False where unsupported
+    (or where `NO_EXCHANGE` is set: the tests take the path of NFS and CIFS that way)."""
+    if os.environ.get(NO_EXCHANGE):
+        return False
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except AttributeError:
@@ -277,19 +288,50 @@ def _upgrade(root: Path) -> None:
     work.mkdir()
     _link_tree(root, work, set())
     fsync_tree(work, files=False)  # the same files, new names: only the names need to reach the disk
+    fault("upgrade: files linked")
     v0 = vdir / "v000000"
     _make_lease(v0)
     os.rename(work, v0)
     fsync_dir(vdir)
     fault("upgrade: v000000 linked")
     tmp = _temp_pointer(root, _pointer_target(root, v0))
-    if not _exchange(tmp, root):  # tmp is now the plain directory, root the pointer
-        os.rename(root, tmp.with_name(tmp.name + ".dir"))
-        os.rename(tmp, root)
-        tmp = tmp.with_name(tmp.name + ".dir")
+    if _exchange(tmp, root):  # tmp is now the plain directory, root the pointer
+        old = tmp
+    else:  # v000000 is whole on disk: from here a crash is completed forward (`_complete_upgrade`)
+        tmp.unlink()
+        old = vdir / PLAIN
+        os.rename(root, old)
+        fsync_dir(root.parent)
+        fault("upgrade: directory aside")
+        os.symlink(_pointer_target(root, v0), root)
     fsync_dir(root.parent)
     fault("upgrade: pointer in place")
-    shutil.rmtree(tmp)
+    shutil.rmtree(old)
+
+
+def _upgrade_aside(root: Path) -> Path | None:
+    """The dataset's plain directory an upgrade without RENAME_EXCHANGE moved aside and was killed
+    before its pointer was made (`root` gone, v000000 holding the same files); else None. Also the
+    `.<name>.pointer-PID.dir` of such an upgrade by an older version of this module."""
+    vdir = versions_path(root)
+    if os.path.lexists(root) or vdir.is_symlink() or sorted(_versions(root)) != [0]:
+        return None
+    for p in [vdir / PLAIN, *sorted(root.parent.glob(f".{root.name}.pointer-*.dir"))]:
+        if p.is_dir() and not p.is_symlink():
+            return p
+    return None
+
+
+def _complete_upgrade(root: Path) -> str | None:
+    """Finish an upgrade killed between moving the plain directory aside and making the pointer:
+    the pointer to v000000 (its files, whole and fsynced before the directory moved) is made; the
+    directory is then a leftover `recover` removes. What was done, or None."""
+    aside = _upgrade_aside(root)
+    if aside is None:
+        return None
+    os.symlink(_pointer_target(root, versions_path(root) / "v000000"), root)
+    fsync_dir(root.parent)
+    return f"{root}: completed an upgrade to versions interrupted before its pointer was made"
 
 
 def new_stage(root: Path) -> Path:
@@ -390,6 +432,10 @@ def _remove_unleased(version: Path) -> bool:
 
 def _leftovers(root: Path) -> list[tuple[Path, str]]:
     """What a crash left beside `root` (never read by anyone), each with what it is."""
+    aside = _upgrade_aside(root)
+    if aside is not None:  # recover completes it first; then the directory is what is left
+        return [(aside, "the dataset's directory, moved aside by an upgrade to versions interrupted before its "
+                        "pointer was made (readers read its files in v000000): the pointer is made and this removed")]
     out: list[tuple[Path, str]] = []
     for p in sorted(root.parent.glob(f".{root.name}.pointer-*")):
         out.append((p, "a temporary pointer or upgraded directory of an interrupted commit"))
@@ -397,7 +443,9 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
     if not vdir.is_dir() or vdir.is_symlink():
         return out
     for name, what in ((STAGING, "the staging directory of a commit interrupted before it was published"),
-                       (UPGRADE, "an upgrade to versions interrupted before it was published")):
+                       (UPGRADE, "an upgrade to versions interrupted before it was published"),
+                       (PLAIN, "the dataset's old directory, left by an upgrade to versions (its files are in "
+                               "v000000)")):
         if os.path.lexists(vdir / name):
             out.append((vdir / name, what))
     have = _versions(root)
@@ -441,7 +489,8 @@ def _stray_leases(vdir: Path, pointed: Path | None) -> list[tuple[Path, str]]:
 
 def recover(root: Path) -> str | None:
     """Remove what a crash left beside `root` (the dataset itself is untouched: it is the last
-    published version); what was removed, or None."""
+    published version, or an upgrade interrupted between its renames, completed); what was done, or None."""
+    completed = _complete_upgrade(root)
     found = _leftovers(root)
     for path, _what in found:
         if path.is_dir() and not path.is_symlink():
@@ -452,9 +501,10 @@ def recover(root: Path) -> str | None:
     if vdir.is_dir() and not vdir.is_symlink() and not os.path.lexists(root) and not any(vdir.iterdir()):
         vdir.rmdir()
     if not found:
-        return None
-    return f"{root}: removed what an interrupted commit left ({', '.join(p.name for p, _ in found)}); " \
-           "the dataset is its last published version"
+        return completed
+    removed = f"{root}: removed what an interrupted commit left ({', '.join(p.name for p, _ in found)}); " \
+              "the dataset is its last published version"
+    return f"{completed}; {removed}" if completed else removed
 
 
 def related(out: Path) -> list[Path]:

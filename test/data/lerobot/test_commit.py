@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems
@@ -273,34 +274,73 @@ UPGRADER = textwrap.dedent('''
 ''')
 
 
-def test_a_plain_dataset_is_upgraded_whole(tmp_path: Path) -> None:
-    """A dataset from before versions: killed at each step of its upgrade and first commit, it reads
-    as the plain directory's files or the committed ones; the next commit finishes from there."""
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
+def test_a_plain_dataset_is_upgraded_whole(tmp_path: Path, exchange: bool) -> None:
+    """A dataset from before versions: killed at each step of its upgrade and first commit, with
+    RENAME_EXCHANGE and without (NFS, CIFS: `NO_EXCHANGE`), readers read the plain directory's files
+    or the committed ones; the next run finishes from there and leaves nothing beside it. Without
+    exchange, a kill between moving the directory aside and making the pointer left no `DATASET`
+    before issue 39, and the next commit's recovery deleted the directory it had moved aside: the
+    data survived only in `DATASET.versions/v000000`, which convert then refused."""
     plain = tmp_path / "plain"
     (plain / "meta").mkdir(parents=True)
     (plain / "meta" / "info.json").write_text("{}")
     old = {"meta/info.json": "{}"}
     log = tmp_path / "log"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if not exchange:
+        env[commit.NO_EXCHANGE] = "1"
     first = tmp_path / "first"
     shutil.copytree(plain, first)
     done = subprocess.run([sys.executable, "-c", UPGRADER, str(first)], env={**env, commit.FAULT_LOG: str(log)})
     assert done.returncode == 0 and os.readlink(first) == "first.versions/v000001"
     steps = log.read_text().splitlines()
-    assert [s.split(" ", 1)[1] for s in steps] == ["upgrade: v000000 linked", "upgrade: pointer in place", "staged",
-                                                   "version v000001", "published"]
+    assert [s.split(" ", 1)[1] for s in steps] == ["upgrade: files linked", "upgrade: v000000 linked"] + \
+        ([] if exchange else ["upgrade: directory aside"]) + ["upgrade: pointer in place", "staged",
+                                                              "version v000001", "published"]
     for n in range(1, len(steps) + 1):
         ds = tmp_path / f"ds{n}"
         shutil.copytree(plain, ds)
         killed = subprocess.run([sys.executable, "-c", UPGRADER, str(ds)], env={**env, commit.FAULT_AT: str(n)})
         assert killed.returncode == -9
-        now = {p.relative_to(ds).as_posix(): p.read_text() for p in ds.rglob("*") if p.is_file()}
+        with commit.pinned(ds) as version:  # what a reader of the dataset reads (LeRobotDataset.open: snapshot)
+            now = {p.relative_to(version).as_posix(): p.read_text() for p in version.rglob("*") if p.is_file()}
         assert now in (old, {**old, "data/new": "new"}), steps[n - 1]
+        if exchange or not steps[n - 1].endswith("directory aside"):  # the bare path too, but in that window
+            assert ds.is_dir(), steps[n - 1]
+        else:
+            assert not os.path.lexists(ds) and bool(commit.pending(ds))
+            assert [p.leftover for p in problems(ds)] == [True]  # doctor --repair completes it
         commit.recover(ds)
-        assert not commit.pending(ds) and list(tmp_path.glob(f".{ds.name}.*")) == []
+        assert not commit.pending(ds) and list(tmp_path.glob(f".{ds.name}.*")) == [], steps[n - 1]
         if "data/new" not in now:
             _commit(ds, {"data/new": "new"}, new=("data/new",))
         assert {p.relative_to(ds).as_posix() for p in ds.rglob("*") if p.is_file()} == {"meta/info.json", "data/new"}
+        assert sorted(p.name for p in commit.versions_path(ds).iterdir() if not p.name.endswith(".lease")) == \
+            ["v000000", "v000001"] or "data/new" not in now, steps[n - 1]
+        assert not commit.pending(ds) and not (commit.versions_path(ds) / commit.PLAIN).exists()
+
+
+def test_an_upgrade_an_older_version_left_between_its_renames_is_completed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the upgrade without RENAME_EXCHANGE left before issue 39 when killed between its renames:
+    no `DATASET`, the directory at `.DATASET.pointer-PID.dir`, the temporary pointer beside it.
+    Readers read v000000; recovery makes the pointer instead of deleting the directory."""
+    ds = tmp_path / "ds"
+    vdir = commit.versions_path(ds)
+    (vdir / "v000000" / "meta").mkdir(parents=True)
+    (vdir / "v000000" / "meta" / "info.json").write_text("{}")
+    aside = tmp_path / ".ds.pointer-4242.dir"
+    (aside / "meta").mkdir(parents=True)
+    os.link(vdir / "v000000" / "meta" / "info.json", aside / "meta" / "info.json")
+    os.symlink("ds.versions/v000000", tmp_path / ".ds.pointer-4242")
+    assert commit.snapshot(ds) == vdir / "v000000"
+    assert cli_main(["doctor", str(ds)]) == 1  # not "no such dataset" (exit 2)
+    assert "interrupted before its pointer was made" in capsys.readouterr().out
+    cli_main(["doctor", str(ds), "--repair"])  # this stand-in has no episodes table: only the layout is judged
+    assert "interrupted before its pointer was made" in capsys.readouterr().out and not commit.pending(ds)
+    assert os.readlink(ds) == "ds.versions/v000000" and (ds / "meta" / "info.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "ds.lock", "ds.versions"]
 
 
 def test_doctor_reads_the_version_layout(tmp_path: Path) -> None:
