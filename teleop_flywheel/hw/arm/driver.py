@@ -141,6 +141,7 @@ class ArmDriver:
                 self._log("info", f"{self.port}: reconnected")
             self._ever_connected = True
             self.state.connected, self.state.last_error = True, ""
+            self.state.restart_window()  # the rate of this connection, not one measured across the gap
         return True
 
     def configure(self) -> None:
