@@ -18,9 +18,11 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, camera_image
+from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once
 from teleop_flywheel.data.validate.checks import inspect_bag
 from teleop_flywheel.data.validate.reasons import UNSAFE_NAME, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import open_bag
+from teleop_flywheel.recording.recorder.verdict import KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.mutations import rewrite
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -39,7 +41,9 @@ HOSTILE = {
 }
 # Episode-metadata fields that name something, and the field the rejection must name.
 META_FIELDS = {"task": "task", "operator": "operator", "rig_id": "rig_id", "policy_checkpoint": "policy_checkpoint",
-               "episode_name": "episode_name", "namespace": "namespace", "cameras": "camera", "topics": "stream"}
+               "episode_name": "episode_name", "robot_type": "robot_type", "session_kind": "session_kind",
+               "condition": "condition", "failure_label": "failure_label", "namespace": "namespace",
+               "cameras": "camera", "topics": "stream", "drops": "stream"}
 WRIST = camera_image("wrist")
 
 
@@ -49,6 +53,8 @@ def _set(key: str, value: str) -> Callable[[dict[str, str]], dict[str, str]]:
             record[key] = json.dumps([value])
         elif key == "topics":
             record[key] = json.dumps(json.loads(record[key]) + [value])
+        elif key == "drops":
+            record[key] = json.dumps({value: 1})
         else:
             record[key] = value
         return record
@@ -64,7 +70,7 @@ def _cases() -> list[tuple[str, str, Callable[[Path, Path], Path]]]:
                                                               meta=_set("cameras", name))))
         out.append((f"stream-{kind}", "stream", rewrite(topics={POLICY_COMMAND: f"/policy/{name}"})))
         for key, field in META_FIELDS.items():
-            if kind == "absolute" and key in ("namespace", "topics"):
+            if kind == "absolute" and key in ("namespace", "topics", "drops"):
                 continue  # `/tmp/x/abs` is a ROS name: streams and namespaces are, and never make paths
             out.append((f"meta_{key}-{kind}", field, rewrite(meta=_set(key, name))))
     return out
@@ -148,3 +154,23 @@ def test_the_issues_camera_is_rejected_and_convert_writes_nothing_outside(tmp_pa
     new = _files(tmp_path) - before
     assert not [p for p in new if "ESCAPED" in p], sorted(new)
     assert all(Path(p).parts[:6][-1] in ("ds", "ds.versions", "ds.lock") for p in new), sorted(new)
+
+
+def test_ingest_quarantines_the_issues_bag_and_writes_nothing_outside(tmp_path: Path) -> None:
+    """A session's background ingest takes the bag the operator kept: rejected UNSAFE_NAME, moved to
+    quarantine, nothing written outside the dataset and the quarantine."""
+    watch = tmp_path / "a" / "b" / "c" / "d" / "bags"
+    bag = write_session(watch / "ep", SessionSpec(duration_s=2.5, width=256, height=192, seed=41,
+                                                  cameras=(ISSUE_CASE,))).bag
+    write_verdict(bag, verdict_doc(bag.name, {"report": {"episode_id": "x", "reasons": []}, "seconds": 1.0}))
+    mark_decision(bag, KEEP)
+    before = _files(tmp_path)
+    ds, quarantine = watch.parent / "ds", watch.parent / "quarantine"
+    out = ingest_once(IngestConfig([watch], ds, quarantine, grace_s=30.0, codec="h264"), lambda _line: None)
+    assert {Path(k).name: v for k, v in out.items()} == {"ep": "rejected"}
+    assert (quarantine / UNSAFE_NAME / "ep").is_dir()
+    new = _files(tmp_path) - before
+    assert not [p for p in new if "ESCAPED" in p], sorted(new)
+    top = {Path(p).parts[4] for p in new if len(Path(p).parts) > 4}
+    own = {"ds", "ds.versions", "ds.lock", "ds.ingest.json", "ds.ingest.lock", "quarantine", "bags"}
+    assert top <= own, sorted(new)
