@@ -21,6 +21,7 @@ import numpy as np
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.names import UnsafeNameError
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, UnindexedBagError
 from teleop_flywheel.recording.mcap.metadata import find_mcap, read_metadata_yaml
@@ -86,7 +87,11 @@ def bag_info(bag: Path) -> BagInfo:
         message_count=int(meta["message_count"]), topics=[], episode=None)
     record = _mcap_check(mcap_path, info)
     strings = record or ({k: str(v) for k, v in custom.items()} if custom else None)
-    episode = EpisodeMeta.from_strings(strings) if strings and "episode_name" in strings else None
+    try:
+        episode = EpisodeMeta.from_strings(strings) if strings and "episode_name" in strings else None
+    except UnsafeNameError as exc:  # shown as what it is, never used
+        episode = None
+        info.warnings.append(f"episode metadata refused: {exc} (validate rejects the bag: UNSAFE_NAME)")
     if record and custom and dict(record) != {k: str(v) for k, v in custom.items()}:
         info.warnings.append("episode metadata differs between the MCAP record and metadata.yaml custom_data")
     drops = episode.drops if episode else {}

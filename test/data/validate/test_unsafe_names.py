@@ -148,6 +148,8 @@ def test_the_issues_camera_is_rejected_and_convert_writes_nothing_outside(tmp_pa
     assert cli_main(["validate", str(bag)]) == 0
     out = capsys.readouterr()
     assert "1/1 rejected" in out.out and "UNSAFE_NAME(" in out.out and f"camera {ISSUE_CASE!r}" in out.out, out.out
+    assert cli_main(["info", str(bag)]) == 0  # a report on the bag still reports, and says why it is refused
+    assert "episode metadata refused: camera" in capsys.readouterr().out
     assert cli_main(["convert", str(bag), "--dataset", str(ds)]) == 0
     out = capsys.readouterr()
     assert "converted: 0;" in out.out and "rejected UNSAFE_NAME: 1" in out.out, out.out
