@@ -28,13 +28,15 @@ class OutsideRootError(FlywheelError, ValueError):
     """A path built from a name would leave the folder it must stay in: nothing is written."""
 
 
-def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], follow_symlinks: bool = True) -> Path:
     """`path` if, resolved (symlinks followed, `..` collapsed), it is `root` or below it; else
-    OutsideRootError naming both. Relative paths are taken from `root`."""
-    base = Path(root).resolve()
-    target = (base / path).resolve()
+    OutsideRootError naming both. Relative paths are taken from `root`. `follow_symlinks=False`
+    judges the name alone (`..` collapsed, symlinks kept): for reading a foreign dataset whose
+    files may be links into a cache (a Hugging Face snapshot's files point into its blobs)."""
+    base = Path(root).resolve() if follow_symlinks else Path(os.path.abspath(root))
+    target = (base / path).resolve() if follow_symlinks else Path(os.path.normpath(base / path))
     if target != base and base not in target.parents:
-        raise OutsideRootError(f"{path}: would be written outside {root} (resolves to {target}); nothing was written")
+        raise OutsideRootError(f"{path}: outside {root} (resolves to {target}); nothing was read or written there")
     return Path(path) if Path(path).is_absolute() else base / path
 
 

@@ -50,3 +50,18 @@ def test_inside_refuses_what_resolves_outside(tmp_path: Path) -> None:
     for rel in ("../x.mp4", "/tmp/x.mp4", "link/x.mp4", "a/../../x"):
         with pytest.raises(OutsideRootError, match="outside"):
             inside(tmp_path / "root", rel)
+
+
+def test_inside_by_name_keeps_links_into_a_cache(tmp_path: Path) -> None:
+    """A downloaded dataset's files may be links into a cache (a Hugging Face snapshot): read by
+    name they are inside; a name that climbs out is not."""
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    (snap / "data").mkdir(parents=True)
+    (blobs / "abc").write_text("x")
+    (snap / "data" / "file.parquet").symlink_to(blobs / "abc")
+    assert inside(snap, "data/file.parquet", follow_symlinks=False) == snap.absolute() / "data/file.parquet"
+    with pytest.raises(OutsideRootError):
+        inside(snap, "data/file.parquet")  # resolved, it is in the blobs
+    with pytest.raises(OutsideRootError):
+        inside(snap, "../../blobs/abc", follow_symlinks=False)

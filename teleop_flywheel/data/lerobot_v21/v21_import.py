@@ -230,10 +230,11 @@ def read_source(root: Path) -> Source:
         if ep not in stats:
             raise _bad(root / EPISODES_STATS, f"no stats of episode {ep}")
         places = {"episode_chunk": ep // chunks, "episode_index": ep}
-        data = inside(root, info["data_path"].format(**places))  # paths from a foreign info.json
+        # paths from a foreign info.json: below its folder by name (its files may be links into a cache)
+        data = inside(root, info["data_path"].format(**places), follow_symlinks=False)
         e = Episode(ep, row, stats[ep], data, *_check_data(data, ep, int(row["length"]), info, tasks))
         for key in sorted(k for k, f in info["features"].items() if f["dtype"] == "video"):
-            mp4 = inside(root, info["video_path"].format(video_key=key, **places))
+            mp4 = inside(root, info["video_path"].format(video_key=key, **places), follow_symlinks=False)
             e.frames[key], codec = _check_video(mp4, ep, key, e.rows, info["features"][key])
             if codecs.setdefault(key, codec) != codec:
                 raise _bad(mp4, f"codec {codec}, episode 0's {key} video is {codecs[key]}: one file cannot hold both")
