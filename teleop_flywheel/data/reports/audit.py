@@ -22,7 +22,10 @@ The rows on what the episodes' content says about clocks and force, from numeric
 - **effort**: the range of `observation.effort` per joint (min, 1st and 99th percentile, max; load
   as a signed fraction of max torque) and the share of frames above half of it — a dataset that
   knows when the gripper squeezed;
-- **dead air trimmed** by `convert --trim-dead-air` (`dead_air_trimmed_leading_s`/`_trailing_s`).
+- **dead air trimmed** by `convert --trim-dead-air` (`dead_air_trimmed_leading_s`/`_trailing_s`);
+- **frame contract**: the lag of `observation.state` behind `action` per episode and joint, how
+  decisive it is, and whether the actions are the state copied, shifted by a frame either way, or
+  lag beyond a bound (`frame_contract.py`).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from teleop_flywheel.data.lerobot.dataset import (
     check_lengths,
     episode_spans,
 )
+from teleop_flywheel.data.reports.frame_contract import FrameContract, check_contract, contract_lines
 from teleop_flywheel.data.reports.plots import write_audit_html, write_audit_plots
 from teleop_flywheel.data.validate.episode_columns import camera_lag_columns, finite_or_none
 
@@ -249,9 +253,11 @@ class AuditReport:
     outliers: list[int]
     notes: list[str] = field(default_factory=list)
     content: ContentAudit = field(default_factory=ContentAudit)  # camera/tracking lag, effort, trimmed
+    frame_contract: FrameContract | None = None  # the lag of the state behind the action (`frame_contract.py`)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["frame_contract"] = None if self.frame_contract is None else self.frame_contract.to_dict()
         d["joint_ranges"] = [j.to_dict() for j in self.joint_ranges]
         d["leading_dead_seconds"] = {"median": self.leading_dead_median / self.fps,
                                      "max": self.leading_dead_max / self.fps}
@@ -433,6 +439,7 @@ def audit(ds: LeRobotDataset, state: str | None = None, action: str | None = Non
         outliers=outliers,
         notes=notes,
         content=content_audit(ds, [int(e) for e in spans.episode_index], names),
+        frame_contract=check_contract(ds, spans, data.state, data.action, names),
     )
 
 
@@ -468,6 +475,8 @@ def format_text(r: AuditReport) -> str:
     else:
         lines.append("outliers: none")
     extra = format_lines(r.content, r.episode_index)
+    if r.frame_contract is not None:
+        extra += contract_lines(r.frame_contract)
     lines += [""] + extra if extra else []
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

@@ -5,8 +5,10 @@ command sent, at the bag's native rates; `data/reports/frame_contract.py`: the s
 action in a dataset's frames): the cross-correlation of the two velocities (differenced over
 `VELOCITY_WINDOW_S`: servo steps quantise positions, a per-sample difference is noise), its peak
 refined by a parabola, with a delete-one-block jackknife over `BLOCKS` stretches of the episode for
-its standard error — how decisive the estimate is. A series that barely moves, or whose velocities
-correlate by less than `MIN_CORRELATION` at the peak, has none.
+its standard error — how decisive the estimate is — or, when larger, the time-delay estimate's own
+error (what the best shift leaves unexplained against the slope of the lead's velocity): smooth
+motion carries little timing, and blocks that share one bias agree on it. A series that barely
+moves, or whose velocities correlate by less than `MIN_CORRELATION` at the peak, has none.
 
 `tracking` measures, per joint: the follower's lag behind the command and the share of the
 episode during which the command outran the follower — its speed or its acceleration beyond what
@@ -84,7 +86,6 @@ def lag_fit(lead: np.ndarray, follow: np.ndarray, rate_hz: float, search_s: floa
         vl, vf = np.where(mask, 0.0, vl), np.where(mask, 0.0, vf)
     if not (np.isfinite(vl).all() and np.isfinite(vf).all()) or np.mean(np.abs(vl)) <= min_speed:
         return None
-    vl, vf = vl - vl.mean(), vf - vf.mean()
     core = vl[k_max:n - k_max]
     shifted = np.lib.stride_tricks.sliding_window_view(vf, len(core))  # row k: vf[k : k + len(core)]
     usable = len(core) // BLOCKS * BLOCKS
@@ -108,7 +109,19 @@ def lag_fit(lead: np.ndarray, follow: np.ndarray, rate_hz: float, search_s: floa
         jack.append(best if p is None else p)
     j = np.asarray(jack)
     stderr = float(np.sqrt((BLOCKS - 1) / BLOCKS * np.sum((j - j.mean()) ** 2)))
-    return LagFit((best - k_max) / rate_hz, stderr / rate_hz, float(full.max()))
+    return LagFit((best - k_max) / rate_hz, max(stderr, _delay_stderr(core, shifted[int(round(best))], w)) / rate_hz,
+                  float(full.max()))
+
+
+def _delay_stderr(lead: np.ndarray, follow: np.ndarray, w: int) -> float:
+    """The time-delay estimate's standard error (samples) from what the best shift leaves unexplained:
+    residual variance over the lead's squared slope, the residuals correlated over the velocity window.
+    A motion too slow or too smooth to carry timing has almost no slope: its lag is not decided, however
+    well the blocks agree (they agree on the same bias)."""
+    gain = float(lead @ follow) / max(float(lead @ lead), 1e-12)
+    residual = follow - gain * lead
+    slope = np.diff(lead) * gain
+    return float(np.sqrt(np.mean(residual ** 2) * w / max(float(slope @ slope), 1e-24)))
 
 
 @dataclass
