@@ -6,7 +6,10 @@ failures the seeds describe — and a newcomer can make a session to convert wit
 
 The session, offline (simulated time, no threads): a scripted human moves the leader (smooth
 sinusoids, quantised to servo steps); the command sent = α·human + (1−α)·policy, quantised;
-the follower follows it with a first-order lag (the simulated servo dynamics, τ = 50 ms);
+the follower follows it with a first-order lag (the simulated servo dynamics, τ = 50 ms), optionally
+no faster than a top speed (`follower_max_speed`), its gripper closing on an object (`grip_object`)
+and slowed and load-capped by a torque limit (`gripper_torque`: a grasp held at the force limit,
+as the arm driver holds one); a leader shaken faster than the follower can turn (`human_fast`);
 `/teleop/authority` carries [alpha, mode, intervention_id, trigger]; cameras render the follower
 (`camera.synthetic.draw_arm`) with the true capture time in the pixels (`camera.timecode`) and
 deliver after a pipeline latency. Receive times (`log_time`) are wall clock through the
