@@ -48,7 +48,7 @@ MIN_LAG_FRAMES = 0.5
 MAX_LAG_MS = 300.0
 COPY_SHARE = 0.9
 STDERR_FLOOR_FRAMES = 0.02  # no joint weighs more than this precision in a pool
-TRACKING_LAG = "tracking_lag_ms"
+LAG_COLUMN = "tracking_lag_ms"  # our converter: the follower's lag behind the command in the bags, per joint
 
 
 @dataclass
@@ -143,14 +143,14 @@ def check_contract(ds: LeRobotDataset, spans: EpisodeSpans, state: np.ndarray, a
     fps = ds.fps
     rate = fps * UPSAMPLE
     table = ds.episodes.set_index("episode_index", drop=False)
-    reference = TRACKING_LAG in table.columns
+    reference = LAG_COLUMN in table.columns
     body = [j for j, name in enumerate(joints) if not name.removesuffix(".pos").startswith("gripper")]
     episodes: list[EpisodeContract] = []
     for e, a, b in zip(spans.episode_index, spans.start, spans.stop, strict=True):
         act, st = action[a:b].astype(np.float64), state[a:b].astype(np.float64)
         expected: list[float | None] = [None] * len(joints)
         if reference and int(e) in table.index:
-            raw = table.at[int(e), TRACKING_LAG]
+            raw = table.at[int(e), LAG_COLUMN]
             values = list(raw) if isinstance(raw, (list, tuple, np.ndarray)) else []
             if len(values) == len(joints):
                 expected = [None if (v := finite_or_none(x)) is None else 1.0 + v * fps / 1000.0 for x in values]

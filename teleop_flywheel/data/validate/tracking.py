@@ -18,11 +18,11 @@ turns at most ~4.7 rad/s; the arm driver's speed limit defaults to 2 rad/s) show
 not only as a longer lag.
 
 A grasp is not a tracking error: the gripper pressing on an object at its force limit — load at
-its cap (within `CAP_FRACTION` of the median load while the command is beyond the position: the plateau a
-force-limited gripper presses at, flat: its
-interquartile range within `PLATEAU_SPREAD` of it), the command beyond the position
-in the direction of the load — is where it should be. Those samples (`force_limited_share`) are
-left out of the gripper's lag and share; without efforts in the bag nothing is left out.
+its cap, the command beyond the position in the direction of the load — is where it should be. The
+cap is the median load while the command is beyond the position, and must be a plateau (the loads
+within `CAP_FRACTION` of it spread by no more than `PLATEAU_SPREAD` of it): a loop without a force
+limit presses harder the farther its goal. Those samples are left out of the gripper's lag and
+share; a bag without efforts leaves nothing out.
 """
 from __future__ import annotations
 
@@ -130,7 +130,6 @@ class JointTracking:
     lag_ms: float | None
     lag_stderr_ms: float | None
     outrun_share: float | None  # of the episode: the command's speed or acceleration beyond the follower's
-    force_limited_share: float  # of the episode: the gripper at its force limit, pressing on an object
 
 
 def _resample(stream: Stream, t: np.ndarray, j: int) -> np.ndarray:
@@ -155,7 +154,7 @@ def force_limited(command: np.ndarray, follower: np.ndarray, load: np.ndarray) -
 
 def tracking(command: Stream, follower: Stream, effort: Stream | None = None) -> list[JointTracking]:
     """Per joint (JOINT_NAMES order)."""
-    none = [JointTracking(name, None, None, None, 0.0) for name in JOINT_NAMES]
+    none = [JointTracking(name, None, None, None) for name in JOINT_NAMES]
     if len(command.stamps_ns) < 4 or len(follower.stamps_ns) < 4:
         return none
     lo = max(int(command.stamps_ns[0]), int(follower.stamps_ns[0]))
@@ -175,8 +174,7 @@ def tracking(command: Stream, follower: Stream, effort: Stream | None = None) ->
         fit = lag_fit(pc, pf, RATE_HZ, min_speed=MIN_SPEED_RAD_S, mask=held)
         out.append(JointTracking(name, None if fit is None else round(fit.lag_s * 1000.0, 2),
                                  None if fit is None else round(fit.stderr_s * 1000.0, 2),
-                                 _outrun_share(pc, pf, held, 0.0 if fit is None else max(fit.lag_s, 0.0), w),
-                                 round(float(held.mean()), 4)))
+                                 _outrun_share(pc, pf, held, 0.0 if fit is None else max(fit.lag_s, 0.0), w)))
     return out
 
 
