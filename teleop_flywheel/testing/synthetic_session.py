@@ -6,7 +6,10 @@ failures the seeds describe — and a newcomer can make a session to convert wit
 
 The session, offline (simulated time, no threads): a scripted human moves the leader (smooth
 sinusoids, quantised to servo steps); the command sent = α·human + (1−α)·policy, quantised;
-the follower follows it with a first-order lag (the simulated servo dynamics, τ = 50 ms);
+the follower follows it with a first-order lag (the simulated servo dynamics, τ = 50 ms), optionally
+no faster than a top speed (`follower_max_speed`), its gripper closing on an object (`grip_object`)
+and slowed and load-capped by a torque limit (`gripper_torque`: a grasp held at the force limit,
+as the arm driver holds one); a leader shaken faster than the follower can turn (`human_fast`);
 `/teleop/authority` carries [alpha, mode, intervention_id, trigger]; cameras render the follower
 (`camera.synthetic.draw_arm`) with the true capture time in the pixels (`camera.timecode`) and
 deliver after a pipeline latency. Receive times (`log_time`) are wall clock through the
@@ -130,6 +133,17 @@ class SessionSpec:
     # The task spec the rig records under: its content and id in the metadata, and the rig's own
     # verdict of its success predicate on the final follower pose (`outcome_check`).
     task_spec: TaskSpec | None = None
+    # The follower's top shaft speed, rad/s (an STS3215 turns at most ~4.7 rad/s at 12 V; None: unbounded).
+    follower_max_speed: float | None = None
+    # An object between the gripper's jaws (rad): closing below it the jaws stall on it and the load
+    # builds to full torque while the command goes on closing — a grasp held by the force limit.
+    grip_object: float | None = None
+    # The gripper's torque limit (fraction of max torque), as the arm driver's grasp holds it: its load caps
+    # there and its position loop slows by the same factor (the simulated servo's rule).
+    gripper_torque: float = 1.0
+    # (start s, length s): the human shakes the leader (±0.5 rad at 2 Hz on the five body joints, up to
+    # 6.3 rad/s) — faster than the follower can turn when `follower_max_speed` is set.
+    human_fast: tuple[float, float] | None = None
 
 
 class _SimClock:
@@ -179,15 +193,21 @@ def _alpha(t: np.ndarray, spec: SessionSpec) -> np.ndarray:
     return a
 
 
-def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.Generator,
+             grasps: bool = False) -> np.ndarray:
     """Point-to-point moves (minimum jerk, 0.5–1.0 s) between random poses, with 0.1–0.4 s pauses:
-    every joint starts and stops together, as a hand reaching, grasping and placing moves the arm."""
+    every joint starts and stops together, as a hand reaching, grasping and placing moves the arm.
+    `grasps`: the gripper closes fully and opens fully on alternate pairs of moves (pick, carry, place)."""
     out = np.empty((len(t), 6))
     pose = center.copy()
     t0 = 0.0
+    moves = 0
     while t0 <= t[-1]:
         move, pause = rng.uniform(0.5, 1.0), rng.uniform(0.1, 0.4)
         goal = center + amp * rng.uniform(-1, 1, 6)
+        if grasps:
+            goal[5] = center[5] + amp[5] * (-1.0 if moves % 4 in (1, 2) else 1.0)
+        moves += 1
         u = np.clip((t - t0) / move, 0, 1)[:, None]
         inside = (t >= t0) & (t < t0 + move + pause)
         out[inside] = (pose + (goal - pose) * (10 * u**3 - 15 * u**4 + 6 * u**5))[inside]
@@ -230,24 +250,33 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         human_t = np.where(held, a, t)
         human_t = np.where(t >= a + length, t - length, human_t)
     if spec.motion == "reach":
-        human = _reaches(human_t, center, amp, rng)
+        human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
     elif spec.motion == "smooth":
         human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
     else:
         raise ValueError(f"motion must be 'smooth' or 'reach', got {spec.motion!r}")
+    if spec.human_fast is not None:
+        a, length = spec.human_fast
+        fast = (t >= a) & (t < a + length)
+        human[fast, :5] += 0.5 * np.sin(2 * math.pi * 2.0 * (t[fast, None] - a))
     human = _quantise(human)
     policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
     alpha = _alpha(t, spec)
     command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
     follower = np.empty_like(command)
-    k = 1 - math.exp(-dt / spec.tau_s)
+    k = np.full(6, 1 - math.exp(-dt / spec.tau_s))
+    k[5] = 1 - math.exp(-dt * spec.gripper_torque / spec.tau_s)
     state = command[0].copy()
+    max_step = math.inf if spec.follower_max_speed is None else spec.follower_max_speed * dt
     for i in range(n):  # state read at tick i, then command i sent
         follower[i] = state
-        state = state + (command[i] - state) * k
+        state = state + np.clip((command[i] - state) * k, -max_step, max_step)
+        if spec.grip_object is not None:
+            state[5] = max(state[5], spec.grip_object)  # the jaws stop on the object
     follower = _quantise(follower)
     # Load follows the position loop's effort: proportional to the tracking error, saturating at full torque.
-    effort = np.clip((command - follower) * 8.0, -1.0, 1.0) if spec.effort else None
+    cap = np.array([1.0] * 5 + [spec.gripper_torque])
+    effort = np.clip((command - follower) * 8.0, -cap, cap) if spec.effort else None
 
     interv_id = np.zeros(n)
     trig = np.zeros(n)

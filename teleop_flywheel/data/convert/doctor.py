@@ -14,7 +14,12 @@ under the dataset's lock, so never beside a running convert.
 rate to expect. An FTDI whose timer is not 1 ms is a problem (~55 reads/s at Linux's default 16 ms:
 the arm loop cannot hold its rate); `find-port --port PORT` gives the udev rule that fixes it.
 
-Exit status: 0 consistent (after repair, if asked), 1 problems remain, 2 not a dataset / usage.
+The frame contract (`data/reports/frame_contract.py`) is checked on every dataset that can be read: the
+lag of the state behind the action, and whether the actions are the state copied, shifted by a frame
+either way, or lagging beyond a bound — not repairable here (re-convert the bags).
+
+Exit status: 0 consistent (after repair, if asked), 1 problems remain (or the frame contract is broken),
+2 not a dataset / usage.
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ from pathlib import Path
 from teleop_flywheel.core.errors import EXIT_USAGE, FlywheelError, UsageError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems, repair
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.reports.audit import load
+from teleop_flywheel.data.reports.frame_contract import FrameContract, check_contract, contract_lines
 from teleop_flywheel.data.validate.validator import display
 from teleop_flywheel.hw.bringup.usb_adapter import Adapter, describe
 
@@ -101,10 +109,13 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
         raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
                          fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
     version = _version(root)
+    contract = _contract(root) if not found else None
+    broken = contract is not None and bool(contract.problem or contract.flagged)
     if args.json:
         print(json.dumps({"dataset": display(root), "version": version, "repaired": done,
                           "problems": [p.to_dict() for p in found],
-                          "consistent": not found, **({"ports": [a.to_dict() for a in ports]} if ports else {})},
+                          "consistent": not found, "frame_contract": None if contract is None else contract.to_dict(),
+                          **({"ports": [a.to_dict() for a in ports]} if ports else {})},
                          indent=2))
     else:
         for line in done:
@@ -114,8 +125,23 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
                 "\n    not repaired here: the dataset's pointer or versions are not as commits leave them" if p.layout \
                 else "\n    not repairable here: the episodes named are lost; re-convert their bags into a new dataset"
             print(f"problem: {display(p.detail)}{fix}")
+        if contract is not None:
+            print("\n".join(contract_lines(contract)))
+            if broken:
+                print("problem: the frame contract is broken (above)\n    not repairable here: re-convert the bags, "
+                      "or fix the writer that stored the actions")
         print(f"{display(root)}" + (f" ({version})" if version else "") + ": "
               + ("consistent" if not found else f"{len(found)} problem(s)"
                                      + (f", {sum(1 for p in found if p.repair)} repairable with --repair"
                                         if not args.repair else "")))
-    return 0 if not found else 1
+    return 0 if not found and not broken else 1
+
+
+def _contract(root: Path) -> FrameContract | None:
+    """The frame contract of a consistent dataset (None: it has no state and action to compare)."""
+    try:
+        ds = LeRobotDataset.open(root)
+        data = load(ds)
+    except DatasetError:
+        return None
+    return check_contract(ds, data.spans, data.state, data.action, ds.joint_names(data.state_feature))

@@ -46,6 +46,8 @@ START_STATE = "start_state"
 CURATION_COLUMNS = (*SCORE_COLUMNS, START_STATE)
 # JSON columns the converter writes from the validator's verdict and the task spec.
 WARNINGS, TASK_SPEC_ID, OUTCOME_CHECK = "warnings", "task_spec_id", "outcome_check"
+# Per joint, the share of the episode the command outran the follower (data/validate/tracking.py).
+TRACKING_OUTRUN = "tracking_outrun_share"
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
 META_JSON_COLUMNS = ("episode_meta", "teleop_flywheel.episode")
 

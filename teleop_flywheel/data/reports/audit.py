@@ -17,12 +17,16 @@ The rows on what the episodes' content says about clocks and force, from numeric
 - **camera lag**: each episode's estimated lag of each camera behind the follower's joints
   (episodes-table `camera_lag_ms/<camera>`, `camera_lag_stderr_ms/<camera>`, written by `convert`
   from the validator's content check);
-- **tracking lag**: the follower's lag behind the command per joint (`tracking_lag_ms`), median and
-  worst over episodes — the seed's "leader accelerations the follower cannot achieve";
+- **tracking**: the follower's lag behind the command per joint (`tracking_lag_ms`) and the share
+  of each episode its command outran the follower (`tracking_outrun_share`), median and worst over
+  episodes — the seed's "leader accelerations the follower cannot achieve";
 - **effort**: the range of `observation.effort` per joint (min, 1st and 99th percentile, max; load
   as a signed fraction of max torque) and the share of frames above half of it — a dataset that
   knows when the gripper squeezed;
-- **dead air trimmed** by `convert --trim-dead-air` (`dead_air_trimmed_leading_s`/`_trailing_s`).
+- **dead air trimmed** by `convert --trim-dead-air` (`dead_air_trimmed_leading_s`/`_trailing_s`);
+- **frame contract**: the lag of `observation.state` behind `action` per episode and joint, how
+  decisive it is, and whether the actions are the state copied, shifted by a frame either way, or
+  lag beyond a bound (`frame_contract.py`).
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ from teleop_flywheel.data.lerobot.dataset import (
     check_lengths,
     episode_spans,
 )
+from teleop_flywheel.data.lerobot.episode_table import TRACKING_OUTRUN
+from teleop_flywheel.data.reports.frame_contract import FrameContract, check_contract, contract_lines
 from teleop_flywheel.data.reports.plots import write_audit_html, write_audit_plots
 from teleop_flywheel.data.validate.episode_columns import camera_lag_columns, finite_or_none
 
@@ -69,6 +75,7 @@ class ContentAudit:
     camera_lag_stderr_ms: dict[str, list[float | None]] = field(default_factory=dict)
     tracking_joints: list[str] = field(default_factory=list)
     tracking_lag_ms: list[list[float | None]] = field(default_factory=list)  # per episode, per joint
+    tracking_outrun_share: list[list[float | None]] = field(default_factory=list)  # per episode, per joint
     effort: list[EffortRange] = field(default_factory=list)
     trimmed_leading_s: list[float] = field(default_factory=list)
     trimmed_trailing_s: list[float] = field(default_factory=list)
@@ -86,11 +93,12 @@ def content_audit(ds: LeRobotDataset, episode_index: list[int], joints: list[str
         out.camera_lag_ms[cam] = [finite_or_none(v) for v in rows[f"camera_lag_ms/{cam}"]]
         if f"camera_lag_stderr_ms/{cam}" in rows:
             out.camera_lag_stderr_ms[cam] = [finite_or_none(v) for v in rows[f"camera_lag_stderr_ms/{cam}"]]
-    if "tracking_lag_ms" in rows:
-        out.tracking_joints = [j.removesuffix(".pos") for j in joints]
-        for v in rows["tracking_lag_ms"]:
-            values = list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
-            out.tracking_lag_ms.append([finite_or_none(x) for x in values] or [None] * len(joints))
+    for col, into in (("tracking_lag_ms", out.tracking_lag_ms), (TRACKING_OUTRUN, out.tracking_outrun_share)):
+        if col in rows:
+            out.tracking_joints = [j.removesuffix(".pos") for j in joints]
+            for v in rows[col]:
+                values = list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
+                into.append([finite_or_none(x) for x in values] or [None] * len(joints))
     for side in ("leading", "trailing"):
         col = f"dead_air_trimmed_{side}_s"
         if col in rows:
@@ -117,18 +125,52 @@ def _stat(values: list[float | None]) -> str:
     return f"median {np.median(a):+.1f} ms, worst {worst:+.1f} ms ({len(known)}/{len(values)} episodes measured)"
 
 
+@dataclass
+class JointTrackingSummary:
+    joint: str
+    lag_median_ms: float | None
+    lag_worst_ms: float | None
+    outrun_median: float | None
+    outrun_worst: float | None
+    outrun_worst_episode: int | None
+
+
+def tracking_summary(c: ContentAudit, episode_index: list[int]) -> list[JointTrackingSummary]:
+    """Per joint over the episodes: the follower's lag behind the command and the share of an episode the
+    command outran it (median and worst), as `audit`, `stats` and the data card show them."""
+    out = []
+    for j, name in enumerate(c.tracking_joints):
+        lags = [v for row in c.tracking_lag_ms if j < len(row) and (v := row[j]) is not None]
+        shares = [(v, e) for row, e in zip(c.tracking_outrun_share, episode_index, strict=False)
+                  if j < len(row) and (v := row[j]) is not None]
+        worst = max(shares) if shares else None
+        out.append(JointTrackingSummary(
+            name, float(np.median(lags)) if lags else None, max(lags) if lags else None,
+            float(np.median([v for v, _ in shares])) if shares else None,
+            None if worst is None else worst[0], None if worst is None else worst[1]))
+    return out
+
+
+def tracking_lines(rows: list[JointTrackingSummary]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["tracking            the follower against the command, per joint over episodes: lag median / worst; "
+             "share of an episode the command outran it, median / worst (episode):"]
+    for r in rows:
+        lag = "unknown" if r.lag_median_ms is None else f"{r.lag_median_ms:6.1f} / {r.lag_worst_ms:6.1f} ms"
+        share = ("" if r.outrun_median is None else
+                 f"   {100 * r.outrun_median:5.1f} / {100 * (r.outrun_worst or 0.0):5.1f} % ({r.outrun_worst_episode})")
+        lines.append(f"  {r.joint:<18}{lag}{share}")
+    return lines
+
+
 def format_lines(c: ContentAudit, episode_index: list[int]) -> list[str]:
     lines: list[str] = []
     for cam, lags in sorted(c.camera_lag_ms.items()):
         lines.append(f"camera lag {cam:<9}{_stat(lags)} (behind the joints, from the images)")
         per = ", ".join(f"{e}: {'?' if v is None else f'{v:+.1f}'}" for e, v in zip(episode_index, lags, strict=True))
         lines.append(f"  per episode (ms)  {per}")
-    if c.tracking_lag_ms:
-        lines.append("tracking lag        the follower behind the command, per joint (median / worst over episodes):")
-        cols = list(zip(*c.tracking_lag_ms, strict=True)) if c.tracking_lag_ms else []
-        for name, col in zip(c.tracking_joints, cols, strict=True):
-            known = [v for v in col if v is not None]
-            lines.append(f"  {name:<18}" + (f"{np.median(known):6.1f} / {max(known):6.1f} ms" if known else "unknown"))
+    lines += tracking_lines(tracking_summary(c, episode_index))
     if c.effort:
         lines.append(
             f"effort              per joint: min / q01 / q99 / max (fraction of max torque), share > {HIGH_EFFORT:g}:"
@@ -161,6 +203,12 @@ def card_lines(c: ContentAudit, episode_index: list[int]) -> list[str]:
         if known:
             lines.append(f"The follower lags the command by {np.median(known):.0f} ms (median over joints and "
                          f"episodes; worst {max(known):.0f} ms).")
+    shares = [(r.outrun_worst, r.joint, r.outrun_worst_episode) for r in tracking_summary(c, episode_index)
+              if r.outrun_worst is not None]
+    if shares:
+        share, joint, episode = max(shares)
+        lines.append(f"The command outran the follower (its speed or acceleration beyond what the follower achieved) "
+                     f"on at most {100 * share:.1f} % of an episode ({joint}, episode {episode}).")
     if c.effort:
         lines.append("Effort (`observation.effort`: load as a signed fraction of max torque) recorded; "
                      + ", ".join(f"{e.joint} {e.min:+.2f}…{e.max:+.2f}" for e in c.effort) + ".")
@@ -249,9 +297,11 @@ class AuditReport:
     outliers: list[int]
     notes: list[str] = field(default_factory=list)
     content: ContentAudit = field(default_factory=ContentAudit)  # camera/tracking lag, effort, trimmed
+    frame_contract: FrameContract | None = None  # the lag of the state behind the action (`frame_contract.py`)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["frame_contract"] = None if self.frame_contract is None else self.frame_contract.to_dict()
         d["joint_ranges"] = [j.to_dict() for j in self.joint_ranges]
         d["leading_dead_seconds"] = {"median": self.leading_dead_median / self.fps,
                                      "max": self.leading_dead_max / self.fps}
@@ -433,6 +483,7 @@ def audit(ds: LeRobotDataset, state: str | None = None, action: str | None = Non
         outliers=outliers,
         notes=notes,
         content=content_audit(ds, [int(e) for e in spans.episode_index], names),
+        frame_contract=check_contract(ds, spans, data.state, data.action, names),
     )
 
 
@@ -468,6 +519,8 @@ def format_text(r: AuditReport) -> str:
     else:
         lines.append("outliers: none")
     extra = format_lines(r.content, r.episode_index)
+    if r.frame_contract is not None:
+        extra += contract_lines(r.frame_contract)
     lines += [""] + extra if extra else []
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

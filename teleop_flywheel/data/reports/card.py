@@ -245,6 +245,12 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
     lines += ["", f"{a.frames} frames ({a.seconds / 60:.1f} min); episode length {a.length_seconds['min']:.1f}–"
               f"{a.length_seconds['max']:.1f} s (median {a.length_seconds['median']:.1f} s); "
               f"dead air {100 * a.dead_share:.1f} % of frames."] + card_lines(a.content, a.episode_index)
+    if a.frame_contract is not None and a.frame_contract.lag_frames is not None:
+        fc = a.frame_contract
+        lines.append(f"Frame contract (`action` at t carries the state from t to t+1): the state lags the action by "
+                     f"{fc.lag_frames:.2f} frames, decided on {100 * fc.decided_share:.0f} % of episodes; "
+                     + (f"BROKEN: {fc.problem}." if fc.problem else
+                        f"{len(fc.flagged)} episodes flagged." if fc.flagged else "as the contract says."))
     lines += ["", "## Operators", ""]
     lines += _table(("operator", "episodes"), sorted(operators.items()))
     lines += ["", "## Tasks", ""] + _table(("task", "episodes"), sorted(tasks.items()))

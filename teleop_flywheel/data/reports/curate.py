@@ -23,6 +23,12 @@ atomic commit as each append (`with_scores`: they are relative to the dataset, s
 them); `curate --store` writes them into any dataset, through the same commit. `curate --drop-plan
 --filter EXPR` says which episodes a filter would drop and why, and how much start-state coverage
 that costs (`drop_plan`).
+
+Beside the four axes, each episode's `outrun`: the largest share of it during which some joint's
+command outran the follower (episodes-table `tracking_outrun_share`, measured by the validator on
+the bag: `data/validate/tracking.py`), with the joint; above validate's `tracking_outrun_max_share`
+the episode is listed — a leader pushing the follower past what it can do teaches a policy to
+command what the robot then tracks with lag.
 """
 from __future__ import annotations
 
@@ -40,10 +46,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
     START_STATE,
+    TRACKING_OUTRUN,
     EpisodeRecord,
     episode_records,
     table_records,
@@ -68,6 +76,8 @@ from teleop_flywheel.data.reports.weights import (
     sample_weights,
     write_weights,
 )
+from teleop_flywheel.data.validate.episode_columns import finite_or_none
+from teleop_flywheel.data.validate.reasons import ValidateConfig
 
 DURATION_TOLERANCE = 1.5
 TARGETS = 5
@@ -184,6 +194,10 @@ class EpisodeScore:
     has_intervention: bool
     age_days: float
     weight: float
+    # the follower against the command (`data/validate/tracking.py`, episodes-table `tracking_outrun_share`): the
+    # largest share of the episode any joint's command outran the follower, and that joint (None: not measured)
+    outrun: float | None = None
+    outrun_joint: str = ""
 
 
 @dataclass
@@ -203,6 +217,7 @@ class CurationReport:
     rule: WeightRule
     intervention_source: str
     notes: list[str] = field(default_factory=list)
+    outrun_bound: float = ValidateConfig().tracking_outrun_max_share
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -248,6 +263,7 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
     if not 2.0 <= rule.intervention_weight <= 3.0:
         notes.append(f"intervention weight {rule.intervention_weight} is outside the 2-3x the seeds recommend")
 
+    outruns = outrun_shares(ds, [int(e) for e in spans.episode_index])
     scores = []
     for i, rec in enumerate(recs):
         flag = "slow" if ratios[i] > duration_tolerance else "fast" if ratios[i] < 1.0 / duration_tolerance else ""
@@ -256,12 +272,27 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
             graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]),
             None if np.isnan(scored.jerk_z[i]) else float(scored.jerk_z[i]), bool(log_jerk[i] > fence),
             float(ratios[i]), flag, int(rank[i]), float(scored.coverage_gain[i]), bool(has_int[i]), float(ages[i]),
-            float(weights[i])))
+            float(weights[i]), *outruns[i]))
     if all(s.success is None for s in scores):
         notes.append("no outcome/attempts metadata: graded success unknown for every episode")
     return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
                           [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
-                          poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes)
+                          poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes,
+                          ValidateConfig.load().tracking_outrun_max_share)
+
+
+def outrun_shares(ds: LeRobotDataset, episode_index: list[int]) -> list[tuple[float | None, str]]:
+    """Per episode: the largest share of it any joint's command outran the follower, and the joint."""
+    table = ds.episodes.set_index("episode_index", drop=False)
+    if TRACKING_OUTRUN not in table.columns:
+        return [(None, "")] * len(episode_index)
+    out: list[tuple[float | None, str]] = []
+    for e in episode_index:
+        raw = table.at[e, TRACKING_OUTRUN] if e in table.index else None
+        values = [finite_or_none(v) for v in raw] if isinstance(raw, (list, tuple, np.ndarray)) else []
+        known = [(v, JOINT_NAMES[j] if j < len(JOINT_NAMES) else str(j)) for j, v in enumerate(values) if v is not None]
+        out.append(max(known) if known else (None, ""))
+    return out
 
 
 def _box(ds: LeRobotDataset, data: Any, box: str) -> tuple[np.ndarray, np.ndarray]:
@@ -425,7 +456,7 @@ def format_drop_plan(p: DropPlan) -> str:
 def format_text(r: CurationReport) -> str:
     lines = [f"curation of {r.dataset}: {len(r.episodes)} episodes",
              f"{'ep':>4} {'id':<10} {'task':<16} {'len':>5} {'success':>9} {'jerk':>10} {'':1} "
-             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8}"]
+             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8} {'outrun':>7}"]
     for s in r.episodes:
         succ = "?" if s.success is None else f"{s.success:.2f}"
         if s.outcome == "success" and s.attempts:
@@ -434,11 +465,16 @@ def format_text(r: CurationReport) -> str:
         lines.append(f"{s.episode_index:>4} {(s.episode_id or '-')[:10]:<10} {s.task[:16]:<16} {s.length:>5} "
                      f"{succ:>9} {jerk:>10} {'!' if s.jerky else ' '} {s.duration_ratio:>5.2f} "
                      f"{s.duration_flag:<4} {s.coverage_rank:>4} {s.coverage_gap:>6.3f} "
-                     f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f}")
+                     f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f} "
+                     f"{'-' if s.outrun is None else f'{100 * s.outrun:.1f}%':>7}")
     flagged_j = [s.episode_index for s in r.episodes if s.jerky]
     fast = [s.episode_index for s in r.episodes if s.duration_flag == "fast"]
     slow = [s.episode_index for s in r.episodes if s.duration_flag == "slow"]
+    outran = [f"{s.episode_index} ({s.outrun_joint} {100 * (s.outrun or 0.0):.1f} %)" for s in r.episodes
+              if s.outrun is not None and s.outrun > r.outrun_bound]
     lines += ["", f"jerky (above {r.jerk_fence:.3g}, Tukey fence on log10): {flagged_j or 'none'}",
+              f"the command outran the follower (share of the episode > {100 * r.outrun_bound:g} %, "
+              f"validate's FOLLOWER_OUTRUN): {', '.join(outran) or 'none'}",
               f"fast (< 1/{r.duration_tolerance:g} of task median): {fast or 'none'};"
               f" slow (> {r.duration_tolerance:g}x): {slow or 'none'}",
               f"coverage order (farthest-point over start states): {r.coverage_order[:20]}"

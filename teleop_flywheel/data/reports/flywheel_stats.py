@@ -8,7 +8,9 @@
 - the intervention rate of the current checkpoint (the one in the most recently recorded episode);
 - throughput per station (rig), per operator and overall: cycle and reset time, demos per
   operator-station-hour, disengagements per policy-hour and the seeds' costing, with the plan it
-  implies ("10,000 demos is N station-weeks"): `data/reports/throughput.py`.
+  implies ("10,000 demos is N station-weeks"): `data/reports/throughput.py`;
+- for a dataset, the follower against the command per joint: its lag and the share of an episode
+  the command outran it, median and worst over episodes (`audit.tracking_summary`).
 
 Input is a LeRobot dataset made by our converter (episode metadata columns) or bag directories,
 read through each MCAP's episode metadata record (`recording.reader.read_episode`, via the summary
@@ -31,7 +33,13 @@ from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.episode_sources import bag_records
-from teleop_flywheel.data.reports.audit import load
+from teleop_flywheel.data.reports.audit import (
+    JointTrackingSummary,
+    content_audit,
+    load,
+    tracking_lines,
+    tracking_summary,
+)
 from teleop_flywheel.data.reports.coverage import farthest_point_order
 from teleop_flywheel.data.reports.throughput import BREAK_S, format_lines, throughput_report
 
@@ -95,6 +103,7 @@ class FlywheelStats:
     current: dict[str, Any]
     throughput: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tracking: list[JointTrackingSummary] = field(default_factory=list)  # datasets: the follower against the command
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -179,7 +188,11 @@ def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> Flywhe
         records = {r.episode_index: r for r in episode_records(ds)}
         recs = [records[int(e)] for e in data.spans.episode_index]
         box = (np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float))
-        return compute(recs, str(paths[0]), data.start_states, box, k, ds.joint_names(data.state_feature), break_s)
+        joints = ds.joint_names(data.state_feature)
+        out = compute(recs, str(paths[0]), data.start_states, box, k, joints, break_s)
+        episodes = [int(e) for e in data.spans.episode_index]
+        out.tracking = tracking_summary(content_audit(ds, episodes, joints), episodes)
+        return out
     return compute(bag_records(paths), ", ".join(map(str, paths)), k=k, break_s=break_s)
 
 
@@ -206,6 +219,7 @@ def format_text(s: FlywheelStats) -> str:
         centre = ", ".join(f"{k.removesuffix('.pos')} {v:.1f}" for k, v in c["centre"].items())
         lines.append(f"  cluster {c['cluster']}: {c['episodes']} episodes  centre [{centre}]  per task {c['per_task']}")
     lines += ["", *format_lines(s.throughput)]
+    lines += ["", *tracking_lines(s.tracking)] if s.tracking else []
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines)
 

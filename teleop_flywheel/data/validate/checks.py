@@ -12,11 +12,11 @@ Checks that read the episode's content rather than its stamps:
   standard error within `camera_lag_max_stderr_ms` is CLOCK_OFFSET, the estimate in the detail;
   an estimate less certain than that is the warning CAMERA_LAG_UNKNOWN (too little motion to
   tell) — a third outcome, never a pass by default and never a rejection.
-- **Tracking lag**: the follower's lag behind the command sent, per joint: the cross-correlation
-  of the two velocities (positions linearly resampled at 200 Hz, differenced over 50 ms), peak
-  refined by a parabola, searched over ±500 ms. A joint that barely moves, or whose velocities
-  correlate by less than 0.7 at the peak, has none. Above `tracking_lag_max_ms` (default 150 ms)
-  it is the warning TRACKING_LAG — the seeds' "leader accelerations the follower cannot achieve".
+- **Tracking** (`tracking.py`): per joint, the follower's lag behind the command sent and the share
+  of the episode during which the command's speed or acceleration outran the follower's, the
+  gripper's grasp at its force limit left out. A share above `tracking_outrun_max_share` on any
+  joint is FOLLOWER_OUTRUN (the seeds' "leader accelerations the follower cannot achieve"); a lag
+  above `tracking_lag_max_ms` is the warning TRACKING_LAG.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
 from teleop_flywheel.core.episode import EXPORT_RECORD, EpisodeMeta
-from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.validate import task_checks, timebase
 from teleop_flywheel.data.validate.camera_lag import LagEstimate, estimate_lag
 from teleop_flywheel.data.validate.decode import (
@@ -52,22 +51,15 @@ from teleop_flywheel.data.validate.reasons import (
     MISSING_STREAM,
     OUTCOME_UNSET,
     SERVO_FAULT,
-    TRACKING_LAG,
     UNLABELLED_INTERVENTION,
     UNSAFE_NAME,
     Reason,
     Supplied,
     ValidateConfig,
 )
+from teleop_flywheel.data.validate.tracking import JointTracking, tracking, tracking_reasons
 from teleop_flywheel.recording.mcap.exceptions import CdrError
 from teleop_flywheel.recording.mcap.reader import Bag, ImageStream, Stream
-
-TRACKING_RATE_HZ = 200.0
-TRACKING_SEARCH_S = 0.5
-MIN_SPEED_RAD_S = 0.02  # a joint whose command moves slower than this on average tells nothing
-VELOCITY_WINDOW_S = 0.05
-MIN_CORRELATION = 0.7  # the command's and the follower's velocities must agree this well at the peak
-
 
 LAG_SIGNIFICANCE = 2.0  # standard errors a camera's lag must exceed its bound by to reject the episode
 
@@ -102,60 +94,6 @@ def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray],
     return lags, reasons, warnings
 
 
-def _resample(stream: Stream, t: np.ndarray, j: int) -> np.ndarray:
-    return np.interp(t, stream.stamps_ns, stream.values[:, j])
-
-
-def tracking_lag(command: Stream, follower: Stream) -> list[float | None]:
-    """Per joint (JOINT_NAMES order), the follower's lag behind the command in ms (None: too little
-    motion, too short, or no clear peak)."""
-    if len(command.stamps_ns) < 4 or len(follower.stamps_ns) < 4:
-        return [None] * len(JOINT_NAMES)
-    lo = max(int(command.stamps_ns[0]), int(follower.stamps_ns[0]))
-    hi = min(int(command.stamps_ns[-1]), int(follower.stamps_ns[-1]))
-    t = np.arange(lo, hi, 1e9 / TRACKING_RATE_HZ)
-    k_max = int(TRACKING_SEARCH_S * TRACKING_RATE_HZ)
-    w = int(VELOCITY_WINDOW_S * TRACKING_RATE_HZ)
-    if len(t) < 4 * k_max:
-        return [None] * len(JOINT_NAMES)
-    out: list[float | None] = []
-    for j in range(len(JOINT_NAMES)):
-        pc, pf = _resample(command, t, j), _resample(follower, t, j)
-        # velocities over a window (servo steps quantise positions: a per-sample difference is noise)
-        vc, vf = (pc[w:] - pc[:-w]) / VELOCITY_WINDOW_S, (pf[w:] - pf[:-w]) / VELOCITY_WINDOW_S
-        if not (np.isfinite(vc).all() and np.isfinite(vf).all()) or np.mean(np.abs(vc)) < MIN_SPEED_RAD_S:
-            out.append(None)
-            continue
-        vc, vf = vc - vc.mean(), vf - vf.mean()
-        n = len(vc) - k_max
-        core = vc[k_max:n]
-        score = np.array([float(core @ vf[k_max + k:n + k]) / max(float(np.linalg.norm(core) *
-                          np.linalg.norm(vf[k_max + k:n + k])), 1e-12) for k in range(-k_max, k_max + 1)])
-        i = int(np.argmax(score))
-        if not 0 < i < len(score) - 1 or score[i] < MIN_CORRELATION:
-            out.append(None)  # no clear peak inside the search: the follower does not follow the command
-            continue
-        a, b, c = score[i - 1], score[i], score[i + 1]
-        den = a - 2 * b + c
-        shift = float(i - k_max) + (0.5 * (a - c) / den if den < 0 else 0.0)
-        out.append(round(float(shift) * 1000.0 / TRACKING_RATE_HZ, 2))
-    return out
-
-
-def tracking_warnings(lags: list[float | None], cfg: ValidateConfig) -> list[Reason]:
-    over = {
-        name: lag
-        for name, lag in zip(JOINT_NAMES, lags, strict=True)
-        if lag is not None and lag > cfg.tracking_lag_max_ms
-    }
-    if not over:
-        return []
-    worst = max(over, key=lambda k: over[k])
-    return [Reason(TRACKING_LAG, f"the follower lags the command by {over[worst]:.0f} ms on {worst}"
-                   + (f" ({len(over)} joints over)" if len(over) > 1 else "") + f" > {cfg.tracking_lag_max_ms:g} ms",
-                   {"joints": over, "bound_ms": cfg.tracking_lag_max_ms})]
-
-
 FAULT_LEVEL = 2  # diagnostic_msgs/DiagnosticStatus.ERROR: an arm held for a servo fault (WARN: an e-stop)
 # Streams whose receive-minus-stamp latency is checked. Not the pedal's Joy: its takeover is
 # published only after the debounce window (30 ms) with the kernel's event time, by design.
@@ -177,7 +115,7 @@ class Inspection:
     notes: list[str] = field(default_factory=list)
     warnings: list[Reason] = field(default_factory=list)
     camera_lag: dict[str, LagEstimate] = field(default_factory=dict)
-    tracking_lag_ms: list[float | None] = field(default_factory=list)
+    tracking: list[JointTracking] = field(default_factory=list)  # per joint, JOINT_NAMES order
     task_spec_id: str | None = None  # the spec the episode was judged by (None: none)
 
 
@@ -449,8 +387,10 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
     if ins.decoded is not None:
         ins.camera_lag, lag_reasons, ins.warnings = camera_lags(ins.decoded.images, energies, ins.decoded.follower, cfg)
         reasons += lag_reasons
-        ins.tracking_lag_ms = tracking_lag(ins.decoded.command, ins.decoded.follower)
-        ins.warnings += tracking_warnings(ins.tracking_lag_ms, cfg)
+        ins.tracking = tracking(ins.decoded.command, ins.decoded.follower, ins.decoded.effort)
+        outrun, lagging = tracking_reasons(ins.tracking, cfg)
+        reasons += outrun
+        ins.warnings += lagging
     if spec is not None:
         poses = ins.decoded.follower.values if ins.decoded is not None and len(ins.decoded.follower.values) else None
         rejected, kept = task_checks.outcome_reasons(ep, spec, None if poses is None else poses[-1], cfg, foreign)

@@ -10,6 +10,8 @@ What the validator measured, as numbers `audit` reads without opening a bag (NaN
   joints found in its pixels (`recording.camera_lag`; stderr = the search span when there is no
   trustworthy estimate);
 - `tracking_lag_ms`: the follower's lag behind the command, per joint (list of 6, JOINT_NAMES order);
+- `tracking_outrun_share`: per joint, the share of the episode whose commanded speed or acceleration
+  outran the follower (`data/validate/tracking.py`; the gripper's grasp left out);
 - `dead_air_trimmed_leading_s`, `dead_air_trimmed_trailing_s`: what `convert --trim-dead-air` cut
   (0 when nothing was);
 - `warnings`: the validator's warning codes (JSON list).
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.data.lerobot.episode_table import OUTCOME_CHECK, TASK_SPEC_ID, WARNINGS
+from teleop_flywheel.data.lerobot.episode_table import OUTCOME_CHECK, TASK_SPEC_ID, TRACKING_OUTRUN, WARNINGS
 from teleop_flywheel.data.validate.checks import Inspection
 from teleop_flywheel.data.validate.validator import display
 from teleop_flywheel.recording.mcap.reader import ID_VERSION, Bag
@@ -51,7 +53,8 @@ def episode_columns(bag: Bag, ep: EpisodeMeta | None, ins: Inspection, recorded_
     for cam, est in sorted(ins.camera_lag.items()):
         cols[f"camera_lag_ms/{cam}"] = _num(est.lag_ms)
         cols[f"camera_lag_stderr_ms/{cam}"] = _num(est.stderr_ms)
-    cols["tracking_lag_ms"] = [_num(x) for x in ins.tracking_lag_ms] if ins.tracking_lag_ms else [float("nan")] * 6
+    cols["tracking_lag_ms"] = [_num(j.lag_ms) for j in ins.tracking] if ins.tracking else [float("nan")] * 6
+    cols[TRACKING_OUTRUN] = [_num(j.outrun_share) for j in ins.tracking] if ins.tracking else [float("nan")] * 6
     cols["dead_air_trimmed_leading_s"], cols["dead_air_trimmed_trailing_s"] = (float(trimmed[0]), float(trimmed[1]))
     cols[WARNINGS] = json.dumps(sorted({w.code for w in ins.warnings}))
     cols[TASK_SPEC_ID] = (ep.task_spec_id or None) if ep else None

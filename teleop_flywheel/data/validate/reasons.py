@@ -3,13 +3,15 @@ user supplies for foreign bags (no ROS import).
 
 Codes (thresholds: `config/validate.yaml`, documented there and in docs/validate.md):
 MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
-OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT.
+OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, FOLLOWER_OUTRUN, SCHEMA_MISMATCH, TRUNCATED,
+CORRUPT.
 OUTCOME_MISMATCH and the spec's thresholds need a task spec (`task_checks.py`); CLOCK_DRIFT is
 per episode (the PTP offset moved) and per session (`session_drift.py`). UNSAFE_NAME: a name in the
 bag that could be read as a path (`core/names.py`), naming the field.
 
 Warnings are a third outcome, never a rejection: CAMERA_LAG_UNKNOWN (too little motion to tell a
-camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound),
+camera's lag from its content), TRACKING_LAG (the follower lags its command beyond a bound; the gripper's
+grasp at its force limit left out),
 START_OUT_OF_REGION (the first follower pose outside the spec's start region),
 OUTCOME_MISMATCH kept under `trust_operator`, and EXPORTED (a bag `export --to mcap` wrote from a
 dataset: the clock checks had nothing to check).
@@ -49,16 +51,16 @@ SCHEMA_MISMATCH = "SCHEMA_MISMATCH"
 SERVO_FAULT = "SERVO_FAULT"
 OUTCOME_MISMATCH = "OUTCOME_MISMATCH"
 CLOCK_DRIFT = "CLOCK_DRIFT"
-CODES: tuple[str, ...]
+FOLLOWER_OUTRUN = "FOLLOWER_OUTRUN"
+# UNSAFE_NAME: a name read from the bag (camera, stream, task, operator, rig, checkpoint, episode, ...) that
+# could be read as a path (`core/names.py`): always a rejection, convert and ingest refuse it whatever their flags.
 CODES = (MISSING_STREAM, FRAME_GAP, CLOCK_OFFSET, CLOCK_STEP, CLOCK_DRIFT, DURATION_OUT_OF_RANGE, OUTCOME_UNSET,
-         OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, SCHEMA_MISMATCH, TRUNCATED, CORRUPT)
+         OUTCOME_MISMATCH, UNLABELLED_INTERVENTION, DEAD_AIR, SERVO_FAULT, FOLLOWER_OUTRUN, SCHEMA_MISMATCH, TRUNCATED,
+         CORRUPT, UNSAFE_NAME)
 CAMERA_LAG_UNKNOWN = "CAMERA_LAG_UNKNOWN"
 TRACKING_LAG = "TRACKING_LAG"
 START_OUT_OF_REGION = "START_OUT_OF_REGION"
 EXPORTED = "EXPORTED"
-# A name read from the bag (camera, stream, task, operator, rig, checkpoint, episode, ...) that could
-# be read as a path (`core/names.py`): always a rejection, convert and ingest refuse it whatever their flags.
-CODES += (UNSAFE_NAME,)
 WARNING_CODES = (CAMERA_LAG_UNKNOWN, TRACKING_LAG, START_OUT_OF_REGION, EXPORTED)
 
 
@@ -94,6 +96,7 @@ class ValidateConfig:
     camera_lag_max_stderr_ms: float = 5.0
     camera_lag_search_ms: float = 200.0
     tracking_lag_max_ms: float = 150.0
+    tracking_outrun_max_share: float = 0.15
     command_topic: str = FOLLOWER_COMMAND
     cameras: list[str] | None = None
     min_rate_hz: dict[str, float] = field(default_factory=dict)  # topic -> minimum mean rate (MISSING_STREAM)

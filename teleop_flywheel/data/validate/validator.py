@@ -79,6 +79,7 @@ class EpisodeReport:
     warnings: list[Reason] = field(default_factory=list)  # a third outcome: printed, never a rejection
     camera_lag: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> LagEstimate.to_dict()
     tracking_lag_ms: list[float | None] = field(default_factory=list)  # per joint
+    tracking_outrun_share: list[float | None] = field(default_factory=list)  # per joint (`tracking.py`)
     task_spec_id: str | None = None  # the task spec it was judged by
     session: str = ""  # `session_drift.session_of`: rig and UTC day ("" = none)
     clock_points: dict[str, list[list[float]]] = field(default_factory=dict)  # `session_drift.clock_points`
@@ -155,7 +156,8 @@ def report_of(path: str, name: str, episode_id: str | None, episode_id_v1: str |
     """The report of an inspected bag (validate; convert reports its verdicts the same way)."""
     lags = {c: e.to_dict() for c, e in ins.camera_lag.items()}
     return EpisodeReport(path, name, episode_id, list(ins.reasons), cameras, ins.span_s, episode_id_v1=episode_id_v1,
-                         warnings=list(ins.warnings), camera_lag=lags, tracking_lag_ms=list(ins.tracking_lag_ms),
+                         warnings=list(ins.warnings), camera_lag=lags, tracking_lag_ms=[j.lag_ms for j in ins.tracking],
+                         tracking_outrun_share=[j.outrun_share for j in ins.tracking],
                          task_spec_id=ins.task_spec_id, session=session_of(ins.episode, ins.foreign),
                          clock_points=clock_points(None if ins.foreign else ins.episode, lags))
 

@@ -209,7 +209,7 @@ def test_audit_shows_camera_lag_tracking_lag_and_effort(tmp_path: Path) -> None:
     assert all(40 <= v <= 60 for row in report.content.tracking_lag_ms for v in row if v is not None)
     assert [e.joint for e in report.content.effort][0] == "shoulder_pan" and report.content.effort[0].max > 0
     text = format_text(report)
-    assert "camera lag wrist" in text and "tracking lag" in text and "effort" in text
+    assert "camera lag wrist" in text and "the follower against the command" in text and "effort" in text
     assert report.to_dict()["content"]["camera_lag_ms"]["wrist"] == lags
     write_html(report, tmp_path / "audit.html")
     assert (tmp_path / "audit_files/effort_ranges.png").is_file() and "Effort per joint" in (

@@ -66,3 +66,29 @@ def test_curate_stats_manifest_on_converted_dataset(converted: Path, tmp_path: P
     assert cli_main(["manifest", "verify", str(converted), str(manifest)]) == 0
     ids = [e["episode_id"] for e in json.loads(manifest.read_text())["episodes"]]
     assert ids == [eps.loc[e, "episode_id"] for e in sorted(eps.index)]
+
+
+def test_a_command_that_outran_the_follower_shows_in_curate_stats_and_card(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: no report said how much of an episode the command outran the follower (no such column)."""
+    bags = tmp_path / "bags"
+    write_session(bags / "calm", SessionSpec(duration_s=8.0, seed=0, motion="reach", cameras=()))
+    write_session(bags / "shaken", SessionSpec(duration_s=8.0, seed=1, motion="reach", cameras=(),
+                                               follower_max_speed=2.0, human_fast=(2.0, 2.0)))
+    out = tmp_path / "ds"
+    assert cli_main(["convert", str(bags), "--dataset", str(out), "--workers", "1", "--include-failed"]) == 0
+    capsys.readouterr()
+    shaken = int(read_episodes(out).set_index("source_bag").loc["shaken", "episode_index"])
+    report = curate(LeRobotDataset.open(out))
+    by_ep = {s.episode_index: s for s in report.episodes}
+    assert by_ep[shaken].outrun is not None and by_ep[shaken].outrun > 0.15 and by_ep[shaken].outrun_joint
+    assert by_ep[1 - shaken].outrun is not None and by_ep[1 - shaken].outrun < 0.01
+    assert cli_main(["curate", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"validate's FOLLOWER_OUTRUN): {shaken} ({by_ep[shaken].outrun_joint}" in text
+    s = stats_for([out])
+    worst = max(s.tracking, key=lambda r: r.outrun_worst or 0.0)
+    assert worst.outrun_worst_episode == shaken and (worst.outrun_worst or 0.0) > 0.15
+    card = (out / "README.md").read_text()
+    assert f"The command outran the follower (its speed or acceleration beyond what the follower achieved) on at " \
+           f"most {100 * (worst.outrun_worst or 0.0):.1f} % of an episode ({worst.joint}, episode {shaken})" in card
