@@ -7,11 +7,15 @@ e-stop, torque, reconnect.
   that the servos' EEPROM holds this calibration (homing offset, position limits) and refuses to
   drive the arm if not (`CalibrationMismatch`, naming the joint and both values: only `calibrate`
   and `setup-motors` write EEPROM identity and calibration, never a session start), writes the
-  settings of `settings.py` that differ (a follower's gripper protection among them; a servo's
-  torque is dropped only while one of its EEPROM registers is written), and sets the torque
-  state: a follower holds — a servo already holding keeps its goal (a reconnect after a USB glitch
-  never lets the arm go limp or re-lock where it sagged), one without torque holds where it is; a
-  leader lets go (a human moves it). Every torque change is checked by reading Torque_Enable back,
+  EEPROM settings of `settings.py` that differ (a follower's gripper protection among them; a
+  servo's torque is dropped only while one of its EEPROM registers is written; a value that does
+  not read back is tried `settings.EEPROM_ATTEMPTS` times, then latched as a fault naming the
+  register, that servo left without torque) and every RAM setting (read back, before any torque
+  comes on), and sets the torque state: a follower holds — a servo already holding keeps its goal
+  (a reconnect after a USB glitch never lets the arm go limp or re-lock where it sagged), one
+  without torque holds where it is; a leader lets go (a human moves it). While the arm is held (an
+  e-stop or a latched fault, both kept across a reconnect) no torque is turned on: torque that
+  was cut stays cut until `reset()`. Every torque change is checked by reading Torque_Enable back,
   a servo that did not take it is written again on its own and named if it still did not;
 - `tick(now)` is one control period: one SYNC_READ of Present_Position, Velocity and Load → a
   `Reading` (radians — a joint that crosses the encoder's 0/4095 seam is unwrapped, so wrist_roll
@@ -20,10 +24,15 @@ e-stop, torque, reconnect.
   speed in rad/s, goal minus present, stale-command hold), the follower's gripper force-limited
   (`grasp.Grasp`);
 - faults (`faults.py`): a protection bit in any reply, a servo that cut its torque, a servo that
-  stopped answering (the rest keep being read, it is named) or a temperature at the stop threshold
-  latch the arm into a **hold** — every joint's goal frozen where the arm was (a leader lets go) —
-  until `reset()`, an operator's act, re-enables the servos that cut their torque;
-- `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched until `reset()`;
+  stopped answering (the rest keep being read, it is named), a temperature at the stop threshold,
+  a collision (a body joint stalled at `settings.COLLISION`'s load and tracking error), a servo
+  that rebooted (its RAM marker, `settings.REBOOT_MARKER`) or a supply outside the arm's hold band
+  (`settings.SUPPLY`) latch the arm into a **hold** — every joint's goal set to where the arm is
+  (a leader lets go), no goal written to a servo without torque — until `reset()`, an operator's
+  act, rewrites and reads back the RAM settings and re-enables the servos that cut their torque,
+  holding where they are (commands are then approached at the guard's speed);
+- `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched at once until
+  `reset()`; its `Acknowledgement` settles once the servos read it back, or with why not;
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
   (torque off next tick); a leader engages (torque on at `leader_torque_limit`) when commands
   arrive and releases when they go stale;
@@ -38,7 +47,8 @@ e-stop, torque, reconnect.
   per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close(torque_on_exit)`.
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
-`health()` reports, naming the port.
+`health()` reports, naming the port; any other exception ends the loop as `state.fatal` (an ERROR,
+and the node exits 1), never silently.
 """
 from __future__ import annotations
 
@@ -59,6 +69,8 @@ from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.servos import ArmServos, CalibrationMismatch, Log, Reading
 from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable
+
+ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
 
 
 class Acknowledgement:
@@ -109,6 +121,7 @@ class ArmDriver:
         self._collision_since: dict[int, int] = {}  # joint index -> when its load and error went beyond COLLISION
         self._running = False  # the bus loop is in run()
         self._off: set[int] = set()  # servos known to be without torque: no goal is written to them
+        self._estop_asked_ns: int | None = None  # when an e-stop's read-back first did not match
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
 
@@ -325,22 +338,33 @@ class ArmDriver:
 
     def _acknowledge_estops(self) -> None:
         """Read back what the e-stop asked of the servos — torque off (a leader, `estop_cuts_torque`),
-        else every torqued servo's goal at the hold goal — and answer the e-stops waiting for it (a
-        servo that has not taken it yet is read again next tick, until the caller's timeout)."""
+        else every torqued servo's goal at the hold goal — and answer the e-stops waiting for it. A
+        servo that has not taken it is read again next tick, for at most `ESTOP_READ_BACK_S`, then
+        the answer is a failure naming it."""
         servos = self.servos
         if self.role == "leader" or self.config.estop_cuts_torque:
-            if all(v is False for v in servos.torque_states(servos.active).values()):
-                self._settle_estops(True, "torque off, read back from every servo")
-            return
-        on = [sid for sid in servos.active if sid not in self._off]
-        raws = dict(zip(servos.ids, self.calibration.rad_to_raw(self._hold_goal or self._positions), strict=True))
-        goals = servos.registers("Goal_Position", on) if on else {}
-        if not on:
-            self._settle_estops(True, "torque already off on every servo, read back")
-        elif all(goals[sid] == raws[sid] for sid in on):
+            states = servos.torque_states(servos.active)
+            wrong = [sid for sid, v in states.items() if v is not False]
+            done = "torque off, read back from every servo"
+        else:
+            on = [sid for sid in servos.active if sid not in self._off]
+            raws = dict(zip(servos.ids, self.calibration.rad_to_raw(self._hold_goal or self._positions), strict=True))
+            goals = servos.registers("Goal_Position", on) if on else {}
+            wrong = [sid for sid in on if goals[sid] != raws[sid]]
             off = ", ".join(servos.name(sid) for sid in servos.ids if sid in self._off)
-            self._settle_estops(True, "holding: every goal at the present position, read back"
-                                + (f" (torque already off: {off})" if off else ""))
+            done = ("holding: every goal at the present position, read back" if on else "torque already off on "
+                    "every servo, read back") + (f" (torque already off: {off})" if off and on else "")
+        if not wrong:
+            self._settle_estops(True, done)
+            self._estop_asked_ns = None
+            return
+        now = now_ns()
+        if self._estop_asked_ns is None:
+            self._estop_asked_ns = now
+        elif now - self._estop_asked_ns > ESTOP_READ_BACK_S * NS_PER_S:
+            names = ", ".join(f"{servos.name(sid)} (servo {sid})" for sid in wrong)
+            self._settle_estops(False, f"{names} did not read back the e-stop within {ESTOP_READ_BACK_S:g} s")
+            self._estop_asked_ns = None
 
     def _settle_estops(self, ok: bool, message: str) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ SILENT_CONFIRMATIONS = 3
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
 
 Log = Callable[[str, str], None]  # (level "info" | "error", message)
-StatusSink = Callable[[dict[int, int]], None]  # servo id → status bits seen
+StatusSink = Callable[[dict[int, int]], object]  # servo id → status bits seen (what it returns is ignored)
 
 
 class CalibrationMismatch(FlywheelError, RuntimeError):

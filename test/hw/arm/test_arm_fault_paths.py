@@ -241,7 +241,7 @@ def test_reset_after_a_collision_starts_from_the_present_position_at_the_approac
             arm.faults.block.clear()
             driver.reset()
             wait_for(lambda: not driver.state.faults, 5, "reset")
-            n = len(arm.goal_writes)
+            arm.goal_writes.clear()  # the hold's step back to the stalled shaft was no motion
             keep_commanding(driver, lambda: target, 1.0)
-            assert any(sid == 1 for _t, sid, _g in list(arm.goal_writes)[n:]), "commands are taken again"
+            assert any(sid == 1 for _t, sid, _g in list(arm.goal_writes)), "commands are taken again"
         assert peak_speed(arm, 1) <= 2.0 * 1.15, "through the soft start, not at the servo's top speed"

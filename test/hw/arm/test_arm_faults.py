@@ -124,6 +124,8 @@ def test_a_joint_that_protected_itself_holds_the_arm_until_the_operator_resets(t
             keep_commanding(driver, lambda: target, 6.0, until=lambda: bool(driver.state.faults))
             assert "gripper (servo 6): overload" in driver.state.faults.summary()
             assert not arm.servos[6].torque_on  # the servo cut its own torque
+            n = driver.state.ticks
+            wait_for(lambda: driver.state.ticks > n + 1, 5, "a tick of the hold")  # latched by a slow read
             held = {sid: s.get("Goal_Position") for sid, s in arm.servos.items()}
             moved = list(target)
             moved[0] += 0.5
