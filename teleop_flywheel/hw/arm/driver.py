@@ -423,7 +423,8 @@ class ArmDriver:
             cleared = self.state.faults.clear()
             was_estop, self.state.estop = self.state.estop, ""
         self._latch_refused(refused)
-        present = self.read().positions
+        self.read()
+        present = list(self._positions)  # every joint, in joint order
         if self.role == "follower":
             usable = [sid for sid in servos.ids if sid not in self._refused]
             off = [sid for sid, on in servos.registers("Torque_Enable", usable).items() if not on]
