@@ -161,20 +161,25 @@ def test_the_grippers_torque_limit_is_live_from_the_first_session(tmp_path: Path
             driver.close()
 
 
-def test_a_refused_eeprom_write_is_retried_a_bounded_number_of_times_then_latched(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sid", "faults", "said"), [
+    (6, Faults(refuse={6: {"Overload_Torque"}}),
+     "gripper (servo 6): EEPROM Overload_Torque stays 80 after 3 writes of 25"),
+    (1, Faults(refuse={1: {"Phase"}}, multi_turn={1: 0}),  # Phase's multi-turn bit set, and kept
+     "shoulder_pan (servo 1): EEPROM Phase stays 28 after 3 writes of 12"),
+], ids=["gripper-protection", "phase"])
+def test_a_refused_eeprom_write_is_retried_a_bounded_number_of_times_then_latched(
+        tmp_path: Path, sid: int, faults: Faults, said: str) -> None:
     """Before: configure() raised, connect() failed, and the loop rewrote the EEPROM every 2 s for ever."""
-    faults = Faults(refuse={6: {"Overload_Torque"}})
     with SimulatedArm("follower", link=tmp_path / "follower", faults=faults) as arm:
         driver = make_driver(arm, "follower")
         with running(driver):
             wait_for(lambda: bool(driver.state.faults), 10, "the latched fault")
-            assert ("gripper (servo 6): EEPROM Overload_Torque stays 80 after 3 writes of 25"
-                    in driver.state.faults.summary())
+            assert said in driver.state.faults.summary()
             assert driver.state.connected and not any(s.torque_on for s in arm.servos.values()), "held as it was"
-            writes = arm.servos[6].eeprom_writes
+            writes = arm.servos[sid].eeprom_writes
             time.sleep(3.0)
-            assert arm.servos[6].eeprom_writes == writes, "no EEPROM write after the latch"
-        assert writes <= 2 * settings.EEPROM_ATTEMPTS + 1  # the protection's other registers, then 3 tries
+            assert arm.servos[sid].eeprom_writes == writes, "no EEPROM write after the latch"
+        assert writes <= 2 * settings.EEPROM_ATTEMPTS + 1  # the other registers it needs, then 3 tries
 
 
 def test_a_value_that_already_matches_is_never_written_to_eeprom(tmp_path: Path) -> None:
