@@ -11,7 +11,7 @@ replug, and the EEPROM writes per minute (the simulator counts every write into 
   rad into the obstacle (the bound on goal minus present), until its own overload trip;
 - `estop_replug`: `~/estop` with `estop_cuts_torque`, then the USB cable out for 0.3 s; after the
   replug the torque of every servo, then a reset and the peak speed of the restart;
-- `reboot`: elbow_flex reboots (a brown-out): time until the driver names it;
+- `reboot`: elbow_flex, raised, reboots (a brown-out) and falls: time until the driver names it;
 - `supply_sag`: the supply drops to 9 V: time until the hold;
 - `eeprom_refused`: the gripper refuses its Overload_Torque write: EEPROM writes per minute.
 
@@ -83,6 +83,7 @@ def follower(tmp: Path, faults: Faults | None = None, **config: Any) -> Iterator
         loop = threading.Thread(target=driver.run, args=(RATE_HZ, stop, readings.append), daemon=True)
         loop.start()
         wait(lambda: len(readings) > 20, 30)
+        time.sleep(0.5)  # the arm settled where it holds before the fault
         try:
             yield arm, driver, readings
         finally:
@@ -161,7 +162,12 @@ def estop_replug(tmp: Path) -> dict[str, Any]:
 
 
 def reboot(tmp: Path) -> dict[str, Any]:
-    with follower(tmp) as (arm, driver, _readings):
+    with follower(tmp) as (arm, driver, readings):
+        raised = list(readings[-1].positions)
+        raised[1] += 0.8  # shoulder and elbow up off their stops: a limp elbow falls
+        raised[2] += 0.8
+        command(driver, raised, 1.5, lambda: False)
+        time.sleep(0.3)
         watch = Watch(arm)
         t0 = arm._elapsed()
         arm.faults.reboot[3] = t0

@@ -122,6 +122,7 @@ class ArmDriver:
         self._running = False  # the bus loop is in run()
         self._off: set[int] = set()  # servos known to be without torque: no goal is written to them
         self._estop_asked_ns: int | None = None  # when an e-stop's read-back first did not match
+        self._limp_checked_ns = 0  # when a limp-looking joint last made the torque be read at once
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
 
@@ -291,6 +292,8 @@ class ArmDriver:
             self._note_torque({sid: v is not False for sid, v in self.servos.torque_states(cut).items()})
         self._operator_acts()
         now = now_ns() if now is None else now
+        if self._limp(reading):
+            self._check_torque()  # now, not at the next slow read: a limp joint under gravity falls
         self._check_collision(reading)
         held = self._apply_hold()
         with self._lock:
@@ -495,6 +498,12 @@ class ArmDriver:
             for f in (fault, low):
                 if f is not None:
                     self._latch(f)
+        self._check_torque()
+
+    def _check_torque(self) -> None:
+        """Read every servo's RAM marker and torque: a rebooted servo, or a follower's servo without
+        torque, latches a fault; `state.torque` says what was read."""
+        servos = self.servos
         for sid in servos.rebooted(servos.active):
             self._latch(Fault(servos.name(sid), sid, "rebooted (Torque_Limit back at its power-on value: RAM "
                                                      "settings lost, torque off)"))
@@ -506,6 +515,21 @@ class ArmDriver:
                 if not on:
                     self._latch(Fault(servos.name(sid), sid, "torque off: the servo cut it or restarted"))
         self._note_torque(states)
+
+    def _limp(self, reading: Reading) -> bool:
+        """A joint that should hold but carries no load while it drifts from its goal (`settings.LIMP`):
+        a servo that lost its torque (a brown-out) between two slow reads."""
+        if self.role != "follower" or not self.state.torque or self._written is None or self._held:
+            return False
+        if reading.stamp_ns - self._limp_checked_ns < settings.LIMP.recheck_s * NS_PER_S:
+            return False
+        for k, name in enumerate(reading.names):
+            i = JOINT_NAMES.index(name)
+            if (abs(self._written[i] - reading.positions[k]) >= settings.LIMP.error_rad
+                    and abs(reading.efforts[k]) <= settings.LIMP.load):
+                self._limp_checked_ns = reading.stamp_ns
+                return True
+        return False
 
     # -- the bus loop -----------------------------------------------------------------------
     def run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:

@@ -14,7 +14,8 @@ less `REBOOT_MARKER`: the live limit is the one the driver chose (the gripper's 
 the first session on), and a servo whose Torque_Limit reads its power-on value again has rebooted.
 
 Also as data: the load and tracking error beyond which a body joint has hit something
-(`COLLISION`), and the supply bands of each arm's nominal voltage (`SUPPLY`).
+(`COLLISION`), the signs of a joint gone limp between two slow reads (`LIMP`), and the supply
+bands of each arm's nominal voltage (`SUPPLY`).
 """
 from __future__ import annotations
 
@@ -92,6 +93,20 @@ COLLISION: dict[str, Collision] = {
     "wrist_flex": Collision(0.9, 0.2),
     "wrist_roll": Collision(0.9, 0.2),
 }
+
+
+@dataclass(frozen=True)
+class Limp:
+    """A joint that should hold but is `error_rad` from its goal with at most `load` (a torqued
+    STS3215 pushes full load at ~0.2 rad): its torque and RAM marker are read at once, at most
+    every `recheck_s`, instead of at the next slow read."""
+
+    error_rad: float = 0.1
+    load: float = 0.02
+    recheck_s: float = 0.1
+
+
+LIMP = Limp()
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,22 @@ def test_a_rebooted_servo_is_named_and_reset_rewrites_its_ram(tmp_path: Path) ->
             assert not driver.state.faults
 
 
+def test_a_rebooted_joint_that_falls_is_caught_at_once_not_at_the_next_slow_read(tmp_path: Path) -> None:
+    """elbow_flex browns out and falls under gravity: carrying no load while it leaves its goal, it
+    makes the driver read torque and the RAM marker at once. Before: only the slow read saw it
+    (here every 5 s; 1 s by default), the joint falling meanwhile."""
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        driver = make_driver(arm, "follower", slow_period_s=5.0)
+        with running(driver):
+            time.sleep(0.2)  # past the first slow read
+            t0 = arm._elapsed()
+            arm.faults.reboot[3] = t0
+            wait_for(lambda: bool(driver.state.faults), 2, "the reboot noticed")
+            caught_s = arm._elapsed() - t0
+            assert "elbow_flex (servo 3): rebooted" in driver.state.faults.summary()
+        assert caught_s < 0.3, f"caught {caught_s:.2f} s after the reboot"
+
+
 def test_a_sagging_supply_warns_then_holds(tmp_path: Path) -> None:
     """Before: only the servos' own 4-14 V window faulted, so a 12 V arm at 9 V said nothing."""
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:

@@ -252,7 +252,7 @@ def test_the_e_stop_holds_until_reset(tmp_path: Path) -> None:
             assert all(s.torque_on for s in arm.servos.values())  # holding, not limp
             driver.reset()
             keep_commanding(driver, lambda: target, 1.5)
-            assert arm.servos[1].get("Goal_Position") != held and driver.health().level == "OK"
+            assert arm.servos[1].get("Goal_Position") != held and driver.health().level == "OK", driver.health().message
 
 
 def test_an_e_stop_that_cuts_torque(tmp_path: Path) -> None:
