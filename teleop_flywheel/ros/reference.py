@@ -340,6 +340,18 @@ BENCH_LINES: dict[str, Any] = {
         f"servo's {d['baseline_0.05_rad_per_tick_acc254']['shaft_peak_rad_s']:.1f} rad/s top speed) "
         f"({_met(d['met'])})"
     ),
+    "safety": lambda d: (
+        f"`safety` (the follower through each fault, SPEC §3): target a blocked joint held ≤ 0.1 s, torque off "
+        f"after a replug while e-stopped, no EEPROM write loop; blocked shoulder_pan held "
+        f"{d['collision']['time_to_hold_s']:.2f} s after full load (the servo alone: "
+        f"{d['baseline_servo_alone']['time_at_cap_until_the_servo_trips_s']:.1f} s at the cap until its overload "
+        f"trip), torque on after a replug while e-stopped: "
+        f"{sum(d['estop_replug']['torque_after_replug'].values())} of 6, a rebooted servo named in "
+        f"{d['reboot']['time_to_hold_s']:.2f} s as it fell, a 9 V sag held in "
+        f"{d['supply_sag']['time_to_hold_s']:.2f} s, EEPROM writes per minute after a refused write "
+        f"{d['eeprom_refused']['eeprom_writes_per_minute_after']:g} "
+        f"({_met(d['met'])})"
+    ),
     "handover": lambda d: (
         f"`handover` (peak command jerk across a takeover, blended vs hard switch; teleop latency): target ≥ "
         f"{d['target_ratio_min']:g}× smoother, p99 ≤ {d['target_latency_p99_ms']:g} ms; "

@@ -7,11 +7,15 @@ e-stop, torque, reconnect.
   that the servos' EEPROM holds this calibration (homing offset, position limits) and refuses to
   drive the arm if not (`CalibrationMismatch`, naming the joint and both values: only `calibrate`
   and `setup-motors` write EEPROM identity and calibration, never a session start), writes the
-  settings of `settings.py` that differ (a follower's gripper protection among them; a servo's
-  torque is dropped only while one of its EEPROM registers is written), and sets the torque
-  state: a follower holds — a servo already holding keeps its goal (a reconnect after a USB glitch
-  never lets the arm go limp or re-lock where it sagged), one without torque holds where it is; a
-  leader lets go (a human moves it). Every torque change is checked by reading Torque_Enable back,
+  EEPROM settings of `settings.py` that differ (a follower's gripper protection among them; a
+  servo's torque is dropped only while one of its EEPROM registers is written; a value that does
+  not read back is tried `settings.EEPROM_ATTEMPTS` times, then latched as a fault naming the
+  register, that servo left without torque) and every RAM setting (read back, before any torque
+  comes on), and sets the torque state: a follower holds — a servo already holding keeps its goal
+  (a reconnect after a USB glitch never lets the arm go limp or re-lock where it sagged), one
+  without torque holds where it is; a leader lets go (a human moves it). While the arm is held (an
+  e-stop or a latched fault, both kept across a reconnect) no torque is turned on: torque that
+  was cut stays cut until `reset()`. Every torque change is checked by reading Torque_Enable back,
   a servo that did not take it is written again on its own and named if it still did not;
 - `tick(now)` is one control period: one SYNC_READ of Present_Position, Velocity and Load → a
   `Reading` (radians — a joint that crosses the encoder's 0/4095 seam is unwrapped, so wrist_roll
@@ -20,10 +24,15 @@ e-stop, torque, reconnect.
   speed in rad/s, goal minus present, stale-command hold), the follower's gripper force-limited
   (`grasp.Grasp`);
 - faults (`faults.py`): a protection bit in any reply, a servo that cut its torque, a servo that
-  stopped answering (the rest keep being read, it is named) or a temperature at the stop threshold
-  latch the arm into a **hold** — every joint's goal frozen where the arm was (a leader lets go) —
-  until `reset()`, an operator's act, re-enables the servos that cut their torque;
-- `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched until `reset()`;
+  stopped answering (the rest keep being read, it is named), a temperature at the stop threshold,
+  a collision (a body joint stalled at `settings.COLLISION`'s load and tracking error), a servo
+  that rebooted (its RAM marker, `settings.REBOOT_MARKER`) or a supply outside the arm's hold band
+  (`settings.SUPPLY`) latch the arm into a **hold** — every joint's goal set to where the arm is
+  (a leader lets go), no goal written to a servo without torque — until `reset()`, an operator's
+  act, rewrites and reads back the RAM settings and re-enables the servos that cut their torque,
+  holding where they are (commands are then approached at the guard's speed);
+- `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched at once until
+  `reset()`; its `Acknowledgement` settles once the servos read it back, or with why not;
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
   (torque off next tick); a leader engages (torque on at `leader_torque_limit`) when commands
   arrive and releases when they go stale;
@@ -38,12 +47,14 @@ e-stop, torque, reconnect.
   per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close(torque_on_exit)`.
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
-`health()` reports, naming the port.
+`health()` reports, naming the port; any other exception ends the loop as `state.fatal` (an ERROR,
+and the node exits 1), never silently.
 """
 from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 
 from teleop_flywheel.core.backoff import Backoff
@@ -53,11 +64,33 @@ from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.hw.arm import settings
 from teleop_flywheel.hw.arm.config import ArmConfig
-from teleop_flywheel.hw.arm.faults import PROTECTION_BITS, Fault, status_cause, temperature_fault
+from teleop_flywheel.hw.arm.faults import PROTECTION_BITS, Fault, status_cause, supply_fault, temperature_fault
 from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.servos import ArmServos, CalibrationMismatch, Log, Reading
 from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable
+
+ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
+
+
+class Acknowledgement:
+    """The bus thread's answer to an operator's act: `wait()` returns (done, why) once the servos
+    acknowledged it (read back), or why not (the port is away, the loop died, a servo did not take it)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.ok = False
+        self.message = ""
+
+    def settle(self, ok: bool, message: str) -> None:
+        if not self._done.is_set():
+            self.ok, self.message = ok, message
+            self._done.set()
+
+    def wait(self, timeout_s: float) -> tuple[bool, str]:
+        if not self._done.wait(timeout_s):
+            return False, f"the servos did not acknowledge within {timeout_s:g} s"
+        return self.ok, self.message
 
 
 class ArmDriver:
@@ -82,7 +115,14 @@ class ArmDriver:
         self._written: list[float] | None = None  # the goal last written (after the grasp limit)
         self._held = ""  # the hold this thread applied ("" = none)
         self._estop_request: str | None = None
+        self._estop_acks: list[Acknowledgement] = []  # e-stops asked for, not yet read back from the servos
         self._reset_request = False
+        self._refused: set[int] = set()  # servos that refused an EEPROM write: left without torque until reset
+        self._collision_since: dict[int, int] = {}  # joint index -> when its load and error went beyond COLLISION
+        self._running = False  # the bus loop is in run()
+        self._off: set[int] = set()  # servos known to be without torque: no goal is written to them
+        self._estop_asked_ns: int | None = None  # when an e-stop's read-back first did not match
+        self._limp_checked_ns = 0  # when a limp-looking joint last made the torque be read at once
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
 
@@ -104,10 +144,29 @@ class ArmDriver:
         if self.role == "leader":
             self._release.set()
 
-    def estop(self, reason: str = "requested") -> None:
-        """Hold the arm (or cut its torque, `estop_cuts_torque`) at the next tick, latched until `reset()`."""
+    def estop(self, reason: str = "requested") -> Acknowledgement:
+        """Hold the arm (or cut its torque, `estop_cuts_torque`), latched at once until `reset()` (across
+        any reconnect), applied at the next tick; the answer settles once the servos read back the
+        hold goals (or torque off), or at once with the reason they cannot (the port is away)."""
+        ack = Acknowledgement()
+        reason = reason or "requested"
         with self._lock:
-            self._estop_request = reason or "requested"
+            first = not self.state.estop
+            if first:
+                self.state.estop = reason
+            fatal, connected, error = self.state.fatal, self.state.connected, self.state.last_error
+            if not fatal and connected and self._running:
+                self._estop_request = reason
+                self._estop_acks.append(ack)
+        if first:
+            self._log("error", f"{self.port}: e-stop ({reason}): "
+                               + ("torque cut" if self.config.estop_cuts_torque else "holding") + " until reset")
+        if fatal:
+            ack.settle(False, f"{self.port}: the driver stopped ({fatal}); the e-stop is latched, nothing applies it")
+        elif not connected or not self._running:
+            ack.settle(False, f"{self.port} unavailable ({error or 'not connected'}): the e-stop is latched and "
+                              "applied when the arm is back")
+        return ack
 
     def reset(self) -> None:
         """The operator's re-enable: clear the e-stop and latched faults at the next tick; servos that
@@ -145,23 +204,39 @@ class ArmDriver:
         return True
 
     def configure(self) -> None:
-        """Check the servos and their calibration, write the settings that differ, set torque.
+        """Check the servos and their calibration, write the EEPROM settings that differ and every
+        RAM setting, set torque.
 
         Fault bits on a read or on a write's acknowledgement latch a fault, they are not raised: a
         servo reporting e.g. overheat must still be configured and show up in diagnostics, not keep
-        the whole arm offline.
+        the whole arm offline. While the arm is held (an e-stop, a latched fault — they survive a
+        reconnect) no torque is turned on: the servos still holding hold where they are.
         """
         servos = self.servos
         servos.restore()
         servos.forget_positions()
         servos.check_models()
         servos.check_calibration()
+        if self._ever_connected:  # the port was away: a servo may have lost power meanwhile
+            for sid in servos.rebooted(servos.ids):
+                self._latch(Fault(servos.name(sid), sid, "rebooted while the port was away (RAM settings lost)"))
+        speed = settings.servo_speed(self.guard.max_speed)
+        _dropped, refused = servos.write_eeprom(self.config.acceleration, speed, skip=self._refused)
+        self._latch_refused(refused)
+        servos.write_ram(self.config.acceleration, speed)  # before any torque comes on
         torque = servos.registers("Torque_Enable")
         goals = servos.registers("Goal_Position")
-        for sid in servos.write_settings(self.config.acceleration, settings.servo_speed(self.guard.max_speed)):
-            torque[sid] = 0
         present = self.read().positions
-        if self.role == "follower":
+        with self._lock:
+            holding = self.state.holding
+        on = [sid for sid in servos.ids if torque[sid]]
+        if self.role == "follower" and holding:
+            seed = present  # held: goals where the arm is, torque left as it is (or cut, as the e-stop asks)
+            servos.write_goals(present, on)
+            if self.state.estop and self.config.estop_cuts_torque:
+                servos.set_torque(on, False)
+                on = []
+        elif self.role == "follower":
             # A servo still holding (a reconnect, the driver restarted) keeps the goal it holds;
             # the others hold where they are.
             seed = [float(j.raw_to_rad(goals[j.id])) if torque[j.id] else present[i]
@@ -170,15 +245,24 @@ class ArmDriver:
             if off:
                 servos.write_goals(present, off)
                 servos.set_torque(off, True)
+                on = list(servos.ids)
         else:
             seed = present
-            servos.set_torque([sid for sid in servos.ids if torque[sid]], False)
+            servos.set_torque(on, False)
+            on = []
         with self._lock:
             self.guard.reset(seed)
-            self.state.torque = self.role == "follower"
+        self._note_torque({sid: sid in on for sid in servos.ids})
         self._positions = list(seed)
-        self._written = list(seed) if self.role == "follower" else None
+        self._hold_goal = list(present) if holding else None
+        self._written = list(seed) if on else None
+        self._collision_since.clear()
         self._release.clear()
+
+    def _latch_refused(self, refused: dict[int, str]) -> None:
+        for sid, what in refused.items():
+            self._refused.add(sid)
+            self._latch(Fault(self.servos.name(sid), sid, f"{what}: left without torque"))
 
     def lost(self, reason: str) -> None:
         """The port went away: close it, say so; `run()` reconnects with backoff."""
@@ -186,6 +270,7 @@ class ArmDriver:
         with self._lock:
             self.state.connected, self.state.torque = False, False
             self.state.last_error = reason
+        self._settle_estops(False, f"{self.port} lost ({reason}): the e-stop is latched and applied when it returns")
         self._log("error", f"{self.port}: bus lost ({reason}); reconnecting with backoff")
 
     # -- the control period ----------------------------------------------------------------
@@ -203,9 +288,14 @@ class ArmDriver:
         """Read, then write what the guard allows (or hold); `now` (default: after the read) is the
         time the watchdog judges commands by. Raises BusError (PortUnavailable: the port is gone)."""
         reading = self.read()
-        self._record_status(reading.errors)
+        cut = self._record_status(reading.errors)
+        if cut:  # what the servo did with its torque, read back at once: /diagnostics says it true
+            self._note_torque({sid: v is not False for sid, v in self.servos.torque_states(cut).items()})
         self._operator_acts()
         now = now_ns() if now is None else now
+        if self._limp(reading):
+            self._check_torque()  # now, not at the next slow read: a limp joint under gravity falls
+        self._check_collision(reading)
         held = self._apply_hold()
         with self._lock:
             self.state.ticks += 1
@@ -224,7 +314,7 @@ class ArmDriver:
                 self.guard.restart_from(self._positions)
             goal = None
             if held:
-                goal = self._hold_goal if torque and self.role == "follower" else None
+                goal = self._hold_goal if self.role == "follower" and len(self._off) < len(self.servos.ids) else None
             elif torque or engage:
                 goal = self.guard.step(self._positions, now)
                 if self._grasp.limit and len(reading.names) == len(JOINT_NAMES):
@@ -234,17 +324,80 @@ class ArmDriver:
         if release:
             self._release.clear()
             self.servos.set_torque(self.servos.ids, False)
-            self._set_state_torque(False)
+            self._note_torque(dict.fromkeys(self.servos.ids, False))
+            if self._estop_acks and held:
+                self._acknowledge_estops()
             return reading
         if engage:
             self.bus.sync_write_register("Torque_Limit", {i: self.config.leader_torque_limit for i in self.servos.ids})
         if goal is not None:
-            self.servos.write_goals(goal)
+            self.servos.write_goals(goal, [sid for sid in self.servos.ids if sid not in self._off] if held else None)
             self._written = goal
         if engage:
             self.servos.set_torque(self.servos.ids, True)
-            self._set_state_torque(True)
+            self._note_torque(dict.fromkeys(self.servos.ids, True))
+        if self._estop_acks and held:
+            self._acknowledge_estops()
         return reading
+
+    def _acknowledge_estops(self) -> None:
+        """Read back what the e-stop asked of the servos — torque off (a leader, `estop_cuts_torque`),
+        else every torqued servo's goal at the hold goal — and answer the e-stops waiting for it. A
+        servo that has not taken it is read again next tick, for at most `ESTOP_READ_BACK_S`, then
+        the answer is a failure naming it."""
+        servos = self.servos
+        if self.role == "leader" or self.config.estop_cuts_torque:
+            states = servos.torque_states(servos.active)
+            wrong = [sid for sid, v in states.items() if v is not False]
+            done = "torque off, read back from every servo"
+        else:
+            on = [sid for sid in servos.active if sid not in self._off]
+            raws = dict(zip(servos.ids, self.calibration.rad_to_raw(self._hold_goal or self._positions), strict=True))
+            goals = servos.registers("Goal_Position", on) if on else {}
+            wrong = [sid for sid in on if goals[sid] != raws[sid]]
+            off = ", ".join(servos.name(sid) for sid in servos.ids if sid in self._off)
+            done = ("holding: every goal at the present position, read back" if on else "torque already off on "
+                    "every servo, read back") + (f" (torque already off: {off})" if off and on else "")
+        if not wrong:
+            self._settle_estops(True, done)
+            self._estop_asked_ns = None
+            return
+        now = now_ns()
+        if self._estop_asked_ns is None:
+            self._estop_asked_ns = now
+        elif now - self._estop_asked_ns > ESTOP_READ_BACK_S * NS_PER_S:
+            names = ", ".join(f"{servos.name(sid)} (servo {sid})" for sid in wrong)
+            self._settle_estops(False, f"{names} did not read back the e-stop within {ESTOP_READ_BACK_S:g} s")
+            self._estop_asked_ns = None
+
+    def _settle_estops(self, ok: bool, message: str) -> None:
+        with self._lock:
+            acks, self._estop_acks = self._estop_acks, []
+        for ack in acks:
+            ack.settle(ok, message)
+
+    def _check_collision(self, reading: Reading) -> None:
+        """A body joint whose load and tracking error stay beyond `settings.COLLISION` has hit
+        something: latch it (the hold then sets every goal to the present position)."""
+        if self.role != "follower" or not self.state.torque or self._written is None or self._held:
+            self._collision_since.clear()
+            return
+        for k, name in enumerate(reading.names):
+            limit = settings.COLLISION.get(name)
+            if limit is None:
+                continue
+            i = JOINT_NAMES.index(name)
+            load, error = reading.efforts[k], self._written[i] - reading.positions[k]
+            if abs(load) < limit.load or abs(error) < limit.error_rad or abs(reading.velocities[k]) > limit.stall_rad_s:
+                self._collision_since.pop(i, None)
+                continue
+            now = reading.stamp_ns  # when the servos were sampled: the persistence is the arm's, not the loop's
+            since = self._collision_since.setdefault(i, now)
+            if now - since >= limit.persist_s * NS_PER_S:
+                sid = self.calibration.ids[i]
+                self._latch(Fault(name, sid, f"collision: load {abs(load):.2f} and tracking error {abs(error):.2f} rad "
+                                             f"beyond {limit.load:g} and {limit.error_rad:g} rad for "
+                                             f"{(now - since) / NS_PER_S:.3f} s"))
 
     def _operator_acts(self) -> None:
         """Apply an e-stop or a reset asked for since the last tick (this thread owns the bus)."""
@@ -254,90 +407,149 @@ class ArmDriver:
             estop, self._estop_request = self._estop_request, None
             reset, self._reset_request = self._reset_request, False
         if reset:
-            with self._lock:
-                cleared = self.state.faults.clear()
-                was_estop, self.state.estop = self.state.estop, ""
-            self.servos.restore()
-            if self.role == "follower":
-                # Servos that cut their torque (a fault, or an e-stop that cuts) get it back where they are.
-                off = [sid for sid, on in self.servos.registers("Torque_Enable").items() if not on]
-                if off:
-                    self.servos.write_goals(self._positions, off)
-                    self.servos.set_torque(off, True)
-                self._set_state_torque(True)
-            with self._lock:
-                self.guard.reset(self._positions)  # a fresh command is needed; it is approached at bounded speed
-            what = ", ".join(filter(None, [was_estop and f"e-stop ({was_estop})"] + [str(f) for f in cleared]))
-            self._log("info", f"{self.port}: reset by the operator" + (f": cleared {what}" if what else ""))
-        if estop:
-            with self._lock:
-                first = not self.state.estop
-                self.state.estop = estop
-            if first:
-                self._log("error", f"{self.port}: e-stop ({estop}): "
-                                   + ("torque cut" if self.config.estop_cuts_torque else "holding") + " until reset")
-                if self.config.estop_cuts_torque and self.role == "follower":
-                    self.servos.set_torque(self.servos.ids, False)
-                    self._set_state_torque(False)
+            self._reset()
+        if estop and self.config.estop_cuts_torque and self.role == "follower":
+            self.servos.set_torque(self.servos.ids, False)
+            self._note_torque(dict.fromkeys(self.servos.ids, False))
+
+    def _reset(self) -> None:
+        """The operator's reset: retry a refused EEPROM write (bounded), rewrite and read back every
+        RAM setting, then clear the latch; servos without torque get it back holding where they are,
+        and commands are approached from there through the soft start (`CommandGuard`)."""
+        servos = self.servos
+        servos.restore()
+        speed = settings.servo_speed(self.guard.max_speed)
+        retry, self._refused = self._refused, set()
+        _dropped, refused = servos.write_eeprom(self.config.acceleration, speed,
+                                                skip=[sid for sid in servos.ids if sid not in retry])
+        servos.write_ram(self.config.acceleration, speed)
+        with self._lock:
+            cleared = self.state.faults.clear()
+            was_estop, self.state.estop = self.state.estop, ""
+        self._latch_refused(refused)
+        self.read()
+        present = list(self._positions)  # every joint, in joint order
+        if self.role == "follower":
+            usable = [sid for sid in servos.ids if sid not in self._refused]
+            off = [sid for sid, on in servos.registers("Torque_Enable", usable).items() if not on]
+            servos.write_goals(present, usable)
+            servos.set_torque(off, True)
+            self._note_torque({sid: sid in usable for sid in servos.ids})
+            self._written = list(present)
+        with self._lock:
+            self.guard.reset(present)  # a fresh command is needed; it is approached at bounded speed
+        self._collision_since.clear()
+        what = ", ".join(filter(None, [was_estop and f"e-stop ({was_estop})"] + [str(f) for f in cleared]))
+        self._log("info", f"{self.port}: reset by the operator" + (f": cleared {what}" if what else ""))
 
     def _apply_hold(self) -> str:
-        """The hold now in force (starting one freezes every goal where the arm was last sent)."""
+        """The hold now in force (starting one sets every goal to where the arm is now)."""
         with self._lock:
             reason = self.state.holding
         if reason and not self._held:
-            # Where the arm was last sent (no gravity sag added, the grasp's limit kept), else where it is.
-            self._hold_goal = list(self._written or self._positions)
+            self._hold_goal = list(self._positions)
         changed = bool(reason) != bool(self._held)
         self._held = reason
         if changed:
             self._on_change()
         return reason
 
-    def _record_status(self, errors: dict[int, int]) -> None:
-        """Fault bits seen on a reply: shown per servo, and a protection bit latches a fault."""
+    def _record_status(self, errors: dict[int, int]) -> list[int]:
+        """Fault bits seen on a reply: shown per servo, and a protection bit latches a fault; the
+        servos newly latched with a bit that makes a servo cut its torque."""
+        cut = []
         for sid, bits in errors.items():
             name = self.servos.name(sid)
             with self._lock:
                 self.state.error_bits[name] = bits
             if bits & PROTECTION_BITS:
                 what = status_cause(bits) + (", torque cut by the servo" if bits & 0x2C else "")
-                self._latch(Fault(name, sid, what))
+                if self._latch(Fault(name, sid, what)) and bits & 0x2C:
+                    cut.append(sid)
+        return cut
 
-    def _latch(self, fault: Fault) -> None:
+    def _latch(self, fault: Fault) -> bool:
         with self._lock:
             first = self.state.faults.latch(fault)
         if first:
             self._log("error", f"{self.port}: servo fault: {fault}; the arm holds until the operator resets it")
             self._on_change()
+        return first
 
     def slow_read(self) -> None:
-        """Voltage, temperature, status bits, current and torque of every servo (for `health()`);
-        latches a fault on a protection bit, a temperature at the stop threshold or torque lost."""
-        slow = self.servos.read_slow()
+        """Voltage, temperature, status bits, current, torque and the RAM marker of every servo (for
+        `health()`); latches a fault on a protection bit, a temperature at the stop threshold, a
+        supply outside the arm's hold band (`settings.SUPPLY`), a servo that rebooted, or torque lost."""
+        servos = self.servos
+        slow = servos.read_slow()
         with self._lock:
             for sid in slow.status:
-                name = self.servos.name(sid)
+                name = servos.name(sid)
                 self.state.voltage_v[name] = slow.voltage_v[sid]
                 self.state.temperature_c[name] = slow.temperature_c[sid]
                 self.state.current_ma[name] = slow.current_ma[sid]
         self._record_status(slow.status)
-        for sid, celsius in slow.temperature_c.items():
+        supply = settings.SUPPLY[self.role]
+        for sid in slow.status:
+            name = servos.name(sid)
             with self._lock:
-                fault = temperature_fault(self.servos.name(sid), sid, celsius, self.config.temperature_warn_c,
+                fault = temperature_fault(name, sid, slow.temperature_c[sid], self.config.temperature_warn_c,
                                           self.config.temperature_stop_c, self.state.faults)
-            if fault is not None:
-                self._latch(fault)
+                low = supply_fault(name, sid, slow.voltage_v[sid], supply, self.state.faults)
+            for f in (fault, low):
+                if f is not None:
+                    self._latch(f)
+        self._check_torque()
+
+    def _check_torque(self) -> None:
+        """Read every servo's RAM marker and torque: a rebooted servo, or a follower's servo without
+        torque, latches a fault; `state.torque` says what was read."""
+        servos = self.servos
+        for sid in servos.rebooted(servos.active):
+            self._latch(Fault(servos.name(sid), sid, "rebooted (Torque_Limit back at its power-on value: RAM "
+                                                     "settings lost, torque off)"))
+        states = {sid: bool(on) for sid, on in servos.registers("Torque_Enable", servos.active).items()}
         with self._lock:
-            expect_on = self.state.torque and self.role == "follower"
+            expect_on = self.role == "follower" and self.state.torque
         if expect_on:
-            for sid, on in self.servos.registers("Torque_Enable", self.servos.active).items():
+            for sid, on in states.items():
                 if not on:
-                    self._latch(Fault(self.servos.name(sid), sid, "torque off: the servo cut it or restarted"))
+                    self._latch(Fault(servos.name(sid), sid, "torque off: the servo cut it or restarted"))
+        self._note_torque(states)
+
+    def _limp(self, reading: Reading) -> bool:
+        """A joint that should hold but carries no load while it drifts from its goal (`settings.LIMP`):
+        a servo that lost its torque (a brown-out) between two slow reads."""
+        if self.role != "follower" or not self.state.torque or self._written is None or self._held:
+            return False
+        if reading.stamp_ns - self._limp_checked_ns < settings.LIMP.recheck_s * NS_PER_S:
+            return False
+        for k, name in enumerate(reading.names):
+            i = JOINT_NAMES.index(name)
+            if (abs(self._written[i] - reading.positions[k]) >= settings.LIMP.error_rad
+                    and abs(reading.efforts[k]) <= settings.LIMP.load):
+                self._limp_checked_ns = reading.stamp_ns
+                return True
+        return False
 
     # -- the bus loop -----------------------------------------------------------------------
     def run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:
         """Tick at `rate_hz` until `stop` is set, reconnecting with backoff; `on_reading` gets every
         sample (called on this thread, right after the tick)."""
+        self._running = True
+        try:
+            self._run(rate_hz, stop, on_reading)
+        except Exception as exc:  # noqa: BLE001 - any death of the bus thread is a fault, said and reported
+            with self._lock:
+                self.state.fatal = f"the bus loop died ({type(exc).__name__}: {exc})"
+                self.state.connected = False
+            self._log("error", f"{self.port}: {self.state.fatal}\n{traceback.format_exc()}")
+            self._on_change()  # /diagnostics says so now, not at its next second
+        finally:
+            self._running = False
+            self._settle_estops(False, f"{self.port}: the bus loop stopped ({self.state.fatal or 'shut down'})")
+
+    def _run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:
         period_ns = int(NS_PER_S / rate_hz)
         backoff = Backoff()
         next_tick = now_ns()
@@ -408,6 +620,11 @@ class ArmDriver:
         with self._lock:
             self.state.connected = False
 
-    def _set_state_torque(self, on: bool) -> None:
+    def _note_torque(self, states: dict[int, bool]) -> None:
+        """Torque as read back (or just set and checked): the servos without it get no goal, and
+        `state.torque` says whether every servo has it."""
+        self._off = (self._off - {sid for sid, on in states.items() if on}) | {sid for sid, on in states.items()
+                                                                               if not on}
         with self._lock:
-            self.state.torque = on
+            self.state.torque = not self._off
+            self.state.torque_off = [self.servos.name(sid) for sid in self.servos.ids if sid in self._off]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from teleop_flywheel.hw.arm.settings import Supply
 from teleop_flywheel.hw.feetech.control_table import error_names
 
 PROTECTION_BITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
@@ -59,6 +60,20 @@ class FaultLatch:
 
     def summary(self) -> str:
         return "; ".join(str(f) for f in self.latched.values())
+
+
+def supply_fault(joint: str, servo_id: int, volts: float, supply: Supply, latch: FaultLatch) -> Fault | None:
+    """A Fault outside `supply.hold`; a warning in `latch.warnings` outside `supply.warn`; else None."""
+    key = f"{joint} supply"
+    band = f"{supply.nominal:g} V arm"
+    if not supply.hold[0] <= volts <= supply.hold[1]:
+        return Fault(joint, servo_id, f"supply {volts:.1f} V outside {supply.hold[0]:g}-{supply.hold[1]:g} V ({band})")
+    if not supply.warn[0] <= volts <= supply.warn[1]:
+        latch.warnings[key] = (f"{joint} supply {volts:.1f} V outside {supply.warn[0]:g}-{supply.warn[1]:g} V ({band}; "
+                               f"holds outside {supply.hold[0]:g}-{supply.hold[1]:g} V)")
+    else:
+        latch.warnings.pop(key, None)
+    return None
 
 
 def temperature_fault(joint: str, servo_id: int, celsius: float, warn_c: float, stop_c: float,

@@ -52,7 +52,8 @@ class DriverState:
     reads: int = 0  # fast reads since start, with their summed round trip and counts per READ_BUCKETS_MS
     read_sum_ns: int = 0
     read_buckets: list[int] = field(default_factory=lambda: [0] * len(READ_BUCKETS_MS))
-    torque: bool = False
+    torque: bool = False  # every servo has torque (read back)
+    torque_off: list[str] = field(default_factory=list)  # the joints without it
     estop: str = ""  # why the arm is e-stopped ("" = it is not)
     faults: FaultLatch = field(default_factory=FaultLatch)
     tick_times: deque[int] = field(default_factory=lambda: deque(maxlen=RATE_WINDOW))
@@ -114,7 +115,8 @@ def report(s: DriverState, port: str, role: str, target_rate_hz: float, estop_cu
         "read_ms_p99": round(s.read_ms(0.99), 2), "read_errors": s.read_errors, "reconnects": s.reconnects,
         "ticks": s.ticks, "overruns": s.overruns, "reads": s.reads, "read_sum_ms": round(s.read_sum_ns / 1e6, 3),
         **{read_bucket_key(le): n for le, n in zip(READ_BUCKETS_MS, s.read_buckets, strict=True)},
-        "torque": s.torque, "holding": s.holding, "servo_fault": s.faults.summary(), "estop": s.estop,
+        "torque": s.torque, "torque_off": ", ".join(s.torque_off),
+        "holding": s.holding, "servo_fault": s.faults.summary(), "estop": s.estop,
     })
     age_s = (now_ns() - s.last_reading_ns) / NS_PER_S if s.last_reading_ns else None
     values["last_reading_age_s"] = round(age_s, 3) if age_s is not None else "never"
@@ -143,7 +145,7 @@ def report(s: DriverState, port: str, role: str, target_rate_hz: float, estop_cu
         return Health("WARN", f"e-stopped on {port} ({s.estop}): " + ("torque cut" if estop_cuts_torque else "holding")
                       + " until the operator resets it", values)
     if s.faults.warnings:
-        return Health("WARN", "hot: " + "; ".join(s.faults.warnings.values()), values)
+        return Health("WARN", "; ".join(s.faults.warnings.values()), values)
     if short and s.read_ms(0.5) * target_rate_hz / 1e3 >= ADAPTER_SHARE:
         return Health("WARN", f"the configured {target_rate_hz:g} Hz cannot be met on {port}: {rate:.0f} Hz, a read "
                               f"takes {s.read_ms(0.5):.1f} ms (p50) — behind an FTDI adapter set its latency_timer to "

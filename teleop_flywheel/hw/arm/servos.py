@@ -1,7 +1,8 @@
 """One arm's six servos on its bus: what the driver asks of the hardware, and nothing it decides.
 
-`ArmServos(bus, calibration, role)` checks identity and calibration, writes the settings of
-`settings.py` that differ, changes torque with a read-back, reads the fast block (position,
+`ArmServos(bus, calibration, role)` checks identity and calibration, writes the EEPROM settings of
+`settings.py` that differ (bounded retries) and every RAM setting (read back), tells a rebooted
+servo by its RAM marker, changes torque with a read-back, reads the fast block (position,
 velocity, load → a `Reading` in radians, unwrapped across the encoder's seam) and the slow block,
 writes goals, and finds a servo that stopped answering. Policy — when to hold, what a fault means,
 what to send — is the driver's (`driver.py`). Status bits on any reply or write acknowledgement go
@@ -40,7 +41,7 @@ SILENT_CONFIRMATIONS = 3
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
 
 Log = Callable[[str, str], None]  # (level "info" | "error", message)
-StatusSink = Callable[[dict[int, int]], None]  # servo id → status bits seen
+StatusSink = Callable[[dict[int, int]], object]  # servo id → status bits seen (what it returns is ignored)
 
 
 class CalibrationMismatch(FlywheelError, RuntimeError):
@@ -85,6 +86,7 @@ class ArmServos:
         self._log = log or (lambda _level, _message: None)
         self._raw: dict[int, int] = {}  # last unwrapped raw position per servo
         self._joints = {j.id: j for j in calibration.joints}
+        self._power_on_torque: dict[int, int] = {}  # Max_Torque_Limit per servo: its Torque_Limit at power-on
 
     @property
     def port(self) -> str:
@@ -123,41 +125,77 @@ class ArmServos:
                         f"--port {self.port} --arm {self.role} --out NEW.yaml"
                     )
 
-    def write_settings(self, acceleration: int, speed: int) -> list[int]:
-        """Write every setting of `settings.py` that differs, read back; the servos whose torque
-        that dropped (an EEPROM write is made with that one servo's torque off, behind Lock)."""
+    def write_eeprom(self, acceleration: int, speed: int, skip: Iterable[int] = ()) -> tuple[list[int], dict[int, str]]:
+        """Write every EEPROM setting of `settings.py` that differs (never one that matches), read
+        back, at most `settings.EEPROM_ATTEMPTS` times; servos in `skip` are left alone. Returns the
+        servos whose torque that dropped (an EEPROM write is made with that one servo's torque off,
+        behind Lock) and, per servo, what it refused to keep (it stays without torque)."""
         bus = self.bus
         names = sorted({n for j in self.calibration.joints
-                        for n in settings.wanted(self.role, j.name, acceleration, speed)} | {"Phase"})
+                        for n in settings.wanted(self.role, j.name, acceleration, speed) if settings.in_eeprom(n)}
+                       | {"Phase"})
         current = {name: bus.sync_read_register(name, self.ids).values for name in names}
-        dropped = []
+        dropped: list[int] = []
+        refused: dict[int, str] = {}
         for joint in self.calibration.joints:
             sid = joint.id
-            want = settings.wanted(self.role, joint.name, acceleration, speed)
+            if sid in skip:
+                continue
+            want = {n: v for n, v in settings.wanted(self.role, joint.name, acceleration, speed).items()
+                    if settings.in_eeprom(n)}
             want["Phase"] = settings.phase_wanted(current["Phase"][sid])
-            changed = {n: v for n, v in want.items() if current[n][sid] != v}
-            eeprom = {n: v for n, v in changed.items() if settings.in_eeprom(n)}
-            if eeprom:
-                self.set_torque([sid], False)
-                dropped.append(sid)
+            before = {n: current[n][sid] for n in want}
+            changed = {n: v for n, v in want.items() if before[n] != v}
+            if not changed:
+                continue
+            self.set_torque([sid], False)
+            dropped.append(sid)
+            pending = dict(changed)
+            for _attempt in range(settings.EEPROM_ATTEMPTS):
                 self._write_acked(sid, "Lock", 0)
                 try:
-                    for name, value in eeprom.items():
+                    for name, value in pending.items():
                         self._write_acked(sid, name, value)
                 finally:
                     self._write_acked(sid, "Lock", 1)
-            for name, value in changed.items():
-                if name not in eeprom:
-                    self._write_acked(sid, name, value)
-            for name, value in changed.items():
-                got = bus.sync_read_register(name, [sid]).values[sid]  # fault bits reported, not raised
-                if got != value:
-                    raise BusError(self.port, f"servo {sid} ({joint.name}) keeps {name} at {got} after writing "
-                                              f"{value} (EEPROM locked?)")
-            if changed:
-                self._log("info", f"{self.port}: {joint.name} (servo {sid}) set "
-                                  + ", ".join(f"{n} {current[n][sid]} -> {v}" for n, v in changed.items()))
-        return dropped
+                got = {n: bus.sync_read_register(n, [sid]).values[sid] for n in pending}  # bits reported
+                pending = {n: v for n, v in pending.items() if got[n] != v}
+                if not pending:
+                    break
+            if pending:
+                refused[sid] = ", ".join(f"EEPROM {n} stays {got[n]} after {settings.EEPROM_ATTEMPTS} writes of {v}"
+                                         for n, v in pending.items())
+            self._log("info", f"{self.port}: {joint.name} (servo {sid}) set "
+                              + ", ".join(f"{n} {before[n]} -> {v}" for n, v in changed.items() if n not in pending))
+        return dropped, refused
+
+    def write_ram(self, acceleration: int, speed: int, ids: Sequence[int] | None = None) -> None:
+        """Write the RAM settings of `settings.ram_wanted` (lost at a reboot) to every servo (or
+        `ids`) and read them back; BusError naming the servo and register if one did not keep it."""
+        ids = list(self.ids if ids is None else ids)
+        if not ids:
+            return
+        max_torque = self.registers("Max_Torque_Limit", ids)
+        self._power_on_torque.update(max_torque)
+        want = {sid: settings.ram_wanted(self.role, self.name(sid), acceleration, speed, max_torque[sid])
+                for sid in ids}
+        for name in want[ids[0]]:
+            self.bus.sync_write_register(name, {sid: want[sid][name] for sid in ids})
+        for name in want[ids[0]]:
+            got = self.registers(name, ids)
+            wrong = [sid for sid in ids if got[sid] != want[sid][name]]
+            if wrong:
+                raise BusError(self.port, ", ".join(f"{self.name(sid)} (servo {sid}) keeps {name} at {got[sid]} "
+                                                    f"after writing {want[sid][name]}" for sid in wrong))
+
+    def rebooted(self, ids: Sequence[int]) -> list[int]:
+        """The servos among `ids` whose Torque_Limit reads its power-on value again (Max_Torque_Limit):
+        they rebooted since `write_ram` (a brown-out) and lost every RAM setting."""
+        ids = [sid for sid in ids if self._power_on_torque.get(sid, 0) >= settings.REBOOT_MARKER]
+        if not ids:
+            return []
+        live = self.registers("Torque_Limit", ids)
+        return [sid for sid in ids if live[sid] == self._power_on_torque[sid]]
 
     def _write_acked(self, sid: int, name: str, value: int) -> None:
         try:

@@ -10,7 +10,9 @@ time at the baud rate plus the servos' return delay, and reach the host as the c
 adapter passes them on (sim_adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
-servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo.
+servo's overload protection trips), a hot servo, a supply out of range or sagging mid-run, a
+servo that reboots (a brown-out: RAM reloaded, torque off, clean status), one that refuses an EEPROM
+write, a multi-turn servo. A leader's servos run from 5 V, a follower's from 12 V.
 
 A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
 JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
@@ -46,7 +48,7 @@ from pathlib import Path
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, PHASE_MULTI_TURN
+from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, BY_NAME, PHASE_MULTI_TURN
 from teleop_flywheel.hw.feetech.sim_adapter import Adapter, Delivery, adapter
 from teleop_flywheel.hw.feetech.sim_servo import (
     GRIPPER_ID,
@@ -78,10 +80,17 @@ class Faults:
     hot: dict[int, float] = field(default_factory=dict)  # servo id -> its temperature at start (°C)
     supply_v: float | None = None  # the power supply's voltage (default 12 V)
     multi_turn: dict[int, int] = field(default_factory=dict)  # servo id -> turns its shaft is past (Phase bit 4 set)
+    sag: tuple[float, float] | None = None  # (when, volts): the supply drops to that voltage then
+    reboot: dict[int, float] = field(default_factory=dict)  # servo id -> when it reboots (a brown-out)
+    refuse: dict[int, set[str]] = field(default_factory=dict)  # servo id -> registers it does not keep
+
+
+NOMINAL_V = {"leader": 5.0, "follower": 12.0}  # each arm's supply (SO-101: 5 V leader, 12 V follower)
 
 
 FAULT_FORMS = ("drop:P | corrupt:P | noise:P (0..1) | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER] | "
-               "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | multiturn:ID[:TURNS]")
+               "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | sag:VOLTS[:T] | reboot:ID[:T] | "
+               "refuse:ID:REGISTER | multiturn:ID[:TURNS]")
 
 
 def parse_fault(spec: str, faults: Faults) -> None:
@@ -107,6 +116,12 @@ def parse_fault(spec: str, faults: Faults) -> None:
             faults.hot[_servo_id(args[0])] = float(args[1])
         elif kind == "voltage" and len(args) == 1:
             faults.supply_v = float(args[0])
+        elif kind == "sag" and len(args) in (1, 2):
+            faults.sag = (float(args[1]) if len(args) == 2 else 0.0, float(args[0]))
+        elif kind == "reboot" and len(args) in (1, 2):
+            faults.reboot[_servo_id(args[0])] = float(args[1]) if len(args) == 2 else 0.0
+        elif kind == "refuse" and len(args) == 2 and args[1] in BY_NAME:
+            faults.refuse.setdefault(_servo_id(args[0]), set()).add(args[1])
         elif kind == "multiturn" and len(args) in (1, 2):
             faults.multi_turn[_servo_id(args[0])] = int(args[1]) if len(args) == 2 else 1
         else:
@@ -174,6 +189,8 @@ class SimulatedArm:
                 if joint.id in self.servos:
                     self.servos[joint.id].load_calibration(joint.homing_offset, joint.range_min, joint.range_max)
         for sid, servo in self.servos.items():
+            servo.nominal_v = servo.supply_v = NOMINAL_V[role]
+            servo.refused = self.faults.refuse.get(sid, set())
             if sid in self.faults.hot:
                 servo.temperature = self.faults.hot[sid]
             if self.faults.supply_v is not None:
@@ -272,6 +289,11 @@ class SimulatedArm:
                 s.silent = True
             if s.id in self.faults.block and t >= self.faults.block[s.id] and s.blocked_at is None:
                 s.blocked_at = s.position
+            if s.id in self.faults.reboot and t >= self.faults.reboot[s.id]:
+                del self.faults.reboot[s.id]
+                s.power_on()
+            if self.faults.sag is not None and t >= self.faults.sag[0]:
+                s.supply_v = self.faults.sag[1]
             # The hand moves the joint within its travel, which a multi-turn servo counts turns past.
             turns = STEPS_PER_TURN * self.faults.multi_turn.get(s.id, 0)
             hand = float(human[i]) + turns if human is not None and i < len(human) else None

@@ -19,7 +19,13 @@ punishes lets the driver's tests pass for the wrong reasons:
 - **multi-turn**: with Phase bit 4 set, Present_Position counts whole turns (it can exceed 4095
   or go negative); cleared, it wraps within one turn, as LeRobot configures it;
 - **gravity** (from the arm, `step(gravity=…)`): a torqued joint sags until its load carries the
-  weight; a joint without torque falls to its end stop.
+  weight; a joint without torque falls to its end stop;
+- **power-on**: RAM (address 40 and up) starts from the factory defaults, Torque_Limit from the
+  EEPROM's Max_Torque_Limit; writing Max_Torque_Limit later does not change the live limit (only a
+  power cycle loads it, as on the servo); `power_on()` is a reboot (a brown-out): torque off, RAM
+  reloaded, latched faults gone, the shaft where it is;
+- **EEPROM**: every write into it is counted (`eeprom_writes`, its wear); a register named in
+  `refused` acknowledges a write and keeps its value (a servo that refuses e.g. its Phase write).
 """
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ HEAT_C_PER_S = 0.6  # warming at full load
 COOL_TAU_S = 150.0  # cooling toward the room
 AMBIENT_C = 30.0
 OVERHEAT_HYSTERESIS_C = 5.0
-SUPPLY_V = 12.0
+SUPPLY_V = 12.0  # a follower's supply (the STS3215 12 V version); a leader's servos run at 5 V
 EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
 LATCHED_FAULTS = 0x20 | 0x08  # overload, overcurrent: cleared by the host enabling torque again
 
@@ -103,7 +109,10 @@ class Servo:
         self.position = (lo + hi) / 2.0
         self.velocity = 0.0
         self.temperature = AMBIENT_C
+        self.nominal_v = SUPPLY_V  # the supply the servo is built for: its top speed is quoted there
         self.supply_v = SUPPLY_V
+        self.eeprom_writes = 0  # writes that reached EEPROM (each one wears it)
+        self.refused: set[str] = set()  # registers whose writes are acknowledged and not kept (a fault)
         self.faults = 0  # Status bits now set
         self.blocked_at: float | None = None  # an obstacle holds the shaft here (fault injection)
         self.silent = False  # the firmware hung: nothing is answered (fault injection)
@@ -146,6 +155,8 @@ class Servo:
         overload and overcurrent bits (the operator's re-enable)."""
         locked = bool(self.get("Lock"))
         torque_at = register("Torque_Enable").address
+        if not locked and address < EEPROM_END:
+            self.eeprom_writes += 1
         for i, byte in enumerate(data):
             addr = address + i
             if addr >= TABLE_SIZE:
@@ -153,12 +164,27 @@ class Servo:
             if locked and addr < EEPROM_END:
                 continue
             reg = next((r for r in REGISTERS if r.address <= addr < r.address + r.size), None)
+            if reg is not None and reg.name in self.refused:
+                continue
             if reg is None or reg.writable:
                 self.table[addr] = byte
             if addr == torque_at and byte:
                 self.faults &= ~LATCHED_FAULTS
                 self._overload_s = self._overcurrent_s = 0.0
                 self._protected = False
+
+    def power_on(self) -> None:
+        """A reboot (a brown-out, a power cycle): RAM back to its power-on values, Torque_Limit from
+        Max_Torque_Limit, torque off, latched faults cleared; EEPROM and the shaft are untouched."""
+        for reg in REGISTERS:
+            if reg.address >= EEPROM_END and reg.writable:
+                self._put(reg.address, reg.size, reg.default)
+        self.set("Torque_Limit", self.get("Max_Torque_Limit"))
+        self._put(register("Goal_Position").address, 2, max(0, int(self.position) - self.get("Homing_Offset")))
+        self.faults = 0
+        self._overload_s = self._overcurrent_s = 0.0
+        self._protected = False
+        self.pending = b""
 
     def load_calibration(self, homing_offset: int, range_min: int, range_max: int) -> None:
         """Boot with the EEPROM a calibration wrote (what `calibrate` leaves in a real servo)."""
@@ -175,14 +201,14 @@ class Servo:
     # -- the motor ------------------------------------------------------------------------
     def torque_cap(self) -> float:
         """The most load the motor may exert now, in Present_Load units (0.1 %)."""
-        cap = min(self.get("Torque_Limit"), self.get("Max_Torque_Limit"))
+        cap = self.get("Torque_Limit")  # RAM: loaded from Max_Torque_Limit at power-on only
         if self._protected:
             cap = min(cap, self.get("Protective_Torque") * 10)
         return float(cap)
 
     def top_speed(self) -> float:
         """Steps per second: the motor's no-load speed at this supply, or Goal_Velocity if lower."""
-        speed = TOP_SPEED_RAD_S * STEPS_PER_RAD * self.supply_v / SUPPLY_V
+        speed = TOP_SPEED_RAD_S * STEPS_PER_RAD * self.supply_v / self.nominal_v
         goal_velocity = abs(self.get("Goal_Velocity"))
         return min(speed, goal_velocity) if goal_velocity else speed
 

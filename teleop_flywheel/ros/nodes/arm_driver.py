@@ -16,7 +16,10 @@ hold: every goal frozen where the arm was, commands ignored, ERROR on `/diagnost
 `<role>/fault` (latched DiagnosticStatus, what the teleop node holds on and the validator rejects
 as SERVO_FAULT), until the operator calls `~/reset` (std_srvs/Trigger), which re-enables the servos
 that cut their torque. `~/estop` (std_srvs/Trigger) holds the same way — or cuts torque, with
-`estop_cuts_torque` — latched until `~/reset`. `/diagnostics` once a second and at once when a
+`estop_cuts_torque` — latched at once until `~/reset`, across any reconnect; it answers success only
+once the servos read back the hold goals (or torque off), failure with the reason otherwise (the port
+is away, the bus loop died, no acknowledgement within 0.5 s). A bus loop that dies of any exception
+is ERROR on `/diagnostics` and the node exits 1. `/diagnostics` once a second and at once when a
 hold begins or ends: connection, achieved against configured rate (a rate the adapter cannot give
 is WARN), per-read latency, bus and guard counters, voltage/temperature/fault bits per servo; a
 lost port is ERROR naming it while the loop reconnects with backoff (and one line on the console).
@@ -67,6 +70,7 @@ from teleop_flywheel.ros.nodes.common import (
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
+ESTOP_ACK_S = 0.5  # how long ~/estop waits for the servos to read back the hold before it answers failure
 _LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way: the defaults leave the calibrated range
 
 
@@ -195,10 +199,13 @@ class ArmDriverNode(Node):
         self._pub.publish(msg)
 
     def _srv_estop(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        self.arm.estop("~/estop called")
-        response.success = True
-        response.message = (f"{self.arm.role} arm e-stopped: "
-                            + ("torque cut" if self.arm.config.estop_cuts_torque else "holding") + " until ~/reset")
+        """Success only once the servos read back the hold (or torque off); else why not. The e-stop
+        is latched either way (a port that comes back is held)."""
+        ok, why = self.arm.estop("~/estop called").wait(ESTOP_ACK_S)
+        response.success = ok
+        done = "torque cut" if self.arm.config.estop_cuts_torque else "holding"
+        response.message = (f"{self.arm.role} arm e-stopped: {done} until ~/reset ({why})" if ok
+                            else f"{self.arm.role} arm e-stop not acknowledged: {why}")
         return response
 
     def _srv_reset(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:

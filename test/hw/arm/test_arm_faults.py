@@ -115,14 +115,17 @@ def test_without_the_force_limit_the_simulated_gripper_protects_itself(tmp_path:
 
 
 def test_a_joint_that_protected_itself_holds_the_arm_until_the_operator_resets(tmp_path: Path) -> None:
-    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(block={2: 0.0})) as arm:
-        driver = make_driver(arm, "follower", max_relative=0.35)
+    """The gripper (no collision check: it closes on objects) without its force limit, blocked."""
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(block={6: 0.0})) as arm:
+        driver = make_driver(arm, "follower", max_relative=0.35, grip_force_limit=0.0)
         with running(driver) as readings:
             target = list(readings[-1].positions)
-            target[1] += 0.5  # shoulder_lift pushes against the obstacle
+            target[5] -= 0.5  # the gripper closes against the obstacle
             keep_commanding(driver, lambda: target, 6.0, until=lambda: bool(driver.state.faults))
-            assert "shoulder_lift (servo 2): overload" in driver.state.faults.summary()
-            assert not arm.servos[2].torque_on  # the servo cut its own torque
+            assert "gripper (servo 6): overload" in driver.state.faults.summary()
+            assert not arm.servos[6].torque_on  # the servo cut its own torque
+            n = driver.state.ticks
+            wait_for(lambda: driver.state.ticks > n + 1, 5, "a tick of the hold")  # latched by a slow read
             held = {sid: s.get("Goal_Position") for sid, s in arm.servos.items()}
             moved = list(target)
             moved[0] += 0.5
@@ -130,15 +133,16 @@ def test_a_joint_that_protected_itself_holds_the_arm_until_the_operator_resets(t
             assert {sid: s.get("Goal_Position") for sid, s in arm.servos.items()} == held
             health = driver.health()
             assert health.level == "ERROR" and "resets" in health.message
-            assert health.values["servo_fault"].startswith("shoulder_lift")
+            assert health.values["servo_fault"].startswith("gripper")
+            assert health.values["torque"] is False and health.values["torque_off"] == "gripper"
 
-            arm.servos[2].blocked_at = None  # the obstacle is gone; the operator re-enables
+            arm.servos[6].blocked_at = None  # the obstacle is gone; the operator re-enables
             arm.faults.block.clear()
             driver.reset()
-            wait_for(lambda: not driver.state.faults and arm.servos[2].torque_on, 10, "re-enabled")
+            wait_for(lambda: not driver.state.faults and arm.servos[6].torque_on, 10, "re-enabled")
             keep_commanding(driver, lambda: moved, 1.5)
             assert arm.servos[1].get("Goal_Position") != held[1], "commands are taken again"
-            assert arm.servos[2].faults == 0 and driver.health().level == "OK"
+            assert arm.servos[6].faults == 0 and driver.health().level == "OK", driver.health().message
 
 
 def test_a_silent_servo_is_named_and_the_other_five_are_still_read(tmp_path: Path) -> None:
@@ -248,7 +252,7 @@ def test_the_e_stop_holds_until_reset(tmp_path: Path) -> None:
             assert all(s.torque_on for s in arm.servos.values())  # holding, not limp
             driver.reset()
             keep_commanding(driver, lambda: target, 1.5)
-            assert arm.servos[1].get("Goal_Position") != held and driver.health().level == "OK"
+            assert arm.servos[1].get("Goal_Position") != held and driver.health().level == "OK", driver.health().message
 
 
 def test_an_e_stop_that_cuts_torque(tmp_path: Path) -> None:

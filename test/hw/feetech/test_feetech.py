@@ -418,6 +418,28 @@ def test_bad_fault_spec_is_rejected() -> None:
     assert result.returncode == 2 and "bad fault" in result.stderr
 
 
+def test_a_reboot_reloads_ram_from_eeprom_and_a_refused_write_is_acknowledged_not_kept() -> None:
+    """The servo loads Torque_Limit from Max_Torque_Limit at power-on only; a reboot (sim-bus --fault
+    reboot:ID[:T]) turns torque off and reloads RAM; refuse:ID:REGISTER acknowledges and keeps."""
+    faults = Faults()
+    for spec in ("reboot:2:0.3", "refuse:1:Phase", "sag:9.5:0.3"):
+        parse_fault(spec, faults)
+    with pytest.raises(ValueError, match="bad fault"):
+        parse_fault("refuse:1:NoSuchRegister", Faults())
+    with SimulatedArm("follower", faults=faults) as arm, FeetechBus(arm.port) as bus:
+        bus.write_register(1, "Phase", 0x1C)  # EEPROM unlocked: acknowledged, not kept
+        assert bus.read_register(1, "Phase")[0] == 0x0C and arm.servos[1].eeprom_writes == 1
+        bus.write_register(2, "Max_Torque_Limit", 500)
+        bus.write_register(2, "Torque_Limit", 700)
+        bus.write_register(2, "Torque_Enable", 1)
+        assert bus.read_register(2, "Torque_Limit")[0] == 700, "the live limit changes only at power-on"
+        deadline = time.monotonic() + 5
+        while arm.servos[2].torque_on and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not arm.servos[2].torque_on and bus.read_register(2, "Torque_Limit")[0] == 500
+        assert bus.read_register(2, "Present_Voltage")[0] == 95
+
+
 # -- bring-up: calibration preload, factory-new servo, Lock, baud, broadcast PING -----------
 
 def test_simulator_boots_with_the_eeprom_of_its_calibration() -> None:

@@ -23,6 +23,7 @@ from rclpy.context import Context
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
 from support.procs import wait_for
 
 from teleop_flywheel.core.calibration import CalibrationError, load_calibration, sim_calibration_file
@@ -324,3 +325,35 @@ def test_diagnostics_report_servo_health(graph: Graph, tmp_path: Path) -> None:
         assert abs(values["shoulder_pan.temperature_c"] - arm.servos[1].get("Present_Temperature")) <= 1  # it warms
         assert values["gripper.voltage_v"] == arm.servos[6].get("Present_Voltage") / 10
         assert values["rate_hz"] > 0 and values["connected"] is True
+
+
+def call_trigger(graph: Graph, service: str, timeout: float = 20.0) -> Trigger.Response:
+    client = graph.add(Node(f"client_{len(graph.nodes)}", context=graph.context))
+    cli = client.create_client(Trigger, service)
+    assert cli.wait_for_service(timeout_sec=timeout), f"{service} not available"
+    future = cli.call_async(Trigger.Request())
+    wait_for(future.done, timeout, f"{service} response")
+    return future.result()
+
+
+def test_estop_answers_only_once_the_servos_took_it_and_stays_latched_across_a_replug(
+        graph: Graph, tmp_path: Path) -> None:
+    """Before: ~/estop answered success at once, also with the port unplugged, and nothing was
+    latched; after the replug torque came back with the goal from before the e-stop."""
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        driver = graph.driver("follower", arm, estop_cuts_torque=True)
+        wait_for(lambda: driver.arm.state.connected and driver.arm.state.ticks > 20, 60, "the driver running")
+        arm.faults.unplug_at, arm.faults.replug_after = arm._elapsed(), 3.0
+        wait_for(lambda: not driver.arm.state.connected, 20, "the port gone")
+        away = call_trigger(graph, "/follower_driver/estop")
+        assert not away.success and "unavailable" in away.message and "latched" in away.message, away.message
+        wait_for(lambda: driver.arm.state.reconnects >= 1, 30, "the replug")
+        wait_for(lambda: not any(s.torque_on for s in arm.servos.values()), 5, "the latched e-stop's cut applied")
+        time.sleep(0.5)
+        assert not any(s.torque_on for s in arm.servos.values()), "torque came back after the replug"
+        assert driver.arm.health().values["torque"] is False
+        again = call_trigger(graph, "/follower_driver/estop")
+        assert again.success and "torque off, read back" in again.message, again.message
+        reset = call_trigger(graph, "/follower_driver/reset")
+        assert reset.success
+        wait_for(lambda: all(s.torque_on for s in arm.servos.values()), 10, "torque back after ~/reset")
