@@ -37,13 +37,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from teleop_flywheel.core import frame_meta
-from teleop_flywheel.core.episode import EpisodeMeta
+from teleop_flywheel.core.episode import CAMERA_PUBLISHERS, EpisodeMeta
 from teleop_flywheel.data.validate.camera_lag import beyond
 from teleop_flywheel.data.validate.reasons import CLOCK_OFFSET, Reason, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import ImageStream
 
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-PUBLISHERS_KEY = "camera_publishers"  # EpisodeMeta.extra: camera -> publisher GIDs (hex), as first seen
+
 CHANGE_Z = 4.0  # a change point where the two sides differ by more than this many standard errors
 CHANGE_MIN_SIDE = 2  # estimates on each side of a change point: one outlier is not a restart
 
@@ -73,7 +73,7 @@ def frame_instance(images: ImageStream) -> str:
 def camera_instances(images: dict[str, ImageStream], ep: EpisodeMeta | None) -> dict[str, str]:
     """camera -> its instance in this episode: the frames' own id, else the last publisher GID the
     recorder saw ("" where neither is there)."""
-    publishers = ep.extra.get(PUBLISHERS_KEY) if ep is not None else None
+    publishers = ep.extra.get(CAMERA_PUBLISHERS) if ep is not None else None
     out = {}
     for cam, im in images.items():
         inst = frame_instance(im)
