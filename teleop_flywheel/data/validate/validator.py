@@ -30,6 +30,7 @@ from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.validate.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
+from teleop_flywheel.data.validate.lag_pool import apply_lag_pools
 from teleop_flywheel.data.validate.reasons import (
     CLOCK_OFFSET,
     CLOCK_STEP,
@@ -47,7 +48,6 @@ from teleop_flywheel.data.validate.reasons import (
     Supplied,
     ValidateConfig,
 )
-from teleop_flywheel.data.validate.lag_pool import apply_lag_pools
 from teleop_flywheel.data.validate.session_drift import DriftFit, apply_session_drift, clock_points, session_of
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, NotABagError
 from teleop_flywheel.recording.mcap.reader import open_bag
