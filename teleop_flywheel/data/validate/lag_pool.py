@@ -15,13 +15,15 @@ frames carry, else its camera's last publisher GID. Ids are data, kept only when
 `INSTANCE_PATTERN`.
 
 **The pool** (`pools`): per session (`session_drift.session_of`: rig and UTC day), camera and run
-of consecutive episodes (by start time) of one instance, the inverse-variance mean of the
-episodes' estimates whose standard error is within `camera_lag_max_stderr_ms`. Its standard error
-is 1/√Σw, scaled up by √(χ²/dof) when the estimates scatter more than their errors say (a camera
-whose lag wanders is not as well known as the count of episodes suggests). Where an episode has
+of consecutive episodes (by start time) of one instance, the inverse-variance weighted median of
+the episodes' estimates whose standard error is within `camera_lag_max_stderr_ms` (a content
+estimate is sometimes 20 ms off on a false peak: `bench/camera_lag.py` measures how often). Its
+standard error is 1.2533/√Σw, scaled up by the robust scatter ratio when the estimates scatter more
+than their errors say (a camera whose lag wanders is not as well known as the count of episodes
+suggests). Where an episode has
 no instance id (foreign bags without a GID), consecutive episodes without one are split where the
-lag changes (`change_points`: binary segmentation, a split where the two sides' pooled lags
-differ by more than `CHANGE_Z` standard errors): the restart the ids would have shown.
+lag changes (`change_points`: binary segmentation, kept where the two sides' pools differ by
+more than `CHANGE_Z` standard errors): the restart the ids would have shown.
 
 **The verdict** (`apply_lag_pools`): a pool of at least `camera_lag_pool_min_episodes` whose lag
 is beyond `camera_lag_max_ms` with 95 % confidence (`camera_lag.beyond`) rejects every one of its
@@ -44,7 +46,10 @@ from teleop_flywheel.recording.mcap.reader import ImageStream
 
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
-CHANGE_Z = 4.0  # a change point where the two sides differ by more than this many standard errors
+MEDIAN_EFFICIENCY = 1.2533  # the median's standard error over the mean's, for normal errors (√(π/2))
+MAD_TO_SIGMA = 1.4826  # a normal distribution's σ over its median absolute deviation
+CHANGE_Z = 3.0  # a change point where the two sides differ by more than this many standard errors (a false
+# split of a clean session costs nothing: both sides pool near 0)
 CHANGE_MIN_SIDE = 2  # estimates on each side of a change point: one outlier is not a restart
 
 
@@ -111,38 +116,64 @@ class LagPool:
 
 
 def pool(estimates: list[tuple[float, float]]) -> tuple[float, float] | None:
-    """The inverse-variance mean of (lag, stderr) pairs and its standard error, widened by the
-    Birge ratio √(χ²/dof) when the estimates scatter more than their errors say."""
+    """The pooled lag of (lag, stderr) pairs and its standard error: the inverse-variance weighted
+    median (one episode whose estimate fell on a false peak moves it little: a restart's five episodes
+    at +24, +7, +23, +29 pool to +23, where their mean said +21 and the scatter widened it to nothing),
+    its error 1.2533 / √Σw (the median's, for normal errors), widened by the robust scatter ratio
+    1.4826 · median |(lag − pooled) / stderr| when the estimates scatter more than their errors say."""
     if not estimates:
         return None
-    w = [1.0 / max(se, 1e-3) ** 2 for _, se in estimates]
-    total = sum(w)
-    mean = sum(wi * lag for wi, (lag, _) in zip(w, estimates, strict=True)) / total
-    stderr = 1.0 / math.sqrt(total)
+    ranked = sorted(estimates)
+    w = [1.0 / max(se, 1e-3) ** 2 for _, se in ranked]
+    total, cum, median = sum(w), 0.0, ranked[-1][0]
+    for i, wi in enumerate(w):
+        cum += wi
+        if math.isclose(cum, total / 2) and i + 1 < len(ranked):  # between two: their middle
+            median = (ranked[i][0] + ranked[i + 1][0]) / 2
+            break
+        if cum > total / 2:
+            median = ranked[i][0]
+            break
+    stderr = MEDIAN_EFFICIENCY / math.sqrt(total)
     if len(estimates) > 1:
-        chi2 = sum(wi * (lag - mean) ** 2 for wi, (lag, _) in zip(w, estimates, strict=True))
-        stderr *= math.sqrt(max(1.0, chi2 / (len(estimates) - 1)))
-    return mean, stderr
+        z = sorted(abs(lag - median) / max(se, 1e-3) for lag, se in estimates)
+        mid = len(z) // 2
+        scatter = MAD_TO_SIGMA * (z[mid] if len(z) % 2 else (z[mid - 1] + z[mid]) / 2)
+        stderr *= max(1.0, scatter)
+    return median, stderr
+
+
+def _mean(estimates: list[tuple[float, float]]) -> tuple[float, float]:
+    w = [1.0 / max(se, 1e-3) ** 2 for _, se in estimates]
+    return sum(wi * lag for wi, (lag, _) in zip(w, estimates, strict=True)) / sum(w), 1.0 / math.sqrt(sum(w))
 
 
 def change_points(estimates: list[tuple[float, float] | None]) -> list[int]:
     """Indices where a new run starts (0 first): binary segmentation of the episodes' estimates
-    (None: no estimate, goes with its neighbours) at the split whose sides' pooled lags differ
-    most, while that difference is beyond CHANGE_Z standard errors with at least CHANGE_MIN_SIDE
-    estimates on each side."""
+    (None: no estimate, goes with its neighbours). The split is where the two sides' inverse-variance
+    means differ most in standard errors (every episode counts where the split falls: the medians
+    would jump by whole episodes); it stands when the sides' pools (`pool`: robust to one false peak)
+    still differ by more than CHANGE_Z standard errors, with at least CHANGE_MIN_SIDE estimates on
+    each side."""
 
     def split(lo: int, hi: int) -> list[int]:
-        best, where = CHANGE_Z, -1
+        best, where = 0.0, -1
         for k in range(lo + 1, hi):
             lefts = [e for e in estimates[lo:k] if e is not None]
             rights = [e for e in estimates[k:hi] if e is not None]
-            left, right = pool(lefts), pool(rights)
-            if left is None or right is None or min(len(lefts), len(rights)) < CHANGE_MIN_SIDE:
+            if min(len(lefts), len(rights)) < CHANGE_MIN_SIDE:
                 continue
-            z = abs(left[0] - right[0]) / math.hypot(left[1], right[1])
+            (ml, sl), (mr, sr) = _mean(lefts), _mean(rights)
+            z = abs(ml - mr) / math.hypot(sl, sr)
             if z > best:
                 best, where = z, k
-        return [] if where < 0 else split(lo, where) + [where] + split(where, hi)
+        if where < 0:
+            return []
+        left = pool([e for e in estimates[lo:where] if e is not None])
+        right = pool([e for e in estimates[where:hi] if e is not None])
+        if left is None or right is None or abs(left[0] - right[0]) / math.hypot(left[1], right[1]) <= CHANGE_Z:
+            return []
+        return split(lo, where) + [where] + split(where, hi)
 
     return [0] + split(0, len(estimates))
 

@@ -97,12 +97,16 @@ def test_a_25ms_lag_no_episode_can_prove_is_rejected_by_its_pool() -> None:
     pools = apply_lag_pools(reports, CFG)
     assert len(pools) == 1 and pools[0].rejected and pools[0].episodes == 10
     assert all(r.codes == [CLOCK_OFFSET] for r in reports)
-    assert str(pools[0]) == "camera front lag +25 ± 2 ms (10 episodes)"
+    assert str(pools[0]) == "camera front lag +26 ± 2 ms (10 episodes)"  # the median, 25.5
     clean = [_report(i, lag - 25.0) for i, lag in enumerate(lags)]
     assert not apply_lag_pools(clean, CFG)[0].rejected and not any(r.reasons for r in clean)
 
 
 def test_pool_widens_with_scatter_and_one_outlier_is_no_restart() -> None:
+    # the seeds' restart as the rig's motion measured it: one episode on a false peak (+7.3) does not
+    # pull the pool of a 30 ms late camera back inside the bound
+    late = pool([(23.75, 6.38), (7.3, 6.3), (22.62, 6.03), (28.6, 6.09)])
+    assert late is not None and late[0] - 15.0 > 1.645 * late[1], late
     tight = pool([(0.0, 6.0)] * 9)
     scattered = pool([(x, 6.0) for x in (-30.0, 30.0, -30.0, 30.0, -30.0, 30.0, -30.0, 30.0, 0.0)])
     assert tight is not None and scattered is not None and scattered[1] > 2.5 * tight[1]
