@@ -212,7 +212,8 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
     the demo's waypoints, every second one wrong), blended with the simulated leader's human
-    (`sim_servo.default_human`, at a random time into its session) where α > 0, rate-limited by the
+    (`sim_servo.default_human`, at a random time into its session) where α > 0 — and the task
+    spec's `clock_probe` at the reset, when it has one — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
     speed, acceleration, the position loop, gravity sag) — the motion the rig really produces:
     smooth, speed-limited moves whose corners carry the timing. The start pose varies a little
@@ -223,7 +224,8 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
 
     n, dt = len(t), float(t[1] - t[0])
     mid = 2048.0
-    policy_run = ScriptedPolicy("scripted-v0", [list(w) for w in RIG_WAYPOINTS], 2.0, 2, 0.35)
+    probe = spec.task_spec.clock_probe if spec.task_spec is not None else None
+    policy_run = ScriptedPolicy("scripted-v0", [list(w) for w in RIG_WAYPOINTS], 2.0, 2, 0.35, probe)
     start = np.array(RIG_WAYPOINTS[0]) + rng.normal(0, 0.03, 6)
     human_t0 = rng.uniform(0, 60)
     human = np.array([[(raw - mid) * RAD_PER_STEP for raw in default_human(human_t0 + x)] for x in t])

@@ -127,3 +127,22 @@ def test_a_still_arm_has_no_corners(tmp_path: Path) -> None:
     js = open_bag(bag).joint_state(FOLLOWER_STATE)
     assert motion_events(js.stamps_ns, js.position) >= 6  # the moves' starts, stops and the takeover
     assert motion_events(js.stamps_ns, np.zeros_like(js.position)) == 0
+
+
+def test_the_task_specs_clock_probe_is_a_corner_the_camera_check_counts(tmp_path: Path) -> None:
+    """The probe at the reset (wrist_flex ±0.1 rad in 300 ms, within the 2 rad/s limit) moves the
+    simulated follower and adds to the episode's timing events."""
+    from teleop_flywheel.core.task_spec import parse_task_spec
+
+    spec = parse_task_spec({"instruction": "slow task", "clock_probe": {"joint": "wrist_flex", "amplitude_rad": 0.1,
+                                                                        "duration_s": 0.3}})
+    counts = []
+    for task in (None, spec):
+        bag = write_session(tmp_path / f"probe{task is not None}", SessionSpec(
+            duration_s=2.0, motion="rig", seed=3, cameras=("front",), session_kind="policy", task_spec=task)).bag
+        js = open_bag(bag).joint_state(FOLLOWER_STATE)
+        counts.append(motion_events(js.stamps_ns, js.position))
+        wrist = np.asarray(js.position)[:, 3]
+        moved = float(wrist.max() - wrist[:40].min())  # the first 0.4 s: before the probe
+        assert (moved > 0.08) == (task is not None), moved
+    assert counts[1] > counts[0], counts  # its corners lie within 300 ms: they count as one event or two
