@@ -20,6 +20,10 @@ METADATA_RECORD = "teleop_flywheel.episode"
 # The MCAP metadata record of a bag `export --to mcap` wrote from a dataset: where it came from. Such
 # a bag keeps no receive times, clock samples or PTP offsets (a dataset has none), and says so.
 EXPORT_RECORD = "teleop_flywheel.export"
+# EpisodeMeta.extra key: camera -> the publisher GIDs (hex) its image topic came from this episode, in the
+# order first seen. A camera process restarted publishes under a new GID: for a camera driver that is not
+# ours (ours says its instance in every frame, `frame_meta`) this is the validator's camera instance.
+CAMERA_PUBLISHERS = "camera_publishers"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
 CALIBRATION_ROLES = ("leader", "follower")

@@ -15,6 +15,10 @@ header stamps):
      "pose_ns": the instant whose follower pose was drawn (= capture_ns when interpolated),
      "samples": [header stamp of the follower sample at or before pose_ns, of the one after (null: held)],
      "held_ms": how far the drawn pose is behind the exposure (0 when interpolated; null: no pose)}
+
+and the camera node adds to every frame, of every source, `"instance"`: its camera instance, a
+new random id (12 hex digits) each time it opens the device — the validator pools a camera's lag
+per instance (`data/validate/lag_pool.py`).
 """
 from __future__ import annotations
 

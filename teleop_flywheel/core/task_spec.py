@@ -10,7 +10,10 @@ the spec is one file that the rig, the validator and curation all read. It answe
   a link's position from the URDF's forward kinematics, with tolerances), judged beside the
   operator's flag so "marked success, the mug is on its side" is caught by rule;
 - `dead_air`: how long the arm may stand still at the start, at the end and inside;
-- `outcome_labellers`: who may label outcomes (operator ids; absent: anyone).
+- `outcome_labellers`: who may label outcomes (operator ids; absent: anyone);
+- `clock_probe`: an optional short, known follower motion at each episode's reset (one joint out
+  by `amplitude_rad` and back in `duration_s`, within the arm's speed limit) that the camera sees:
+  one sharp timing event per episode for the content clock check on tasks whose motion is slow.
 
 Every position is in radians in the project's joint order (`core/so101.py`), the gripper
 included, as the follower's `/joint_states` carries it. An episode recorded under a spec carries
@@ -38,7 +41,10 @@ from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 FORMAT = "teleop_flywheel.task/1"
 GRIPPER_STATES = ("open", "closed")
 _TOP = ("format", "name", "instruction", "streams", "start_region", "duration_s", "success", "dead_air",
-        "outcome_labellers")
+        "outcome_labellers", "clock_probe")
+PROBE_MAX_SPEED_RAD_S = 2.0  # the arm driver's default max_speed_rad_s: a faster probe would be rate-limited
+PROBE_MAX_AMPLITUDE_RAD = 0.3  # a probe is a twitch the camera sees, not a move that disturbs the scene
+PEAK_SPEED_PER_LEG = 1.875  # a minimum-jerk move's peak speed over its mean speed
 
 
 class TaskSpecError(FlywheelError, ValueError):
@@ -135,6 +141,27 @@ class DeadAir:
 
 
 @dataclass(frozen=True)
+class ClockProbe:
+    """At each reset: `joint` out by `amplitude_rad` and back, two minimum-jerk legs of `duration_s` / 2."""
+
+    joint: str
+    amplitude_rad: float
+    duration_s: float
+
+    @property
+    def peak_speed_rad_s(self) -> float:
+        return PEAK_SPEED_PER_LEG * abs(self.amplitude_rad) / (self.duration_s / 2)
+
+    def offset(self, t_s: float) -> float:
+        """The probe's displacement of its joint `t_s` after it began (0 before and after)."""
+        if not 0.0 < t_s < self.duration_s:
+            return 0.0
+        half = self.duration_s / 2
+        s = t_s / half if t_s < half else 2.0 - t_s / half
+        return self.amplitude_rad * s * s * s * (10 - 15 * s + 6 * s * s)
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     path: str
     name: str
@@ -148,6 +175,7 @@ class TaskSpec:
     outcome_labellers: tuple[str, ...]  # empty: anyone may label
     content: Mapping[str, Any]  # the canonical content (what an episode's metadata carries)
     id: str
+    clock_probe: ClockProbe | None = None
 
     def may_label(self, operator: str) -> bool:
         return not self.outcome_labellers or operator in self.outcome_labellers
@@ -258,6 +286,25 @@ def _success(value: Any, path: str) -> SuccessPredicate:
     return SuccessPredicate(box, gripper, below, target)
 
 
+def clock_probe_of(value: Any, path: str) -> ClockProbe:
+    """A `clock_probe` mapping checked (a task spec's field; the scripted policy's file carries it too)."""
+    raw = _mapping(value, path, "clock_probe", ("joint", "amplitude_rad", "duration_s"))
+    for key in ("joint", "amplitude_rad", "duration_s"):
+        if key not in raw:
+            raise TaskSpecError(f"{_where(path, 'clock_probe.' + key)} is missing")
+    probe = ClockProbe(_joint(raw["joint"], path, "clock_probe.joint"),
+                       _positive(raw["amplitude_rad"], path, "clock_probe.amplitude_rad"),
+                       _positive(raw["duration_s"], path, "clock_probe.duration_s"))
+    if probe.amplitude_rad > PROBE_MAX_AMPLITUDE_RAD:
+        raise TaskSpecError(f"{_where(path, 'clock_probe.amplitude_rad')} must be at most "
+                            f"{PROBE_MAX_AMPLITUDE_RAD:g} rad, got {probe.amplitude_rad:g}")
+    if probe.peak_speed_rad_s > PROBE_MAX_SPEED_RAD_S:
+        raise TaskSpecError(f"{_where(path, 'clock_probe')} peaks at {probe.peak_speed_rad_s:.2f} rad/s, above the "
+                            f"arm's speed limit {PROBE_MAX_SPEED_RAD_S:g} rad/s: lengthen duration_s or lower "
+                            "amplitude_rad")
+    return probe
+
+
 def _rates(value: Any, path: str, field: str) -> dict[str, float]:
     raw = _mapping(value, path, field)
     return {str(k): _positive(v, path, f"{field}.{k}", allow_zero=True) for k, v in raw.items()}
@@ -304,6 +351,7 @@ def parse_task_spec(data: Any, path: str = "<task spec>") -> TaskSpec:
         dead_air=DeadAir(*(None if k not in dead else _positive(dead[k], path, f"dead_air.{k}", allow_zero=True)
                            for k in ("leading_s", "trailing_s", "internal_s"))),
         outcome_labellers=tuple(labellers), content=content, id=canonical_hash(content),
+        clock_probe=clock_probe_of(data["clock_probe"], path) if "clock_probe" in data else None,
     )
 
 

@@ -3,6 +3,10 @@
 It can be told to fail: with `fail_every=N`, every Nth move heads for a waypoint offset by
 `fail_offset_rad` (the "wrong grasp" a human has to correct), so a rollout session has
 something for the operator to take over from.
+
+With a `clock_probe` (the task spec's field, `core/task_spec.ClockProbe`) every reset plays the
+probe `probe_at_s` after it: one joint out and back, a short known motion the camera sees — a sharp
+timing event per episode for the validator's content clock check (docs/validate.md).
 """
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.task_spec import ClockProbe, clock_probe_of
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy
 
 DEFAULT_WAYPOINTS: list[list[float]] = [
@@ -34,11 +40,14 @@ class ScriptedPolicy(Policy):
     move_s: float = 2.0
     fail_every: int = 0
     fail_offset_rad: float = 0.35
+    clock_probe: ClockProbe | None = None
+    probe_at_s: float = 0.5  # after each reset: the episode has started recording by then
     cameras: tuple[str, ...] = field(default=(), init=False)
     _start: list[float] | None = None  # the plan: from this state at _t0, move number _first onwards
     _t0: int = 0
     _first: int = 0
     _resume: bool = False  # after a takeover: re-plan the move under way from where the arm is
+    _reset_ns: int = 0  # the last reset: the probe's time base (a re-plan does not move it)
     plans_dropped: int = 0
 
     @classmethod
@@ -55,12 +64,16 @@ class ScriptedPolicy(Policy):
         waypoints = data.get("waypoints", DEFAULT_WAYPOINTS)
         if not waypoints or any(len(w) != 6 for w in waypoints):
             raise ValueError(f"{path}: waypoints must be a list of 6-joint positions in radians")
+        try:
+            probe = clock_probe_of(data["clock_probe"], str(path)) if "clock_probe" in data else None
+        except ValueError as exc:
+            raise ValueError(f"{path}: cannot read scripted policy ({exc})") from exc
         return cls(checkpoint_id, [list(map(float, w)) for w in waypoints], float(data.get("move_s", 2.0)),
-                   int(data.get("fail_every", 0)), float(data.get("fail_offset_rad", 0.35)))
+                   int(data.get("fail_every", 0)), float(data.get("fail_offset_rad", 0.35)), probe)
 
     def reset(self, state: Sequence[float] | None, t_ns: int) -> None:
         self._start = None if state is None else list(state)
-        self._t0, self._first = t_ns, 0
+        self._t0, self._first, self._reset_ns = t_ns, 0, t_ns
 
     def target(self, move: int) -> list[float]:
         goal = list(self.waypoints[move % len(self.waypoints)])
@@ -88,7 +101,11 @@ class ScriptedPolicy(Policy):
         frm = self._start if step == 0 else self.target(move - 1)
         to = self.target(move)
         s = min_jerk((elapsed - step * self.move_s) / self.move_s)
-        return [a + (b - a) * s for a, b in zip(frm, to, strict=True)]  # type: ignore[arg-type]
+        out = [a + (b - a) * s for a, b in zip(frm, to, strict=True)]  # type: ignore[arg-type]
+        if self.clock_probe is not None:
+            out[JOINT_NAMES.index(self.clock_probe.joint)] += self.clock_probe.offset(
+                (t_ns - self._reset_ns) / 1e9 - self.probe_at_s)
+        return out
 
 
 def make_policy(args: str, checkpoint_id: str, *, simulated: bool) -> ScriptedPolicy:

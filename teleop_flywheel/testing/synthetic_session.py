@@ -48,6 +48,7 @@ import numpy as np
 import yaml
 from mcap.opcode import Opcode
 
+from teleop_flywheel.core import frame_meta
 from teleop_flywheel.core.bag_topics import (
     AUTHORITY,
     FOLLOWER_COMMAND,
@@ -114,11 +115,15 @@ class SessionSpec:
     camera_publish_offset_ms: float | None = None  # publish_time = header stamp + this on the cameras
     clock_step: tuple[float, float] | None = None  # (at s, ms): the system clock steps during the episode
     # The scripted human: "smooth" (slow sinusoids, periods 7–13 s) or "reach" (a hand at work:
-    # minimum-jerk moves of 0.5–1 s between poses with short pauses, as in pick-and-place).
+    # minimum-jerk moves of 0.5–1 s between poses with short pauses, as in pick-and-place); or "rig":
+    # the demo's motion (`_rig_motion`: the scripted policy, the simulated leader's human in
+    # takeovers, the speed limit, the simulated servos with gravity).
     motion: str = "smooth"
     # header stamp, publish and receive times of every camera message shifted together (a camera whose
     # frames are stamped when the driver got them, not when exposed: the pipeline latency looks normal)
     camera_clock_skew_ms: float = 0.0
+    # Our camera node's instance id in every frame (`core.frame_meta` key "instance"; "" = none, as a foreign driver)
+    camera_instance: str = ""
     effort: bool = True  # the follower's JointState.effort (load as a signed fraction of max torque)
     pedal_topic: bool = False  # record /pedal/joy (listed in the metadata) although nobody pressed the pedal
     corrections: tuple[tuple[float, float, str | None], ...] = ()  # teleop-mode correction spans (start, end, label)
@@ -215,6 +220,62 @@ def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.
     return out
 
 
+# The demo's scripted policy file (`ros/commands/demo.py`: home, grasp, place, place held; every second
+# move heads 0.35 rad wrong) and the speed limit every follower command passes (`max_speed_rad_s`).
+RIG_WAYPOINTS = ([0.0, -0.3, 0.4, 0.2, 0.0, 0.1], [0.5, 0.1, 0.1, -0.2, 0.6, 0.8],
+                 [-0.4, 0.2, -0.2, 0.3, -0.5, 0.2], [-0.75, -0.15, -0.55, -0.05, -0.85, -0.15])
+RIG_MAX_SPEED = 2.0
+RIG_SUBSTEPS = 5
+
+
+def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
+    the demo's waypoints, every second one wrong), blended with the simulated leader's human
+    (`sim_servo.default_human`, at a random time into its session) where α > 0 — and the task
+    spec's `clock_probe` at the reset, when it has one — rate-limited by the
+    arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
+    speed, acceleration, the position loop, gravity sag) — the motion the rig really produces:
+    smooth, speed-limited moves whose corners carry the timing. The start pose varies a little
+    (where the previous reset left the arm). Returns human, policy, command, follower (radians)."""
+    from teleop_flywheel.core.safety import CommandGuard, JointLimits
+    from teleop_flywheel.hw.feetech.sim_servo import SERVO_IDS, Servo, default_human, gravity_load
+    from teleop_flywheel.policies.scripted import ScriptedPolicy
+
+    n, dt = len(t), float(t[1] - t[0])
+    mid = 2048.0
+    probe = spec.task_spec.clock_probe if spec.task_spec is not None else None
+    policy_run = ScriptedPolicy("scripted-v0", [list(w) for w in RIG_WAYPOINTS], 2.0, 2, 0.35, probe)
+    start = np.array(RIG_WAYPOINTS[0]) + rng.normal(0, 0.03, 6)
+    human_t0 = rng.uniform(0, 60)
+    human = np.array([[(raw - mid) * RAD_PER_STEP for raw in default_human(human_t0 + x)] for x in t])
+    guard = CommandGuard(JOINT_NAMES, JointLimits({}), max_speed=RIG_MAX_SPEED)
+    servos = [Servo(sid, 0) for sid in SERVO_IDS]
+    for servo, q in zip(servos, start, strict=True):
+        servo.position = mid + q / RAD_PER_STEP
+        servo.set("Goal_Position", int(round(servo.position)))
+        servo.set("Torque_Enable", 1)
+    policy = np.empty((n, 6))
+    command = np.empty((n, 6))
+    follower = np.empty((n, 6))
+    for i in range(n):  # state read at tick i, then command i sent
+        state = [(s.position - mid) * RAD_PER_STEP for s in servos]
+        follower[i] = state
+        ns = int(t[i] * 1e9)
+        if alpha[i] > 0:  # the human moves the arm: the policy's move under way re-plans from where it is
+            policy_run.drop_plan()
+        policy[i] = policy_run.act(state, ns) or state
+        wanted = alpha[i] * human[i] + (1 - alpha[i]) * policy[i]
+        guard.command(JOINT_NAMES, list(wanted), ns)
+        command[i] = _quantise(np.array(guard.step(state, ns)))
+        for servo, q in zip(servos, command[i], strict=True):
+            servo.set("Goal_Position", int(round(mid + q / RAD_PER_STEP)))
+        for _ in range(RIG_SUBSTEPS):
+            for servo in servos:
+                servo.step(dt / RIG_SUBSTEPS, gravity=gravity_load(servo.id, servo.position))
+    return _quantise(human), _quantise(policy), command, _quantise(follower)
+
+
 @dataclass
 class SessionTruth:
     """What the simulation knows (tests compare the bag and the dataset with it)."""
@@ -249,31 +310,34 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         held = (t >= a) & (t < a + length)
         human_t = np.where(held, a, t)
         human_t = np.where(t >= a + length, t - length, human_t)
-    if spec.motion == "reach":
-        human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
-    elif spec.motion == "smooth":
-        human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
-    else:
-        raise ValueError(f"motion must be 'smooth' or 'reach', got {spec.motion!r}")
-    if spec.human_fast is not None:
-        a, length = spec.human_fast
-        fast = (t >= a) & (t < a + length)
-        human[fast, :5] += 0.5 * np.sin(2 * math.pi * 2.0 * (t[fast, None] - a))
-    human = _quantise(human)
-    policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
     alpha = _alpha(t, spec)
-    command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
-    follower = np.empty_like(command)
-    k = np.full(6, 1 - math.exp(-dt / spec.tau_s))
-    k[5] = 1 - math.exp(-dt * spec.gripper_torque / spec.tau_s)
-    state = command[0].copy()
-    max_step = math.inf if spec.follower_max_speed is None else spec.follower_max_speed * dt
-    for i in range(n):  # state read at tick i, then command i sent
-        follower[i] = state
-        state = state + np.clip((command[i] - state) * k, -max_step, max_step)
-        if spec.grip_object is not None:
-            state[5] = max(state[5], spec.grip_object)  # the jaws stop on the object
-    follower = _quantise(follower)
+    if spec.motion == "rig":
+        human, policy, command, follower = _rig_motion(t, alpha, spec, rng)
+    else:
+        if spec.motion == "reach":
+            human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
+        elif spec.motion == "smooth":
+            human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
+        else:
+            raise ValueError(f"motion must be 'smooth', 'reach' or 'rig', got {spec.motion!r}")
+        if spec.human_fast is not None:
+            a, length = spec.human_fast
+            fast = (t >= a) & (t < a + length)
+            human[fast, :5] += 0.5 * np.sin(2 * math.pi * 2.0 * (t[fast, None] - a))
+        human = _quantise(human)
+        policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
+        command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
+        follower = np.empty_like(command)
+        k = np.full(6, 1 - math.exp(-dt / spec.tau_s))
+        k[5] = 1 - math.exp(-dt * spec.gripper_torque / spec.tau_s)
+        state = command[0].copy()
+        max_step = math.inf if spec.follower_max_speed is None else spec.follower_max_speed * dt
+        for i in range(n):  # state read at tick i, then command i sent
+            follower[i] = state
+            state = state + np.clip((command[i] - state) * k, -max_step, max_step)
+            if spec.grip_object is not None:
+                state[5] = max(state[5], spec.grip_object)  # the jaws stop on the object
+        follower = _quantise(follower)
     # Load follows the position loop's effort: proportional to the tracking error, saturating at full torque.
     cap = np.array([1.0] * 5 + [spec.gripper_torque])
     effort = np.clip((command - follower) * 8.0, -cap, cap) if spec.effort else None
@@ -353,13 +417,16 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             image = background.copy()
             draw_arm(image, dict(zip(names, pose[i], strict=True)), top=top)
             timecode.encode(image, int(cap_ns[i]))
-            ok, jpeg = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
+            ok, encoded = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, spec.jpeg_quality])
             if not ok:
                 raise RuntimeError(f"JPEG encode failed for camera {cam}")
+            jpeg = encoded.tobytes()
+            if spec.camera_instance:
+                jpeg = frame_meta.add(jpeg, {"instance": spec.camera_instance})
             pub = (int(stamp_ns[i]) + int(spec.camera_publish_offset_ms * 1e6) if spec.camera_publish_offset_ms
                    is not None else publish(int(logs_c[i]), int(stamp_ns[i])))
             records.append((int(logs_c[i]), camera_image(cam), pub,
-                            compressed_image_cdr(int(stamp_ns[i]), jpeg.tobytes(), cam)))
+                            compressed_image_cdr(int(stamp_ns[i]), jpeg, cam)))
         captures[cam], cam_stamps[cam] = cap_ns, stamp_ns
 
     records.sort(key=lambda r: r[0])

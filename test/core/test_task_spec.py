@@ -106,3 +106,19 @@ def test_unreadable_and_invalid_yaml_name_the_file(tmp_path: Path) -> None:
     bad.write_text("instruction: [unclosed\n")
     with pytest.raises(TaskSpecError, match=r"bad.yaml: task spec is not valid YAML \(line"):
         load_task_spec(bad)
+
+
+def test_clock_probe_is_checked_against_the_speed_limit() -> None:
+    from teleop_flywheel.core.task_spec import ClockProbe, parse_task_spec
+
+    spec = parse_task_spec({"instruction": "x", "clock_probe": {"joint": "wrist_flex", "amplitude_rad": 0.1,
+                                                                "duration_s": 0.3}}, "t.yaml")
+    assert spec.clock_probe == ClockProbe("wrist_flex", 0.1, 0.3) and spec.clock_probe.peak_speed_rad_s == 1.25
+    assert spec.clock_probe.offset(0.15) == pytest.approx(0.1) and spec.clock_probe.offset(0.3) == 0.0
+    assert spec.clock_probe.offset(0.075) == pytest.approx(0.05)  # half way out: half the amplitude
+    for probe, needle in (({"joint": "wrist_flex", "amplitude_rad": 0.1, "duration_s": 0.1}, "speed limit"),
+                          ({"joint": "elbow", "amplitude_rad": 0.1, "duration_s": 0.3}, "does not have"),
+                          ({"joint": "wrist_flex", "amplitude_rad": 0.5, "duration_s": 2.0}, "at most 0.3"),
+                          ({"joint": "wrist_flex", "amplitude_rad": 0.1}, "duration_s' is missing")):
+        with pytest.raises(TaskSpecError, match=needle):
+            parse_task_spec({"instruction": "x", "clock_probe": probe}, "t.yaml")

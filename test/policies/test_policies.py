@@ -347,3 +347,24 @@ def test_scripted_drop_plan_restarts_the_move_under_way_from_the_present_state()
     assert pol.act(moved, int(1.2e9)) == pytest.approx(moved)  # continues from here, no jump back
     assert pol.act(moved, int(3.2e9)) == pytest.approx(pol.target(0))  # and still reaches its target
     assert mid != pytest.approx(moved)
+
+
+def test_scripted_plays_the_clock_probe_at_every_reset(tmp_path: Path) -> None:
+    """The task spec's clock probe: wrist_flex out by 0.1 rad and back in 0.3 s, 0.5 s after each
+    reset, on top of the plan (a re-plan after a takeover does not replay it)."""
+    f = tmp_path / "p.yaml"
+    f.write_text("waypoints: [[0, 0, 0, 0, 0, 0]]\nclock_probe: {joint: wrist_flex, amplitude_rad: 0.1, "
+                 "duration_s: 0.3}\n")
+    p = ScriptedPolicy.from_args(str(f), "")
+    wrist = 3
+    for start in (0, 10_000_000_000):
+        p.reset([0.0] * 6, start)
+        trace = [p.act([0.0] * 6, start + int(t * 1e9))[wrist] for t in np.arange(0.0, 1.5, 0.01)]  # type: ignore[index]
+        assert max(trace) == pytest.approx(0.1, abs=1e-3) and abs(trace[int(0.65 / 0.01)] - 0.1) < 1e-3
+        assert trace[int(0.45 / 0.01)] == 0.0 and trace[int(0.85 / 0.01)] == 0.0
+    p.drop_plan()
+    assert p.act([0.0] * 6, 10_000_000_000 + int(3.65e9))[wrist] == 0.0  # type: ignore[index]
+    f.write_text("waypoints: [[0, 0, 0, 0, 0, 0]]\nclock_probe: {joint: wrist_flex, amplitude_rad: 0.1, "
+                 "duration_s: 0.05}\n")
+    with pytest.raises(ValueError, match="speed limit"):
+        ScriptedPolicy.from_args(str(f), "")

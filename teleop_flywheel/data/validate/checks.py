@@ -8,10 +8,12 @@ episode's time base (`timebase.py`). The decode path is `decode.py`, the one `co
 Checks that read the episode's content rather than its stamps:
 
 - **Camera lag** (`camera_lag.py`): each camera's frames against the follower's joint motion.
-  A camera that lags or leads the joints by more than `camera_lag_max_ms` (default 15 ms) with a
-  standard error within `camera_lag_max_stderr_ms` is CLOCK_OFFSET, the estimate in the detail;
-  an estimate less certain than that is the warning CAMERA_LAG_UNKNOWN (too little motion to
-  tell) — a third outcome, never a pass by default and never a rejection.
+  A camera whose lag is beyond `camera_lag_max_ms` (default 15 ms) with 95 % confidence (one-sided:
+  |lag| − bound > 1.645 standard errors), its standard error within `camera_lag_max_stderr_ms`, is
+  CLOCK_OFFSET, the estimate and its 95 % interval in the detail; an estimate less certain than
+  that is the warning CAMERA_LAG_UNKNOWN (too little motion to tell) — a third outcome, never a
+  pass by default and never a rejection. An estimate past the bound but not surely so is left to
+  the camera's session pool (`lag_pool.py`), which pools the episodes of one camera instance.
 - **Tracking** (`tracking.py`): per joint, the follower's lag behind the command sent and the share
   of the episode during which the command's speed or acceleration outran the follower's, the
   gripper's grasp at its force limit left out. A share above `tracking_outrun_max_share` on any
@@ -27,7 +29,7 @@ import numpy as np
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
 from teleop_flywheel.core.episode import EXPORT_RECORD, EpisodeMeta
 from teleop_flywheel.data.validate import task_checks, timebase
-from teleop_flywheel.data.validate.camera_lag import LagEstimate, estimate_lag
+from teleop_flywheel.data.validate.camera_lag import LagEstimate, beyond, estimate_lag
 from teleop_flywheel.data.validate.decode import (
     COMPRESSED_IMAGE,
     JOINT_STATE,
@@ -39,6 +41,7 @@ from teleop_flywheel.data.validate.decode import (
     metadata_problems,
     type_problems,
 )
+from teleop_flywheel.data.validate.lag_pool import camera_instances
 from teleop_flywheel.data.validate.reasons import (
     CAMERA_LAG_UNKNOWN,
     CLOCK_OFFSET,
@@ -61,8 +64,6 @@ from teleop_flywheel.data.validate.tracking import JointTracking, tracking, trac
 from teleop_flywheel.recording.mcap.exceptions import CdrError
 from teleop_flywheel.recording.mcap.reader import Bag, ImageStream, Stream
 
-LAG_SIGNIFICANCE = 2.0  # standard errors a camera's lag must exceed its bound by to reject the episode
-
 
 def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray], follower: Stream,
                 cfg: ValidateConfig) -> tuple[dict[str, LagEstimate], list[Reason], list[Reason]]:
@@ -79,18 +80,12 @@ def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray],
             why = est.note or f"standard error {est.stderr_ms:.1f} ms > {cfg.camera_lag_max_stderr_ms:g} ms"
             warnings.append(Reason(CAMERA_LAG_UNKNOWN, f"camera {cam}: lag behind the joints not measurable "
                                    f"from the content ({why}; estimate {est})", numbers))
-        elif est.lag_ms is not None and abs(est.lag_ms) > cfg.camera_lag_max_ms:
-            how = "lags" if est.lag_ms > 0 else "leads"
-            text = (f"camera {cam} {how} the joints by {abs(est.lag_ms):.1f} ± {est.stderr_ms:.1f} ms (from its "
-                    f"content)")
-            # Rejected only when beyond the bound by more than LAG_SIGNIFICANCE standard errors: motion
-            # that is mostly at one speed (a speed-limited arm) leaves estimates that scatter past the
-            # bound now and then although the stamps are right; that is a doubt, not a finding.
-            if abs(est.lag_ms) - LAG_SIGNIFICANCE * (est.stderr_ms or 0.0) > cfg.camera_lag_max_ms:
-                reasons.append(Reason(CLOCK_OFFSET, f"{text} > {cfg.camera_lag_max_ms:g} ms", numbers))
-            else:
-                warnings.append(Reason(CAMERA_LAG_UNKNOWN, f"{text}: beyond {cfg.camera_lag_max_ms:g} ms but "
-                                       f"within {LAG_SIGNIFICANCE:g} standard errors of it", numbers))
+        elif beyond(est.lag_ms, est.stderr_ms, cfg.camera_lag_max_ms):
+            low, high = est.interval() or (0.0, 0.0)
+            how = "lags" if (est.lag_ms or 0.0) > 0 else "leads"
+            reasons.append(Reason(CLOCK_OFFSET, f"camera {cam} {how} the joints by {abs(est.lag_ms or 0.0):.1f} ± "
+                                  f"{est.stderr_ms:.1f} ms (95 % {low:+.0f}…{high:+.0f} ms, from its content) "
+                                  f"> {cfg.camera_lag_max_ms:g} ms", numbers))
     return lags, reasons, warnings
 
 
@@ -116,6 +111,7 @@ class Inspection:
     warnings: list[Reason] = field(default_factory=list)
     camera_lag: dict[str, LagEstimate] = field(default_factory=dict)
     tracking: list[JointTracking] = field(default_factory=list)  # per joint, JOINT_NAMES order
+    camera_instance: dict[str, str] = field(default_factory=dict)  # camera -> its instance id (`lag_pool`)
     task_spec_id: str | None = None  # the spec the episode was judged by (None: none)
 
 
@@ -386,6 +382,7 @@ def inspect_bag(bag: Bag, cfg: ValidateConfig, supplied: Supplied | None = None,
         reasons += _dead_air(ins.decoded.command.stamps_ns, ins.decoded.command.values, cfg)
     if ins.decoded is not None:
         ins.camera_lag, lag_reasons, ins.warnings = camera_lags(ins.decoded.images, energies, ins.decoded.follower, cfg)
+        ins.camera_instance = camera_instances(ins.decoded.images, None if foreign else ep)
         reasons += lag_reasons
         ins.tracking = tracking(ins.decoded.command, ins.decoded.follower, ins.decoded.effort)
         outrun, lagging = tracking_reasons(ins.tracking, cfg)

@@ -93,7 +93,8 @@ class ValidateConfig:
     max_trailing_dead_s: float = 2.0
     max_internal_dead_s: float = 5.0
     camera_lag_max_ms: float = 15.0
-    camera_lag_max_stderr_ms: float = 5.0
+    camera_lag_max_stderr_ms: float = 12.0
+    camera_lag_pool_min_episodes: int = 2
     camera_lag_search_ms: float = 200.0
     tracking_lag_max_ms: float = 150.0
     tracking_outrun_max_share: float = 0.15

@@ -10,7 +10,9 @@ signal against the time into the session:
 - the recorded PTP/chrony offset: `ptp_offset_ns` at the episode's start and, where the recorder
   wrote it, `extra["ptp_offset_end_ns"]` at its end (two points per episode);
 - each camera's lag behind the joints, estimated from its content (`camera_lag.py`): one point per
-  episode whose estimate is trustworthy (standard error within `camera_lag_max_stderr_ms`).
+  episode whose estimate is trustworthy (standard error within `camera_lag_max_stderr_ms`), one
+  line per run of one camera instance (`lag_pool`, signal `camera_lag/<camera>@<run>`): a restart
+  that steps the lag is judged by the instances' pools (CLOCK_OFFSET), not as a drift.
 
 **A session** is the episodes of one rig (`rig_id`, and its ROS `namespace`) started on one UTC day
 (the recorder writes no session id; bags without episode metadata belong to none). The slope is in
@@ -84,7 +86,7 @@ class DriftFit:
     """One signal's straight line over one session."""
 
     session: str
-    signal: str  # "ptp_offset" or "camera_lag/<camera>"
+    signal: str  # "ptp_offset" or "camera_lag/<camera>@<run>"
     episodes: int
     points: int
     span_h: float
@@ -132,6 +134,15 @@ def fit(session: str, signal: str, points: list[tuple[int, float, float]], cfg: 
     return DriftFit(session, signal, episodes, len(x), span, slope, stderr, drift, bound, flagged)
 
 
+def _run(r: Any, signal: str) -> str:
+    """A camera's lag drifts within one run of one camera instance (`lag_pool`): a restart that
+    steps it is a new instance, judged by its own pool, not a drift. "" for PTP and unpooled cameras."""
+    if not signal.startswith(CAMERA_LAG):
+        return ""
+    run = getattr(r, "camera_pool", {}).get(signal.removeprefix(CAMERA_LAG), {}).get("run")
+    return "" if run is None else f"@{run}"
+
+
 def apply_session_drift(reports: list[Any], cfg: ValidateConfig) -> list[DriftFit]:
     """Fit every signal of every session of the batch; CLOCK_DRIFT on each episode of a flagged
     session. Returns every fit (the summary's `sessions`)."""
@@ -144,8 +155,8 @@ def apply_session_drift(reports: list[Any], cfg: ValidateConfig) -> list[DriftFi
         signals: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
         for i, r in enumerate(members):
             for signal, pts in r.clock_points.items():
-                signals[signal] += [(i, p[0], p[1]) for p in pts
-                                    if signal == PTP or p[2] <= cfg.camera_lag_max_stderr_ms]
+                signals[signal + _run(r, signal)] += [(i, p[0], p[1]) for p in pts
+                                                      if signal == PTP or p[2] <= cfg.camera_lag_max_stderr_ms]
         session_fits = [fit(key, s, pts, cfg) for s, pts in sorted(signals.items()) if pts]
         fits += session_fits
         for f in (f for f in session_fits if f.flagged):

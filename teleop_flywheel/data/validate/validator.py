@@ -30,6 +30,7 @@ from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 from teleop_flywheel.data.validate.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
+from teleop_flywheel.data.validate.lag_pool import apply_lag_pools
 from teleop_flywheel.data.validate.reasons import (
     CLOCK_OFFSET,
     CLOCK_STEP,
@@ -83,6 +84,8 @@ class EpisodeReport:
     task_spec_id: str | None = None  # the task spec it was judged by
     session: str = ""  # `session_drift.session_of`: rig and UTC day ("" = none)
     clock_points: dict[str, list[list[float]]] = field(default_factory=dict)  # `session_drift.clock_points`
+    camera_instance: dict[str, str] = field(default_factory=dict)  # camera -> instance id (`lag_pool`)
+    camera_pool: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> its `lag_pool.LagPool`
 
     @property
     def passed(self) -> bool:
@@ -159,7 +162,8 @@ def report_of(path: str, name: str, episode_id: str | None, episode_id_v1: str |
                          warnings=list(ins.warnings), camera_lag=lags, tracking_lag_ms=[j.lag_ms for j in ins.tracking],
                          tracking_outrun_share=[j.outrun_share for j in ins.tracking],
                          task_spec_id=ins.task_spec_id, session=session_of(ins.episode, ins.foreign),
-                         clock_points=clock_points(None if ins.foreign else ins.episode, lags))
+                         clock_points=clock_points(None if ins.foreign else ins.episode, lags),
+                         camera_instance=dict(ins.camera_instance))
 
 
 def apply_schema(reports: list[EpisodeReport], cameras: list[str] | None) -> list[str]:
@@ -232,11 +236,12 @@ def _contains_bag(d: Path) -> bool:
 def validate_batch(paths: list[Path], cfg: ValidateConfig, workers: int | None = None,
                    executor: str = "local", desc: str | None = None,
                    supplied: Supplied | None = None) -> tuple[list[EpisodeReport], list[DriftFit]]:
-    """Every bag's report, with the batch-wide checks (camera set, clock drift across each session),
-    and the sessions' clock fits."""
+    """Every bag's report, with the batch-wide checks (camera set, each camera instance's pooled lag
+    and the clock drift across each session), and the sessions' clock fits."""
     reports = parallel_map(validate_bag, [(str(p), cfg, supplied) for p in paths], workers=workers,
                            executor=executor, desc=desc)
     apply_schema(reports, cfg.cameras)
+    apply_lag_pools(reports, cfg)
     return reports, apply_session_drift(reports, cfg)
 
 

@@ -63,7 +63,13 @@ import yaml
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_ns, sample_mapping
-from teleop_flywheel.core.episode import CALIBRATION_ROLES, STAMP_CLOCK_ROS, EpisodeMeta, Intervention
+from teleop_flywheel.core.episode import (
+    CALIBRATION_ROLES,
+    CAMERA_PUBLISHERS,
+    STAMP_CLOCK_ROS,
+    EpisodeMeta,
+    Intervention,
+)
 from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import CORRECTION_KIND, span_kind
 from teleop_flywheel.core.task_spec import TaskSpec
@@ -163,6 +169,7 @@ class TopicEntry:
     state: bool = False  # a latched state topic (core.topics.STATE_TOPICS): its latest message opens each episode
     latest: tuple[bytes, int, int] | None = None  # a state topic's latest (data, source stamp, sequence number)
     latencies_ns: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # receive − stamp
+    publishers: list[str] = field(default_factory=list)  # a camera's publisher GIDs (hex) this episode, as first seen
 
 
 def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
@@ -287,6 +294,10 @@ class EpisodeRecorder:
             entry.count += 1
             entry.window_count += 1
             entry.drops += lost
+            if entry.camera is not None and gid.get("data") is not None:
+                publisher = bytes(gid["data"]).hex()
+                if publisher not in entry.publishers:
+                    entry.publishers.append(publisher)
             try:
                 bag.write(entry.name, data, recv, sent, info.get("publication_sequence_number") or 0)
                 if follower:
@@ -368,6 +379,7 @@ class EpisodeRecorder:
             try:
                 for entry in self.topics.values():
                     entry.count = entry.drops = entry.window_count = 0
+                    entry.publishers = []
                     bag.add_topic(entry.name, entry.type, qos=entry.offered)
                     if entry.latest is not None:  # the state in force as the episode begins
                         data, sent, seq = entry.latest
@@ -439,6 +451,9 @@ class EpisodeRecorder:
             meta.extra["machine_check"] = fields.machine_check
         meta.outcome_check = outcome_check(self.config.task_spec, list(self._follower_final), fields.outcome_answer)
         meta.drops = {t.name: t.drops for t in self.topics.values()}
+        publishers = {t.camera: list(t.publishers) for t in self.topics.values() if t.camera and t.publishers}
+        if publishers:
+            meta.extra[CAMERA_PUBLISHERS] = publishers
         meta.interventions, meta.corrections = (sorted(
             (i for i in spans.values() if i.start_ns <= stopped and (i.end_ns is None or i.end_ns >= started)),
             key=lambda i: i.id) for spans in (self._interventions, self._corrections))

@@ -114,6 +114,7 @@ def verdict_doc(
         "codes": list(dict.fromkeys(r["code"] for r in reasons)), "reasons": reasons, "warnings": warnings,
         "episode_id": report.get("episode_id"), "cameras": report.get("cameras") or [],
         "expected_cameras": list(expected_cameras or []), "camera_lag": lag, "duration_s": report.get("duration_s"),
+        "camera_pool": report.get("camera_pool") or {},
         "stopped_wall_ns": stopped_wall_ns,
         "validated": {"wall_ns": time.time_ns(), "seconds": (result or {}).get("seconds"), "config": config,
                       "software": f"teleop_flywheel {__version__}"},

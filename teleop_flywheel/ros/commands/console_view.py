@@ -198,14 +198,20 @@ class ConsoleState:
 
 
     def _clock(self, rec: dict[str, Any]) -> str:
-        """Per camera: the content-based lag estimate of the last verdict (once the validator gives
-        one), else the receive − capture latency the recorder sees; the PTP offset when measured; an
-        offset a node reports on /diagnostics."""
+        """Per camera: the content-based lag of the last verdict — pooled over the camera instance's
+        episodes this session when there is a pool (`camera front lag +2 ± 3 ms (12 episodes)`), else
+        the episode's own estimate — and the receive − capture latency the recorder sees; the PTP offset
+        when measured; an offset a node reports on /diagnostics."""
         clock = rec.get("clock") or {}
         parts = []
         for name, c in sorted((clock.get("cameras") or {}).items()):
             lag, err = _lag_ms(c.get("lag"))
-            text = f"{name} ?" if lag is None else f"{name} lag {lag:+.1f}" + (f"±{err:.1f}" if err else "") + " ms"
+            pooled, pooled_err = _lag_ms(c.get("pool"))
+            n = (c.get("pool") or {}).get("episodes")
+            if pooled is not None and pooled_err is not None and isinstance(n, int) and n > 1:
+                text = f"camera {name} lag {pooled:+.0f} ± {pooled_err:.0f} ms ({n} episodes)"
+            else:
+                text = f"{name} ?" if lag is None else f"{name} lag {lag:+.1f}" + (f"±{err:.1f}" if err else "") + " ms"
             if c.get("latency_ms") is not None:
                 text += f" (recv {c['latency_ms']:.1f} ms)"
             parts.append(text)

@@ -39,7 +39,7 @@ from typing import Any
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import PartialFailure, UsageError
 from teleop_flywheel.core.resources import config_path
-from teleop_flywheel.core.task_spec import load_task_spec
+from teleop_flywheel.core.task_spec import ClockProbe, load_task_spec
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recorder import verdict
@@ -91,11 +91,16 @@ def plan(episodes: int) -> list[EpisodePlan]:
     return plans
 
 
-def policy_yaml(place: list[float]) -> str:
-    """The scripted policy's file: home, grasp, `place`, and `place` minus the offset (held, see PLACE)."""
+def policy_yaml(place: list[float], probe: ClockProbe | None = None) -> str:
+    """The scripted policy's file: home, grasp, `place`, and `place` minus the offset (held, see PLACE);
+    the task spec's clock probe, played at every reset, when it has one."""
     hold = [round(q - FAIL_OFFSET, 6) for q in place]
-    return (f"move_s: 2.0\nfail_every: 2\nfail_offset_rad: {FAIL_OFFSET}\n"
+    text = (f"move_s: 2.0\nfail_every: 2\nfail_offset_rad: {FAIL_OFFSET}\n"
             f"waypoints: [{HOME}, {GRASP}, {place}, {hold}]\n")
+    if probe is not None:
+        text += (f"clock_probe: {{joint: {probe.joint}, amplitude_rad: {probe.amplitude_rad!r}, "
+                 f"duration_s: {probe.duration_s!r}}}\n")
+    return text
 
 
 def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
@@ -271,8 +276,9 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
     # The scripted policy: every second move heads for a wrong waypoint; it ends holding the place pose,
     # or (policy_miss.yaml, the episodes that miss) the wrong square.
     policy_file, miss_file = out / "policy.yaml", out / "policy_miss.yaml"
-    policy_file.write_text(policy_yaml(PLACE))
-    miss_file.write_text(policy_yaml(WRONG_PLACE))
+    probe = load_task_spec(config_path(TASK_SPEC)).clock_probe
+    policy_file.write_text(policy_yaml(PLACE, probe))
+    miss_file.write_text(policy_yaml(WRONG_PLACE, probe))
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task_spec=str(config_path(TASK_SPEC)), operator="sim-operator",

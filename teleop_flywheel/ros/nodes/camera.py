@@ -7,7 +7,10 @@ capture time, in ROS time, into its pixel timecode. A stamp gap above 1.5 frame
 periods counts the missing frames as dropped; counts and rates go to `/diagnostics` once a
 second. The synthetic source draws the arm from `/follower/joint_states` as it was at each frame's
 exposure (the samples interpolated to it) and says in the JPEG which samples it drew
-(`core.frame_meta`: a COM segment every decoder skips); setting its
+(`core.frame_meta`: a COM segment every decoder skips). Every frame, of every source, carries
+the node's camera instance there (`"instance"`: a new random id each time the device is opened, at
+start and on every reopen), so the validator pools a camera's lag per instance
+(`data/validate/lag_pool.py`): a restart may change the lag. Setting its
 `stall_now_s` parameter at run time (`ros2 param set /camera_front stall_now_s 4.0`) makes it
 deliver nothing for that long from now: the seeds' dropped camera second, on demand (every set
 stalls again, also with the same value); with `presence_file` it is unplugged while that file is
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -107,6 +111,7 @@ class CameraNode(Node):
         self.drops = DropCounter(self.config.period_ns)
         self._window = (now_ns(), 0)
         self._source: FrameSource | None = None
+        self.instance = ""  # set by every open of the device (`core.frame_meta` "instance")
         device = "synthetic" if self.config.source == "synthetic" else self.config.device
         self.capture = Capture(f"camera {self.config.name} ({device})", self._open, self._log)
         self._stop = threading.Event()
@@ -123,6 +128,7 @@ class CameraNode(Node):
 
     def _open(self) -> FrameSource:
         self._source = open_source(self.config, timecode_clock=to_ros_ns, history=self.history)
+        self.instance = uuid.uuid4().hex[:12]  # a new instance on every (re)open: its clock may differ
         return self._source
 
     def _log(self, level: str, message: str) -> None:
@@ -151,7 +157,7 @@ class CameraNode(Node):
         msg.header.frame_id = self.frame_id
         msg.format = "jpeg"
         data = encode_jpeg(frame.image, self.config.jpeg_quality)
-        msg.data = frame_meta.add(data, frame.meta) if frame.meta is not None else data
+        msg.data = frame_meta.add(data, {**(frame.meta or {}), "instance": self.instance})
         lost = self.drops.add(frame.stamp_ns)
         if lost:
             self.get_logger().warning(f"{self.topic}: {lost} frame(s) dropped before stamp {frame.stamp_ns}",

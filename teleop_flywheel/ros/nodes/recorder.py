@@ -416,6 +416,8 @@ class RecorderNode(Node):
         s.update(self.verdicts.status())
         for name, lag in (s["verdict"].get("camera_lag") or {}).items():  # the content-based estimate, when given
             s["clock"]["cameras"].setdefault(name, {})["lag"] = lag
+        for name, pooled in (s["verdict"].get("camera_pool") or {}).items():  # over the camera instance's episodes
+            s["clock"]["cameras"].setdefault(name, {})["pool"] = pooled
         return s
 
     def _publish_status(self) -> None:

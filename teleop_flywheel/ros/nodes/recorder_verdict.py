@@ -6,7 +6,11 @@ started at once so its imports are done before the first stop) and waits for the
 worker runs exactly what `teleop-flywheel validate` runs on one bag — `data.validate.validate_bag`
 with the thresholds of `config/validate.yaml` (or the recorder's `validate_config`) — and then the
 camera-set check against the session's configured cameras (`apply_schema`; a single episode has
-no batch to compare with).
+no batch to compare with). The worker keeps the reports of the episodes it judged: each verdict
+pools the camera's lag over the episodes of its camera instance so far (`lag_pool`, the running
+pool), so a 25 ms late camera no single episode can prove is rejected at stop once its episodes
+add up, and the console shows the pooled figure. Episodes judged before the pool crossed the bound
+keep their verdict at stop; `teleop-flywheel validate` on the session rejects them all.
 
 The worker yields the CPU to the rig: it runs in a session of its own whose scheduler autogroup
 it sets to nice 10 (`/proc/self/autogroup`; with the kernel's sched_autogroup every session
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import ctypes
 import json
 import os
@@ -157,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is for the recorder, which ends us
     out = sys.stdout
     try:
+        from teleop_flywheel.data.validate.lag_pool import apply_lag_pools
         from teleop_flywheel.data.validate.reasons import ValidateConfig
         from teleop_flywheel.data.validate.validator import apply_schema, validate_bag
 
@@ -168,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     cameras = sorted(c for c in args.cameras.split(",") if c)
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
+    judged: list[Any] = []  # this session's reports, as judged at their stop: the running pool
     for line in sys.stdin:
         try:
             path = str(json.loads(line)["path"])
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             report = validate_bag((path, cfg))
             if report.error is None:
                 apply_schema([report], cameras)
+                apply_lag_pools([copy.deepcopy(r) for r in judged] + [report], cfg)
+                judged.append(report)
             answer: dict[str, Any] = {"report": report.to_dict(), "seconds": round(time.perf_counter() - t0, 3)}
         except Exception as exc:  # noqa: BLE001 - an answer that says why, never a dead worker
             answer = {"error": f"{type(exc).__name__}: {exc}"}

@@ -1,7 +1,9 @@
 """Clock offsets found in the content: a camera stamped late or early by 25/40/60 ms with
 its publish and receive times shifted too — so the receive − stamp latency looks normal — is found
-from its pixels against the follower's motion, within 5 ms, and rejected with CLOCK_OFFSET; a clean
-episode passes; too little motion to tell is a warning (a third outcome), never a pass or a rejection."""
+from its pixels against the follower's motion, its 95 % interval holding the truth; 40 and 60 ms are
+rejected with CLOCK_OFFSET on their own, 25 ms (within a standard error or two of the 15 ms bound) is
+left to the session pool (test_lag_pool); a clean episode passes; too little motion to tell is a
+warning (a third outcome), never a pass or a rejection."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,17 +39,18 @@ def test_injected_skew_is_estimated_within_5ms_and_rejected(skewed: dict[float, 
                                                            skew: float) -> None:
     r = skewed[skew]
     est = r.camera_lag["wrist"]
-    assert est["lag_ms"] is not None and abs(est["lag_ms"] - skew) <= 5.0, (skew, est)
-    assert est["stderr_ms"] <= 5.0, est
+    assert est["lag_ms"] is not None and abs(est["lag_ms"] - skew) <= 1.96 * est["stderr_ms"], (skew, est)
+    assert est["stderr_ms"] <= 8.0, est
     # the stamp-based latency check cannot see it: receive − stamp is a normal 8 ms
     latency = [x for x in r.reasons if x.code == CLOCK_OFFSET and "latency" in x.detail]
     assert latency == [], r.line()
-    if skew == 0.0:
+    if abs(skew) < 35.0:
         assert r.passed and r.status == "PASS" and not r.warnings, r.line()
     else:
         offsets = [x for x in r.reasons if x.code == CLOCK_OFFSET]
         assert not r.passed and len(offsets) == 1, r.line()
         assert ("lags" if skew > 0 else "leads") in offsets[0].detail and "from its content" in offsets[0].detail
+        assert "95 %" in offsets[0].detail
         assert offsets[0].numbers["camera"] == "wrist" and offsets[0].numbers["lag_ms"] == est["lag_ms"]
 
 
@@ -85,7 +88,8 @@ def test_estimator_on_arrays_sign_and_edges(tmp_path: Path) -> None:
     late = estimate_lag(im.stamps_ns + 30_000_000, energy, js.stamps_ns, js.position)
     early = estimate_lag(im.stamps_ns - 30_000_000, energy, js.stamps_ns, js.position)
     assert late.lag_ms is not None and early.lag_ms is not None
-    assert abs(late.lag_ms - 30) <= 5 and abs(early.lag_ms + 30) <= 5
+    assert late.stderr_ms is not None and early.stderr_ms is not None
+    assert abs(late.lag_ms - 30) <= 1.96 * late.stderr_ms and abs(early.lag_ms + 30) <= 1.96 * early.stderr_ms
     few = estimate_lag(im.stamps_ns[:11], energy[:10], js.stamps_ns, js.position)
     assert few.lag_ms is None and "too few frames" in few.note and not few.confident(5.0)
     still = estimate_lag(im.stamps_ns, energy, js.stamps_ns, np.zeros_like(js.position))
@@ -99,8 +103,8 @@ def test_info_prints_each_cameras_lag(tmp_path: Path, capsys: pytest.CaptureFixt
     bag = _session(tmp_path, 40.0, seed=7)
     assert cli_main(["info", str(bag)]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Camera lag wrist:"))
-    lag = float(line.split(":")[1].split("±")[0])
-    assert abs(lag - 40.0) <= 5.0 and "from the images (estimated from the bag)" in line
+    lag, stderr = (float(x.split()[0]) for x in line.split(":")[1].split("±"))
+    assert abs(lag - 40.0) <= 1.96 * stderr and "from the images (estimated from the bag)" in line
     report = val.validate_bag((str(bag), val.ValidateConfig.load()))
     write_verdict(bag, verdict_doc(bag.name, {"report": report.to_dict(), "seconds": 1.0}))
     assert cli_main(["info", str(bag), "--json"]) == 0

@@ -297,6 +297,29 @@ def test_status_carries_each_cameras_receive_latency_and_the_ptp_offset(tmp_path
     assert status["clock"] == {"cameras": {"front": {"latency_ms": 10.0}}, "ptp_offset_ns": 1234}
 
 
+def test_each_episode_records_its_cameras_publisher_gids(tmp_path: Path) -> None:
+    """A camera driver that is not ours says no instance in its frames: the publishers' GIDs (a new one
+    when its process restarts) go into the episode's metadata, in the order first seen, per episode."""
+    from teleop_flywheel.core.episode import CAMERA_PUBLISHERS
+    from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr
+
+    rec = EpisodeRecorder(RecorderConfig(tmp_path / "bags", topics=("cameras/front/image/compressed",),
+                                         cameras=("front",)))
+    cam = rec.add_topic("cameras/front/image/compressed", "sensor_msgs/msg/CompressedImage", [Qos()])
+    first, restarted = Publisher(7), Publisher(9)
+    paths = []
+    for publishers in ((first, restarted, first), (restarted,)):
+        rec.start(EpisodeFields())
+        for pub in publishers:
+            info = pub.info()
+            rec.write(cam, compressed_image_cdr(info["received_timestamp"] - 8_000_000, b"\xff\xd8"), info)
+        paths.append(Path(rec.stop(EpisodeFields(outcome="success")).split()[1].rstrip(":")))
+    metas = [open_bag(p).episode for p in paths]
+    assert metas[0] is not None and metas[1] is not None
+    assert metas[0].extra[CAMERA_PUBLISHERS] == {"front": ["07" * 16, "09" * 16]}
+    assert metas[1].extra[CAMERA_PUBLISHERS] == {"front": ["09" * 16]}
+
+
 def test_a_stop_awaits_only_the_live_streams_until_they_reach_it(tmp_path: Path) -> None:
     """`settle(stop)`: a stream at ≥ 10 Hz heard from within 250 ms is awaited until it delivers a
     message stamped at or after the stop; a slow stream (2.5 Hz), one silent for a second and one

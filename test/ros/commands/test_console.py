@@ -73,6 +73,11 @@ def test_view_shows_the_verdict_what_to_do_and_the_clock_field() -> None:
     assert "warning CAMERA_LAG_UNKNOWN: too little motion" in text
     assert "x discard and re-record   k keep" in text
     assert "front lag +31.5±1.2 ms (recv 4.0 ms), PTP +0.250 ms" in text
+    # with the running pool of the camera instance's episodes (the verdict at stop): the pooled figure and N
+    status["clock"]["cameras"]["front"]["pool"] = {"lag_ms": 2.4, "stderr_ms": 2.9, "episodes": 12}
+    st.on_recorder_status(json.dumps(status))
+    assert "camera front lag +2 ± 3 ms (12 episodes) (recv 4.0 ms)" in "\n".join(st.render(200))
+    del status["clock"]["cameras"]["front"]["pool"]
     status["verdict"]["decision"] = "discard"
     st.on_recorder_status(json.dumps(status))
     assert "discarded (moved to discarded/)" in "\n".join(st.render(200))
