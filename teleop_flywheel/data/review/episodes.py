@@ -193,7 +193,9 @@ def load_episode(bag: Path) -> EpisodeData:
     if decoded.effort is not None:
         t, v = _downsample(rel(decoded.effort.stamps_ns), decoded.effort.values)
         series["load"] = {"t": t, "values": v}
-    cameras = {cam: np.round(rel(im.stamps_ns), 4).tolist() for cam, im in decoded.images.items()}
+    # Unrounded: a reason's instant is a frame's own stamp (FRAME_GAP's at_s is the last frame before the
+    # gap), and rounding it up would place the player one frame early.
+    cameras = {cam: rel(im.stamps_ns).tolist() for cam, im in decoded.images.items()}
     mcap = find_bag(bag)[1]
     detail = {"episode_id": bag_obj.episode_id, "t0_ns": t0, "joints": list(JOINT_NAMES), "series": series,
               "cameras": cameras,

@@ -64,17 +64,19 @@ class ReviewSite:
     def episodes(self) -> list[dict[str, Any]]:
         """Rescanned on every ask (a validate run may have moved bags since), reviews joined in."""
         rows = scan(self.root)
-        reviews = latest_by_episode(read_reviews(self.root))
         with self._lock:
             self._paths = {r["key"]: self.root / r["path"] for r in rows}
             self._rows = {r["key"]: r for r in rows}
-        for r in rows:
-            rev = reviews.get(r["episode_id"] or "")
-            r["review"] = rev["verdict"] if rev else None
-            r["reviews"] = rev["reviews"] if rev else []
-        return rows
+        reviews = latest_by_episode(read_reviews(self.root))
+        return [self._with_reviews(r, reviews) for r in rows]
+
+    @staticmethod
+    def _with_reviews(row: dict[str, Any], reviews: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        rev = reviews.get(row["episode_id"] or "")
+        return row | {"review": rev["verdict"] if rev else None, "reviews": rev["reviews"] if rev else []}
 
     def row(self, key: str) -> tuple[Path, dict[str, Any]] | None:
+        """The bag and its row (with the reviews as the log holds them now), or None."""
         with self._lock:
             known = key in self._paths
         if not known:
@@ -82,7 +84,8 @@ class ReviewSite:
         with self._lock:
             if key not in self._paths:
                 return None
-            return self._paths[key], self._rows[key]
+            path, row = self._paths[key], self._rows[key]
+        return path, self._with_reviews(row, latest_by_episode(read_reviews(self.root)))
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -210,9 +210,13 @@ async function episodePage() {
   window.review = state;
 
   async function record(verdict, note) {
-    const line = await api("api/review", {key, verdict, note: note || ""});
-    reviews.push(line);
-    showReviews(reviews);
+    try {
+      reviews.push(await api("api/review", {key, verdict, note: note || ""}));
+      showReviews(reviews);
+    } catch (err) {
+      status.textContent = `${verdict} NOT recorded: ${err.message}`;
+      status.className = "error";
+    }
   }
 
   function go(step) {
@@ -282,7 +286,11 @@ async function episodePage() {
   state.camera = cameraSelect.value || null;
   cameraSelect.addEventListener("change", () => { state.camera = cameraSelect.value; state.frame = -1; setTime(state.time); });
   const img = document.getElementById("frame");
-  img.addEventListener("load", () => { document.body.dataset.frame = img.dataset.index; });
+  // How long a seek took to show its frame (bench/ reads it): from the new src to the decoded image.
+  img.addEventListener("load", () => {
+    state.seekMs = performance.now() - state.requested;
+    document.body.dataset.frame = img.dataset.index;
+  });
   const clock = document.getElementById("clock");
 
   function setTime(t) {
@@ -294,6 +302,7 @@ async function episodePage() {
       if (i !== state.frame) {
         state.frame = i;
         img.dataset.index = String(i);
+        state.requested = performance.now();
         img.src = `api/episode/${key}/frame/${encodeURIComponent(state.camera)}/${i}`;
       }
     }
