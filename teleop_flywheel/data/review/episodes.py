@@ -9,8 +9,10 @@ page). Names read from records and bags are data: checked by `core/names.py` bef
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -150,11 +152,48 @@ def summarise(root: Path, bag: Path, by_name: dict[str, dict[str, Any]]) -> dict
     return entry
 
 
-def scan(root: Path) -> list[dict[str, Any]]:
-    """Every bag below `root`, one row each (unsorted: the page sorts by need of review)."""
-    bags, _errors = find_bags([root])
-    by_name = _validation_entries(root)
-    return [summarise(root, b, by_name) for b in bags]
+def _signature(root: Path, bag: Path) -> tuple[tuple[str, int, int, int], ...]:
+    """What a row is made of, as (name, inode, size, mtime) of each file: the bag's, its record, validation.json."""
+    files = [bag.with_name(bag.name + ".json"), root / VALIDATION_FILE]
+    with contextlib.suppress(OSError):  # a bag gone or unreadable: its row says so
+        files += [Path(e.path) for e in os.scandir(bag)] if bag.is_dir() else [bag]
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        out.append((f.name, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
+
+
+class RowCache:
+    """Rows by bag, kept while none of the files a row was read from changed (a list of a thousand
+    episodes is then a walk and a stat per file, not a thousand metadata reads)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[Path, tuple[tuple[tuple[str, int, int, int], ...], dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def scan(self, root: Path) -> list[dict[str, Any]]:
+        """Every bag below `root`, one row each (unsorted: the page sorts by need of review)."""
+        bags, _errors = find_bags([root])
+        by_name: dict[str, dict[str, Any]] | None = None
+        rows = []
+        for bag in bags:
+            sig = _signature(root, bag)
+            with self._lock:
+                hit = self._rows.get(bag)
+            if hit is None or hit[0] != sig:
+                by_name = _validation_entries(root) if by_name is None else by_name
+                hit = (sig, summarise(root, bag, by_name))
+                with self._lock:
+                    self._rows[bag] = hit
+            rows.append(dict(hit[1]))
+        with self._lock:
+            for gone in set(self._rows) - set(bags):
+                del self._rows[gone]
+        return rows
 
 
 @dataclass
@@ -228,5 +267,5 @@ class EpisodeCache:
         return data
 
 
-__all__ = ["DecodeError", "EpisodeCache", "EpisodeData", "VALIDATION_FILE", "episode_key", "load_episode", "scan",
+__all__ = ["DecodeError", "EpisodeCache", "EpisodeData", "RowCache", "VALIDATION_FILE", "episode_key", "load_episode",
            "summarise"]

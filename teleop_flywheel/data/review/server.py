@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import OutsideRootError, inside
 from teleop_flywheel.core.names import identifier_problem, text_problem
-from teleop_flywheel.data.review.episodes import EpisodeCache, scan
+from teleop_flywheel.data.review.episodes import EpisodeCache, RowCache
 from teleop_flywheel.data.review.review_log import ReviewError, append_review, latest_by_episode, read_reviews
 
 ASSETS = Path(__file__).with_name("assets")
@@ -57,13 +57,14 @@ class ReviewSite:
         self.reviewer = reviewer
         self.token = token or secrets.token_urlsafe(18)
         self.cache = EpisodeCache()
+        self.rows = RowCache()
         self._paths: dict[str, Path] = {}
         self._rows: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def episodes(self) -> list[dict[str, Any]]:
         """Rescanned on every ask (a validate run may have moved bags since), reviews joined in."""
-        rows = scan(self.root)
+        rows = self.rows.scan(self.root)
         with self._lock:
             self._paths = {r["key"]: self.root / r["path"] for r in rows}
             self._rows = {r["key"]: r for r in rows}

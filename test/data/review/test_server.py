@@ -112,3 +112,18 @@ def test_a_folder_that_is_not_there_is_one_line(tmp_path: Path, missing: str) ->
     proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "review", str(tmp_path / missing)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and missing in proc.stderr
+
+
+def test_a_list_rereads_a_bag_whose_files_changed_and_only_that(served: Served) -> None:
+    assert rows(served)["ep_clean"]["status"] == "WARN"
+    validation = served.root / "validation.json"
+    before = validation.read_text()
+    doc = json.loads(before)
+    clean = next(e for e in doc["episodes"] if e["name"] == "ep_clean")
+    clean["status"], clean["reasons"] = "FAIL", [{"code": "DEAD_AIR", "detail": "re-judged", "numbers": {}}]
+    try:
+        validation.write_text(json.dumps(doc))
+        assert rows(served)["ep_clean"]["codes"] == ["DEAD_AIR"]
+    finally:
+        validation.write_text(before)
+    assert rows(served)["ep_clean"]["status"] == "WARN"
