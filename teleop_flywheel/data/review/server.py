@@ -13,6 +13,9 @@ page's own files (shipped in this package: the page works offline, no CDN), `/ap
 Lichtblick). Every file path is resolved and proven inside DIR (`core.files.inside`); episodes
 are named by a key (a hash of their path), never by a path.
 
+`--summary` serves nothing: it prints what the review log says per reason code (`suggest.py`):
+reviewed, confirmed, overruled, and the threshold that would have kept the overruled rejections.
+
 Why the standard library's `http.server.ThreadingHTTPServer`: a local, single-user page needs a
 dozen routes, Range and a POST; it adds no dependency, and threads let the page fetch frames while a
 bag decodes. Plots are drawn on a canvas by the page's own script (`assets/review.js`, a few hundred
@@ -42,6 +45,8 @@ from teleop_flywheel.core.files import OutsideRootError, inside
 from teleop_flywheel.core.names import identifier_problem, text_problem
 from teleop_flywheel.data.review.episodes import EpisodeCache, RowCache
 from teleop_flywheel.data.review.review_log import ReviewError, append_review, latest_by_episode, read_reviews
+from teleop_flywheel.data.review.suggest import report_json, report_text, summarise_reviews
+from teleop_flywheel.data.validate.reasons import ValidateConfig
 
 ASSETS = Path(__file__).with_name("assets")
 _KEY = re.compile(r"[0-9a-f]{16}")
@@ -298,6 +303,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-remote", action="store_true",
                         help="allow a non-loopback --host: anyone who reaches it with the URL reads the bags")
     parser.add_argument("--reviewer", default=None, help="the name written in the review log (default: your login)")
+    parser.add_argument("--summary", action="store_true",
+                        help="serve nothing: print per reason code how many rejections were reviewed, confirmed and "
+                             "overruled, and the threshold that would have kept the overruled ones")
+    parser.add_argument("--json", action="store_true", help="with --summary: JSON instead of text")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="with --summary: the validator thresholds the verdicts were made with "
+                             "(default: the shipped config/validate.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -315,6 +327,11 @@ def run(args: argparse.Namespace) -> int:
     if why:
         raise UsageError(f"--reviewer {reviewer!r}: {why}", where="--reviewer", fix="give a plain name")
     site = ReviewSite(root, reviewer)
+    if args.summary:
+        tallies, suggestions = summarise_reviews(site.episodes(), ValidateConfig.load(args.config))
+        print(json.dumps(report_json(tallies, suggestions), indent=2) if args.json
+              else report_text(tallies, suggestions))
+        return 0
     server = serve(site, args.host, args.port)
     print(f"review: {len(site.episodes())} episodes in {root}; open {url_of(server, site)}  (Ctrl-C stops)",
           flush=True)
