@@ -42,7 +42,8 @@ setup(
     ],
     package_data={PACKAGE: ["py.typed"], f"{PACKAGE}.config": ["*.yaml", "*.json", "prometheus/*.yml",
                                                                 "prometheus/tests/*.yml", "grafana/*.json"],
-                  f"{PACKAGE}.config.calibration": ["*.yaml"], f"{PACKAGE}.urdf": ["*.urdf"]},
+                  f"{PACKAGE}.config.calibration": ["*.yaml"], f"{PACKAGE}.urdf": ["*.urdf"],
+                  f"{PACKAGE}.data.review": ["assets/*"]},  # the review page's own files (no CDN)
     python_requires=">=3.11",
     install_requires=[
         "numpy",
@@ -67,6 +68,7 @@ setup(
         "standalone": ROS_WHEELS,
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "import-linter", "h5py",
+                "playwright",  # the review page's tests drive Debian's chromium with it (test/data/review/)
                 "grafanalib",  # config/grafana/dashboard.json is generated with it (data/fleet/dashboard.py)
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],

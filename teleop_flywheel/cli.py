@@ -59,6 +59,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "teleop_flywheel.data.validate.validator",
         "PASS/FAIL per episode with reason codes; quarantine rejects",
     ),
+    "review": (
+        "teleop_flywheel.data.review.server",
+        "a local page to look at the rejections: video and plots at the failing instant, confirm or overrule",
+    ),
     "convert": ("teleop_flywheel.data.convert.converter", "bags → LeRobot v3.0 dataset (validated episodes only)"),
     "export": (
         "teleop_flywheel.data.export",

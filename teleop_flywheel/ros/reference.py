@@ -444,6 +444,11 @@ BENCH_LINES: dict[str, Any] = {
            f"{d['walk']['planned']} trials; ")
         + f"load {d['load_average_before'][0]:g} ({_met(d['met'])})"
     ),
+    "review": lambda d: (
+        f"`review` (the review page in chromium, {d['episodes']:,} episodes): target list < 1 s, open < 1 s, "
+        f"seek < 200 ms; {d['list_s']:.2f} s, {d['open_s']:.2f} s, {d['seek_ms']:.0f} ms medians "
+        f"({_met(d['list_s'] < 1 and d['open_s'] < 1 and d['seek_ms'] < 200)}; load {d['load_average'][0]:.1f})"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())
