@@ -72,6 +72,7 @@ class GuardStats:
     rate_limited: int = 0
     relative_limited: int = 0
     stale_ticks: int = 0
+    rejected: int = 0  # commands dropped whole for a value that is not a finite number
 
 
 class CommandGuard:
@@ -120,14 +121,20 @@ class CommandGuard:
         if self._sent is not None:
             self._target = dict(zip(self.joint_names, self._sent, strict=True))
 
-    def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> None:
-        """Record a new target; unknown names are ignored, missing joints keep their target."""
+    def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> bool:
+        """Record a new target; unknown names are ignored, missing joints keep their target. A
+        command with a value that is not a finite number (NaN, ±inf) for any known joint is dropped
+        whole (False) and does not count as a command: its sender is broken, and the watchdog must
+        hold the arm when nothing else comes, as if it had sent nothing."""
         known = set(self.joint_names)
-        for name, value in zip(names, positions, strict=False):
-            if name in known and math.isfinite(value):
-                self._target[name] = float(value)
+        wanted = {name: float(value) for name, value in zip(names, positions, strict=False) if name in known}
+        if not all(math.isfinite(value) for value in wanted.values()):
+            self.stats.rejected += 1
+            return False
+        self._target.update(wanted)
         self._last_command_ns = stamp_ns
         self.stats.commands += 1
+        return True
 
     @property
     def last_command_ns(self) -> int | None:

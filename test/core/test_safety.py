@@ -105,3 +105,17 @@ def test_hold_stops_a_rate_limited_move_where_it_is() -> None:
     assert guard.step([0.0, 0.0], 40 * MS) == pytest.approx([0.2, 0.2])
     guard.command(NAMES, [1.0, 1.0], 40 * MS)  # a fresh command moves on from there
     assert guard.step([0.0, 0.0], 50 * MS) == pytest.approx([0.3, 0.3])
+
+
+def test_a_command_with_nan_is_dropped_whole_and_does_not_feed_the_watchdog() -> None:
+    """A broken sender's NaN is not a sign of life: its last good target goes stale and holds."""
+    guard = CommandGuard(NAMES, JointLimits.unbounded(), max_speed=10.0, watchdog_ns=100 * MS)
+    assert guard.command(NAMES, [1.0, 1.0], 0)
+    guard.step([0.0, 0.0], 0)
+    for k in range(1, 30):  # NaN (and inf) every 10 ms for 290 ms
+        assert not guard.command(NAMES, [float("nan") if k % 2 else float("inf"), 0.5], k * 10 * MS)
+    assert guard.stats.rejected == 29 and guard.stats.commands == 1
+    assert guard.last_command_ns == 0 and guard.stale(150 * MS)
+    assert guard.step([0.0, 0.0], 10 * MS) == pytest.approx([0.1, 0.1])  # b kept its good target, not 0.5
+    assert guard.step([0.0, 0.0], 150 * MS) == pytest.approx([0.1, 0.1])  # stale: held where it was sent
+    assert guard.step([0.0, 0.0], 300 * MS) == pytest.approx([0.1, 0.1])

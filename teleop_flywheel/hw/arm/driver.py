@@ -385,6 +385,7 @@ class ArmDriver:
                 "retries": stats.retries, "timeouts": stats.timeouts, "bad_checksums": stats.bad_checksums,
                 "commands": guard.commands, "clamped": guard.clamped, "rate_limited": guard.rate_limited,
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
+                "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)

@@ -49,6 +49,7 @@ next periodic status even if it lasted only a few ticks.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -140,10 +141,13 @@ def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
 
 
 def _ordered(msg: JointState) -> list[float] | None:
-    """Positions in JOINT_NAMES order, or None if a joint is missing."""
+    """Positions in JOINT_NAMES order, or None if a joint is missing or not a finite number (such a
+    sample is dropped and does not refresh its input: a sender emitting NaN goes stale and holds)."""
     by_name = dict(zip(msg.name, msg.position, strict=False))
     if all(n in by_name for n in JOINT_NAMES):
-        return [float(by_name[n]) for n in JOINT_NAMES]
+        out = [float(by_name[n]) for n in JOINT_NAMES]
+        if all(math.isfinite(v) for v in out):
+            return out
     return None
 
 

@@ -151,6 +151,29 @@ def test_watchdog_holds_a_command_gone_stale(follower: SimulatedArm) -> None:
         driver.close()
 
 
+def test_nan_commands_do_not_keep_the_watchdog_from_holding(follower: SimulatedArm) -> None:
+    """A sender that went on publishing NaN after its last good command: the arm holds 100 ms after
+    the good one, as if nothing came, and diagnostics count the dropped commands."""
+    driver = make_driver(follower, "follower", max_speed=0.4, watchdog_ms=100.0)
+    assert driver.connect()
+    try:
+        t0 = now_ns()
+        start = tick(driver, t0).positions[0]
+        driver.command(["shoulder_pan"], [start + 0.5], t0)
+        goals = []
+        for k in range(1, 60):  # 295 ms of NaN commands, one per 5 ms tick
+            driver.command(JOINT_NAMES, [float("nan")] * 6, t0 + k * 5 * MS)
+            tick(driver, t0 + k * 5 * MS)
+            goals.append(goal(follower))
+        cal = driver.calibration["shoulder_pan"]
+        assert goals[-1] == goals[25], "held once the good command was 100 ms old"
+        moved = (goals[-1] - cal.rad_to_raw(start)) * RAD_PER_STEP
+        assert moved == pytest.approx(0.4 * 0.1, abs=3 * RAD_PER_STEP)  # 100 ms at 0.4 rad/s, not 295 ms
+        assert driver.health().values["rejected_commands"] == 59
+    finally:
+        driver.close()
+
+
 def test_leader_engages_on_commands_releases_on_request_and_when_stale(tmp_path: Path) -> None:
     with SimulatedArm("leader", link=tmp_path / "leader") as arm:
         arm.set_human(lambda t: [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2650.0])

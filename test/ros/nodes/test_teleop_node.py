@@ -282,6 +282,21 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     assert after and max(after) - min(after) < 1e-9
 
 
+def test_a_policy_publishing_nan_goes_stale_and_holds(teleop_factory) -> None:
+    """NaN is no sign of life: a policy that publishes only NaN is a silent one."""
+    probe = teleop_factory(max_speed_rad_s=0.4, stale_ms=100.0)
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    probe.inputs["policy"] = 1.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
+    probe.inputs["policy"] = math.nan
+    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics), "the policy-stale hold",
+                timeout=15.0)
+    t_check = now_ns()
+    probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while of NaN")
+    after = _published_since(probe, t_check)
+    assert after and max(after) - min(after) < 1e-9 and max(after) < 0.5, "held, not finishing the move"
+
+
 def test_header_stamps_are_ros_time_and_an_old_one_is_stale_on_the_node_clock(teleop_factory) -> None:
     """Header stamps carry ROS time both ways: the node's commands are stamped in ROS time (within a
     second of the wall clock), and an incoming leader stamp is converted back onto the node's
