@@ -156,16 +156,22 @@ def calibrate(bus: FeetechBus, arm_id: str, seconds: float | None = None, prompt
 
 def _procedure(bus: FeetechBus, arm_id: str, seconds: float | None, prompt: TextIO | None,
                answers: TextIO | None) -> ArmCalibration:
-    def ask(text: str) -> None:
-        if seconds is None and prompt is not None and answers is not None:
+    interactive = seconds is None and prompt is not None and answers is not None
+
+    def say(text: str) -> None:
+        if interactive:
+            assert prompt is not None
             prompt.write(text)
             prompt.flush()
-            answers.readline()
 
     unlock_and_reset(bus)
-    ask("Move the arm to the MIDDLE of its range of motion (see docs/arm_driver.md), then press Enter.\n")
+    say("Move the arm to the MIDDLE of its range of motion (see docs/arm_driver.md), then press Enter.\n")
+    if interactive:
+        assert answers is not None
+        answers.readline()
     offsets = homing_offsets(bus)
-    ask("Move every joint except wrist_roll through its ENTIRE range, then press Enter to stop recording.\n")
+    # Recording starts with this prompt and runs until Enter: the motion the operator makes now counts.
+    say("Recording: move every joint except wrist_roll through its ENTIRE range, then press Enter to stop.\n")
     ranges = record_ranges(bus, Stop(seconds, answers))
     joints = []
     for name, sid in zip(JOINT_NAMES, IDS, strict=True):
