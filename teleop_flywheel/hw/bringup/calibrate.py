@@ -49,13 +49,12 @@ from teleop_flywheel.core.calibration import (
 )
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError, one_line
 from teleop_flywheel.core.files import create_exclusive
-from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
+from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, clear_multi_turn, require_port
 from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus, PortUnavailable
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
 
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
-FULL_TURN_JOINTS = ("wrist_roll",)
 IDS = [JOINT_IDS[n] for n in JOINT_NAMES]
 NAMES = dict(zip(IDS, JOINT_NAMES, strict=True))
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")

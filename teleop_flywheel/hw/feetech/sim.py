@@ -10,7 +10,8 @@ time at the baud rate plus the servos' return delay, and reach the host as the c
 adapter passes them on (sim_adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
-servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo.
+servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo, a
+servo placed at a chosen reading (wrist_roll at its encoder's seam).
 
 A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
 JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
@@ -78,10 +79,12 @@ class Faults:
     hot: dict[int, float] = field(default_factory=dict)  # servo id -> its temperature at start (°C)
     supply_v: float | None = None  # the power supply's voltage (default 12 V)
     multi_turn: dict[int, int] = field(default_factory=dict)  # servo id -> turns its shaft is past (Phase bit 4 set)
+    place: dict[int, int] = field(default_factory=dict)  # servo id -> the Present_Position it starts at (0..4095)
 
 
 FAULT_FORMS = ("drop:P | corrupt:P | noise:P (0..1) | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER] | "
-               "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | multiturn:ID[:TURNS]")
+               "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | multiturn:ID[:TURNS] | "
+               "place:ID:STEPS (starts reading STEPS, e.g. wrist_roll at the 0/4095 seam)")
 
 
 def parse_fault(spec: str, faults: Faults) -> None:
@@ -107,6 +110,11 @@ def parse_fault(spec: str, faults: Faults) -> None:
             faults.hot[_servo_id(args[0])] = float(args[1])
         elif kind == "voltage" and len(args) == 1:
             faults.supply_v = float(args[0])
+        elif kind == "place" and len(args) == 2:
+            steps = int(args[1])
+            if not 0 <= steps < STEPS_PER_TURN:
+                raise ValueError
+            faults.place[_servo_id(args[0])] = steps
         elif kind == "multiturn" and len(args) in (1, 2):
             faults.multi_turn[_servo_id(args[0])] = int(args[1]) if len(args) == 2 else 1
         else:
@@ -178,6 +186,8 @@ class SimulatedArm:
                 servo.temperature = self.faults.hot[sid]
             if self.faults.supply_v is not None:
                 servo.supply_v = self.faults.supply_v
+            if sid in self.faults.place:
+                servo.place(self.faults.place[sid])
             if sid in self.faults.multi_turn:
                 servo.set("Phase", servo.get("Phase") | PHASE_MULTI_TURN)
                 servo.position += STEPS_PER_TURN * self.faults.multi_turn[sid]
