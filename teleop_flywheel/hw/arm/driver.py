@@ -35,7 +35,8 @@ e-stop, torque, reconnect.
   the last good reading (a loop that stopped getting readings is WARN and then ERROR naming the
   port, however good its average rate was), faults, e-stop, temperatures, and counters since start
   (ticks, overruns — ticks that ended after the next was due —, reads with their latency counted
-  per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close(torque_on_exit)`.
+  per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close()`: park at the
+  rest pose then release torque, or hold, or release (`ArmConfig.exit_action`, `parking.py`).
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
 `health()` reports, naming the port.
@@ -56,6 +57,7 @@ from teleop_flywheel.hw.arm.config import ArmConfig
 from teleop_flywheel.hw.arm.faults import PROTECTION_BITS, Fault, status_cause, temperature_fault
 from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
+from teleop_flywheel.hw.arm.parking import park
 from teleop_flywheel.hw.arm.servos import ArmServos, CalibrationMismatch, Log, Reading
 from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable
 
@@ -83,6 +85,7 @@ class ArmDriver:
         self._held = ""  # the hold this thread applied ("" = none)
         self._estop_request: str | None = None
         self._reset_request = False
+        self._found_limp: list[float] | None = None  # the pose at the first connect, if every servo was limp
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
 
@@ -156,10 +159,13 @@ class ArmDriver:
         servos.check_models()
         servos.check_calibration()
         torque = servos.registers("Torque_Enable")
+        limp = not any(torque.values())  # found unpowered: its pose is one it rests in (`parking.py`)
         goals = servos.registers("Goal_Position")
         for sid in servos.write_settings(self.config.acceleration, settings.servo_speed(self.guard.max_speed)):
             torque[sid] = 0
         present = self.read().positions
+        if limp and not self._ever_connected:
+            self._found_limp = list(present)
         if self.role == "follower":
             # A servo still holding (a reconnect, the driver restarted) keeps the goal it holds;
             # the others hold where they are.
@@ -396,10 +402,22 @@ class ArmDriver:
             if self.state.connected:
                 self.state.last_error = ""
 
-    def close(self, torque_on_exit: bool = False) -> None:
-        """Release torque (unless `torque_on_exit`), checked per servo, and close the port. Call
-        after `run()` returned."""
-        if self.state.connected and not torque_on_exit:
+    def close(self, exit_action: str | None = None) -> None:
+        """Stop as `exit_action` (default `config.exit_action`) says: park, then release torque; hold;
+        or release at once (`parking.py`). A release is checked per servo; a park that cannot be
+        made holds, and says why. Then close the port. Call after `run()` returned."""
+        action = exit_action or self.config.exit_action
+        release = True
+        if self.state.connected and self.state.torque and action != "release":
+            rest = self.config.rest_pose or self._found_limp
+            why = "exit_action is hold" if action == "hold" else park(self, rest)
+            release = not why
+            if why:
+                self._log("error" if action == "park" else "info",
+                          f"{self.port}: torque left on at exit, the arm holding where it is: {why}")
+            else:
+                self._log("info", f"{self.port}: parked at the rest pose; releasing torque")
+        if self.state.connected and release:
             try:
                 self.servos.set_torque(self.servos.active, False)
             except BusError as exc:

@@ -1,10 +1,12 @@
-"""arm_driver nodes on simulated arms (real ptys, real rclpy): wrist_roll across its encoder's seam.
+"""arm_driver nodes on simulated arms (real ptys, real rclpy): wrist_roll across its encoder's
+seam, and what a raised arm does when the node process is stopped.
 
 Calibrated as LeRobot calibrates a real SO-101, wrist_roll's range is the whole turn (0..4095), so
 the seam lies inside it: a leader and a follower 1° apart on either side of it read a turn apart.
 """
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -13,10 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 from rclpy.parameter import Parameter
-from support.procs import wait_for
+from support.procs import node_cmd, wait_for
 
-from ros.nodes.test_arm_driver_node import Graph
-from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from ros.nodes.test_arm_driver_node import Graph, Probe
+from ros.nodes.test_node_processes import start, stop_cleanly
+from teleop_flywheel.core.calibration import RAD_PER_STEP, load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import STEPS_PER_TURN
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
@@ -109,3 +112,68 @@ def test_the_follower_takes_the_short_way_across_the_seam_and_after_a_leader_rec
         finally:
             farthest = seam.stop()
         assert farthest < 300, f"the follower's wrist went {farthest} steps from the seam: the long way"
+
+
+class Shoulder:
+    """shoulder_lift's shaft (steps), its torque and speed (rad/s), sampled every 2 ms."""
+
+    def __init__(self, arm: SimulatedArm) -> None:
+        self.samples: list[tuple[float, bool, float, float]] = []  # (monotonic s, torque on, shaft, rad/s)
+        self._arm, self._stop = arm, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._arm._lock:
+                s = self._arm.servos[2]
+                self.samples.append((time.monotonic(), s.torque_on, s.position, abs(s.velocity) * RAD_PER_STEP))
+            time.sleep(0.002)
+
+    def stop(self) -> list[tuple[float, bool, float, float]]:
+        self._stop.set()
+        self._thread.join(2)
+        return self.samples
+
+
+@pytest.mark.parametrize("action,sig", [("park", signal.SIGINT), ("park", signal.SIGTERM), ("hold", signal.SIGINT)],
+                         ids=["park-SIGINT", "park-SIGTERM", "hold-SIGINT"])
+def test_a_raised_arm_is_parked_or_held_when_the_node_stops_never_dropped(
+        graph: Graph, tmp_path: Path, action: str, sig: int) -> None:
+    """SIGINT used to release torque at once: a raised shoulder_lift fell 1.5 rad to its stop. By
+    default the node parks the arm where it was found limp, at the speed limit, then lets go; with
+    `exit_action: hold` it leaves it holding. SIGTERM is also what the supervisor's death sends."""
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
+        wait_for(lambda: arm.servos[2].position < 1500 and arm.servos[2].velocity == 0, 10,
+                 "the limp shoulder come to rest (where gravity no longer beats friction)")
+        rest = arm.servos[2].position
+        probe = graph.add(Probe(graph.context, "follower"))
+        proc = start(node_cmd("arm_driver", port=arm.link, role="follower", simulated="true", exit_action=action,
+                              calibration_file=sim_calibration_file("follower"), watchdog_ms=200.0))
+        shoulder: Shoulder | None = None
+        try:
+            wait_for(lambda: len(probe.states) > 20, 60, "joint states", proc)
+            raised = probe.latest()["shoulder_lift"] + 1.5
+            deadline = time.monotonic() + 30
+            while arm.servos[2].position < rest + 1.4 / RAD_PER_STEP:  # raise it by 1.5 rad
+                assert time.monotonic() < deadline, "the arm did not rise"
+                probe.send({"shoulder_lift": raised})
+                time.sleep(0.01)
+            time.sleep(0.3)  # commands stopped: the watchdog holds it raised
+            up = arm.servos[2].position
+            shoulder = Shoulder(arm)
+            stop_cleanly(proc, sig)
+            time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            samples = shoulder.stop() if shoulder else []
+        torque = [s.torque_on for s in arm.servos.values()]
+        if action == "hold":
+            assert all(torque) and abs(arm.servos[2].position - up) < 30, "held where it was"
+            return
+        limp_while_up = [p for _t, on, p, _v in samples if not on and p > rest + 0.15 / RAD_PER_STEP]
+        assert not limp_while_up, f"torque off with the shoulder {max(limp_while_up) - rest:.0f} steps up: dropped"
+        assert not any(torque), "torque released once parked"
+        assert abs(arm.servos[2].position - rest) < 40, "at rest where it was found"
+        assert max(v for *_rest, v in samples) <= 2.0 * 1.05, "parked at the speed limit"
