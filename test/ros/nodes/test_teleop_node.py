@@ -463,6 +463,72 @@ def test_a_pedal_lost_during_a_takeover_holds_until_it_is_back(teleop_factory) -
     probe.drive(lambda: probe.alpha == 0.0 and probe.commands[-1][1] == pytest.approx(-0.5), "pedal back, up", UP)
 
 
+def test_a_pedal_lost_while_the_policy_drives_holds(teleop_factory) -> None:
+    """A pedal unplugged while the policy drives: the operator cannot take over, so the follower
+    holds (it used to drive on with a warning) until the pedal is back."""
+    probe = teleop_factory(max_speed_rad_s=0.4)
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    probe.inputs["policy"] = 1.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.05, "the move toward 1.0 under way")
+    probe.joy([])  # the pedal node lost its device
+    probe.drive(lambda: any("lost while the policy drives" in m for _l, m in probe.diagnostics), "the hold reported")
+    t0 = now_ns()
+    probe.drive(lambda: now_ns() - t0 > 300_000_000, "300 ms held")
+    got = _published_since(probe, t0)
+    assert len(set(got)) == 1 and got[0] < 0.9, got
+    probe.drive(lambda: probe.commands[-1][1] > got[0] + 0.05, "the pedal back, up: the policy drives on", UP)
+
+
+def test_a_pedal_process_killed_while_the_policy_drives_holds_and_is_reported(teleop_factory, tmp_path) -> None:
+    """The pedal node published only edges: killed while the policy drove, nothing noticed, and the
+    operator's press did nothing. Its heartbeat stops; the teleop node holds once 500 ms passed
+    without it, says so on /diagnostics and teleop/fault, and a pedal heard again ends the hold."""
+    import os
+
+    from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+
+    fifo = tmp_path / "pedal"
+    os.mkfifo(fifo)
+    foot = VirtualPedal(str(fifo))  # the device stays plugged in: only the process dies
+    probe = teleop_factory(max_speed_rad_s=0.4)  # policy mode: a move of 1 rad takes 2.5 s
+    faults: list[DiagnosticStatus] = []
+    beats: list[int] = []
+    probe.node.create_subscription(DiagnosticStatus, "/teleop/fault", faults.append, LATCHED_QOS)
+    probe.node.create_subscription(Joy, "/pedal/joy", lambda m: beats.append(now_ns())
+                                   if m.header.frame_id == "pedal_heartbeat" else None, STREAM_QOS)
+
+    def pedal_node() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.ros.nodes.pedal", "--ros-args", "-p",
+                                 f"device:={fifo}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    pedal = pedal_node()
+    try:
+        probe.drive(lambda: len(beats) >= 5 and bool(probe.commands), "the policy driving, the pedal beating")
+        probe.inputs["policy"] = 1.0
+        probe.drive(lambda: probe.commands[-1][1] > 0.05, "the move toward 1.0 under way")
+        t_kill = now_ns()
+        pedal.kill()
+        pedal.wait()
+        probe.drive(lambda: any("pedal is silent" in m for _l, m in probe.diagnostics), "the silent pedal reported")
+        t_check = now_ns()
+        probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while held")
+        cmds = probe.commands_since(t_kill - 200_000_000)
+        last = cmds[-1][1]
+        held_from = next(t for t, v in cmds if all(w == last for _t, w in cmds if _t >= t))
+        assert last < 0.9, "held, not finishing the move"
+        assert 0.35e9 <= held_from - t_kill <= 0.65e9, f"held {(held_from - t_kill) / 1e6:.0f} ms after the kill"
+        level, message = next((lv, m) for lv, m in probe.diagnostics if "pedal is silent" in m)
+        assert level == DiagnosticStatus.ERROR and message.startswith("holding: the pedal is silent"), message
+        assert any(f.level == DiagnosticStatus.ERROR and "pedal is silent" in f.message for f in faults), faults
+        pedal = pedal_node()  # heard again: the policy drives on
+        probe.drive(lambda: probe.commands[-1][1] > last + 0.05, "the policy driving once the pedal is back")
+        probe.drive(lambda: faults[-1].level == DiagnosticStatus.OK, "teleop/fault OK again")
+    finally:
+        pedal.kill()
+        pedal.wait()
+        foot.close()
+
+
 def test_a_held_arm_holds_the_teleop_node(teleop_factory) -> None:
     probe = teleop_factory()
     fault = probe.node.create_publisher(DiagnosticStatus, "/follower/fault", LATCHED_QOS)
