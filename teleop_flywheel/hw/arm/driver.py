@@ -54,7 +54,13 @@ from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.hw.arm import settings
 from teleop_flywheel.hw.arm.config import ArmConfig
-from teleop_flywheel.hw.arm.faults import PROTECTION_BITS, Fault, status_cause, temperature_fault
+from teleop_flywheel.hw.arm.faults import (
+    PROTECTION_BITS,
+    Fault,
+    outside_range,
+    status_cause,
+    temperature_fault,
+)
 from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
@@ -171,7 +177,10 @@ class ArmDriver:
             # the others hold where they are.
             seed = [float(j.raw_to_rad(goals[j.id])) if torque[j.id] else present[i]
                     for i, j in enumerate(self.calibration.joints)]
-            off = [sid for sid in servos.ids if not torque[sid]]
+            outside = outside_range(self.calibration, present, [sid for sid in servos.ids if not torque[sid]])
+            off = [sid for sid in servos.ids if not torque[sid] and sid not in {f.servo_id for f in outside}]
+            for fault in outside:
+                self._latch(fault)
             if off:
                 servos.write_goals(present, off)
                 servos.set_torque(off, True)

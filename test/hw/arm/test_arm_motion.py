@@ -1,6 +1,6 @@
 """The arm's motion at its edges, against the simulator on a real pty: the shaft's own speed in a
-soft start, wrist_roll across the encoder's seam, a joint found outside its calibrated range, and
-what the arm does when the driver stops (it parks, then lets go; never drops a raised arm)."""
+soft start, and a joint found outside its calibrated range (the seam and stopping are shown on the
+nodes, test/ros/nodes/test_arm_driver_motion.py)."""
 from __future__ import annotations
 
 import threading
@@ -8,9 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
+from support.procs import wait_for
 
-from hw.arm.test_arm import make_driver
+from hw.arm.test_arm import calibration, make_driver
 from hw.arm.test_arm_faults import keep_commanding, running
+from teleop_flywheel.core.calibration import parse_calibration
+from teleop_flywheel.core.safety import CommandGuard
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import SimulatedArm
 from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
 
@@ -54,3 +60,28 @@ def test_the_shaft_never_runs_faster_than_the_limit_in_a_soft_start(tmp_path: Pa
             peak = shaft.stop()
             assert abs(readings[-1].positions[0] - target[0]) < 0.02, "the arm got there"
         assert 1.8 < peak <= 2.0 * 1.05, f"shaft peak {peak:.3f} rad/s against a 2 rad/s limit"
+
+
+def test_a_joint_resting_outside_its_range_stays_still_until_the_operator_resets(tmp_path: Path) -> None:
+    """shoulder_pan rests 220 steps below a calibrated range that does not cover it: torque on used
+    to move it to the range's edge at once. It stays limp and named until reset; then it comes in
+    at the speed limit."""
+    data = calibration("follower").to_dict()
+    data["joints"]["shoulder_pan"]["range_min"] = 2300  # the simulated pan rests at 2080
+    cal = parse_calibration(data)
+    with SimulatedArm("follower", link=tmp_path / "follower", calibration=cal) as arm:
+        guard = CommandGuard(JOINT_NAMES, effective_limits(cal, [-6.3] * 6, [6.3] * 6), max_speed=2.0)
+        driver = ArmDriver(FeetechBus(str(arm.link)), cal, guard, ArmConfig())
+        start = arm.servos[1].position
+        shaft = ShaftSpeed(arm, 1)
+        with running(driver):
+            time.sleep(0.5)
+            assert abs(arm.servos[1].position - start) < 2, "it moved before the operator said so"
+            assert not arm.servos[1].torque_on and all(arm.servos[sid].torque_on for sid in (2, 3, 4, 5, 6))
+            health = driver.health()
+            assert health.level == "ERROR" and "shoulder_pan (servo 1): rests 19.3° outside its calibrated" in \
+                health.message, health.message
+            driver.reset()  # the operator confirms
+            wait_for(lambda: arm.servos[1].get("Present_Position") >= 2298, 10, "the pan brought into its range")
+        peak = shaft.stop()
+        assert peak <= 2.0 * 1.05, f"brought in at {peak:.2f} rad/s"
