@@ -137,7 +137,12 @@ class ArmDriver:
                 self.state.connected, self.state.fatal = False, str(exc)
             return False
         except BusError as exc:
+            duplicate = self.servos.duplicated() if isinstance(exc, BusTimeout) else ""
             self.bus.close()
+            if duplicate:  # wiring, not a glitch: retrying cannot help; the owner ends with this reason
+                with self._lock:
+                    self.state.connected, self.state.fatal = False, duplicate
+                return False
             with self._lock:
                 first = not self._ever_connected and self.state.last_error != str(exc)
                 self.state.connected, self.state.last_error = False, str(exc)

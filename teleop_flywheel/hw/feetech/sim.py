@@ -11,7 +11,8 @@ adapter passes them on (sim_adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Inje
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
 servo's overload protection trips), a hot servo, a supply out of range, a multi-turn servo, a
-servo placed at a chosen reading (wrist_roll at its encoder's seam).
+servo placed at a chosen reading (wrist_roll at its encoder's seam), a second servo answering to an
+id already taken (its replies collide with the first's).
 
 A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
 JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
@@ -80,11 +81,13 @@ class Faults:
     supply_v: float | None = None  # the power supply's voltage (default 12 V)
     multi_turn: dict[int, int] = field(default_factory=dict)  # servo id -> turns its shaft is past (Phase bit 4 set)
     place: dict[int, int] = field(default_factory=dict)  # servo id -> the Present_Position it starts at (0..4095)
+    duplicate: list[int] = field(default_factory=list)  # ids a second servo answers to as well (replies collide)
 
 
 FAULT_FORMS = ("drop:P | corrupt:P | noise:P (0..1) | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER] | "
                "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | multiturn:ID[:TURNS] | "
-               "place:ID:STEPS (starts reading STEPS, e.g. wrist_roll at the 0/4095 seam)")
+               "place:ID:STEPS (starts reading STEPS, e.g. wrist_roll at the 0/4095 seam) | "
+               "duplicate:ID (a second servo with that id: replies collide)")
 
 
 def parse_fault(spec: str, faults: Faults) -> None:
@@ -115,6 +118,8 @@ def parse_fault(spec: str, faults: Faults) -> None:
             if not 0 <= steps < STEPS_PER_TURN:
                 raise ValueError
             faults.place[_servo_id(args[0])] = steps
+        elif kind == "duplicate" and len(args) == 1:
+            faults.duplicate.append(_servo_id(args[0]))
         elif kind == "multiturn" and len(args) in (1, 2):
             faults.multi_turn[_servo_id(args[0])] = int(args[1]) if len(args) == 2 else 1
         else:
@@ -193,6 +198,10 @@ class SimulatedArm:
                 servo.position += STEPS_PER_TURN * self.faults.multi_turn[sid]
                 servo.travel = (servo.travel[0] + STEPS_PER_TURN * self.faults.multi_turn[sid],
                                 servo.travel[1] + STEPS_PER_TURN * self.faults.multi_turn[sid])
+        # A second servo set to an id already on the bus (a spare wired in, a servo setup-motors never
+        # saw alone): it hears every instruction and answers at the same instant as the first. Its
+        # shaft lies elsewhere, so only what both report alike (a PING, the model) arrives clean.
+        self.duplicates = {sid: self._twin(self.servos[sid]) for sid in self.faults.duplicate if sid in self.servos}
         self.adapter: Adapter = adapter(adapter_name)
         self._delivery: Delivery | None = None
         self._human: HumanMotion = default_human
@@ -213,6 +222,14 @@ class SimulatedArm:
         self.plugged = threading.Event()
         self.world = Path(world) if world else None
         self._world_seen: tuple[float, float] | None = None  # (when looked at, the file's mtime)
+
+    @staticmethod
+    def _twin(servo: Servo) -> Servo:
+        twin = Servo(servo.id, servo.get("Return_Delay_Time"), servo.travel)
+        twin.table[:] = servo.table
+        lo, hi = servo.travel
+        twin.position = lo + (hi - lo) / 3.0  # not where the first one is
+        return twin
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> SimulatedArm:
@@ -376,6 +393,8 @@ class SimulatedArm:
                          if host_baud in (None, s.baudrate) and not s.silent}
             goals = {sid: s.get("Goal_Position") for sid, s in listening.items()}
             replies = self._execute(packet, listening)
+            if self.duplicates:
+                replies = self._collide(replies, self._execute(packet, dict(self.duplicates)))
             for sid, servo in listening.items():
                 if servo.get("Goal_Position") != goals[sid]:
                     self.goal_writes.append((cursor, servo.id, servo.get("Goal_Position")))
@@ -393,6 +412,19 @@ class SimulatedArm:
         if chunks and self._delivery is not None:
             self._delivery.schedule(chunks)
             self.replies += 1
+
+    @staticmethod
+    def _collide(replies: list[tuple[Servo, bytes]], twins: list[tuple[Servo, bytes]]) -> list[tuple[Servo, bytes]]:
+        """Two servos answering at once on the half-duplex line: a low bit of either wins, so the
+        host reads the bitwise AND of both packets (the same bytes if they said the same)."""
+        theirs = {servo.id: reply for servo, reply in twins}
+        out = []
+        for servo, reply in replies:
+            twin = theirs.get(servo.id)
+            if twin is not None:
+                reply = bytes(a & b for a, b in zip(reply, twin, strict=False)) + reply[len(twin):]
+            out.append((servo, reply))
+        return out
 
     def _wire(self, n_bytes: int, baud: int) -> float:
         return p.wire_time_ns(n_bytes, baud) / 1e9 if self.wire_time else 0.0

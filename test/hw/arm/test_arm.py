@@ -232,6 +232,19 @@ def test_run_reconnects_with_backoff_after_an_unplug(tmp_path: Path) -> None:
         assert not loop.is_alive()
 
 
+def test_two_servos_at_one_id_are_named_and_end_the_driver(tmp_path: Path) -> None:
+    """A second servo at id 3: the arm's reads collide and the driver used to retry forever with a
+    bad-checksum error naming no servo. It names the id and the joint and stops (state.fatal: the
+    node ends with that line), for retrying cannot rewire an arm."""
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(duplicate=[3])) as arm:
+        driver = make_driver(arm, "follower")
+        assert not driver.connect()
+        assert driver.state.fatal.startswith(f"{arm.link}: two servos answer to id 3 (elbow_flex): their replies "
+                                             "collide"), driver.state.fatal
+        assert "setup-motors" in driver.state.fatal
+        assert not any(s.torque_on for s in arm.servos.values()), "nothing driven"
+
+
 def test_a_missing_port_is_an_error_naming_it(tmp_path: Path) -> None:
     cal = calibration("follower")
     port = str(tmp_path / "no_arm_here")

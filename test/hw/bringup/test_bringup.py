@@ -21,7 +21,7 @@ from teleop_flywheel.core.calibration import load_calibration
 from teleop_flywheel.hw.bringup.usb_adapter import SYSFS_ENV
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
-from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
 CLI = [sys.executable, "-m", "teleop_flywheel.cli"]
 
@@ -51,6 +51,22 @@ def test_setup_motors_refuses_more_than_one_servo(tmp_path: Path) -> None:
     assert "6 servos answer" in done.stderr and "connect exactly one servo" in done.stderr
     missing = cli("setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive")
     assert missing.returncode == 2 and "--joint" in missing.stderr
+
+
+def test_setup_motors_names_two_servos_at_one_id(tmp_path: Path) -> None:
+    """Two factory servos (both id 1) answer a broadcast PING as one: setup-motors used to go on and
+    give both the gripper's id, and the driver then failed to connect without saying why."""
+    link = tmp_path / "bench"
+    faults = Faults()
+    parse_fault("duplicate:1", faults)
+    with SimulatedArm("follower", factory_new=True, link=link, faults=faults) as arm:
+        with FeetechBus(str(link)) as bus:
+            assert bus.scan() == [1], "the broadcast PING sees one servo"
+        done = cli("setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive", "--joint", "gripper")
+        assert arm.servos[1].get("ID") == 1 and arm.duplicates[1].get("ID") == 1, "nothing written"
+    assert done.returncode == 1, done.stderr
+    line = one_error_line(done.stderr)
+    assert "two servos answer to id 1" in line and "connect exactly one servo" in line, line
 
 
 def test_calibrate_records_ranges_and_writes_eeprom_yaml_and_lerobot_json(tmp_path: Path) -> None:
