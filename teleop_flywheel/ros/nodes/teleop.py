@@ -76,8 +76,8 @@ from teleop_flywheel.core.labels import (
     trigger_code,
 )
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
-from teleop_flywheel.core.safety import CommandGuard, JointLimits
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.safety import CommandGuard, JointLimits, nearest_turn
+from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_NAMES
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     AUTHORITY_FIELDS,
@@ -176,6 +176,7 @@ class TeleopNode(Node):
         self.arms = ArmPair(leader, follower)
         limits = JointLimits.from_dict(follower.rad_limits()) if follower else JointLimits.unbounded()
         self.guard = CommandGuard(JOINT_NAMES, limits, max_speed=p.max_speed_rad_s)
+        self._turning = [JOINT_NAMES.index(name) for name in FULL_TURN_JOINTS]
         self._latched = {"estop": "", "pedal": ""}  # holds only ~/reset ends (the pedal's also its return)
         self._arm_holds: dict[str, str] = {}  # role -> what its driver says while it holds
         self._pedal_lost = False
@@ -232,14 +233,24 @@ class TeleopNode(Node):
         if positions is None:
             return
         with self._lock:  # ROS time back to monotonic: staleness
-            self.blender.human(self.arms.to_follower(positions), msg_stamp_ns(msg))
+            self.blender.human(self._near_follower(self.arms.to_follower(positions)), msg_stamp_ns(msg))
             self._tick(now_ns())
 
     def _on_policy(self, msg: JointState) -> None:
         positions = _ordered(msg)
         if positions is not None:
             with self._lock:
-                self.blender.policy(positions, msg_stamp_ns(msg))
+                self.blender.policy(self._near_follower(positions), msg_stamp_ns(msg))
+
+    def _near_follower(self, positions: list[float]) -> list[float]:
+        """A full-turn joint (wrist_roll) of an input taken modulo a turn nearest the command last
+        sent (else the follower's state): a leader and a policy a turn apart as read across the
+        encoder's seam are one pose, and the blend between them must not sweep the long way."""
+        reference = self.guard.sent or self._follower
+        if reference is not None:
+            for i in self._turning:
+                positions[i] = nearest_turn(positions[i], reference[i])
+        return positions
 
     def _on_follower(self, msg: JointState) -> None:
         positions = _ordered(msg)

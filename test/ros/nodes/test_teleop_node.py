@@ -33,6 +33,7 @@ from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
 from teleop_flywheel.core.clock import now_ns, to_ros_ns  # noqa: E402
 from teleop_flywheel.core.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
+from teleop_flywheel.core.safety import TURN_RAD  # noqa: E402
 from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.ros.commands.run import end_process  # noqa: E402
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns, stamp  # noqa: E402
@@ -527,6 +528,23 @@ def test_a_pedal_process_killed_while_the_policy_drives_holds_and_is_reported(te
         pedal.kill()
         pedal.wait()
         foot.close()
+
+
+def test_a_takeover_across_wrist_rolls_seam_takes_the_short_way(teleop_factory) -> None:
+    """Policy at +3.10 rad, leader at -3.10 (0.08 rad away the short way, across the seam): the
+    takeover's blend used to sweep wrist_roll the long way round, through 0."""
+    probe = teleop_factory()
+    wrist: list[float] = []
+    probe.node.create_subscription(JointState, "/follower/joint_command", lambda m: wrist.append(m.position[4]),
+                                   STREAM_QOS)
+    probe.inputs.update(policy=3.10, follower=3.10, leader=-3.10)
+    probe.drive(lambda: bool(wrist) and wrist[-1] == pytest.approx(3.10), "the policy holding the wrist at 3.10")
+    start = len(wrist)
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    probe.drive(lambda: wrist[-1] == pytest.approx(-3.10 + TURN_RAD, abs=1e-6), "the wrist at the leader's angle",
+                DOWN)
+    swept = wrist[start:]
+    assert min(swept) > 3.0 and max(swept) < 3.3, f"the wrist went {min(swept):.2f}..{max(swept):.2f} rad"
 
 
 def test_a_held_arm_holds_the_teleop_node(teleop_factory) -> None:
