@@ -463,6 +463,9 @@ class TeleopNode(Node):
         values["held"] = self._held()
         values.update((self.realtime or Realtime(0, 0, False)).values)
         values["pedal_lost"] = self._pedal_lost
+        # How old the pedal node's last message is (None: never heard, so a silence is not watched).
+        values["pedal_heard_ms_ago"] = (None if self._pedal_heard_ns is None
+                                        else round((now_ns() - self._pedal_heard_ns) / 1e6))
         if self._hold_reason:
             message = f"holding: {self._hold_reason}"
         elif holds:

@@ -494,7 +494,11 @@ def test_a_pedal_process_killed_while_the_policy_drives_holds_and_is_reported(te
     probe = teleop_factory(max_speed_rad_s=0.4)  # policy mode: a move of 1 rad takes 2.5 s
     faults: list[DiagnosticStatus] = []
     beats: list[int] = []
+    heard: list[str] = []  # the teleop node's pedal_heard_ms_ago, once a second
     probe.node.create_subscription(DiagnosticStatus, "/teleop/fault", faults.append, LATCHED_QOS)
+    probe.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: heard.extend(
+        kv.value for st in m.status if "authority" in st.name for kv in st.values
+        if kv.key == "pedal_heard_ms_ago"), 50)
     probe.node.create_subscription(Joy, "/pedal/joy", lambda m: beats.append(now_ns())
                                    if m.header.frame_id == "pedal_heartbeat" else None, STREAM_QOS)
 
@@ -504,13 +508,21 @@ def test_a_pedal_process_killed_while_the_policy_drives_holds_and_is_reported(te
 
     pedal = pedal_node()
     try:
-        probe.drive(lambda: len(beats) >= 5 and bool(probe.commands), "the policy driving, the pedal beating")
+        # The teleop node must have heard the pedal (its discovery of the new node may come later
+        # than the probe's): a pedal never heard is not watched.
+        probe.drive(lambda: bool(probe.commands) and bool(heard) and heard[-1] != "None",
+                    "the policy driving, the teleop node hearing the pedal")
         probe.inputs["policy"] = 1.0
         probe.drive(lambda: probe.commands[-1][1] > 0.05, "the move toward 1.0 under way")
         t_kill = now_ns()
         pedal.kill()
         pedal.wait()
-        probe.drive(lambda: any("pedal is silent" in m for _l, m in probe.diagnostics), "the silent pedal reported")
+        try:
+            probe.drive(lambda: any("pedal is silent" in m for _l, m in probe.diagnostics), "the silent pedal reported",
+                        timeout=20.0)
+        except AssertionError:
+            raise AssertionError(f"no hold; the teleop node said {probe.diagnostics[-3:]}, heard {heard[-3:]}, "
+                                 f"{len(beats)} beats") from None
         t_check = now_ns()
         probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while held")
         cmds = probe.commands_since(t_kill - 200_000_000)
