@@ -4,8 +4,9 @@ A driver stops on Ctrl-C, SIGTERM or its supervisor's death (the parent-death si
 Letting go at once — what LeRobot's `disconnect` does — drops a raised SO-101: shoulder_lift carries
 22 % of its servo's torque in gravity, and a limp joint falls to its stop (1.8 rad, measured on the
 simulator). So by default the driver parks: it moves the arm to its rest pose through the command
-guard (the soft start: the speed limit, goal − present bounded) and lets go only once every joint is
-there. Why park and not hold by default: a holding arm keeps its servos powered with no driver
+guard (the soft start: the speed limit, goal − present bounded) and lets go only once every body
+joint is there (the gripper is sent to its rest value but not waited for: an object in its jaws
+may stop it). Why park and not hold by default: a holding arm keeps its servos powered with no driver
 watching them (no fault latched, no temperature read, no watchdog) until somebody cuts the supply;
 at rest the arm is safe limp and nothing is left running unwatched.
 
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.so101 import BODY_JOINTS, JOINT_NAMES
 from teleop_flywheel.hw.feetech.bus import BusError
 
 if TYPE_CHECKING:
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
 
 PARK_TIMEOUT_S = 8.0  # the longest move (~3 rad at 2 rad/s) with room; well within a node's stop bound
 PARK_RATE_HZ = 100.0
-ARRIVED_RAD = 0.1  # every joint this close to its rest goal (gravity sags shoulder and elbow ~0.05 rad)
+ARRIVED_RAD = 0.1  # every body joint this close to its rest goal (gravity sags shoulder and elbow ~0.05 rad)
+# The gripper is sent to its rest value but not waited for: an object in its jaws may stop it, and
+# limp it holds nothing up.
+BODY = [JOINT_NAMES.index(name) for name in BODY_JOINTS]
 
 
 def park(driver: ArmDriver, rest: Sequence[float] | None) -> str:
@@ -54,7 +58,7 @@ def park(driver: ArmDriver, rest: Sequence[float] | None) -> str:
             sent = driver.guard.sent or []
             if (len(reading.names) == len(JOINT_NAMES)
                     and all(abs(s - g) < 1e-9 for s, g in zip(sent, goal, strict=True))
-                    and all(abs(p - g) < ARRIVED_RAD for p, g in zip(reading.positions, goal, strict=True))):
+                    and all(abs(reading.positions[i] - goal[i]) < ARRIVED_RAD for i in BODY)):
                 return ""
             time.sleep(1.0 / PARK_RATE_HZ)
     except BusError as exc:

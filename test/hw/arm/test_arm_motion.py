@@ -12,7 +12,7 @@ from support.procs import wait_for
 
 from hw.arm.test_arm import calibration, make_driver
 from hw.arm.test_arm_faults import keep_commanding, running
-from teleop_flywheel.core.calibration import parse_calibration
+from teleop_flywheel.core.calibration import RAD_PER_STEP, parse_calibration
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
@@ -85,3 +85,26 @@ def test_a_joint_resting_outside_its_range_stays_still_until_the_operator_resets
             wait_for(lambda: arm.servos[1].get("Present_Position") >= 2298, 10, "the pan brought into its range")
         peak = shaft.stop()
         assert peak <= 2.0 * 1.05, f"brought in at {peak:.2f} rad/s"
+
+
+def test_the_arm_parks_at_exit_with_an_object_in_its_jaws(tmp_path: Path) -> None:
+    """An object between the jaws stops the gripper short of its rest value: the park used to wait
+    for it 8 s and then leave the arm holding; the body parks and lets go."""
+    with SimulatedArm("follower", link=tmp_path / "follower", grip_object=2800.0) as arm:
+        wait_for(lambda: arm.servos[2].position < 1500 and arm.servos[2].velocity == 0, 10,
+                 "the limp shoulder come to rest (where gravity no longer beats friction)")
+        rest = arm.servos[2].position
+        said: list[str] = []
+        driver = make_driver(arm, "follower", log=lambda _level, message: said.append(message))
+        with running(driver) as readings:
+            target = list(readings[-1].positions)
+            target[1] += 1.0  # shoulder raised
+            target[5] += 0.6  # jaws open past the object (the gripper rests below it)
+            keep_commanding(driver, lambda: target, 5.0, until=lambda: arm.servos[6].position > 2900
+                            and arm.servos[2].position > rest + 0.9 / RAD_PER_STEP)
+            t0 = time.monotonic()
+        took = time.monotonic() - t0  # running() closes the driver: the park
+        assert not any(s.torque_on for s in arm.servos.values()), f"parked and released: {said[-1:]}"
+        # let go within 0.1 rad of rest (parking.ARRIVED_RAD), where it settles
+        assert abs(arm.servos[2].position - rest) * RAD_PER_STEP < 0.11 and took < 4.0, (arm.servos[2].position, took)
+        assert 2795 < arm.servos[6].position < 2900, "the jaws closed toward the object, never through it"
