@@ -8,11 +8,12 @@ was told to move at, over 100 ms windows so neither a step of rounding nor the s
 a speed) and from its shaft (sampled every 2 ms), for:
 
 - the driver as configured by default (`max_speed_rad_s` 2.0, `acceleration` 100, and the servo's
-  own Goal_Velocity 10 % above it);
+  own Goal_Velocity at that limit);
 - the baseline of the same run: the limit the driver had before (0.05 rad per tick at 200 Hz,
   10 rad/s) with LeRobot's Acceleration 254 — what a far first command did then.
 
-Target (SPEC §9): the peak commanded speed ≤ the configured approach speed (default 2 rad/s).
+Target (SPEC §9, issue 34): the peak commanded speed and the shaft's peak speed both ≤ the
+configured approach speed (default 2 rad/s) + 5 %.
 Usage: `python bench/soft_start.py [--out bench/results/soft_start.json]`
 """
 from __future__ import annotations
@@ -94,7 +95,8 @@ def run(out: Path) -> dict:
         "baseline_0.05_rad_per_tick_acc254": approach(0.05 * RATE_HZ, 254),
         "servo_top_speed_rad_s": 4.7,
     }
-    result["met"] = result["default"]["commanded_peak_rad_s"] <= configured * 1.05
+    result["met"] = max(result["default"]["commanded_peak_rad_s"], result["default"]["shaft_peak_rad_s"]) \
+        <= configured * 1.05
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result

@@ -12,6 +12,7 @@ Stable API (other modules import it):
     guard.stale(now_ns) / guard.reset(present)   # watchdog state / re-seed after reconnect
     guard.restart_from(present)                  # continue from where the arm is, keeping the target
     guard.hold()                                 # stop where the last sent command is, now
+    nearest_turn(angle, reference)               # the angle ± whole turns nearest the reference
 
 `step()` returns, per joint in `joint_names` order: the latest target clamped to limits, then
 moved toward from the last *sent* value at no more than `max_speed` (rad/s, over the monotonic time
@@ -19,10 +20,14 @@ since the previous step, counted at most `max_dt_ns`: a loop that stalled does n
 then kept within `max_relative` of the `present` position (LeRobot's `max_relative_target`: a joint
 that is blocked or lagging is never asked for more than that). So every far target — the first
 command after start, a replugged leader, a policy's first command, an authority change — is a move
-at bounded speed, never a snap. When no command has arrived within `watchdog_ns`, the target becomes
-the last sent value (hold): the arm never keeps chasing an old target and nothing is extrapolated.
-Before the first command the guard holds the `present` position given to `step()`/`reset()`. Any
-feature can be disabled: `max_speed=None`, `max_relative=None`, `watchdog_ns=None`, or
+at bounded speed, never a snap. A joint that turns fully (`so101.FULL_TURN_JOINTS`: wrist_roll)
+takes its target modulo a turn, the representative nearest its last sent value, before the limits:
+two arms 1° apart on either side of the encoder's seam read a turn apart, and the follower must
+take the short way (stopping at the end of its range if that way leaves it), never the long one.
+When no command has arrived within `watchdog_ns`, the target becomes the last sent value (hold):
+the arm never keeps chasing an old target and nothing is extrapolated. Before the first command the
+guard holds the `present` position given to `step()`/`reset()`. Any feature can be disabled:
+`max_speed=None`, `max_relative=None`, `watchdog_ns=None`, `turning=()`, or
 `JointLimits.unbounded()`.
 """
 from __future__ import annotations
@@ -30,6 +35,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, RAD_PER_STEP, STEPS_PER_TURN
+
+TURN_RAD = STEPS_PER_TURN * RAD_PER_STEP  # one shaft turn in joint radians (LeRobot's 4095 divisor: not 2π)
+
+
+def nearest_turn(angle: float, reference: float) -> float:
+    """`angle` plus or minus whole turns: the one nearest `reference`."""
+    return reference + math.remainder(angle - reference, TURN_RAD)
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,7 @@ class GuardStats:
     rate_limited: int = 0
     relative_limited: int = 0
     stale_ticks: int = 0
+    rejected: int = 0  # commands dropped whole for a value that is not a finite number
 
 
 class CommandGuard:
@@ -85,6 +100,7 @@ class CommandGuard:
         max_relative: float | None = None,
         watchdog_ns: int | None = None,
         max_dt_ns: int = 50_000_000,
+        turning: Iterable[str] = FULL_TURN_JOINTS,
     ) -> None:
         for name, value in (("max_speed", max_speed), ("max_relative", max_relative), ("watchdog_ns", watchdog_ns)):
             if value is not None and value <= 0:
@@ -92,6 +108,8 @@ class CommandGuard:
         self.joint_names = list(joint_names)
         self.limits = limits
         self._bounds = [limits.bounds.get(name) for name in self.joint_names]
+        turns = set(turning)
+        self._turning = [name in turns for name in self.joint_names]  # targets taken modulo a turn
         self.max_speed = max_speed
         self.max_relative = max_relative
         self.watchdog_ns = watchdog_ns
@@ -120,14 +138,20 @@ class CommandGuard:
         if self._sent is not None:
             self._target = dict(zip(self.joint_names, self._sent, strict=True))
 
-    def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> None:
-        """Record a new target; unknown names are ignored, missing joints keep their target."""
+    def command(self, names: Iterable[str], positions: Iterable[float], stamp_ns: int) -> bool:
+        """Record a new target; unknown names are ignored, missing joints keep their target. A
+        command with a value that is not a finite number (NaN, ±inf) for any known joint is dropped
+        whole (False) and does not count as a command: its sender is broken, and the watchdog must
+        hold the arm when nothing else comes, as if it had sent nothing."""
         known = set(self.joint_names)
-        for name, value in zip(names, positions, strict=False):
-            if name in known and math.isfinite(value):
-                self._target[name] = float(value)
+        wanted = {name: float(value) for name, value in zip(names, positions, strict=False) if name in known}
+        if not all(math.isfinite(value) for value in wanted.values()):
+            self.stats.rejected += 1
+            return False
+        self._target.update(wanted)
         self._last_command_ns = stamp_ns
         self.stats.commands += 1
+        return True
 
     @property
     def last_command_ns(self) -> int | None:
@@ -169,6 +193,8 @@ class CommandGuard:
             if wanted is None:
                 out.append(previous)
                 continue
+            if self._turning[i]:
+                wanted = nearest_turn(wanted, previous)
             target = wanted
             bounds = self._bounds[i]
             if bounds is not None:

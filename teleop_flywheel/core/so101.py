@@ -20,6 +20,9 @@ JOINT_IDS: dict[str, int] = {name: i + 1 for i, name in enumerate(JOINT_NAMES)}
 SERVO_IDS: tuple[int, ...] = tuple(JOINT_IDS[n] for n in JOINT_NAMES)
 GRIPPER = "gripper"
 BODY_JOINTS: tuple[str, ...] = JOINT_NAMES[:-1]
+# Joints that turn a whole turn: their encoder's 0/4095 seam lies within reach, so an angle and the
+# same angle ± a turn are one pose (LeRobot calibrates wrist_roll's range as the full 0..4095).
+FULL_TURN_JOINTS: tuple[str, ...] = ("wrist_roll",)
 
 MODEL_NUMBER = 777  # STS3215
 STEPS_PER_TURN = 4096

@@ -25,6 +25,9 @@ AUTHORITY = "teleop/authority"  # name [alpha, mode, intervention_id, trigger], 
 AUTHORITY_FIELDS = ("alpha", "mode", "intervention_id", "trigger")  # authority names; mode, trigger: labels codes
 INTERVENTION = "teleop/intervention"  # one JSON event per takeover start, end and label change
 PEDAL_JOY = "pedal/joy"  # buttons[0] takeover, [1..5] trigger labels, none = pedal lost; stamp = kernel event time
+PEDAL_FRAME = "pedal"  # frame_id of the pedal node's edges (stamp: the kernel's event time)
+PEDAL_HEARTBEAT_FRAME = "pedal_heartbeat"  # its last state again at 10 Hz (stamp: when sent)
+TELEOP_FAULT = "teleop/fault"  # DiagnosticStatus, latched, on change: what holds the follower (OK: nothing)
 CAMERA_PREFIX = "cameras/"  # cameras/<name>/image/compressed: JPEG; stamp = capture time
 # Global by ROS convention, in every namespace.
 DIAGNOSTICS = "/diagnostics"  # every node: rates, drops, bus errors, temperatures

@@ -333,7 +333,7 @@ BENCH_LINES: dict[str, Any] = {
     ),
     "soft_start": lambda d: (
         f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
-        f"configured {d['configured_speed_rad_s']:g} rad/s; "
+        f"configured {d['configured_speed_rad_s']:g} rad/s + 5 %, commanded and at the shaft; "
         f"commanded {d['default']['commanded_peak_rad_s']:.2f} rad/s, "
         f"shaft {d['default']['shaft_peak_rad_s']:.2f} rad/s, there in {d['default']['time_to_target_s']:.2f} s "
         f"(before: commanded {d['baseline_0.05_rad_per_tick_acc254']['commanded_peak_rad_s']:.1f} rad/s, shaft at the "

@@ -5,7 +5,7 @@ from itertools import pairwise
 
 import pytest
 
-from teleop_flywheel.core.safety import CommandGuard, JointLimits, limit_step
+from teleop_flywheel.core.safety import TURN_RAD, CommandGuard, JointLimits, limit_step, nearest_turn
 
 NAMES = ["a", "b"]
 MS = 1_000_000
@@ -105,3 +105,35 @@ def test_hold_stops_a_rate_limited_move_where_it_is() -> None:
     assert guard.step([0.0, 0.0], 40 * MS) == pytest.approx([0.2, 0.2])
     guard.command(NAMES, [1.0, 1.0], 40 * MS)  # a fresh command moves on from there
     assert guard.step([0.0, 0.0], 50 * MS) == pytest.approx([0.3, 0.3])
+
+
+def test_a_command_with_nan_is_dropped_whole_and_does_not_feed_the_watchdog() -> None:
+    """A broken sender's NaN is not a sign of life: its last good target goes stale and holds."""
+    guard = CommandGuard(NAMES, JointLimits.unbounded(), max_speed=10.0, watchdog_ns=100 * MS)
+    assert guard.command(NAMES, [1.0, 1.0], 0)
+    guard.step([0.0, 0.0], 0)
+    for k in range(1, 30):  # NaN (and inf) every 10 ms for 290 ms
+        assert not guard.command(NAMES, [float("nan") if k % 2 else float("inf"), 0.5], k * 10 * MS)
+    assert guard.stats.rejected == 29 and guard.stats.commands == 1
+    assert guard.last_command_ns == 0 and guard.stale(150 * MS)
+    assert guard.step([0.0, 0.0], 10 * MS) == pytest.approx([0.1, 0.1])  # b kept its good target, not 0.5
+    assert guard.step([0.0, 0.0], 150 * MS) == pytest.approx([0.1, 0.1])  # stale: held where it was sent
+    assert guard.step([0.0, 0.0], 300 * MS) == pytest.approx([0.1, 0.1])
+
+
+def test_a_full_turn_joint_takes_the_short_way_within_its_range() -> None:
+    """wrist_roll: a target a turn away as read is the same pose; the short way leaves the range
+    here, so it stops at the range's end instead of turning the long way round."""
+    turn = TURN_RAD
+    limits = JointLimits.from_dict({"wrist_roll": (-turn / 2, turn / 2), "a": (-turn / 2, turn / 2)})
+    guard = CommandGuard(["wrist_roll", "a"], limits, max_speed=2.0)
+    guard.step([-3.10, -3.10], 0)
+    guard.command(["wrist_roll", "a"], [3.12, 3.12], 0)  # 0.06 rad apart across the seam
+    out = [guard.step([-3.10, -3.10], k * 10 * MS) for k in range(1, 400)]
+    assert out[-1][0] == pytest.approx(-turn / 2) and min(o[0] for o in out) >= -turn / 2
+    assert out[-1][1] == pytest.approx(3.12)  # a joint with end stops goes where it is told
+    guard.command(["wrist_roll"], [3.12 + 0.5], 0)  # a turn on from -2.66, inside the range: followed there
+    out = [guard.step([-3.10, -3.10], (400 + k) * 10 * MS) for k in range(1, 100)]
+    assert out[-1][0] == pytest.approx(3.62 - turn) and max(o[0] for o in out) <= 3.62 - turn + 1e-9
+    assert nearest_turn(3.0 + turn, 2.9) == pytest.approx(3.0)
+    assert nearest_turn(-3.1, 3.1) == pytest.approx(-3.1 + turn)

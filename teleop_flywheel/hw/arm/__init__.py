@@ -1,6 +1,7 @@
 """One SO-101 arm on a Feetech bus, without ROS: the driver's policy (`driver.py`), the servos it
 drives (`servos.py`), its settings (`config.py`), what it writes to them at connect (`settings.py`), its faults
-(`faults.py`), its health (`health.py`) and the gripper's force limit (`grasp.py`)."""
+(`faults.py`), its health (`health.py`), the gripper's force limit (`grasp.py`) and what the arm does when
+the driver stops (`parking.py`)."""
 from teleop_flywheel.hw.arm.config import ROLES, ArmConfig, effective_limits
 from teleop_flywheel.hw.arm.driver import ArmDriver
 from teleop_flywheel.hw.arm.health import Health

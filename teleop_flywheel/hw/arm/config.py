@@ -11,6 +11,10 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import settings
 
 ROLES = ("leader", "follower")
+# What an arm does when its driver stops (Ctrl-C, SIGTERM, the supervisor's death): `park` moves it
+# to its rest pose at the speed limit and then lets go; `hold` leaves the servos holding where they
+# are; `release` lets go at once (a raised arm falls). `parking.py` has why `park` is the default.
+EXIT_ACTIONS = ("park", "hold", "release")
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,17 @@ class ArmConfig:
     temperature_warn_c: float = 55.0
     temperature_stop_c: float = 65.0  # below the servo's own 70 °C cut-off: the driver holds first
     estop_cuts_torque: bool = False  # an e-stop holds the arm (False) or lets it fall limp (True)
+    exit_action: str = "park"  # EXIT_ACTIONS
+    rest_pose: tuple[float, ...] | None = None  # radians, joint order; None: where the arm was found limp at start
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.exit_action not in EXIT_ACTIONS:
+            raise ValueError(f"exit_action must be one of {EXIT_ACTIONS}, got {self.exit_action!r}")
+        if self.rest_pose is not None and len(self.rest_pose) != len(JOINT_NAMES):
+            raise ValueError(f"rest_pose needs {len(JOINT_NAMES)} values (radians, joint order), "
+                             f"got {len(self.rest_pose)}")
         if not 0 <= self.acceleration <= 254:
             raise ValueError(f"acceleration must be within 0..254, got {self.acceleration}")
         if not self.temperature_warn_c <= self.temperature_stop_c:

@@ -44,7 +44,8 @@ e-stop, torque, reconnect.
   the last good reading (a loop that stopped getting readings is WARN and then ERROR naming the
   port, however good its average rate was), faults, e-stop, temperatures, and counters since start
   (ticks, overruns — ticks that ended after the next was due —, reads with their latency counted
-  per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close(torque_on_exit)`.
+  per `health.READ_BUCKETS_MS`, what a Prometheus histogram is rebuilt from); `close()`: park at the
+  rest pose then release torque, or hold, or release (`ArmConfig.exit_action`, `parking.py`).
 
 A serial failure never raises out of `run()`: it becomes state (`connected`, `last_error`) that
 `health()` reports, naming the port; any other exception ends the loop as `state.fatal` (an ERROR,
@@ -64,9 +65,17 @@ from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.hw.arm import settings
 from teleop_flywheel.hw.arm.config import ArmConfig
-from teleop_flywheel.hw.arm.faults import PROTECTION_BITS, Fault, status_cause, supply_fault, temperature_fault
+from teleop_flywheel.hw.arm.faults import (
+    PROTECTION_BITS,
+    Fault,
+    outside_range,
+    status_cause,
+    supply_fault,
+    temperature_fault,
+)
 from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
+from teleop_flywheel.hw.arm.parking import park
 from teleop_flywheel.hw.arm.servos import ArmServos, CalibrationMismatch, Log, Reading
 from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable
 
@@ -123,6 +132,7 @@ class ArmDriver:
         self._off: set[int] = set()  # servos known to be without torque: no goal is written to them
         self._estop_asked_ns: int | None = None  # when an e-stop's read-back first did not match
         self._limp_checked_ns = 0  # when a limp-looking joint last made the torque be read at once
+        self._found_limp: list[float] | None = None  # the pose at the first connect, if every servo was limp
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
 
@@ -187,7 +197,12 @@ class ArmDriver:
                 self.state.connected, self.state.fatal = False, str(exc)
             return False
         except BusError as exc:
+            duplicate = self.servos.duplicated() if isinstance(exc, BusTimeout) else ""
             self.bus.close()
+            if duplicate:  # wiring, not a glitch: retrying cannot help; the owner ends with this reason
+                with self._lock:
+                    self.state.connected, self.state.fatal = False, duplicate
+                return False
             with self._lock:
                 first = not self._ever_connected and self.state.last_error != str(exc)
                 self.state.connected, self.state.last_error = False, str(exc)
@@ -225,11 +240,14 @@ class ArmDriver:
         self._latch_refused(refused)
         servos.write_ram(self.config.acceleration, speed)  # before any torque comes on
         torque = servos.registers("Torque_Enable")
+        limp = not any(torque.values())  # found unpowered: its pose is one it rests in (`parking.py`)
         goals = servos.registers("Goal_Position")
         present = self.read().positions
         with self._lock:
             holding = self.state.holding
         on = [sid for sid in servos.ids if torque[sid]]
+        if limp and not self._ever_connected:
+            self._found_limp = list(present)
         if self.role == "follower" and holding:
             seed = present  # held: goals where the arm is, torque left as it is (or cut, as the e-stop asks)
             servos.write_goals(present, on)
@@ -241,7 +259,10 @@ class ArmDriver:
             # the others hold where they are.
             seed = [float(j.raw_to_rad(goals[j.id])) if torque[j.id] else present[i]
                     for i, j in enumerate(self.calibration.joints)]
-            off = [sid for sid in servos.ids if not torque[sid]]
+            outside = outside_range(self.calibration, present, [sid for sid in servos.ids if not torque[sid]])
+            off = [sid for sid in servos.ids if not torque[sid] and sid not in {f.servo_id for f in outside}]
+            for fault in outside:
+                self._latch(fault)
             if off:
                 servos.write_goals(present, off)
                 servos.set_torque(off, True)
@@ -598,6 +619,7 @@ class ArmDriver:
                 "retries": stats.retries, "timeouts": stats.timeouts, "bad_checksums": stats.bad_checksums,
                 "commands": guard.commands, "clamped": guard.clamped, "rate_limited": guard.rate_limited,
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
+                "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
@@ -608,10 +630,22 @@ class ArmDriver:
             if self.state.connected:
                 self.state.last_error = ""
 
-    def close(self, torque_on_exit: bool = False) -> None:
-        """Release torque (unless `torque_on_exit`), checked per servo, and close the port. Call
-        after `run()` returned."""
-        if self.state.connected and not torque_on_exit:
+    def close(self, exit_action: str | None = None) -> None:
+        """Stop as `exit_action` (default `config.exit_action`) says: park, then release torque; hold;
+        or release at once (`parking.py`). A release is checked per servo; a park that cannot be
+        made holds, and says why. Then close the port. Call after `run()` returned."""
+        action = exit_action or self.config.exit_action
+        release = True
+        if self.state.connected and self.state.torque and action != "release":
+            rest = self.config.rest_pose or self._found_limp
+            why = "exit_action is hold" if action == "hold" else park(self, rest)
+            release = not why
+            if why:
+                self._log("error" if action == "park" else "info",
+                          f"{self.port}: torque left on at exit, the arm holding where it is: {why}")
+            else:
+                self._log("info", f"{self.port}: parked at the rest pose; releasing torque")
+        if self.state.connected and release:
             try:
                 self.servos.set_torque(self.servos.active, False)
             except BusError as exc:

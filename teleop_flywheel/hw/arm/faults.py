@@ -9,16 +9,25 @@ that only an operator's reset ends (`ArmDriver.reset`). The driver latches a fau
   overcurrent, overload);
 - a servo that should hold reads Torque_Enable 0 (it cut its torque, or rebooted);
 - a servo stops answering (the others keep being read: it is named, not the whole arm blinded);
-- a temperature reaches `temperature_stop_c` (a temperature from `temperature_warn_c` is a warning).
+- a temperature reaches `temperature_stop_c` (a temperature from `temperature_warn_c` is a warning);
+- a follower's limp joint is found resting outside its calibrated range at connect (`outside_range`):
+  torque on would move it to the range's edge at once, so it stays limp until the operator's reset
+  (which then brings it in at the speed limit) or a calibration that covers where it rests.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.hw.arm.settings import Supply
 from teleop_flywheel.hw.feetech.control_table import error_names
 
 PROTECTION_BITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+# A joint this far beyond its calibrated range rests outside it; closer is the edge itself (a joint
+# on the stop it was calibrated against reads a step or two past the range recorded).
+RANGE_SLACK_RAD = 0.02
 
 
 @dataclass(frozen=True)
@@ -86,3 +95,18 @@ def temperature_fault(joint: str, servo_id: int, celsius: float, warn_c: float, 
     else:
         latch.warnings.pop(joint, None)
     return None
+
+
+def outside_range(calibration: ArmCalibration, positions: Sequence[float], ids: Sequence[int]) -> list[Fault]:
+    """A Fault for each of the servos `ids` whose joint (`positions`, radians in joint order) rests
+    more than RANGE_SLACK_RAD outside its calibrated range."""
+    out = []
+    for joint, rad in zip(calibration.joints, positions, strict=True):
+        lo, hi = joint.rad_range()
+        if joint.id in ids and not lo - RANGE_SLACK_RAD <= rad <= hi + RANGE_SLACK_RAD:
+            edge = lo if rad < lo else hi
+            out.append(Fault(joint.name, joint.id, f"rests {math.degrees(abs(rad - edge)):.1f}° outside its calibrated "
+                                                   "range: left limp, nothing moves until ~/reset (it then comes "
+                                                   "to the range's edge at the speed limit) or a calibration that "
+                                                   "covers where it rests"))
+    return out

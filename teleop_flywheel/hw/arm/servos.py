@@ -99,6 +99,17 @@ class ArmServos:
         """Read every servo again (after a reconnect or the operator's reset)."""
         self.active = list(self.ids)
 
+    def duplicated(self) -> str:
+        """After a read of the arm failed: the ids two servos answer to, named, with what to do
+        ("" if none is)."""
+        both = [sid for sid in self.ids if self.bus.duplicated(sid)]
+        if not both:
+            return ""
+        names = ", ".join(f"id {sid} ({self.name(sid)})" for sid in both)
+        return (f"{self.port}: two servos answer to {names}: their replies collide, so the arm cannot be "
+                "read; disconnect the servos, give each its own id with teleop-flywheel setup-motors (one "
+                "servo connected at a time) and connect them again")
+
     # -- identity, calibration, settings ------------------------------------------------------
     def check_models(self) -> None:
         models = self.bus.sync_read_register("Model_Number", self.ids)

@@ -19,6 +19,7 @@ bands of each arm's nominal voltage (`SUPPLY`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP
@@ -33,10 +34,10 @@ OPERATING: dict[str, int] = {"Return_Delay_Time": 0, "Operating_Mode": 0, "P_Coe
 GRIPPER_PROTECTION: dict[str, int] = {"Max_Torque_Limit": 500, "Protection_Current": 250, "Overload_Torque": 25}
 EEPROM_END = register("Torque_Enable").address
 DEFAULT_ACCELERATION = 100  # 100 steps/s² units: ~15 rad/s², 2 rad/s reached in 0.13 s (254 = the servo's snap)
-# The servo's own speed limit (Goal_Velocity, steps/s) is the driver's speed limit with this much
-# room to catch up: a servo lagging its command speeds up to close the gap, and without its own
-# limit it would do so at its top speed (~4.7 rad/s), whatever the commands' speed.
-SERVO_SPEED_MARGIN = 1.1
+# The servo's own speed limit (Goal_Velocity, steps/s) is the driver's speed limit itself, rounded
+# down: without it a servo lagging its command closes the gap at its top speed (~4.7 rad/s); with
+# room above the limit the shaft runs above it (2.2 rad/s under a 2 rad/s command at 1.1x). A
+# servo that lags at the limit arrives a little later, never faster than the limit.
 MAX_GOAL_VELOCITY = 32767  # below Goal_Velocity's sign bit
 
 
@@ -44,7 +45,7 @@ def servo_speed(max_speed_rad_s: float | None) -> int:
     """Goal_Velocity (steps/s) for a driver speed limit; 0 (the servo's top speed) without one."""
     if max_speed_rad_s is None:
         return 0
-    return min(int(round(SERVO_SPEED_MARGIN * max_speed_rad_s / RAD_PER_STEP)), MAX_GOAL_VELOCITY)
+    return min(max(1, math.floor(max_speed_rad_s / RAD_PER_STEP)), MAX_GOAL_VELOCITY)
 
 
 EEPROM_ATTEMPTS = 3  # writes of one EEPROM value that does not read back, then a latched fault

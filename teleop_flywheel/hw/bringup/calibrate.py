@@ -49,13 +49,12 @@ from teleop_flywheel.core.calibration import (
 )
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError, one_line
 from teleop_flywheel.core.files import create_exclusive
-from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
+from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, clear_multi_turn, require_port
 from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus, PortUnavailable
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
 
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
-FULL_TURN_JOINTS = ("wrist_roll",)
 IDS = [JOINT_IDS[n] for n in JOINT_NAMES]
 NAMES = dict(zip(IDS, JOINT_NAMES, strict=True))
 CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")
@@ -156,16 +155,22 @@ def calibrate(bus: FeetechBus, arm_id: str, seconds: float | None = None, prompt
 
 def _procedure(bus: FeetechBus, arm_id: str, seconds: float | None, prompt: TextIO | None,
                answers: TextIO | None) -> ArmCalibration:
-    def ask(text: str) -> None:
-        if seconds is None and prompt is not None and answers is not None:
+    interactive = seconds is None and prompt is not None and answers is not None
+
+    def say(text: str) -> None:
+        if interactive:
+            assert prompt is not None
             prompt.write(text)
             prompt.flush()
-            answers.readline()
 
     unlock_and_reset(bus)
-    ask("Move the arm to the MIDDLE of its range of motion (see docs/arm_driver.md), then press Enter.\n")
+    say("Move the arm to the MIDDLE of its range of motion (see docs/arm_driver.md), then press Enter.\n")
+    if interactive:
+        assert answers is not None
+        answers.readline()
     offsets = homing_offsets(bus)
-    ask("Move every joint except wrist_roll through its ENTIRE range, then press Enter to stop recording.\n")
+    # Recording starts with this prompt and runs until Enter: the motion the operator makes now counts.
+    say("Recording: move every joint except wrist_roll through its ENTIRE range, then press Enter to stop.\n")
     ranges = record_ranges(bus, Stop(seconds, answers))
     joints = []
     for name, sid in zip(JOINT_NAMES, IDS, strict=True):

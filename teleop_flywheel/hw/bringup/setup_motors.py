@@ -3,7 +3,8 @@
 Servos leave the factory at id 1, so they cannot share a bus until each has its own id. As in
 LeRobot's procedure, the user connects ONE servo at a time (gripper first, then down the arm);
 for each, the command finds it at whatever baud it answers, refuses if more than one servo
-answers, checks the model number, unlocks its EEPROM, clears Phase bit 4 (multi-turn readings, as
+answers (two at one id answer a broadcast PING as one: a read of their shafts, which collide,
+tells them apart), checks the model number, unlocks its EEPROM, clears Phase bit 4 (multi-turn readings, as
 LeRobot does: with it set a turned shaft reads above 4095 and calibration cannot take an offset
 from it), writes the joint's id and the bus baud, locks it again and verifies all of it by reading
 back at the new id and baud. EEPROM writes happen here and in `calibrate` only — never at a
@@ -41,7 +42,12 @@ def find_single_servo(port: str) -> tuple[int, int]:
     if len(found) > 1:
         raise SetupError(f"{port}: {len(found)} servos answer (ids {[sid for sid, _ in found]}); "
                          "connect exactly one servo for this step")
-    return found[0]
+    sid, baud = found[0]
+    with FeetechBus(port, baudrate=baud, timeout_s=REPLY_TIMEOUT_S) as bus:
+        if bus.duplicated(sid):  # two servos at one id answer a broadcast PING as one
+            raise SetupError(f"{port}: two servos answer to id {sid} (their replies collide); "
+                             "connect exactly one servo for this step")
+    return sid, baud
 
 
 def configure(port: str, joint: str, baud: int = BAUD_RATE) -> str:

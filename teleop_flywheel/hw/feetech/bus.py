@@ -71,6 +71,7 @@ from teleop_flywheel.hw.feetech.control_table import REGISTERS, error_names, reg
 READ_END = max(reg.address + reg.size for reg in REGISTERS)
 USB_OUT_WAIT_NS = 500_000  # a request waits half a 1 ms USB frame on average before it leaves
 ANY_ID = -1  # a hold on a reply length from whichever servo (a broadcast's, a new id's)
+DUPLICATE_READS = 3  # reads of a position, each retried by the bus, that must all arrive garbled
 LATENCY_WINDOW = 1000  # sync reads the latency summary covers (5 s of a 200 Hz loop)
 
 
@@ -414,6 +415,29 @@ class FeetechBus:
                 quiet_until = now_ns() + self._ns(self.timeout_s)  # more may follow after their return delay
         self._hold([ANY_ID], 0, sent + self._ns(self.late_s))
         return sorted(found)
+
+    def duplicated(self, servo_id: int) -> bool:
+        """Whether two servos answer to `servo_id`. Both answer at the same instant and their status
+        packets collide on the half-duplex line: what both say alike (a PING, the model number)
+        arrives clean, a reading that differs between them (where each shaft is) never does — so a
+        broadcast PING counts one servo. Only replies that arrive garbled, read after read, count:
+        silence (a line starved on a loaded machine, a servo that hung) is not a duplicate."""
+        try:
+            self.ping(servo_id)
+        except BusError:
+            return False
+        position = register("Present_Position")
+        for _ in range(DUPLICATE_READS):
+            garbled = self.stats.bad_checksums
+            try:
+                self.read(servo_id, position.address, position.size)
+                return False
+            except ServoError:
+                return False  # one clean reply, with fault bits
+            except BusTimeout:
+                if self.stats.bad_checksums == garbled:
+                    return False
+        return True
 
     def read(self, servo_id: int, address: int, size: int) -> tuple[int, int]:
         """(unsigned value, stamp_ns) of `size` bytes at `address`."""

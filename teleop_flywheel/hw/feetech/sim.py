@@ -12,7 +12,9 @@ dropped replies, corrupted checksums, error bits, noise, a stall of the whole li
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
 servo's overload protection trips), a hot servo, a supply out of range or sagging mid-run, a
 servo that reboots (a brown-out: RAM reloaded, torque off, clean status), one that refuses an EEPROM
-write, a multi-turn servo. A leader's servos run from 5 V, a follower's from 12 V.
+write, a multi-turn servo, a servo placed at a chosen reading (wrist_roll at its encoder's seam), a
+second servo answering to an id already taken (its replies collide with the first's). A leader's
+servos run from 5 V, a follower's from 12 V.
 
 A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
 JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
@@ -83,6 +85,8 @@ class Faults:
     sag: tuple[float, float] | None = None  # (when, volts): the supply drops to that voltage then
     reboot: dict[int, float] = field(default_factory=dict)  # servo id -> when it reboots (a brown-out)
     refuse: dict[int, set[str]] = field(default_factory=dict)  # servo id -> registers it does not keep
+    place: dict[int, int] = field(default_factory=dict)  # servo id -> the Present_Position it starts at (0..4095)
+    duplicate: list[int] = field(default_factory=list)  # ids a second servo answers to as well (replies collide)
 
 
 NOMINAL_V = {"leader": 5.0, "follower": 12.0}  # each arm's supply (SO-101: 5 V leader, 12 V follower)
@@ -90,7 +94,9 @@ NOMINAL_V = {"leader": 5.0, "follower": 12.0}  # each arm's supply (SO-101: 5 V 
 
 FAULT_FORMS = ("drop:P | corrupt:P | noise:P (0..1) | error:ID:BITS | stall:T:SECONDS | unplug:T[:REPLUG_AFTER] | "
                "silent:ID[:T] | block:ID[:T] | hot:ID:CELSIUS | voltage:VOLTS | sag:VOLTS[:T] | reboot:ID[:T] | "
-               "refuse:ID:REGISTER | multiturn:ID[:TURNS]")
+               "refuse:ID:REGISTER | multiturn:ID[:TURNS] | "
+               "place:ID:STEPS (starts reading STEPS, e.g. wrist_roll at the 0/4095 seam) | "
+               "duplicate:ID (a second servo with that id: replies collide)")
 
 
 def parse_fault(spec: str, faults: Faults) -> None:
@@ -122,6 +128,13 @@ def parse_fault(spec: str, faults: Faults) -> None:
             faults.reboot[_servo_id(args[0])] = float(args[1]) if len(args) == 2 else 0.0
         elif kind == "refuse" and len(args) == 2 and args[1] in BY_NAME:
             faults.refuse.setdefault(_servo_id(args[0]), set()).add(args[1])
+        elif kind == "place" and len(args) == 2:
+            steps = int(args[1])
+            if not 0 <= steps < STEPS_PER_TURN:
+                raise ValueError
+            faults.place[_servo_id(args[0])] = steps
+        elif kind == "duplicate" and len(args) == 1:
+            faults.duplicate.append(_servo_id(args[0]))
         elif kind == "multiturn" and len(args) in (1, 2):
             faults.multi_turn[_servo_id(args[0])] = int(args[1]) if len(args) == 2 else 1
         else:
@@ -195,11 +208,17 @@ class SimulatedArm:
                 servo.temperature = self.faults.hot[sid]
             if self.faults.supply_v is not None:
                 servo.supply_v = self.faults.supply_v
+            if sid in self.faults.place:
+                servo.place(self.faults.place[sid])
             if sid in self.faults.multi_turn:
                 servo.set("Phase", servo.get("Phase") | PHASE_MULTI_TURN)
                 servo.position += STEPS_PER_TURN * self.faults.multi_turn[sid]
                 servo.travel = (servo.travel[0] + STEPS_PER_TURN * self.faults.multi_turn[sid],
                                 servo.travel[1] + STEPS_PER_TURN * self.faults.multi_turn[sid])
+        # A second servo set to an id already on the bus (a spare wired in, a servo setup-motors never
+        # saw alone): it hears every instruction and answers at the same instant as the first. Its
+        # shaft lies elsewhere, so only what both report alike (a PING, the model) arrives clean.
+        self.duplicates = {sid: self._twin(self.servos[sid]) for sid in self.faults.duplicate if sid in self.servos}
         self.adapter: Adapter = adapter(adapter_name)
         self._delivery: Delivery | None = None
         self._human: HumanMotion = default_human
@@ -220,6 +239,14 @@ class SimulatedArm:
         self.plugged = threading.Event()
         self.world = Path(world) if world else None
         self._world_seen: tuple[float, float] | None = None  # (when looked at, the file's mtime)
+
+    @staticmethod
+    def _twin(servo: Servo) -> Servo:
+        twin = Servo(servo.id, servo.get("Return_Delay_Time"), servo.travel)
+        twin.table[:] = servo.table
+        lo, hi = servo.travel
+        twin.position = lo + (hi - lo) / 3.0  # not where the first one is
+        return twin
 
     # -- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> SimulatedArm:
@@ -388,6 +415,8 @@ class SimulatedArm:
                          if host_baud in (None, s.baudrate) and not s.silent}
             goals = {sid: s.get("Goal_Position") for sid, s in listening.items()}
             replies = self._execute(packet, listening)
+            if self.duplicates:
+                replies = self._collide(replies, self._execute(packet, dict(self.duplicates)))
             for sid, servo in listening.items():
                 if servo.get("Goal_Position") != goals[sid]:
                     self.goal_writes.append((cursor, servo.id, servo.get("Goal_Position")))
@@ -405,6 +434,19 @@ class SimulatedArm:
         if chunks and self._delivery is not None:
             self._delivery.schedule(chunks)
             self.replies += 1
+
+    @staticmethod
+    def _collide(replies: list[tuple[Servo, bytes]], twins: list[tuple[Servo, bytes]]) -> list[tuple[Servo, bytes]]:
+        """Two servos answering at once on the half-duplex line: a low bit of either wins, so the
+        host reads the bitwise AND of both packets (the same bytes if they said the same)."""
+        theirs = {servo.id: reply for servo, reply in twins}
+        out = []
+        for servo, reply in replies:
+            twin = theirs.get(servo.id)
+            if twin is not None:
+                reply = bytes(a & b for a, b in zip(reply, twin, strict=False)) + reply[len(twin):]
+            out.append((servo, reply))
+        return out
 
     def _wire(self, n_bytes: int, baud: int) -> float:
         return p.wire_time_ns(n_bytes, baud) / 1e9 if self.wire_time else 0.0

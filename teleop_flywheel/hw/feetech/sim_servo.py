@@ -192,10 +192,24 @@ class Servo:
         self.set("Min_Position_Limit", range_min)
         self.set("Max_Position_Limit", range_max)
 
+    def place(self, present: int) -> None:
+        """Put the shaft where Present_Position reads `present` (after the homing offset); a joint
+        with end stops is kept within its travel."""
+        shaft = float(present + self.get("Homing_Offset"))
+        if self.id in WRAPPING_JOINTS:
+            shaft %= STEPS_PER_TURN
+        else:
+            shaft = min(max(shaft, self.travel[0]), self.travel[1])
+        self.position = shaft
+
     def goal_physical(self) -> float:
-        """Goal_Position in shaft steps: the offset added back, clamped to the position limits."""
+        """Goal_Position in shaft steps: the offset added back, clamped to the position limits. The
+        firmware measures its error on the reading, so a shaft a turn on (wrist_roll turns freely)
+        is driven to the goal within its present turn, and across the reading's seam the long way."""
         lo, hi = self.get("Min_Position_Limit"), self.get("Max_Position_Limit")
         goal = min(max(self.get("Goal_Position"), lo), hi)
+        if self.id in WRAPPING_JOINTS and not self.get("Phase") & PHASE_MULTI_TURN:
+            return self.position + goal - (self.position - self.get("Homing_Offset")) % STEPS_PER_TURN
         return goal + self.get("Homing_Offset")
 
     # -- the motor ------------------------------------------------------------------------

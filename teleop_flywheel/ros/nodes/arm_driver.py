@@ -25,8 +25,8 @@ is WARN), per-read latency, bus and guard counters, voltage/temperature/fault bi
 lost port is ERROR naming it while the loop reconnects with backoff (and one line on the console).
 `JointState.effort` is Present_Load as a signed fraction of the servo's maximum torque (−1..1).
 Every parameter is read-only (a running arm's port, calibration and safety settings do not
-change under it). On exit the bus thread stops first, then torque is released (each servo checked)
-unless `torque_on_exit`.
+change under it). On exit the bus thread stops first, then the arm parks at its rest pose through
+the soft start and its torque is released (each servo checked), or it holds (`exit_action`).
 
 Safe by default on real hardware: a port is real unless the session that started its simulator
 says `simulated: true`. A real port needs a calibration file of its own (refused at start with
@@ -55,6 +55,7 @@ from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, RESET, arm_command, arm_fault, arm_state
 from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
+from teleop_flywheel.hw.arm.config import EXIT_ACTIONS
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.ros.nodes.common import (
@@ -90,7 +91,12 @@ class ArmDriverParams(NodeParams):
                                           "LeRobot's max_relative_target; 0 = off", range=(0.0, 6.3))
     watchdog_ms: float = spec(100.0, "hold position when no command for this long (ms); 0 = off",
                               range=(0.0, 10_000.0))
-    torque_on_exit: bool = spec(False, "keep torque on when the node exits")
+    exit_action: str = spec("park", "when the node exits (Ctrl-C, SIGTERM, the supervisor's death): park (move to "
+                            "rest_pose at max_speed_rad_s, then release torque), hold (torque left on) or release "
+                            "(at once: a raised arm falls)", choices=EXIT_ACTIONS)
+    rest_pose: list[float] = spec([], "the pose parked in at exit (rad, joint order, 6 values); empty = where the "
+                                  "arm was found at start with every servo limp (a pose it rests in unpowered)",
+                                  range=_LIMIT)
     joint_lower_limits: list[float] = spec([_LIMIT[0]] * len(JOINT_NAMES),
                                            "lower joint limits (rad), joint order of so101.JOINT_NAMES; the "
                                            "calibrated range is always the outer bound (the default)",
@@ -136,10 +142,12 @@ class ArmDriverNode(Node):
             config = ArmConfig(role=p.role, leader_torque_limit=p.leader_torque_limit, slow_period_s=p.slow_period_s,
                                acceleration=p.acceleration, grip_force_limit=p.grip_force_limit,
                                temperature_warn_c=p.temperature_warn_c, temperature_stop_c=p.temperature_stop_c,
-                               estop_cuts_torque=p.estop_cuts_torque)
+                               estop_cuts_torque=p.estop_cuts_torque, exit_action=p.exit_action,
+                               rest_pose=tuple(p.rest_pose) if p.rest_pose else None)
         except ValueError as exc:
-            raise ParameterError(self.get_fully_qualified_name(), "temperature_warn_c/temperature_stop_c",
-                                 [p.temperature_warn_c, p.temperature_stop_c], str(exc)) from None
+            what = "rest_pose" if "rest_pose" in str(exc) else "temperature_warn_c/temperature_stop_c"
+            value = p.rest_pose if what == "rest_pose" else [p.temperature_warn_c, p.temperature_stop_c]
+            raise ParameterError(self.get_fully_qualified_name(), what, value, str(exc)) from None
         self._pub = self.create_publisher(JointState, arm_state(p.role), STREAM_QOS)
         self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self._fault = self.create_publisher(DiagnosticStatus, arm_fault(p.role), LATCHED_QOS)
@@ -242,13 +250,14 @@ class ArmDriverNode(Node):
                                              "estop": self.arm.state.estop}, hardware_id=self.arm.port))
 
     def close(self) -> None:
-        """Stop the bus thread (it publishes no more), then release torque unless torque_on_exit. Idempotent."""
+        """Stop the bus thread (it publishes no more), then park and release torque, or hold, as
+        `exit_action` says (`hw.arm.parking`). Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
         self._thread.join(5.0)
-        self.arm.close(self.params.values.torque_on_exit)
+        self.arm.close()
 
 
 def main() -> int:

@@ -26,6 +26,14 @@ and unplugged was not released by anyone, and the teleop node holds the follower
 handing the arm back to the policy the operator stepped in to stop (docs/teleop.md). When the
 device is back the node publishes its state (up, until it is pressed again), which ends that hold.
 Both are stamped when the node noticed.
+
+Heartbeat: once the device has been opened, the node also publishes its last state every
+`1 / heartbeat_hz` s (10 Hz: 100 ms) with `frame_id` `pedal_heartbeat` (edges say `pedal`), stamped
+when sent — the state while the device is open, a Joy without buttons while it is lost. A pedal
+whose process died is then told from one nobody presses: the teleop node holds the follower when
+no message of this node came for its
+`pedal_timeout_ms` (500 ms: five heartbeats missed). A device never opened sends no heartbeat: a rig
+without a pedal (the console's space bar stands in, `frame_id` `console`) is not held for it.
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ from teleop_flywheel.core.clock import (
 )
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.core.resources import config_path
-from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_JOY
+from teleop_flywheel.core.topics import DIAGNOSTICS, PEDAL_FRAME, PEDAL_HEARTBEAT_FRAME, PEDAL_JOY
 from teleop_flywheel.hw.pedal.events import (
     MONOTONIC,
     REALTIME,
@@ -66,6 +74,7 @@ from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
 
 CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
+HEARTBEAT_HZ = 10.0  # against the teleop node's 500 ms bound: five missed beats, not one late one
 
 
 @dataclass
@@ -74,6 +83,8 @@ class PedalParams(NodeParams):
                        "(a FIFO of input_event records works too)", required=True)
     keymap_file: str = spec("", "key map YAML; empty = the shipped config/pedal.yaml")
     grab: bool = spec(True, "grab the device exclusively (presses do not type into a terminal)")
+    heartbeat_hz: float = spec(HEARTBEAT_HZ, "the last state is re-published this often once the device was opened "
+                               "(Hz): a teleop node holds when it stops", range=(1.0, 100.0))
 
 
 class PedalNode(Node):
@@ -81,6 +92,8 @@ class PedalNode(Node):
         super().__init__(node_name, **kwargs)
         p = NodeParameters(self, PedalParams).values
         self.device, self.grab = p.device, p.grab
+        self._beat_ns = int(NS_PER_S / p.heartbeat_hz)
+        self._opened = False  # the device was open once: from then on a heartbeat
         keymap_file = p.keymap_file or str(config_path("pedal.yaml"))
         try:
             self.state = PedalState(KeyMap.load(keymap_file))
@@ -99,10 +112,11 @@ class PedalNode(Node):
         self._thread.start()
         self.create_timer(1.0, self._publish_diagnostics)
 
-    def _publish(self, stamp_ns: int, label_index: int | None = None, lost: bool = False) -> None:
+    def _publish(self, stamp_ns: int, label_index: int | None = None, lost: bool = False,
+                 heartbeat: bool = False) -> None:
         msg = Joy()
         stamp(msg.header.stamp, stamp_ns)
-        msg.header.frame_id = "pedal"
+        msg.header.frame_id = PEDAL_HEARTBEAT_FRAME if heartbeat else PEDAL_FRAME
         if lost:  # no buttons: there is no pedal to read them from
             self._pub.publish(msg)
             return
@@ -133,6 +147,7 @@ class PedalNode(Node):
             self._error = f"{self._lost}; not back yet ({why})" if self._lost else f"{self.device}: {why}"
             return -1
         back = bool(self._lost)
+        self._opened = True
         self._path, self._stamp_clock, self._error, self._lost = path, clock, "", ""
         self._offset = sample_mapping() if clock == REALTIME else None
         if back:  # its state ends the teleop node's lost-pedal hold
@@ -148,15 +163,30 @@ class PedalNode(Node):
         self._publish(now_ns(), lost=True)
         self._publish_diagnostics()
 
+    def _heartbeat(self, next_beat: int) -> int:
+        """The last state again once a period (lost: a Joy without buttons); the next beat's time."""
+        t = now_ns()
+        if t < next_beat:
+            return next_beat
+        if self._opened:
+            self._publish(t, lost=bool(self._lost), heartbeat=True)
+        following = next_beat + self._beat_ns
+        return following if following > t else t + self._beat_ns  # after a stall: on from now, no burst
+
     def _loop(self) -> None:
         fd = -1
         rest = b""
         next_check = 0
+        next_beat = 0
+        next_open = 0
         while not self._stop.is_set():
+            next_beat = self._heartbeat(next_beat)
             if fd < 0:
-                fd, rest = self._open(), b""
+                if now_ns() >= next_open:  # retried once a check period; beating meanwhile
+                    fd, rest = self._open(), b""
+                    next_open = now_ns() + CHECK_NS
                 if fd < 0:
-                    self._stop.wait(CHECK_NS / NS_PER_S)
+                    self._stop.wait(max(0, min(next_open, next_beat) - now_ns()) / NS_PER_S)
                     continue
                 next_check = now_ns() + CHECK_NS
             if now_ns() >= next_check:

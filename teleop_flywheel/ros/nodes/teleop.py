@@ -49,6 +49,7 @@ next periodic status even if it lasted only a few ticks.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -75,8 +76,8 @@ from teleop_flywheel.core.labels import (
     trigger_code,
 )
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
-from teleop_flywheel.core.safety import CommandGuard, JointLimits
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.safety import CommandGuard, JointLimits, nearest_turn
+from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_NAMES
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     AUTHORITY_FIELDS,
@@ -87,9 +88,12 @@ from teleop_flywheel.core.topics import (
     INTERVENTION,
     LEADER_COMMAND,
     LEADER_STATE,
+    PEDAL_FRAME,
+    PEDAL_HEARTBEAT_FRAME,
     PEDAL_JOY,
     POLICY_COMMAND,
     RESET,
+    TELEOP_FAULT,
     arm_fault,
 )
 from teleop_flywheel.ros.nodes.common import (
@@ -104,6 +108,11 @@ from teleop_flywheel.ros.nodes.common import (
     spin_node,
 )
 from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
+
+# Five of the pedal node's 100 ms heartbeats missed: a process that died or a device that vanished,
+# not a heartbeat delayed by a loaded machine. A dead pedal while the policy drives is an operator
+# who cannot take over; half a second of that is the most this allows.
+PEDAL_TIMEOUT_MS = 500.0
 
 
 @dataclass
@@ -125,6 +134,9 @@ class TeleopParams(NodeParams):
     )
     follower_calibration_file: str = spec("", "the follower's calibration: its range limits the commands (empty: "
                                           "the arm driver alone limits them)")
+    pedal_timeout_ms: float = spec(PEDAL_TIMEOUT_MS, "a pedal heard once (its heartbeat) and then silent this long "
+                                   "holds the follower, whatever the mode, until it is heard again (ms)",
+                                   range=(200.0, 10_000.0))
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
                                   range=(0.0, 600_000.0), read_only=False)
     thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the thread that ticks, where permitted "
@@ -140,10 +152,13 @@ def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
 
 
 def _ordered(msg: JointState) -> list[float] | None:
-    """Positions in JOINT_NAMES order, or None if a joint is missing."""
+    """Positions in JOINT_NAMES order, or None if a joint is missing or not a finite number (such a
+    sample is dropped and does not refresh its input: a sender emitting NaN goes stale and holds)."""
     by_name = dict(zip(msg.name, msg.position, strict=False))
     if all(n in by_name for n in JOINT_NAMES):
-        return [float(by_name[n]) for n in JOINT_NAMES]
+        out = [float(by_name[n]) for n in JOINT_NAMES]
+        if all(math.isfinite(v) for v in out):
+            return out
     return None
 
 
@@ -161,9 +176,13 @@ class TeleopNode(Node):
         self.arms = ArmPair(leader, follower)
         limits = JointLimits.from_dict(follower.rad_limits()) if follower else JointLimits.unbounded()
         self.guard = CommandGuard(JOINT_NAMES, limits, max_speed=p.max_speed_rad_s)
+        self._turning = [JOINT_NAMES.index(name) for name in FULL_TURN_JOINTS]
         self._latched = {"estop": "", "pedal": ""}  # holds only ~/reset ends (the pedal's also its return)
         self._arm_holds: dict[str, str] = {}  # role -> what its driver says while it holds
         self._pedal_lost = False
+        self._pedal_heard_ns: int | None = None  # when the pedal node's last message arrived (its heartbeat)
+        self._pedal_silent = False
+        self._fault_said: tuple[int, str] | None = None
         self.realtime: Realtime | None = None  # asked by the thread that ticks, at its first tick
         self._follower: list[float] | None = None
         self._last_tick_ns = 0
@@ -178,6 +197,7 @@ class TeleopNode(Node):
         self._auth_pub = self.create_publisher(JointState, AUTHORITY, STREAM_QOS)
         self._event_pub = self.create_publisher(String, INTERVENTION, LATCHED_QOS)
         self._diag_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
+        self._fault_pub = self.create_publisher(DiagnosticStatus, TELEOP_FAULT, LATCHED_QOS)
         self.create_subscription(JointState, LEADER_STATE, self._on_leader, CONTROL_QOS)
         self.create_subscription(JointState, POLICY_COMMAND, self._on_policy, CONTROL_QOS)
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_follower, CONTROL_QOS)
@@ -213,14 +233,24 @@ class TeleopNode(Node):
         if positions is None:
             return
         with self._lock:  # ROS time back to monotonic: staleness
-            self.blender.human(self.arms.to_follower(positions), msg_stamp_ns(msg))
+            self.blender.human(self._near_follower(self.arms.to_follower(positions)), msg_stamp_ns(msg))
             self._tick(now_ns())
 
     def _on_policy(self, msg: JointState) -> None:
         positions = _ordered(msg)
         if positions is not None:
             with self._lock:
-                self.blender.policy(positions, msg_stamp_ns(msg))
+                self.blender.policy(self._near_follower(positions), msg_stamp_ns(msg))
+
+    def _near_follower(self, positions: list[float]) -> list[float]:
+        """A full-turn joint (wrist_roll) of an input taken modulo a turn nearest the command last
+        sent (else the follower's state): a leader and a policy a turn apart as read across the
+        encoder's seam are one pose, and the blend between them must not sweep the long way."""
+        reference = self.guard.sent or self._follower
+        if reference is not None:
+            for i in self._turning:
+                positions[i] = nearest_turn(positions[i], reference[i])
+        return positions
 
     def _on_follower(self, msg: JointState) -> None:
         positions = _ordered(msg)
@@ -232,12 +262,21 @@ class TeleopNode(Node):
         stamp = msg_stamp_ns(msg)  # the kernel's event time, on this node's monotonic clock
         buttons = list(msg.buttons)
         with self._lock:
+            if msg.header.frame_id in (PEDAL_FRAME, PEDAL_HEARTBEAT_FRAME):  # the pedal node's, not the console's
+                self._pedal_heard_ns = now_ns()
+                if self._pedal_silent:
+                    self._pedal_silent = False
+                    self._latched["pedal"] = ""  # heard again: its state decides, through the normal ramp
+                    self.get_logger().info("the pedal is heard again")
             if not buttons:  # the pedal node lost its device
                 if not self._pedal_lost:
                     self._pedal_lost = True
                     if self.blender.takeover:
                         self._latch("pedal", "the pedal was lost during a takeover: holding until it is back "
                                              "or ~/reset (then the policy resumes)")
+                    elif self.blender.mode == "policy":  # the operator could not take over
+                        self._latch("pedal", "the pedal was lost while the policy drives: no takeover is possible; "
+                                             "holding until it is back or ~/reset (then the policy resumes)")
                 return
             if self._pedal_lost:
                 self._pedal_lost = False
@@ -340,7 +379,21 @@ class TeleopNode(Node):
         """Why the follower must hold whatever the inputs say ("" = it need not)."""
         return "; ".join([r for r in self._latched.values() if r] + list(self._arm_holds.values()))
 
+    def _watch_pedal(self, t: int) -> None:
+        """Hold once the pedal node, heard before, has been silent for longer than pedal_timeout_ms."""
+        if self._pedal_heard_ns is None or self._pedal_silent:
+            return
+        silent_ms = (t - self._pedal_heard_ns) / 1e6
+        bound = self.params.values.pedal_timeout_ms
+        if silent_ms > bound:
+            self._pedal_silent = True
+            reason = (f"the pedal is silent ({silent_ms:.0f} ms without its heartbeat, bound {bound:.0f} ms: its node "
+                      "died or its device vanished): no takeover is possible; holding until it is heard again")
+            self.get_logger().error(f"holding the follower: {reason}")
+            self._latched["pedal"] = reason
+
     def _tick(self, t: int) -> None:
+        self._watch_pedal(t)
         if self.realtime is None:
             p = self.params.values
             self.realtime = request_realtime(p.thread_priority, lock_memory=p.lock_memory,
@@ -351,6 +404,8 @@ class TeleopNode(Node):
         if held:
             out.holding, out.reason = True, held
         begins = bool(out.reason) and out.reason != self._hold_reason
+        if out.reason != self._hold_reason:
+            self._publish_fault(out.reason)
         self._hold_reason = out.reason
         if out.reason:
             self._holds[out.reason] = self._holds.get(out.reason, 0) + 1
@@ -369,6 +424,16 @@ class TeleopNode(Node):
         values = [out.alpha, float(mode_code(out.mode)), float(out.intervention_id), float(trigger_code(out.trigger))]
         self._auth_pub.publish(joint_state(AUTHORITY_FIELDS, values, t))
         self._publish_events()
+
+    def _publish_fault(self, reason: str) -> None:
+        """`teleop/fault` (latched), as a hold begins, changes or ends: what holds the follower."""
+        level = (DiagnosticStatus.ERROR if self._arm_holds or self._latched["pedal"]
+                 else DiagnosticStatus.WARN if reason else DiagnosticStatus.OK)
+        said = (int.from_bytes(level, "little") if isinstance(level, bytes) else int(level), reason)
+        if said != self._fault_said:
+            self._fault_said = said
+            self._fault_pub.publish(DiagnosticStatus(level=level, name=f"{self.get_name()}: hold",
+                                                     message=reason or "not held"))
 
     def _publish_events(self) -> None:
         for kind, spans in (
@@ -398,6 +463,9 @@ class TeleopNode(Node):
         values["held"] = self._held()
         values.update((self.realtime or Realtime(0, 0, False)).values)
         values["pedal_lost"] = self._pedal_lost
+        # How old the pedal node's last message is (None: never heard, so a silence is not watched).
+        values["pedal_heard_ms_ago"] = (None if self._pedal_heard_ns is None
+                                        else round((now_ns() - self._pedal_heard_ns) / 1e6))
         if self._hold_reason:
             message = f"holding: {self._hold_reason}"
         elif holds:

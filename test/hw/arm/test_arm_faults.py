@@ -268,7 +268,8 @@ def test_an_e_stop_that_cuts_torque(tmp_path: Path) -> None:
 def test_torque_off_at_exit_is_checked_per_servo(tmp_path: Path) -> None:
     logged: list[str] = []
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
-        driver = make_driver(arm, "follower", log=lambda _level, message: logged.append(message))
+        driver = make_driver(arm, "follower", log=lambda _level, message: logged.append(message),
+                             exit_action="release")
         assert driver.connect()
         driver.tick()
         arm.servos[3].silent = True  # hung: it cannot be told to let go

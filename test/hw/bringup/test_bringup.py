@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.procs import wait_for
 
 from teleop_flywheel import cli as cli_main
 from teleop_flywheel.core.calibration import load_calibration
 from teleop_flywheel.hw.bringup.usb_adapter import SYSFS_ENV
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
-from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
 CLI = [sys.executable, "-m", "teleop_flywheel.cli"]
 
@@ -52,6 +51,22 @@ def test_setup_motors_refuses_more_than_one_servo(tmp_path: Path) -> None:
     assert "6 servos answer" in done.stderr and "connect exactly one servo" in done.stderr
     missing = cli("setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive")
     assert missing.returncode == 2 and "--joint" in missing.stderr
+
+
+def test_setup_motors_names_two_servos_at_one_id(tmp_path: Path) -> None:
+    """Two factory servos (both id 1) answer a broadcast PING as one: setup-motors used to go on and
+    give both the gripper's id, and the driver then failed to connect without saying why."""
+    link = tmp_path / "bench"
+    faults = Faults()
+    parse_fault("duplicate:1", faults)
+    with SimulatedArm("follower", factory_new=True, link=link, faults=faults) as arm:
+        with FeetechBus(str(link)) as bus:
+            assert bus.scan() == [1], "the broadcast PING sees one servo"
+        done = cli("setup-motors", "--port", str(link), "--arm", "follower", "--non-interactive", "--joint", "gripper")
+        assert arm.servos[1].get("ID") == 1 and arm.duplicates[1].get("ID") == 1, "nothing written"
+    assert done.returncode == 1, done.stderr
+    line = one_error_line(done.stderr)
+    assert "two servos answer to id 1" in line and "connect exactly one servo" in line, line
 
 
 def test_calibrate_records_ranges_and_writes_eeprom_yaml_and_lerobot_json(tmp_path: Path) -> None:
@@ -188,20 +203,25 @@ def _ctrl_c(arm: SimulatedArm, proc: subprocess.Popen[str]) -> None:
 ], ids=["servo-stops-answering", "unplugged", "ctrl-c"])
 def test_calibration_stopped_midway_puts_every_reachable_servo_back_locked(
         tmp_path: Path, failure: Callable[[SimulatedArm, subprocess.Popen[str]], None], code: int, says: str) -> None:
+    """Interactive, as an operator runs it: recording lasts until Enter, so only the failure can end
+    it (a timed recording raced the failure: under load it ended "did not move" first)."""
     link = tmp_path / "follower"
     with SimulatedArm("follower", link=link) as arm:  # boots with the shipped simulator calibration
         before = {sid: [s.get(r) for r in ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")]
                   for sid, s in arm.servos.items()}
         proc = subprocess.Popen([*CLI, "calibrate", "--port", str(link), "--arm", "follower", "--out",
-                                 str(tmp_path / "c.yaml"), "--non-interactive", "20"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 str(tmp_path / "c.yaml")],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
-            # Limits reset to 0..4095 on the last servo: unlocked and reset; then homing, then recording.
-            wait_for(lambda: arm.servos[6].get("Max_Position_Limit") == 4095, 60, "the reset", proc)
-            time.sleep(0.5)
-            assert all(s.get("Lock") == 0 for s in arm.servos.values())
+            assert "MIDDLE" in proc.stdout.readline()  # asked once the servos are unlocked and reset
+            assert all(s.get("Lock") == 0 and s.get("Max_Position_Limit") == 4095 for s in arm.servos.values())
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            assert "Recording" in proc.stdout.readline()  # recording until Enter, which never comes
             failure(arm, proc)
-            _, err = proc.communicate(timeout=60)
+            proc.wait(timeout=60)  # stdin stays open: its end would be an Enter
+            err = proc.stderr.read()
         finally:
             proc.kill()
             proc.wait()

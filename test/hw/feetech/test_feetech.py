@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import load_calibration, parse_calibration, sim_calibration_file
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import BusStats, BusTimeout, FeetechBus, PortUnavailable, ServoError
@@ -438,6 +438,28 @@ def test_a_reboot_reloads_ram_from_eeprom_and_a_refused_write_is_acknowledged_no
             time.sleep(0.02)
         assert not arm.servos[2].torque_on and bus.read_register(2, "Torque_Limit")[0] == 500
         assert bus.read_register(2, "Present_Voltage")[0] == 95
+
+
+def test_a_wrist_placed_at_its_seam_reads_there_and_holds_there() -> None:
+    """`place:5:5` with a homing offset of -60: the shaft is 55 steps short of its own seam. The
+    firmware's error is goal minus reading, so a goal at the reading holds (the simulator used to
+    turn the shaft a whole turn less one)."""
+    data = load_calibration(sim_calibration_file("follower")).to_dict()
+    data["joints"]["wrist_roll"].update(range_min=0, range_max=4095)
+    faults = Faults()
+    parse_fault("place:5:5", faults)
+    with SimulatedArm("follower", calibration=parse_calibration(data), faults=faults) as arm, \
+            FeetechBus(arm.port) as bus:
+        assert bus.read_register(5, "Present_Position")[0] == 5
+        bus.write_register(5, "Goal_Position", 5)
+        bus.write_register(5, "Torque_Enable", 1)
+        time.sleep(0.3)
+        assert abs(bus.read_register(5, "Present_Position")[0] - 5) <= 2
+        bus.write_register(5, "Goal_Position", 4090)  # across the seam: the servo turns the long way, as a real one
+        time.sleep(0.3)
+        assert 100 < bus.read_register(5, "Present_Position")[0] < 4000
+    with pytest.raises(ValueError, match="bad fault"):
+        parse_fault("place:5:4096", Faults())
 
 
 # -- bring-up: calibration preload, factory-new servo, Lock, baud, broadcast PING -----------

@@ -203,6 +203,7 @@ class PedalRig:
     joy: list[tuple[int, list[int]]] = field(default_factory=list)  # (stamp on this host's monotonic clock, buttons)
     raw: list[int] = field(default_factory=list)  # header stamps as published (ROS time)
     diags: list[tuple[int, str, dict[str, str]]] = field(default_factory=list)  # (level, message, values)
+    beats: list[tuple[int, list[int]]] = field(default_factory=list)  # heartbeats: (received, monotonic; buttons)
 
     def wait(self, condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
@@ -239,6 +240,9 @@ def _running(device: str, fifo: Path) -> Iterator[PedalRig]:
         node = PedalNode(parameter_overrides=[Parameter("device", value=device)])
         rig = PedalRig(node, fifo)
         def on_joy(m: Joy) -> None:
+            if m.header.frame_id == "pedal_heartbeat":  # the last state again, not an event
+                rig.beats.append((now_ns(), list(m.buttons)))
+                return
             rig.raw.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)
             rig.joy.append((msg_stamp_ns(m), list(m.buttons)))  # back on the monotonic clock, as teleop reads it
 
@@ -335,6 +339,38 @@ def test_pedal_node_unplug_says_lost_and_reconnects(rig: PedalRig) -> None:
     os.close(writer)
     assert rig.joy[n:] == [(pytest.approx(t, abs=SAME_INSTANT_NS), [1, 0, 0, 0, 0, 0]),
                            (pytest.approx(t + 100 * MS, abs=SAME_INSTANT_NS), [0, 0, 0, 0, 0, 0])]
+
+
+def test_pedal_node_beats_its_last_state_at_10_hz_once_opened(tmp_path: Path) -> None:
+    """Edges alone made a dead pedal look like one nobody presses: the last state is re-sent at
+    10 Hz once the device was opened — down while it is down, no buttons while it is lost — and
+    nothing before (a rig without a pedal, the console's space bar standing in, is not held)."""
+    fifo = tmp_path / "pedal"
+    rig_iter = _running(str(fifo), fifo)  # no FIFO yet: a pedal not plugged in
+    rig = next(rig_iter)
+    try:
+        time.sleep(0.5)
+        assert rig.beats == [] and rig.joy == []
+        os.mkfifo(fifo)
+        writer = rig.writer()
+        rig.wait(lambda: len(rig.beats) >= 3, "heartbeats once open")
+        assert all(b == [0] * 6 for _t, b in rig.beats)
+        os.write(writer, encode(InputEvent(now_ns() // 1000 * 1000, EV_KEY, 30, 1)))
+        rig.wait(lambda: rig.joy and rig.joy[-1][1][0] == 1, "pedal down")
+        n = len(rig.beats)
+        rig.wait(lambda: len(rig.beats) >= n + 10, "a second of heartbeats")
+        down = rig.beats[n + 1:]
+        assert all(b == [1, 0, 0, 0, 0, 0] for _t, b in down), "the last state: down"
+        span_s = (down[-1][0] - down[0][0]) / 1e9
+        assert 0.7 <= span_s / (len(down) - 1) * 10 <= 1.5, f"{len(down)} beats in {span_s:.2f} s: not 10 Hz"
+        os.close(writer)
+        fifo.unlink()
+        rig.wait(lambda: rig.joy[-1][1] == [], "lost")
+        n = len(rig.beats)
+        rig.wait(lambda: len(rig.beats) >= n + 3, "heartbeats while lost")
+        assert all(b == [] for _t, b in rig.beats[n + 1:]), "the last state: lost"
+    finally:
+        next(rig_iter, None)
 
 
 @pytest.mark.skipif(not os.access("/dev/uinput", os.W_OK), reason="no writable /dev/uinput on this machine")

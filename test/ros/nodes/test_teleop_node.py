@@ -33,6 +33,7 @@ from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
 from teleop_flywheel.core.clock import now_ns, to_ros_ns  # noqa: E402
 from teleop_flywheel.core.labels import TRIGGER_LABELS, trigger_code  # noqa: E402
+from teleop_flywheel.core.safety import TURN_RAD  # noqa: E402
 from teleop_flywheel.core.so101 import JOINT_NAMES  # noqa: E402
 from teleop_flywheel.ros.commands.run import end_process  # noqa: E402
 from teleop_flywheel.ros.nodes.common import LATCHED_QOS, STREAM_QOS, joint_state, msg_stamp_ns, stamp  # noqa: E402
@@ -282,6 +283,21 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     assert after and max(after) - min(after) < 1e-9
 
 
+def test_a_policy_publishing_nan_goes_stale_and_holds(teleop_factory) -> None:
+    """NaN is no sign of life: a policy that publishes only NaN is a silent one."""
+    probe = teleop_factory(max_speed_rad_s=0.4, stale_ms=100.0)
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    probe.inputs["policy"] = 1.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
+    probe.inputs["policy"] = math.nan
+    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics), "the policy-stale hold",
+                timeout=15.0)
+    t_check = now_ns()
+    probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while of NaN")
+    after = _published_since(probe, t_check)
+    assert after and max(after) - min(after) < 1e-9 and max(after) < 0.5, "held, not finishing the move"
+
+
 def test_header_stamps_are_ros_time_and_an_old_one_is_stale_on_the_node_clock(teleop_factory) -> None:
     """Header stamps carry ROS time both ways: the node's commands are stamped in ROS time (within a
     second of the wall clock), and an incoming leader stamp is converted back onto the node's
@@ -446,6 +462,101 @@ def test_a_pedal_lost_during_a_takeover_holds_until_it_is_back(teleop_factory) -
     probe.drive(lambda: any(level == DiagnosticStatus.ERROR and "pedal was lost" in m
                             for level, m in probe.diagnostics), "an ERROR naming the lost pedal")
     probe.drive(lambda: probe.alpha == 0.0 and probe.commands[-1][1] == pytest.approx(-0.5), "pedal back, up", UP)
+
+
+def test_a_pedal_lost_while_the_policy_drives_holds(teleop_factory) -> None:
+    """A pedal unplugged while the policy drives: the operator cannot take over, so the follower
+    holds (it used to drive on with a warning) until the pedal is back."""
+    probe = teleop_factory(max_speed_rad_s=0.4)
+    probe.drive(lambda: bool(probe.commands), "policy driving")
+    probe.inputs["policy"] = 1.0
+    probe.drive(lambda: probe.commands[-1][1] > 0.05, "the move toward 1.0 under way")
+    probe.joy([])  # the pedal node lost its device
+    probe.drive(lambda: any("lost while the policy drives" in m for _l, m in probe.diagnostics), "the hold reported")
+    t0 = now_ns()
+    probe.drive(lambda: now_ns() - t0 > 300_000_000, "300 ms held")
+    got = _published_since(probe, t0)
+    assert len(set(got)) == 1 and got[0] < 0.9, got
+    probe.drive(lambda: probe.commands[-1][1] > got[0] + 0.05, "the pedal back, up: the policy drives on", UP)
+
+
+def test_a_pedal_process_killed_while_the_policy_drives_holds_and_is_reported(teleop_factory, tmp_path) -> None:
+    """The pedal node published only edges: killed while the policy drove, nothing noticed, and the
+    operator's press did nothing. Its heartbeat stops; the teleop node holds once 500 ms passed
+    without it, says so on /diagnostics and teleop/fault, and a pedal heard again ends the hold."""
+    import os
+
+    from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+
+    fifo = tmp_path / "pedal"
+    os.mkfifo(fifo)
+    foot = VirtualPedal(str(fifo))  # the device stays plugged in: only the process dies
+    probe = teleop_factory(max_speed_rad_s=0.4)  # policy mode: a move of 1 rad takes 2.5 s
+    faults: list[DiagnosticStatus] = []
+    beats: list[int] = []
+    heard: list[str] = []  # the teleop node's pedal_heard_ms_ago, once a second
+    probe.node.create_subscription(DiagnosticStatus, "/teleop/fault", faults.append, LATCHED_QOS)
+    probe.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: heard.extend(
+        kv.value for st in m.status if "authority" in st.name for kv in st.values
+        if kv.key == "pedal_heard_ms_ago"), 50)
+    probe.node.create_subscription(Joy, "/pedal/joy", lambda m: beats.append(now_ns())
+                                   if m.header.frame_id == "pedal_heartbeat" else None, STREAM_QOS)
+
+    def pedal_node() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.ros.nodes.pedal", "--ros-args", "-p",
+                                 f"device:={fifo}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    pedal = pedal_node()
+    try:
+        # The teleop node must have heard the pedal (its discovery of the new node may come later
+        # than the probe's): a pedal never heard is not watched.
+        probe.drive(lambda: bool(probe.commands) and bool(heard) and heard[-1] != "None",
+                    "the policy driving, the teleop node hearing the pedal")
+        probe.inputs["policy"] = 1.0
+        probe.drive(lambda: probe.commands[-1][1] > 0.05, "the move toward 1.0 under way")
+        t_kill = now_ns()
+        pedal.kill()
+        pedal.wait()
+        try:
+            probe.drive(lambda: any("pedal is silent" in m for _l, m in probe.diagnostics), "the silent pedal reported",
+                        timeout=20.0)
+        except AssertionError:
+            raise AssertionError(f"no hold; the teleop node said {probe.diagnostics[-3:]}, heard {heard[-3:]}, "
+                                 f"{len(beats)} beats") from None
+        t_check = now_ns()
+        probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while held")
+        cmds = probe.commands_since(t_kill - 200_000_000)
+        last = cmds[-1][1]
+        held_from = next(t for t, v in cmds if all(w == last for _t, w in cmds if _t >= t))
+        assert last < 0.9, "held, not finishing the move"
+        assert 0.35e9 <= held_from - t_kill <= 0.65e9, f"held {(held_from - t_kill) / 1e6:.0f} ms after the kill"
+        level, message = next((lv, m) for lv, m in probe.diagnostics if "pedal is silent" in m)
+        assert level == DiagnosticStatus.ERROR and message.startswith("holding: the pedal is silent"), message
+        assert any(f.level == DiagnosticStatus.ERROR and "pedal is silent" in f.message for f in faults), faults
+        pedal = pedal_node()  # heard again: the policy drives on
+        probe.drive(lambda: probe.commands[-1][1] > last + 0.05, "the policy driving once the pedal is back")
+        probe.drive(lambda: faults[-1].level == DiagnosticStatus.OK, "teleop/fault OK again")
+    finally:
+        pedal.kill()
+        pedal.wait()
+        foot.close()
+
+
+def test_a_takeover_across_wrist_rolls_seam_takes_the_short_way(teleop_factory) -> None:
+    """Policy at +3.10 rad, leader at -3.10 (0.08 rad away the short way, across the seam): the
+    takeover's blend used to sweep wrist_roll the long way round, through 0."""
+    probe = teleop_factory()
+    wrist: list[float] = []
+    probe.node.create_subscription(JointState, "/follower/joint_command", lambda m: wrist.append(m.position[4]),
+                                   STREAM_QOS)
+    probe.inputs.update(policy=3.10, follower=3.10, leader=-3.10)
+    probe.drive(lambda: bool(wrist) and wrist[-1] == pytest.approx(3.10), "the policy holding the wrist at 3.10")
+    start = len(wrist)
+    probe.drive(lambda: probe.alpha == pytest.approx(1.0), "takeover", DOWN)
+    probe.drive(lambda: wrist[-1] == pytest.approx(-3.10 + TURN_RAD, abs=1e-6), "the wrist at the leader's angle",
+                DOWN)
+    swept = wrist[start:]
+    assert min(swept) > 3.0 and max(swept) < 3.3, f"the wrist went {min(swept):.2f}..{max(swept):.2f} rad"
 
 
 def test_a_held_arm_holds_the_teleop_node(teleop_factory) -> None:
