@@ -16,13 +16,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.zygote import Child, Zygote
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.files import is_replace_temp
@@ -81,21 +82,26 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"a": a, "b": b, "base": base, "ref": ref, "root": root}
 
 
-def _convert_process(bag: Path, out: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
-    env = {**os.environ, **env_extra}
-    return subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "convert", str(bag), "--dataset", str(out),
-                             "--codec", "h264", "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    with Zygote() as z:
+        yield z
+
+
+def _convert_process(zygote: Zygote, bag: Path, out: Path, env_extra: dict[str, str]) -> Child:
+    """A real `convert` process (forked from a zygote that imported the data stack once)."""
+    return zygote.start(["convert", str(bag), "--dataset", str(out), "--codec", "h264", "--workers", "1"],
+                        env_extra, out.with_name(out.name + ".stderr"))
 
 
 @pytest.mark.timeout(600)
-def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
+def test_kill_9_at_every_write_step(setup: dict[str, Path], zygote: Zygote, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     base_tree, ref_content = tree(setup["base"]), content(setup["ref"])
     log = tmp_path / "steps.log"
     copy_dataset(setup["base"], tmp_path / "counted")
-    counted = _convert_process(setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
-    assert counted.wait(120) == 0, counted.stderr.read() if counted.stderr else ""
+    counted = _convert_process(zygote, setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
+    assert counted.wait(120) == 0, counted.stderr()
     steps = log.read_text().splitlines()
     assert content(tmp_path / "counted") == ref_content
     assert len(steps) > 12 and any(s.endswith("published") for s in steps) and any(s.endswith("meta/info.json")
@@ -104,13 +110,13 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
     for n in range(1, len(steps) + 1):  # a real process killed at each step, three at a time (2 cores)
         ds = tmp_path / f"ds{n}"
         copy_dataset(setup["base"], ds)
-        runs[n] = (ds, _convert_process(setup["b"], ds, {commit.FAULT_AT: str(n)}))
+        runs[n] = (ds, _convert_process(zygote, setup["b"], ds, {commit.FAULT_AT: str(n)}))
         if len(runs) % 3 == 0 or n == len(steps):
             for _ds, proc in runs.values():
                 proc.wait(120)
     published_kills = 0
     for n, (ds, proc) in runs.items():
-        assert proc.returncode == -9, (steps[n - 1], proc.returncode, proc.stderr.read() if proc.stderr else "")
+        assert proc.returncode == -9, (steps[n - 1], proc.returncode, proc.stderr())
         if tree(ds) == base_tree:  # killed before the pointer moved: the dataset is exactly as it was
             assert commit.snapshot(ds).name == commit.snapshot(setup["base"]).name, steps[n - 1]
         else:  # killed after it: the whole append (what is derived from it may be behind)
@@ -127,7 +133,7 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], tmp_path: Path,
 
 
 @pytest.mark.timeout(300)
-def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], tmp_path: Path,
+def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], zygote: Zygote, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 39: a convert killed after `replace_atomic` wrote `meta/.validation.json.XXXX.tmp` and
     before its rename left it in the published version; the next convert did not remove it, `doctor
@@ -135,13 +141,13 @@ def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], tmp_
     names it, `--repair` removes it, and the next commit neither carries nor keeps it."""
     log = tmp_path / "steps.log"
     copy_dataset(setup["base"], tmp_path / "counted")
-    counted = _convert_process(setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
+    counted = _convert_process(zygote, setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
     assert counted.wait(120) == 0
     steps = log.read_text().splitlines()
     at = next(int(s.split()[0]) for s in steps if s.endswith("temp meta/validation.json"))
     ds = tmp_path / "ds"
     copy_dataset(setup["base"], ds)
-    killed = _convert_process(setup["b"], ds, {commit.FAULT_AT: str(at)})
+    killed = _convert_process(zygote, setup["b"], ds, {commit.FAULT_AT: str(at)})
     assert killed.wait(120) == -9
     version = commit.current(ds)
     assert version is not None

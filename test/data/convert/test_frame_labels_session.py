@@ -14,7 +14,10 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+from rclpy.node import Node  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import SetBool  # noqa: E402
+from support.procs import wait_for  # noqa: E402
 
 from teleop_flywheel.core.bag_topics import AUTHORITY  # noqa: E402
 from teleop_flywheel.core.labels import trigger_code  # noqa: E402
@@ -22,6 +25,7 @@ from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
 from teleop_flywheel.ros.commands.clients import PolicyClient, RecorderStatus  # noqa: E402
+from teleop_flywheel.ros.nodes.common import STREAM_QOS  # noqa: E402
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient  # noqa: E402
 from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
@@ -29,6 +33,23 @@ from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 # (takeover at, label at, hand back at, label, teleop-mode correction)
 PLAN = [(1.0, 1.5, 2.5, "wrong_grasp", False), (1.0, 3.2, 2.2, "too_slow", False), (1.0, 1.3, 2.0, "other", True)]
 SECONDS = 4.5
+
+
+class _Authority:
+    """What the teleop publishes on `/teleop/authority`, by its stamps: when its intervention ended."""
+
+    def __init__(self, node: Node) -> None:
+        self._samples: list[tuple[int, float]] = []  # (header stamp ns, intervention id)
+        node.create_subscription(JointState, AUTHORITY, self._on, STREAM_QOS)
+
+    def _on(self, msg: JointState) -> None:
+        self._samples.append((msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec, float(msg.position[2])))
+
+    def handed_back_since(self, t_ns: int) -> bool:
+        """An intervention ran, and a sample stamped after `t_ns` (ROS time) says it is over."""
+        samples = sorted(self._samples)
+        ran = [at for at, i in samples if i > 0]
+        return bool(ran) and any(at > max(t_ns, ran[0]) and i == 0 for at, i in samples)
 
 
 def _record(out: Path) -> list[Path]:
@@ -40,6 +61,7 @@ def _record(out: Path) -> list[Path]:
         operator = RecorderClient(session.context, "labels_operator")
         policy, status = PolicyClient(operator.node), RecorderStatus(operator.node)
         mode = operator.node.create_client(SetBool, "/teleop/set_policy_mode")
+        authority = _Authority(operator.node)
         session.add_node(operator.node)
         assert operator.ready(120) and mode.wait_for_service(timeout_sec=60)
         status.wait_all_topics(120)
@@ -57,13 +79,17 @@ def _record(out: Path) -> list[Path]:
                 set_mode(not correction)
                 policy.reset()
                 operator.call("start")
-                t0 = time.monotonic()
+                t0, up_at = time.monotonic(), 0
                 for at, action in sorted([(takeover, "down"), (label_at, "label"), (back, "up")]):
                     while time.monotonic() < t0 + at:
                         time.sleep(0.005)
                     if action == "label":
+                        if label_at > back:  # after the hand-back the teleop has taken, not merely sent
+                            wait_for(lambda t=up_at: authority.handed_back_since(t), 20, "the teleop's hand-back")
                         pedal.label(label)
                     else:
+                        if action == "up":
+                            up_at = time.time_ns()  # ROS time, as the teleop stamps
                         pedal.takeover(action == "down")
                 while time.monotonic() < t0 + SECONDS:
                     time.sleep(0.01)

@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from support.paths import ROOT
 from support.procs import wait_for
+from support.zygote import DATA_STACK, Child, Zygote
 
 from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, ready
 from teleop_flywheel.data.lerobot import commit
@@ -77,26 +79,33 @@ def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
         "kept": "converted", "graced": "converted", "bad": "rejected", "fresh": "converted", "unjudged": "converted"}
 
 
-def _run_ingest(watch: Path, ds: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "ingest", str(watch), "--dataset", str(ds),
-                           "--once", "--grace", "0", "--codec", "h264", "--nice", "0"],
-                          capture_output=True, text=True, env=env, timeout=300)
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[Zygote]:
+    with Zygote((*DATA_STACK, "teleop_flywheel.data.convert.ingest")) as z:
+        yield z
+
+
+def _run_ingest(zygote: Zygote, watch: Path, ds: Path, env: dict[str, str], name: str) -> Child:
+    """A real `ingest --once` process (forked from a zygote that imported the data stack once), ended."""
+    child = zygote.start(["ingest", str(watch), "--dataset", str(ds), "--once", "--grace", "0", "--codec", "h264",
+                          "--nice", "0"], env, watch.with_name(f"{name}.stderr"))
+    child.wait(300)
+    return child
 
 
 @pytest.mark.parametrize("step", [3, 10, 14])
-def test_ingest_resumes_after_a_crash(tmp_path: Path, step: int) -> None:
+def test_ingest_resumes_after_a_crash(zygote: Zygote, tmp_path: Path, step: int) -> None:
     """kill -9 at a write step of the converter (while it stages, with the version made but the pointer
     not moved to it, while it refreshes after the commit):
     the next ingest leaves what a crash-free one leaves."""
     watch, ds = tmp_path / "bags", tmp_path / "ds"
     for i in range(2):
         judged(write_session(watch / f"ep{i}", SessionSpec(duration_s=3.0, seed=20 + i)).bag, KEEP)
-    env = {**os.environ, "TELEOP_FLYWHEEL_FAULT_AT": str(step), "TELEOP_FLYWHEEL_FAULT_LOG": str(tmp_path / "log")}
-    crashed = _run_ingest(watch, ds, env)
-    assert crashed.returncode == -9, crashed.stderr[-2000:]
-    env.pop("TELEOP_FLYWHEEL_FAULT_AT")
-    again = _run_ingest(watch, ds, env)
-    assert again.returncode == 0, again.stderr[-2000:]
+    log = {"TELEOP_FLYWHEEL_FAULT_LOG": str(tmp_path / "log")}
+    crashed = _run_ingest(zygote, watch, ds, {"TELEOP_FLYWHEEL_FAULT_AT": str(step), **log}, "crashed")
+    assert crashed.returncode == -9, crashed.stderr()[-2000:]
+    again = _run_ingest(zygote, watch, ds, log, "again")
+    assert again.returncode == 0, again.stderr()[-2000:]
     assert sorted(_episodes(ds)) == ["ep0", "ep1"]
     info = json.loads((ds / "meta/info.json").read_text())
     assert info["total_episodes"] == 2
