@@ -342,14 +342,21 @@ BENCH_LINES: dict[str, Any] = {
     ),
     "safety": lambda d: (
         f"`safety` (the follower through each fault, SPEC §3): target a blocked joint held ≤ 0.1 s, torque off "
-        f"after a replug while e-stopped, no EEPROM write loop; blocked shoulder_pan held "
+        f"after a replug while e-stopped, no EEPROM write loop, a raised arm parked at shutdown (not dropped), "
+        f"the short way at the wrist_roll seam, a dead pedal held within its {d['pedal_loss']['pedal_timeout_ms']:g} "
+        f"ms timeout; blocked shoulder_pan held "
         f"{d['collision']['time_to_hold_s']:.2f} s after full load (the servo alone: "
         f"{d['baseline_servo_alone']['time_at_cap_until_the_servo_trips_s']:.1f} s at the cap until its overload "
         f"trip), torque on after a replug while e-stopped: "
         f"{sum(d['estop_replug']['torque_after_replug'].values())} of 6, a rebooted servo named in "
         f"{d['reboot']['time_to_hold_s']:.2f} s as it fell, a 9 V sag held in "
         f"{d['supply_sag']['time_to_hold_s']:.2f} s, EEPROM writes per minute after a refused write "
-        f"{d['eeprom_refused']['eeprom_writes_per_minute_after']:g} "
+        f"{d['eeprom_refused']['eeprom_writes_per_minute_after']:g}, a raised shoulder at shutdown parked in "
+        f"{d['shutdown']['park']['time_to_rest_s']:.2f} s at ≤ {d['shutdown']['park']['peak_joint_speed_rad_s']:.1f} "
+        f"rad/s (released at once, the old default: fell {d['shutdown']['release']['shoulder_fell_limp_rad']:.2f} "
+        f"rad), the follower's wrist within "
+        f"{d['wrist_roll_seam']['follower_farthest_from_the_seam_steps']} steps of the seam, a killed pedal node "
+        f"held in ≤ {max(d['pedal_loss']['time_to_hold_ms']):.0f} ms "
         f"({_met(d['met'])})"
     ),
     "handover": lambda d: (
