@@ -35,8 +35,8 @@ Method (all on the episode's own header stamps):
    degrees of freedom, so it is scaled by √(G/(G − 1)) · t₀.₉₇₅(G − 1) / 1.96 (the interval and the
    verdict stay z-based on the scaled error); with fewer than `MIN_BLOCKS` blocks there is no
    estimate: a 3 s episode of the synthetic `smooth` motion (~65 usable frames for the 19 gains)
-   fitted τ to noise at +52 ms with a 3-block error of 1 ms, its true lag 0. To it
-   is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
+   fitted τ to noise at +52 ms with a 3-block error under 1 ms, its true lag 0. To the scaled
+   sandwich is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
    motion that no residual shows (the gains' shape; measured by `bench/camera_lag.py`, where the
    95 % interval lag ± 1.96 · stderr holds the true lag in the share the benchmark reports). No
    estimate — the standard error set to the search span — when there are too few frames, no cell

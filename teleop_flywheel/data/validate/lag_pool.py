@@ -30,8 +30,9 @@ confidence (`camera_lag.beyond`) rejects every one of its episodes CLOCK_OFFSET 
 could not tell — when at least `camera_lag_pool_min_episodes` of its estimates agree with it (the
 pooled lag inside their 95 % intervals) and they are most of its estimates: two episodes whose false
 peaks happen to lie beyond the bound, among others that say something else, prove nothing about the
-camera. The reason names the pooled figure, how many estimates agree and of how many members. Every pool is in each member's report
-(`camera_pool`), as the console shows it: `camera front lag +2 ± 3 ms (12 episodes)`.
+camera. The reason names the pooled figure, how many estimates agree and of how many members.
+Every pool is in each member's report (`camera_pool`), as the console shows it:
+`camera front lag +2 ± 3 ms (12 episodes)`.
 """
 from __future__ import annotations
 
