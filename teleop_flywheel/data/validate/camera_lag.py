@@ -33,9 +33,13 @@ Method (all on the episode's own header stamps):
    nearly are): Var(τ) = Σ_blocks (Σ_i score_i)² / H², H the curvature of the squared error. From
    G blocks that sum is biased low by (G − 1)/G and its ratio to the truth is Student-t with G − 1
    degrees of freedom, so it is scaled by √(G/(G − 1)) · t₀.₉₇₅(G − 1) / 1.96 (the interval and the
-   verdict stay z-based on the scaled error); with fewer than `MIN_BLOCKS` blocks there is no
-   estimate: a 3 s episode of the synthetic `smooth` motion (~65 usable frames for the 19 gains)
-   fitted τ to noise at +52 ms with a 3-block error under 1 ms, its true lag 0. To the scaled
+   verdict stay z-based on the scaled error). With fewer than `MIN_BLOCKS` blocks (a 7 s episode
+   has 7) there is no estimate: on short episodes the 19 gains fit τ to noise or to a false peak
+   while the few blocks' sandwich stays small. A 3 s episode of the synthetic `smooth` motion (~65
+   usable frames) said +52 ± 6 ms, its true lag 0; clean 8 s episodes of the bench's rig motion
+   were rejected CLOCK_OFFSET 0 of 30 times, 7 s 0 of 12, 6 s 2 of 12 (+35, −26 ms), 5 s 1 of 12,
+   4 s 6 of 12 (±125…172 ms at R² 0.98). Gains held to a line or a constant on short episodes
+   were no better: a 4 s episode then fell on +50 ms in 4 of 12. To the scaled
    sandwich is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
    motion that no residual shows (the gains' shape; measured by `bench/camera_lag.py`, where the
    95 % interval lag ± 1.96 · stderr holds the true lag in the share the benchmark reports). No
@@ -62,7 +66,7 @@ FINE_STEP_S = 0.001
 MIN_R2 = 0.85  # the joints must explain most of the (selected) image motion (right fits: 0.92-0.98)
 WINDOW_S = 10.0  # each joint's gain is a quadratic in time over windows at most this long
 BLOCK_S = 1.0  # the sandwich's blocks: residuals farther apart than this are nearly independent
-MIN_BLOCKS = 4  # fewer blocks give no credible sandwich (module doc, 5.): the episode cannot tell
+MIN_BLOCKS = 7  # fewer one-second blocks: the episode cannot tell (module doc, 5.)
 # The 97.5 % quantile of Student's t with 1..10 degrees of freedom (beyond: the Cornish-Fisher series).
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 MODEL_ERROR_MS = 6.0  # the estimator's error on clean rig-motion episodes that the residuals do not show
@@ -310,14 +314,14 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
     note = ""
     if abs(lag) > span - 2 * COARSE_STEP_S:
         note = f"best fit at the edge of the ±{search_ms:g} ms search"
-    elif (blocks := len(np.unique(_blocks(tp)))) < MIN_BLOCKS:
-        note = (f"{blocks} one-second block{'s' * (blocks != 1)} of comparable frames (< {MIN_BLOCKS}): "
-                "too short to tell how sure the fit is")
     elif r2 < MIN_R2:
         note = f"the joints explain {100 * r2:.0f} % of the image motion (< {100 * MIN_R2:.0f} %)"
     elif events < MIN_EVENTS:
         note = (f"{events} corner{'s' if events != 1 else ''} in the arm's motion (< {MIN_EVENTS}): "
                 "too little motion to tell")
+    elif (blocks := len(np.unique(_blocks(tp)))) < MIN_BLOCKS:
+        note = (f"{blocks} one-second block{'s' * (blocks != 1)} of comparable frames (< {MIN_BLOCKS}): "
+                "too short to tell how sure the fit is")
     if note or not np.isfinite(stderr):
         stderr = max(stderr if np.isfinite(stderr) else span, span)
     return LagEstimate(round(lag * 1000, 2), round(min(stderr, span) * 1000, 2), round(r2, 4), n, int(cells.sum()),
