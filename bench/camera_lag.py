@@ -21,9 +21,11 @@ validator (`validate_bag`), the pools through `lag_pool.apply_lag_pools`:
 - restart sessions: 10 episodes, the camera restarting before episode 6 with a 30 ms shift —
   which episodes are rejected, with the instance id in the frames and without it (a foreign
   driver: the change point splits the session);
+- short clean episodes (3–7 s, `--short-seeds` each): how many are rejected on their own and how
+  many cannot tell (fewer than `camera_lag.MIN_BLOCKS` one-second blocks: no verdict);
 - time: the estimator alone, per minute of video.
 
-Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3]
+Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3] [--short-seeds 12]
 [--out bench/results/camera_lag.json]`
 """
 from __future__ import annotations
@@ -47,6 +49,7 @@ SESSION = 10  # episodes per pooled session
 RESTART_AT = 5  # 0-based: the camera restarts before the 6th episode
 RESTART_SHIFT_MS = 30.0
 MOVING_RAD_S = 0.05  # a joint faster than this is the arm moving
+SHORT_S = (3.0, 4.0, 5.0, 6.0, 7.0)  # clean episodes shorter than the main ones
 
 
 def _spec(seed: int, skew: float, args: argparse.Namespace, session: str, index: int, instance: str) -> Any:
@@ -126,6 +129,7 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--restarts", type=int, default=3, help="restart sessions of 10 episodes")
+    parser.add_argument("--short-seeds", type=int, default=12, help="clean episodes per short length")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "camera_lag.json")
     args = parser.parse_args()
     from teleop_flywheel.data.validate.reasons import ValidateConfig
@@ -172,6 +176,13 @@ def main() -> int:
                              "with_instance_id": with_id, "without_instance_id": without_id,
                              "expected": [i >= RESTART_AT for i in range(SESSION)]})
             print(json.dumps(restarts[-1]), flush=True)
+        short = []
+        for seconds in SHORT_S:
+            for seed in range(args.short_seeds):
+                row, _rep = _episode(root, 2000 + seed, 0.0, argparse.Namespace(**vars(args) | {"seconds": seconds}),
+                                     f"short{seconds:g}", seed, "", cfg)
+                short.append(row | {"seconds": seconds})
+                print(json.dumps(short[-1]), flush=True)
     skewed = [r for r in rows if "restart_session" not in r]
     per_skew = {}
     for skew in SKEWS_MS:
@@ -203,11 +214,18 @@ def main() -> int:
         "restart_as_expected_without_id": sum(r["without_instance_id"] == r["expected"] for r in restarts),
         "estimate_s_per_minute_of_video": {"median": round(statistics.median(per_minute), 3),
                                            "max": round(max(per_minute), 3)},
+        "short_clean_rejected": _rate(["CLOCK_OFFSET" in r["codes"] for r in short]),
+        "short_clean": {f"{s:g}s": {"rejected_on_own": _rate(["CLOCK_OFFSET" in r["codes"] for r in short
+                                                              if r["seconds"] == s]),
+                                    "cannot_tell": _rate([r["cannot_tell"] for r in short if r["seconds"] == s])}
+                        for s in SHORT_S},
         "per_skew": per_skew, "restarts": restarts,
         "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "episodes": rows}, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_skew", "restarts")}, indent=2))
+    args.out.write_text(json.dumps({"summary": summary, "episodes": rows, "short_episodes": short},
+                                   indent=2) + "\n")
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_skew", "restarts", "short_clean")},
+                     indent=2))
     print(f"wrote {args.out}")
     return 0
 

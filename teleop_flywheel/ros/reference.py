@@ -388,6 +388,8 @@ BENCH_LINES: dict[str, Any] = {
         f"pool, ≤ 5 % cannot tell, 95 % intervals cover ≥ 90 %, a restart rejects 6–10 and keeps 1–5; "
         f"{d['summary']['clean_rejected']['n']}/{d['summary']['clean_rejected']['of']} clean rejected "
         f"({_met(d['summary']['clean_rejected']['n'] == 0)}), "
+        f"{d['summary']['short_clean_rejected']['n']}/{d['summary']['short_clean_rejected']['of']} clean 3–7 s "
+        f"episodes rejected ({_met(d['summary']['short_clean_rejected']['n'] == 0)}), "
         f"{d['summary']['skew_ge_35_rejected_on_own']['n']}/{d['summary']['skew_ge_35_rejected_on_own']['of']} "
         f"≥ 35 ms ({_met(d['summary']['skew_ge_35_rejected_on_own']['share'] >= 0.95)}), "
         f"{d['summary']['skew_25_rejected_with_pool']['n']}/{d['summary']['skew_25_rejected_with_pool']['of']} "

@@ -30,14 +30,23 @@ Method (all on the episode's own header stamps):
    episode with fewer than `MIN_EVENTS` cannot tell.
 5. **The interval.** The standard error is a sandwich over blocks of `BLOCK_S` (the residuals of
    image motion run in stretches, so frames are not independent but blocks about a second apart
-   nearly are): Var(τ) = Σ_blocks (Σ_i score_i)² / H², H the curvature of the squared error. To it
-   is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
+   nearly are): Var(τ) = Σ_blocks (Σ_i score_i)² / H², H the curvature of the squared error. From
+   G blocks that sum is biased low by (G − 1)/G and its ratio to the truth is Student-t with G − 1
+   degrees of freedom, so it is scaled by √(G/(G − 1)) · t₀.₉₇₅(G − 1) / 1.96 (the interval and the
+   verdict stay z-based on the scaled error). With fewer than `MIN_BLOCKS` blocks (a 7 s episode
+   has 7) there is no estimate: on short episodes the 19 gains fit τ to noise or to a false peak
+   while the few blocks' sandwich stays small. A 3 s episode of the synthetic `smooth` motion (~65
+   usable frames) said +52 ± 6 ms, its true lag 0; clean 8 s episodes of the bench's rig motion
+   were rejected CLOCK_OFFSET 0 of 30 times, 7 s 0 of 12, 6 s 2 of 12 (+35, −26 ms), 5 s 1 of 12,
+   4 s 6 of 12 (±125…172 ms at R² 0.98). Gains held to a line or a constant on short episodes
+   were no better: a 4 s episode then fell on +50 ms in 4 of 12. To the scaled
+   sandwich is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
    motion that no residual shows (the gains' shape; measured by `bench/camera_lag.py`, where the
    95 % interval lag ± 1.96 · stderr holds the true lag in the share the benchmark reports). No
    estimate — the standard error set to the search span — when there are too few frames, no cell
    follows the arm, the joints explain less than 85 % of the image motion (right fits explain
    92–98 % on the rig's motion; a false peak 100 ms from the truth won at 74 %), the best fit is
-   at the edge of the search, or too few events.
+   at the edge of the search, fewer than `MIN_BLOCKS` blocks, or too few events.
 
 Sign: `lag_ms > 0` means the camera lags the joints (each frame shows the arm as it was `lag_ms`
 before its stamp: stamped late); `< 0`, it leads them (stamped early).
@@ -57,6 +66,9 @@ FINE_STEP_S = 0.001
 MIN_R2 = 0.85  # the joints must explain most of the (selected) image motion (right fits: 0.92-0.98)
 WINDOW_S = 10.0  # each joint's gain is a quadratic in time over windows at most this long
 BLOCK_S = 1.0  # the sandwich's blocks: residuals farther apart than this are nearly independent
+MIN_BLOCKS = 7  # fewer one-second blocks: the episode cannot tell (module doc, 5.)
+# The 97.5 % quantile of Student's t with 1..10 degrees of freedom (beyond: the Cornish-Fisher series).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 MODEL_ERROR_MS = 6.0  # the estimator's error on clean rig-motion episodes that the residuals do not show
 EVENT_ACCEL = 1.0  # rad/s², all joints summed: a corner of the motion (start, stop, end of acceleration, reversal)
 EVENT_DT_S, EVENT_GAP_S = 0.1, 0.3
@@ -223,9 +235,22 @@ def _stderr(design: _Design, y: np.ndarray, tau: float) -> float:
     curvature = (_sse(design, y, tau + h) + _sse(design, y, tau - h) - 2 * _sse(design, y, tau)) / h**2
     if curvature <= 0:
         return float("inf")
-    blocks = np.floor((design.tp - design.tp[0]) / BLOCK_S).astype(int)
-    per_block = np.bincount(blocks, weights=score)
-    return float(np.sqrt((per_block**2).sum()) / curvature)
+    blocks = _blocks(design.tp)
+    per_block = np.bincount(blocks, weights=score)[np.unique(blocks)]
+    g = len(per_block)
+    if g < 2:
+        return float("inf")
+    return float(np.sqrt((per_block**2).sum() * g / (g - 1)) / curvature * _t975(g - 1) / Z95)
+
+
+def _blocks(tp: np.ndarray) -> np.ndarray:
+    return np.floor((tp - tp[0]) / BLOCK_S).astype(int)
+
+
+def _t975(dof: int) -> float:
+    if dof <= len(T975):
+        return T975[dof - 1]
+    return Z95 + (Z95**3 + Z95) / (4 * dof) + (5 * Z95**5 + 16 * Z95**3 + 3 * Z95) / (96 * dof**2)
 
 
 def motion_events(joint_stamps_ns: np.ndarray, joint_positions: np.ndarray) -> int:
@@ -294,6 +319,9 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
     elif events < MIN_EVENTS:
         note = (f"{events} corner{'s' if events != 1 else ''} in the arm's motion (< {MIN_EVENTS}): "
                 "too little motion to tell")
+    elif (blocks := len(np.unique(_blocks(tp)))) < MIN_BLOCKS:
+        note = (f"{blocks} one-second block{'s' * (blocks != 1)} of comparable frames (< {MIN_BLOCKS}): "
+                "too short to tell how sure the fit is")
     if note or not np.isfinite(stderr):
         stderr = max(stderr if np.isfinite(stderr) else span, span)
     return LagEstimate(round(lag * 1000, 2), round(min(stderr, span) * 1000, 2), round(r2, 4), n, int(cells.sum()),

@@ -25,10 +25,14 @@ no instance id (foreign bags without a GID), consecutive episodes without one ar
 lag changes (`change_points`: binary segmentation, kept where the two sides' pools differ by
 more than `CHANGE_Z` standard errors): the restart the ids would have shown.
 
-**The verdict** (`apply_lag_pools`): a pool of at least `camera_lag_pool_min_episodes` whose lag
-is beyond `camera_lag_max_ms` with 95 % confidence (`camera_lag.beyond`) rejects every one of its
-episodes CLOCK_OFFSET, naming the pooled figure and N. Every pool is in each member's report
-(`camera_pool`), as the console shows it: `camera front lag +2 ± 3 ms (12 episodes)`.
+**The verdict** (`apply_lag_pools`): a pool whose lag is beyond `camera_lag_max_ms` with 95 %
+confidence (`camera_lag.beyond`) rejects every one of its episodes CLOCK_OFFSET — also those that
+could not tell — when at least `camera_lag_pool_min_episodes` of its estimates agree with it (the
+pooled lag inside their 95 % intervals) and they are most of its estimates: two episodes whose false
+peaks happen to lie beyond the bound, among others that say something else, prove nothing about the
+camera. The reason names the pooled figure, how many estimates agree and of how many members.
+Every pool is in each member's report (`camera_pool`), as the console shows it:
+`camera front lag +2 ± 3 ms (12 episodes)`.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from typing import Any, Protocol
 
 from teleop_flywheel.core import frame_meta
 from teleop_flywheel.core.episode import CAMERA_PUBLISHERS, EpisodeMeta
-from teleop_flywheel.data.validate.camera_lag import beyond
+from teleop_flywheel.data.validate.camera_lag import Z95, beyond
 from teleop_flywheel.data.validate.reasons import CLOCK_OFFSET, Reason, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import ImageStream
 
@@ -104,6 +108,7 @@ class LagPool:
     stderr_ms: float | None
     bound_ms: float
     rejected: bool
+    agreeing: int = 0  # estimates whose 95 % interval holds the pooled lag
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,9 +214,11 @@ def pools(reports: list[Any], cfg: ValidateConfig) -> list[tuple[LagPool, list[P
                 got = pool([e for e in ests[a:b] if e is not None])
                 n = sum(e is not None for e in ests[a:b])
                 lag, se = got if got is not None else (None, None)
-                rejected = n >= cfg.camera_lag_pool_min_episodes and beyond(lag, se, cfg.camera_lag_max_ms)
+                agreeing = 0 if lag is None else sum(abs(e[0] - lag) <= Z95 * e[1] for e in ests[a:b] if e)
+                rejected = (agreeing >= cfg.camera_lag_pool_min_episodes and 2 * agreeing > n
+                            and beyond(lag, se, cfg.camera_lag_max_ms))
                 out.append((LagPool(session, cam, inst, run_index, n, b - a, None if lag is None else round(lag, 2),
-                                    None if se is None else round(se, 2), cfg.camera_lag_max_ms, rejected),
+                                    None if se is None else round(se, 2), cfg.camera_lag_max_ms, rejected, agreeing),
                             run[a:b]))
     return out
 
@@ -235,5 +242,6 @@ def apply_lag_pools(reports: list[Any], cfg: ValidateConfig) -> list[LagPool]:
             if p.rejected and not own:
                 where = f" of instance {p.instance}" if p.instance else ""
                 r.reasons.append(Reason(CLOCK_OFFSET, f"{p} pooled over the session{where}, beyond "
-                                        f"{p.bound_ms:g} ms", {"camera": p.camera, "pool": p.to_dict()}))
+                                        f"{p.bound_ms:g} ms; {p.agreeing} of its {p.episodes} estimates agree, "
+                                        f"{p.members} episodes", {"camera": p.camera, "pool": p.to_dict()}))
     return out

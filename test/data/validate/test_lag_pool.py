@@ -98,8 +98,33 @@ def test_a_25ms_lag_no_episode_can_prove_is_rejected_by_its_pool() -> None:
     assert len(pools) == 1 and pools[0].rejected and pools[0].episodes == 10
     assert all(r.codes == [CLOCK_OFFSET] for r in reports)
     assert str(pools[0]) == "camera front lag +26 ± 2 ms (10 episodes)"  # the median, 25.5
+    assert "10 of its 10 estimates agree, 10 episodes" in reports[0].reasons[0].detail
     clean = [_report(i, lag - 25.0) for i, lag in enumerate(lags)]
     assert not apply_lag_pools(clean, CFG)[0].rejected and not any(r.reasons for r in clean)
+
+
+def test_a_pool_rejects_only_when_most_of_its_estimates_agree() -> None:
+    # two sharp estimates beyond the bound carry the weighted median, five vaguer ones say 0 ms: the
+    # pooled +40 ms lies outside those five's intervals, so two episodes do not speak for the camera
+    ests = [(40.0, 3.0), (40.0, 3.0)] + [(0.0, 11.0)] * 5
+    reports = [_report(i, lag, se) for i, (lag, se) in enumerate(ests)]
+    pools = apply_lag_pools(reports, CFG)
+    assert pools[0].lag_ms == 40.0 and pools[0].agreeing == 2 and not pools[0].rejected, pools[0]
+    assert not any(r.reasons for r in reports)
+
+
+def test_short_smooth_episodes_cannot_tell_and_no_pool_rejects_them(tmp_path: Path) -> None:
+    """3 s of the synthetic `smooth` motion, true lag 0: seed 2's fit fell on +52 ± 6 ms (three one-second
+    blocks gave its sandwich), rejecting it alone and, pooled with its stalled twin, every episode."""
+    specs = [SessionSpec(duration_s=3.0, seed=seed, camera_stall=stall, rig_id="short")
+             for seed in (1, 2, 3) for stall in (None, (1.0, 0.8))]
+    bags = [write_session(tmp_path / f"s{i}", spec).bag for i, spec in enumerate(specs)]
+    reports, _fits = val.validate_batch(bags, CFG, workers=1)
+    for r, spec in zip(reports, specs, strict=True):
+        assert CLOCK_OFFSET not in r.codes, r.line()
+        assert r.codes == (["FRAME_GAP"] if spec.camera_stall else []), r.line()
+    seed2 = reports[2].camera_lag["wrist"]
+    assert "too short" in seed2["note"] and seed2["stderr_ms"] == CFG.camera_lag_search_ms, seed2
 
 
 def test_pool_widens_with_scatter_and_one_outlier_is_no_restart() -> None:
