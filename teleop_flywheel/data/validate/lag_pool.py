@@ -33,6 +33,16 @@ peaks happen to lie beyond the bound, among others that say something else, prov
 camera. The reason names the pooled figure, how many estimates agree and of how many members.
 Every pool is in each member's report (`camera_pool`), as the console shows it:
 `camera front lag +2 ± 3 ms (12 episodes)`.
+
+**An episode the pool contradicts.** The same evidence works the other way: an episode rejected on
+its own estimate (`checks.camera_lags`) whose camera instance's pool *proves* the camera within the
+bound (the pool's whole 95 % interval inside ±`camera_lag_max_ms`, held by at least
+`camera_lag_pool_min_episodes` agreeing estimates that are most of the pool's) while the pooled lag
+lies outside that episode's own 95 % interval is an outlier of the estimator, not of the camera: a
+false peak of smooth motion (on the simulator's slow, sinusoidal operator about one clean 8 s teleop
+episode in four gives a confident estimate 35–175 ms off). Its CLOCK_OFFSET becomes the warning
+CAMERA_LAG_UNKNOWN naming both figures. A camera cannot be late in one episode and on time in the
+episodes around it without a restart, and a restart is a new instance (or a change point).
 """
 from __future__ import annotations
 
@@ -45,7 +55,7 @@ from typing import Any, Protocol
 from teleop_flywheel.core import frame_meta
 from teleop_flywheel.core.episode import CAMERA_PUBLISHERS, EpisodeMeta
 from teleop_flywheel.data.validate.camera_lag import Z95, beyond
-from teleop_flywheel.data.validate.reasons import CLOCK_OFFSET, Reason, ValidateConfig
+from teleop_flywheel.data.validate.reasons import CAMERA_LAG_UNKNOWN, CLOCK_OFFSET, Reason, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import ImageStream
 
 INSTANCE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -66,6 +76,7 @@ class Pooled(Protocol):
     clock_points: dict[str, list[list[float]]]
     camera_pool: dict[str, dict[str, Any]]
     reasons: list[Reason]
+    warnings: list[Reason]
     error: str | None
 
 
@@ -230,14 +241,41 @@ def _trusted(est: dict[str, Any], cfg: ValidateConfig) -> tuple[float, float] | 
     return float(lag), float(se)
 
 
+def _proves_within(p: LagPool, cfg: ValidateConfig) -> bool:
+    """The pool shows its camera within the bound: its 95 % interval inside ±bound, held by enough
+    agreeing estimates that are most of its estimates (module doc)."""
+    return (p.lag_ms is not None and p.stderr_ms is not None and p.agreeing >= cfg.camera_lag_pool_min_episodes
+            and 2 * p.agreeing > p.episodes and abs(p.lag_ms) + Z95 * p.stderr_ms <= p.bound_ms)
+
+
+def _overrule_outlier(r: Pooled, p: LagPool) -> None:
+    """Turn `r`'s own content CLOCK_OFFSET for p's camera into a warning when the pool (which proves
+    the camera within the bound) lies outside the episode's 95 % interval (module doc)."""
+    assert p.lag_ms is not None and p.stderr_ms is not None
+    for x in list(r.reasons):
+        lag, se = x.numbers.get("lag_ms"), x.numbers.get("stderr_ms")
+        if (x.code != CLOCK_OFFSET or x.numbers.get("camera") != p.camera or "pool" in x.numbers
+                or lag is None or se is None or abs(float(lag) - p.lag_ms) <= Z95 * float(se)):
+            continue
+        r.reasons.remove(x)
+        r.warnings.append(Reason(CAMERA_LAG_UNKNOWN, f"camera {p.camera}: its own estimate {float(lag):+.0f} ± "
+                                 f"{float(se):.0f} ms disagrees with the {p} pooled over its instance "
+                                 f"({p.agreeing} of {p.episodes} estimates agree): a false peak of this episode's "
+                                 "motion, not the camera", {**x.numbers, "pool": p.to_dict()}))
+
+
 def apply_lag_pools(reports: list[Any], cfg: ValidateConfig) -> list[LagPool]:
     """Pool every camera instance of every session; CLOCK_OFFSET on each member of a pool whose lag
-    is beyond the bound (unless its own estimate already rejected it for that camera)."""
+    is beyond the bound (unless its own estimate already rejected it for that camera); an episode's
+    own CLOCK_OFFSET that a pool proving the camera within the bound contradicts becomes a warning."""
     out = []
     for p, members in pools(reports, cfg):
         out.append(p)
+        within = _proves_within(p, cfg)
         for r in members:
             r.camera_pool[p.camera] = p.to_dict()
+            if within:
+                _overrule_outlier(r, p)
             own = any(x.code == CLOCK_OFFSET and x.numbers.get("camera") == p.camera for x in r.reasons)
             if p.rejected and not own:
                 where = f" of instance {p.instance}" if p.instance else ""

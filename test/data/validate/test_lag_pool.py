@@ -18,7 +18,7 @@ from teleop_flywheel.core.episode import CAMERA_PUBLISHERS, EpisodeMeta
 from teleop_flywheel.data.validate import validator as val
 from teleop_flywheel.data.validate.camera_lag import motion_events
 from teleop_flywheel.data.validate.lag_pool import apply_lag_pools, camera_instances, change_points, pool
-from teleop_flywheel.data.validate.reasons import CLOCK_DRIFT, CLOCK_OFFSET, ValidateConfig
+from teleop_flywheel.data.validate.reasons import CLOCK_DRIFT, CLOCK_OFFSET, Reason, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -111,6 +111,24 @@ def test_a_pool_rejects_only_when_most_of_its_estimates_agree() -> None:
     pools = apply_lag_pools(reports, CFG)
     assert pools[0].lag_ms == 40.0 and pools[0].agreeing == 2 and not pools[0].rejected, pools[0]
     assert not any(r.reasons for r in reports)
+
+
+def test_an_episode_its_cameras_pool_contradicts_is_a_warning_not_a_rejection() -> None:
+    """A false peak rejected alone (+70 ± 6 ms) among episodes of the same instance that prove the
+    camera on time is the estimator's outlier: a warning naming both figures, never a rejection."""
+    ests = [(2.0, 6.0), (-3.0, 6.0), (1.0, 6.0), (-1.0, 6.0), (70.0, 6.0)]
+    reports = [_report(i, lag, se) for i, (lag, se) in enumerate(ests)]
+    reports[4].reasons.append(Reason(CLOCK_OFFSET, "camera front lags the joints by 70.0 ± 6.0 ms (from its content)",
+                                     {"camera": "front", "lag_ms": 70.0, "stderr_ms": 6.0}))
+    pools = apply_lag_pools(reports, CFG)
+    assert not pools[0].rejected and pools[0].agreeing == 4
+    assert reports[4].passed and [w.code for w in reports[4].warnings] == ["CAMERA_LAG_UNKNOWN"]
+    assert "+70 ± 6 ms disagrees with the camera front lag" in reports[4].warnings[0].detail
+    # a pool that cannot prove the camera on time (too few agreeing estimates) overrules nothing
+    few = [_report(0, 1.0), _report(1, 70.0)]
+    few[1].reasons.append(Reason(CLOCK_OFFSET, "late", {"camera": "front", "lag_ms": 70.0, "stderr_ms": 6.0}))
+    apply_lag_pools(few, CFG)
+    assert few[1].codes == [CLOCK_OFFSET]
 
 
 def test_short_smooth_episodes_cannot_tell_and_no_pool_rejects_them(tmp_path: Path) -> None:
