@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.data.validate import validator as val
-from teleop_flywheel.data.validate.reasons import FOLLOWER_OUTRUN, TRACKING_LAG
+from teleop_flywheel.data.validate.reasons import FOLLOWER_OUTRUN, TRACKING_LAG, ValidateConfig
+from teleop_flywheel.data.validate.tracking import JointTracking, tracking_reasons
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 # The demo's follower: an STS3215's top speed, the gripper held on the brick at the driver's grasp load (0.16).
@@ -44,3 +46,16 @@ def test_a_command_that_outruns_the_follower_is_rejected(tmp_path: Path) -> None
     assert set(reason.numbers["joints"]) == {"shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll"}
     assert all(0.2 <= s <= 0.3 for s in reason.numbers["joints"].values()), reason.numbers
     assert "the command outran the follower on" in reason.detail and "% of the episode" in reason.detail
+
+
+def test_a_gripper_whose_command_outruns_its_jaws_is_measured_not_rejected() -> None:
+    """An open or close commanded as a step outruns the jaws by design (a demo episode: 22 % of its
+    samples); FOLLOWER_OUTRUN is for the arm's trajectory, so only the body joints are judged."""
+    cfg = ValidateConfig()
+    gripper = JointTracking(GRIPPER, lag_ms=None, lag_stderr_ms=None, outrun_share=0.22)
+    body = [JointTracking(name, lag_ms=40.0, lag_stderr_ms=5.0, outrun_share=0.01)
+            for name in JOINT_NAMES if name != GRIPPER]
+    rejected, _ = tracking_reasons([*body, gripper], cfg)
+    assert rejected == []
+    rejected, _ = tracking_reasons([*body[:-1], JointTracking(body[-1].joint, 40.0, 5.0, 0.22), gripper], cfg)
+    assert [r.code for r in rejected] == [FOLLOWER_OUTRUN] and body[-1].joint in rejected[0].detail
