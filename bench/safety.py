@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 from lerobot_bench import RESULTS, write_result
 
-from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file, sim_full_turn_calibration
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES, STEPS_PER_TURN
@@ -269,11 +269,8 @@ def stopping(tmp: Path, action: str) -> dict[str, Any]:
 
 
 def full_turn(role: str, tmp: Path) -> Path:
-    """The simulator's calibration with wrist_roll's range the whole turn, as LeRobot calibrates it."""
-    data = load_calibration(sim_calibration_file(role)).to_dict()
-    data["joints"]["wrist_roll"].update(range_min=0, range_max=STEPS_PER_TURN - 1)
     path = tmp / f"{role}_full_turn.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(sim_full_turn_calibration(role)))
     return path
 
 

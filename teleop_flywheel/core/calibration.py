@@ -245,6 +245,14 @@ def sim_calibration_file(role: str) -> Path:
     return config_path(f"calibration/{role}_sim.yaml")
 
 
+def sim_full_turn_calibration(role: str) -> dict[str, Any]:
+    """The simulated arm's calibration (as a YAML document) with wrist_roll's range the whole turn,
+    as LeRobot calibrates a wrist that turns freely: what the encoder-seam tests and bench drive."""
+    data = load_calibration(sim_calibration_file(role)).to_dict()
+    data["joints"]["wrist_roll"].update(range_min=0, range_max=MAX_RAW)
+    return data
+
+
 @dataclass(frozen=True)
 class ArmPair:
     """Leader ↔ follower positions (radians): the body joints are the same angle on both arms (each

@@ -19,7 +19,12 @@ from support.procs import node_cmd, wait_for
 
 from ros.nodes.test_arm_driver_node import Graph, Probe
 from ros.nodes.test_node_processes import start, stop_cleanly
-from teleop_flywheel.core.calibration import RAD_PER_STEP, load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import (
+    RAD_PER_STEP,
+    load_calibration,
+    sim_calibration_file,
+    sim_full_turn_calibration,
+)
 from teleop_flywheel.core.so101 import STEPS_PER_TURN
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
@@ -29,11 +34,8 @@ WRIST = 5
 
 
 def full_turn_calibration(role: str, tmp_path: Path) -> Path:
-    """The shipped simulator calibration with wrist_roll's range the whole turn, as LeRobot's."""
-    data = load_calibration(sim_calibration_file(role)).to_dict()
-    data["joints"]["wrist_roll"].update(range_min=0, range_max=STEPS_PER_TURN - 1)
     path = tmp_path / f"{role}_full_turn.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(yaml.safe_dump(sim_full_turn_calibration(role)))
     return path
 
 
