@@ -19,7 +19,7 @@ from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, CalibrationMismatch, effective_limits
 from teleop_flywheel.hw.feetech.bus import FeetechBus
-from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
+from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -158,3 +158,18 @@ def test_malformed_ros_arguments_are_one_line_and_exit_2() -> None:
     res = subprocess.run(node_cmd("policy", checkpoint_id=""), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("policy: cannot parse the ROS arguments")
+
+
+def test_a_driver_that_cannot_go_on_ends_its_node_with_exit_1_and_says_why(tmp_path: Path) -> None:
+    """A driver state that ends the bus loop (`state.fatal`: a dead bus thread, two servos at one
+    id) is the node's failure: a last line naming the port and why, exit 1, never a node left
+    spinning with no arm behind it. Shown with the duplicate id, the fault the simulator can inject from outside."""
+    faults = Faults()
+    parse_fault("duplicate:3", faults)
+    with SimulatedArm("follower", link=tmp_path / "follower", faults=faults) as arm:
+        res = subprocess.run(node_cmd("arm_driver", port=arm.link, role="follower", simulated="true",
+                                      calibration_file=sim_calibration_file("follower")),
+                             capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, (res.returncode, res.stderr)
+    last = res.stderr.strip().splitlines()[-1]  # after the driver's INFO lines of its configure
+    assert "two servos answer to id 3 (elbow_flex)" in last and str(arm.link) in last, last
