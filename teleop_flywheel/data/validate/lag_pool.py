@@ -14,16 +14,16 @@ first seen; a restarted process publishes under a new GID). An episode's instanc
 frames carry, else its camera's last publisher GID. Ids are data, kept only when they match
 `INSTANCE_PATTERN`.
 
-**The pool** (`pools`): per session (`session_drift.session_of`: rig and UTC day), camera and run
-of consecutive episodes (by start time) of one instance, the inverse-variance weighted median of
-the episodes' estimates whose standard error is within `camera_lag_max_stderr_ms` (a content
-estimate is sometimes 20 ms off on a false peak: `bench/camera_lag.py` measures how often). Its
-standard error is 1.2533/√Σw, scaled up by the robust scatter ratio when the estimates scatter more
-than their errors say (a camera whose lag wanders is not as well known as the count of episodes
-suggests). Where an episode has
-no instance id (foreign bags without a GID), consecutive episodes without one are split where the
-lag changes (`change_points`: binary segmentation, kept where the two sides' pools differ by
-more than `CHANGE_Z` standard errors): the restart the ids would have shown.
+**The pool** (`pools`): per rig, camera and run of consecutive episodes (by start time) of one
+instance (episodes without an id: per session, `session_drift.session_of`: rig and UTC day), the
+inverse-variance weighted median of the episodes' estimates whose standard error is within
+`camera_lag_max_stderr_ms` (a content estimate is sometimes 20 ms off on a false peak:
+`bench/camera_lag.py` measures how often). Its standard error is 1.2533/√Σw, scaled up by the robust
+scatter ratio when the estimates scatter more than their errors say (a camera whose lag wanders is
+not as well known as the count of episodes suggests). Where an episode has no instance id (foreign
+bags without a GID), consecutive episodes without one are split where the lag changes
+(`change_points`: binary segmentation, kept where the two sides' pools differ by more than
+`CHANGE_Z` standard errors): the restart the ids would have shown.
 
 **The verdict** (`apply_lag_pools`): a pool whose lag is beyond `camera_lag_max_ms` with 95 %
 confidence (`camera_lag.beyond`) rejects every one of its episodes CLOCK_OFFSET — also those that
@@ -204,10 +204,14 @@ def pools(reports: list[Any], cfg: ValidateConfig) -> list[tuple[LagPool, list[P
     for r in reports:
         if r.error is None and r.session:
             for cam in r.camera_lag:
-                by_camera[(r.session, cam)].append(r)
+                # an instance is one run of the camera process: a session that crosses midnight UTC
+                # (a Californian evening) is still one pool; without an id, the rig's UTC day bounds it
+                rig = r.session.rsplit(" ", 1)[0]
+                by_camera[(rig if r.camera_instance.get(cam) else r.session, cam)].append(r)
     out = []
-    for (session, cam), members in sorted(by_camera.items()):
+    for (_group, cam), members in sorted(by_camera.items()):
         members.sort(key=_start)
+        session = members[0].session
         runs: list[list[Pooled]] = []
         for r in members:
             inst = r.camera_instance.get(cam, "")

@@ -131,6 +131,18 @@ def test_an_episode_its_cameras_pool_contradicts_is_a_warning_not_a_rejection() 
     assert few[1].codes == [CLOCK_OFFSET]
 
 
+def test_one_camera_instance_is_one_pool_across_midnight_utc() -> None:
+    """An evening session that crosses 00:00 UTC is one camera process: its episodes pool together
+    (split by the UTC day, the outlier's side held two estimates and could prove nothing)."""
+    ests = [(2.0, 6.0), (-3.0, 6.0), (1.0, 6.0), (-1.0, 6.0), (70.0, 6.0)]
+    reports = [_report(i, lag, se) for i, (lag, se) in enumerate(ests)]
+    for r in reports[3:]:
+        r.session = "rig 2026-01-02"
+    reports[4].reasons.append(Reason(CLOCK_OFFSET, "late", {"camera": "front", "lag_ms": 70.0, "stderr_ms": 6.0}))
+    pools = apply_lag_pools(reports, CFG)
+    assert len(pools) == 1 and pools[0].episodes == 5 and reports[4].passed, pools
+
+
 def test_short_smooth_episodes_cannot_tell_and_no_pool_rejects_them(tmp_path: Path) -> None:
     """3 s of the synthetic `smooth` motion, true lag 0: seed 2's fit fell on +52 ± 6 ms (three one-second
     blocks gave its sandwich), rejecting it alone and, pooled with its stalled twin, every episode."""
