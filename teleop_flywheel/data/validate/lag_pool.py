@@ -43,6 +43,13 @@ false peak of smooth motion (on the simulator's slow, sinusoidal operator about 
 episode in four gives a confident estimate 35–175 ms off). Its CLOCK_OFFSET becomes the warning
 CAMERA_LAG_UNKNOWN naming both figures. A camera cannot be late in one episode and on time in the
 episodes around it without a restart, and a restart is a new instance (or a change point).
+
+**An instance whose estimates contradict their own errors.** When at least `UNRELIABLE_MIN_ESTIMATES`
+estimates of one instance scatter more than `UNRELIABLE_SCATTER` times what their standard errors
+say (`scatter_ratio`), the error model does not hold for this motion: none of them decides. The pool
+rejects nothing and every member's own CLOCK_OFFSET becomes CAMERA_LAG_UNKNOWN, saying so. This is
+what the simulator's slow sinusoidal operator produces in teleop sessions (24 clean 8 s episodes:
+estimates from −175 to +152 ms at ± 6 ms, scatter about 3): "cannot tell", never a false rejection.
 """
 from __future__ import annotations
 
@@ -65,6 +72,10 @@ MAD_TO_SIGMA = 1.4826  # a normal distribution's σ over its median absolute dev
 CHANGE_Z = 3.0  # a change point where the two sides differ by more than this many standard errors (a false
 # split of a clean session costs nothing: both sides pool near 0)
 CHANGE_MIN_SIDE = 2  # estimates on each side of a change point: one outlier is not a restart
+# An instance whose estimates scatter this much beyond their own errors (honest errors: about 1; the
+# simulator's sinusoidal operator: about 3) decides nothing; five honest estimates exceed it ~1 % of the time.
+UNRELIABLE_SCATTER = 2.5
+UNRELIABLE_MIN_ESTIMATES = 5
 
 
 class Pooled(Protocol):
@@ -120,6 +131,7 @@ class LagPool:
     bound_ms: float
     rejected: bool
     agreeing: int = 0  # estimates whose 95 % interval holds the pooled lag
+    scatter: float = 1.0  # `scatter_ratio` of its estimates about the pooled lag
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -152,11 +164,16 @@ def pool(estimates: list[tuple[float, float]]) -> tuple[float, float] | None:
             break
     stderr = MEDIAN_EFFICIENCY / math.sqrt(total)
     if len(estimates) > 1:
-        z = sorted(abs(lag - median) / max(se, 1e-3) for lag, se in estimates)
-        mid = len(z) // 2
-        scatter = MAD_TO_SIGMA * (z[mid] if len(z) % 2 else (z[mid - 1] + z[mid]) / 2)
-        stderr *= max(1.0, scatter)
+        stderr *= max(1.0, scatter_ratio(estimates, median))
     return median, stderr
+
+
+def scatter_ratio(estimates: list[tuple[float, float]], center: float) -> float:
+    """How much more the estimates scatter about `center` than their standard errors say: 1.4826 ·
+    median |(lag − center) / stderr| (about 1 when the errors are honest)."""
+    z = sorted(abs(lag - center) / max(se, 1e-3) for lag, se in estimates)
+    mid = len(z) // 2
+    return MAD_TO_SIGMA * (z[mid] if len(z) % 2 else (z[mid - 1] + z[mid]) / 2)
 
 
 def _mean(estimates: list[tuple[float, float]]) -> tuple[float, float]:
@@ -230,10 +247,12 @@ def pools(reports: list[Any], cfg: ValidateConfig) -> list[tuple[LagPool, list[P
                 n = sum(e is not None for e in ests[a:b])
                 lag, se = got if got is not None else (None, None)
                 agreeing = 0 if lag is None else sum(abs(e[0] - lag) <= Z95 * e[1] for e in ests[a:b] if e)
+                scatter = 1.0 if lag is None or n < 2 else scatter_ratio([e for e in ests[a:b] if e], lag)
                 rejected = (agreeing >= cfg.camera_lag_pool_min_episodes and 2 * agreeing > n
-                            and beyond(lag, se, cfg.camera_lag_max_ms))
+                            and beyond(lag, se, cfg.camera_lag_max_ms) and not _unreliable(n, scatter))
                 out.append((LagPool(session, cam, inst, run_index, n, b - a, None if lag is None else round(lag, 2),
-                                    None if se is None else round(se, 2), cfg.camera_lag_max_ms, rejected, agreeing),
+                                    None if se is None else round(se, 2), cfg.camera_lag_max_ms, rejected, agreeing,
+                                    round(scatter, 2)),
                             run[a:b]))
     return out
 
@@ -252,20 +271,30 @@ def _proves_within(p: LagPool, cfg: ValidateConfig) -> bool:
             and 2 * p.agreeing > p.episodes and abs(p.lag_ms) + Z95 * p.stderr_ms <= p.bound_ms)
 
 
-def _overrule_outlier(r: Pooled, p: LagPool) -> None:
-    """Turn `r`'s own content CLOCK_OFFSET for p's camera into a warning when the pool (which proves
-    the camera within the bound) lies outside the episode's 95 % interval (module doc)."""
+def _unreliable(estimates: int, scatter: float) -> bool:
+    """An instance's estimates scatter far beyond their own errors (module doc)."""
+    return estimates >= UNRELIABLE_MIN_ESTIMATES and scatter > UNRELIABLE_SCATTER
+
+
+def _overrule_own(r: Pooled, p: LagPool, outlier_only: bool) -> None:
+    """Turn `r`'s own content CLOCK_OFFSET for p's camera into a warning: every one when the pool's
+    estimates are unreliable, else only one whose interval misses the pooled lag (module doc)."""
     assert p.lag_ms is not None and p.stderr_ms is not None
     for x in list(r.reasons):
         lag, se = x.numbers.get("lag_ms"), x.numbers.get("stderr_ms")
-        if (x.code != CLOCK_OFFSET or x.numbers.get("camera") != p.camera or "pool" in x.numbers
-                or lag is None or se is None or abs(float(lag) - p.lag_ms) <= Z95 * float(se)):
+        if x.code != CLOCK_OFFSET or x.numbers.get("camera") != p.camera or "pool" in x.numbers \
+                or lag is None or se is None:
             continue
+        if outlier_only and abs(float(lag) - p.lag_ms) <= Z95 * float(se):
+            continue
+        why = (f"a false peak of this episode's motion, not the camera ({p.agreeing} of {p.episodes} estimates "
+               "agree)" if outlier_only else
+               f"its {p.episodes} estimates scatter {p.scatter:.1f}x beyond their own errors: this motion does "
+               "not carry the camera's timing")
         r.reasons.remove(x)
         r.warnings.append(Reason(CAMERA_LAG_UNKNOWN, f"camera {p.camera}: its own estimate {float(lag):+.0f} ± "
-                                 f"{float(se):.0f} ms disagrees with the {p} pooled over its instance "
-                                 f"({p.agreeing} of {p.episodes} estimates agree): a false peak of this episode's "
-                                 "motion, not the camera", {**x.numbers, "pool": p.to_dict()}))
+                                 f"{float(se):.0f} ms set against the {p} pooled over its instance: {why}",
+                                 {**x.numbers, "pool": p.to_dict()}))
 
 
 def apply_lag_pools(reports: list[Any], cfg: ValidateConfig) -> list[LagPool]:
@@ -275,11 +304,11 @@ def apply_lag_pools(reports: list[Any], cfg: ValidateConfig) -> list[LagPool]:
     out = []
     for p, members in pools(reports, cfg):
         out.append(p)
-        within = _proves_within(p, cfg)
+        within, unreliable = _proves_within(p, cfg), _unreliable(p.episodes, p.scatter)
         for r in members:
             r.camera_pool[p.camera] = p.to_dict()
-            if within:
-                _overrule_outlier(r, p)
+            if within or unreliable:
+                _overrule_own(r, p, outlier_only=not unreliable)
             own = any(x.code == CLOCK_OFFSET and x.numbers.get("camera") == p.camera for x in r.reasons)
             if p.rejected and not own:
                 where = f" of instance {p.instance}" if p.instance else ""
