@@ -186,7 +186,10 @@ class TeleopNode(Node):
         self.realtime: Realtime | None = None  # asked by the thread that ticks, at its first tick
         self._follower: list[float] | None = None
         self._last_tick_ns = 0
-        self._buttons: list[int] = []
+        # Each source's buttons apart: the pedal node (its edges and heartbeats re-assert the device's
+        # state) and the console's space bar (frame "console") share /pedal/joy, and a heartbeat
+        # saying "up" must not hand back a takeover the console asked for. Down on any source is down.
+        self._buttons: dict[str, list[int]] = {}
         self._leader_released = False
         self._reported: dict[tuple[str, int], tuple[int | None, str | None]] = {}  # (kind, id) → (end, trigger)
         self._hold_reason = ""  # the current hold, "" when not holding
@@ -281,11 +284,15 @@ class TeleopNode(Node):
             if self._pedal_lost:
                 self._pedal_lost = False
                 self._latched["pedal"] = ""  # back: its state decides who drives, through the normal ramp
-            previous = self._buttons + [0] * (len(buttons) - len(self._buttons))
-            self._buttons = buttons
-            if buttons and bool(buttons[0]) != bool(previous[0]):
+            source = "device" if msg.header.frame_id in (PEDAL_FRAME, PEDAL_HEARTBEAT_FRAME) else msg.header.frame_id
+            mine = self._buttons.get(source, [])
+            previous = mine + [0] * (len(buttons) - len(mine))
+            was_down = any(b and bool(b[0]) for b in self._buttons.values())
+            self._buttons[source] = buttons
+            down = any(b and bool(b[0]) for b in self._buttons.values())
+            if down != was_down:
                 known = now_ns()
-                self.blender.pedal(bool(buttons[0]), stamp, known)
+                self.blender.pedal(down, stamp, known)
                 self._drive_leader(known)
             for i, label in enumerate(TRIGGER_LABELS, start=1):
                 if i < len(buttons) and buttons[i] and not previous[i]:
@@ -340,7 +347,7 @@ class TeleopNode(Node):
             if self._pedal_lost and self.blender.pedal_down:
                 t = now_ns()
                 self.blender.pedal(False, t, t)
-                self._buttons = []
+                self._buttons = {}
                 self._publish_events()
         response.success = True
         response.message = "reset: " + ("; ".join(cleared) if cleared else "nothing held")
