@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import importlib
+import os
 import sys
 import threading
 from array import array
@@ -128,11 +129,17 @@ def log_at(node: Node, level: str, message: str) -> None:
 
 
 # How long a node may take to stop once told to: its own `close()` (an open episode saved, a verdict
-# waited for, torque released: each bounded, ~10 s at most) plus the node's and DDS's teardown.
-# Beyond it the process prints every thread's stack and exits 1. A supervisor escalates to SIGKILL
-# itself, but a node stopped by the parent-death signal (its supervisor was killed) has nobody to
-# do that, and Fast DDS's teardown can wait forever on a peer that died holding shared state.
+# waited for, torque released: each bounded, ~10 s at most). Beyond it the process prints every
+# thread's stack and exits 1: a hang in our own stop is a bug to see. A supervisor escalates to
+# SIGKILL itself, but a node stopped by the parent-death signal (its supervisor was killed) has
+# nobody to do that.
 SHUTDOWN_BOUND_S = 25.0
+# After a clean `close()` only the middleware's teardown is left (destroying publishers announces
+# our leaving to peers; the process's exit does as much). Fast DDS can wait forever there on a peer
+# that died holding shared state: seen in CI, a leader arm parked and closed, then 25 s inside
+# `destroy_publisher`, and its session reported "did not stop cleanly". Past this bound the node
+# says so in one line and exits with the code its own stop earned.
+TEARDOWN_BOUND_S = 5.0
 NODE_POLL_S = 1.0  # how often a node process looks at its node's `failure` when nothing else wakes it
 
 
@@ -146,7 +153,8 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
     `close()` stops its threads, and only then are the node and the context shut down. A node that
     cannot start (a `FlywheelError`: bad parameter, calibration file, …), or that reports a
     `failure` while running (an arm whose EEPROM holds another calibration), prints one line and
-    returns 1. Stopping is bounded (`shutdown_bound_s`): past it, every thread's stack and exit 1.
+    returns 1. Stopping is bounded (`shutdown_bound_s`): past it, every thread's stack and exit 1;
+    the middleware's teardown after a clean stop is bounded apart (`TEARDOWN_BOUND_S`).
     """
     argv = list(sys.argv if args is None else args)
     try:
@@ -161,13 +169,15 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
 
 def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop: threading.Event) -> int:
     node: Node | None = None
+    label = name or getattr(factory, "__name__", "node")
+    code = 1
     try:
         try:
             node = factory()
         except FlywheelError as exc:
-            label = name or getattr(factory, "__name__", "node")
             print(exc if str(exc).startswith("/") else f"{label}: {exc}", file=sys.stderr, flush=True)
-            return 1
+            return code
+        label = node.get_fully_qualified_name()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         # A signal wakes the executor at once; a node's `failure` (a reason it cannot go on) is seen
@@ -186,16 +196,35 @@ def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop:
                 close()
             executor.remove_node(node)
             executor.shutdown()
+            faulthandler.cancel_dump_traceback_later()
         failure = getattr(node, "failure", "")
         if failure:
-            print(f"{node.get_fully_qualified_name()}: {failure}", file=sys.stderr, flush=True)
-            return 1
-        return 0
+            print(f"{label}: {failure}", file=sys.stderr, flush=True)
+            return code
+        code = 0
+        return code
     finally:
+        _teardown(node, label, code)
+
+
+def _teardown(node: Node | None, label: str, code: int) -> None:
+    """Destroy the node and shut the context down, or exit with `code` past `TEARDOWN_BOUND_S`."""
+    def give_up() -> None:
+        print(f"{label}: stopped, but the middleware's teardown did not finish in {TEARDOWN_BOUND_S:.0f} s "
+              f"(a DDS peer that is gone); exiting without it", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+
+    timer = threading.Timer(TEARDOWN_BOUND_S, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
         if node is not None:
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
+    finally:
+        timer.cancel()
 
 
 def _wake_on(stop: threading.Event, executor: SingleThreadedExecutor) -> None:

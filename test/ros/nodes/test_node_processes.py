@@ -206,3 +206,49 @@ def test_a_node_whose_stop_hangs_exits_within_the_shutdown_bound() -> None:
             proc.kill()
     assert proc.returncode == 1
     assert "Timeout (0:00:02)!" in err and "in close" in err  # the stack says where it hung
+
+
+TEARDOWN_HANGS = """
+import sys, threading
+from rclpy.node import Node
+from teleop_flywheel.ros.nodes.common import spin_node
+
+class Closes(Node):
+    def __init__(self):
+        super().__init__("closes")
+        self.timer = self.create_timer(0.05, self.spinning)
+
+    def spinning(self):
+        print("spinning", flush=True)
+        self.timer.cancel()
+
+    def close(self):
+        print("closed", flush=True)
+
+    def destroy_node(self):  # stands in for Fast DDS's teardown waiting on a peer that is gone
+        threading.Event().wait()
+
+sys.exit(spin_node(Closes, name="closes", shutdown_bound_s=60.0))
+"""
+
+
+def test_a_node_that_stopped_cleanly_is_not_held_by_a_hanging_middleware_teardown() -> None:
+    """Its stop was clean (closed, hardware safe): a teardown that never ends costs TEARDOWN_BOUND_S,
+    one line, and exit 0 — not the shutdown bound's stacks and exit 1 (a session "not stopped cleanly")."""
+    from teleop_flywheel.ros.nodes.common import TEARDOWN_BOUND_S
+
+    proc = subprocess.Popen([sys.executable, "-c", TEARDOWN_HANGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "spinning\n"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=TEARDOWN_BOUND_S + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == "closed\n"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("/closes: stopped, but the middleware's teardown did not finish"), err
+    assert "Timeout" not in err

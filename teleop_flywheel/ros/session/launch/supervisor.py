@@ -15,7 +15,7 @@ Supervision: a child that exits while the session runs is reported with its name
 code and `failed` is set — the caller then stops the session (`runner.run` does at once).
 `stop()` sends SIGINT to the recorder first (it closes its bag while the streams still flow),
 then to every other node at once, waits up to `stop_timeout_s` (by default a little past the
-nodes' own stop bound, `nodes.common.SHUTDOWN_BOUND_S`: a node closing slowly on a loaded machine
+nodes' own stop bounds, `nodes.common.SHUTDOWN_BOUND_S` + `TEARDOWN_BOUND_S`: a node closing slowly on a loaded machine
 is not cut short, and one that hangs prints its stacks itself), then SIGTERM, then SIGKILL; then
 the simulators the same way; then the directory goes. Each child runs in its own session: a
 terminal's Ctrl-C reaches only the supervisor, which stops them in that order, and with the
@@ -175,11 +175,12 @@ class Session:
 
     def __init__(self, graph: Graph, *, ready_timeout_s: float = 90.0, stop_timeout_s: float | None = None,
                  log: Callable[[str], None] | None = None, on_failure: Callable[[str], None] | None = None) -> None:
-        from teleop_flywheel.ros.nodes.common import SHUTDOWN_BOUND_S
+        from teleop_flywheel.ros.nodes.common import SHUTDOWN_BOUND_S, TEARDOWN_BOUND_S
 
         self.graph = graph
         self.ready_timeout_s = ready_timeout_s
-        self.stop_timeout_s = SHUTDOWN_BOUND_S + STOP_MARGIN_S if stop_timeout_s is None else stop_timeout_s
+        default_stop_s = SHUTDOWN_BOUND_S + TEARDOWN_BOUND_S + STOP_MARGIN_S
+        self.stop_timeout_s = default_stop_s if stop_timeout_s is None else stop_timeout_s
         self.log = log or (lambda text: print(f"session: {text}", file=sys.stderr, flush=True))
         self.dir: Path | None = None  # kept (as a name) after stop: it says where the session lived
         self.processes: dict[str, subprocess.Popen[Any]] = {}  # node name, or sim_<role>
