@@ -75,6 +75,7 @@ from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
+from teleop_flywheel.data.provenance.reviews import LOG_FILE, ReviewDecision, decisions, review_folders
 from teleop_flywheel.data.reports.curate import with_scores
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, add_supplied_arguments, display, load_inputs
@@ -200,13 +201,16 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             executor: str = "local", validate: ValidateConfig | None = None, progress: bool = True,
             repo_id: str | None = None, calibrations: Mapping[str, str | Path] | None = None,
             supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True,
-            segments: Mapping[str, Path] | None = None, wait: bool = False) -> ConvertResult:
+            segments: Mapping[str, Path] | None = None, wait: bool = False,
+            reviews: Mapping[str, ReviewDecision] | None = None, admit_reviewed: bool = False) -> ConvertResult:
     """`calibrations`: {role: calibration file} for the episodes that recorded none for that role;
     `supplied`: task/outcome of bags that carry no episode metadata; `trim_dead_air`: cut leading and
     trailing dead air instead of rejecting it; `refresh_after`: update the validation record, data
     card and sample weights of every dataset appended to (`data/convert/refresh.py`); `segments`: {bag:
     folder of its pre-encoded video segments} (`ingest`: `data/convert/segments.py`); `wait`: take the dataset
-    after whoever holds it (another convert, a curate, a doctor) instead of refusing it as busy (`ingest`)."""
+    after whoever holds it (another convert, a curate, a doctor) instead of refusing it as busy (`ingest`);
+    `reviews`: {episode_id: its latest review} (`provenance.reviews.decisions`), recorded with each verdict
+    and, with `admit_reviewed`, acted on: an overruled rejection admitted, a confirmed warning rejected."""
     cfg = validate or ValidateConfig.load()
     cfg.fps = fps
     cals = load_supplied(calibrations or {})
@@ -225,7 +229,8 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
                                supplied, trim_dead_air, effort, correction, recorded,
-                               str(segments[str(p)]) if segments and str(p) in segments else None) for p in paths]
+                               str(segments[str(p)]) if segments and str(p) in segments else None,
+                               dict(reviews or {}), admit_reviewed) for p in paths]
             try:
                 prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
                                         desc="convert" if progress else None)
@@ -302,6 +307,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="video codec: libsvtav1 (AV1, LeRobot's default) or h264 (faster to encode)")
     parser.add_argument("--task", default=None, help="task text for every episode (default: the recorded task)")
     parser.add_argument("--include-failed", action="store_true", help="also convert episodes that fail validation")
+    parser.add_argument("--admit-reviewed", action="store_true",
+                        help="act on the review log (reviews.jsonl) of each folder named (`review DIR` writes it): "
+                             "admit a rejection a person overruled, reject a warning a person confirmed; the review "
+                             "goes into the dataset's validation record and its `review` column")
     parser.add_argument("--trim-dead-air", action="store_true",
                         help="cut leading and trailing dead air beyond the validator's bounds instead of rejecting the "
                              "episode (what was cut goes into the episodes table and the data card)")
@@ -346,11 +355,16 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc
+    folders = review_folders([Path(p) for p in args.paths])
+    if args.admit_reviewed and not folders:
+        raise UsageError(f"--admit-reviewed: no review log ({LOG_FILE}) in {', '.join(map(display, args.paths))}; "
+                         "`teleop-flywheel review DIR` writes one in DIR")
     before = _published(out)
     try:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
-                      supplied=supplied, trim_dead_air=args.trim_dead_air)
+                      supplied=supplied, trim_dead_air=args.trim_dead_air, reviews=decisions(folders),
+                      admit_reviewed=args.admit_reviewed)
     except commit.CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
         exc.exit_code = EXIT_PARTIAL
         raise
@@ -374,6 +388,10 @@ def run(args: argparse.Namespace) -> int:
               f"LeRobotDataset({repo!r}, root={display(root)!r}, video_backend='pyav')")
     for code, names in res.rejected.items():
         print(f"  rejected {code}: {len(names)} ({', '.join(names)})")
+    for r in res.reports:
+        if r.overruled and r.review and res.outcomes.get(r.path) == "converted":
+            print(f"  admitted by review: {display(r.name)}: {', '.join(sorted({x.code for x in r.overruled}))} "
+                  f"overruled by {r.review['reviewer']} at {r.review['time']}")
     warned = [r for r in res.reports if r.passed and r.warnings]
     for r in warned:
         print(f"  warning {display(r.name)}: " + "; ".join(map(str, r.warnings)))

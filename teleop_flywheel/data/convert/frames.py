@@ -52,6 +52,7 @@ from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
+from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
 from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
@@ -97,6 +98,8 @@ class ConvertJob:
     correction_feature: bool = True
     recorded_ids: frozenset[str] = frozenset()  # episodes whose verdict the dataset's validation record holds
     segments: str | None = None  # this bag's pre-encoded video segments (`data/convert/segments.py`), if any
+    reviews: dict[str, ReviewDecision] = field(default_factory=dict)  # episode_id -> its latest review
+    admit_reviewed: bool = False  # act on them (`provenance.reviews.apply_decision`), not only record them
 
 
 @dataclass
@@ -146,6 +149,7 @@ def prepare_episode(job: ConvertJob) -> Prepared:
             ins.reasons = [r for r in ins.reasons if not (r.code == DEAD_AIR and r.numbers.get("kind") in
                                                             ("leading", "trailing"))]
         out.report = report_of(job.bag, bag.name, bag.episode_id, bag.episode_id_v1, sorted(bag.camera_topics()), ins)
+        _review(out.report, job)
         out.reasons = out.report.reasons
         if out.reasons and (not job.include_failed or any(r.code == UNSAFE_NAME for r in out.reasons)):
             out.status = "rejected"
@@ -169,6 +173,17 @@ def prepare_episode(job: ConvertJob) -> Prepared:
         out.status = "error"
         out.reasons.append(Reason("CORRUPT", f"{display(Path(job.bag).name)}: {type(exc).__name__}: {exc}"))
     return out
+
+
+def _review(report: EpisodeReport, job: ConvertJob) -> None:
+    """Record the episode's latest review on its report; with --admit-reviewed, act on it."""
+    decision = job.reviews.get(report.episode_id or "")
+    if decision is None:
+        return
+    report.review = decision.to_dict()
+    if job.admit_reviewed:
+        reviewed = apply_decision(report.reasons, report.warnings, decision)
+        report.reasons, report.warnings, report.overruled = reviewed.reasons, reviewed.warnings, reviewed.overruled
 
 
 def _trim_bounds(command: Stream, fps: int, cfg: ValidateConfig) -> tuple[int | None, int | None]:
@@ -195,7 +210,9 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     follower, command = dec.follower, dec.command
     images = dec.images
     cam_streams = [Stream(f"camera:{cam}", im.stamps_ns, np.arange(len(im.data))) for cam, im in images.items()]
-    staleness = float("inf") if job.include_failed else job.staleness_s
+    # An episode converted despite its verdict (asked for, or a person overruled it) keeps its gaps.
+    admitted = job.include_failed or bool(out.report is not None and out.report.overruled)
+    staleness = float("inf") if admitted else job.staleness_s
     full = make_grid([follower, command] + cam_streams, fps)
     lo, hi = _trim_bounds(command, fps, job.validate) if job.trim_dead_air else (None, None)
     grid = make_grid([follower, command] + cam_streams, fps, lo, hi)
@@ -239,7 +256,8 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
         fault(f"work {path.parent.name[:12]}/{path.name}")
     tb = ins.time_base
     wall = int(grid.t0_ns) if tb is not None and tb.verifiable else None  # ROS time is the wall clock
-    data.extra = episode_columns(bag, ep, ins, wall, trimmed)
+    review = out.report.review if out.report is not None else None
+    data.extra = episode_columns(bag, ep, ins, wall, trimmed, review["verdict"] if review else None)
     # The episode's own curation columns; the dataset-relative ones are computed at commit (`with_scores`).
     data.extra["jerk"] = float(integrated_squared_jerk(cols["action"], np.array([0]), np.array([n]), fps)[0])
     data.extra[START_STATE] = cols["observation.state"][0].astype(np.float64).tolist()

@@ -72,6 +72,7 @@ from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.parallel import add_arguments_to
+from teleop_flywheel.data.provenance.reviews import decisions, review_folders
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, find_bags, quarantine
@@ -100,6 +101,7 @@ class IngestConfig:
     executor: str = "local"  # or "ray": validation and conversion as tasks on a Ray cluster
     audit_html: Path | None = None
     repo_id: str | None = None
+    admit_reviewed: bool = False  # act on the watch folders' review logs (`provenance.reviews`), read each pass
 
 
 def state_path(dataset: Path) -> Path:
@@ -211,7 +213,8 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
     t0 = time.monotonic()
     res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, executor=cfg.executor,
                   validate=cfg.validate, progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
-                  segments=pre.segments(bags) if pre is not None else None, wait=True)
+                  segments=pre.segments(bags) if pre is not None else None, wait=True,
+                  reviews=decisions(review_folders(cfg.watch)), admit_reviewed=cfg.admit_reviewed)
     moved = _quarantine(res, cfg)
     if moved and (cfg.dataset / lf.INFO_PATH).is_file():
         update_record(cfg.dataset, moved)  # where each rejected bag went
@@ -261,6 +264,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")
     parser.add_argument("--trim-dead-air", action="store_true", help="trim leading/trailing dead air, not reject")
+    parser.add_argument("--admit-reviewed", action="store_true",
+                        help="act on the review log of each WATCH_DIR (`review WATCH_DIR`): admit a rejection a "
+                             "person overruled, reject a warning a person confirmed; the review goes into the "
+                             "dataset's record")
     add_arguments_to(parser, workers=1)  # one worker: low impact beside a recording rig
     parser.add_argument("--no-pre-encode", action="store_true",
                         help="do not encode camera video while episodes are recorded (all of it then waits for the "
@@ -282,7 +289,8 @@ def run(args: argparse.Namespace) -> int:
                                                 else watch[0].resolve().parent / "quarantine")
     page = None if args.no_audit else (args.audit or dataset.with_name(dataset.name + "_audit.html"))
     cfg = IngestConfig(watch, dataset, moved_to, args.grace, args.codec, args.fps, ValidateConfig.load(args.config),
-                       args.trim_dead_air, args.without_verdict, args.workers, args.executor, page, args.repo_id)
+                       args.trim_dead_air, args.without_verdict, args.workers, args.executor, page, args.repo_id,
+                       args.admit_reviewed)
     check_append([dataset], args.fps, args.codec)  # a dataset this run cannot append to: refused now, not later
     lower_priority(args.nice)
     print(f"ingest: watching {', '.join(display(w) for w in watch)} -> {display(dataset)} (quarantine "

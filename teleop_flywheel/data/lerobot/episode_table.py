@@ -46,6 +46,7 @@ START_STATE = "start_state"
 CURATION_COLUMNS = (*SCORE_COLUMNS, START_STATE)
 # JSON columns the converter writes from the validator's verdict and the task spec.
 WARNINGS, TASK_SPEC_ID, OUTCOME_CHECK = "warnings", "task_spec_id", "outcome_check"
+REVIEW = "review"  # a person's latest verdict on the review page: confirm | overrule | null
 # Per joint, the share of the episode the command outran the follower (data/validate/tracking.py).
 TRACKING_OUTRUN = "tracking_outrun_share"
 # A column holding the whole `EpisodeMeta.to_strings()` map as JSON, if a writer chose that form.
@@ -67,6 +68,7 @@ class EpisodeRecord:
     recorded_wall_ns: int | None = None
     triggers: list[str | None] | None = None  # one entry per intervention (None = unlabelled)
     warnings: list[str] | None = None  # the validator's warning codes (None: not recorded)
+    review: str | None = None  # a person's latest verdict on the review page (None: never reviewed)
     task_spec_id: str | None = None
     outcome_check: dict[str, Any] | None = None  # {"passed": bool, "detail": str} of the spec's predicate
     graded_success: float | None = None
@@ -213,6 +215,8 @@ def _curation(rec: EpisodeRecord, row: dict[str, Any], cols: set[str]) -> None:
             setattr(rec, key, float(value))
     if WARNINGS in cols and (codes := _json_list(row[WARNINGS])) is not None:
         rec.warnings = [str(c) for c in codes]
+    if REVIEW in cols and _clean(row[REVIEW]) is not None:
+        rec.review = str(row[REVIEW])
     if TASK_SPEC_ID in cols and _clean(row[TASK_SPEC_ID]) is not None:
         rec.task_spec_id = str(row[TASK_SPEC_ID])
     if OUTCOME_CHECK in cols and (check := _clean(row[OUTCOME_CHECK])) is not None:

@@ -44,6 +44,7 @@ from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
     CURATION_COLUMNS,
     OUTCOME_CHECK,
+    REVIEW,
     TASK_SPEC_ID,
     WARNINGS,
     EpisodeRecord,
@@ -64,7 +65,7 @@ _LEGACY = re.compile(r"^\s*([A-Za-z_][\w.:/-]*)\s*(==|!=|<=|>=|=|<|>)\s*(.*?)\s*
 # Fields of EpisodeRecord a filter may name besides the table's columns (an alias where the name differs).
 _RECORD_ONLY = ("task", "checkpoint", "triggers", "num_interventions")
 # Record fields only there when the table has the column (else naming one is an unknown column).
-_TABLE_ONLY = (*CURATION_COLUMNS, WARNINGS, TASK_SPEC_ID, OUTCOME_CHECK)
+_TABLE_ONLY = (*CURATION_COLUMNS, WARNINGS, REVIEW, TASK_SPEC_ID, OUTCOME_CHECK)
 
 
 class FilterError(FlywheelError, ValueError):

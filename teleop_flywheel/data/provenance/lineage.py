@@ -55,6 +55,8 @@ from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.data.provenance.manifest_hash import file_sha256, manifest_sha256
 from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
+from teleop_flywheel.data.provenance.reviews import admitted_by_review, admitted_lines
+from teleop_flywheel.data.validate.validator import RECORD_PATH
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 
@@ -356,17 +358,26 @@ def describe(entry: dict[str, Any], reg: Registry | None = None) -> str:
 def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
     """The manifest a materialized dataset holds, and the checkpoints registered as trained on it."""
     record = provenance(root)
+    admitted = admitted_by_review(root)
+    if record is None and (root / RECORD_PATH).is_file():  # made by convert: its reviews are its lineage
+        if as_json:
+            return json.dumps({"dataset": str(root), "admitted_by_review": admitted}, indent=2)
+        return "\n".join([f"dataset {root}  <-  convert (its verdicts in {RECORD_PATH}); "
+                          f"{len(admitted)} episode(s) admitted by review", *admitted_lines(admitted)])
     if record is None:
-        raise LineageError(f"{root}: a dataset, but not one `manifest materialize` wrote (no {PROVENANCE_KEY} "
-                           "in meta/info.json): `lineage which` takes a checkpoint id, a bag or a materialized dataset")
+        raise LineageError(f"{root}: a dataset, but not one `manifest materialize` or `convert` wrote (no "
+                           f"{PROVENANCE_KEY} in meta/info.json, no {RECORD_PATH}): `lineage which` takes a "
+                           "checkpoint id, a bag or a dataset")
     trained = sorted(c for c, e in reg.checkpoints.items() if e["manifest_sha256"] == record["manifest_sha256"])
     if as_json:
-        return json.dumps({"dataset": str(root), **record, "checkpoints": trained}, indent=2)
-    return (f"dataset {root}  <-  manifest {record['manifest']} (sha256 {record['manifest_sha256'][:16]})\n"
-            f"  source     {record['dataset']}  fingerprint {record['fingerprint'][:16]}\n"
-            f"  episodes   {len(record['source_episodes'])} (source indices {record['source_episodes']}), "
-            f"videos {record['videos']}\n"
-            f"  trained    {', '.join(trained) or 'no registered checkpoint'}")
+        return json.dumps({"dataset": str(root), **record, "checkpoints": trained, "admitted_by_review": admitted},
+                          indent=2)
+    return "\n".join([
+        f"dataset {root}  <-  manifest {record['manifest']} (sha256 {record['manifest_sha256'][:16]})",
+        f"  source     {record['dataset']}  fingerprint {record['fingerprint'][:16]}",
+        f"  episodes   {len(record['source_episodes'])} (source indices {record['source_episodes']}), "
+        f"videos {record['videos']}",
+        f"  trained    {', '.join(trained) or 'no registered checkpoint'}", *admitted_lines(admitted)])
 
 
 def _is_bag(path: Path) -> bool:

@@ -35,8 +35,10 @@ from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest
+from teleop_flywheel.data.provenance.reviews import ReviewTally, review_tally, tally_lines
 from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines
 from teleop_flywheel.data.validate.reasons import OUTCOME_MISMATCH
+from teleop_flywheel.data.validate.validator import RECORD_PATH
 
 MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit (except the operator's notes below) -->"
 NOTES_BEGIN = "<!-- operator notes: begin (yours to edit; kept when the card is regenerated) -->"
@@ -45,9 +47,6 @@ NOTES_TEMPLATE = ("_Write here what the numbers cannot say: the task and scene (
                   "unusual in these sessions, known problems, and who to ask about this data._")
 LICENSE = "apache-2.0"  # LeRobot's push_to_hub default
 # the validation record convert keeps (data/convert/refresh.py); the default report
-RECORD_PATH = "meta/validation.json"
-
-
 @dataclass
 class ValidationSummary:
     """Counts from a validator JSON report: one entry per episode, pass/fail and reason codes."""
@@ -57,6 +56,7 @@ class ValidationSummary:
     accepted: int
     rejected: int
     reasons: dict[str, int] = field(default_factory=dict)
+    reviews: ReviewTally = field(default_factory=ReviewTally)  # the rejections a person reviewed on the review page
 
 
 def _entries(report: Any) -> list[dict[str, Any]]:
@@ -103,7 +103,8 @@ def read_validation(path: str | Path) -> ValidationSummary:
                 reasons.update(_codes(entry) or ["(no code)"])
     except DatasetError as exc:
         raise DatasetError(f"{path}: {exc}") from None
-    return ValidationSummary(str(path), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()))
+    return ValidationSummary(str(path), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()),
+                             review_tally(e for e in entries if isinstance(e, dict)))
 
 
 def passed_episode_ids(path: str | Path) -> set[str]:
@@ -236,6 +237,7 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
                   f"(validator report `{Path(validation.source).name}`). Reasons (an episode can have several):", ""]
         lines += _table(("reason", "episodes"), list(validation.reasons.items())) if validation.reasons else \
             ["No episode was rejected: on a real recording session this means the checks are not checking."]
+        lines += ["", *tally_lines(validation.reviews)]
         if validation.accepted != a.episodes:
             lines += ["", f"Note: the validator accepted {validation.accepted} episodes but the dataset holds "
                       f"{a.episodes} (converted with --include-failed, or from several validation runs)."]

@@ -57,7 +57,9 @@ from teleop_flywheel.data.lerobot.episode_table import (
     table_records,
 )
 from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
+from teleop_flywheel.data.provenance.reviews import ReviewTally, tally_lines
 from teleop_flywheel.data.reports.audit import available_ranges, load
+from teleop_flywheel.data.reports.card import RECORD_PATH, read_validation
 from teleop_flywheel.data.reports.coverage import (
     CANDIDATES,
     covering_radius,
@@ -218,6 +220,7 @@ class CurationReport:
     intervention_source: str
     notes: list[str] = field(default_factory=list)
     outrun_bound: float = ValidateConfig().tracking_outrun_max_share
+    reviews: ReviewTally | None = None  # the rejections on the dataset's record a person reviewed (None: no record)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -278,7 +281,18 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
     return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
                           [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
                           poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes,
-                          ValidateConfig.load().tracking_outrun_max_share)
+                          ValidateConfig.load().tracking_outrun_max_share, _record_reviews(ds))
+
+
+def _record_reviews(ds: LeRobotDataset) -> ReviewTally | None:
+    """The review tally of the verdicts convert recorded for this dataset (an unreadable record: a note
+    elsewhere, not a failed curation)."""
+    if not (ds.root / RECORD_PATH).is_file():
+        return None
+    try:
+        return read_validation(ds.root / RECORD_PATH).reviews
+    except DatasetError:
+        return None
 
 
 def outrun_shares(ds: LeRobotDataset, episode_index: list[int]) -> list[tuple[float | None, str]]:
@@ -489,6 +503,8 @@ def format_text(r: CurationReport) -> str:
         f" interventions from {r.intervention_source}",
         f"  rule: {WEIGHT_RULE}",
     ]
+    if r.reviews is not None:
+        lines += ["", *tally_lines(r.reviews)]
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
 

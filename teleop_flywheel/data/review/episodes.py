@@ -23,6 +23,8 @@ import numpy as np
 
 from teleop_flywheel.core.names import text_problem
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.episode_table import episode_records
 from teleop_flywheel.data.validate.decode import DecodeError, decode_streams
 from teleop_flywheel.data.validate.reasons import CODES
 from teleop_flywheel.data.validate.validator import display, find_bags
@@ -194,6 +196,51 @@ class RowCache:
             for gone in set(self._rows) - set(bags):
                 del self._rows[gone]
         return rows
+
+
+SCORES = ("graded_success", "jerk_z", "duration_ratio", "coverage_gain")  # shown in the list (`curate`'s scores)
+
+
+def _datasets(root: Path) -> list[Path]:
+    """The converted datasets in the folder: itself, or up to two levels below (demo_out/dataset)."""
+    found = [p.parent.parent for pattern in ("meta/info.json", "*/meta/info.json", "*/*/meta/info.json")
+             for p in root.glob(pattern) if "quarantine" not in p.relative_to(root).parts[:1]]
+    return sorted(set(found))
+
+
+class ScoreCache:
+    """Curation scores of the episodes of the datasets in the folder, by content id; a dataset's are
+    read again only when its episodes table changed."""
+
+    def __init__(self) -> None:
+        self._by_dataset: dict[Path, tuple[tuple[tuple[str, int, int], ...], dict[str, dict[str, float | None]]]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _signature(ds: Path) -> tuple[tuple[str, int, int], ...]:
+        sig = []
+        for p in sorted((ds / "meta" / "episodes").rglob("*.parquet")):
+            with contextlib.suppress(OSError):
+                st = p.stat()
+                sig.append((str(p), st.st_mtime_ns, st.st_size))
+        return tuple(sig)
+
+    def scores(self, root: Path) -> dict[str, dict[str, float | None]]:
+        out: dict[str, dict[str, float | None]] = {}
+        for ds in _datasets(root):
+            sig = self._signature(ds)
+            with self._lock:
+                hit = self._by_dataset.get(ds)
+            if hit is None or hit[0] != sig:
+                try:
+                    records = episode_records(LeRobotDataset.open(ds))
+                except (DatasetError, OSError, ValueError):
+                    continue  # a dataset being written or damaged: its episodes show without scores
+                hit = (sig, {r.episode_id: {k: getattr(r, k) for k in SCORES} for r in records if r.episode_id})
+                with self._lock:
+                    self._by_dataset[ds] = hit
+            out.update(hit[1])
+        return out
 
 
 @dataclass

@@ -43,8 +43,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import OutsideRootError, inside
 from teleop_flywheel.core.names import identifier_problem, text_problem
-from teleop_flywheel.data.review.episodes import EpisodeCache, RowCache
-from teleop_flywheel.data.review.review_log import ReviewError, append_review, latest_by_episode, read_reviews
+from teleop_flywheel.data.provenance.reviews import ReviewError, append_review, latest_by_episode, read_reviews
+from teleop_flywheel.data.review.episodes import EpisodeCache, RowCache, ScoreCache
 from teleop_flywheel.data.review.suggest import report_json, report_text, summarise_reviews
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 
@@ -63,6 +63,7 @@ class ReviewSite:
         self.token = token or secrets.token_urlsafe(18)
         self.cache = EpisodeCache()
         self.rows = RowCache()
+        self.scores = ScoreCache()
         self._paths: dict[str, Path] = {}
         self._rows: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -74,7 +75,8 @@ class ReviewSite:
             self._paths = {r["key"]: self.root / r["path"] for r in rows}
             self._rows = {r["key"]: r for r in rows}
         reviews = latest_by_episode(read_reviews(self.root))
-        return [self._with_reviews(r, reviews) for r in rows]
+        scores = self.scores.scores(self.root)
+        return [self._with_reviews(r, reviews) | {"scores": scores.get(r["episode_id"] or "")} for r in rows]
 
     @staticmethod
     def _with_reviews(row: dict[str, Any], reviews: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -14,7 +14,9 @@ What the validator measured, as numbers `audit` reads without opening a bag (NaN
   outran the follower (`data/validate/tracking.py`; the gripper's grasp left out);
 - `dead_air_trimmed_leading_s`, `dead_air_trimmed_trailing_s`: what `convert --trim-dead-air` cut
   (0 when nothing was);
-- `warnings`: the validator's warning codes (JSON list).
+- `warnings`: the validator's warning codes (JSON list);
+- `review`: a person's latest verdict on the episode on the review page (`confirm`, `overrule`;
+  empty: never reviewed), which `manifest create --filter` can select on.
 
 The task spec the episode was recorded under (null without one): `task_spec_id` (its content id) and
 `outcome_check` (JSON `{"passed": bool, "detail": str}`: its success predicate judged at stop).
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.data.lerobot.episode_table import OUTCOME_CHECK, TASK_SPEC_ID, TRACKING_OUTRUN, WARNINGS
+from teleop_flywheel.data.lerobot.episode_table import OUTCOME_CHECK, REVIEW, TASK_SPEC_ID, TRACKING_OUTRUN, WARNINGS
 from teleop_flywheel.data.validate.checks import Inspection
 from teleop_flywheel.data.validate.validator import display
 from teleop_flywheel.recording.mcap.reader import ID_VERSION, Bag
@@ -39,7 +41,7 @@ def _num(value: float | None) -> float:
 
 
 def episode_columns(bag: Bag, ep: EpisodeMeta | None, ins: Inspection, recorded_wall_ns: int | None,
-                    trimmed: tuple[float, float]) -> dict[str, Any]:
+                    trimmed: tuple[float, float], review: str | None = None) -> dict[str, Any]:
     cols: dict[str, Any] = {
         "episode_id": bag.episode_id, "episode_id_v1": bag.episode_id_v1, "id_version": ID_VERSION,
         "operator": ep.operator if ep else "", "outcome": ep.outcome if ep else "unset",
@@ -57,6 +59,7 @@ def episode_columns(bag: Bag, ep: EpisodeMeta | None, ins: Inspection, recorded_
     cols[TRACKING_OUTRUN] = [_num(j.outrun_share) for j in ins.tracking] if ins.tracking else [float("nan")] * 6
     cols["dead_air_trimmed_leading_s"], cols["dead_air_trimmed_trailing_s"] = (float(trimmed[0]), float(trimmed[1]))
     cols[WARNINGS] = json.dumps(sorted({w.code for w in ins.warnings}))
+    cols[REVIEW] = review or ""  # a string column throughout: never reviewed is empty, not null
     cols[TASK_SPEC_ID] = (ep.task_spec_id or None) if ep else None
     cols[OUTCOME_CHECK] = json.dumps(ep.outcome_check, sort_keys=True) if ep and ep.outcome_check else None
     return cols

@@ -57,7 +57,11 @@ __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP",
            "OUTCOME_UNSET", "UNLABELLED_INTERVENTION", "DEAD_AIR", "SCHEMA_MISMATCH", "TRUNCATED", "CORRUPT",
            "STAMPED_TYPES", "Reason", "Supplied", "ValidateConfig", "EpisodeReport", "check_bag", "inspect_bag",
            "validate_bag", "validate_batch", "validate_paths", "find_bags", "quarantine", "summary", "display",
-           "add_arguments", "run"]
+           "RECORD_PATH", "add_arguments", "run"]
+
+
+# Where convert keeps a dataset's verdicts, in `validate --json`'s shape (`data/convert/refresh.py`).
+RECORD_PATH = "meta/validation.json"
 
 
 def display(text: str | os.PathLike[str]) -> str:
@@ -86,6 +90,8 @@ class EpisodeReport:
     clock_points: dict[str, list[list[float]]] = field(default_factory=dict)  # `session_drift.clock_points`
     camera_instance: dict[str, str] = field(default_factory=dict)  # camera -> instance id (`lag_pool`)
     camera_pool: dict[str, dict[str, Any]] = field(default_factory=dict)  # camera -> its `lag_pool.LagPool`
+    review: dict[str, Any] | None = None  # the episode's latest review (`provenance/reviews.py`), where convert had one
+    overruled: list[Reason] = field(default_factory=list)  # rejections a review overruled: admitted, kept on record
 
     @property
     def passed(self) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from teleop_flywheel.data.review.review_log import LOG_FILE
+from teleop_flywheel.data.provenance.reviews import LOG_FILE
 
 from .conftest import Served
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from teleop_flywheel.data.review.review_log import LOG_FILE, read_reviews
+from teleop_flywheel.data.provenance.reviews import LOG_FILE, read_reviews
 
 from .conftest import Served
 

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from teleop_flywheel.data.review.review_log import append_review
+from teleop_flywheel.data.provenance.reviews import append_review
 from teleop_flywheel.data.review.server import ReviewSite
 from teleop_flywheel.data.review.suggest import summarise_reviews
 from teleop_flywheel.data.validate.reasons import ValidateConfig

@@ -47,7 +47,27 @@ const FILTERS = {
   trigger: r => r.triggers.length ? r.triggers : ["none"],
   operator: r => [r.operator || "-"],
   task: r => [r.task || "-"],
+  curation: r => curationFlags(r),
 };
+
+// The list's curation flags: `curate`'s scores of a converted episode, in the words of its report
+// (jerk beyond two deviations, a length far from its task's median, success graded low).
+function curationFlags(r) {
+  const s = r.scores;
+  if (!s) return ["not in a dataset"];
+  const flags = [];
+  if (s.jerk_z !== null && s.jerk_z > 2) flags.push("jerky (jerk_z > 2)");
+  if (s.duration_ratio !== null && (s.duration_ratio > 1.5 || s.duration_ratio < 1 / 1.5)) flags.push("length off (×1.5)");
+  if (s.graded_success !== null && s.graded_success < 0.5) flags.push("graded success < 0.5");
+  return flags.length ? flags : ["unremarkable"];
+}
+
+function scoreText(s) {
+  if (!s) return "";
+  const fmt = (v, digits) => v === null || v === undefined ? "-" : v.toFixed(digits);
+  return `success ${fmt(s.graded_success, 2)} · jerk_z ${fmt(s.jerk_z, 1)} · dur× ${fmt(s.duration_ratio, 2)}` +
+    ` · cov ${fmt(s.coverage_gain, 3)}`;
+}
 
 // ---------------------------------------------------------------- the list
 async function listPage() {
@@ -92,7 +112,7 @@ async function listPage() {
       el("td", {class: r.status, text: r.status}), reasons,
       el("td", {class: r.review || "", text: r.review || ""}),
       el("td", {text: r.outcome}), el("td", {text: interventions}),
-      el("td", {text: r.operator}), el("td", {text: r.task}));
+      el("td", {text: r.operator}), el("td", {text: r.task}), el("td", {class: "scores", text: scoreText(r.scores)}));
     return tr;
   }
 
