@@ -193,6 +193,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                          fix="a bug: please report it with the traceback above"), file=sys.stderr, flush=True)
         return EXIT_PARTIAL
 
-
-if __name__ == "__main__":
-    sys.exit(main())
