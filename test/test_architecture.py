@@ -99,11 +99,13 @@ def test_import_linter_keeps_every_contract() -> None:
 
 
 def test_no_two_modules_share_a_name() -> None:
-    """A name says what a module is, once. Nodes are the exception: `ros/nodes/` modules carry the
-    executable's name a user types (`ros2 run teleop_flywheel ingest`), over the library they drive."""
+    """A name says what a module is, once. Nodes and verbs are the exception: `ros/nodes/` modules
+    carry the executable's name a user types (`ros2 run teleop_flywheel ingest`), `cli/verbs/` doors
+    and their ROS bodies in `ros/commands/` the command's (`teleop-flywheel validate`), over the
+    library they drive."""
     seen: dict[str, list[str]] = {}
     for path in _modules():
-        if path.name != "__init__.py" and path.parent.name != "nodes":
+        if path.name != "__init__.py" and path.parent.name not in ("nodes", "verbs", "commands"):
             seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
@@ -116,7 +118,7 @@ def test_tests_mirror_the_package() -> None:
                and not {"support", "__pycache__"} & set(p.relative_to(tests).parts)}
     assert sorted(str(f) for f in folders if not (PACKAGE / f / "__init__.py").is_file()) == []
     loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py",) and p.stem not in (
-        "test_architecture", "test_style", "test_readme", "test_colcon_build", "test_cli_voice"))
+        "test_architecture", "test_style", "test_readme", "test_colcon_build"))
     assert loose == [], f"tests outside a package folder: {loose}"
 
 

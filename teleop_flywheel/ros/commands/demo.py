@@ -369,14 +369,6 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
     return bags, verdicts, ingested
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="output folder (must not exist, or be empty)")
-    parser.add_argument("--episodes", type=int, default=6, help="episodes to record (default 6)")
-    parser.add_argument("--seconds", type=float, default=8.0,
-                        help=f"seconds per episode (default 8, at least {MIN_SECONDS:g})")
-    parser.add_argument("--codec", default="libsvtav1", choices=("libsvtav1", "h264"), help="dataset video codec")
-
-
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -472,3 +464,4 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
     return 0
+
