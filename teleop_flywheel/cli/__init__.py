@@ -17,6 +17,7 @@ bug: its traceback, then the same one line asking for a report.
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import importlib
 import os
@@ -126,7 +127,26 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     module.add_arguments(parser)  # type: ignore[attr-defined]
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the Python traceback above the one-line message")
+    share_options(parser)
     return parser, module
+
+
+def share_options(parser: argparse.ArgumentParser) -> None:
+    """Accept a verb's own options after its sub-verb too (`lineage which ID --registry FILE` as
+    `lineage --registry FILE which ID`): each sub-verb's parser gets a copy of every option of the
+    verb's that it does not define itself. The copy's default is SUPPRESS, so an option given before
+    the sub-verb is not overwritten by the sub-verb's parse, and one given after it wins."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    shared = [a for a in parser._actions
+              if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
+    for sub in subs:
+        for child in dict.fromkeys(sub.choices.values()):  # an alias names the same parser twice
+            for action in shared:
+                if any(o in child._option_string_actions for o in action.option_strings):
+                    continue  # the sub-verb's own option of that name
+                copied = copy.copy(action)
+                copied.default, copied.required = argparse.SUPPRESS, False
+                child._add_action(copied)
 
 
 def _debug(args: argparse.Namespace | None) -> bool:
