@@ -29,7 +29,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_LABEL, RECORDER_NODE, RESET, TELEOP_NODE
-from teleop_flywheel.ros.commands.console_view import KEYS, ConsoleState
+from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
 ARM_NODES = ("follower_arm", "leader_arm")  # the session graph's arm drivers

@@ -268,7 +268,7 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
 
 
 def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
-    from teleop_flywheel.ros.commands.clients import ParameterClient, PolicyClient, RecorderStatus
+    from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
     from teleop_flywheel.ros.session.launch.supervisor import Session
 
     bags = out / "bags"

@@ -60,7 +60,7 @@ def parse_args_list(items: list[str]) -> dict[str, str]:
 
 def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, stop: threading.Event) -> list[Path]:
     """Run the protocol on the live session; returns its trial bags (resumed ones included)."""
-    from teleop_flywheel.ros.commands.evaluation_walk import TrialDriver, run_unattended
+    from teleop_flywheel.ros.session.trials import TrialDriver, run_unattended
 
     driver = TrialDriver(session, protocol)
     if args.resume:
@@ -92,8 +92,8 @@ def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
     import tty
 
     from teleop_flywheel.ros.commands.console import ConsoleNode
-    from teleop_flywheel.ros.commands.console_view import ConsoleState
-    from teleop_flywheel.ros.commands.evaluation_walk import run_attended
+    from teleop_flywheel.ros.session.console_view import ConsoleState
+    from teleop_flywheel.ros.session.trials import run_attended
 
     console = ConsoleNode(
         ConsoleState(session=f"{session.graph.kind} / {driver.protocol.name}"), context=session.context

@@ -13,7 +13,7 @@ import pytest
 from support.terminal import read_until
 
 from teleop_flywheel.core.labels import TRIGGER_LABELS
-from teleop_flywheel.ros.commands.console_view import KEYS, ConsoleState
+from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 
 def test_view_shows_authority_streams_and_labels() -> None:

@@ -38,8 +38,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A running sim session (cameras as the default camera set: front) that has recorded one
     episode with a takeover, labelled, so every stream the layout reads has data."""
     from teleop_flywheel.hw.pedal.virtual import VirtualPedal
-    from teleop_flywheel.ros.commands.clients import RecorderStatus
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
 
     out = tmp_path_factory.mktemp("view") / "bags"
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
