@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:  # DatasetError: one line on stderr, exit 2 (cli.py)
+    try:  # DatasetError: one line on stderr, exit 2 (cli/)
         report = audit(LeRobotDataset.open(args.dataset), args.state, args.action)
     except ValueError as exc:
         if isinstance(exc, FlywheelError):

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             create_exclusive(args.lerobot_json, json.dumps(cal.to_lerobot_json(), indent=4) + "\n")
     except CalibrationStopped:  # its own exit code: 1, or 130 after Ctrl-C
         raise
-    except FlywheelError as exc:  # it ran on the arm and failed there: one line, exit 1 (cli.py)
+    except FlywheelError as exc:  # it ran on the arm and failed there: one line, exit 1 (cli/)
         exc.exit_code = EXIT_PARTIAL
         raise
     for j in cal.joints:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         ds = LeRobotDataset.open(args.dataset)
         vary = [v.strip() for v in args.vary.split(",")] if args.vary else None
         report = curate(ds, rule, args.targets, args.box, args.duration_tolerance, vary)
-    except ValueError as exc:  # a DatasetError as it is; a bad option value as a usage error (cli.py prints it)
+    except ValueError as exc:  # a DatasetError as it is; a bad option value as a usage error (cli/ prints it)
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc

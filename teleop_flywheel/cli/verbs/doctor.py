@@ -71,7 +71,7 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
                 done, found = repair(root)
             else:
                 found = problems(root)
-    except FlywheelError as exc:  # one line on stderr, exit 2 (cli.py)
+    except FlywheelError as exc:  # one line on stderr, exit 2 (cli/)
         exc.exit_code = EXIT_USAGE
         raise
     if not found and not done and not (root / "meta" / "info.json").is_file():

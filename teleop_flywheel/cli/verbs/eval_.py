@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 raise EvalError("--simulate needs --protocol")
             bags += simulate_protocol(protocol, args.simulate, seed=args.seed)
         report = build_report([read_trial(b) for b in bags], protocol, args.registry)
-    except ValueError as exc:  # EvalError/ProtocolError/BagReadError pass through: one line, exit 2 (cli.py)
+    except ValueError as exc:  # EvalError/ProtocolError/BagReadError pass through: one line, exit 2 (cli/)
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc

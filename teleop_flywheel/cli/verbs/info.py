@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:  # a bag it cannot read ends the command with one line (cli.py): exit 2, nothing could be read
+    try:  # a bag it cannot read ends the command with one line (cli/): exit 2, nothing could be read
         info = bag_info(args.bag)
         if not args.no_lag:
             try:

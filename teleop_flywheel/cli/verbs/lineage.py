@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             for export in sorted(reg.exports.values(), key=lambda x: x["registered"]):
                 print(f"{export['export']:<24} {len(export['episodes']):>6} episodes  {export['registered']}  "
                       f"{export['out']}")
-    except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli.py)
+    except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli/)
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc

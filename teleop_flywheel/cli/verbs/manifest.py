@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         manifest = load_manifest(args.manifest)
         result = verify(ds, manifest, args.subset)
-    except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli.py); a bad --filter as usage
+    except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli/); a bad --filter as usage
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc)) from exc

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = recover(args.bag, args.output)  # RecoverError/OSError: one line on stderr, exit 2 (cli.py)
+    report = recover(args.bag, args.output)  # RecoverError/OSError: one line on stderr, exit 2 (cli/)
     if args.json:
         print(json.dumps(asdict(report), indent=2))
         return 0

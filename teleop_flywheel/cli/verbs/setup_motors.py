@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
                 input(f"Connect ONLY the {args.arm}'s {joint} servo (id {JOINT_IDS[joint]} to be) to the "
                       f"controller board, then press Enter.")
             print(f"setup-motors: {configure(args.port, joint, args.baud)}", flush=True)
-    except FlywheelError as exc:  # it ran on the bus and failed there: one line, exit 1 (cli.py)
+    except FlywheelError as exc:  # it ran on the bus and failed there: one line, exit 1 (cli/)
         exc.exit_code = EXIT_PARTIAL
         raise
     except (EOFError, KeyboardInterrupt):

@@ -25,6 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.break_s <= 0:
         raise UsageError(f"--break-s must be > 0, got {args.break_s:g}")
-    stats = stats_for(args.paths, args.clusters, args.break_s)  # DatasetError: one line, exit 2 (cli.py)
+    stats = stats_for(args.paths, args.clusters, args.break_s)  # DatasetError: one line, exit 2 (cli/)
     print(json.dumps(stats.to_dict(), indent=2) if args.json else format_text(stats))
     return 0

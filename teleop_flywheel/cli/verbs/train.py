@@ -16,7 +16,7 @@ from teleop_flywheel.training.loop import (
 )
 from teleop_flywheel.training.training_set import training_set
 
-PASSTHROUGH = "lerobot_args"  # cli.py: the arguments after `--`, for LeRobot's config parser
+PASSTHROUGH = "lerobot_args"  # cli/: the arguments after `--`, for LeRobot's config parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -386,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
     plans = plan(args.episodes)
     try:
         bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
-    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
+    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli/)
         raise PartialFailure(
             f"recording stopped: {exc}",
             where=str(out),

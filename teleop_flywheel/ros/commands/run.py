@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = replace(cfg, task=protocol.task)
         graph = with_params_files(build_graph(args.kind, cfg), tuple(args.param_file))
         check_calibrations(graph)
-    except ValueError as exc:  # a ProtocolError/CalibrationError as it is: one line, exit 2 (cli.py)
+    except ValueError as exc:  # a ProtocolError/CalibrationError as it is: one line, exit 2 (cli/)
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc), fix=f"{PROG} run --help lists the session arguments") from exc
