@@ -1,4 +1,9 @@
-"""`teleop-flywheel eval`: success-rate tables with N and intervals from rollouts."""
+"""`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT] [--simulate OUT]`.
+
+Success-rate tables with N and intervals from rollouts: reads the trial bags, builds the table
+(`evaluation.report`) and prints it (or JSON), optionally an HTML page with a bar chart.
+`--simulate OUT` first writes synthetic trial bags for the protocol (`evaluation.simulate`).
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,9 +11,9 @@ import json
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.evaluation.command import simulate_protocol
 from teleop_flywheel.evaluation.protocol import load_protocol
 from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
+from teleop_flywheel.evaluation.simulate import simulate_protocol
 from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 
 

@@ -1,9 +1,8 @@
-"""`teleop-flywheel eval BAGS... [--protocol eval.yaml] [--json] [--html OUT] [--simulate OUT]`.
+"""`teleop-flywheel eval --simulate OUT`: synthetic trial bags for a protocol.
 
-Reads the trial bags, builds the table (`evaluation.report`) and prints it (or JSON), optionally
-an HTML page with a bar chart. `--simulate OUT` first writes synthetic trial bags for the
-protocol (`simulate_protocol`: the statistics in seconds, without a session graph; `run sim
---unattended` is the real walk on the simulated arms).
+`simulate_protocol` writes one bag per trial of the protocol (the statistics in seconds, without a
+session graph; `run sim --unattended` is the real walk on the simulated arms); `eval` then reads
+them like any trial bags (`evaluation.report`).
 """
 from __future__ import annotations
 
