@@ -7,16 +7,8 @@ import sys
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.data.lerobot.dataset import (
-    ACTION,
-    STATE,
-    LeRobotDataset,
-)
-from teleop_flywheel.data.reports.audit import (
-    audit,
-    format_text,
-    write_html,
-)
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
+from teleop_flywheel.data.reports.audit import audit, format_text, write_html
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

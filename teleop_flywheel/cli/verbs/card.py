@@ -4,10 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from teleop_flywheel.data.reports.card import (
-    LICENSE,
-    write_card,
-)
+from teleop_flywheel.data.reports.card import LICENSE, write_card
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

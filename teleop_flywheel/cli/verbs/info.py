@@ -7,11 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.data.reports.bag_info import (
-    bag_info,
-    camera_lags,
-    format_info,
-)
+from teleop_flywheel.data.reports.bag_info import bag_info, camera_lags, format_info
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 
 

@@ -9,12 +9,7 @@ from pathlib import Path
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.priority import lower_priority
 from teleop_flywheel.data.convert.append_rules import check_append
-from teleop_flywheel.data.convert.ingest import (
-    GRACE_S,
-    IngestConfig,
-    ingest_once,
-    segments_root,
-)
+from teleop_flywheel.data.convert.ingest import GRACE_S, IngestConfig, ingest_once, segments_root
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.parallel import add_arguments_to

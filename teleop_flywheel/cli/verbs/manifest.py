@@ -12,12 +12,7 @@ from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.provenance.manifest import (
-    ID_VERSION,
-    create,
-    load_manifest,
-    verify,
-)
+from teleop_flywheel.data.provenance.manifest import ID_VERSION, create, load_manifest, verify
 from teleop_flywheel.data.provenance.materialize import lerobot_argument, located, materialize, parse_resolution
 
 

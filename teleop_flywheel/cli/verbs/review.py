@@ -10,12 +10,7 @@ from pathlib import Path
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.names import text_problem
-from teleop_flywheel.data.review.server import (
-    ReviewSite,
-    is_loopback,
-    serve,
-    url_of,
-)
+from teleop_flywheel.data.review.server import ReviewSite, is_loopback, serve, url_of
 from teleop_flywheel.data.review.suggest import report_json, report_text, summarise_reviews
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 

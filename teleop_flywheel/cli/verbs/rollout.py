@@ -9,13 +9,7 @@ from pathlib import Path
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.provenance.episode_sources import records_for
-from teleop_flywheel.evaluation.rollout import (
-    METRICS,
-    Plan,
-    decide,
-    load_plan,
-    parse_stages,
-)
+from teleop_flywheel.evaluation.rollout import METRICS, Plan, decide, load_plan, parse_stages
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,10 +6,7 @@ import json
 from pathlib import Path
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.data.reports.flywheel_stats import (
-    format_text,
-    stats_for,
-)
+from teleop_flywheel.data.reports.flywheel_stats import format_text, stats_for
 from teleop_flywheel.data.reports.throughput import BREAK_S
 
 

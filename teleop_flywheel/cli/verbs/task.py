@@ -12,10 +12,7 @@ from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.core.task_spec import parse_task_spec
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit
-from teleop_flywheel.data.reports.task_init import (
-    render,
-    template_of,
-)
+from teleop_flywheel.data.reports.task_init import render, template_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

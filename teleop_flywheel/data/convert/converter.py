@@ -44,9 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import (
-    FlywheelError,
-)
+from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.data.convert.append_rules import check_append, feature_expectations
 from teleop_flywheel.data.convert.calibrations import load_supplied, union_limits

@@ -62,12 +62,7 @@ from teleop_flywheel.data.reports.coverage import (
     target_start_poses,
 )
 from teleop_flywheel.data.reports.plots import write_curation_plots
-from teleop_flywheel.data.reports.weights import (
-    WEIGHT_RULE,
-    WeightRule,
-    episode_has_intervention,
-    sample_weights,
-)
+from teleop_flywheel.data.reports.weights import WEIGHT_RULE, WeightRule, episode_has_intervention, sample_weights
 from teleop_flywheel.data.validate.episode_columns import finite_or_none
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 
