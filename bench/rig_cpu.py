@@ -166,8 +166,8 @@ def thread_cpu(pid: int) -> dict[str, float]:
 # -- part 1: a simulated session ------------------------------------------------------------------
 
 def measure_session(seconds: float, repeats: int) -> dict[str, Any]:
-    from teleop_flywheel.ros.commands.clients import RecorderStatus
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
     from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters
     from teleop_flywheel.ros.session.launch.supervisor import Session
 

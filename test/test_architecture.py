@@ -1,12 +1,13 @@
 """The import contract of the floors (README, "Architecture"), enforced, not by convention.
 
 - rclpy, launch and ROS message packages are imported only under `teleop_flywheel/ros/`;
-  `cli.py` reaches `ros/` commands lazily (inside the verb's function, by module name).
+  `cli/` reaches `ros/` commands lazily (inside the verb's function, by module name).
 - Each floor imports only floors below it: core < hw < recording < data < policies < training <
   testing < evaluation < ros < cli. So the data engine never pulls in a device, and nothing below `ros`
   can need DDS.
 - Every module outside `ros/` imports in a fresh interpreter in which ROS packages cannot be
-  imported at all (catches an import hidden behind another module).
+  imported at all (catches an import hidden behind another module); the cli's verb doors too,
+  since a verb that needs ROS imports its body only when it runs.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def violations(paths: list[Path], root: Path = PACKAGE) -> list[str]:
 
 
 def test_every_module_is_on_a_floor() -> None:
-    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "cli.py")]
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
     assert loose == [], f"modules outside the floors: {loose}"
 
 
@@ -88,22 +89,24 @@ def test_the_contract_check_fails_on_a_violation(tmp_path: Path) -> None:
 
 
 def test_import_linter_keeps_every_contract() -> None:
-    """The same floors, the ROS boundary, the independence of hw/'s devices and the order of the rooms
-    inside data/, recording/ and ros/, checked by import-linter (`.importlinter`) over the imported
-    graph, indirect imports included."""
+    """The same floors, the ROS boundary, the independence of hw/'s devices and of cli/'s verb doors
+    (none imports ROS or another door) and the order of the rooms inside data/, recording/ and ros/,
+    checked by import-linter (`.importlinter`) over the imported graph, indirect imports included."""
     tool = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert tool, "import-linter is a dev requirement (pip install -e '.[dev]')"
     res = subprocess.run([tool, "--no-cache"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-1000:]
-    assert "Contracts: 6 kept, 0 broken." in res.stdout, res.stdout[-2000:]
+    assert "Contracts: 8 kept, 0 broken." in res.stdout, res.stdout[-2000:]
 
 
 def test_no_two_modules_share_a_name() -> None:
-    """A name says what a module is, once. Nodes are the exception: `ros/nodes/` modules carry the
-    executable's name a user types (`ros2 run teleop_flywheel ingest`), over the library they drive."""
+    """A name says what a module is, once. Nodes and verbs are the exception: `ros/nodes/` modules
+    carry the executable's name a user types (`ros2 run teleop_flywheel ingest`), `cli/verbs/` doors
+    and their ROS bodies in `ros/commands/` the command's (`teleop-flywheel validate`), over the
+    library they drive."""
     seen: dict[str, list[str]] = {}
     for path in _modules():
-        if path.name != "__init__.py" and path.parent.name != "nodes":
+        if path.name != "__init__.py" and path.parent.name not in ("nodes", "verbs", "commands"):
             seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
@@ -116,7 +119,7 @@ def test_tests_mirror_the_package() -> None:
                and not {"support", "__pycache__"} & set(p.relative_to(tests).parts)}
     assert sorted(str(f) for f in folders if not (PACKAGE / f / "__init__.py").is_file()) == []
     loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py",) and p.stem not in (
-        "test_architecture", "test_style", "test_readme", "test_colcon_build", "test_cli_voice"))
+        "test_architecture", "test_style", "test_readme", "test_colcon_build"))
     assert loose == [], f"tests outside a package folder: {loose}"
 
 
@@ -129,7 +132,7 @@ def test_architecture_page_shows_the_enforced_tree() -> None:
 def test_ros_free_floors_import_without_ros() -> None:
     names = [
         ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
-        for p in _modules() if _floor(p) not in ("ros", "cli")
+        for p in _modules() if _floor(p) != "ros" and p.name != "__main__.py"
     ]
     blocker = (
         "import importlib.abc, sys\n"

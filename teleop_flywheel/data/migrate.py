@@ -36,7 +36,6 @@ What older manifests and datasets were is known here only:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError
+from teleop_flywheel.core.errors import EXIT_PARTIAL
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset
@@ -276,28 +275,3 @@ def migrate(path: Path, output: Path | None = None, dataset: Path | None = None)
     bag = migrate_bag(path, output)
     return Migration(bag.bag, bag.copy, bag.changes, bag.notes)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", type=Path, help="a bag (directory or .mcap), a manifest (.json) or a LeRobot dataset")
-    parser.add_argument("--output", "-o", type=Path, default=None,
-                        help="where to write the upgraded copy (default: beside PATH, <name>.migrated)")
-    parser.add_argument("--dataset", type=Path, default=None,
-                        help="a manifest's dataset, if not where the manifest says it is")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        result = migrate(args.path, args.output, args.dataset)
-    except (ValueError, KeyError, TypeError) as exc:  # a FlywheelError as it is; malformed JSON etc. named
-        if isinstance(exc, FlywheelError):
-            raise
-        raise MigrateError(f"{args.path}: cannot read it as a bag, manifest or dataset: {exc}") from exc
-    if result.copy is None:
-        print(f"{result.path}: already in the current format; nothing to migrate, nothing written")
-        return 0
-    for line in result.changes:
-        print(line)
-    for note in result.notes:
-        print(f"note: {note}")
-    print(f"wrote {result.copy}; the original {result.path} is unchanged")
-    return 0

@@ -31,9 +31,7 @@ steps, batch size, seed and the trained episodes.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -46,11 +44,9 @@ from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
-from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
-from teleop_flywheel.training.training_set import TrainingSet, training_set
+from teleop_flywheel.training.training_set import TrainingSet
 
-PASSTHROUGH = "lerobot_args"  # cli.py: the arguments after `--`, for LeRobot's config parser
 POLICIES = ("act", "diffusion")
 INSTALL = "pip install 'teleop_flywheel[lerobot]' (LeRobot 0.4.x with torch, ~8 GB)"
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -75,58 +71,6 @@ class TrainResult:
     data_s: float  # mean seconds per step waiting for the batch (decode included), then updating
     update_s: float
     registry: Path
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifest", type=Path, help="manifest JSON (`teleop-flywheel manifest create`)")
-    parser.add_argument("--policy", choices=POLICIES, required=True, help="LeRobot policy type to train")
-    parser.add_argument("--out", type=Path, required=True,
-                        help="run directory to create (LeRobot's output_dir; never overwritten)")
-    parser.add_argument("--steps", type=int, help="training steps (default: LeRobot's, 100000)")
-    parser.add_argument("--batch-size", type=int, help="batch size (default: LeRobot's, 8)")
-    parser.add_argument("--seed", type=int, help="seed of the model's initialisation and of the weighted "
-                                                 "sampler (default: LeRobot's, 1000)")
-    parser.add_argument("--dataset", type=Path,
-                        help="the dataset the manifest was frozen from, if it moved (default: the manifest's)")
-    parser.add_argument("--registry", type=Path, help="lineage registry JSON (default as for `lineage`: "
-                                                      f"$TELEOP_FLYWHEEL_LINEAGE or {default_registry()})")
-    parser.add_argument("--run", help="run name in lineage (default: OUT's name)")
-    parser.usage = ("%(prog)s MANIFEST --policy {act,diffusion} --out OUT [options] [-- LEROBOT_ARGS ...]\n"
-                    "  LEROBOT_ARGS: LeRobot's config arguments (lerobot-train --help), e.g. "
-                    "--policy.chunk_size=20 --num_workers=2 --save_freq=5000")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.out.exists() or args.out.is_symlink():
-        raise UsageError("the run directory exists", where=str(args.out),
-                         fix="choose a new --out: a run is never overwritten")
-    for name, value in (("--steps", args.steps), ("--batch-size", args.batch_size)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be >= 1, got {value}")
-    _check_lerobot_args(args.lerobot_args)
-    load_manifest(args.manifest)  # a bad manifest is named whether LeRobot is installed or not
-    if importlib.util.find_spec("lerobot") is None:
-        raise UsageError("LeRobot is not installed, and train runs LeRobot's training", fix=INSTALL)
-    with training_set(args.manifest, args.dataset) as tset:
-        result = train(tset, args.policy, args.out, steps=args.steps, batch_size=args.batch_size, seed=args.seed,
-                       lerobot_args=args.lerobot_args, registry=args.registry, run_name=args.run)
-    print(f"trained {args.policy} on {len(tset.episodes)} episodes of {args.manifest} for {result.steps} steps "
-          f"in {result.seconds:.1f} s ({result.steps / result.seconds:.2f} steps/s; per step {result.data_s:.3f} s "
-          f"loading, {result.update_s:.3f} s updating), last loss {result.loss:.4f}\n"
-          f"checkpoint {result.checkpoint}\n"
-          f"registered as {result.checkpoint_id} in {result.registry}")
-    return 0
-
-
-def _check_lerobot_args(extra: list[str]) -> None:
-    for arg in extra:
-        if not arg.startswith("--"):
-            raise UsageError(f"unexpected argument {arg!r}", where="the arguments after --",
-                             fix="LeRobot's arguments are --name=value")
-        name = arg.split("=", 1)[0]
-        if name in OWNED:
-            raise UsageError(f"{name} is set by {OWNED[name]}", where="the arguments after --",
-                             fix="leave it out (the manifest decides the data; use this command's options)")
 
 
 def lerobot_arguments(tset: TrainingSet, policy: str, out: Path, steps: int | None, batch_size: int | None,
@@ -257,3 +201,4 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
         "weight_rule": tset.weight_rule, "lerobot_args": list(lerobot_args or [])})
     return TrainResult(pretrained, ckpt_id, cfg.steps, seconds, float(tracker.loss.val),
                        float(tracker.dataloading_s.avg), float(tracker.update_s.avg), reg)
+

@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.cli.verbs import convert as convert_verb
+from teleop_flywheel.cli.verbs import validate as validate_verb
 from teleop_flywheel.core.bag_topics import FOLLOWER_COMMAND, FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.so101 import JOINT_NAMES
@@ -176,8 +178,8 @@ def test_cli_quarantine_moves_and_records(bags: dict[str, Path], tmp_path: Path,
         shutil.copytree(bags[name], work / name)
     q = tmp_path / "q"
     parser = __import__("argparse").ArgumentParser()
-    val.add_arguments(parser)
-    assert val.run(parser.parse_args([str(work), "--quarantine", str(q), "--workers", "1"])) == 0
+    validate_verb.add_arguments(parser)
+    assert validate_verb.run(parser.parse_args([str(work), "--quarantine", str(q), "--workers", "1"])) == 0
     out = capsys.readouterr().out
     assert "2/3 rejected (66.7 %)" in out and "FRAME_GAP 1" in out and "TRUNCATED 1" in out
     assert (q / "FRAME_GAP" / "stall").is_dir() and not (work / "stall").exists()
@@ -185,13 +187,13 @@ def test_cli_quarantine_moves_and_records(bags: dict[str, Path], tmp_path: Path,
     assert record["codes"] == ["TRUNCATED"] and record["passed"] is False
     assert (work / "clean").is_dir()
     shutil.copytree(bags["stall"], work / "stall")  # the same bag again: never overwrite
-    assert val.run(parser.parse_args([str(work), "--quarantine", str(q), "--json", "--workers", "1"])) == 0
+    assert validate_verb.run(parser.parse_args([str(work), "--quarantine", str(q), "--json", "--workers", "1"])) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert doc["summary"]["rejected"] == 1 and (q / "FRAME_GAP" / "stall_1").is_dir()
-    assert val.run(parser.parse_args([str(work), "--workers", "1"])) == 0
+    assert validate_verb.run(parser.parse_args([str(work), "--workers", "1"])) == 0
     assert "WARNING: nothing was rejected" in capsys.readouterr().err
-    assert cli_main(["validate", str(tmp_path / "nope")]) == 2  # one line, exit 2 (cli.py)
+    assert cli_main(["validate", str(tmp_path / "nope")]) == 2  # one line, exit 2 (cli/)
     assert capsys.readouterr().err.splitlines()[-1].startswith("teleop-flywheel validate: error: no such file")
 
 
@@ -340,10 +342,10 @@ def test_convert_cli_summary(bags: dict[str, Path], tmp_path: Path, capsys: pyte
     import argparse
 
     parser = argparse.ArgumentParser()
-    conv.add_arguments(parser)
+    convert_verb.add_arguments(parser)
     args = parser.parse_args([str(bags["clean"]), str(bags["stall"]), "--dataset", str(tmp_path / "ds"),
                               "--codec", "h264", "--workers", "1", "--repo-id", "me/so101"])
-    assert conv.run(args) == 0
+    assert convert_verb.run(args) == 0
     out = capsys.readouterr().out
     assert "episodes in: 2; converted: 1;" in out and "rejected FRAME_GAP: 1 (stall)" in out
     assert "LeRobotDataset('me/so101'" in out

@@ -11,7 +11,6 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from teleop_flywheel.evaluation.command import simulate_protocol
 from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
 from teleop_flywheel.evaluation.report import (
     Cell,
@@ -23,6 +22,7 @@ from teleop_flywheel.evaluation.report import (
     read_trial,
     write_html,
 )
+from teleop_flywheel.evaluation.simulate import simulate_protocol
 from teleop_flywheel.evaluation.stats import fisher_exact, holm, wilson
 
 EXAMPLE = ROOT / "config" / "eval_example.yaml"

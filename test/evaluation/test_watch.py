@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from teleop_flywheel.data.provenance import lineage
+from teleop_flywheel.cli.verbs import lineage as lineage_verb
 from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation
-from teleop_flywheel.evaluation.command import simulate_protocol
 from teleop_flywheel.evaluation.protocol import ProtocolError, load_protocol
 from teleop_flywheel.evaluation.report import build_report, read_trial
+from teleop_flywheel.evaluation.simulate import simulate_protocol
 from teleop_flywheel.evaluation.watch import (
     Candidate,
     discover,
@@ -108,8 +108,8 @@ def test_a_worse_candidate_is_flagged_and_its_figures_reach_lineage_which(tmp_pa
     assert "FLAGGED" in page and "8/8" in page and f"{slug(cand.id)}/report.html" in page
 
     parser = __import__("argparse").ArgumentParser()
-    lineage.add_arguments(parser)
-    assert lineage.run(parser.parse_args(["--registry", str(registry), "which", cand.id])) == 0
+    lineage_verb.add_arguments(parser)
+    assert lineage_verb.run(parser.parse_args(["--registry", str(registry), "which", cand.id])) == 0
     out = capsys.readouterr().out
     assert "NOT REGISTERED" in out and "FLAGGED: worse than the incumbent" in out
     assert "N=8" in out and "[0.68, 1.00]" in out and "supports lerobot:m:abc worse than incumbent" in out

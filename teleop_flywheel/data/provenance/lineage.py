@@ -38,7 +38,6 @@ before (or without) being registered.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
@@ -47,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot.dataset import DatasetError
@@ -355,7 +353,7 @@ def describe(entry: dict[str, Any], reg: Registry | None = None) -> str:
             f"  created    {m['created']}, registered {entry['registered']}{trained}")
 
 
-def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
+def which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
     """The manifest a materialized dataset holds, and the checkpoints registered as trained on it."""
     record = provenance(root)
     admitted = admitted_by_review(root)
@@ -380,12 +378,12 @@ def _which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
         f"  trained    {', '.join(trained) or 'no registered checkpoint'}", *admitted_lines(admitted)])
 
 
-def _is_bag(path: Path) -> bool:
+def is_bag(path: Path) -> bool:
     return path.suffix == ".mcap" or (path.is_dir() and (any(path.glob("*.mcap"))
                                                          or (path / "metadata.yaml").is_file()))
 
 
-def _which_export(reg: Registry, export: dict[str, Any], as_json: bool) -> str:
+def which_export(reg: Registry, export: dict[str, Any], as_json: bool) -> str:
     """Which export an output is, and the checkpoints registered as trained on it."""
     trained = sorted(c for c, e in reg.checkpoints.items() if e.get("export") == export["export"])
     if as_json:
@@ -394,7 +392,7 @@ def _which_export(reg: Registry, export: dict[str, Any], as_json: bool) -> str:
             + f"\n  trained    {', '.join(trained) or 'no registered checkpoint'}")
 
 
-def _checkpoint_json(reg: Registry, entry: dict[str, Any], evaluations: list[dict[str, Any]]) -> str:
+def checkpoint_json(reg: Registry, entry: dict[str, Any], evaluations: list[dict[str, Any]]) -> str:
     answer = {k: v for k, v in entry.items() if k != "manifest"} | {"evaluations": evaluations}
     if "export" in entry:
         export = reg.exports.get(entry["export"], {})
@@ -406,92 +404,3 @@ def _checkpoint_json(reg: Registry, entry: dict[str, Any], evaluations: list[dic
         answer |= {"fingerprint": entry["manifest"]["fingerprint"], "episode_count": entry["manifest"]["episode_count"]}
     return json.dumps(answer, indent=2)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--registry", type=Path, help=f"registry JSON (default ${ENV} or {default_registry()})")
-    sub = parser.add_subparsers(dest="action", required=True)
-    r = sub.add_parser("register", help="record that MANIFEST (or an export's output) trained CHECKPOINT")
-    r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands; or the checkpoint's "
-                                      "directory or file (another stack's): id <name>:<content sha256, 12 hex>")
-    r.add_argument("manifest", type=Path, help="the manifest JSON the checkpoint was trained on, or the output "
-                                               "(directory or file) of the `teleop-flywheel export` it was trained on")
-    r.add_argument("--run", help="run name (default: the manifest file's stem, the export's name)")
-    w = sub.add_parser("which", help="the manifest or export that produced a checkpoint (or the checkpoint a bag "
-                                     "recorded, the manifest a materialized dataset holds, which export an output is)")
-    w.add_argument("checkpoint", nargs="+", help="checkpoint id or path, a bag directory recorded with that policy, "
-                                                 "a dataset written by `manifest materialize`, or an export's output; "
-                                                 "with --rig, the rig's recorded episodes (bag folders or a converted "
-                                                 "dataset)")
-    w.add_argument("--rig", help="the checkpoint the rig runs now (its latest policy episode in the given episodes)")
-    w.add_argument("--json", action="store_true", help="print the answer as JSON")
-    e = sub.add_parser("episodes", help="the episode ids in a run")
-    e.add_argument("run", help="run name or checkpoint id")
-    e.add_argument("--json", action="store_true", help="print the ids as a JSON list")
-    sub.add_parser("list", help="every registered checkpoint and export")
-
-
-def _register(reg: Registry, args: argparse.Namespace) -> None:
-    path = Path(args.checkpoint)
-    ckpt, ckpt_path = (path_checkpoint_id(path), path) if path.exists() else (args.checkpoint, None)
-    entry = register_checkpoint(reg.path, ckpt, args.manifest, args.run, checkpoint_path=ckpt_path)
-    print(f"registered in {reg.path}:\n{describe(entry, Registry.load(reg.path))}")
-
-
-def _which(reg: Registry, args: argparse.Namespace) -> None:
-    target = Path(args.checkpoint[0])
-    if args.rig is not None:
-        ckpt = checkpoint_on_rig(args.rig, [Path(p) for p in args.checkpoint])
-        if not args.json:
-            print(f"rig {args.rig} runs {ckpt} (its latest policy episode)")
-    elif len(args.checkpoint) > 1:
-        raise UsageError("which takes one checkpoint, bag, dataset or export (several paths only with --rig)")
-    elif (target / "meta/info.json").is_file():
-        print(_which_dataset(reg, target, args.json))
-        return
-    elif _is_bag(target):
-        ckpt = checkpoint_of_bag(target)
-    elif target.exists():  # an export's output, or a checkpoint given by its path
-        files = content_files(target)
-        fingerprint = content_fingerprint(files)
-        export = next((e for e in reg.exports.values() if e["fingerprint"] == fingerprint), None)
-        if export is not None:
-            print(_which_export(reg, export, args.json))
-            return
-        ckpt = path_checkpoint_id(target, files)
-    else:
-        ckpt = str(target)
-    evaluations = reg.evaluations.get(ckpt, [])
-    if ckpt not in reg.checkpoints and evaluations:  # evaluated, never registered: say both
-        print(json.dumps({"checkpoint": ckpt, "registered": False, "evaluations": evaluations}, indent=2)
-              if args.json else f"checkpoint {ckpt}  <-  NOT REGISTERED in {reg.path}: which data trained it "
-              f"is unknown\n{describe_evaluations(evaluations)}")
-        return
-    entry = reg.which(ckpt)
-    print(_checkpoint_json(reg, entry, evaluations) if args.json
-          else describe(entry, reg) + ("\n" + describe_evaluations(evaluations) if evaluations else ""))
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        reg = Registry.load(args.registry)
-        if args.action == "register":
-            _register(reg, args)
-        elif args.action == "which":
-            _which(reg, args)
-        elif args.action == "episodes":
-            ids = reg.episodes(args.run)
-            print(json.dumps(ids) if args.json else "\n".join(ids))
-        else:
-            for entry in sorted(reg.checkpoints.values(), key=lambda x: x["registered"]):
-                count = len(reg.exports.get(entry["export"], {}).get("episodes", [])) if "export" in entry \
-                    else entry["manifest"]["episode_count"]
-                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {count:>6} episodes  {entry['registered']}"
-                      + (f"  export {entry['export']}" if "export" in entry else ""))
-            for export in sorted(reg.exports.values(), key=lambda x: x["registered"]):
-                print(f"{export['export']:<24} {len(export['episodes']):>6} episodes  {export['registered']}  "
-                      f"{export['out']}")
-    except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli.py)
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc)) from exc
-    return 0

@@ -26,7 +26,6 @@ added, removed and changed episode and file, and exits non-zero otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
@@ -37,18 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, episode_spans
 from teleop_flywheel.data.lerobot.episode_table import episode_records
 from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
-from teleop_flywheel.data.provenance.manifest_hash import (
-    compare_parts,
-    episode_parts,
-    file_sha256,
-    info_sha256,
-    plain,
-)
+from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256, plain
 
 FORMAT_PREFIX = "teleop_flywheel.manifest/"
 FORMAT_VERSION = 4
@@ -307,72 +298,3 @@ def verify(ds: LeRobotDataset, manifest: dict[str, Any], subset: bool = False) -
     result.matched = len(frozen) - len(removed) - len(result.changed)
     return result
 
-
-# --------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True)
-    c = sub.add_parser("create", help="freeze the dataset's episodes into a manifest")
-    c.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
-    c.add_argument("--out", type=Path, required=True, help="manifest JSON to write (never overwritten)")
-    c.add_argument("--filter", action="append", default=[], metavar="EXPR",
-                   help="keep episodes where EXPR holds (repeatable; all must hold), e.g. outcome=success, "
-                        "\"jerk_z < 2 and duration_ratio between 0.67 and 1.5 and outcome == success\", "
-                        "\"operator in (ana, ben)\"; grammar: docs/dataset_reports.md")
-    v = sub.add_parser("verify", help="prove a dataset is exactly a manifest")
-    v.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
-    v.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
-    v.add_argument("--subset", action="store_true", help="only require the manifest's episodes (ignore additions)")
-    v.add_argument("--json", action="store_true", help="print the result as JSON")
-    from teleop_flywheel.data.provenance import materialize  # noqa: PLC0415  (it builds on this module)
-
-    materialize.add_subcommands(sub)
-
-
-def run(args: argparse.Namespace) -> int:
-    from teleop_flywheel.data.provenance import materialize  # noqa: PLC0415  (it builds on this module)
-
-    if args.action in materialize.ACTIONS:
-        return materialize.run(args)
-    try:
-        ds = LeRobotDataset.open(args.dataset)
-        if args.action == "create":
-            if args.out.exists() or args.out.is_symlink():
-                raise UsageError("manifest already exists", where=str(args.out),
-                                 fix="choose a new name: manifests are frozen and never overwritten")
-            manifest = create(ds, args.filter)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                create_exclusive(args.out, json.dumps(manifest, indent=1) + "\n")
-            except FileExistsRefused:
-                raise UsageError("manifest already exists", where=str(args.out),
-                                 fix="choose a new name: manifests are frozen and never overwritten") from None
-            print(f"wrote {args.out}: {manifest['episode_count']} episodes, {manifest['frame_count']} frames, "
-                  f"fingerprint {manifest['fingerprint'][:16]}")
-            return 0
-        manifest = load_manifest(args.manifest)
-        result = verify(ds, manifest, args.subset)
-    except ValueError as exc:  # a DatasetError as it is (one line, exit 2: cli.py); a bad --filter as usage
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc)) from exc
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": result.ok,
-                    "matched": result.matched,
-                    "differences": result.lines(),
-                    "id_version": ID_VERSION,
-                    "fingerprint": result.fingerprint,
-                    "manifest_fingerprint": manifest["fingerprint"],
-                },
-                indent=2,
-            )
-        )
-    else:
-        for line in result.lines():
-            print(line)
-        verdict = "OK: dataset matches" if result.ok else "MISMATCH: dataset differs from"
-        print(f"{verdict} manifest {args.manifest} ({result.matched} of {len(manifest['episodes'])} episodes "
-              f"identical{', subset check' if args.subset else ''}; ids v{ID_VERSION})")
-    return 0 if result.ok else 1

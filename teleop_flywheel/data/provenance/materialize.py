@@ -29,13 +29,12 @@ removed by the next run (or `teleop-flywheel doctor --repair OUT`).
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.errors import EXIT_PARTIAL, UsageError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
@@ -58,7 +57,6 @@ from teleop_flywheel.data.provenance.manifest import identities, load_manifest, 
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
 
 PROVENANCE_KEY = "materialized_from"
-ACTIONS = ("episodes", "materialize")
 _RESOLUTION = re.compile(r"^(\d+)x(\d+)$")
 
 
@@ -418,44 +416,3 @@ def provenance(root: Path) -> dict[str, Any] | None:
     record = LeRobotDataset.open(root).info.get(PROVENANCE_KEY)
     return record if isinstance(record, dict) else None
 
-
-# --------------------------------------------------------------------------- CLI (wired in manifest.py)
-def add_subcommands(sub: Any) -> None:
-    e = sub.add_parser("episodes", help="the dataset's current episode indices of a manifest's episodes, "
-                                        "as LeRobot's --dataset.episodes")
-    e.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
-    e.add_argument("--dataset", type=Path, help="the manifest's dataset, if not where the manifest says it is")
-    e.add_argument("--json", action="store_true", help="print the indices (and each episode id's) as JSON")
-    m = sub.add_parser("materialize", help="a standalone LeRobot v3.0 dataset of exactly a manifest's episodes")
-    m.add_argument("manifest", type=Path, help="manifest JSON written by manifest create")
-    m.add_argument("out", type=Path, help="the dataset to write (must not exist)")
-    m.add_argument("--resolution", metavar="WxH",
-                   help="re-encode the videos once at this size, e.g. 224x224 (default: packets copied, no re-encode)")
-    m.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="codec of the re-encode (--resolution)")
-    m.add_argument("--dataset", type=Path, help="the manifest's dataset, if not where the manifest says it is")
-
-
-def run(args: argparse.Namespace) -> int:
-    resolution = parse_resolution(args.resolution) if getattr(args, "resolution", None) else None
-    if args.action == "materialize" and os.path.lexists(args.out):
-        raise UsageError("output already exists", where=str(args.out),
-                         fix="choose a new OUT: a materialized dataset is written whole, never over anything")
-    with ExitStack() as pin:  # the dataset's version leased while it is read
-        try:
-            loc = pin.enter_context(located(args.manifest, args.dataset))
-        except ValueError as exc:
-            if isinstance(exc, FlywheelError):
-                raise
-            raise UsageError(str(exc)) from exc
-        if args.action == "episodes":
-            if args.json:
-                print(json.dumps({"dataset": str(loc.ds.root), "manifest": str(args.manifest),
-                                  "episodes": loc.episodes, "episode_index": loc.current}, indent=2))
-            else:
-                print(lerobot_argument(loc.episodes))
-            return 0
-        made = materialize(loc, args.out, resolution, args.codec, show_progress=True)
-    repo = loc.ds.repo_id or f"local/{made.root.name}"
-    print(f"wrote {made.root}: {made.episodes} episodes, {made.frames} frames, videos {made.videos}; load with "
-          f"LeRobotDataset({repo!r}, root={str(made.root)!r}, video_backend='pyav')")
-    return 0

@@ -30,9 +30,6 @@ The rows on what the episodes' content says about clocks and force, from numeric
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
-from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.data.lerobot.dataset import (
     ACTION,
     STATE,
@@ -536,25 +532,3 @@ def write_html(r: AuditReport, out: Path) -> Path:
     explained in a sentence."""
     return write_audit_html(r, format_text(r), out)
 
-
-# --------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dataset", type=Path, help="LeRobot v3.0 dataset directory")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--html", type=Path, metavar="OUT", help="also write an HTML page with PNG plots")
-    parser.add_argument("--state", help=f"state feature (default {STATE})")
-    parser.add_argument("--action", help=f"action feature (default {ACTION})")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:  # DatasetError: one line on stderr, exit 2 (cli.py)
-        report = audit(LeRobotDataset.open(args.dataset), args.state, args.action)
-    except ValueError as exc:
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc), where=str(args.dataset)) from exc
-    print(json.dumps(report.to_dict(), indent=2) if args.json else format_text(report))
-    if args.html:
-        path = write_html(report, args.html)
-        print(f"wrote {path}", file=sys.stderr)
-    return 0

@@ -9,8 +9,6 @@ estimated here (reading the images: a few seconds for a minute of video; `--no-l
 """
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +18,6 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.names import UnsafeNameError
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, UnindexedBagError
@@ -193,28 +190,3 @@ def camera_lags(bag: Path) -> tuple[dict[str, dict[str, Any]], str]:
         out[cam] = estimate_lag(stamps, energy, js.stamps_ns[order], js.position[order]).to_dict()
     return out, "estimated from the bag"
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bag", type=Path, help="bag directory (or its .mcap file)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--no-lag", action="store_true",
-                        help="skip estimating the cameras' lag from their images (when the bag has no verdict.json)")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:  # a bag it cannot read ends the command with one line (cli.py): exit 2, nothing could be read
-        info = bag_info(args.bag)
-        if not args.no_lag:
-            try:
-                info.camera_lag, info.camera_lag_source = camera_lags(args.bag)
-            except (BagReadError, OSError, ValueError) as exc:
-                info.warnings.append(f"camera lag not estimated: {exc}")
-    except KeyError as exc:
-        raise UsageError(f"metadata.yaml lacks the key {exc}", where=str(args.bag),
-                         fix="teleop-flywheel recover BAG --output NEW writes a complete bag") from exc
-    except ValueError as exc:
-        if isinstance(exc, FlywheelError):
-            raise
-        raise UsageError(str(exc), where=str(args.bag)) from exc
-    print(json.dumps(asdict(info), indent=2) if args.json else format_info(info))
-    return 0

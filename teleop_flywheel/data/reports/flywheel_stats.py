@@ -19,9 +19,7 @@ clusters need joint data and are computed for datasets only.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.episode_sources import bag_records
@@ -223,19 +220,3 @@ def format_text(s: FlywheelStats) -> str:
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", type=Path, help="a LeRobot dataset, or bag directories / folders of bags")
-    parser.add_argument("--clusters", type=int, default=4, help="start-state clusters (k-means k, default 4)")
-    parser.add_argument("--break-s", type=float, default=BREAK_S,
-                        help=f"a gap this long between one operator's episodes at a station ends a shift "
-                             f"(default {BREAK_S:g} s)")
-    parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.break_s <= 0:
-        raise UsageError(f"--break-s must be > 0, got {args.break_s:g}")
-    stats = stats_for(args.paths, args.clusters, args.break_s)  # DatasetError: one line, exit 2 (cli.py)
-    print(json.dumps(stats.to_dict(), indent=2) if args.json else format_text(stats))
-    return 0

@@ -20,15 +20,14 @@ import os
 import shutil
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.core.errors import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, UsageError, error_line
+from teleop_flywheel.core.errors import UsageError, error_line
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
-from teleop_flywheel.core.task_spec import load_task_spec
-from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
+from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.data.validate.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
 from teleop_flywheel.data.validate.lag_pool import apply_lag_pools
 from teleop_flywheel.data.validate.reasons import (
@@ -57,7 +56,7 @@ __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP",
            "OUTCOME_UNSET", "UNLABELLED_INTERVENTION", "DEAD_AIR", "SCHEMA_MISMATCH", "TRUNCATED", "CORRUPT",
            "STAMPED_TYPES", "Reason", "Supplied", "ValidateConfig", "EpisodeReport", "check_bag", "inspect_bag",
            "validate_bag", "validate_batch", "validate_paths", "find_bags", "quarantine", "summary", "display",
-           "RECORD_PATH", "add_arguments", "run"]
+           "RECORD_PATH"]
 
 
 # Where convert keeps a dataset's verdicts, in `validate --json`'s shape (`data/convert/refresh.py`).
@@ -312,23 +311,7 @@ def add_supplied_arguments(parser: argparse.ArgumentParser) -> None:
                              "never overrides a recorded outcome. Without it such bags fail with OUTCOME_UNSET")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="bag directories, .mcap files or folders of bags")
-    parser.add_argument("--json", action="store_true", help="one JSON document instead of text lines")
-    parser.add_argument("--quarantine", metavar="DIR", help="move rejected bags to DIR/<reason>/ (never deletes)")
-    parser.add_argument("--config", metavar="FILE", help="thresholds YAML (default: the shipped config/validate.yaml)")
-    parser.add_argument("--task", metavar="TASK_YAML", default=None,
-                        help="task spec (docs/task_spec.md) judging bags recorded without one; its instruction is "
-                             "the task of bags without episode metadata. A bag recorded under another spec is an "
-                             "error line")
-    parser.add_argument("--trust-operator", action="store_true",
-                        help="keep episodes whose outcome disagrees with the spec's success predicate "
-                             "(OUTCOME_MISMATCH becomes a warning)")
-    add_supplied_arguments(parser)
-    add_arguments_to(parser)
-
-
-def load_inputs(args: argparse.Namespace, command: str, exclude: Path | None = None
+def load_inputs(config: str | None, given: list[str | Path], command: str, exclude: Path | None = None
                 ) -> tuple[ValidateConfig, list[Path], list[str]]:
     """Thresholds, bags and path errors for a CLI run (validate, convert); each path error is one line
     on stderr; UsageError when it cannot run at all (bad config, nothing found)."""
@@ -337,56 +320,16 @@ def load_inputs(args: argparse.Namespace, command: str, exclude: Path | None = N
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
     try:
-        cfg = ValidateConfig.load(args.config)
+        cfg = ValidateConfig.load(config)
     except ValueError as exc:
         raise UsageError(str(exc), fix="config/validate.yaml shows every threshold") from exc
-    paths, errors = find_bags(args.paths, exclude)
+    paths, errors = find_bags(given, exclude)
     if not paths:
         for e in errors[:-1]:
             print(error_line(command, e), file=sys.stderr)
-        what = errors[-1] if errors else f"no bags found in {' '.join(display(p) for p in args.paths)}"
+        what = errors[-1] if errors else f"no bags found in {' '.join(display(p) for p in given)}"
         raise UsageError(what, fix="give bag directories, .mcap files or folders of bags")
     for e in errors:
         print(error_line(command, e, fix="check the path"), file=sys.stderr)
     return cfg, paths, errors
 
-
-def run(args: argparse.Namespace) -> int:
-    qroot = Path(args.quarantine) if args.quarantine else None
-    spec = load_task_spec(args.task) if args.task else None
-    cfg, paths, errors = load_inputs(args, "validate", qroot)
-    if args.trust_operator:
-        cfg = replace(cfg, trust_operator=True)
-    supplied = Supplied(task=spec.instruction if spec else None, outcome=args.outcome, task_spec=spec)
-    reports, fits = validate_batch(paths, cfg, args.workers, args.executor, None if args.json else "validate",
-                                   supplied)
-    moved_errors: list[str] = []
-    if qroot is not None:  # deepest first: a bag named inside another moves before its parent
-        for r in sorted((r for r in reports if not r.passed and r.error is None),
-                        key=lambda r: -len(Path(r.path).parts)):
-            try:
-                quarantine(r, qroot)
-            except (OSError, ValueError, shutil.Error) as exc:
-                moved_errors.append(f"quarantine: {display(r.path)}: {exc}")
-    s = summary(reports, fits)
-    unprocessed = [r.error for r in reports if r.error is not None] + moved_errors
-    if args.json:
-        print(json.dumps({"episodes": [r.to_dict() for r in reports], "summary": s,
-                          "errors": [display(e) for e in errors + unprocessed]}, indent=2))
-    else:
-        for r in reports:
-            if r.error is None:
-                print(r.line() + (f" -> {display(r.quarantined_to)}" if r.quarantined_to else ""))
-        breakdown = ", ".join(f"{c} {n}" for c, n in s["reasons"].items())
-        print(f"{s['rejected']}/{s['episodes']} rejected ({100 * s['rejection_rate']:.1f} %)"
-              + (f": {breakdown}" if breakdown else "")
-              + (f"; {s['warned']} passed with warnings: " + ", ".join(f"{c} {n}" for c, n in s["warnings"].items())
-                 if s["warned"] else ""))
-    if s["episodes"] and not s["rejected"]:
-        print("WARNING: nothing was rejected. On a real recording session a 0 % rejection rate means the "
-              "checks are not checking: look at the thresholds in config/validate.yaml.", file=sys.stderr)
-    for e in unprocessed:  # one line each, the last lines on stderr
-        print(error_line("validate", display(e)), file=sys.stderr)
-    if not s["episodes"]:
-        return EXIT_USAGE
-    return EXIT_PARTIAL if errors or unprocessed else EXIT_OK

@@ -1,7 +1,6 @@
 """Camera configuration, the frame type, the source interface and JPEG encoding."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -92,20 +91,6 @@ def encode_jpeg(image: np.ndarray, quality: int) -> bytes:
     if not ok:
         raise CameraError(f"JPEG encoding failed for a {image.shape} image")
     return buf.tobytes()
-
-
-def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,
-                timecode_clock: Callable[[int], int] | None = None, history: Any = None) -> FrameSource:
-    """The source `config.source` names; `arm_state` (joint → rad now) or `history` (a
-    `synthetic.JointHistory`: the pose at each exposure) feed the synthetic scene, `timecode_clock`
-    maps its monotonic capture instant to the time written into its pixels."""
-    if config.source == "synthetic":
-        from teleop_flywheel.hw.camera.synthetic import SyntheticSource
-
-        return SyntheticSource(config, arm_state, timecode_clock=timecode_clock, history=history)
-    from teleop_flywheel.hw.camera.v4l2 import V4L2Source
-
-    return V4L2Source(config)
 
 
 class DropCounter:

@@ -8,6 +8,7 @@
   bags still growing; `integrity`: what a bag's parts say about each other;
 - `cdr`: the one CDR codec; `msgdefs`: `.msg` definitions with RIHS01 hashes;
 - `metadata`: rosbag2 `metadata.yaml` v9, QoS-profile YAML and `find_mcap`;
-- `recover` (the verb), `copy` and `upgrade` (what `migrate` does to an older bag): new bags from
-  what survives of an old one.
+- `recover` (`teleop-flywheel recover`'s library), `copy` and `upgrade` (what `migrate` does to
+  an older bag): new bags from what survives of an old one;
+- `player`: a bag paced in real time with play, pause and seek (`replay` serves it).
 """

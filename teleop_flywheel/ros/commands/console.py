@@ -29,7 +29,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_LABEL, RECORDER_NODE, RESET, TELEOP_NODE
-from teleop_flywheel.ros.commands.console_view import KEYS, ConsoleState
+from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
 ARM_NODES = ("follower_arm", "leader_arm")  # the session graph's arm drivers
@@ -170,13 +170,6 @@ class ConsoleNode:
             self.state.message = "takeover (pedal down)" if self._pedal_down else "handed back (pedal up)"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--session", default="", help="session name shown in the header")
-    parser.add_argument("--recorder", default=RECORDER_NODE, help="recorder node name (default /recorder)")
-    parser.add_argument("--teleop", default=TELEOP_NODE, help="teleop node name (default /teleop)")
-    parser.add_argument("--refresh-hz", type=float, default=5.0, help="screen refresh rate")
-
-
 def run(args: argparse.Namespace) -> int:
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -227,3 +220,4 @@ def run(args: argparse.Namespace) -> int:
         executor.shutdown()
         console.node.destroy_node()
     return 0
+

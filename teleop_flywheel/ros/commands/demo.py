@@ -268,7 +268,7 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
 
 
 def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
-    from teleop_flywheel.ros.commands.clients import ParameterClient, PolicyClient, RecorderStatus
+    from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
     from teleop_flywheel.ros.session.launch.supervisor import Session
 
     bags = out / "bags"
@@ -369,14 +369,6 @@ def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> t
     return bags, verdicts, ingested
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="output folder (must not exist, or be empty)")
-    parser.add_argument("--episodes", type=int, default=6, help="episodes to record (default 6)")
-    parser.add_argument("--seconds", type=float, default=8.0,
-                        help=f"seconds per episode (default 8, at least {MIN_SECONDS:g})")
-    parser.add_argument("--codec", default="libsvtav1", choices=("libsvtav1", "h264"), help="dataset video codec")
-
-
 def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -394,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
     plans = plan(args.episodes)
     try:
         bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
-    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli.py)
+    except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli/)
         raise PartialFailure(
             f"recording stopped: {exc}",
             where=str(out),
@@ -472,3 +464,4 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
     return 0
+

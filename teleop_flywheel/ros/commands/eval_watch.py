@@ -41,22 +41,6 @@ from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 SETTLED_S = 10.0  # a checkpoint directory this long unchanged is complete (watching, not --once)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoints", type=Path, metavar="CHECKPOINTS_DIR",
-                        help="folder to watch for LeRobot checkpoint directories (any depth)")
-    parser.add_argument("--protocol", type=Path, required=True, metavar="EVAL_YAML",
-                        help="the evaluation protocol; its first checkpoint is the incumbent")
-    parser.add_argument("--out", type=Path, default=Path("eval_watch"),
-                        help="where trial bags, reports and index.html go (default: ./eval_watch)")
-    parser.add_argument("--once", action="store_true", help="evaluate what is there now, then exit")
-    parser.add_argument("--interval", type=float, default=30.0, help="seconds between looks (default 30)")
-    parser.add_argument("--registry", type=Path, help=f"lineage registry (default {default_registry()})")
-    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
-                        help="session argument for the simulated rig, as for `run` (e.g. cameras=wrist:synthetic)")
-    parser.add_argument("--param-file", action="append", default=[], type=Path,
-                        help="ROS 2 parameter YAML for the session's nodes, as for `run`; repeatable")
-
-
 def _evaluate(args: argparse.Namespace, protocol_path: Path, candidate: Candidate, registry: Path) -> bool | None:
     """One candidate's walk, table, report and lineage figures; True if flagged, None if the walk failed."""
     from teleop_flywheel.ros.commands import run as run_command
@@ -127,3 +111,4 @@ def run(args: argparse.Namespace) -> int:
     if flagged:
         print(f"eval watch: {len(flagged)} checkpoint(s) FLAGGED as worse than the incumbent: {', '.join(flagged)}")
     return EXIT_PARTIAL if failed or flagged else 0
+

@@ -23,7 +23,6 @@ from typing import Any
 from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, FlywheelError, UsageError, error_line
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.ros.session.launch.graph import (
-    KINDS,
     LAUNCH_ARGUMENTS,
     build_graph,
     config_from_arguments,
@@ -35,22 +34,6 @@ from teleop_flywheel.ros.session.launch.supervisor import (  # noqa: F401 - end_
     end_process,
     start_sim_arm,
 )
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kind", choices=KINDS, help="session graph to start")
-    parser.add_argument("--param-file", action="append", default=[], type=Path,
-                        help="ROS 2 parameter YAML (node: {ros__parameters: ...}); repeatable")
-    parser.add_argument("--arg", action="append", default=[], metavar="NAME=VALUE",
-                        help=f"session argument, as for the launch files: {', '.join(LAUNCH_ARGUMENTS)}")
-    parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (default: until Ctrl-C)")
-    parser.add_argument("--protocol", type=Path, metavar="EVAL_YAML",
-                        help="walk an evaluation protocol: one bag per trial, then the results table")
-    parser.add_argument("--unattended", action="store_true",
-                        help="with --protocol on kind sim: nobody at the keys; each checkpoint runs in its condition's "
-                             "simulated world and the machine check judges the recorded final state")
-    parser.add_argument("--resume", action="store_true",
-                        help="with --protocol: trials of this protocol already in output_dir count as done")
 
 
 def check_calibrations(graph: Any) -> None:
@@ -77,7 +60,7 @@ def parse_args_list(items: list[str]) -> dict[str, str]:
 
 def _walk_protocol(session: Session, protocol: Any, args: argparse.Namespace, stop: threading.Event) -> list[Path]:
     """Run the protocol on the live session; returns its trial bags (resumed ones included)."""
-    from teleop_flywheel.ros.commands.evaluation_walk import TrialDriver, run_unattended
+    from teleop_flywheel.ros.session.trials import TrialDriver, run_unattended
 
     driver = TrialDriver(session, protocol)
     if args.resume:
@@ -109,8 +92,8 @@ def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
     import tty
 
     from teleop_flywheel.ros.commands.console import ConsoleNode
-    from teleop_flywheel.ros.commands.console_view import ConsoleState
-    from teleop_flywheel.ros.commands.evaluation_walk import run_attended
+    from teleop_flywheel.ros.session.console_view import ConsoleState
+    from teleop_flywheel.ros.session.trials import run_attended
 
     console = ConsoleNode(
         ConsoleState(session=f"{session.graph.kind} / {driver.protocol.name}"), context=session.context
@@ -143,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             cfg = replace(cfg, task=protocol.task)
         graph = with_params_files(build_graph(args.kind, cfg), tuple(args.param_file))
         check_calibrations(graph)
-    except ValueError as exc:  # a ProtocolError/CalibrationError as it is: one line, exit 2 (cli.py)
+    except ValueError as exc:  # a ProtocolError/CalibrationError as it is: one line, exit 2 (cli/)
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc), fix=f"{PROG} run --help lists the session arguments") from exc
@@ -197,3 +180,4 @@ def run(args: argparse.Namespace) -> int:
 
         print(format_table(build_report([read_trial(b) for b in bags], protocol)), flush=True)
     return 0
+

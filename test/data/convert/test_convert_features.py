@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.cli.verbs import convert as convert_verb
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import trigger_code
@@ -121,8 +122,8 @@ def test_append_refuses_codec_fps_and_feature_changes_before_encoding(tmp_path: 
             and p.name != "README.md" and p.name != "sample_weights.parquet"} == \
         {p: t for p, t in before.items() if p.name not in ("validation.json", "README.md", "sample_weights.parquet")}
     parser = argparse.ArgumentParser()
-    conv.add_arguments(parser)
-    assert conv.run(parser.parse_args([str(no_effort), "--dataset", str(ds), "--workers", "1"])) == 1
+    convert_verb.add_arguments(parser)
+    assert convert_verb.run(parser.parse_args([str(no_effort), "--dataset", str(ds), "--workers", "1"])) == 1
     ok = _convert([second], ds, codec="libsvtav1")
     assert len(ok.converted[str(ds)]) == 1 and len(encodes) == 1
 

@@ -24,9 +24,9 @@ from teleop_flywheel.core.labels import trigger_code  # noqa: E402
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
-from teleop_flywheel.ros.commands.clients import PolicyClient, RecorderStatus  # noqa: E402
 from teleop_flywheel.ros.nodes.common import STREAM_QOS  # noqa: E402
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient  # noqa: E402
+from teleop_flywheel.ros.session.clients import PolicyClient, RecorderStatus  # noqa: E402
 from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph  # noqa: E402
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 

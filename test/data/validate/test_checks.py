@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from teleop_flywheel.cli.verbs import validate as validate_verb
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.data.validate import validator as val
 from teleop_flywheel.data.validate.reasons import (
@@ -62,13 +63,13 @@ def test_warnings_are_a_third_outcome(tmp_path: Path, capsys: pytest.CaptureFixt
     write_session(folder / "warned", SessionSpec(duration_s=6.0, stamp_clock="ros", seed=0))  # smooth: lag unknown
     write_session(folder / "unset", SessionSpec(duration_s=3.0, outcome="unset", seed=1))
     parser = argparse.ArgumentParser()
-    val.add_arguments(parser)
-    assert val.run(parser.parse_args([str(folder), "--workers", "1"])) == 0
+    validate_verb.add_arguments(parser)
+    assert validate_verb.run(parser.parse_args([str(folder), "--workers", "1"])) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if " warned" in x)
     assert " WARN warned " in line and "warning: CAMERA_LAG_UNKNOWN(" in line
     assert "1/2 rejected" in out and "1 passed with warnings: CAMERA_LAG_UNKNOWN 1" in out
-    assert val.run(parser.parse_args([str(folder), "--workers", "1", "--json"])) == 0
+    assert validate_verb.run(parser.parse_args([str(folder), "--workers", "1", "--json"])) == 0
     doc = json.loads(capsys.readouterr().out)
     by_name = {e["name"]: e for e in doc["episodes"]}
     assert by_name["warned"]["status"] == "WARN" and by_name["warned"]["passed"] is True

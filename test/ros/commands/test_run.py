@@ -61,7 +61,7 @@ def _list_parameters(session: Session, names: list[str]) -> tuple[dict[str, set[
     import rclpy
     from rcl_interfaces.srv import ListParameters
 
-    from teleop_flywheel.ros.commands.clients import call
+    from teleop_flywheel.ros.session.clients import call
 
     node = rclpy.create_node("param_probe", context=session.context)
     session.add_node(node)
@@ -74,8 +74,8 @@ def _list_parameters(session: Session, names: list[str]) -> tuple[dict[str, set[
 
 
 def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Path) -> None:
-    from teleop_flywheel.ros.commands.clients import RecorderStatus
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
 
     graph = build_graph("sim", _cfg(tmp_path))
     # Children this test process had before (a multiprocessing resource tracker or forkserver an

@@ -23,23 +23,17 @@ robot_state_publisher) are not forwarded: the view serves its own, from the same
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import os
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.topics import DIAGNOSTICS, camera_name, normalize_namespace, strip_namespace
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.ros.nodes.common import message_class
 from teleop_flywheel.ros.session.foxglove.arms3d import DESCRIPTION_TOPIC, ArmScene, arm_of
-from teleop_flywheel.ros.session.foxglove.layout import write_layout
 
 NOT_FORWARDED = {"/rosout", "/parameter_events", "/tf", "/tf_static"}
 DISCOVERY_PERIOD_S = 0.5
@@ -185,8 +179,6 @@ class LiveView:
         self.node.destroy_node()
 
 
-
-
 def _qos_for(offered: list[Any]) -> tuple[Any, bool]:
     from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
@@ -199,50 +191,3 @@ def _qos_for(offered: list[Any]) -> tuple[Any, bool]:
 
 # -- CLI --------------------------------------------------------------------------------------------
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--namespace", default="", help="the rig's ROS namespace (as given to the session)")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8765, help="WebSocket port (default 8765)")
-    parser.add_argument("--layout", type=Path, metavar="FILE",
-                        help="write a layout for the cameras the session has to FILE (after 3 s of discovery)")
-    parser.add_argument("--seconds", type=float, default=0.0, help="stop after this long (default: until Ctrl-C)")
-
-
-def run(args: argparse.Namespace) -> int:
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    try:
-        namespace = normalize_namespace(args.namespace)
-    except ValueError as exc:
-        raise UsageError(str(exc), where="--namespace", fix="the rig's namespace argument, e.g. rig_a") from exc
-    rclpy.init()
-    try:
-        view = LiveView(namespace=namespace, host=args.host, port=args.port)
-    except (RuntimeError, OSError) as exc:
-        rclpy.try_shutdown()
-        raise UsageError(f"cannot serve ({exc})", where=f"{args.host}:{args.port}",
-                         fix="another server holds the port: stop it, or choose --port") from exc
-    executor = SingleThreadedExecutor()
-    executor.add_node(view.node)
-    print(f"view: serving the live session{' ' + namespace if namespace else ''} on ws://{args.host}:{view.port} "
-          f"(Foxglove: Open connection → Foxglove WebSocket); layout {config_path('foxglove_layout.json')}; "
-          "Ctrl-C to stop", flush=True)
-    started = time.monotonic()
-    layout_due = args.layout is not None
-    try:
-        while args.seconds <= 0 or time.monotonic() - started < args.seconds:
-            executor.spin_once(timeout_sec=0.1)
-            if layout_due and time.monotonic() - started >= 3.0:
-                layout_due = False
-                write_layout(args.layout, view.cameras)
-                print(f"view: layout for cameras {', '.join(view.cameras) or '(none)'} written to {args.layout}",
-                      flush=True)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        view.close()
-        rclpy.try_shutdown()
-    return 0

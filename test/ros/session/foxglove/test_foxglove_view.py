@@ -38,8 +38,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A running sim session (cameras as the default camera set: front) that has recorded one
     episode with a takeover, labelled, so every stream the layout reads has data."""
     from teleop_flywheel.hw.pedal.virtual import VirtualPedal
-    from teleop_flywheel.ros.commands.clients import RecorderStatus
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
 
     out = tmp_path_factory.mktemp("view") / "bags"
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
@@ -155,7 +155,8 @@ def test_every_layout_panel_shows_data_on_a_recorded_bag(sim: dict[str, Any]) ->
     """Every topic and message path of the shipped layout exists in a bag the sim session recorded
     (or is one `replay --foxglove` serves beside the bag: the URDF and /tf), with data, and its
     header stamps on the bag's timeline."""
-    from teleop_flywheel.ros.commands.replay import BagSource, serve_foxglove
+    from teleop_flywheel.recording.mcap.player import BagSource
+    from teleop_flywheel.ros.session.foxglove.playback import serve_foxglove
 
     shipped = json.loads(config_path("foxglove_layout.json").read_text())
     assert shipped == layout(("front",))  # the default camera set; others: replay/view --layout

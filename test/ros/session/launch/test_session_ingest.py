@@ -48,9 +48,9 @@ def test_a_session_with_ingest_keeps_its_dataset_current_while_it_records(tmp_pa
     from std_msgs.msg import String
     from support.procs import wait_gone
 
-    from teleop_flywheel.ros.commands.clients import RecorderStatus
     from teleop_flywheel.ros.nodes.common import LATCHED_QOS
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+    from teleop_flywheel.ros.session.clients import RecorderStatus
     from teleop_flywheel.ros.session.launch.supervisor import CLEAN_STOP, Session
 
     out, staging = tmp_path / "bags", tmp_path / "staging"

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.paths import ROOT
 
 from teleop_flywheel import cli
 from teleop_flywheel.core.errors import EXIT_CODES, error_line
@@ -192,7 +193,7 @@ def test_every_option_has_help_and_every_help_has_the_exit_codes() -> None:
 @pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="POSIX")
 def test_run_with_missing_ports_retries_after_one_line_and_no_cameras_is_valid(tmp_path: Path) -> None:
     pytest.importorskip("rclpy")
-    real = str(Path(cli.__file__).parent.parent / "config" / "calibration" / "example_real_follower.yaml")
+    real = str(ROOT / "config" / "calibration" / "example_real_follower.yaml")
     cmd = [sys.executable, "-m", "teleop_flywheel.cli", "run", "teleop", "--seconds", "12",
            "--arg", "leader_port=/dev/no_such_leader", "--arg", "follower_port=/dev/no_such_follower",
            "--arg", f"leader_calibration={real}", "--arg", f"follower_calibration={real}",

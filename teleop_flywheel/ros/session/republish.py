@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from teleop_flywheel.recording.mcap.metadata import Qos, parse_qos_yaml
+from teleop_flywheel.recording.mcap.player import BagSource, Player
 from teleop_flywheel.recording.mcap.reader import RawChannel
-from teleop_flywheel.ros.commands.replay import BagSource, Player
 from teleop_flywheel.ros.nodes.common import message_class
 
 SETTLE_S = 0.5

@@ -1,10 +1,11 @@
 """`teleop-flywheel`: one command, many subcommands.
 
-Each subcommand lives in the module that owns the capability and exposes two functions:
-`add_arguments(parser)` and `run(args) -> int`; a module that sets `PASSTHROUGH = "name"` gets the
-arguments after the first `--` unparsed, as the list `args.name` (for another tool's parser).
-Modules are imported only when their subcommand runs, so `teleop-flywheel validate` never imports
-rclpy, torch or OpenCV.
+Each subcommand's door is one file, `cli/verbs/<verb>.py`, with two functions:
+`add_arguments(parser)` and `run(args) -> int` over library functions that take typed arguments
+(a verb that needs ROS imports its body from `ros/commands/` inside `run`); a door that sets
+`PASSTHROUGH = "name"` gets the arguments after the first `--` unparsed, as the list `args.name`
+(for another tool's parser). Doors are imported only when their subcommand runs, so
+`teleop-flywheel validate` never imports rclpy, torch or OpenCV.
 
 One voice for every subcommand (`core/errors.py`): an error is ONE line, the last on stderr,
 `teleop-flywheel <command>: error: <what>, <where> (<how to fix>)`; argparse's usage errors too.
@@ -16,6 +17,7 @@ bug: its traceback, then the same one line asking for a report.
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import importlib
 import os
@@ -29,83 +31,68 @@ from teleop_flywheel.core.errors import EXIT_CODES, EXIT_PARTIAL, EXIT_USAGE, PR
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "find-port": ("teleop_flywheel.hw.bringup.find_port", "which serial port is the arm on (unplug it and see)"),
-    "setup-motors": ("teleop_flywheel.hw.bringup.setup_motors", "give factory-new servos their SO-101 ids and baud"),
-    "calibrate": ("teleop_flywheel.hw.bringup.calibrate", "LeRobot's SO-101 calibration: homing offsets and ranges"),
-    "find-cameras": ("teleop_flywheel.hw.bringup.find_cameras", "list V4L2 cameras, their modes, one still each"),
-    "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
-    "mirror": (
-        "teleop_flywheel.ros.commands.mirror",
+    "find-port": ("teleop_flywheel.cli.verbs.find_port", "which serial port is the arm on (unplug it and see)"),
+    "setup-motors": ("teleop_flywheel.cli.verbs.setup_motors", "give factory-new servos their SO-101 ids and baud"),
+    "calibrate": ("teleop_flywheel.cli.verbs.calibrate", "LeRobot's SO-101 calibration: homing offsets and ranges"),
+    "find-cameras": ("teleop_flywheel.cli.verbs.find_cameras", "list V4L2 cameras, their modes, one still each"),
+    "sim-bus": ("teleop_flywheel.cli.verbs.sim_bus", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
+    "mirror": ("teleop_flywheel.cli.verbs.mirror",
         "leader→follower mirroring session; prints loop rate and tracking error",
     ),
-    "run": (
-        "teleop_flywheel.ros.commands.run",
+    "run": ("teleop_flywheel.cli.verbs.run",
         "start a session graph (teleop, rollout, record, sim), one process per node, supervised",
     ),
-    "demo": (
-        "teleop_flywheel.ros.commands.demo",
+    "demo": ("teleop_flywheel.cli.verbs.demo",
         "the main job on simulated hardware: record, validate, convert, audit",
     ),
-    "info": ("teleop_flywheel.data.reports.bag_info", "describe a bag like `ros2 bag info`, plus episode metadata"),
-    "recover": (
-        "teleop_flywheel.recording.mcap.recover",
+    "info": ("teleop_flywheel.cli.verbs.info", "describe a bag like `ros2 bag info`, plus episode metadata"),
+    "recover": ("teleop_flywheel.cli.verbs.recover",
         "rebuild an indexed MCAP and metadata.yaml from a crashed bag",
     ),
-    "migrate": (
-        "teleop_flywheel.data.migrate",
+    "migrate": ("teleop_flywheel.cli.verbs.migrate",
         "upgrade a bag, manifest or dataset in an older format into a copy in the current one",
     ),
-    "validate": (
-        "teleop_flywheel.data.validate.validator",
+    "validate": ("teleop_flywheel.cli.verbs.validate",
         "PASS/FAIL per episode with reason codes; quarantine rejects",
     ),
-    "review": (
-        "teleop_flywheel.data.review.server",
+    "review": ("teleop_flywheel.cli.verbs.review",
         "a local page to look at the rejections: video and plots at the failing instant, confirm or overrule",
     ),
-    "convert": ("teleop_flywheel.data.convert.converter", "bags → LeRobot v3.0 dataset (validated episodes only)"),
-    "export": (
-        "teleop_flywheel.data.export",
+    "convert": ("teleop_flywheel.cli.verbs.convert", "bags → LeRobot v3.0 dataset (validated episodes only)"),
+    "export": ("teleop_flywheel.cli.verbs.export",
         "a dataset or manifest's episodes in another stack's format (--to hdf5-aloha)",
     ),
-    "import": (
-        "teleop_flywheel.data.import_dataset",
+    "import": ("teleop_flywheel.cli.verbs.import_",
         "another stack's episodes as a LeRobot v3.0 dataset (--from hdf5-aloha)",
     ),
-    "ingest": (
-        "teleop_flywheel.data.convert.ingest",
+    "ingest": ("teleop_flywheel.cli.verbs.ingest",
         "keep a dataset current: validate, quarantine or convert every closed bag",
     ),
-    "doctor": ("teleop_flywheel.data.convert.doctor", "is a dataset consistent; explain and (--repair) repair it"),
-    "audit": ("teleop_flywheel.data.reports.audit", "dataset audit from numeric columns"),
-    "task": ("teleop_flywheel.data.reports.task_init", "task spec: `task init` writes a template from a dataset"),
-    "curate": ("teleop_flywheel.data.reports.curate", "per-episode scores, coverage and where to send operators"),
-    "manifest": (
-        "teleop_flywheel.data.provenance.manifest",
+    "doctor": ("teleop_flywheel.cli.verbs.doctor", "is a dataset consistent; explain and (--repair) repair it"),
+    "audit": ("teleop_flywheel.cli.verbs.audit", "dataset audit from numeric columns"),
+    "task": ("teleop_flywheel.cli.verbs.task", "task spec: `task init` writes a template from a dataset"),
+    "curate": ("teleop_flywheel.cli.verbs.curate", "per-episode scores, coverage and where to send operators"),
+    "manifest": ("teleop_flywheel.cli.verbs.manifest",
         "freeze or verify a manifest of content-addressed episodes",
     ),
-    "lineage": ("teleop_flywheel.data.provenance.lineage", "which manifest trained which checkpoint"),
-    "train": (
-        "teleop_flywheel.training.loop",
+    "lineage": ("teleop_flywheel.cli.verbs.lineage", "which manifest trained which checkpoint"),
+    "train": ("teleop_flywheel.cli.verbs.train",
         "train a LeRobot policy on a manifest's episodes, weighted; register the checkpoint",
     ),
-    "card": ("teleop_flywheel.data.reports.card", "write a data card (README.md) beside a dataset"),
-    "stats": ("teleop_flywheel.data.reports.flywheel_stats", "intervention rates per checkpoint/week/label/operator"),
-    "eval": ("teleop_flywheel.evaluation.command", "success-rate tables with N and intervals from rollouts"),
-    "eval watch": (
-        "teleop_flywheel.ros.commands.eval_watch",
+    "card": ("teleop_flywheel.cli.verbs.card", "write a data card (README.md) beside a dataset"),
+    "stats": ("teleop_flywheel.cli.verbs.stats", "intervention rates per checkpoint/week/label/operator"),
+    "eval": ("teleop_flywheel.cli.verbs.eval_", "success-rate tables with N and intervals from rollouts"),
+    "eval watch": ("teleop_flywheel.cli.verbs.eval_watch",
         "evaluate every checkpoint that appears, unattended in the simulator, against the incumbent",
     ),
-    "rollout": (
-        "teleop_flywheel.evaluation.rollout",
+    "rollout": ("teleop_flywheel.cli.verbs.rollout",
         "stage a checkpoint across rigs: advance, hold or roll back on the recorded numbers",
     ),
-    "replay": ("teleop_flywheel.ros.commands.replay", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
-    "view": (
-        "teleop_flywheel.ros.session.foxglove.view",
+    "replay": ("teleop_flywheel.cli.verbs.replay", "replay a bag over Foxglove WebSocket or onto the ROS graph"),
+    "view": ("teleop_flywheel.cli.verbs.view",
         "serve the live session to Foxglove (WebSocket on 127.0.0.1, 3D arms)",
     ),
-    "console": ("teleop_flywheel.ros.commands.console", "operator console for a live session"),
+    "console": ("teleop_flywheel.cli.verbs.console", "operator console for a live session"),
 }
 
 
@@ -140,7 +127,26 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
     module.add_arguments(parser)  # type: ignore[attr-defined]
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the Python traceback above the one-line message")
+    share_options(parser)
     return parser, module
+
+
+def share_options(parser: argparse.ArgumentParser) -> None:
+    """Accept a verb's own options after its sub-verb too (`lineage which ID --registry FILE` as
+    `lineage --registry FILE which ID`): each sub-verb's parser gets a copy of every option of the
+    verb's that it does not define itself. The copy's default is SUPPRESS, so an option given before
+    the sub-verb is not overwritten by the sub-verb's parse, and one given after it wins."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    shared = [a for a in parser._actions
+              if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
+    for sub in subs:
+        for child in dict.fromkeys(sub.choices.values()):  # an alias names the same parser twice
+            for action in shared:
+                if any(o in child._option_string_actions for o in action.option_strings):
+                    continue  # the sub-verb's own option of that name
+                copied = copy.copy(action)
+                copied.default, copied.required = argparse.SUPPRESS, False
+                child._add_action(copied)
 
 
 def _debug(args: argparse.Namespace | None) -> bool:
@@ -193,6 +199,3 @@ def main(argv: Sequence[str] | None = None) -> int:
                          fix="a bug: please report it with the traceback above"), file=sys.stderr, flush=True)
         return EXIT_PARTIAL
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -49,8 +49,8 @@ from teleop_flywheel.evaluation.protocol import (
 )
 from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
-from teleop_flywheel.ros.commands.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
+from teleop_flywheel.ros.session.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
 
 READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
 HOLD_S = 1.0  # unattended: a follower within the machine check's tolerance this long ends the trial
@@ -156,7 +156,7 @@ class TrialDriver:
         start pose (a starved simulator misses a reply on a loaded machine)."""
         from diagnostic_msgs.msg import DiagnosticStatus
 
-        from teleop_flywheel.ros.commands.clients import trigger
+        from teleop_flywheel.ros.session.clients import trigger
 
         held = {role: m.message for role, m in list(self._faults.items()) if m.level == DiagnosticStatus.ERROR}
         for role, why in held.items():
@@ -538,7 +538,7 @@ def run_attended(driver: TrialDriver, console: Any, fd: int, write: Callable[[st
         key = os.read(fd, 1).decode(errors="replace")
         try:
             if mode != "label" and (key == " " or key.isdigit()):
-                from teleop_flywheel.ros.commands.console_view import KEYS
+                from teleop_flywheel.ros.session.console_view import KEYS
 
                 if key in KEYS:  # the terminal pedal and trigger labels work between trials too
                     console.act(*KEYS[key])

@@ -1,0 +1,32 @@
+"""`teleop-flywheel import`: another stack's episodes as a LeRobot v3.0 dataset (--from hdf5-aloha)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from teleop_flywheel.data.import_dataset import FORMATS
+from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.parallel import add_arguments_to
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", type=Path, help="what to import (hdf5-aloha: the directory of episode files; "
+                                                  "lerobot-v2.1: the dataset's root)")
+    parser.add_argument("out", type=Path, help="the LeRobot v3.0 dataset to write (must not exist)")
+    parser.add_argument("--from", dest="source_format", required=True, choices=sorted(FORMATS),
+                        help="; ".join(f"{k}: {v}" for k, (_, v) in FORMATS.items()))
+    parser.add_argument("--task", help="hdf5-aloha: the task of episodes whose files state none")
+    parser.add_argument("--fps", type=int, help="hdf5-aloha: the frame rate of files that state none (default 50, "
+                                                "ALOHA's control rate)")
+    parser.add_argument("--codec", choices=lf.CODECS, help="hdf5-aloha: video codec of the dataset (default libsvtav1)")
+    parser.add_argument("--robot-type", help="hdf5-aloha: info.json robot_type (default so101_follower)")
+    add_arguments_to(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    reader = importlib.import_module(FORMATS[args.source_format][0])  # only the format asked for: extras may be absent
+    made = reader.run_import(args)
+    print(f"wrote {made.out}: {made.episodes} episodes, {made.frames} frames; load with "
+          f"LeRobotDataset('local/{made.out.name}', root={str(made.out)!r}, video_backend='pyav')")
+    return 0
