@@ -4,7 +4,7 @@ Source: `synthetic_session` episodes (simulated arm, one 640×480 camera at 30 f
 the converter's default codec (libsvtav1), the dataset a user exports. Measured in the same run,
 one process (`--workers 1`) throughout so the ratios compare like with like:
 - read floor: every episode's columns and every frame decoded, through the exporters' own reader
-  (`interchange.export_source.episode_columns` / `episode_frames`) and nothing else; measured
+  (`formats.common.export_source.episode_columns` / `episode_frames`) and nothing else; measured
   again beside each format's exports (the load of a shared machine drifts over a run), and that
   format's own figure is the one its floor uses;
 - per format (`FORMATS`, one line each): the `teleop-flywheel export` verb, end to end (read,
@@ -45,7 +45,7 @@ import numpy as np
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.interchange.export_source import episode_columns, episode_frames, open_source
+from teleop_flywheel.data.formats.common.export_source import episode_columns, episode_frames, open_source
 from teleop_flywheel.data.lerobot.commit import fsync_tree
 from teleop_flywheel.data.provenance.lineage import content_files
 from teleop_flywheel.data.provenance.manifest_hash import video_keys

@@ -50,7 +50,7 @@ manifest's path, fingerprint and sha256) is the MCAP metadata record `teleop_fly
 
 Before a bag is written its columns are checked to come back exactly through the converter's
 rules (units, leader, labels); a dataset that cannot is refused naming the file. Written with
-`interchange.episode_export`: one bag per job, in `workers` processes (or Ray tasks), each into a
+`formats.common.episode_export`: one bag per job, in `workers` processes (or Ray tasks), each into a
 stage renamed to OUT at the end (OUT appears whole or not at all); bag k is episode k whichever
 worker wrote it, byte for byte, and the export is recorded in the lineage registry.
 """
@@ -78,8 +78,8 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION
-from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
-from teleop_flywheel.data.interchange.export_source import (
+from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
+from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     ExportError,
@@ -91,8 +91,8 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.format_options import jpeg_quality
-from teleop_flywheel.data.interchange.staged_output import refuse_existing
+from teleop_flywheel.data.formats.common.format_options import jpeg_quality
+from teleop_flywheel.data.formats.common.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
 from teleop_flywheel.data.provenance.manifest_hash import video_keys

@@ -21,8 +21,8 @@ with `provenance.materialize.locate`), numbered 0..N-1 as ACT's loader counts th
   `episode_id` (the content id), `source_dataset`, `source_episode_index`, and from a manifest
   `manifest`, `manifest_fingerprint` and `manifest_sha256` — what the file came from.
 
-Read with `interchange.export_source` (one episode, one frame at a time); written with
-`interchange.episode_export`: one episode per job, in `workers` processes (or Ray tasks), each
+Read with `formats.common.export_source` (one episode, one frame at a time); written with
+`formats.common.episode_export`: one episode per job, in `workers` processes (or Ray tasks), each
 file written into a stage renamed to OUT at the end (OUT is whole or absent), and the export
 recorded in the lineage registry.
 """
@@ -36,9 +36,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from teleop_flywheel.data.hdf5 import aloha_layout as al
-from teleop_flywheel.data.interchange.episode_export import EpisodeJob, Exported, export_episodes
-from teleop_flywheel.data.interchange.export_source import (
+from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
+from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
@@ -49,8 +48,9 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.format_options import jpeg_quality as jpeg_quality_of
-from teleop_flywheel.data.interchange.staged_output import refuse_existing
+from teleop_flywheel.data.formats.common.format_options import jpeg_quality as jpeg_quality_of
+from teleop_flywheel.data.formats.common.staged_output import refuse_existing
+from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 

@@ -36,9 +36,9 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
+from teleop_flywheel.data.formats.common.staged_output import Imported
 from teleop_flywheel.data.hdf5 import aloha_layout as al
-from teleop_flywheel.data.interchange.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
-from teleop_flywheel.data.interchange.staged_output import Imported
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes

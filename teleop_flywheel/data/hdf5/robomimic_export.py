@@ -32,7 +32,7 @@ dataset's meta/validation.json; absent without one), and one per split of info.j
 order), `source_dataset`, `teleop_flywheel_version` and from a manifest `manifest`,
 `manifest_fingerprint` and `manifest_sha256`.
 
-Read with `interchange.export_source`; written with `interchange.staged_output`: OUT is whole or absent.
+Read with `formats.common.export_source`; written with `formats.common.staged_output`: OUT is whole or absent.
 """
 from __future__ import annotations
 
@@ -47,9 +47,8 @@ import numpy as np
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.hdf5.aloha_layout import h5py_module, json_attr
-from teleop_flywheel.data.interchange.episode_export import Exported, record_export
-from teleop_flywheel.data.interchange.export_source import (
+from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
+from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     JOINT_FEATURE_NAMES,
@@ -61,8 +60,9 @@ from teleop_flywheel.data.interchange.export_source import (
     so101_joints,
     task_of,
 )
-from teleop_flywheel.data.interchange.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
-from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
+from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.hdf5.aloha_layout import h5py_module, json_attr
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.format import STATS_PATH
 from teleop_flywheel.data.parallel import progress

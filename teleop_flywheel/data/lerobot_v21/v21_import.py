@@ -49,8 +49,8 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
-from teleop_flywheel.data.interchange.format_options import PARALLEL_OPTIONS, refuse_options
-from teleop_flywheel.data.interchange.staged_output import Imported, refuse_existing
+from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, refuse_options
+from teleop_flywheel.data.formats.common.staged_output import Imported, refuse_existing
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.parallel import progress

@@ -19,8 +19,8 @@ manifest: its episodes, verified and found by id with `provenance.materialize.lo
   `episode` (its row of the episodes table, JSON) and `teleop_flywheel_version`.
 
 Written with TFDS's own `SequentialWriter` (its feature encoders, serializer and metadata), into
-`interchange.staged_output`: OUT is whole or absent. Frames are decoded one at a time
-(`interchange.export_source`) and JPEG-encoded at once; an episode is one record, so its JPEG
+`formats.common.staged_output`: OUT is whole or absent. Frames are decoded one at a time
+(`formats.common.export_source`) and JPEG-encoded at once; an episode is one record, so its JPEG
 bytes and numbers are held until it is written, never its decoded frames.
 """
 from __future__ import annotations
@@ -38,8 +38,8 @@ import numpy as np
 from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.interchange.episode_export import Exported, record_export
-from teleop_flywheel.data.interchange.export_source import (
+from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
+from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
     POSITIONAL,
@@ -50,13 +50,13 @@ from teleop_flywheel.data.interchange.export_source import (
     rgb_jpeg,
     so101_joints,
 )
-from teleop_flywheel.data.interchange.format_options import (
+from teleop_flywheel.data.formats.common.format_options import (
     PARALLEL_OPTIONS,
     SEQUENTIAL_FIX,
     jpeg_quality,
     refuse_options,
 )
-from teleop_flywheel.data.interchange.staged_output import refuse_existing, staged_output
+from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.parallel import progress

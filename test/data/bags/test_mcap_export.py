@@ -183,7 +183,7 @@ def test_other_joint_names_are_refused_naming_the_file(made: dict[str, Path], tm
 
 def test_two_workers_write_the_bytes_one_writes(made: dict[str, Path], tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """The bags come from worker processes (`interchange.episode_export`): bag k is episode k, byte for byte."""
+    """The bags come from worker processes (`formats.common.episode_export`): bag k is episode k, byte for byte."""
     ids = []
     for workers in ("1", "2"):
         code, out, err = run_cli(capsys, "export", str(made["ds"]), "--to", "mcap", str(tmp_path / workers),

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.data.interchange.export_source import Source
-from teleop_flywheel.data.interchange.staged_output import staged_output
+from teleop_flywheel.data.formats.common.export_source import Source
+from teleop_flywheel.data.formats.common.staged_output import staged_output
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.parallel import own_errors, parallel_map
 from teleop_flywheel.data.provenance.lineage import content_files, default_registry, register_export

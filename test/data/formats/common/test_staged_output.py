@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.data.interchange.staged_output import staged_output
+from teleop_flywheel.data.formats.common.staged_output import staged_output
 
 
 def test_a_directory_appears_only_when_complete(tmp_path: Path) -> None:
