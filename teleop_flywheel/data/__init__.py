@@ -6,7 +6,7 @@
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
 - `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
-- `hdf5/`: ALOHA/ACT episode files, exported from a dataset or manifest and imported into one;
+- `formats/`: other stacks' formats (ALOHA/ACT, robomimic, ...) exported from a dataset or manifest, imported into one;
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 

@@ -4,9 +4,9 @@ The source is a LeRobot v3.0 dataset directory, or a manifest (JSON): then exact
 verified unchanged and found by id as `manifest materialize` finds them, and every file written
 records the manifest it came from. One module per format writes it (docs/formats.md):
 
-- `hdf5-aloha` (`data/hdf5/aloha_export.py`): one `episode_N.hdf5` per episode in the layout
+- `hdf5-aloha` (`data/formats/aloha/exporter.py`): one `episode_N.hdf5` per episode in the layout
   ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
-- `hdf5-robomimic` (`data/hdf5/robomimic_export.py`): one HDF5 file of `data/demo_N` groups that
+- `hdf5-robomimic` (`data/formats/robomimic.py`): one HDF5 file of `data/demo_N` groups that
   robomimic's `SequenceDataset` reads, with `mask/` filter keys (success, intervention, validated,
   splits) to train on a subset;
 - `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
@@ -34,9 +34,9 @@ from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
 
 # format -> (the module whose run_export(args) -> int writes it, what it is)
 FORMATS = {
-    "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_export",
+    "hdf5-aloha": ("teleop_flywheel.data.formats.aloha.exporter",
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
-    "hdf5-robomimic": ("teleop_flywheel.data.hdf5.robomimic_export",
+    "hdf5-robomimic": ("teleop_flywheel.data.formats.robomimic",
                        "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
     "rlds": ("teleop_flywheel.data.rlds.rlds_export",
              "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),

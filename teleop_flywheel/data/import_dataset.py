@@ -3,7 +3,7 @@
 The dataset passes the project's v3.0 checks (`teleop-flywheel doctor`) and LeRobot's loader. One
 module per format reads it (docs/formats.md):
 
-- `hdf5-aloha` (`data/hdf5/aloha_import.py`): a directory of ALOHA/ACT `episode_N.hdf5` files of an
+- `hdf5-aloha` (`data/formats/aloha/importer.py`): a directory of ALOHA/ACT `episode_N.hdf5` files of an
   SO-101 (six joints), encoded with the project's own writer (`data/lerobot/append.py`).
 - `lerobot-v2.1` (`data/lerobot_v21/v21_import.py`): a LeRobot v2.1 dataset directory, migrated as
   LeRobot's own v2.1→v3.0 converter does (rows and stats carried, videos remuxed, not re-encoded).
@@ -26,7 +26,7 @@ from teleop_flywheel.data.parallel import add_arguments_to
 
 # format -> (the module whose run_import(args) -> staged_output.Imported writes it, what SRC is)
 FORMATS = {
-    "hdf5-aloha": ("teleop_flywheel.data.hdf5.aloha_import",
+    "hdf5-aloha": ("teleop_flywheel.data.formats.aloha.importer",
                    "a directory of ALOHA/ACT episode_N.hdf5 files (h5py: pip install '.[hdf5]')"),
     "lerobot-v2.1": ("teleop_flywheel.data.lerobot_v21.v21_import",
                      "a LeRobot v2.1 dataset directory (meta/info.json, episodes.jsonl, per-episode parquet and mp4)"),

@@ -4,7 +4,7 @@ Per episode, in the dataset's episode order (a manifest: its episodes, verified 
 with `provenance.materialize.locate`), numbered 0..N-1 as ACT's loader counts them:
 
 - `/observations/qpos` ← observation.state, `/action` ← action, in ALOHA's units
-  (`aloha_layout`: radians, gripper 0..1; float64);
+  (`episode_file`: radians, gripper 0..1; float64);
 - `/observations/effort` ← observation.effort where the dataset has it, else zeros with the
   attribute `absent` = True; `/observations/qvel`: zeros with `absent` = True (our datasets record
   no joint velocity, and ACT reads but never uses it);
@@ -36,6 +36,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from teleop_flywheel.data.formats.aloha import episode_file as al
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
@@ -50,7 +51,6 @@ from teleop_flywheel.data.formats.common.export_source import (
 )
 from teleop_flywheel.data.formats.common.format_options import jpeg_quality as jpeg_quality_of
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing
-from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.formats.aloha.episode_file import h5py_module, json_attr
 from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
@@ -62,7 +63,6 @@ from teleop_flywheel.data.formats.common.export_source import (
 )
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
-from teleop_flywheel.data.hdf5.aloha_layout import h5py_module, json_attr
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.format import STATS_PATH
 from teleop_flywheel.data.parallel import progress

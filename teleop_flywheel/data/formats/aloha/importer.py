@@ -6,7 +6,7 @@ Every file is checked before anything is written (a truncated or unreadable HDF5
 first bad file is one error naming it and what is wrong, exit 1, and nothing is written.
 
 Then per episode N (in N order), frame by frame: qpos → observation.state and action → action
-(`aloha_layout.from_aloha`: back to LeRobot's degrees and 0..100), `/observations/effort` →
+(`episode_file.from_aloha`: back to LeRobot's degrees and 0..100), `/observations/effort` →
 observation.effort unless it is marked `absent`, each camera encoded with the converter's
 `format.VideoEncoder` into a temporary mp4 (ALOHA's JPEG rows decoded with `cv2.imdecode`, as
 ALOHA's own loaders do), our `/teleop_flywheel/frames/*` columns restored with their dtype and
@@ -36,9 +36,9 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.data.formats.aloha import episode_file as al
 from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.formats.common.staged_output import Imported
-from teleop_flywheel.data.hdf5 import aloha_layout as al
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes

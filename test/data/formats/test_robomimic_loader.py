@@ -2,7 +2,7 @@
 `scripts/get_dataset_info.py`.
 
 robomimic needs torch, so it lives in its own environment (docs/formats.md says how /work/rmenv is
-made): `PYTHONPATH=$PWD /work/rmenv/bin/python -m pytest test/data/hdf5/test_robomimic_loader.py`.
+made): `PYTHONPATH=$PWD /work/rmenv/bin/python -m pytest test/data/formats/test_robomimic_loader.py`.
 Skipped, with the reason, where robomimic is not importable. Run against robomimic 0.3.0 (PyPI's)
 and the repository's 0.5.0 (a copy of ARISE-Initiative/robomimic first on PYTHONPATH).
 

@@ -4,7 +4,7 @@
 that is never part of this one: `ACT_UTILS` (the path of its utils.py) or `ACT_REPO` (a checkout or
 a bare git mirror of tonyzhaozh/act; default the mirror the `fetch` tool leaves at
 /work/.mirror/tonyzhaozh+act/repo). ACT needs torch (and IPython, which its utils.py imports):
-run in the LeRobot venv, `PYTHONPATH=$PWD /work/lrenv/venv/bin/python -m pytest test/data/hdf5/`.
+run in the LeRobot venv, `PYTHONPATH=$PWD /work/lrenv/venv/bin/python -m pytest test/data/formats/aloha/`.
 Skipped, with the reason, where any of that is absent.
 
 What ACT reads must be the source dataset's frames: qpos and the action chunk equal the dataset's
