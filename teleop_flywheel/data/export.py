@@ -9,7 +9,7 @@ records the manifest it came from. One module per format writes it (docs/formats
 - `hdf5-robomimic` (`data/formats/robomimic.py`): one HDF5 file of `data/demo_N` groups that
   robomimic's `SequenceDataset` reads, with `mask/` filter keys (success, intervention, validated,
   splits) to train on a subset;
-- `rlds` (`data/rlds/rlds_export.py`): a TFDS dataset directory of RLDS episodes, as Open
+- `rlds` (`data/formats/rlds.py`): a TFDS dataset directory of RLDS episodes, as Open
   X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
 - `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
   them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
@@ -38,7 +38,7 @@ FORMATS = {
                    "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
     "hdf5-robomimic": ("teleop_flywheel.data.formats.robomimic",
                        "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
-    "rlds": ("teleop_flywheel.data.rlds.rlds_export",
+    "rlds": ("teleop_flywheel.data.formats.rlds",
              "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
     "mcap": ("teleop_flywheel.data.bags.mcap_export",
              "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),

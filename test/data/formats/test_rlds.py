@@ -5,7 +5,7 @@ returns is compared with the source dataset read independently of the exporter (
 `support/aloha_data.py`): step counts, state and action bit for bit (float32, the dataset's units),
 the RLDS flags, the task, every step's image within JPEG's tolerance of the source frame, and the
 episode metadata's provenance. TensorFlow (~1.4 GB) is never in the dev venv: run these in their own
-venv, `PYTHONPATH=$PWD /work/tfenv/bin/python -m pytest test/data/rlds/` (docs/formats.md says how
+venv, `PYTHONPATH=$PWD /work/tfenv/bin/python -m pytest test/data/formats/test_rlds.py` (docs/formats.md says how
 to build it). The `rlds` package (Open-X's transformations) does not import with TensorFlow 2.21
 (it needs dm-reverb, built for TensorFlow 2.15), so the RLDS step keys are checked here by name.
 """
