@@ -11,7 +11,7 @@ records the manifest it came from. One module per format writes it (docs/formats
   splits) to train on a subset;
 - `rlds` (`data/formats/rlds.py`): a TFDS dataset directory of RLDS episodes, as Open
   X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
-- `mcap` (`data/bags/mcap_export.py`): one rosbag2 MCAP bag per episode, as the recorder writes
+- `mcap` (`data/formats/mcap.py`): one rosbag2 MCAP bag per episode, as the recorder writes
   them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
 
 OUT must not exist (exit 2, nothing written); it appears whole or not at all. The formats of a
@@ -40,7 +40,7 @@ FORMATS = {
                        "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
     "rlds": ("teleop_flywheel.data.formats.rlds",
              "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
-    "mcap": ("teleop_flywheel.data.bags.mcap_export",
+    "mcap": ("teleop_flywheel.data.formats.mcap",
              "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),
 }
 
