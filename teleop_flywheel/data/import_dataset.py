@@ -5,7 +5,7 @@ module per format reads it (docs/formats.md):
 
 - `hdf5-aloha` (`data/formats/aloha/importer.py`): a directory of ALOHA/ACT `episode_N.hdf5` files of an
   SO-101 (six joints), encoded with the project's own writer (`data/lerobot/append.py`).
-- `lerobot-v2.1` (`data/lerobot_v21/v21_import.py`): a LeRobot v2.1 dataset directory, migrated as
+- `lerobot-v2.1` (`data/formats/lerobot_v21.py`): a LeRobot v2.1 dataset directory, migrated as
   LeRobot's own v2.1→v3.0 converter does (rows and stats carried, videos remuxed, not re-encoded).
 
 Every input file is checked first; a bad one is one line naming it and what is wrong, exit 1, and
@@ -28,7 +28,7 @@ from teleop_flywheel.data.parallel import add_arguments_to
 FORMATS = {
     "hdf5-aloha": ("teleop_flywheel.data.formats.aloha.importer",
                    "a directory of ALOHA/ACT episode_N.hdf5 files (h5py: pip install '.[hdf5]')"),
-    "lerobot-v2.1": ("teleop_flywheel.data.lerobot_v21.v21_import",
+    "lerobot-v2.1": ("teleop_flywheel.data.formats.lerobot_v21",
                      "a LeRobot v2.1 dataset directory (meta/info.json, episodes.jsonl, per-episode parquet and mp4)"),
 }
 
