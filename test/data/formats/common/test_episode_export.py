@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from support import aloha_data as ad
 from support.cli import run_cli
+from support.paths import ROOT
 
 from teleop_flywheel.cli import main as cli_main
-
-ROOT = Path(__file__).resolve().parents[3]
 
 h5py = pytest.importorskip("h5py", reason="h5py is the hdf5 extra: pip install '.[hdf5]'")
 
