@@ -65,11 +65,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "convert": ("teleop_flywheel.data.convert.converter", "bags → LeRobot v3.0 dataset (validated episodes only)"),
     "export": (
-        "teleop_flywheel.data.export",
+        "teleop_flywheel.data.formats.export",
         "a dataset or manifest's episodes in another stack's format (--to hdf5-aloha)",
     ),
     "import": (
-        "teleop_flywheel.data.import_dataset",
+        "teleop_flywheel.data.formats.import_dataset",
         "another stack's episodes as a LeRobot v3.0 dataset (--from hdf5-aloha)",
     ),
     "ingest": (

@@ -6,11 +6,11 @@
 - `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
 - `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
-- `formats/`: other stacks' formats (ALOHA/ACT, robomimic, ...) exported from a dataset or manifest, imported into one;
+- `formats/`: other training stacks' formats (ALOHA/ACT, robomimic, RLDS, MCAP bags, LeRobot v2.1),
+  a registry of exporters and importers, and the `export` and `import` verbs (docs/formats.md);
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 
 `parallel` (process pools, Ray) and `filelock` serve every room; `migrate` (the verb) upgrades bags,
-manifests and datasets in an older format of ours into copies in the current one; `export` and
-`import_dataset` (the verbs) move episodes to and from other stacks' formats (docs/formats.md).
+manifests and datasets in an older format of ours into copies in the current one.
 """

@@ -353,7 +353,7 @@ def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
 
 
 def run_import(args: argparse.Namespace) -> Imported:
-    """`import --from lerobot-v2.1 SRC OUT` (data/import_dataset.py)."""
+    """`import --from lerobot-v2.1 SRC OUT` (data/formats/import_dataset.py)."""
     refuse_options(args, (*ALOHA_ONLY, *PARALLEL_OPTIONS), FORMAT,
                    "leave it out: a v2.1 dataset states its tasks, fps, codec and robot type, and its videos are "
                    "remuxed in this process, not re-encoded (as fast as LeRobot's own converter)")

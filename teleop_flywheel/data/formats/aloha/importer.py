@@ -234,7 +234,7 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
 
 
 def run_import(args: argparse.Namespace) -> Imported:
-    """`import --from hdf5-aloha DIR OUT` (data/import_dataset.py)."""
+    """`import --from hdf5-aloha DIR OUT` (data/formats/import_dataset.py)."""
     return import_aloha(args.source, args.out, args.task, args.fps, args.codec or "libsvtav1",
                         args.robot_type or "so101_follower", workers=args.workers, executor=args.executor)
 

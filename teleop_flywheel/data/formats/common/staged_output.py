@@ -18,7 +18,7 @@ from teleop_flywheel.data.lerobot.commit import fsync_dir, fsync_tree
 
 @dataclass
 class Imported:
-    """What an import wrote (data/import_dataset.py prints it): the dataset, its episodes and frames."""
+    """What an import wrote (data/formats/import_dataset.py prints it): the dataset, its episodes and frames."""
 
     out: Path
     episodes: int

@@ -1,7 +1,7 @@
 """`teleop-flywheel import --from FORMAT SRC OUT`: another stack's episodes as a LeRobot v3.0 dataset.
 
 The dataset passes the project's v3.0 checks (`teleop-flywheel doctor`) and LeRobot's loader. One
-module per format reads it (docs/formats.md):
+module per format reads it, found by name in `formats.IMPORTERS` (docs/formats.md):
 
 - `hdf5-aloha` (`data/formats/aloha/importer.py`): a directory of ALOHA/ACT `episode_N.hdf5` files of an
   SO-101 (six joints), encoded with the project's own writer (`data/lerobot/append.py`).
@@ -21,16 +21,9 @@ import argparse
 import importlib
 from pathlib import Path
 
+from teleop_flywheel.data.formats import IMPORTERS as FORMATS
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.parallel import add_arguments_to
-
-# format -> (the module whose run_import(args) -> staged_output.Imported writes it, what SRC is)
-FORMATS = {
-    "hdf5-aloha": ("teleop_flywheel.data.formats.aloha.importer",
-                   "a directory of ALOHA/ACT episode_N.hdf5 files (h5py: pip install '.[hdf5]')"),
-    "lerobot-v2.1": ("teleop_flywheel.data.formats.lerobot_v21",
-                     "a LeRobot v2.1 dataset directory (meta/info.json, episodes.jsonl, per-episode parquet and mp4)"),
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

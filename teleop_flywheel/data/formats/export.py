@@ -2,7 +2,8 @@
 
 The source is a LeRobot v3.0 dataset directory, or a manifest (JSON): then exactly its episodes,
 verified unchanged and found by id as `manifest materialize` finds them, and every file written
-records the manifest it came from. One module per format writes it (docs/formats.md):
+records the manifest it came from. One module per format writes it, found by name in
+`formats.EXPORTERS` (docs/formats.md):
 
 - `hdf5-aloha` (`data/formats/aloha/exporter.py`): one `episode_N.hdf5` per episode in the layout
   ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
@@ -29,20 +30,9 @@ import argparse
 import importlib
 from pathlib import Path
 
+from teleop_flywheel.data.formats import EXPORTERS as FORMATS
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
-
-# format -> (the module whose run_export(args) -> int writes it, what it is)
-FORMATS = {
-    "hdf5-aloha": ("teleop_flywheel.data.formats.aloha.exporter",
-                   "ALOHA/ACT: one episode_N.hdf5 per episode (h5py: pip install '.[hdf5]')"),
-    "hdf5-robomimic": ("teleop_flywheel.data.formats.robomimic",
-                       "robomimic: one OUT.hdf5, data/demo_N, mask/ filter keys from our labels (h5py)"),
-    "rlds": ("teleop_flywheel.data.formats.rlds",
-             "RLDS/Open X-Embodiment: a TFDS dataset directory (pip install '.[rlds]')"),
-    "mcap": ("teleop_flywheel.data.formats.mcap",
-             "one rosbag2 MCAP bag per episode as the recorder writes them (Foxglove, validate, convert)"),
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
