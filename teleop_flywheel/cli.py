@@ -79,7 +79,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("teleop_flywheel.data.convert.doctor", "is a dataset consistent; explain and (--repair) repair it"),
     "audit": ("teleop_flywheel.data.reports.audit", "dataset audit from numeric columns"),
     "task": ("teleop_flywheel.data.reports.task_init", "task spec: `task init` writes a template from a dataset"),
-    "curate": ("teleop_flywheel.data.reports.curate", "per-episode scores, coverage and where to send operators"),
+    "curate": ("teleop_flywheel.data.curation.curate", "per-episode scores, coverage and where to send operators"),
     "manifest": (
         "teleop_flywheel.data.provenance.manifest",
         "freeze or verify a manifest of content-addressed episodes",

@@ -3,7 +3,8 @@
 - `validate/`: PASS/FAIL per episode with reason codes (the checks, the one decode path, time base);
 - `convert/`: bags to LeRobot v3.0 (frames, alignment, video), `ingest` that keeps a dataset
   current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
-- `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
+- `reports/`: audit, data card, flywheel statistics, plots, `info` of a bag;
+- `curation/`: per-episode scores, start-state coverage, sample weights: what to train on and record next;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
 - `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
 - `formats/`: other training stacks' formats (ALOHA/ACT, robomimic, RLDS, MCAP bags, LeRobot v2.1),

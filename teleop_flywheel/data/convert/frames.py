@@ -47,12 +47,12 @@ from teleop_flywheel.data.convert.calibrations import (
 )
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.segments import encode_camera
+from teleop_flywheel.data.curation.curate import integrated_squared_jerk
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
-from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns

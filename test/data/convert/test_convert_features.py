@@ -18,9 +18,9 @@ from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import trigger_code
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.curation.weights import read_weights
 from teleop_flywheel.data.lerobot import format as lf
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.reports.weights import read_weights
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session

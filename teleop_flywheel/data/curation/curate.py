@@ -11,8 +11,8 @@ The seed's curation rule: look at the joint distribution of four scores, never o
 
 "Where to send operators next" runs the same farthest-point selection over candidate start poses
 spread through the joint-range box (a Halton sequence), against the start states already recorded
-(`data/reports/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
-(`data/reports/weights.py`).
+(`data/curation/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
+(`data/curation/weights.py`).
 
 The scores are columns of the episodes table (`data/lerobot/episode_table.py`, CURATION_COLUMNS), so
 `manifest create --filter` can choose by them: `graded_success`, `jerk`, `jerk_z` (the z-score of
@@ -47,6 +47,23 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.curation.coverage import (
+    CANDIDATES,
+    covering_radius,
+    farthest_point_order,
+    nearest_distance,
+    target_start_poses,
+)
+from teleop_flywheel.data.curation.weights import (
+    HALF_LIFE_DAYS,
+    INTERVENTION_WEIGHT,
+    WEIGHT_RULE,
+    WEIGHTS_PATH,
+    WeightRule,
+    episode_has_intervention,
+    sample_weights,
+    write_weights,
+)
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
@@ -58,24 +75,7 @@ from teleop_flywheel.data.lerobot.episode_table import (
 )
 from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.reports.audit import available_ranges, load
-from teleop_flywheel.data.reports.coverage import (
-    CANDIDATES,
-    covering_radius,
-    farthest_point_order,
-    nearest_distance,
-    target_start_poses,
-)
 from teleop_flywheel.data.reports.plots import write_curation_plots
-from teleop_flywheel.data.reports.weights import (
-    HALF_LIFE_DAYS,
-    INTERVENTION_WEIGHT,
-    WEIGHT_RULE,
-    WEIGHTS_PATH,
-    WeightRule,
-    episode_has_intervention,
-    sample_weights,
-    write_weights,
-)
 from teleop_flywheel.data.validate.episode_columns import finite_or_none
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.curation.coverage import farthest_point_order, halton, target_start_poses
+from teleop_flywheel.data.curation.curate import curate, duration_ratios
+from teleop_flywheel.data.curation.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.reports.coverage import farthest_point_order, halton, target_start_poses
-from teleop_flywheel.data.reports.curate import curate, duration_ratios
-from teleop_flywheel.data.reports.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
 from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, rewrite_column, stack
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.curation.coverage import CANDIDATES, halton
+from teleop_flywheel.data.curation.curate import curate, drop_plan
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS, episode_records
-from teleop_flywheel.data.reports.coverage import CANDIDATES, halton
-from teleop_flywheel.data.reports.curate import curate, drop_plan
 from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, stack
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
