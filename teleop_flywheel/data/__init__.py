@@ -6,7 +6,6 @@
 - `reports/`: audit, data card, flywheel statistics, plots, `info` of a bag;
 - `curation/`: per-episode scores, start-state coverage, sample weights: what to train on and record next;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
-- `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
 - `formats/`: other training stacks' formats (ALOHA/ACT, robomimic, RLDS, MCAP bags, LeRobot v2.1),
   a registry of exporters and importers, and the `export` and `import` verbs (docs/formats.md);
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,

@@ -1,4 +1,4 @@
-"""The session's metrics model (`data/fleet/session_metrics.py`), read back by prometheus_client's
+"""The session's metrics model (`fleet/session_metrics.py`), read back by prometheus_client's
 own parser: every value equals what the messages fed to it say."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from teleop_flywheel.data.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
-from teleop_flywheel.data.fleet.session_metrics import SessionMetrics
+from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
+from teleop_flywheel.fleet.session_metrics import SessionMetrics
 from teleop_flywheel.hw.arm.health import READ_BUCKETS_MS, read_bucket_key
 
 S = 1_000_000_000

@@ -1,5 +1,5 @@
 """The shipped Grafana dashboard (config/grafana/dashboard.json) is what grafanalib generates from
-`data/fleet/dashboard.py`, and it plots only what the exporter serves and the rules record."""
+`fleet/dashboard.py`, and it plots only what the exporter serves and the rules record."""
 from __future__ import annotations
 
 import json
@@ -10,13 +10,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support.paths import ROOT
 
-from teleop_flywheel.data.fleet import dashboard
-from teleop_flywheel.data.fleet.session_metrics import SessionMetrics
+from teleop_flywheel.fleet import dashboard
+from teleop_flywheel.fleet.session_metrics import SessionMetrics
 
 
 def test_the_shipped_dashboard_is_the_generated_one() -> None:
     assert (ROOT / "config" / "grafana" / "dashboard.json").read_text() == dashboard.render(), (
-        "stale: run python -m teleop_flywheel.data.fleet.dashboard")
+        "stale: run python -m teleop_flywheel.fleet.dashboard")
     assert dashboard.main(["--check", "--out", str(ROOT / "config" / "grafana" / "dashboard.json")]) == 0
 
 

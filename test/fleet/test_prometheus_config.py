@@ -12,7 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from support.paths import ROOT
 
-from teleop_flywheel.data.fleet.session_metrics import SessionMetrics
+from teleop_flywheel.fleet.session_metrics import SessionMetrics
 
 PROMETHEUS = ROOT / "config" / "prometheus"
 PROMTOOL = shutil.which("promtool")
