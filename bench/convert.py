@@ -27,7 +27,7 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import camera_image
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -53,7 +53,7 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 
 def floor_encode(i420: list[np.ndarray], w: int, h: int, path: Path) -> float:
     t = time.perf_counter()
-    enc = lf.VideoEncoder(path, w, h, 30, "libsvtav1")
+    enc = v3_layout.VideoEncoder(path, w, h, 30, "libsvtav1")
     for f in i420:
         enc.add_i420(f)
     enc.close()
@@ -104,7 +104,7 @@ def main() -> int:
             "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
             "target_ratio_max": 1.5,
-            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.svt_preset()}",
+            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {v3_layout.svt_preset()}",
             "resolution": "640x480",
             "cpus": os.cpu_count(),
         }

@@ -69,8 +69,7 @@ from teleop_flywheel.data.convert.frames import (
 )
 from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import with_scores
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import DatasetError
@@ -298,7 +297,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="frames per second of the dataset's grid; every stream is sampled onto it (default 30)")
     parser.add_argument("--repo-id", default=None,
                         help="stored as info.json repo_id (card, manifest; LeRobot loads by repo_id + root)")
-    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1",
+    parser.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1",
                         help="video codec: libsvtav1 (AV1, LeRobot's default) or h264 (faster to encode)")
     parser.add_argument("--task", default=None, help="task text for every episode (default: the recorded task)")
     parser.add_argument("--include-failed", action="store_true", help="also convert episodes that fail validation")

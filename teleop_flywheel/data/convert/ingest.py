@@ -69,7 +69,7 @@ from teleop_flywheel.data.convert.converter import ConvertResult, convert
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.convert.refresh import update_record
 from teleop_flywheel.data.filelock import locked
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.reports.audit import audit, write_html
@@ -213,7 +213,7 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
                   validate=cfg.validate, progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
                   segments=pre.segments(bags) if pre is not None else None, wait=True)
     moved = _quarantine(res, cfg)
-    if moved and (cfg.dataset / lf.INFO_PATH).is_file():
+    if moved and (cfg.dataset / v3_layout.INFO_PATH).is_file():
         update_record(cfg.dataset, moved)  # where each rejected bag went
     by_path = {r.path: r for r in res.reports}
     now = time.time_ns()
@@ -256,7 +256,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also take closed bags without a verdict.json, once the grace period has passed")
     parser.add_argument("--once", action="store_true", help="ingest what is ready, then exit")
     parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
-    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="video codec of a new dataset")
+    parser.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1", help="video codec of a new dataset")
     parser.add_argument("--fps", type=int, default=30, help="frames per second of a new dataset (default 30)")
     parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
 from teleop_flywheel.data.reports.audit import Loaded
 
-WEIGHTS_PATH = lf.SAMPLE_WEIGHTS_PATH
+WEIGHTS_PATH = v3_layout.SAMPLE_WEIGHTS_PATH
 INTERVENTION_WEIGHT = 2.5
 HALF_LIFE_DAYS = 30.0
 NS_PER_DAY = 86_400 * 10**9

@@ -22,7 +22,7 @@ import importlib
 from pathlib import Path
 
 from teleop_flywheel.data.formats import IMPORTERS as FORMATS
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.parallel import add_arguments_to
 
 
@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="hdf5-aloha: the task of episodes whose files state none")
     parser.add_argument("--fps", type=int, help="hdf5-aloha: the frame rate of files that state none (default 50, "
                                                 "ALOHA's control rate)")
-    parser.add_argument("--codec", choices=lf.CODECS, help="hdf5-aloha: video codec of the dataset (default libsvtav1)")
+    parser.add_argument("--codec", choices=v3_layout.CODECS,
+                        help="hdf5-aloha: video codec of the dataset (default libsvtav1)")
     parser.add_argument("--robot-type", help="hdf5-aloha: info.json robot_type (default so101_follower)")
     add_arguments_to(parser)
 

@@ -51,8 +51,7 @@ from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import Imported, refuse_existing
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.parallel import progress
 
 FORMAT = "lerobot-v2.1"
@@ -264,8 +263,8 @@ def _write_data(src: Source, stage: Path, rows: list[dict[str, Any]], limit_mb: 
     cursor = 0
     groups = _groups([e.data_bytes for e in src.episodes], limit_mb)
     for number, group in enumerate(groups):
-        ci, fi = lf.chunk_file(number)
-        rel = lf.DATA_PATH.format(chunk_index=ci, file_index=fi)
+        ci, fi = v3_layout.chunk_file(number)
+        rel = v3_layout.DATA_PATH.format(chunk_index=ci, file_index=fi)
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
         writer: pq.ParquetWriter | None = None
         try:
@@ -289,9 +288,9 @@ def _write_videos(src: Source, stage: Path, key: str, rows: list[dict[str, Any]]
     fps = int(src.info["fps"])
     groups = _groups([e.videos[key].stat().st_size for e in src.episodes], limit_mb)
     for number, group in enumerate(groups):
-        ci, fi = lf.chunk_file(number)
-        lf.concat_videos([src.episodes[k].videos[key] for k in group],
-                         inside(stage, lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)))
+        ci, fi = v3_layout.chunk_file(number)
+        v3_layout.concat_videos([src.episodes[k].videos[key] for k in group],
+                         inside(stage, v3_layout.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)))
         t = 0.0
         for k in group:
             end = t + src.episodes[k].frames[key] / fps
@@ -304,13 +303,13 @@ def _write_videos(src: Source, stage: Path, key: str, rows: list[dict[str, Any]]
 def v30_info(src: Source) -> dict[str, Any]:
     """info.json as LeRobot's `convert_info` makes it, plus where it came from."""
     info = copy.deepcopy(src.info)
-    info["codebase_version"] = lf.CODEBASE_VERSION
+    info["codebase_version"] = v3_layout.CODEBASE_VERSION
     info.pop("total_chunks", None)
     info.pop("total_videos", None)
-    info["data_files_size_in_mb"] = lf.DEFAULT_DATA_FILE_SIZE_IN_MB
-    info["video_files_size_in_mb"] = lf.DEFAULT_VIDEO_FILE_SIZE_IN_MB
-    info["data_path"] = lf.DATA_PATH
-    info["video_path"] = lf.VIDEO_PATH if info.get("video_path") is not None else None
+    info["data_files_size_in_mb"] = v3_layout.DEFAULT_DATA_FILE_SIZE_IN_MB
+    info["video_files_size_in_mb"] = v3_layout.DEFAULT_VIDEO_FILE_SIZE_IN_MB
+    info["data_path"] = v3_layout.DATA_PATH
+    info["video_path"] = v3_layout.VIDEO_PATH if info.get("video_path") is not None else None
     info["fps"] = int(info["fps"])
     for feature in info["features"].values():
         if feature["dtype"] != "video":
@@ -325,15 +324,15 @@ def _write_meta(src: Source, stage: Path, info: dict[str, Any], rows: list[dict[
         for feature, stats in e.stats.items():
             row.update({f"stats/{feature}/{name}": value for name, value in stats.items()})
         row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
-    episodes = stage / lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    episodes = stage / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
     episodes.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), episodes)
     order = sorted(src.tasks)
     pd.DataFrame({"task_index": order}, index=pd.Index([src.tasks[i] for i in order], name="task")) \
-        .to_parquet(stage / lf.TASKS_PATH)
+        .to_parquet(stage / v3_layout.TASKS_PATH)
     per_episode = [{f: {s: np.asarray(v) for s, v in st.items()} for f, st in e.stats.items()} for e in src.episodes]
-    lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per_episode)))
-    lf.write_json(stage / lf.INFO_PATH, info)
+    v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(per_episode)))
+    v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
 
 
 def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:

@@ -64,7 +64,7 @@ from teleop_flywheel.data.formats.common.export_source import (
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
-from teleop_flywheel.data.lerobot.format import STATS_PATH
+from teleop_flywheel.data.lerobot.v3_layout import STATS_PATH
 from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 from teleop_flywheel.data.reports.card import RECORD_PATH, passed_episode_ids

@@ -50,7 +50,7 @@ from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, Para
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-CODECS = ("libsvtav1", "h264")  # data/lerobot/format.py CODECS (not imported: this node starts light)
+CODECS = ("libsvtav1", "h264")  # data/lerobot/v3_layout.py CODECS (not imported: this node starts light)
 GRACE_S = 30.0  # data/convert/ingest.py GRACE_S
 LAST = 10  # bags a status lists
 STOP_WAIT_S = 3.0  # after SIGTERM, before SIGKILL

@@ -24,7 +24,7 @@ import pytest
 from support.cli import run_cli
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 
@@ -59,7 +59,7 @@ def test_the_migration_passes_our_checks_and_reads(made: dict[str, Path]) -> Non
     assert problems(out) == []
     ds = LeRobotDataset.open(out)
     assert ds.fps == 30 and ds.robot_type == "so101_follower"
-    info = json.loads((out / lf.INFO_PATH).read_text())
+    info = json.loads((out / v3_layout.INFO_PATH).read_text())
     assert info["codebase_version"] == "v3.0" and info["total_episodes"] == 3 and info["total_frames"] == 87
     assert "total_chunks" not in info and "total_videos" not in info
     assert info["imported_from"]["format"] == "lerobot-v2.1"
@@ -79,7 +79,7 @@ def test_rows_are_carried_unchanged(made: dict[str, Path]) -> None:
 
 def test_episodes_tasks_and_stats_are_carried(made: dict[str, Path]) -> None:
     src, out = made["src"], made["out"]
-    rows = pq.read_table(out / lf.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
+    rows = pq.read_table(out / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
     legacy, stats = _jsonl(src / "meta/episodes.jsonl"), _jsonl(src / "meta/episodes_stats.jsonl")
     start = 0
     for row, old, st in zip(rows, legacy, stats, strict=True):
@@ -93,10 +93,10 @@ def test_episodes_tasks_and_stats_are_carried(made: dict[str, Path]) -> None:
             for name, value in values.items():
                 assert row[f"stats/{feature}/{name}"] == value
         start += old["length"]
-    tasks = pd.read_parquet(out / lf.TASKS_PATH)
+    tasks = pd.read_parquet(out / v3_layout.TASKS_PATH)
     assert {str(t): int(i) for t, i in zip(tasks.index, tasks.task_index, strict=True)} == {
         t["task"]: t["task_index"] for t in _jsonl(src / "meta/tasks.jsonl")}
-    aggregated = json.loads((out / lf.STATS_PATH).read_text())
+    aggregated = json.loads((out / v3_layout.STATS_PATH).read_text())
     assert set(aggregated["action"]) == {"min", "max", "mean", "std", "count"}  # v2.1 stats have no quantiles
     assert aggregated["action"]["count"] == [87]
     actions = np.stack(pd.read_parquet(out / "data/chunk-000/file-000.parquet")["action"].to_numpy())
@@ -108,7 +108,7 @@ def test_videos_are_remuxed_not_reencoded(made: dict[str, Path]) -> None:
     src, out = made["src"], made["out"]
     for cam in CAMERAS:
         source = [f for p in sorted((src / "videos").glob(f"*/{cam}/*.mp4")) for f in _frames(p)]
-        ours = list(_frames(out / lf.VIDEO_PATH.format(video_key=cam, chunk_index=0, file_index=0)))
+        ours = list(_frames(out / v3_layout.VIDEO_PATH.format(video_key=cam, chunk_index=0, file_index=0)))
         assert len(ours) == len(source) == 87
         assert all(np.array_equal(a, b) for a, b in zip(ours, source, strict=True)), cam
 
@@ -215,7 +215,7 @@ def test_a_migration_that_fails_midway_leaves_nothing(tmp_path: Path, monkeypatc
         out.write_bytes(b"half a video")
         raise OSError(28, "No space left on device", str(out))
 
-    monkeypatch.setattr(lf, "concat_videos", broken)
+    monkeypatch.setattr(v3_layout, "concat_videos", broken)
     code, _, err = run_cli(capsys, "import", "--from", "lerobot-v2.1", str(FIXTURE), str(tmp_path / "out"))
     assert code != 0 and "no space left" in err.lower()
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["out.lock"])
@@ -241,7 +241,8 @@ def _lerobot_convert(root: Path, data_mb: float, video_mb: float) -> Path:
 
 @pytest.fixture(scope="module")
 def lerobots(made: dict[str, Path]) -> Path:
-    return _lerobot_convert(made["root"], lf.DEFAULT_DATA_FILE_SIZE_IN_MB, lf.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
+    return _lerobot_convert(made["root"], v3_layout.DEFAULT_DATA_FILE_SIZE_IN_MB,
+                            v3_layout.DEFAULT_VIDEO_FILE_SIZE_IN_MB)
 
 
 def _same_items(ours_root: Path, theirs_root: Path) -> None:
@@ -271,20 +272,20 @@ def test_lerobot_loads_it_and_every_frame_equals_its_own_converters(made: dict[s
 @NEEDS_LEROBOT
 def test_its_files_equal_lerobots_own_converters(made: dict[str, Path], lerobots: Path) -> None:
     out = made["out"]
-    info = json.loads((out / lf.INFO_PATH).read_text())
+    info = json.loads((out / v3_layout.INFO_PATH).read_text())
     info.pop("imported_from")
-    assert info == json.loads((lerobots / lf.INFO_PATH).read_text())
-    episodes = lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    assert info == json.loads((lerobots / v3_layout.INFO_PATH).read_text())
+    episodes = v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
     ours, theirs = pq.read_table(out / episodes), pq.read_table(lerobots / episodes)
     assert ours.column_names == theirs.column_names
     for name in theirs.column_names:
         assert ours.column(name).to_pylist() == theirs.column(name).to_pylist(), name
-    data = lf.DATA_PATH.format(chunk_index=0, file_index=0)
+    data = v3_layout.DATA_PATH.format(chunk_index=0, file_index=0)
     ours, theirs = pq.read_table(out / data), pq.read_table(lerobots / data)
     for name in theirs.column_names:
         assert ours.column(name).to_pylist() == theirs.column(name).to_pylist(), name
-    assert pd.read_parquet(out / lf.TASKS_PATH).equals(pd.read_parquet(lerobots / lf.TASKS_PATH))
-    a, b = (json.loads((root / lf.STATS_PATH).read_text()) for root in (out, lerobots))
+    assert pd.read_parquet(out / v3_layout.TASKS_PATH).equals(pd.read_parquet(lerobots / v3_layout.TASKS_PATH))
+    a, b = (json.loads((root / v3_layout.STATS_PATH).read_text()) for root in (out, lerobots))
     assert a.keys() == b.keys()
     for feature in b:
         assert a[feature].keys() == b[feature].keys(), feature
@@ -299,15 +300,15 @@ def test_files_roll_over_where_lerobots_converter_rolls_them(tmp_path: Path, mon
     purpose: LeRobot's converter records episode 2's data in file 0, where its rows are not."""
     data_mb, video_mb = 6 / 1024, 12 / 1024
     theirs = _lerobot_convert(tmp_path, data_mb, video_mb)
-    monkeypatch.setattr(lf, "DEFAULT_DATA_FILE_SIZE_IN_MB", data_mb)
-    monkeypatch.setattr(lf, "DEFAULT_VIDEO_FILE_SIZE_IN_MB", video_mb)
+    monkeypatch.setattr(v3_layout, "DEFAULT_DATA_FILE_SIZE_IN_MB", data_mb)
+    monkeypatch.setattr(v3_layout, "DEFAULT_VIDEO_FILE_SIZE_IN_MB", video_mb)
     ours = tmp_path / "out"
     assert cli_main(["import", "--from", "lerobot-v2.1", str(FIXTURE), str(ours)]) == 0
     assert sorted(p.relative_to(ours).as_posix() for p in ours.rglob("file-*.*")) == sorted(
         p.relative_to(theirs).as_posix() for p in theirs.rglob("file-*.*"))
     assert len(list(ours.rglob("file-001.mp4"))) == 2 and (ours / "data/chunk-000/file-001.parquet").exists()
     _same_items(ours, theirs)
-    episodes = lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    episodes = v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
     a, b = pq.read_table(ours / episodes).to_pylist(), pq.read_table(theirs / episodes).to_pylist()
     assert [r["data/file_index"] for r in a] == [0, 0, 1]
     assert [r["data/file_index"] for r in b] == [0, 0, 0]  # LeRobot's: episode 2's rows are in file 1

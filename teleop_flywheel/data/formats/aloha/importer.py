@@ -39,8 +39,7 @@ from teleop_flywheel.core.files import inside
 from teleop_flywheel.data.formats.aloha import episode_file as al
 from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.formats.common.staged_output import Imported
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import IMAGES, EpisodeData, write_episodes
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import own_errors, parallel_map
@@ -166,15 +165,15 @@ def _agree(files: list[EpisodeFile]) -> None:
 
 
 def _features(e: EpisodeFile) -> dict[str, Any]:
-    feats: dict[str, Any] = {"observation.state": lf.vector_feature(JOINT_FEATURE_NAMES),
-                             "action": lf.vector_feature(JOINT_FEATURE_NAMES)}
+    feats: dict[str, Any] = {"observation.state": v3_layout.vector_feature(JOINT_FEATURE_NAMES),
+                             "action": v3_layout.vector_feature(JOINT_FEATURE_NAMES)}
     if e.effort:
-        feats[EFFORT_FEATURE] = lf.vector_feature(al.EFFORT_NAMES)
+        feats[EFFORT_FEATURE] = v3_layout.vector_feature(al.EFFORT_NAMES)
     for cam, (h, w) in sorted(e.cameras.items()):
-        feats[IMAGES + cam] = lf.video_feature(h, w)
+        feats[IMAGES + cam] = v3_layout.video_feature(h, w)
     for name, (dtype, names, width) in sorted(e.extras.items()):
-        feats[name] = lf.scalar_feature(dtype) if width == 1 and not names else \
-            lf.vector_feature(names or [f"{name}[{i}]" for i in range(width)], dtype)
+        feats[name] = v3_layout.scalar_feature(dtype) if width == 1 and not names else \
+            v3_layout.vector_feature(names or [f"{name}[{i}]" for i in range(width)], dtype)
     return feats
 
 
@@ -198,7 +197,7 @@ def _read_episode(e: EpisodeFile, work: Path, fps: int, codec: str, task: str | 
                 cols[name] = _column(f[f"{al.FRAMES}/{name}"][()], dtype)
             cols["frame_index"] = np.arange(e.length, dtype=np.int64)
             cols["timestamp"] = (np.arange(e.length) / fps).astype(np.float32)
-            stats = {k: lf.feature_stats(v) for k, v in cols.items()}
+            stats = {k: v3_layout.feature_stats(v) for k, v in cols.items()}
             videos = {}
             for cam, (h, w) in sorted(e.cameras.items()):
                 mp4 = inside(work, f"{e.path.stem}.{cam}.mp4")  # the camera name is the HDF5 file's
@@ -214,9 +213,9 @@ def _read_episode(e: EpisodeFile, work: Path, fps: int, codec: str, task: str | 
 def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, codec: str) -> dict[str, np.ndarray]:
     """Encode one camera into `mp4` a frame at a time; the image stats of LeRobot's sampled frames."""
     h, w = size
-    sampled = set(lf.sample_indices(e.length).tolist())
+    sampled = set(v3_layout.sample_indices(e.length).tolist())
     images = []
-    enc = lf.VideoEncoder(mp4, w, h, fps, codec)
+    enc = v3_layout.VideoEncoder(mp4, w, h, fps, codec)
     try:
         for t in range(e.length):
             rgb = d[t]
@@ -227,10 +226,10 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
                     raise AlohaInputError(f"{e.path}: {d.name} frame {t} is not a {w}x{h} JPEG; nothing was written")
             enc.add_i420(cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2YUV_I420))
             if t in sampled:  # a copy: the strided view would keep the whole frame alive
-                images.append(np.ascontiguousarray(lf.downsample(rgb)))
+                images.append(np.ascontiguousarray(v3_layout.downsample(rgb)))
     finally:
         enc.close()
-    return lf.image_stats(images)
+    return v3_layout.image_stats(images)
 
 
 def run_import(args: argparse.Namespace) -> Imported:
