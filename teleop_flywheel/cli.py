@@ -73,7 +73,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "another stack's episodes as a LeRobot v3.0 dataset (--from hdf5-aloha)",
     ),
     "ingest": (
-        "teleop_flywheel.data.convert.ingest",
+        "teleop_flywheel.data.convert.ingest_loop",
         "keep a dataset current: validate, quarantine or convert every closed bag",
     ),
     "doctor": ("teleop_flywheel.data.convert.doctor", "is a dataset consistent; explain and (--repair) repair it"),

@@ -33,7 +33,7 @@ import pytest
 from support.paths import ROOT
 
 from teleop_flywheel.data.convert import converter
-from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state
+from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.hw.camera import timecode
