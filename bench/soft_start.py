@@ -33,7 +33,7 @@ from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
 DISTANCE_RAD = 1.5
 RATE_HZ = 200.0

@@ -33,7 +33,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "setup-motors": ("teleop_flywheel.hw.bringup.setup_motors", "give factory-new servos their SO-101 ids and baud"),
     "calibrate": ("teleop_flywheel.hw.bringup.calibrate", "LeRobot's SO-101 calibration: homing offsets and ranges"),
     "find-cameras": ("teleop_flywheel.hw.bringup.find_cameras", "list V4L2 cameras, their modes, one still each"),
-    "sim-bus": ("teleop_flywheel.hw.feetech.sim_cli", "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal"),
+    "sim-bus": (
+        "teleop_flywheel.hw.feetech.sim.serve",
+        "serve a simulated SO-101 arm (6 STS3215) on a pseudo-terminal",
+    ),
     "mirror": (
         "teleop_flywheel.ros.commands.mirror",
         "leader→follower mirroring session; prints loop rate and tracking error",

@@ -3,11 +3,11 @@
 This is product, not test scaffolding: it is how a newcomer runs the whole stack without an
 arm (`teleop-flywheel sim-bus`), and how the tests drive the real serial code paths. It
 answers every instruction byte-exactly as the servos do (the vendor SDK talks to it). Each servo
-is as unkind as an STS3215 (sim_servo.py: top speed, acceleration, gravity on shoulder and elbow,
+is as unkind as an STS3215 (servo.py: top speed, acceleration, gravity on shoulder and elbow,
 load, heat, overload/overcurrent/overheat protection that cuts its own torque, multi-turn
 readings); a scripted "human" moves a leader arm while its torque is off; replies take the wire
 time at the baud rate plus the servos' return delay, and reach the host as the chosen USB-serial
-adapter passes them on (sim_adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
+adapter passes them on (adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
 optional re-plug, a servo that stops answering, a blocked joint (its load builds until the
 servo's overload protection trips), a hot servo, a supply out of range or sagging mid-run, a
@@ -51,8 +51,8 @@ from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, s
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES, BY_NAME, PHASE_MULTI_TURN
-from teleop_flywheel.hw.feetech.sim_adapter import Adapter, Delivery, adapter
-from teleop_flywheel.hw.feetech.sim_servo import (
+from teleop_flywheel.hw.feetech.sim.adapter import Adapter, Delivery, adapter
+from teleop_flywheel.hw.feetech.sim.servo import (
     GRIPPER_ID,
     JOINT_RANGES,
     SERVO_IDS,
