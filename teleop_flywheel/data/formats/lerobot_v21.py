@@ -49,10 +49,10 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.core.progress import progress
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import Imported, refuse_existing
 from teleop_flywheel.data.lerobot import commit, v3_layout
-from teleop_flywheel.data.parallel import progress
 
 FORMAT = "lerobot-v2.1"
 V21 = "v2.1"

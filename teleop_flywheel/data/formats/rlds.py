@@ -37,6 +37,7 @@ import numpy as np
 
 from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.core.progress import progress
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
 from teleop_flywheel.data.formats.common.export_source import (
@@ -59,7 +60,6 @@ from teleop_flywheel.data.formats.common.format_options import (
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
 FORMAT = "rlds"

@@ -49,10 +49,10 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.core.progress import progress
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, DatasetError, LeRobotDataset, episode_spans, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, pending_renames, renamed_column
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
 
