@@ -24,6 +24,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.core.bag_topics import camera_image
 from teleop_flywheel.data.convert.converter import convert
@@ -124,9 +125,7 @@ def main() -> int:
                 result["lerobot_writer_error"] = proc.stderr.strip()[-800:]
         else:
             result["lerobot_writer"] = "not measured: no --lerobot-python given (LeRobot is not installed here)"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

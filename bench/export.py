@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -42,6 +41,7 @@ from pathlib import Path
 import cv2
 import h5py
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
@@ -249,9 +249,7 @@ def main() -> int:
         result["formats"] = formats
     result["load_average_before"] = [round(x, 2) for x in load_before]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

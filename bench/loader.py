@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lerobot_bench import RESULTS, require_lerobot, write_result
+from lerobot_bench import require_lerobot
+from result_file import RESULTS, write_result
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert

@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from result_file import write_result
+
 HERE = Path(__file__).resolve()
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 IDS = list(range(1, 7))
@@ -697,9 +699,7 @@ def main() -> int:
     if args.part in ("all", "session"):
         results["session"] = measure_session(args.seconds, args.repeats)
     results["load_average_after"] = os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    write_result(args.out, results)
     return 0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lerobot_bench import RESULTS, write_result
+from result_file import RESULTS, write_result
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file, sim_full_turn_calibration
 from teleop_flywheel.core.clock import now_ns

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import FeetechBus
@@ -161,9 +162,7 @@ def main() -> int:
             result["bus_stamps"] = bus
     if args.part in ("all", "bus"):
         result["bus_stamps"] = run_bus(args.reads)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 
