@@ -69,7 +69,7 @@ setup(
         "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "import-linter", "h5py",
                 "playwright",  # the review page's tests drive Debian's chromium with it (test/data/review/)
-                "grafanalib",  # config/grafana/dashboard.json is generated with it (data/fleet/dashboard.py)
+                "grafanalib",  # config/grafana/dashboard.json is generated with it (fleet/dashboard.py)
                 "colcon-common-extensions", "colcon-ros", "ros-kilted-ament-package", "ray"],
         "ray": ["ray"],
         # ALOHA/ACT episode files (`export --to hdf5-aloha`, `import --from hdf5-aloha`).

@@ -17,7 +17,6 @@ Writes bench/results/bus_loop.json. Usage: python bench/bus_loop.py [--seconds 5
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -27,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.hw.arm import POS_ADDR, POS_SIZE
 from teleop_flywheel.hw.feetech import codec as p
@@ -177,9 +177,7 @@ def main() -> int:
     results["fences_ours"] = FENCES["ours"]
     results["load_average_after"] = os.getloadavg()
     results["ratio_ours_to_vendor"] = ours_hz / results["vendor_sdk"]["free_running_hz"]  # type: ignore[index]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    write_result(args.out, results)
     return 0
 
 

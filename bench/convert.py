@@ -24,10 +24,11 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.core.bag_topics import camera_image
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -53,7 +54,7 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 
 def floor_encode(i420: list[np.ndarray], w: int, h: int, path: Path) -> float:
     t = time.perf_counter()
-    enc = lf.VideoEncoder(path, w, h, 30, "libsvtav1")
+    enc = v3_layout.VideoEncoder(path, w, h, 30, "libsvtav1")
     for f in i420:
         enc.add_i420(f)
     enc.close()
@@ -104,7 +105,7 @@ def main() -> int:
             "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
             "target_ratio_max": 1.5,
-            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {lf.svt_preset()}",
+            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {v3_layout.svt_preset()}",
             "resolution": "640x480",
             "cpus": os.cpu_count(),
         }
@@ -124,9 +125,7 @@ def main() -> int:
                 result["lerobot_writer_error"] = proc.stderr.strip()[-800:]
         else:
             result["lerobot_writer"] = "not measured: no --lerobot-python given (LeRobot is not installed here)"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

@@ -4,7 +4,7 @@ Source: `synthetic_session` episodes (simulated arm, one 640×480 camera at 30 f
 the converter's default codec (libsvtav1), the dataset a user exports. Measured in the same run,
 one process (`--workers 1`) throughout so the ratios compare like with like:
 - read floor: every episode's columns and every frame decoded, through the exporters' own reader
-  (`interchange.export_source.episode_columns` / `episode_frames`) and nothing else; measured
+  (`formats.common.export_source.episode_columns` / `episode_frames`) and nothing else; measured
   again beside each format's exports (the load of a shared machine drifts over a run), and that
   format's own figure is the one its floor uses;
 - per format (`FORMATS`, one line each): the `teleop-flywheel export` verb, end to end (read,
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -42,10 +41,11 @@ from pathlib import Path
 import cv2
 import h5py
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.interchange.export_source import episode_columns, episode_frames, open_source
+from teleop_flywheel.data.formats.common.export_source import episode_columns, episode_frames, open_source
 from teleop_flywheel.data.lerobot.commit import fsync_tree
 from teleop_flywheel.data.provenance.lineage import content_files
 from teleop_flywheel.data.provenance.manifest_hash import video_keys
@@ -249,9 +249,7 @@ def main() -> int:
         result["formats"] = formats
     result["load_average_before"] = [round(x, 2) for x in load_before]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

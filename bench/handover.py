@@ -14,7 +14,6 @@ Writes bench/results/handover.json. Usage: python bench/handover.py [--seconds 1
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.core.blending import AuthorityBlender
 from teleop_flywheel.core.safety import CommandGuard, JointLimits
@@ -191,9 +191,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_average_1min_after": os.getloadavg()[0],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    write_result(args.out, results)
     return 0
 
 

@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from result_file import write_result
+
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parent.parent))
 
@@ -164,9 +166,7 @@ def main() -> int:
     result["ratio_to_convert"] = result["pre_encode"].get("ratio_to_convert")
     result["targets"] = {"ratio_to_convert": "<= 2", "stop_to_frames_s": "<= 15 (60 s, one camera, 2 cores)"}
     result["load_average_before"], result["load_average_after"] = load_before, os.getloadavg()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

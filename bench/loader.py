@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lerobot_bench import RESULTS, require_lerobot, write_result
+from lerobot_bench import require_lerobot
+from result_file import RESULTS, write_result
 
 from teleop_flywheel.cli import main as cli
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import pinned
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -151,7 +152,7 @@ def main() -> int:
         "video_backend": "pyav",
         "policy": "ACT (resnet18, no pretrained weights), CPU",
         "camera": "640x480 @ 30 fps, one camera",
-        "av1": f"libsvtav1 preset {lf.svt_preset()}",
+        "av1": f"libsvtav1 preset {v3_layout.svt_preset()}",
         "cpus": os.cpu_count(),
         "forms": results,
         "least_waiting": best,

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from result_file import write_result
+
 JOINT_TOPICS = ["/leader/joint_states", "/follower/joint_states", "/follower/joint_command"]
 AUTHORITY = "/teleop/authority"
 CAMERAS = ["front", "wrist", "side"]
@@ -335,8 +337,7 @@ def run_bench(duration: float, out_json: Path) -> dict:
         "headroom_ratio_ge_5": result["headroom_ratio"] >= 5,
         "recording_path_ratio_ge_5": result["recording_path_only"]["ratio"] >= 5,
     }
-    out_json.parent.mkdir(parents=True, exist_ok=True)
-    out_json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(out_json, result)
     return result
 
 
@@ -352,7 +353,7 @@ def main() -> int:
     elif args.role in ("baseline", "floor"):
         role_baseline(args.baseline_out, floor=args.role == "floor")
     else:
-        print(json.dumps(run_bench(args.duration, args.out), indent=2))
+        run_bench(args.duration, args.out)
     return 0
 
 

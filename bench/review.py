@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from result_file import write_result
+
 from teleop_flywheel.data.review.server import ReviewSite, serve, url_of
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import validate_paths
@@ -106,8 +108,7 @@ def main() -> int:
         "seek_wall_ms": round(statistics.median(seek_walls) * 1e3, 1),
         "targets": {"list_s": 1.0, "open_s": 1.0, "seek_ms": 200.0},
     }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 import yaml
-from lerobot_bench import RESULTS, load_average, require_lerobot, write_result
+from lerobot_bench import require_lerobot
+from result_file import RESULTS, load_average, write_result
 
 from teleop_flywheel.core.bag_topics import POLICY_INFERENCE
 from teleop_flywheel.evaluation.report import read_trial

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from lerobot_bench import RESULTS, write_result
+from result_file import RESULTS, write_result
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file, sim_full_turn_calibration
 from teleop_flywheel.core.clock import now_ns
@@ -48,7 +48,7 @@ from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limi
 from teleop_flywheel.hw.arm.parking import ARRIVED_RAD
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
 RATE_HZ = 200.0
 SAMPLE_S = 0.002

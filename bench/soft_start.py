@@ -19,11 +19,12 @@ Usage: `python bench/soft_start.py [--out bench/results/soft_start.json]`
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from result_file import write_result
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
@@ -33,7 +34,7 @@ from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
 DISTANCE_RAD = 1.5
 RATE_HZ = 200.0
@@ -97,8 +98,7 @@ def run(out: Path) -> dict:
     }
     result["met"] = max(result["default"]["commanded_peak_rad_s"], result["default"]["shaft_peak_rad_s"]) \
         <= configured * 1.05
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(out, result)
     return result
 
 
@@ -106,7 +106,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "soft_start.json")
     args = parser.parse_args()
-    print(json.dumps(run(args.out), indent=2))
+    run(args.out)
     return 0
 
 

@@ -7,7 +7,7 @@ through the real RecorderNode into a bag. For every recorded frame, in the same 
   pixel capture time, i.e. what a node that stamped when it got the frame would have written.
 Target (SPEC §9): source error ≤ 1 ms median, ≤ 2 ms p99.
 
-Bus (`bus_stamps`): behind each emulated USB-serial adapter (sim_adapter.py: pty, ftdi1, ch343,
+Bus (`bus_stamps`): behind each emulated USB-serial adapter (adapter.py: pty, ftdi1, ch343,
 ftdi16), a simulated arm in its own real-time process latches each sync read of the arm driver's
 block (56/6, six servos); per read, the bus's stamp − the latch instant, and, as the baseline,
 what a stamp from the reply's arrival (last byte in − one status's wire time) would have been.
@@ -30,10 +30,11 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from result_file import write_result
 
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import FeetechBus
-from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
+from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
 
 IDS = range(1, 7)
 REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, IDS)), 1_000_000)
@@ -161,9 +162,7 @@ def main() -> int:
             result["bus_stamps"] = bus
     if args.part in ("all", "bus"):
         result["bus_stamps"] = run_bus(args.reads)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    write_result(args.out, result)
     return 0
 
 

@@ -13,29 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.procs import children, cmdline
 
 # Set before anything imports rclpy. A run's domain is fixed once so that child processes
 # (simulators, recorders under test) started by a test join the same graph.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-
-
-def _live_children() -> set[int]:
-    """Children of this pytest process that are alive (not zombies)."""
-    out = set()
-    me = str(os.getpid())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[1] == me and fields[0] != "Z":
-            out.add(int(entry))
-    return out
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -57,13 +41,13 @@ def lineage_registry(tmp_path_factory: pytest.TempPathFactory) -> None:
 def no_leaked_processes(multiprocessing_helpers: None, request: pytest.FixtureRequest) -> Iterator[None]:
     """A test must not leave processes behind: an orphaned simulator or node would keep
     publishing into later tests' graphs (and did: a stray arm broke a process-list check)."""
-    before = _live_children()
+    before = set(children(os.getpid()))
     yield
     deadline = time.monotonic() + 10
-    while (leaked := _live_children() - before) and time.monotonic() < deadline:
+    while (leaked := set(children(os.getpid())) - before) and time.monotonic() < deadline:
         time.sleep(0.1)  # a child told to stop may need a moment
     if leaked:
-        names = {pid: _cmdline(pid) for pid in leaked}
+        names = {pid: " ".join(cmdline(pid))[:200] or "?" for pid in leaked}
         for pid in leaked:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -94,14 +78,6 @@ def no_realtime_left(request: pytest.FixtureRequest) -> Iterator[None]:
             with contextlib.suppress(OSError):
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
         pytest.fail(f"{request.node.nodeid} left thread(s) of the test process real-time: {sorted(left.values())}")
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
-    except OSError:
-        return "?"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -85,9 +85,10 @@ SET_POLICY_MODE = "set_policy_mode"
 ESTOP, RESET = "estop", "reset"
 
 
-def label_service(trigger: str) -> str:
-    """The teleop node's service that labels the current intervention: `label/<trigger>`."""
-    return f"label/{trigger}"
+def label_service(label: str) -> str:
+    """The teleop node's service that labels the current intervention with a trigger label:
+    `label/<label>`."""
+    return f"label/{label}"
 
 
 # -- namespaces ------------------------------------------------------------------------------------

@@ -3,14 +3,14 @@
 - `validate/`: PASS/FAIL per episode with reason codes (the checks, the one decode path, time base);
 - `convert/`: bags to LeRobot v3.0 (frames, alignment, video), `ingest` that keeps a dataset
   current, encoding ahead (`preencode`), the reports refreshed after each append, and `doctor`;
-- `reports/`: audit, curate, data card, flywheel statistics, sample weights, plots, `info` of a bag;
+- `reports/`: audit, data card, flywheel statistics, plots, `info` of a bag;
+- `curation/`: per-episode scores, start-state coverage, sample weights: what to train on and record next;
 - `provenance/`: manifests of content-addressed episodes and the lineage of checkpoints;
-- `fleet/`: a session's live metrics in Prometheus's format, and the fleet's Grafana dashboard;
-- `hdf5/`: ALOHA/ACT episode files, exported from a dataset or manifest and imported into one;
+- `formats/`: other training stacks' formats (ALOHA/ACT, robomimic, RLDS, MCAP bags, LeRobot v2.1),
+  a registry of exporters and importers, and the `export` and `import` verbs (docs/formats.md);
 - `lerobot/`: the LeRobot v3.0 layout — format, reading a dataset, appending to it atomically,
   consistency.
 
 `parallel` (process pools, Ray) and `filelock` serve every room; `migrate` (the verb) upgrades bags,
-manifests and datasets in an older format of ours into copies in the current one; `export` and
-`import_dataset` (the verbs) move episodes to and from other stacks' formats (docs/formats.md).
+manifests and datasets in an older format of ours into copies in the current one.
 """

@@ -59,7 +59,7 @@ from teleop_flywheel.data.lerobot.flywheel_schema import (
     renamed_column,
     schema_version,
 )
-from teleop_flywheel.data.lerobot.format import INFO_PATH, STATS_PATH, write_json
+from teleop_flywheel.data.lerobot.v3_layout import INFO_PATH, STATS_PATH, write_json
 from teleop_flywheel.data.provenance.filter_expr import Compare, literal
 from teleop_flywheel.data.provenance.manifest import (
     FORMAT_VERSION,

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.progress import progress
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -184,27 +184,3 @@ def _import_ray() -> Any:
             "executor 'ray' needs Ray: pip install 'teleop_flywheel[ray]' (or pip install ray)"
         ) from None
     return ray
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        del n
-
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def progress(total: int, desc: str | None, unit: str = "bag") -> Any:
-    """A progress bar on stderr when it is a terminal (`update(n)`); in a log file or a pipe one line
-    saying what runs (a bar there is a single line of carriage returns); nothing without `desc`."""
-    if desc is None:
-        return _NoBar()
-    if not sys.stderr.isatty():
-        print(f"{desc}: {total} {unit if total == 1 else unit + 's'}...", file=sys.stderr, flush=True)
-        return _NoBar()
-    from tqdm import tqdm  # noqa: PLC0415
-
-    return tqdm(total=total, desc=desc, unit=unit)

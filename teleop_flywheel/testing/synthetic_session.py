@@ -232,14 +232,14 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
     the demo's waypoints, every second one wrong), blended with the simulated leader's human
-    (`sim_servo.default_human`, at a random time into its session) where α > 0 — and the task
+    (`sim.servo.default_human`, at a random time into its session) where α > 0 — and the task
     spec's `clock_probe` at the reset, when it has one — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
     speed, acceleration, the position loop, gravity sag) — the motion the rig really produces:
     smooth, speed-limited moves whose corners carry the timing. The start pose varies a little
     (where the previous reset left the arm). Returns human, policy, command, follower (radians)."""
     from teleop_flywheel.core.safety import CommandGuard, JointLimits
-    from teleop_flywheel.hw.feetech.sim_servo import SERVO_IDS, Servo, default_human, gravity_load
+    from teleop_flywheel.hw.feetech.sim.servo import SERVO_IDS, Servo, default_human, gravity_load
     from teleop_flywheel.policies.scripted import ScriptedPolicy
 
     n, dt = len(t), float(t[1] - t[0])

@@ -2,7 +2,7 @@
 
 Each draw picks an episode with probability w_e / Σw (the weights of `meta/sample_weights.parquet`:
 interventions 2–3×, a recency half-life), then one of its frames uniformly: a frame of episode e is
-drawn with probability w_e / (Σw · n_e), the rule `data/reports/weights.py` states (w_e / length_e
+drawn with probability w_e / (Σw · n_e), the rule `data/curation/weights.py` states (w_e / length_e
 per frame). Drawn with replacement, `num_samples` indices per pass, so a short episode is not
 over-weighted by its length nor a long one by its frame count. `drop_last_frames` leaves the last
 frames of each episode out, as LeRobot's `EpisodeAwareSampler` does for policies that read frames

@@ -9,7 +9,7 @@ a manifest episode missing or changed is an error, each difference named; episod
 run reads it: verified, weighed and handed to LeRobot as that one version folder (`files`), so a
 commit during the run changes nothing it reads and the version is not collected under it.
 
-Weights come from `meta/sample_weights.parquet` (`data/reports/weights.py`, written by `curate`):
+Weights come from `meta/sample_weights.parquet` (`data/curation/weights.py`, written by `curate`):
 a row is matched by its `episode_id` where it has one, else by its episode index; a manifest episode
 without a weight is an error (re-run `curate`). They are normalised over the manifest's episodes.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, read_weight_table
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.provenance.materialize import Located, locate, located
-from teleop_flywheel.data.reports.weights import WEIGHTS_PATH, read_weight_table
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ if sys.argv[1] == "pyav":  # the codec opened as PyAV alone opens it
     stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
     stream.codec_context.open()
 else:
-    from teleop_flywheel.data.lerobot.format import VideoEncoder
+    from teleop_flywheel.data.lerobot.v3_layout import VideoEncoder
     encoder = VideoEncoder(Path(sys.argv[2]) / "ours.mp4", 64, 64, 30, "libsvtav1")
     for i in range(4):
         encoder.add_i420(np.full((96, 64), 16 * i, np.uint8))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.provenance.lineage import Registry
 from teleop_flywheel.recording.mcap.metadata import METADATA_FILE, bagfile_information, write_metadata_yaml
 from teleop_flywheel.recording.mcap.writer import BagWriter
@@ -41,10 +41,10 @@ def test_info_json_is_not_written_through_a_planted_temp_symlink(tmp_path: Path)
     victim = _victim(tmp_path)
     (tmp_path / "meta").mkdir()
     (tmp_path / "meta" / "info.json.tmp").symlink_to(victim)
-    lf.write_json(tmp_path / lf.INFO_PATH, {"a": 1})
-    lf.write_json(tmp_path / lf.INFO_PATH, {"a": 2})
+    v3_layout.write_json(tmp_path / v3_layout.INFO_PATH, {"a": 1})
+    v3_layout.write_json(tmp_path / v3_layout.INFO_PATH, {"a": 2})
     assert victim.read_text() == "precious"
-    assert json.loads((tmp_path / lf.INFO_PATH).read_text()) == {"a": 2}
+    assert json.loads((tmp_path / v3_layout.INFO_PATH).read_text()) == {"a": 2}
 
 
 def test_manifest_is_created_exclusively(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,8 +18,7 @@ from teleop_flywheel.core.errors import (
 )
 from teleop_flywheel.data.convert.calibrations import role_files
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import read_info
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.provenance.reviews import LOG_FILE, decisions, review_folders
@@ -36,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="frames per second of the dataset's grid; every stream is sampled onto it (default 30)")
     parser.add_argument("--repo-id", default=None,
                         help="stored as info.json repo_id (card, manifest; LeRobot loads by repo_id + root)")
-    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1",
+    parser.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1",
                         help="video codec: libsvtav1 (AV1, LeRobot's default) or h264 (faster to encode)")
     parser.add_argument("--task", default=None, help="task text for every episode (default: the recorded task)")
     parser.add_argument("--include-failed", action="store_true", help="also convert episodes that fail validation")

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.reports.curate import (
+from teleop_flywheel.data.curation.curate import (
     DURATION_TOLERANCE,
     TARGETS,
     curate,
@@ -18,13 +17,14 @@ from teleop_flywheel.data.reports.curate import (
     store,
     write_plot,
 )
-from teleop_flywheel.data.reports.weights import (
+from teleop_flywheel.data.curation.weights import (
     HALF_LIFE_DAYS,
     INTERVENTION_WEIGHT,
     WEIGHTS_PATH,
     WeightRule,
     write_weights,
 )
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,11 +1,36 @@
-"""`teleop-flywheel export`: a dataset or manifest's episodes in another stack's format (--to hdf5-aloha)."""
+"""`teleop-flywheel export DATASET|MANIFEST --to FORMAT OUT`: our episodes in another training stack's format.
+
+The source is a LeRobot v3.0 dataset directory, or a manifest (JSON): then exactly its episodes,
+verified unchanged and found by id as `manifest materialize` finds them, and every file written
+records the manifest it came from. One module per format writes it, found by name in
+`formats.EXPORTERS` (docs/formats.md):
+
+- `hdf5-aloha` (`data/formats/aloha/exporter.py`): one `episode_N.hdf5` per episode in the layout
+  ACT's and ALOHA's loaders read; `--jpeg QUALITY` compresses the frames as ALOHA's recorder does;
+- `hdf5-robomimic` (`data/formats/robomimic.py`): one HDF5 file of `data/demo_N` groups that
+  robomimic's `SequenceDataset` reads, with `mask/` filter keys (success, intervention, validated,
+  splits) to train on a subset;
+- `rlds` (`data/formats/rlds.py`): a TFDS dataset directory of RLDS episodes, as Open
+  X-Embodiment's, that `tfds.builder_from_directory(OUT)` reads; frames JPEG at `--jpeg` (95);
+- `mcap` (`data/formats/mcap.py`): one rosbag2 MCAP bag per episode, as the recorder writes
+  them (the frames as JPEG `CompressedImage`, `--jpeg` quality): Foxglove, `validate` and `convert` read them.
+
+OUT must not exist (exit 2, nothing written); it appears whole or not at all. The formats of a
+file per episode (hdf5-aloha, mcap) are written in parallel (`--workers N` processes, default one
+per CPU, as `convert`; `--executor ray` on a cluster); hdf5-robomimic and rlds, one file or record
+stream in episode order, are written by one process and refuse `--workers`/`--executor ray`
+(docs/formats.md says what that costs). A progress bar shows on a terminal. Every export is
+recorded in the lineage registry (`--registry`, default as `lineage`'s): a checkpoint trained on it
+is registered with `lineage register CHECKPOINT OUT` and `lineage which CHECKPOINT` names the
+export, its episodes, their manifest and dataset.
+"""
 from __future__ import annotations
 
 import argparse
 import importlib
 from pathlib import Path
 
-from teleop_flywheel.data.export import FORMATS
+from teleop_flywheel.data.formats import EXPORTERS as FORMATS
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.priority import lower_priority
 from teleop_flywheel.data.convert.append_rules import check_append
-from teleop_flywheel.data.convert.ingest import GRACE_S, IngestConfig, ingest_once, segments_root
+from teleop_flywheel.data.convert.ingest_loop import GRACE_S, IngestConfig, ingest_once, segments_root
 from teleop_flywheel.data.convert.preencode import PreEncoding
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import display
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also take closed bags without a verdict.json, once the grace period has passed")
     parser.add_argument("--once", action="store_true", help="ingest what is ready, then exit")
     parser.add_argument("--poll", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
-    parser.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="video codec of a new dataset")
+    parser.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1", help="video codec of a new dataset")
     parser.add_argument("--fps", type=int, default=30, help="frames per second of a new dataset (default 30)")
     parser.add_argument("--repo-id", default=None, help="info.json repo_id of a new dataset")
     parser.add_argument("--config", metavar="FILE", help="validator thresholds YAML")

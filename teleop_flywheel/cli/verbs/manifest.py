@@ -10,7 +10,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.manifest import ID_VERSION, create, load_manifest, verify
 from teleop_flywheel.data.provenance.materialize import lerobot_argument, located, materialize, parse_resolution
@@ -93,7 +93,8 @@ def _add_materialize(sub: Any) -> None:
     m.add_argument("out", type=Path, help="the dataset to write (must not exist)")
     m.add_argument("--resolution", metavar="WxH",
                    help="re-encode the videos once at this size, e.g. 224x224 (default: packets copied, no re-encode)")
-    m.add_argument("--codec", choices=lf.CODECS, default="libsvtav1", help="codec of the re-encode (--resolution)")
+    m.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1",
+                   help="codec of the re-encode (--resolution)")
     m.add_argument("--dataset", type=Path, help="the manifest's dataset, if not where the manifest says it is")
 
 

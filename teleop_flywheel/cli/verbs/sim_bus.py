@@ -17,8 +17,8 @@ from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
-from teleop_flywheel.hw.feetech.sim import FAULT_FORMS, Faults, SimulatedArm, parse_fault
-from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
+from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
+from teleop_flywheel.hw.feetech.sim.arm import FAULT_FORMS, Faults, SimulatedArm, parse_fault
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,8 @@
 - `frames`: one episode's frames on the dataset's grid (`align`: zero-order hold), its
   calibrations (`calibrations`), per-frame labels (`frame_labels`) and video (`segments`);
 - `append_rules`: what may be appended to an existing dataset;
-- `ingest`: keep a dataset current while sessions record; `preencode`: video encoded ahead;
+- `ingest_loop`: the `ingest` verb, keeping a dataset current while sessions record;
+  `preencode`: video encoded ahead;
 - `refresh`: the validation record, data card and weights made current after every append;
 - `doctor`: is a dataset consistent, and what can be repaired without loss.
 """

@@ -10,7 +10,7 @@ version, unchanged files hard-linked, published by one rename of the dataset's p
 with another camera set (schema drift) go to a dataset of their own schema beside it,
 `<DATASET>__<cameras>`, and are reported — never dropped.
 
-The episodes table gets every episode's curation scores in the same commit (`reports/curate.py`
+The episodes table gets every episode's curation scores in the same commit (`curation/curate.py`
 `with_scores`: they are relative to the dataset, so each append recomputes them for all).
 
 Atomic: a crash (kill -9, full disk) at any step leaves the dataset as it was or with the whole
@@ -57,6 +57,7 @@ from teleop_flywheel.data.convert.frames import (
     prepare_episode,
 )
 from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
+from teleop_flywheel.data.curation.curate import with_scores
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
@@ -64,7 +65,6 @@ from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
 from teleop_flywheel.data.provenance.reviews import ReviewDecision
-from teleop_flywheel.data.reports.curate import with_scores
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display
 

@@ -47,13 +47,13 @@ from teleop_flywheel.data.convert.calibrations import (
 )
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.segments import encode_camera
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.curation.curate import integrated_squared_jerk
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
-from teleop_flywheel.data.reports.curate import integrated_squared_jerk
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded, DecodeError
 from teleop_flywheel.data.validate.episode_columns import episode_columns
@@ -243,7 +243,7 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     cols["frame_index"] = np.arange(n, dtype=np.int64)
     cols["timestamp"] = (np.arange(n) / fps).astype(np.float32)
     task = job.task if job.task is not None else (ep.task if ep else "")
-    data = EpisodeData(task, n, cols, {k: lf.feature_stats(v) for k, v in cols.items()})
+    data = EpisodeData(task, n, cols, {k: v3_layout.feature_stats(v) for k, v in cols.items()})
     tmp = inside(job.tmp_dir, bag.episode_id or "episode")
     for cam, im in images.items():
         # The camera name is a checked identifier (reader); the paths built from it are proven inside too.
@@ -285,12 +285,12 @@ def features_for(videos: dict[str, tuple[int, int]], effort: bool = False, corre
                  ) -> dict[str, Any]:
     feats: dict[str, Any] = {}
     for key in VECTOR_FEATURES:
-        feats[key] = lf.vector_feature(JOINT_FEATURE_NAMES)
+        feats[key] = v3_layout.vector_feature(JOINT_FEATURE_NAMES)
     if effort:
-        feats[EFFORT] = lf.vector_feature(EFFORT_NAMES)
+        feats[EFFORT] = v3_layout.vector_feature(EFFORT_NAMES)
     for cam, (h, w) in sorted(videos.items()):
-        feats[f"observation.images.{cam}"] = lf.video_feature(h, w)
+        feats[f"observation.images.{cam}"] = v3_layout.video_feature(h, w)
     for key, dtype in SCALAR_FEATURES.items():
         if key != CORRECTION or correction:
-            feats[key] = lf.scalar_feature(dtype)
+            feats[key] = v3_layout.scalar_feature(dtype)
     return feats

@@ -7,7 +7,7 @@ sample weights are current — never stale from the append before.
   card tells the rejection story of the whole dataset, not of the last batch;
 - `README.md`: the data card (`data/reports/card.py`) from that record — unless a README.md the card did
   not write is there (kept; the caller is told);
-- `meta/sample_weights.parquet`: `data/reports/weights.py`'s rule with the parameters the file was last
+- `meta/sample_weights.parquet`: `data/curation/weights.py`'s rule with the parameters the file was last
   written with (defaults for a new one), every episode weighed again (normalised weights and ages
   depend on the whole dataset).
 
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.curation.curate import curate
+from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, WeightRule, read_weights, write_weights
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
 from teleop_flywheel.data.reports.card import RECORD_PATH, write_card
-from teleop_flywheel.data.reports.curate import curate
-from teleop_flywheel.data.reports.weights import WEIGHTS_PATH, WeightRule, read_weights, write_weights
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 

@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 
 SEGMENT_FRAMES = 60  # 2 s at 30 fps: what is left to encode when an episode stops, at most
 FORMAT = "teleop_flywheel.segment/1"
@@ -70,7 +70,7 @@ def decode_bgr(jpeg: bytes, what: str, size: tuple[int, int] | None = None) -> n
 
 
 def _stat_image(bgr: np.ndarray) -> np.ndarray:
-    return lf.downsample(bgr)[..., ::-1]
+    return v3_layout.downsample(bgr)[..., ::-1]
 
 
 def encode_frames(images: list[bytes], indices: np.ndarray, path: Path, key: VideoKey, what: str,
@@ -80,7 +80,7 @@ def encode_frames(images: list[bytes], indices: np.ndarray, path: Path, key: Vid
     (LeRobot's image stats)."""
     size = (key.height, key.width)
     kept: dict[int, np.ndarray] = {}
-    enc = lf.VideoEncoder(path, key.width, key.height, key.fps, key.codec)
+    enc = v3_layout.VideoEncoder(path, key.width, key.height, key.fps, key.codec)
     distinct = np.concatenate(([True], indices[1:] != indices[:-1]))
     with ThreadPoolExecutor(max_workers=2) as pool:
         decoded = pool.map(lambda i: decode_bgr(images[i], f"{what}: image {i}", size),
@@ -165,7 +165,7 @@ def encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int
     first = decode_bgr(images[int(indices[0])], f"{what}: image {int(indices[0])}")
     key = VideoKey(fps, codec, first.shape[1], first.shape[0])
     size = first.shape[:2]
-    sampled = frozenset(lf.sample_indices(len(indices)).tolist())
+    sampled = frozenset(v3_layout.sample_indices(len(indices)).tolist())
     stat_images: dict[int, np.ndarray] = {}
     parts: list[Path] = []
     made: list[Path] = []
@@ -186,8 +186,8 @@ def encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int
         parts.append(part)
         made.append(part)
     if parts != [path]:
-        lf.concat_videos(parts, path)
+        v3_layout.concat_videos(parts, path)
         for part in made:
             part.unlink()
-    stats = lf.image_stats([stat_images[k] for k in sorted(stat_images)])
+    stats = v3_layout.image_stats([stat_images[k] for k in sorted(stat_images)])
     return CameraVideo(size[0], size[1], stats, reused)

@@ -8,7 +8,7 @@ columns, flattened per-episode stats, and the caller's own episode columns), tas
 caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
 Nothing is written inside the dataset: every file goes to the staging directory at its relative
 path and `commit.publish` (`data/lerobot/commit.py`) makes it the dataset's next version.
-Format details: `data/lerobot/format.py`.
+Format details: `data/lerobot/v3_layout.py`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.files import inside
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 
 IMAGES = "observation.images."
@@ -49,12 +49,12 @@ class EpisodeData:
 
 
 def read_info(root: Path) -> dict[str, Any] | None:
-    path = root / lf.INFO_PATH
+    path = root / v3_layout.INFO_PATH
     return json.loads(path.read_text()) if path.exists() else None
 
 
 def _episodes_path(root: Path) -> Path:
-    return root / lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    return root / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
 
 
 def existing_ids(root: Path) -> set[str]:
@@ -81,9 +81,9 @@ def schema_of(root: Path) -> Schema | None:
 
 
 def _tasks(root: Path) -> list[str]:
-    if not (root / lf.TASKS_PATH).exists():
+    if not (root / v3_layout.TASKS_PATH).exists():
         return []
-    df = pd.read_parquet(root / lf.TASKS_PATH)
+    df = pd.read_parquet(root / v3_layout.TASKS_PATH)
     return [str(t) for t in df.sort_values("task_index").index]
 
 
@@ -118,10 +118,10 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
             size += part
         groups.append(group)
         for g in groups:
-            ci, fi = lf.chunk_file(file_no, chunks)
-            rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            ci, fi = v3_layout.chunk_file(file_no, chunks)
+            rel = v3_layout.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
             path = inside(stage, rel)  # the camera name is in `rel`: proven to stay in the staging folder
-            lf.concat_videos([Path(eps[k].videos[cam][0]) for k in g], path)
+            v3_layout.concat_videos([Path(eps[k].videos[cam][0]) for k in g], path)
             new.append(rel)
             fault(f"stage {rel}")
             t = 0.0
@@ -132,7 +132,7 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
                 rows[k][f"videos/{key}/to_timestamp"] = t
             file_no += 1
             if "info" not in info["features"][key]:
-                info["features"][key]["info"] = lf.video_info(path)
+                info["features"][key]["info"] = v3_layout.video_info(path)
 
 
 def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, robot_type: str,
@@ -146,14 +146,14 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     episodes table before it is staged (columns that depend on every episode, such as curation scores)."""
     info = read_info(root)
     if info is None:
-        info = lf.new_info(fps, robot_type, features)
+        info = v3_layout.new_info(fps, robot_type, features)
     elif info["fps"] != fps:
         raise ValueError(f"{root}: dataset is at {info['fps']} fps, not {fps}")
     ep0, frame0 = int(info["total_episodes"]), int(info["total_frames"])
     task_index = {t: i for i, t in enumerate(_tasks(root))}
     for e in eps:
         task_index.setdefault(e.task, len(task_index))
-    data_ci, data_fi = lf.chunk_file(_next_file(root, "data/chunk-*/file-*.parquet", int(info["chunks_size"])),
+    data_ci, data_fi = v3_layout.chunk_file(_next_file(root, "data/chunk-*/file-*.parquet", int(info["chunks_size"])),
                                      int(info["chunks_size"]))
     order = [f for f in info["features"] if info["features"][f]["dtype"] != "video"]
     rows: list[dict[str, Any]] = []
@@ -166,12 +166,12 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
         c["index"] = np.arange(cursor, cursor + n, dtype=np.int64)
         c["task_index"] = np.full(n, task_index[e.task], np.int64)
         for key in ("episode_index", "index", "task_index"):
-            e.stats[key] = lf.feature_stats(c[key])
-        tables.append(pa.table({f: lf.arrow_column(c[f], info["features"][f]["dtype"]) for f in order}))
+            e.stats[key] = v3_layout.feature_stats(c[key])
+        tables.append(pa.table({f: v3_layout.arrow_column(c[f], info["features"][f]["dtype"]) for f in order}))
         rows.append({"episode_index": ep0 + k, "tasks": [e.task], "length": n, "data/chunk_index": data_ci,
                      "data/file_index": data_fi, "dataset_from_index": cursor, "dataset_to_index": cursor + n})
         cursor += n
-    data_rel = lf.DATA_PATH.format(chunk_index=data_ci, file_index=data_fi)
+    data_rel = v3_layout.DATA_PATH.format(chunk_index=data_ci, file_index=data_fi)
     (stage / data_rel).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.concat_tables(tables), stage / data_rel)
     new = [data_rel]
@@ -181,7 +181,7 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
         row["meta/episodes/chunk_index"] = 0
         row["meta/episodes/file_index"] = 0
         for feat, st in e.stats.items():
-            for s in lf.STAT_NAMES:
+            for s in v3_layout.STAT_NAMES:
                 row[f"stats/{feat}/{s}"] = np.asarray(st[s]).tolist()
         row.update(e.extra)
     ep_path = _episodes_path(root)
@@ -196,14 +196,14 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     fault(f"stage {ep_rel}")
     ordered = sorted(task_index, key=lambda t: task_index[t])
     pd.DataFrame({"task_index": [task_index[t] for t in ordered]},
-                 index=pd.Index(ordered, name="task")).to_parquet(stage / lf.TASKS_PATH)
-    fault(f"stage {lf.TASKS_PATH}")
-    all_stats = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_pylist()]
-    lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(all_stats)))
-    fault(f"stage {lf.STATS_PATH}")
+                 index=pd.Index(ordered, name="task")).to_parquet(stage / v3_layout.TASKS_PATH)
+    fault(f"stage {v3_layout.TASKS_PATH}")
+    all_stats = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in table.to_pylist()]
+    v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(all_stats)))
+    fault(f"stage {v3_layout.STATS_PATH}")
     total = ep0 + len(eps)
     info.update(total_episodes=total, total_frames=cursor, total_tasks=len(task_index), splits={"train": f"0:{total}"})
     info.update(info_keys or {})
-    lf.write_json(stage / lf.INFO_PATH, info)
-    fault(f"stage {lf.INFO_PATH}")
+    v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
+    fault(f"stage {v3_layout.INFO_PATH}")
     return list(range(ep0, total)), new

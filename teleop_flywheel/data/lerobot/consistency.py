@@ -35,8 +35,7 @@ import av
 import pandas as pd
 import pyarrow.parquet as pq
 
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.lerobot import commit, v3_layout
 
 ORPHANS_SUFFIX = ".orphans"
 LEGACY_JOURNAL = ".convert-journal.json"  # beside a dataset of the commit format before versions
@@ -93,7 +92,7 @@ def _data_files(root: Path, table: pd.DataFrame, problems: list[Problem]) -> Non
         problems.append(Problem("episodes table has no data/chunk_index, data/file_index columns"))
         return
     for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"], strict=True):
-        rel = lf.DATA_PATH.format(chunk_index=int(ci), file_index=int(fi))
+        rel = v3_layout.DATA_PATH.format(chunk_index=int(ci), file_index=int(fi))
         wanted[rel] = wanted.get(rel, 0) + int(n)
     present = sorted(p.relative_to(root).as_posix() for p in (root / "data").glob("*/*.parquet"))
     _check_files(root, wanted, present, problems, _parquet_rows, "rows")
@@ -139,7 +138,7 @@ def _videos(root: Path, info: dict[str, Any], table: pd.DataFrame, problems: lis
             problems.append(Problem(f"episodes table has no {cols[0]} column for video feature {key}"))
             continue
         for ci, fi, n in zip(table[cols[0]], table[cols[1]], table["length"], strict=True):
-            rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=int(ci), file_index=int(fi))
+            rel = v3_layout.VIDEO_PATH.format(video_key=key, chunk_index=int(ci), file_index=int(fi))
             wanted[rel] = wanted.get(rel, 0) + int(n)
         present = sorted(p.relative_to(root).as_posix() for p in (root / "videos" / key).glob("*/*.mp4"))
         _check_files(root, wanted, present, problems, _video_frames, "frames")
@@ -151,19 +150,19 @@ def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[s
     wrong = {k: v for k, v in want.items() if info.get(k) != v}
     if wrong:
         def fix(stage: Path) -> list[str]:
-            fresh = json.loads((root / lf.INFO_PATH).read_text())
+            fresh = json.loads((root / v3_layout.INFO_PATH).read_text())
             fresh.update(want)
-            lf.write_json(stage / lf.INFO_PATH, fresh)
+            v3_layout.write_json(stage / v3_layout.INFO_PATH, fresh)
             return []
         said = ", ".join(f"{k} {info.get(k)!r}" for k in wrong)
         problems.append(Problem(f"meta/info.json says {said}; the episodes table has {n} episodes, {frames} frames",
                                 "recompute the totals and splits in meta/info.json from the episodes table", fix))
     try:
-        json.loads((root / lf.STATS_PATH).read_text())
+        json.loads((root / v3_layout.STATS_PATH).read_text())
     except (OSError, ValueError):
         def fix_stats(stage: Path) -> list[str]:
-            per = [lf.stats_from_episode_row(r, list(info["features"])) for r in table.to_dict("records")]
-            lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per)))
+            per = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in table.to_dict("records")]
+            v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(per)))
             return []
         problems.append(Problem("meta/stats.json missing or unreadable",
                                 "recompute it from the per-episode stats in the episodes table", fix_stats))
@@ -202,7 +201,7 @@ def problems(root: Path) -> list[Problem]:
     out = _layout(root)
     if out or not root.exists():
         return out  # the rest is checked once the layout is right
-    if not (root / lf.INFO_PATH).is_file():
+    if not (root / v3_layout.INFO_PATH).is_file():
         stray = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
                        and p.relative_to(root).parts[0] in ("data", "videos", "meta"))
         for rel in stray:
@@ -210,14 +209,15 @@ def problems(root: Path) -> list[Problem]:
                                f"move it to {root.name}{ORPHANS_SUFFIX}/{rel}", partial(_move_aside, root, rel)))
         return out
     try:
-        info = json.loads((root / lf.INFO_PATH).read_text())
+        info = json.loads((root / v3_layout.INFO_PATH).read_text())
     except (OSError, ValueError) as exc:
         return [Problem(f"meta/info.json unreadable ({exc})")]
     table = _read_table(root, out)
     if table is None:
         return out
     try:
-        tasks = [str(t) for t in pd.read_parquet(root / lf.TASKS_PATH).index] if (root / lf.TASKS_PATH).exists() else []
+        tasks_file = root / v3_layout.TASKS_PATH
+        tasks = [str(t) for t in pd.read_parquet(tasks_file).index] if tasks_file.exists() else []
     except Exception as exc:  # noqa: BLE001
         return out + [Problem(f"meta/tasks.parquet unreadable ({exc})")]
     _data_files(root, table, out)

@@ -7,7 +7,7 @@ says "unknown" rather than inventing a value. This is the one place that knows t
 Besides the metadata, the table carries the validator's warning codes (`warnings`, a JSON list), the
 task spec's content id (`task_spec_id`) and its predicate's verdict at stop (`outcome_check`, JSON
 `{"passed": bool, "detail": str}`), and the curation columns (`CURATION_COLUMNS`, written by
-`data/reports/curate.py` at every commit of the converter and by `curate --store`): per episode its
+`data/curation/curate.py` at every commit of the converter and by `curate --store`): per episode its
 integrated squared jerk (`jerk`) and first state (`start_state`), and, relative to the whole dataset,
 `graded_success`, `jerk_z`, `duration_ratio` and `coverage_gain`. They are derived from the data
 rows and the rest of the dataset, so they are rewritten when the dataset grows: the manifest's row
@@ -40,7 +40,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 # What `convert --trim-dead-air` cut from an episode's ends (seconds): counted back into its duration.
 TRIMMED_COLUMNS = ("dead_air_trimmed_leading_s", "dead_air_trimmed_trailing_s")
-# Columns derived from the data rows and the dataset around them (data/reports/curate.py).
+# Columns derived from the data rows and the dataset around them (data/curation/curate.py).
 SCORE_COLUMNS = ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain")
 START_STATE = "start_state"
 CURATION_COLUMNS = (*SCORE_COLUMNS, START_STATE)

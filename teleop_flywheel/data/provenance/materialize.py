@@ -48,11 +48,10 @@ import pyarrow.parquet as pq
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, UsageError
 from teleop_flywheel.core.files import inside
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.core.progress import progress
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, DatasetError, LeRobotDataset, episode_spans, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, pending_renames, renamed_column
-from teleop_flywheel.data.parallel import progress
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
 
@@ -186,7 +185,7 @@ def _numeric_stats(info: dict[str, Any], table: pa.Table, spans: list[tuple[int,
     names = [f for f, spec in info["features"].items()
              if spec.get("dtype") not in ("video", "image", "string") and f in table.column_names]
     arrays = {f: to_numpy(table[f], f) for f in names}
-    return [{f: lf.feature_stats(a[lo:hi]) for f, a in arrays.items()} for lo, hi in spans]
+    return [{f: v3_layout.feature_stats(a[lo:hi]) for f, a in arrays.items()} for lo, hi in spans]
 
 
 def _groups(sizes: list[float], limit: float) -> list[list[int]]:
@@ -207,8 +206,8 @@ def _write_data(stage: Path, info: dict[str, Any], table: pa.Table, spans: list[
     limit = int(info["data_files_size_in_mb"]) * 1024 * 1024
     chunks = int(info["chunks_size"])
     for file_no, group in enumerate(_groups([table.slice(lo, hi - lo).nbytes for lo, hi in spans], limit)):
-        ci, fi = lf.chunk_file(file_no, chunks)
-        rel = lf.DATA_PATH.format(chunk_index=ci, file_index=fi)
+        ci, fi = v3_layout.chunk_file(file_no, chunks)
+        rel = v3_layout.DATA_PATH.format(chunk_index=ci, file_index=fi)
         (stage / rel).parent.mkdir(parents=True, exist_ok=True)
         lo, hi = spans[group[0]][0], spans[group[-1]][1]
         pq.write_table(table.slice(lo, hi - lo), stage / rel)
@@ -241,21 +240,21 @@ def _reencode(parts: list[tuple[Path, float, float, int]], path: Path, size: tup
     """Decode each part's span, scale it to `size` and encode all back to back into `path` with the
     converter's encoder; (frames per part, image stats per part: LeRobot's sampled frames)."""
     width, height = size
-    enc = lf.VideoEncoder(path, width, height, fps, codec)
+    enc = v3_layout.VideoEncoder(path, width, height, fps, codec)
     counts, stats = [], []
     try:
         for src, lo, hi, length in parts:
-            sample = set(lf.sample_indices(length).tolist())
+            sample = set(v3_layout.sample_indices(length).tolist())
             images = []
             count = 0
             for frame in span_frames(src, lo, hi):
                 scaled = frame.reformat(width=width, height=height, format="yuv420p")
                 enc.add_i420(scaled.to_ndarray())
                 if count in sample:
-                    images.append(lf.downsample(scaled.to_ndarray(format="rgb24")))
+                    images.append(v3_layout.downsample(scaled.to_ndarray(format="rgb24")))
                 count += 1
             counts.append(count)
-            stats.append(lf.image_stats(images) if images else {})
+            stats.append(v3_layout.image_stats(images) if images else {})
             tick(1)
     finally:
         enc.close()
@@ -285,12 +284,12 @@ def _write_videos(loc: Located, stage: Path, info: dict[str, Any], order: list[i
                           float(row[f"videos/{key}/to_timestamp"]), n))
             sizes.append((loc.ds.files / rel).stat().st_size * n / max(frames_in[rel], 1))
         for file_no, group in enumerate(_groups(sizes, limit)):
-            ci, fi = lf.chunk_file(file_no, chunks)
-            rel = lf.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
+            ci, fi = v3_layout.chunk_file(file_no, chunks)
+            rel = v3_layout.VIDEO_PATH.format(video_key=key, chunk_index=ci, file_index=fi)
             inside(stage, rel)  # the video key is the source dataset's info.json
             chosen = [parts[k] for k in group]
             if resolution is None:
-                counts = lf.remux([(src, (lo, hi)) for src, lo, hi, _ in chosen], stage / rel)
+                counts = v3_layout.remux([(src, (lo, hi)) for src, lo, hi, _ in chosen], stage / rel)
                 tick(len(group))
             else:
                 counts, image_stats = _reencode(chosen, stage / rel, resolution, fps, codec, tick)
@@ -308,7 +307,7 @@ def _write_videos(loc: Located, stage: Path, info: dict[str, Any], order: list[i
                 rows[k][f"videos/{key}/to_timestamp"] = t
             if file_no == 0:
                 feature = info["features"][key]
-                feature["info"] = lf.video_info(stage / rel)
+                feature["info"] = v3_layout.video_info(stage / rel)
                 feature["shape"] = [feature["info"]["video.height"], feature["info"]["video.width"], 3]
 
 
@@ -318,14 +317,14 @@ def _write_episodes(stage: Path, source: pa.Table, order: list[int], rows: list[
     for k, row in enumerate(rows):
         row.update({"episode_index": k, "meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
         for feat, st in per_episode[k].items():
-            for s in lf.STAT_NAMES:
+            for s in v3_layout.STAT_NAMES:
                 row[f"stats/{feat}/{s}"] = np.asarray(st[s]).tolist()
     added = sorted({c for r in rows for c in r} - set(source.schema.names))
     schema = source.schema
     if added:
         for f in pa.Table.from_pylist([{c: r.get(c) for c in added} for r in rows]).schema:
             schema = schema.append(f)
-    rel = lf.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    rel = v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
     (stage / rel).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), stage / rel)
     commit.fault(f"stage {rel}")
@@ -334,7 +333,7 @@ def _write_episodes(stage: Path, source: pa.Table, order: list[int], rows: list[
 def _write_weights(ds: LeRobotDataset, stage: Path, order: list[int]) -> bool:
     """The source's sample weights of the kept episodes, renumbered, normalised to sum to 1 again
     (the ratios, hence the sampling, unchanged); False if the source has none."""
-    src = ds.files / lf.SAMPLE_WEIGHTS_PATH
+    src = ds.files / v3_layout.SAMPLE_WEIGHTS_PATH
     if not src.is_file():
         return False
     table = pq.read_table(src)
@@ -349,7 +348,7 @@ def _write_weights(ds: LeRobotDataset, stage: Path, order: list[int]) -> bool:
     for name, values in columns.items():
         i = table.schema.get_field_index(name)
         table = table.set_column(i, table.schema.field(i), pa.array(values, type=table.schema.field(i).type))
-    pq.write_table(table.replace_schema_metadata(pq.read_schema(src).metadata), stage / lf.SAMPLE_WEIGHTS_PATH)
+    pq.write_table(table.replace_schema_metadata(pq.read_schema(src).metadata), stage / v3_layout.SAMPLE_WEIGHTS_PATH)
     return True
 
 
@@ -371,15 +370,15 @@ def _write_all(loc: Located, stage: Path, resolution: tuple[int, int] | None, co
     rows = source.take(pa.array([position[e] for e in order])).to_pylist()
     per_episode = _numeric_stats(info, table, spans)
     for k, row in enumerate(rows):  # image stats of remuxed frames stay the source's (the same frames)
-        per_episode[k].update(lf.stats_from_episode_row(row, video_keys(ds)))
+        per_episode[k].update(v3_layout.stats_from_episode_row(row, video_keys(ds)))
     _write_data(stage, info, table, spans, rows)
     keys = video_keys(ds)
     with progress(len(keys) * len(order), "materialize" if show and keys else None, unit="episode") as bar:
         _write_videos(loc, stage, info, order, lengths, rows, per_episode, resolution, codec, bar.update)
     _write_episodes(stage, source, order, rows, per_episode)
     pd.DataFrame({"task_index": list(range(len(texts)))}, index=pd.Index(texts, name="task")).to_parquet(
-        stage / lf.TASKS_PATH)
-    lf.write_json(stage / lf.STATS_PATH, lf.stats_to_json(lf.aggregate_stats(per_episode)))
+        stage / v3_layout.TASKS_PATH)
+    v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(per_episode)))
     weights = _write_weights(ds, stage, order)
     n, frames = len(order), int(sum(lengths))
     info.update(total_episodes=n, total_frames=frames, total_tasks=len(texts), splits={"train": f"0:{n}"})
@@ -390,8 +389,8 @@ def _write_all(loc: Located, stage: Path, resolution: tuple[int, int] | None, co
         "resolution": None if resolution is None else f"{resolution[0]}x{resolution[1]}",
         "sample_weights": weights, "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    lf.write_json(stage / lf.INFO_PATH, info)
-    commit.fault(f"stage {lf.INFO_PATH}")
+    v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
+    commit.fault(f"stage {v3_layout.INFO_PATH}")
     what = "remuxed" if resolution is None else f"re-encoded at {resolution[0]}x{resolution[1]}"
     return Materialized(stage, n, frames, what if keys else "none")
 

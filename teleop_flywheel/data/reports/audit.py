@@ -48,7 +48,7 @@ from teleop_flywheel.data.lerobot.dataset import (
 )
 from teleop_flywheel.data.lerobot.episode_table import TRACKING_OUTRUN
 from teleop_flywheel.data.reports.frame_contract import FrameContract, check_contract, contract_lines
-from teleop_flywheel.data.reports.plots import write_audit_html, write_audit_plots
+from teleop_flywheel.data.reports.plots import write_audit_html
 from teleop_flywheel.data.validate.episode_columns import camera_lag_columns, finite_or_none
 
 EFFORT = "observation.effort"
@@ -520,11 +520,6 @@ def format_text(r: AuditReport) -> str:
     lines += [""] + extra if extra else []
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
-
-
-def write_plots(r: AuditReport, folder: Path) -> dict[str, Path]:
-    """PNG plots of joint ranges, start states and episode lengths (`data/reports/plots.py`)."""
-    return write_audit_plots(r, folder)
 
 
 def write_html(r: AuditReport, out: Path) -> Path:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from teleop_flywheel.data.curation.coverage import farthest_point_order
 from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.episode_sources import bag_records
@@ -37,7 +38,6 @@ from teleop_flywheel.data.reports.audit import (
     tracking_lines,
     tracking_summary,
 )
-from teleop_flywheel.data.reports.coverage import farthest_point_order
 from teleop_flywheel.data.reports.throughput import BREAK_S, format_lines, throughput_report
 
 UNLABELLED = "unlabelled"

@@ -1,5 +1,9 @@
-"""What the driver does with one arm (`ArmConfig`, LeRobot-style: the device's settings as a
-dataclass), and the joint limits a calibration allows."""
+"""The options a user sets for one arm (`ArmConfig`, LeRobot-style: the device's options as a
+dataclass, from the node's parameters), and the joint limits a calibration allows.
+
+Not the servos' registers: what the driver writes to them, and the thresholds it reads them
+against, are fixed values of the SO-101, in `settings.py`; an option here may choose among them
+(`acceleration`) but never replaces that table."""
 from __future__ import annotations
 
 from collections.abc import Sequence

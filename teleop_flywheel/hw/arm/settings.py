@@ -1,4 +1,6 @@
-"""What the driver writes to an arm's servos at connect, as data (LeRobot's SO-101 values).
+"""The servos' register values the driver writes at connect, and the load, tracking and supply
+thresholds it judges their readings by: fixed SO-101 data (LeRobot's values), not user options
+(those are `config.py`'s `ArmConfig`).
 
 Only a register that differs is written, so a reconnect normally writes nothing. EEPROM registers
 (address < 40) are written behind the Lock register and, for that servo only, with its torque off

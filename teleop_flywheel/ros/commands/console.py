@@ -28,7 +28,16 @@ from collections.abc import Callable
 from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, PEDAL_JOY, RECORDER_LABEL, RECORDER_NODE, RESET, TELEOP_NODE
+from teleop_flywheel.core.topics import (
+    DIAGNOSTICS,
+    ESTOP,
+    PEDAL_JOY,
+    RECORDER_LABEL,
+    RECORDER_NODE,
+    RESET,
+    TELEOP_NODE,
+    label_service,
+)
 from teleop_flywheel.ros.session.console_view import KEYS, ConsoleState
 
 SERVICE_WAIT_S = 10.0  # how long a key waits for its service to be discovered
@@ -74,7 +83,7 @@ class ConsoleNode:
         self._stops: dict[str, list[Any]] = {a: [n.create_client(Trigger, f"{node}/{a}") for node in (*arms, teleop)]
                                              for a in (ESTOP, RESET)}
         self._label: dict[str, Any] = {
-            label: n.create_client(Trigger, f"{teleop}/label/{label}")
+            label: n.create_client(Trigger, f"{teleop}/{label_service(label)}")
             for _k, (a, label) in KEYS.items()
             if a == "trigger"
         }

@@ -6,7 +6,7 @@ nodes): every episode the recorder closes in `watch_dir` (the session's `output_
 once it has its verdict and the operator's keep (or `grace_s` passed without a discard), validated,
 then appended to the dataset or rejected — moved to `<watch_dir>/quarantine/<CODE>/`
 (`quarantine: false` leaves it where it is) — and the dataset's validation record, card, sample
-weights and audit page are refreshed (`data/convert/ingest.py`).
+weights and audit page are refreshed (`data/convert/ingest_loop.py`).
 
 The work runs in a process of its own: `teleop-flywheel ingest` started by this node in a session
 of its own (`detach`: it dies with the node) at low priority from its first instruction (`nice`,
@@ -50,8 +50,8 @@ from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, Para
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-CODECS = ("libsvtav1", "h264")  # data/lerobot/format.py CODECS (not imported: this node starts light)
-GRACE_S = 30.0  # data/convert/ingest.py GRACE_S
+CODECS = ("libsvtav1", "h264")  # data/lerobot/v3_layout.py CODECS (not imported: this node starts light)
+GRACE_S = 30.0  # data/convert/ingest_loop.py GRACE_S
 LAST = 10  # bags a status lists
 STOP_WAIT_S = 3.0  # after SIGTERM, before SIGKILL
 

@@ -6,7 +6,7 @@ the teleop node's mode), `recorder/status` (operator, task, drops, episodes, ver
 codes, camera latency and content-estimated lag), `teleop/intervention` (takeovers and their
 trigger labels) and `policy/joint_command` (the checkpoint: its `header.frame_id`, read from the
 serialized bytes). The messages are decoded here and counted by the ROS-free
-`data.fleet.session_metrics.SessionMetrics`; `prometheus_client` serves them at
+`fleet.session_metrics.SessionMetrics`; `prometheus_client` serves them at
 `http://<address>/metrics`. The seconds the policy drove are the teleop node's time in policy mode
 less the takeovers, not a sum over `teleop/authority`: taking its 200 messages a second cost this
 node 7 % of a core.
@@ -44,8 +44,8 @@ from teleop_flywheel.core.topics import (
     RECORDER_NODE,
     RECORDER_STATUS,
 )
-from teleop_flywheel.data.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
-from teleop_flywheel.data.fleet.session_metrics import SessionMetrics, default_rig
+from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
+from teleop_flywheel.fleet.session_metrics import SessionMetrics, default_rig
 from teleop_flywheel.recording.mcap.cdr import header_frame_id
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, diag_array, diag_status, spin_node
 from teleop_flywheel.ros.nodes.recorder import STATUS_QOS  # the recorder's latched status, as it offers it

@@ -95,6 +95,7 @@ from teleop_flywheel.core.topics import (
     RESET,
     TELEOP_FAULT,
     arm_fault,
+    label_service,
 )
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
@@ -212,7 +213,7 @@ class TeleopNode(Node):
         self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
         self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         for label in TRIGGER_LABELS:
-            self.create_service(Trigger, f"~/label/{label}", self._label_service(label))
+            self.create_service(Trigger, f"~/{label_service(label)}", self._label_service(label))
         self.create_timer(1.0 / self.rate_hz, self._on_timer)
         self.create_timer(1.0, self._publish_diagnostics)
 

@@ -19,9 +19,9 @@ from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import trigger_code
 from teleop_flywheel.data.convert import converter as conv
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.curation.weights import read_weights
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.reports.weights import read_weights
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -100,13 +100,13 @@ def test_append_refuses_codec_fps_and_feature_changes_before_encoding(tmp_path: 
     _convert([first], ds, codec="libsvtav1")
     before = {p: p.stat().st_mtime_ns for p in ds.rglob("*") if p.is_file()}
     encodes: list[Path] = []
-    real = lf.VideoEncoder.__init__
+    real = v3_layout.VideoEncoder.__init__
 
-    def counting(self: lf.VideoEncoder, path: Path, *a: object, **k: object) -> None:
+    def counting(self: v3_layout.VideoEncoder, path: Path, *a: object, **k: object) -> None:
         encodes.append(path)
         real(self, path, *a, **k)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(lf.VideoEncoder, "__init__", counting)
+    monkeypatch.setattr(v3_layout.VideoEncoder, "__init__", counting)
     second = write_session(tmp_path / "b", SessionSpec(duration_s=3.0, seed=7)).bag
     with pytest.raises(UsageError, match="dataset videos are av1, this run would encode h264") as err:
         _convert([second], ds, codec="h264")

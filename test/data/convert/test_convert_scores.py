@@ -13,9 +13,9 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
-from teleop_flywheel.data.reports.curate import curate
 from teleop_flywheel.data.validate.checks import inspect_bag
 from teleop_flywheel.data.validate.episode_columns import episode_columns
 from teleop_flywheel.data.validate.reasons import ValidateConfig

@@ -33,8 +33,8 @@ import pytest
 from support.paths import ROOT
 
 from teleop_flywheel.data.convert import converter
-from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state
-from teleop_flywheel.data.lerobot import format as lf
+from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.recording.recorder.verdict import KEEP, mark_decision, verdict_doc, write_verdict
@@ -101,9 +101,9 @@ def _table(path: Path) -> dict[str, list[Any]]:
 def _content(ds: Path) -> dict[str, dict[str, Any]]:
     """{episode id: what the episode holds, without its place in the dataset}, after checking that
     the places themselves are right: indices contiguous, rows where the episodes table says."""
-    info = json.loads((ds / lf.INFO_PATH).read_text())
-    eps = _table(ds / lf.EPISODES_PATH.format(chunk_index=0, file_index=0))
-    tasks = pq.read_table(ds / lf.TASKS_PATH).to_pandas()
+    info = json.loads((ds / v3_layout.INFO_PATH).read_text())
+    eps = _table(ds / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0))
+    tasks = pq.read_table(ds / v3_layout.TASKS_PATH).to_pandas()
     task_of = {int(i): str(t) for t, i in zip(tasks.index, tasks["task_index"], strict=True)}
     assert sorted(task_of.values()) == sorted(RIGS.values()) and sorted(task_of) == [0, 1]
     data = pa.concat_tables([pq.read_table(p) for p in sorted((ds / "data").rglob("*.parquet"))]).to_pydict()
@@ -189,7 +189,7 @@ def _lerobot_frames(lerobot_dataset: Any, name: str, root: Path) -> dict[tuple[s
     item (`delta_timestamps` over the episode: every frame decoded at its timestamp within LeRobot's
     tolerance), and items by index at each episode's first, middle and last frame (what a training
     sampler asks for): its episode, frame, task and the same picture."""
-    eps = _table(root / lf.EPISODES_PATH.format(chunk_index=0, file_index=0))
+    eps = _table(root / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0))
     longest = max(eps["length"])
     whole = lerobot_dataset.LeRobotDataset(f"local/{name}", root=root, video_backend="pyav",
                                            delta_timestamps={CAMERA: [k / FPS for k in range(longest)]})
@@ -217,7 +217,7 @@ def test_lerobot_decodes_every_frame_of_every_episode_at_its_index(
                                           reason="LeRobot (torch, ~8 GB) is not installed here; run this test in its "
                                                  "venv (pip install '.[lerobot]')")
     _, truths = fleet
-    eps = _table(datasets["sequential"] / lf.EPISODES_PATH.format(chunk_index=0, file_index=0))
+    eps = _table(datasets["sequential"] / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0))
     truth_of = {eid: truths[f"{rig}/{bag}"] for eid, rig, bag in zip(eps["episode_id"], eps["rig_id"],
                                                                       eps["source_bag"], strict=True)}
     frames = {name: _lerobot_frames(lerobot_dataset, name, root) for name, root in datasets.items()}

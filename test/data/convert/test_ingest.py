@@ -17,7 +17,7 @@ from support.paths import ROOT
 from support.procs import wait_for
 from support.zygote import DATA_STACK, Child, Zygote
 
-from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, ready
+from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state, ready
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -81,7 +81,7 @@ def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def zygote() -> Iterator[Zygote]:
-    with Zygote((*DATA_STACK, "teleop_flywheel.data.convert.ingest")) as z:
+    with Zygote((*DATA_STACK, "teleop_flywheel.data.convert.ingest_loop")) as z:
         yield z
 
 

@@ -21,7 +21,7 @@ from support import procs, recorder_rig  # noqa: E402
 
 from teleop_flywheel.core.calibration import sim_calibration_file  # noqa: E402
 from teleop_flywheel.core.episode import EpisodeMeta  # noqa: E402
-from teleop_flywheel.data.convert.ingest import read_state  # noqa: E402
+from teleop_flywheel.data.convert.ingest_loop import read_state  # noqa: E402
 from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
 from teleop_flywheel.recording.recorder.verdict import KEEP, mark_decision, verdict_doc, write_verdict  # noqa: E402

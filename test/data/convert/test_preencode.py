@@ -16,7 +16,7 @@ from mcap.records import Message
 
 from teleop_flywheel.data.convert import preencode
 from teleop_flywheel.data.convert.converter import ConvertResult, convert
-from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once, read_state, segments_root, waiting_bags
+from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state, segments_root, waiting_bags
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.convert.segments import SEGMENT_FRAMES
 from teleop_flywheel.recording.mcap.reader import FollowMcap, open_bag

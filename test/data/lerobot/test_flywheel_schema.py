@@ -17,6 +17,7 @@ import pytest
 
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.convert.frames import JOINT_FEATURE_NAMES
+from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import (
@@ -29,7 +30,6 @@ from teleop_flywheel.data.lerobot.flywheel_schema import (
     schema_version,
 )
 from teleop_flywheel.data.reports.audit import audit
-from teleop_flywheel.data.reports.curate import curate
 from teleop_flywheel.policies.recorded import ReplayPolicy
 from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.core.bag_topics import camera_image
-from teleop_flywheel.data.lerobot.format import CODECS, VideoEncoder
+from teleop_flywheel.data.lerobot.v3_layout import CODECS, VideoEncoder
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from teleop_flywheel.data.curation.curate import curate, write_plot
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports import plots
 from teleop_flywheel.data.reports.audit import audit, write_html
-from teleop_flywheel.data.reports.curate import curate, write_plot
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit
-from teleop_flywheel.data.reports.curate import curate
 from teleop_flywheel.data.reports.flywheel_stats import stats_for
 from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session

@@ -18,7 +18,7 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, camera_image
-from teleop_flywheel.data.convert.ingest import IngestConfig, ingest_once
+from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once
 from teleop_flywheel.data.validate.checks import inspect_bag
 from teleop_flywheel.data.validate.reasons import UNSAFE_NAME, ValidateConfig
 from teleop_flywheel.recording.mcap.reader import open_bag

@@ -18,7 +18,7 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ from support.procs import wait_for
 
 from teleop_flywheel.core.backoff import Backoff
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.data.lerobot.format import VideoEncoder
+from teleop_flywheel.data.lerobot.v3_layout import VideoEncoder
 from teleop_flywheel.hw.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.capture import Capture
 from teleop_flywheel.hw.camera.source import CameraClockError, CameraModeError, DropCounter

@@ -20,7 +20,7 @@ from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import BusStats, BusTimeout, FeetechBus, PortUnavailable, ServoError
 from teleop_flywheel.hw.feetech.control_table import register
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
-from teleop_flywheel.hw.feetech.sim_adapter import ADAPTERS
+from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
 
 scs = pytest.importorskip("scservo_sdk")
 
@@ -194,7 +194,7 @@ def test_a_world_file_sets_encoder_noise_while_the_arm_runs(tmp_path: Path) -> N
     """`world=` (sim-bus --world): joint_noise_rad is the standard deviation of every Present_Position
     reading, changed while the simulator runs; removing the noise makes readings of a still arm equal."""
     from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
-    from teleop_flywheel.hw.feetech.sim_servo import STEPS_PER_RAD
+    from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
     world = tmp_path / "world.json"
 

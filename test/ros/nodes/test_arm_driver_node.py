@@ -30,7 +30,7 @@ from teleop_flywheel.core.calibration import CalibrationError, load_calibration,
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
-from teleop_flywheel.hw.feetech.sim_servo import default_human
+from teleop_flywheel.hw.feetech.sim.servo import default_human
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverNode
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, NodeSpinner, joint_state, msg_stamp_ns
 

@@ -56,7 +56,7 @@ from teleop_flywheel.core.topics import (
     camera_image,
     normalize_namespace,
 )
-from teleop_flywheel.data.fleet.endpoint import DEFAULT_ADDRESS, parse_address
+from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, parse_address
 from teleop_flywheel.recording.recorder.output_layout import SESSION_DATASET, dataset_in
 
 KINDS = ("teleop", "rollout", "record", "sim")

@@ -35,7 +35,7 @@ from support.rig_feed import FeedRig, feed  # noqa: E402
 from teleop_flywheel.core import bag_topics  # noqa: E402
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta  # noqa: E402
 from teleop_flywheel.data.convert.converter import convert  # noqa: E402
-from teleop_flywheel.data.convert.ingest import read_state, state_path  # noqa: E402
+from teleop_flywheel.data.convert.ingest_loop import read_state, state_path  # noqa: E402
 from teleop_flywheel.data.validate.reasons import ValidateConfig  # noqa: E402
 from teleop_flywheel.data.validate.validator import validate_bag  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402

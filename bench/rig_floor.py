@@ -1,0 +1,140 @@
+"""The rig `rig_cpu.py` measures on and its floor: `sim-bus` arms, the ROS environment of its
+processes, a listener counting the samples of every stream, and the bare loop that does a driver's
+transactions on the same kind of pty (sync read, one JointState, the follower's sync write)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from rig_profile import profiled
+
+IDS = list(range(1, 7))
+READ_ADDR, READ_SIZE = 56, 6  # Present_Position, Present_Velocity, Present_Load: the driver's fast read
+GOAL_ADDR, GOAL_SIZE = 42, 2  # Goal_Position
+NAMES = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
+RAD_PER_STEP = 2 * math.pi / 4096
+STREAMS = {"leader_arm": "/leader/joint_states", "follower_arm": "/follower/joint_states",
+           "floor_leader": "/floor_leader/joint_states", "floor_follower": "/floor_follower/joint_states"}
+
+
+def ros_env() -> dict[str, str]:
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
+    return env
+
+
+def start_sim(role: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", role],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def role_listener() -> None:
+    """Count the samples of every stream; print the counts on each line read from stdin."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import JointState
+
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+
+    rclpy.init()
+    node = rclpy.create_node("rig_cpu_listener")
+    counts = dict.fromkeys(STREAMS.values(), 0)
+
+    def counter(topic: str) -> Any:
+        def on(_data: bytes) -> None:
+            counts[topic] += 1
+        return on
+
+    for topic in STREAMS.values():
+        node.create_subscription(JointState, topic, counter(topic), STREAM_QOS, raw=True)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    for _line in sys.stdin:
+        print(json.dumps(counts), flush=True)
+    executor.shutdown()
+    rclpy.shutdown()
+
+
+def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int, profile_out: str) -> None:
+    """The bare loop: the driver's transactions and nothing else (see the module doc)."""
+    import rclpy
+    import serial
+    from sensor_msgs.msg import JointState
+
+    from teleop_flywheel.core.priority import request_realtime
+    from teleop_flywheel.hw.feetech import codec
+    from teleop_flywheel.ros.nodes.common import STREAM_QOS
+
+    rclpy.init()
+    node = rclpy.create_node(topic.strip("/").split("/")[0])
+    pub = node.create_publisher(JointState, topic, STREAM_QOS)
+    line = serial.Serial(port, 1_000_000, timeout=0)
+    fd = line.fileno()
+    request_realtime(priority)
+    read_packet = codec.sync_read(READ_ADDR, READ_SIZE, IDS)
+    reply_len = len(IDS) * (READ_SIZE + 6)
+    msg = JointState()
+    msg.name = NAMES
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def loop() -> None:
+        period_ns = int(1e9 / rate_hz)
+        next_tick = time.monotonic_ns()
+        while not stop.is_set():
+            try:
+                os.write(fd, read_packet)
+            except OSError:  # the simulator is gone
+                return
+            reply = b""
+            deadline = time.monotonic() + 0.02
+            while len(reply) < reply_len and (wait := deadline - time.monotonic()) > 0:
+                if select.select([fd], [], [], wait)[0]:
+                    reply += os.read(fd, 4096)
+            stamp = time.time_ns()
+            pos, vel, eff = [], [], []
+            ok = len(reply) == reply_len
+            for k, sid in enumerate(IDS):
+                status = reply[k * 12:(k + 1) * 12]
+                ok = ok and status[:3] == bytes((0xFF, 0xFF, sid)) and status[3] == READ_SIZE + 2 \
+                    and status[11] == codec.checksum(status[2:11])
+                if not ok:
+                    break
+                p, v, e = (int.from_bytes(status[5 + 2 * i:7 + 2 * i], "little") for i in range(3))
+                pos.append(((p & 0x7FFF) * (-1 if p & 0x8000 else 1) - 2048) * RAD_PER_STEP)
+                vel.append((v & 0x7FFF) * (-1 if v & 0x8000 else 1) * RAD_PER_STEP)
+                eff.append((e & 0x3FF) * (-1 if e & 0x400 else 1) / 1000.0)
+            if ok:
+                msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, 1_000_000_000)
+                msg.position, msg.velocity, msg.effort = pos, vel, eff
+                pub.publish(msg)
+                if write:
+                    goal = {sid: int(round(x / RAD_PER_STEP)) + 2048 for sid, x in zip(IDS, pos, strict=True)}
+                    os.write(fd, codec.sync_write(GOAL_ADDR, GOAL_SIZE, goal))
+            next_tick += period_ns
+            delay = next_tick - time.monotonic_ns()
+            if delay > 0:
+                time.sleep(delay / 1e9)
+            elif delay < -period_ns:
+                next_tick = time.monotonic_ns()
+
+    if profile_out:
+        profiled(loop, profile_out)()
+    else:
+        loop()
+    line.close()
+    node.destroy_node()
+    rclpy.shutdown()

@@ -1,0 +1,508 @@
+"""`teleop-flywheel curate DATASET`: score episodes on four axes, say where to record next, weight them.
+
+The seed's curation rule: look at the joint distribution of four scores, never one number.
+1. graded success — `1/attempts` for a success (first try = 1, third try = 1/3), 0 for a failure,
+   unknown when the outcome or attempt count was not recorded (never defaulted);
+2. smoothness — integrated squared jerk of the action, Σ_t Σ_j (Δ³a/Δt³)² Δt in dataset units²/s⁵,
+   high values (Tukey fence on log10) flagged as an operator fighting the rig;
+3. duration relative to the task median — both tails flagged (default: more than 1.5× off);
+4. coverage contribution — greedy farthest-point order over start states (normalised by the
+   joint-range box): the k-th pick's contribution is its distance to the k-1 already picked.
+
+"Where to send operators next" runs the same farthest-point selection over candidate start poses
+spread through the joint-range box (a Halton sequence), against the start states already recorded
+(`data/curation/coverage.py`). Sample weights follow the seed's `sample_weights` and SPEC §5
+(`data/curation/weights.py`).
+
+The scores are columns of the episodes table (`data/lerobot/episode_table.py`, CURATION_COLUMNS), so
+`manifest create --filter` can choose by them: `graded_success`, `jerk`, `jerk_z` (the z-score of
+log10(1 + jerk) among the episodes of the same task, population standard deviation; 0 when the task
+has one episode or no spread), `duration_ratio`, `coverage_gain` (the coverage contribution over the
+visited joint-range box) and `start_state`. The converter writes them for every episode in the same
+atomic commit as each append (`with_scores`: they are relative to the dataset, so an append changes
+them); `curate --store` writes them into any dataset, through the same commit. `curate --drop-plan
+--filter EXPR` says which episodes a filter would drop and why, and how much start-state coverage
+that costs (`drop_plan`).
+
+Beside the four axes, each episode's `outrun`: the largest share of it during which some joint's
+command outran the follower (episodes-table `tracking_outrun_share`, measured by the validator on
+the bag: `data/validate/tracking.py`), with the joint; above validate's `tracking_outrun_max_share`
+the episode is listed — a leader pushing the follower past what it can do teaches a policy to
+command what the robot then tracks with lag.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.curation.coverage import (
+    CANDIDATES,
+    covering_radius,
+    farthest_point_order,
+    nearest_distance,
+    target_start_poses,
+)
+from teleop_flywheel.data.curation.weights import (
+    WEIGHT_RULE,
+    WeightRule,
+    episode_has_intervention,
+    sample_weights,
+)
+from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.episode_table import (
+    START_STATE,
+    TRACKING_OUTRUN,
+    EpisodeRecord,
+    episode_records,
+    table_records,
+)
+from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
+from teleop_flywheel.data.provenance.reviews import ReviewTally, tally_lines
+from teleop_flywheel.data.reports.audit import available_ranges, load
+from teleop_flywheel.data.reports.card import RECORD_PATH, read_validation
+from teleop_flywheel.data.reports.plots import write_curation_plots
+from teleop_flywheel.data.validate.episode_columns import finite_or_none
+from teleop_flywheel.data.validate.reasons import ValidateConfig
+
+DURATION_TOLERANCE = 1.5
+TARGETS = 5
+
+
+# --------------------------------------------------------------------------- the four axes
+def graded_success(rec: EpisodeRecord) -> float | None:
+    if rec.outcome == "failure":
+        return 0.0
+    if rec.outcome == "success" and rec.attempts is not None and rec.attempts >= 1:
+        return 1.0 / rec.attempts
+    return None
+
+
+def integrated_squared_jerk(action: np.ndarray, start: np.ndarray, stop: np.ndarray, fps: float) -> np.ndarray:
+    """Per episode Σ over frames and joints of (third difference · fps³)² / fps; NaN if < 4 frames."""
+    a = action.astype(np.float64)
+    if a.ndim == 1:
+        a = a[:, None]
+    jerk_sq = np.zeros(len(a))
+    if len(a) >= 4:
+        j = (a[3:] - 3 * a[2:-1] + 3 * a[1:-2] - a[:-3]) * fps**3
+        jerk_sq[3:] = np.sum(j * j, axis=1) / fps
+    row = np.arange(len(a))
+    ep_start = np.repeat(start, stop - start)
+    jerk_sq[row - ep_start < 3] = 0.0  # windows that reach into the previous episode
+    sums = np.add.reduceat(jerk_sq, start) if len(start) else np.zeros(0)
+    return np.where(stop - start >= 4, sums, np.nan)
+
+
+def tukey_high(values: np.ndarray, k: float = 1.5) -> float:
+    """Upper Tukey fence Q3 + k·IQR over the finite values (inf if none)."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return float("inf")
+    q1, q3 = np.percentile(finite, [25, 75])
+    return float(q3 + k * (q3 - q1))
+
+
+def duration_ratios(lengths: np.ndarray, tasks: list[str]) -> np.ndarray:
+    out = np.empty(len(lengths))
+    for task in set(tasks):
+        idx = np.array([t == task for t in tasks])
+        out[idx] = lengths[idx] / np.median(lengths[idx])
+    return out
+
+
+def jerk_z_scores(jerk: np.ndarray, tasks: list[str]) -> np.ndarray:
+    """z of log10(1 + jerk) among the same task's episodes (population sd); 0 without spread; NaN for NaN jerk."""
+    log = np.log10(np.asarray(jerk, dtype=np.float64) + 1.0)
+    out = np.full(len(log), np.nan)
+    for task in set(tasks):
+        idx = np.array([t == task for t in tasks]) & np.isfinite(log)
+        if idx.any():
+            sd = float(log[idx].std())
+            out[idx] = (log[idx] - log[idx].mean()) / sd if sd > 0 else 0.0
+    return out
+
+
+def box_width(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The joint-range box's side per joint (1 where a joint never moved: no division by zero)."""
+    return np.where(hi - lo > 0, hi - lo, 1.0)
+
+
+@dataclass
+class Scores:
+    """The dataset-relative scores of every episode, in the order given."""
+
+    graded_success: np.ndarray  # NaN: unknown
+    jerk: np.ndarray
+    jerk_z: np.ndarray
+    duration_ratio: np.ndarray
+    coverage_order: np.ndarray  # positions, in farthest-point order
+    coverage_gain: np.ndarray
+
+    def columns(self, starts: np.ndarray) -> dict[str, list[Any]]:
+        """As episodes-table columns (None for unknown)."""
+        out: dict[str, list[Any]] = {}
+        for name in ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain"):
+            out[name] = [None if not np.isfinite(v) else float(v) for v in getattr(self, name)]
+        out[START_STATE] = [[float(x) for x in row] for row in starts]
+        return out
+
+
+def dataset_scores(recs: list[EpisodeRecord], lengths: np.ndarray, jerk: np.ndarray, starts: np.ndarray,
+                   lo: np.ndarray, hi: np.ndarray) -> Scores:
+    tasks = [r.task for r in recs]
+    success = np.array([np.nan if (g := graded_success(r)) is None else g for r in recs], dtype=np.float64)
+    order, gaps = farthest_point_order(starts / box_width(lo, hi))
+    gain = np.empty(len(order))
+    gain[order] = gaps
+    return Scores(success, np.asarray(jerk, dtype=np.float64), jerk_z_scores(jerk, tasks),
+                  duration_ratios(np.asarray(lengths, dtype=np.float64), tasks), order, gain)
+
+
+# --------------------------------------------------------------------------- weights
+# --------------------------------------------------------------------------- report
+@dataclass
+class EpisodeScore:
+    episode_index: int
+    episode_id: str | None
+    task: str
+    length: int
+    outcome: str | None
+    attempts: int | None
+    success: float | None
+    jerk: float | None
+    jerk_z: float | None
+    jerky: bool
+    duration_ratio: float
+    duration_flag: str  # "", "fast" or "slow"
+    coverage_rank: int
+    coverage_gap: float
+    has_intervention: bool
+    age_days: float
+    weight: float
+    # the follower against the command (`data/validate/tracking.py`, episodes-table `tracking_outrun_share`): the
+    # largest share of the episode any joint's command outran the follower, and that joint (None: not measured)
+    outrun: float | None = None
+    outrun_joint: str = ""
+
+
+@dataclass
+class CurationReport:
+    dataset: str
+    joints: list[str]
+    episodes: list[EpisodeScore]
+    jerk_fence: float
+    duration_tolerance: float
+    coverage_order: list[int]
+    box: str
+    box_lo: list[float]
+    box_hi: list[float]
+    targets: list[list[float]]
+    target_gaps: list[float]
+    start_states: list[list[float]]
+    rule: WeightRule
+    intervention_source: str
+    notes: list[str] = field(default_factory=list)
+    outrun_bound: float = ValidateConfig().tracking_outrun_max_share
+    reviews: ReviewTally | None = None  # the rejections on the dataset's record a person reviewed (None: no record)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["weight_rule"] = WEIGHT_RULE
+        return d
+
+
+def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = TARGETS, box: str = "visited",
+           duration_tolerance: float = DURATION_TOLERANCE, vary: list[str] | None = None) -> CurationReport:
+    data = load(ds)
+    spans = data.spans
+    records = {r.episode_index: r for r in episode_records(ds)}
+    recs = [records[int(e)] for e in spans.episode_index]
+    lengths = spans.lengths
+    joints = ds.joint_names(data.state_feature)
+    notes = list(data.notes)
+
+    jerk = integrated_squared_jerk(data.action, spans.start, spans.stop, ds.fps)
+    log_jerk = np.log10(jerk + 1.0)
+    fence = tukey_high(log_jerk)
+    lo, hi = _box(ds, data, box)
+    starts = data.start_states
+    scored = dataset_scores(recs, lengths, jerk, starts, lo, hi)
+    ratios, order = scored.duration_ratio, scored.coverage_order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+
+    vary_mask = None
+    if vary:
+        unknown = [v for v in vary if v not in joints and f"{v}.pos" not in joints]
+        if unknown:
+            raise ValueError(f"unknown joint(s) {unknown}; joints are {joints}")
+        vary_mask = np.array([j in vary or j.removesuffix(".pos") in vary for j in joints])
+    poses, pose_gaps = target_start_poses(starts, lo, hi, targets, vary_mask)
+
+    has_int, source = episode_has_intervention(ds, data, recs)
+    times = [r.recorded_wall_ns for r in recs]
+    if all(t is None for t in times):
+        notes.append("no recording times in the metadata: recency not applied (all ages 0)")
+    elif any(t is None for t in times):
+        notes.append("some episodes have no recording time: treated as newest (age 0)")
+    weights, ages = sample_weights(has_int, times, rule)
+    if not 2.0 <= rule.intervention_weight <= 3.0:
+        notes.append(f"intervention weight {rule.intervention_weight} is outside the 2-3x the seeds recommend")
+
+    outruns = outrun_shares(ds, [int(e) for e in spans.episode_index])
+    scores = []
+    for i, rec in enumerate(recs):
+        flag = "slow" if ratios[i] > duration_tolerance else "fast" if ratios[i] < 1.0 / duration_tolerance else ""
+        scores.append(EpisodeScore(
+            rec.episode_index, rec.episode_id, rec.task, int(lengths[i]), rec.outcome, rec.attempts,
+            graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]),
+            None if np.isnan(scored.jerk_z[i]) else float(scored.jerk_z[i]), bool(log_jerk[i] > fence),
+            float(ratios[i]), flag, int(rank[i]), float(scored.coverage_gain[i]), bool(has_int[i]), float(ages[i]),
+            float(weights[i]), *outruns[i]))
+    if all(s.success is None for s in scores):
+        notes.append("no outcome/attempts metadata: graded success unknown for every episode")
+    return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
+                          [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
+                          poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes,
+                          ValidateConfig.load().tracking_outrun_max_share, _record_reviews(ds))
+
+
+def _record_reviews(ds: LeRobotDataset) -> ReviewTally | None:
+    """The review tally of the verdicts convert recorded for this dataset (an unreadable record: a note
+    elsewhere, not a failed curation)."""
+    if not (ds.root / RECORD_PATH).is_file():
+        return None
+    try:
+        return read_validation(ds.root / RECORD_PATH).reviews
+    except DatasetError:
+        return None
+
+
+def outrun_shares(ds: LeRobotDataset, episode_index: list[int]) -> list[tuple[float | None, str]]:
+    """Per episode: the largest share of it any joint's command outran the follower, and the joint."""
+    table = ds.episodes.set_index("episode_index", drop=False)
+    if TRACKING_OUTRUN not in table.columns:
+        return [(None, "")] * len(episode_index)
+    out: list[tuple[float | None, str]] = []
+    for e in episode_index:
+        raw = table.at[e, TRACKING_OUTRUN] if e in table.index else None
+        values = [finite_or_none(v) for v in raw] if isinstance(raw, (list, tuple, np.ndarray)) else []
+        known = [(v, JOINT_NAMES[j] if j < len(JOINT_NAMES) else str(j)) for j, v in enumerate(values) if v is not None]
+        out.append(max(known) if known else (None, ""))
+    return out
+
+
+def _box(ds: LeRobotDataset, data: Any, box: str) -> tuple[np.ndarray, np.ndarray]:
+    """The joint-range box: the range the states visited, or the joints' available limits."""
+    if box == "visited":
+        return np.nanmin(data.state, axis=0).astype(float), np.nanmax(data.state, axis=0).astype(float)
+    if box == "available":
+        ranges = available_ranges(ds, data.state_feature)
+        if any(r[0] is None for r in ranges):
+            raise DatasetError(f"{ds.root}: available joint ranges unknown for some joints; use --box visited")
+        return np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges])
+    raise ValueError(f"box must be 'visited' or 'available', got {box!r}")
+
+
+# --------------------------------------------------------------------------- stored scores
+STATE = "observation.state"
+
+
+def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
+    """The episodes table of an append with every episode's scores (re)computed, for the commit that
+    writes it. New rows bring their `jerk` and `start_state` (the converter computed them from the
+    rows it writes); rows of a dataset converted before the scores existed get theirs from the data
+    at `root`, which the append has not touched yet. The box is the visited range of every episode
+    (its `stats/observation.state/min|max`)."""
+    df = table.to_pandas()
+    jerk = np.array([np.nan if v is None or pd.isna(v) else float(v) for v in
+                     (df["jerk"] if "jerk" in df else [None] * len(df))])
+    starts: list[Any] = list(df[START_STATE]) if START_STATE in df else [None] * len(df)
+    lacking = [i for i, v in enumerate(starts) if v is None or (isinstance(v, float) and np.isnan(v))]
+    if lacking:
+        old = LeRobotDataset.open(root)
+        data = load(old, STATE)
+        old_jerk = integrated_squared_jerk(data.action, data.spans.start, data.spans.stop, old.fps)
+        where = {int(e): k for k, e in enumerate(data.spans.episode_index)}
+        for i in lacking:
+            k = where[int(df["episode_index"].iloc[i])]
+            jerk[i], starts[i] = old_jerk[k], data.start_states[k]
+    start_arr = np.array([np.asarray(v, dtype=np.float64) for v in starts])
+    lo = np.nanmin(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/min"]]), axis=0)
+    hi = np.nanmax(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/max"]]), axis=0)
+    tasks = [[str(t) for t in v] if v is not None else [] for v in df["tasks"]]
+    scored = dataset_scores(table_records(df, tasks, fps), df["length"].to_numpy(), jerk, start_arr, lo, hi)
+    return _set_columns(table, scored.columns(start_arr))
+
+
+def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
+    for name, values in columns.items():
+        kind = pa.list_(pa.float64()) if name == START_STATE else pa.float64()
+        array = pa.array(values, type=kind)
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, array) if i >= 0 else table.append_column(name, array)
+    return table
+
+
+def store(root: Path) -> list[str]:
+    """Write the scores of `curate` into the dataset's episodes table(s), atomically (the commit of
+    `data/lerobot/commit.py`, under the dataset's lock); the files replaced."""
+    root = Path(os.path.abspath(root))
+    with commit.locked_dataset(root):
+        commit.recover(root)  # what an interrupted commit left
+        ds = LeRobotDataset.open(root)
+        report = curate(ds)
+        by_episode = {s.episode_index: k for k, s in enumerate(report.episodes)}
+        starts = report.start_states
+        files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+        stage = commit.new_stage(root)
+        replaced = []
+        try:
+            for path in files:
+                table = pq.read_table(path)
+                rows = [by_episode[int(e)] for e in table.column("episode_index").to_pylist()]
+                eps = [report.episodes[k] for k in rows]
+                cols: dict[str, list[Any]] = {"graded_success": [s.success for s in eps], "jerk": [s.jerk for s in eps],
+                        "jerk_z": [s.jerk_z for s in eps], "duration_ratio": [s.duration_ratio for s in eps],
+                        "coverage_gain": [s.coverage_gap for s in eps],
+                        START_STATE: [[float(x) for x in starts[k]] for k in rows]}
+                rel = str(path.relative_to(root))
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(_set_columns(table, cols), stage / rel)
+                replaced.append(rel)
+            commit.publish(root)
+        finally:
+            commit.recover(root)  # a staging directory not published: removed
+    return replaced
+
+
+# --------------------------------------------------------------------------- drop plan
+@dataclass
+class Dropped:
+    episode_index: int
+    episode_id: str | None
+    why: list[str]
+    coverage_gain: float | None
+
+
+@dataclass
+class DropPlan:
+    dataset: str
+    filter: list[str]
+    episodes: int
+    frames: int
+    dropped: list[Dropped]
+    dropped_frames: int
+    radius_before: float
+    radius_after: float | None  # None: nothing kept
+    gain_total: float
+    gain_lost: float
+    candidates: int
+    hole: float | None  # the farthest dropped start state from its nearest kept one (None: none dropped/kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def drop_plan(ds: LeRobotDataset, filters: list[str]) -> DropPlan:
+    """Which episodes the filters would drop (with the failing comparisons' values) and the start-state
+    coverage lost: the covering radius (the largest distance from any of `CANDIDATES` Halton points
+    filling the visited joint-range box to its nearest kept start state, box-normalised) before and
+    after, the sum of the dropped episodes' `coverage_gain` against the total, and the hole the drop
+    opens: the largest distance from a dropped start state to its nearest kept one."""
+    known, values = episode_values(ds)
+    flt = Filter.compile(filters, known)
+    report = curate(ds)
+    lo, hi = np.array(report.box_lo), np.array(report.box_hi)
+    starts = np.array(report.start_states) / box_width(lo, hi)
+    dropped, keep = [], np.ones(len(report.episodes), dtype=bool)
+    for k, s in enumerate(report.episodes):
+        v = values[s.episode_index]
+        if not flt.keeps(v):
+            keep[k] = False
+            dropped.append(Dropped(s.episode_index, s.episode_id, flt.reasons(v), s.coverage_gap))
+    before = covering_radius(starts, lo / box_width(lo, hi))
+    after = covering_radius(starts[keep], lo / box_width(lo, hi)) if keep.any() else None
+    hole = float(nearest_distance(starts[~keep], starts[keep]).max()) if keep.any() and not keep.all() else None
+    gains = np.array([s.coverage_gap for s in report.episodes])
+    lengths = np.array([s.length for s in report.episodes])
+    return DropPlan(str(ds.root), list(filters), len(keep), int(lengths.sum()), dropped, int(lengths[~keep].sum()),
+                    before, after, float(gains.sum()), float(gains[~keep].sum()), CANDIDATES, hole)
+
+
+def format_drop_plan(p: DropPlan) -> str:
+    lines = [f"drop plan for {p.dataset}, filter: " + " and ".join(f"({f})" if len(p.filter) > 1 else f
+                                                                    for f in p.filter),
+             f"would drop {len(p.dropped)} of {p.episodes} episodes ({p.dropped_frames} of {p.frames} frames)"]
+    if p.dropped:
+        lines.append(f"{'ep':>5} {'id':<12} why")
+        lines += [f"{d.episode_index:>5} {(d.episode_id or '-')[:12]:<12} {'; '.join(d.why)}" for d in p.dropped]
+    after = "nothing kept" if p.radius_after is None else f"{p.radius_after:.4f}"
+    change = "" if p.radius_after is None or not p.radius_before else \
+        f" ({100 * (p.radius_after - p.radius_before) / p.radius_before:+.1f} %)"
+    lines += ["", f"start-state coverage (covering radius: farthest of {p.candidates} points filling the visited "
+                  "joint-range box from its nearest kept start, box-normalised; lower is better):",
+              f"  before {p.radius_before:.4f}, after {after}{change}",
+              f"  coverage_gain lost: {p.gain_lost:.4f} of {p.gain_total:.4f}"
+              + (f" ({100 * p.gain_lost / p.gain_total:.1f} %)" if p.gain_total else "")]
+    if p.hole is not None:
+        lines.append(f"  farthest dropped start from a kept one: {p.hole:.4f} (the hole this drop opens)")
+    return "\n".join(lines)
+
+
+def format_text(r: CurationReport) -> str:
+    lines = [f"curation of {r.dataset}: {len(r.episodes)} episodes",
+             f"{'ep':>4} {'id':<10} {'task':<16} {'len':>5} {'success':>9} {'jerk':>10} {'':1} "
+             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8} {'outrun':>7}"]
+    for s in r.episodes:
+        succ = "?" if s.success is None else f"{s.success:.2f}"
+        if s.outcome == "success" and s.attempts:
+            succ = f"{succ}/{s.attempts}x"
+        jerk = "-" if s.jerk is None else f"{s.jerk:.3g}"
+        lines.append(f"{s.episode_index:>4} {(s.episode_id or '-')[:10]:<10} {s.task[:16]:<16} {s.length:>5} "
+                     f"{succ:>9} {jerk:>10} {'!' if s.jerky else ' '} {s.duration_ratio:>5.2f} "
+                     f"{s.duration_flag:<4} {s.coverage_rank:>4} {s.coverage_gap:>6.3f} "
+                     f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f} "
+                     f"{'-' if s.outrun is None else f'{100 * s.outrun:.1f}%':>7}")
+    flagged_j = [s.episode_index for s in r.episodes if s.jerky]
+    fast = [s.episode_index for s in r.episodes if s.duration_flag == "fast"]
+    slow = [s.episode_index for s in r.episodes if s.duration_flag == "slow"]
+    outran = [f"{s.episode_index} ({s.outrun_joint} {100 * (s.outrun or 0.0):.1f} %)" for s in r.episodes
+              if s.outrun is not None and s.outrun > r.outrun_bound]
+    lines += ["", f"jerky (above {r.jerk_fence:.3g}, Tukey fence on log10): {flagged_j or 'none'}",
+              f"the command outran the follower (share of the episode > {100 * r.outrun_bound:g} %, "
+              f"validate's FOLLOWER_OUTRUN): {', '.join(outran) or 'none'}",
+              f"fast (< 1/{r.duration_tolerance:g} of task median): {fast or 'none'};"
+              f" slow (> {r.duration_tolerance:g}x): {slow or 'none'}",
+              f"coverage order (farthest-point over start states): {r.coverage_order[:20]}"
+              + (" ..." if len(r.coverage_order) > 20 else ""),
+              "", f"where to send operators next (start poses, dataset units; box = {r.box} joint ranges):",
+              "  " + "  ".join(f"{j:>14}" for j in r.joints) + "     gap"]
+    for pose, gap in zip(r.targets, r.target_gaps, strict=True):
+        lines.append("  " + "  ".join(f"{v:>14.2f}" for v in pose) + f"  {gap:6.3f}")
+    lines += [
+        "",
+        f"sample weights: intervention x{r.rule.intervention_weight:g}, half-life {r.rule.half_life_days:g} days,"
+        f" interventions from {r.intervention_source}",
+        f"  rule: {WEIGHT_RULE}",
+    ]
+    if r.reviews is not None:
+        lines += ["", *tally_lines(r.reviews)]
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)
+
+
+def write_plot(r: CurationReport, out: Path) -> list[Path]:
+    """Scatter matrix of the four scores (flagged episodes in red), and start states with targets
+    (`<out>_starts.png`); `data/reports/plots.py`."""
+    return write_curation_plots(r, out)
+
