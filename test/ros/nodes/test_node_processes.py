@@ -172,25 +172,30 @@ def test_a_bad_parameter_is_one_line_and_a_nonzero_exit(module: str, param: str,
     assert allowed in lines[0], lines[0]
 
 
-HANGING_NODE = """
+def _stopping_node(name: str, methods: str, shutdown_bound_s: float) -> str:
+    """A node process that prints "spinning" once it spins, with `methods` (its stop) added."""
+    return f"""
 import sys, threading
 from rclpy.node import Node
 from teleop_flywheel.ros.nodes.common import spin_node
 
-class Hangs(Node):
+class Stopping(Node):
     def __init__(self):
-        super().__init__("hangs")
+        super().__init__("{name}")
         self.timer = self.create_timer(0.05, self.spinning)
 
     def spinning(self):
         print("spinning", flush=True)
         self.timer.cancel()
+{methods}
+sys.exit(spin_node(Stopping, name="{name}", shutdown_bound_s={shutdown_bound_s}))
+"""
 
+
+HANGING_NODE = _stopping_node("hangs", """
     def close(self):  # stands in for a teardown that waits on a peer that is gone
         threading.Event().wait()
-
-sys.exit(spin_node(Hangs, name="hangs", shutdown_bound_s=2.0))
-"""
+""", 2.0)
 
 
 def test_a_node_whose_stop_hangs_exits_within_the_shutdown_bound() -> None:
@@ -208,28 +213,13 @@ def test_a_node_whose_stop_hangs_exits_within_the_shutdown_bound() -> None:
     assert "Timeout (0:00:02)!" in err and "in close" in err  # the stack says where it hung
 
 
-TEARDOWN_HANGS = """
-import sys, threading
-from rclpy.node import Node
-from teleop_flywheel.ros.nodes.common import spin_node
-
-class Closes(Node):
-    def __init__(self):
-        super().__init__("closes")
-        self.timer = self.create_timer(0.05, self.spinning)
-
-    def spinning(self):
-        print("spinning", flush=True)
-        self.timer.cancel()
-
+TEARDOWN_HANGS = _stopping_node("closes", """
     def close(self):
         print("closed", flush=True)
 
     def destroy_node(self):  # stands in for Fast DDS's teardown waiting on a peer that is gone
         threading.Event().wait()
-
-sys.exit(spin_node(Closes, name="closes", shutdown_bound_s=60.0))
-"""
+""", 60.0)
 
 
 def test_a_node_that_stopped_cleanly_is_not_held_by_a_hanging_middleware_teardown() -> None:
