@@ -180,6 +180,10 @@ class _SimClock:
     def sample(self, mono: int) -> ClockMapping:
         return ClockMapping(int(mono), int(self.wall(np.int64(mono))), 2_000)
 
+    def publish(self, log: int, stamp: int) -> int:
+        """rosbag2's publish_time (the DDS send time, a little before receipt), or the header stamp."""
+        return log - 150_000 if self.ros else stamp
+
 
 # -- the simulated session ---------------------------------------------------------------------
 
@@ -288,19 +292,34 @@ class SessionTruth:
     camera_stamp_ns: dict[str, np.ndarray]
 
 
-def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> SessionTruth:
-    """Simulate one episode and record it with the project's `BagWriter`; apply file faults."""
-    spec = spec or SessionSpec()
-    rng = np.random.default_rng(spec.seed)
-    bag_dir = Path(bag_dir)
-    n = int(spec.duration_s * spec.joint_hz)
-    dt = 1.0 / spec.joint_hz
-    t = np.arange(n) * dt
-    jitter = rng.normal(0, 0.2e-3, n).clip(-0.4e-3, 0.4e-3)
-    clock = _SimClock(spec)
-    mono_stamps = clock.mono0 + ((t + jitter) * 1e9).astype(np.int64)
-    stamps = clock.stamp(mono_stamps)
+@dataclass
+class _Joints:
+    """The joint streams on the session's ticks: receive instants, stamps, and what each arm did."""
 
+    t: np.ndarray  # seconds since the episode's start, one per tick
+    mono: np.ndarray  # each sample's monotonic instant (the tick with its jitter)
+    stamps: np.ndarray  # header.stamp of each sample
+    alpha: np.ndarray  # the human's share of the command
+    human: np.ndarray
+    policy: np.ndarray
+    command: np.ndarray
+    follower: np.ndarray
+    effort: np.ndarray | None  # the follower's load, when it publishes one
+
+
+def _ticks(spec: SessionSpec, rng: np.random.Generator, clock: _SimClock) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(t, monotonic instants, header stamps) of the joint samples: `joint_hz` with a little jitter."""
+    n = int(spec.duration_s * spec.joint_hz)
+    t = np.arange(n) * (1.0 / spec.joint_hz)
+    jitter = rng.normal(0, 0.2e-3, n).clip(-0.4e-3, 0.4e-3)
+    mono = clock.mono0 + ((t + jitter) * 1e9).astype(np.int64)
+    return t, mono, clock.stamp(mono)
+
+
+def _motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The scripted human (with its dead air and fast shakes), the policy, their blend and the
+    follower's lag behind it: human, policy, command, follower (radians)."""
     phase = rng.uniform(0, 2 * math.pi, 6)
     amp = np.array([0.6, 0.4, 0.5, 0.4, 0.8, 0.5])
     center = np.array([0.0, -0.3, 0.4, 0.2, 0.0, 0.6])
@@ -310,73 +329,102 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         held = (t >= a) & (t < a + length)
         human_t = np.where(held, a, t)
         human_t = np.where(t >= a + length, t - length, human_t)
-    alpha = _alpha(t, spec)
     if spec.motion == "rig":
-        human, policy, command, follower = _rig_motion(t, alpha, spec, rng)
+        return _rig_motion(t, alpha, spec, rng)
+    if spec.motion == "reach":
+        human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
+    elif spec.motion == "smooth":
+        human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
     else:
-        if spec.motion == "reach":
-            human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
-        elif spec.motion == "smooth":
-            human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
-        else:
-            raise ValueError(f"motion must be 'smooth', 'reach' or 'rig', got {spec.motion!r}")
-        if spec.human_fast is not None:
-            a, length = spec.human_fast
-            fast = (t >= a) & (t < a + length)
-            human[fast, :5] += 0.5 * np.sin(2 * math.pi * 2.0 * (t[fast, None] - a))
-        human = _quantise(human)
-        policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
-        command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
-        follower = np.empty_like(command)
-        k = np.full(6, 1 - math.exp(-dt / spec.tau_s))
-        k[5] = 1 - math.exp(-dt * spec.gripper_torque / spec.tau_s)
-        state = command[0].copy()
-        max_step = math.inf if spec.follower_max_speed is None else spec.follower_max_speed * dt
-        for i in range(n):  # state read at tick i, then command i sent
-            follower[i] = state
-            state = state + np.clip((command[i] - state) * k, -max_step, max_step)
-            if spec.grip_object is not None:
-                state[5] = max(state[5], spec.grip_object)  # the jaws stop on the object
-        follower = _quantise(follower)
+        raise ValueError(f"motion must be 'smooth', 'reach' or 'rig', got {spec.motion!r}")
+    if spec.human_fast is not None:
+        a, length = spec.human_fast
+        fast = (t >= a) & (t < a + length)
+        human[fast, :5] += 0.5 * np.sin(2 * math.pi * 2.0 * (t[fast, None] - a))
+    human = _quantise(human)
+    policy = _quantise(center + 0.8 * amp * np.sin(0.4 * t[:, None] + phase + 0.3))
+    command = _quantise(alpha[:, None] * human + (1 - alpha[:, None]) * policy)
+    return human, policy, command, _quantise(_follow(command, spec, 1.0 / spec.joint_hz))
+
+
+def _follow(command: np.ndarray, spec: SessionSpec, dt: float) -> np.ndarray:
+    """The follower's first-order lag behind `command` (τ; the gripper slowed by its torque limit),
+    no faster than its top speed, its jaws stopped by the object between them."""
+    follower = np.empty_like(command)
+    k = np.full(6, 1 - math.exp(-dt / spec.tau_s))
+    k[5] = 1 - math.exp(-dt * spec.gripper_torque / spec.tau_s)
+    state = command[0].copy()
+    max_step = math.inf if spec.follower_max_speed is None else spec.follower_max_speed * dt
+    for i in range(len(command)):  # state read at tick i, then command i sent
+        follower[i] = state
+        state = state + np.clip((command[i] - state) * k, -max_step, max_step)
+        if spec.grip_object is not None:
+            state[5] = max(state[5], spec.grip_object)  # the jaws stop on the object
+    return follower
+
+
+def _joints(spec: SessionSpec, rng: np.random.Generator, clock: _SimClock) -> _Joints:
+    t, mono, stamps = _ticks(spec, rng, clock)
+    alpha = _alpha(t, spec)
+    human, policy, command, follower = _motion(t, alpha, spec, rng)
     # Load follows the position loop's effort: proportional to the tracking error, saturating at full torque.
     cap = np.array([1.0] * 5 + [spec.gripper_torque])
     effort = np.clip((command - follower) * 8.0, -cap, cap) if spec.effort else None
+    return _Joints(t, mono, stamps, alpha, human, policy, command, follower, effort)
 
+
+def _spans(spans: tuple[tuple[float, float, str | None], ...], clock: _SimClock) -> list[Intervention]:
+    """Takeover or correction spans (seconds into the episode) as the metadata records them."""
+    return [Intervention(j, int(clock.stamp(np.int64(clock.mono0 + start * 1e9))),
+                         int(clock.stamp(np.int64(clock.mono0 + end * 1e9))), label)
+            for j, (start, end, label) in enumerate(spans, start=1)]
+
+
+def _authority(joints: _Joints, spec: SessionSpec) -> np.ndarray:
+    """/teleop/authority on every tick: [alpha, mode, intervention_id, trigger] (the trigger once labelled)."""
+    t, n = joints.t, len(joints.t)
     interv_id = np.zeros(n)
     trig = np.zeros(n)
-    interventions: list[Intervention] = []
     for j, (start, end, label) in enumerate(spec.interventions, start=1):
         inside = (t >= start) & (t < end)
         interv_id[inside] = j
         trig[inside & (t >= start + spec.label_delay_s)] = trigger_code(label)
-        interventions.append(Intervention(j, int(clock.stamp(np.int64(clock.mono0 + start * 1e9))),
-                                          int(clock.stamp(np.int64(clock.mono0 + end * 1e9))), label))
     mode = np.full(n, mode_code("teleop" if spec.session_kind == "teleop" else "policy"), float)
-    authority = np.stack([alpha, mode, interv_id, trig], axis=1)
+    return np.stack([joints.alpha, mode, interv_id, trig], axis=1)
+
+
+Record = tuple[int, str, int, bytes]  # (receive time, topic, publish time, serialized message)
+
+
+def _joint_records(joints: _Joints, spec: SessionSpec, rng: np.random.Generator, clock: _SimClock) -> list[Record]:
+    """The four arm streams and /teleop/authority, each received after its own transport latency."""
+    n, stamps = len(joints.t), joints.stamps
 
     def joint_log(lat_ms: float) -> np.ndarray:
         lat = np.abs(rng.normal(lat_ms, 0.2, n)) * 1e6
-        return clock.wall(mono_stamps + lat.astype(np.int64))
+        return clock.wall(joints.mono + lat.astype(np.int64))
 
-    def publish(log: int, stamp: int) -> int:
-        """rosbag2's publish_time (the DDS send time, a little before receipt), or the header stamp."""
-        return log - 150_000 if clock.ros else stamp
-
-    records: list[tuple[int, str, int, bytes]] = []
+    records: list[Record] = []
     names = list(JOINT_NAMES)
-    for topic, values, frame in ((FOLLOWER_STATE, follower, ""), (FOLLOWER_COMMAND, command, ""),
-                                 (LEADER_STATE, human, ""), (POLICY_COMMAND, policy, spec.policy_checkpoint)):
+    for topic, values, frame in ((FOLLOWER_STATE, joints.follower, ""), (FOLLOWER_COMMAND, joints.command, ""),
+                                 (LEADER_STATE, joints.human, ""), (POLICY_COMMAND, joints.policy,
+                                                                    spec.policy_checkpoint)):
         logs = joint_log(spec.joint_latency_ms)
-        efforts = effort if topic == FOLLOWER_STATE and effort is not None else None
-        records += [(int(logs[i]), topic, publish(int(logs[i]), int(stamps[i])),
+        efforts = joints.effort if topic == FOLLOWER_STATE else None
+        records += [(int(logs[i]), topic, clock.publish(int(logs[i]), int(stamps[i])),
                      joint_state_cdr(int(stamps[i]), names, values[i], frame,
                                      effort=None if efforts is None else efforts[i])) for i in range(n)]
+    authority = _authority(joints, spec)
     logs = joint_log(spec.joint_latency_ms)
-    records += [(int(logs[i]), AUTHORITY, publish(int(logs[i]), int(stamps[i])),
+    records += [(int(logs[i]), AUTHORITY, clock.publish(int(logs[i]), int(stamps[i])),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
-    corrections = [Intervention(j, int(clock.stamp(np.int64(clock.mono0 + start * 1e9))),
-                                int(clock.stamp(np.int64(clock.mono0 + end * 1e9))), label)
-                   for j, (start, end, label) in enumerate(spec.corrections, start=1)]
+    return records
+
+
+def _event_records(spec: SessionSpec, clock: _SimClock, interventions: list[Intervention],
+                   corrections: list[Intervention]) -> list[Record]:
+    """/teleop/intervention as the teleop node publishes it: each span's start, its label, its end."""
+    records: list[Record] = []
     for kind, spans, times in (("intervention", interventions, spec.interventions),
                                ("correction", corrections, spec.corrections)):
         for iv, (start, end, _label) in zip(spans, times, strict=True):
@@ -389,10 +437,19 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
                 text = json.dumps({"id": iv.id, "start_ns": iv.start_ns, "end_ns": end_ns,
                                    "trigger": trigger if spec.label_delay_s > 0 else iv.trigger, "kind": kind})
                 log = int(clock.wall(mono)) + 300_000
-                records.append((log, INTERVENTION, publish(log, int(clock.stamp(mono))), string_cdr(text)))
+                records.append((log, INTERVENTION, clock.publish(log, int(clock.stamp(mono))), string_cdr(text)))
+    return records
 
+
+def _camera_records(joints: _Joints, spec: SessionSpec, rng: np.random.Generator, clock: _SimClock
+                    ) -> tuple[list[Record], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each camera's frames, drawing the follower as it was at their exposure, delivered after the
+    pipeline latency: (records, capture instants by camera, header stamps by camera)."""
+    records: list[Record] = []
     captures: dict[str, np.ndarray] = {}
     cam_stamps: dict[str, np.ndarray] = {}
+    t, mono_stamps = joints.t, joints.mono
+    names = list(JOINT_NAMES)
     background = _background(spec.width, spec.height)
     top = timecode.strip_height(spec.width, spec.height)
     period = 1.0 / spec.camera_fps
@@ -412,7 +469,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         stamp_ns = cap_ns + int(spec.camera_stamp_offset_ms * 1e6) + skew
         logs_c = clock.wall(cap_mono + lat.astype(np.int64)) + skew
         # The arm as it was at the exposure instant: the follower's samples interpolated to it.
-        pose = np.stack([np.interp(cap_mono, mono_stamps, follower[:, j]) for j in range(6)], axis=1)
+        pose = np.stack([np.interp(cap_mono, mono_stamps, joints.follower[:, j]) for j in range(6)], axis=1)
         for i in range(len(ct)):
             image = background.copy()
             draw_arm(image, dict(zip(names, pose[i], strict=True)), top=top)
@@ -424,16 +481,24 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
             if spec.camera_instance:
                 jpeg = frame_meta.add(jpeg, {"instance": spec.camera_instance})
             pub = (int(stamp_ns[i]) + int(spec.camera_publish_offset_ms * 1e6) if spec.camera_publish_offset_ms
-                   is not None else publish(int(logs_c[i]), int(stamp_ns[i])))
+                   is not None else clock.publish(int(logs_c[i]), int(stamp_ns[i])))
             records.append((int(logs_c[i]), camera_image(cam), pub,
                             compressed_image_cdr(int(stamp_ns[i]), jpeg, cam)))
         captures[cam], cam_stamps[cam] = cap_ns, stamp_ns
+    return records, captures, cam_stamps
 
-    records.sort(key=lambda r: r[0])
+
+def _topics(spec: SessionSpec) -> list[str]:
+    return [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
+        [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else [])
+
+
+def _episode_meta(bag_dir: Path, spec: SessionSpec, clock: _SimClock, joints: _Joints,
+                  interventions: list[Intervention], corrections: list[Intervention]) -> EpisodeMeta:
+    """The metadata the recorder writes: the session's fields, its clocks, and the task spec's check at stop."""
+    mono_stamps, t = joints.mono, joints.t
     calibration = spec.calibration if spec.calibration is not None else {
         role: yaml.safe_load(sim_calibration_file(role).read_text()) for role in CALIBRATION_ROLES}
-    topics = [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
-        [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else [])
     meta = EpisodeMeta(
         episode_name=bag_dir.name,
         task=spec.task,
@@ -443,7 +508,7 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         policy_checkpoint=spec.policy_checkpoint,
         calibration=calibration,
         cameras=list(spec.cameras),
-        topics=topics,
+        topics=_topics(spec),
         outcome=spec.outcome,
         attempts=1 if spec.outcome != "unset" else None,
         interventions=interventions,
@@ -467,13 +532,18 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
         rig_id=spec.rig_id,
     )
     if spec.task_spec is not None and spec.task_spec.success is not None:
-        passed, detail = spec.task_spec.success.judge(follower[-1])
+        passed, detail = spec.task_spec.success.judge(joints.follower[-1])
         meta.outcome_check = {"passed": passed, "detail": detail}
     if spec.task_spec is not None:
         meta.task_spec, meta.task_spec_id = dict(spec.task_spec.content), spec.task_spec.id
+    return meta
+
+
+def _write_bag(bag_dir: Path, meta: EpisodeMeta, records: list[Record], spec: SessionSpec) -> Path:
+    """Every record in receive order through the recorder's `BagWriter`; returns the .mcap file."""
     with BagWriter(bag_dir, episode=meta, chunk_size=spec.chunk_size, compression=spec.compression,
                    fsync=False, max_chunk_age_s=1e6) as bag:
-        for topic in topics:
+        for topic in meta.topics:
             if topic == INTERVENTION:
                 bag.add_topic(topic, "std_msgs/msg/String")
             elif topic == PEDAL_JOY:
@@ -482,16 +552,34 @@ def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> Sessi
                 bag.add_topic(topic, "sensor_msgs/msg/CompressedImage")
             else:
                 bag.add_topic(topic, JOINT_STATE)
-        for seq, (log, topic, pub, data) in enumerate(records):
+        for seq, (log, topic, pub, data) in enumerate(sorted(records, key=lambda r: r[0])):
             bag.write(topic, data, log_time_ns=log, publish_time_ns=pub, sequence=seq + 1)
-    mcap = bag.mcap_path
+    return bag.mcap_path
+
+
+def _damage(mcap: Path, spec: SessionSpec) -> None:
+    """The file faults: a corrupted chunk, a file cut short as a crash leaves it."""
     if spec.corrupt_chunk:
         corrupt_one_chunk(mcap)
     if spec.truncate_bag is not None:
         size = mcap.stat().st_size
         with open(mcap, "r+b") as f:
             f.truncate(int(size * spec.truncate_bag))
-    return SessionTruth(bag_dir, stamps, command, follower, captures, cam_stamps)
+
+
+def write_session(bag_dir: str | Path, spec: SessionSpec | None = None) -> SessionTruth:
+    """Simulate one episode and record it with the project's `BagWriter`; apply file faults."""
+    spec = spec or SessionSpec()
+    rng = np.random.default_rng(spec.seed)
+    bag_dir = Path(bag_dir)
+    clock = _SimClock(spec)
+    joints = _joints(spec, rng, clock)
+    interventions, corrections = _spans(spec.interventions, clock), _spans(spec.corrections, clock)
+    records = _joint_records(joints, spec, rng, clock) + _event_records(spec, clock, interventions, corrections)
+    frames, captures, cam_stamps = _camera_records(joints, spec, rng, clock)
+    meta = _episode_meta(bag_dir, spec, clock, joints, interventions, corrections)
+    _damage(_write_bag(bag_dir, meta, records + frames, spec), spec)
+    return SessionTruth(bag_dir, joints.stamps, joints.command, joints.follower, captures, cam_stamps)
 
 
 def corrupt_one_chunk(mcap: Path) -> int:

@@ -115,6 +115,22 @@ def parse_config(args: list[str]) -> Any:
     return cfg
 
 
+@dataclass
+class _Run:
+    """What one training run is built from: LeRobot's dataset, policy, processors, optimizer and
+    scheduler, the weighted loader, and the metrics, all prepared by the accelerator."""
+
+    accelerator: Any
+    dataset: Any
+    model: Any
+    preprocessor: Any
+    postprocessor: Any
+    optimizer: Any
+    lr_scheduler: Any
+    loader: Any
+    tracker: Any
+
+
 def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None, batch_size: int | None = None,
           seed: int | None = None, lerobot_args: list[str] | None = None, registry: Path | None = None,
           run_name: str | None = None) -> TrainResult:
@@ -122,18 +138,27 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
     for key, value in OFFLINE.items():  # read by huggingface_hub and datasets when they are imported
         os.environ.setdefault(key, value)
     cfg = parse_config(lerobot_arguments(tset, policy, out, steps, batch_size, seed, lerobot_args or []))
+    run = _build(tset, cfg)
+    checkpoint, seconds = _loop(run, cfg, out)
+    run.accelerator.end_training()
+    pretrained = checkpoint / "pretrained_model"
+    ckpt_id, reg = _register(tset, cfg, pretrained, registry, run_name or out.name, lerobot_args)
+    return TrainResult(pretrained, ckpt_id, cfg.steps, seconds, float(run.tracker.loss.val),
+                       float(run.tracker.dataloading_s.avg), float(run.tracker.update_s.avg), reg)
 
+
+def _build(tset: TrainingSet, cfg: Any) -> _Run:
+    """LeRobot's dataset (checked to hold exactly the manifest's episodes), the policy fed what the
+    policy node feeds, its processors and optimizer, and a loader drawing frames by the set's weights."""
     import numpy as np
     import torch
     from accelerate import Accelerator
     from lerobot.datasets.factory import make_dataset
-    from lerobot.datasets.utils import cycle, dataset_to_policy_features
+    from lerobot.datasets.utils import dataset_to_policy_features
     from lerobot.optim.factory import make_optimizer_and_scheduler
     from lerobot.policies.factory import make_policy, make_pre_post_processors
-    from lerobot.scripts.lerobot_train import update_policy
     from lerobot.utils.logging_utils import AverageMeter, MetricsTracker
     from lerobot.utils.random_utils import set_seed
-    from lerobot.utils.train_utils import get_step_checkpoint_dir, save_checkpoint, update_last_checkpoint
 
     from teleop_flywheel.policies.lerobot_checkpoint import node_feeds
     from teleop_flywheel.training.sampler import WeightedFrameSampler
@@ -170,35 +195,47 @@ def train(tset: TrainingSet, policy: str, out: Path, *, steps: int | None = None
               "dataloading_s": AverageMeter("data_s", ":.3f")}
     tracker = MetricsTracker(cfg.batch_size, dataset.num_frames, dataset.num_episodes, meters,
                              accelerator=accelerator)
-    batches = cycle(loader)
+    return _Run(accelerator, dataset, model, preprocessor, postprocessor, optimizer, lr_scheduler, loader, tracker)
+
+
+def _loop(run: _Run, cfg: Any, out: Path) -> tuple[Path, float]:
+    """`cfg.steps` updates, a checkpoint every `save_freq` steps and at the last: (the last
+    checkpoint's directory, seconds the loop took)."""
+    from lerobot.datasets.utils import cycle
+    from lerobot.scripts.lerobot_train import update_policy
+    from lerobot.utils.train_utils import get_step_checkpoint_dir, save_checkpoint, update_last_checkpoint
+
+    batches = cycle(run.loader)
     checkpoint = out
     start = time.perf_counter()
     with progress(cfg.steps, f"train {cfg.policy.type}", unit="step") as bar:
         for step in range(1, cfg.steps + 1):
             fetched = time.perf_counter()
-            batch = preprocessor(next(batches))
-            tracker.dataloading_s = time.perf_counter() - fetched
-            tracker, _ = update_policy(tracker, model, batch, optimizer, cfg.optimizer.grad_clip_norm,
-                                       accelerator=accelerator, lr_scheduler=lr_scheduler)
-            tracker.step()
+            batch = run.preprocessor(next(batches))
+            run.tracker.dataloading_s = time.perf_counter() - fetched
+            run.tracker, _ = update_policy(run.tracker, run.model, batch, run.optimizer,
+                                           cfg.optimizer.grad_clip_norm, accelerator=run.accelerator,
+                                           lr_scheduler=run.lr_scheduler)
+            run.tracker.step()
             bar.update(1)
             if step % cfg.save_freq == 0 or step == cfg.steps:
                 checkpoint = get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)
                 save_checkpoint(checkpoint_dir=checkpoint, step=step, cfg=cfg,
-                                policy=accelerator.unwrap_model(model), optimizer=optimizer,
-                                scheduler=lr_scheduler, preprocessor=preprocessor, postprocessor=postprocessor)
+                                policy=run.accelerator.unwrap_model(run.model), optimizer=run.optimizer,
+                                scheduler=run.lr_scheduler, preprocessor=run.preprocessor,
+                                postprocessor=run.postprocessor)
                 update_last_checkpoint(checkpoint)
-    seconds = time.perf_counter() - start
-    accelerator.end_training()
+    return Path(checkpoint), time.perf_counter() - start
 
-    pretrained = checkpoint / "pretrained_model"
+
+def _register(tset: TrainingSet, cfg: Any, pretrained: Path, registry: Path | None, run_name: str,
+              lerobot_args: list[str] | None) -> tuple[str, Path]:
+    """The checkpoint in the lineage registry with the manifest that trained it and how: (its id, the registry)."""
     ckpt_id = default_checkpoint_id(pretrained)
     reg = registry or default_registry()
-    register_checkpoint(reg, ckpt_id, tset.manifest_path, run_name or out.name, training={
+    register_checkpoint(reg, ckpt_id, tset.manifest_path, run_name, training={
         "path": str(pretrained.resolve()), "policy": cfg.policy.type, "steps": cfg.steps,
         "batch_size": cfg.batch_size, "seed": cfg.seed, "episodes": tset.episodes,
         "manifest_fingerprint": tset.manifest["fingerprint"], "sampler": "WeightedFrameSampler",
         "weight_rule": tset.weight_rule, "lerobot_args": list(lerobot_args or [])})
-    return TrainResult(pretrained, ckpt_id, cfg.steps, seconds, float(tracker.loss.val),
-                       float(tracker.dataloading_s.avg), float(tracker.update_s.avg), reg)
-
+    return ckpt_id, reg

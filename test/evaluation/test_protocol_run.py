@@ -5,7 +5,6 @@ reserved failure labels."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pty
 import re
@@ -22,6 +21,8 @@ import yaml
 from support.terminal import read_until
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
+from teleop_flywheel.data.validate.reasons import ValidateConfig
+from teleop_flywheel.data.validate.validator import validate_bag
 from teleop_flywheel.evaluation.protocol import (
     MachineCheck,
     ProtocolError,
@@ -156,7 +157,11 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     `far` condition arrive its 40 ms later. In `near` a scripted operator takes over (pedal down,
     label, pedal up) and the policy finishes: its bags record the intervention with its label and
     the blend weight. No trial is shorter than the validator's shortest episode, though ckpt-a
-    reaches its pose in under a second."""
+    reaches its pose in under a second, and none fails the validator for its span or an unlabelled
+    takeover. The recorder runs without its verdict at stop: its worker (nice 10) starved behind
+    the simulated rig on a busy machine for 12 s to minutes after the last trial; the test validates
+    each bag itself, with the same checks and thresholds (the walk's wait for verdicts is run by
+    test_eval_watch)."""
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
         tmp_path, time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
@@ -166,12 +171,16 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
                                              "takeover": {"at_s": 0.3, "hold_s": 0.8, "label": "too_slow"}}},
                     {"name": "far", "sim": {"start_pose": FAR, "camera_latency_ms": 40, "joint_noise_rad": 0.002}}]))
     out = tmp_path / "bags"
-    res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}")
+    no_verdict = tmp_path / "no_verdict.yaml"
+    no_verdict.write_text(yaml.safe_dump({"recorder": {"ros__parameters": {"verdict": False}}}))
+    res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}",
+               "--param-file", str(no_verdict))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "8/8 trials recorded" in res.stdout
     bags = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
     assert len(bags) == 8
     trials = [read_trial(b) for b in bags]
+    thresholds = ValidateConfig.load(None)  # the recorder's validate_config is the shipped one
     for b, t in zip(bags, trials, strict=True):
         bag = open_bag(b)
         meta = bag.episode
@@ -200,8 +209,8 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         # The blend weight rises towards the human (a blend stretched to respect the speed limit may not
         # reach 1 in 0.8 s when the leader is far) and is back at 0 by the end.
         assert (alpha.max() > 0.5) == took_over and alpha[-1] == 0.0, (b, alpha.max())
-        verdict = json.loads((b / "verdict.json").read_text())
-        assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & set(verdict["codes"]), (b, verdict)
+        codes = {r.code for r in validate_bag((str(b), thresholds)).reasons}
+        assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & codes, (b, codes)
     report = build_report(trials, proto)
     cells = {(c.checkpoint, c.condition): c.successes for c in report.cells}
     assert cells == {("ckpt-a", "near"): 2, ("ckpt-a", "far"): 2, ("ckpt-b", "near"): 0, ("ckpt-b", "far"): 0}
@@ -212,7 +221,8 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     # Lose the last three trials; a resumed walk records exactly those again.
     for b in bags[-3:]:
         shutil.rmtree(b)
-    again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}")
+    again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}",
+                 "--param-file", str(no_verdict))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming: 5 trial(s)" in again.stdout and "8/8 trials recorded" in again.stdout
     now = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")

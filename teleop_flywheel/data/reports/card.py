@@ -192,43 +192,69 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
            license_id: str = LICENSE, tags: list[str] | None = None, notes: str = "",
            manifest: ManifestView | None = None) -> str:
     recs = episode_records(ds)
-    name = ds.repo_id or ds.root.name
     tags = list(dict.fromkeys(["LeRobot", *(tags or []), *([ds.robot_type] if ds.robot_type else []),
                                "teleoperation", "teleop_flywheel"]))
+    lines = [*front_matter(license_id, tags), MARKER, *_title_lines(ds, license_id), *_notes_lines(notes),
+             *_collection_lines(ds, a, recs)]
+    if manifest is not None:
+        lines += _manifest_lines(recs, validation, manifest)
+    lines += ["## Outcomes", "", *outcome_lines(recs, validation), "", *_episode_lines(a, validation)]
+    lines += _count_lines("Operators", "operator", Counter(r.operator or "unknown" for r in recs))
+    lines += _count_lines("Tasks", "task", Counter(r.task or "(no task)" for r in recs))
+    lines += _coverage_lines(a) + _misuse_lines(ds, a)
+    return "\n".join(lines) + "\n"
+
+
+def _title_lines(ds: LeRobotDataset, license_id: str) -> list[str]:
+    """The title, the repo id and how to load it."""
+    repo = ds.repo_id or f"local/{ds.root.name}"
+    return [f"# Data card: {ds.repo_id or ds.root.name}", "",
+            f"Repo id `{repo}`"
+            + ("" if ds.repo_id else " (none was given to `teleop-flywheel convert --repo-id`: a local name)")
+            + f"; LeRobot v3.0, license {license_id}. Load it with "
+            f"`LeRobotDataset({repo!r}, root=<this folder>, video_backend='pyav')`.", ""]
+
+
+def _notes_lines(notes: str) -> list[str]:
+    """The operator's own section, kept across regenerations between its markers."""
+    return ["## Operator's notes", "", NOTES_BEGIN, notes or NOTES_TEMPLATE, NOTES_END, ""]
+
+
+def _collection_lines(ds: LeRobotDataset, a: AuditReport, recs: list[EpisodeRecord]) -> list[str]:
+    """How it was collected: robot, rigs, cameras, sessions, checkpoints, the recording path."""
     cameras = [n.removeprefix("observation.images.") for n, f in ds.features.items() if f.is_visual]
     rigs = sorted({r.rig_id for r in recs if r.rig_id})
     kinds = Counter(r.session_kind or "unknown" for r in recs)
     ckpts = sorted({r.checkpoint for r in recs if r.checkpoint})
-    operators = Counter(r.operator or "unknown" for r in recs)
-    tasks = Counter(r.task or "(no task)" for r in recs)
     interventions = sum(r.num_interventions or 0 for r in recs)
-    repo = ds.repo_id or f"local/{ds.root.name}"
-    lines = [*front_matter(license_id, tags), MARKER, f"# Data card: {name}", "",
-             f"Repo id `{repo}`"
-             + ("" if ds.repo_id else " (none was given to `teleop-flywheel convert --repo-id`: a local name)")
-             + f"; LeRobot v3.0, license {license_id}. Load it with "
-             f"`LeRobotDataset({repo!r}, root=<this folder>, video_backend='pyav')`.", "",
-             "## Operator's notes", "", NOTES_BEGIN, notes or NOTES_TEMPLATE, NOTES_END, "",
-             "## How it was collected", "",
-             f"- Robot: `{ds.robot_type or 'unknown'}`; rigs: {', '.join(rigs) or 'not recorded'}; "
-             f"cameras: {', '.join(cameras) or 'none'}; {a.fps:g} fps.",
-             "- Sessions: " + (", ".join(f"{k} {v}" for k, v in kinds.items()) if set(kinds) != {"unknown"}
-                                else f"{a.episodes} episodes, session kind not recorded")
-             + (f"; policy checkpoints deployed: {', '.join(ckpts)}; {interventions} human interventions recorded"
-                if ckpts else "") + ".",
-             "- Recorded as raw MCAP bags (one clock, stamped at the source), validated, then converted to "
-             "LeRobot v3.0; the action is the command actually sent to the follower."
-             if any(r.episode_id for r in recs) else "- Collection method not recorded in the metadata.",
-             ""]
-    if manifest is not None:
-        chosen = [r for r in recs if r.episode_index in manifest.episodes]
-        lines += [f"## Manifest `{Path(manifest.path).name}`", "",
-                  f"{len(chosen)} of {len(recs)} episodes of this dataset (fingerprint `{manifest.fingerprint[:16]}`), "
-                  "chosen by " + (" and ".join(f"`{f}`" for f in manifest.filters) if manifest.filters
-                                  else "no filter (every episode)") + ".", "",
-                  "### Outcomes of the manifest's episodes", "", *outcome_lines(chosen, validation), "",
-                  "The sections below describe the whole dataset.", ""]
-    lines += ["## Outcomes", "", *outcome_lines(recs, validation), "", "## Episodes", ""]
+    return ["## How it was collected", "",
+            f"- Robot: `{ds.robot_type or 'unknown'}`; rigs: {', '.join(rigs) or 'not recorded'}; "
+            f"cameras: {', '.join(cameras) or 'none'}; {a.fps:g} fps.",
+            "- Sessions: " + (", ".join(f"{k} {v}" for k, v in kinds.items()) if set(kinds) != {"unknown"}
+                               else f"{a.episodes} episodes, session kind not recorded")
+            + (f"; policy checkpoints deployed: {', '.join(ckpts)}; {interventions} human interventions recorded"
+               if ckpts else "") + ".",
+            "- Recorded as raw MCAP bags (one clock, stamped at the source), validated, then converted to "
+            "LeRobot v3.0; the action is the command actually sent to the follower."
+            if any(r.episode_id for r in recs) else "- Collection method not recorded in the metadata.",
+            ""]
+
+
+def _manifest_lines(recs: list[EpisodeRecord], validation: ValidationSummary | None,
+                    manifest: ManifestView) -> list[str]:
+    """The manifest's episodes: how many, chosen by what, and their outcomes."""
+    chosen = [r for r in recs if r.episode_index in manifest.episodes]
+    return [f"## Manifest `{Path(manifest.path).name}`", "",
+            f"{len(chosen)} of {len(recs)} episodes of this dataset (fingerprint `{manifest.fingerprint[:16]}`), "
+            "chosen by " + (" and ".join(f"`{f}`" for f in manifest.filters) if manifest.filters
+                            else "no filter (every episode)") + ".", "",
+            "### Outcomes of the manifest's episodes", "", *outcome_lines(chosen, validation), "",
+            "The sections below describe the whole dataset.", ""]
+
+
+def _episode_lines(a: AuditReport, validation: ValidationSummary | None) -> list[str]:
+    """Episodes: recorded, rejected and why, kept; their lengths, dead air, content and frame contract."""
+    lines = ["## Episodes", ""]
     if validation:
         lines += _table(("recorded", "rejected", "accepted", "in this dataset"),
                         [(validation.recorded, validation.rejected, validation.accepted, a.episodes)])
@@ -252,11 +278,18 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
                      f"{fc.lag_frames:.2f} frames, decided on {100 * fc.decided_share:.0f} % of episodes; "
                      + (f"BROKEN: {fc.problem}." if fc.problem else
                         f"{len(fc.flagged)} episodes flagged." if fc.flagged else "as the contract says."))
-    lines += ["", "## Operators", ""]
-    lines += _table(("operator", "episodes"), sorted(operators.items()))
-    lines += ["", "## Tasks", ""] + _table(("task", "episodes"), sorted(tasks.items()))
-    lines += ["", "## Start-state coverage", "",
-              "Range each joint visited against what is available, and how far start states spread:", ""]
+    return lines
+
+
+def _count_lines(title: str, what: str, counts: Counter[str]) -> list[str]:
+    """A section that counts episodes by one field (operators, tasks)."""
+    return ["", f"## {title}", "", *_table((what, "episodes"), sorted(counts.items()))]
+
+
+def _coverage_lines(a: AuditReport) -> list[str]:
+    """Start-state coverage: each joint's visited range against what is available, and the start spread."""
+    lines = ["", "## Start-state coverage", "",
+             "Range each joint visited against what is available, and how far start states spread:", ""]
     lines += _table(
         ("joint", "visited", "available", "share", "start-state span", "start-state std"),
         [
@@ -271,14 +304,17 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
             for j, s in zip(a.joint_ranges, a.start_spread, strict=True)
         ],
     )
+    return lines + ["", f"Episodes starting unusually far from the mean start: {a.outliers or 'none'}."]
+
+
+def _misuse_lines(ds: LeRobotDataset, a: AuditReport) -> list[str]:
+    """What it must not be used for: outside its start states, another robot or calibration, success rates."""
     narrow = [s.joint for s in a.start_spread if s.span < 1.0]
-    lines += ["", f"Episodes starting unusually far from the mean start: {a.outliers or 'none'}."]
-    lines += ["", "## What it must not be used for", "",
-              "Do not use it to train or evaluate a policy that must start outside the start-state ranges above"
-              + (f" (every episode starts with {', '.join(narrow)} within one unit)" if narrow else "")
-              + f", on a robot other than `{ds.robot_type or 'the one recorded'}` or with another calibration, or as "
-              "evidence of a success rate: outcomes are operator labels and rejected episodes were removed."]
-    return "\n".join(lines) + "\n"
+    return ["", "## What it must not be used for", "",
+            "Do not use it to train or evaluate a policy that must start outside the start-state ranges above"
+            + (f" (every episode starts with {', '.join(narrow)} within one unit)" if narrow else "")
+            + f", on a robot other than `{ds.robot_type or 'the one recorded'}` or with another calibration, or as "
+            "evidence of a success rate: outcomes are operator labels and rejected episodes were removed."]
 
 
 def write_card(root: str | Path, validation: str | Path | None = None, force: bool = False,

@@ -92,10 +92,18 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
     observation.effort) in `folder`."""
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Path] = {}
-    names = [j.joint for j in r.joint_ranges]
-    y = np.arange(len(names))
+    out = {"joint_ranges": save(_joint_ranges(plt, r), folder / "joint_ranges.png"),
+           "start_states": save(_start_states(plt, r), folder / "start_states.png"),
+           "episode_lengths": save(_episode_lengths(plt, r), folder / "episode_lengths.png")}
+    effort = getattr(getattr(r, "content", None), "effort", None)
+    if effort:
+        out["effort_ranges"] = save(_effort_ranges(plt, effort), folder / "effort_ranges.png")
+    return out
 
+
+def _joint_ranges(plt: Any, r: Any) -> Any:
+    """Per joint: the range available, the range visited, and where episodes start."""
+    names = [j.joint for j in r.joint_ranges]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(names) + 1.5))
     for i, j in enumerate(r.joint_ranges):
         if j.available is not None:
@@ -105,13 +113,17 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
         s = r.start_spread[i]
         ax.barh(i, max(s.span, 1e-9), left=s.min, color=ORANGE, height=0.2,
                 label="start states" if i == 0 else None)
-    ax.set_yticks(y, names)
+    ax.set_yticks(np.arange(len(names)), names)
     ax.invert_yaxis()
     ax.set_xlabel("dataset units (degrees; gripper 0-100)")
     ax.set_title(AUDIT_PLOTS["joint_ranges"][0])
     ax.legend(loc="lower right", fontsize=8)
-    out["joint_ranges"] = save(fig, folder / "joint_ranges.png")
+    return fig
 
+
+def _start_states(plt: Any, r: Any) -> Any:
+    """Each episode's start pose against the mean start, and its distance from it (outliers red)."""
+    names = [j.joint for j in r.joint_ranges]
     starts = np.asarray(r.start_states, dtype=float).reshape(len(r.episode_index), len(names))
     episodes = np.asarray(r.episode_index)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
@@ -119,7 +131,7 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
     for k in range(len(names)):
         a1.scatter(np.full(len(starts), k), centred[:, k], s=12, alpha=0.6, color=BLUE)
     a1.axhline(0.0, color=GREY, lw=0.8)
-    a1.set_xticks(y, names, rotation=30, ha="right")
+    a1.set_xticks(np.arange(len(names)), names, rotation=30, ha="right")
     a1.set_ylabel("start − mean start (dataset units)")
     a1.set_title("Start pose per joint, one dot per episode")
     outliers = set(r.outliers)
@@ -130,8 +142,12 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
     a2.set_title("Distance from the mean start state" + (f" ({len(outliers)} outliers, red)" if outliers else ""))
     integer_ticks(a2)
     a2.legend(fontsize=8)
-    out["start_states"] = save(fig, folder / "start_states.png")
+    return fig
 
+
+def _episode_lengths(plt: Any, r: Any) -> Any:
+    """The episode lengths' histogram, and each episode's leading dead air."""
+    episodes = np.asarray(r.episode_index)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     sec = np.asarray(r.episode_lengths, dtype=float) / r.fps
     lo, hi = float(sec.min()), float(sec.max())
@@ -154,24 +170,25 @@ def write_audit_plots(r: Any, folder: Path) -> dict[str, Path]:
         a2.set_xlabel("episode")
         a2.set_ylabel("leading dead air (s)")
         integer_ticks(a2)
-    out["episode_lengths"] = save(fig, folder / "episode_lengths.png")
-    effort = getattr(getattr(r, "content", None), "effort", None)
-    if effort:
-        fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(effort) + 1.5))
-        for i, e in enumerate(effort):
-            ax.barh(i, e.max - e.min, left=e.min, color=LIGHT, height=0.7, label="all frames" if i == 0 else None)
-            ax.barh(
-                i, e.q99 - e.q01, left=e.q01, color=BLUE, height=0.4, label="1st-99th percentile" if i == 0 else None
-            )
-        ax.axvline(0.0, color=GREY, lw=0.8)
-        ax.set_yticks(np.arange(len(effort)), [e.joint for e in effort])
-        ax.invert_yaxis()
-        ax.set_xlim(-1.05, 1.05)
-        ax.set_xlabel("load (fraction of max torque)")
-        ax.set_title(OPTIONAL_AUDIT_PLOTS["effort_ranges"][0])
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-        out["effort_ranges"] = save(fig, folder / "effort_ranges.png")
-    return out
+    return fig
+
+
+def _effort_ranges(plt: Any, effort: Any) -> Any:
+    """Per joint: the load over all frames and its 1st-99th percentile."""
+    fig, ax = plt.subplots(figsize=(9.5, 0.5 * len(effort) + 1.5))
+    for i, e in enumerate(effort):
+        ax.barh(i, e.max - e.min, left=e.min, color=LIGHT, height=0.7, label="all frames" if i == 0 else None)
+        ax.barh(
+            i, e.q99 - e.q01, left=e.q01, color=BLUE, height=0.4, label="1st-99th percentile" if i == 0 else None
+        )
+    ax.axvline(0.0, color=GREY, lw=0.8)
+    ax.set_yticks(np.arange(len(effort)), [e.joint for e in effort])
+    ax.invert_yaxis()
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_xlabel("load (fraction of max torque)")
+    ax.set_title(OPTIONAL_AUDIT_PLOTS["effort_ranges"][0])
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return fig
 
 
 def write_audit_html(r: Any, text: str, out: Path) -> Path:

@@ -369,16 +369,50 @@ def open_bag(path: str | Path) -> Bag:
     """Read the whole bag (what survived of it); damage is recorded in `Bag.damage`, not raised."""
     path = Path(path)
     bag_dir, mcap_path = find_bag(path)
-    meta_yaml: dict[str, Any] | None = None
-    yaml_problem = None
-    if path.is_dir():
+    meta_yaml, yaml_problem = _metadata_yaml(bag_dir) if path.is_dir() else (None, None)
+    scanned, per_channel = _scan_messages(mcap_path)
+    refuse_outdated(bag_dir, (s.data for s in scanned.schemas.values()), scanned.metadata)
+    file = str(mcap_path)
+    damage = _scan_damage(scanned, file)
+    if yaml_problem:
+        damage.append(BagDamage(CORRUPT, str(bag_dir / "metadata.yaml"), yaml_problem))
+    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
+    episode = _episode(record, file, damage)
+    namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
+    topics, raw = _streams(scanned, per_channel, namespace, file, damage)
+    if scanned.complete and not scanned.bad_chunks:
+        counts = {ch.topic: len(raw[strip_namespace(ch.topic, namespace) if namespace else ch.topic])
+                  if name_problem(ch.topic, ch.schema_name) is None else len(per_channel.get(cid, ((),))[0])
+                  for cid, ch in scanned.raw_channels.items()}
+        damage += [BagDamage(CORRUPT, file, p) for p in integrity.yaml_count_problems(meta_yaml, counts)]
+    if episode is not None and namespace:
         try:
-            meta_yaml = read_metadata_yaml(bag_dir)
-        except FileNotFoundError:  # a crashed recorder writes none: the MCAP is the truth
-            meta_yaml = None
-        except Exception as exc:  # noqa: BLE001 - there but unreadable: damage, named
-            yaml_problem = f"metadata.yaml unreadable: {exc}"
-    per_channel: dict[int, tuple[list[int], list[int], list[int], list[bytes]]] = {}
+            episode = episode.without_namespace()
+        except (ValueError, TypeError, AttributeError) as exc:
+            damage.append(BagDamage(CORRUPT, file, f"episode metadata namespace unusable: {exc}"))
+    disagree = integrity.metadata_disagreement(scanned.metadata.get(METADATA_RECORD), meta_yaml)
+    if disagree and scanned.complete:
+        damage.append(BagDamage(CORRUPT, file, disagree))
+    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
+               scanned.metadata, raw, record or None)
+
+
+_Columns = tuple[list[int], list[int], list[int], list[bytes]]  # one channel's log, publish, sequence, data
+
+
+def _metadata_yaml(bag_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(rosbag2's metadata.yaml, None), (None, None) when there is none, (None, why) when it is unreadable."""
+    try:
+        return read_metadata_yaml(bag_dir), None
+    except FileNotFoundError:  # a crashed recorder writes none: the MCAP is the truth
+        return None, None
+    except Exception as exc:  # noqa: BLE001 - there but unreadable: damage, named
+        return None, f"metadata.yaml unreadable: {exc}"
+
+
+def _scan_messages(mcap_path: Path) -> tuple[ScanResult, dict[int, _Columns]]:
+    """Every message that survived, in columns per channel id, and the scan's findings."""
+    per_channel: dict[int, _Columns] = {}
 
     def keep(m: Message) -> None:
         entry = per_channel.get(m.channel_id)
@@ -395,21 +429,26 @@ def open_bag(path: str | Path) -> Bag:
         raise NotABagError(str(exc)) from None
     except NotMcapError as exc:
         raise BagReadError(str(exc)) from None
-    refuse_outdated(bag_dir, (s.data for s in scanned.schemas.values()), scanned.metadata)
-    file = str(mcap_path)
-    damage = _scan_damage(scanned, file)
-    if yaml_problem:
-        damage.append(BagDamage(CORRUPT, str(bag_dir / "metadata.yaml"), yaml_problem))
-    episode = None
-    record = scanned.metadata.get(METADATA_RECORD) or scanned.metadata.get(START_RECORD)
-    if record:
-        try:
-            episode = EpisodeMeta.from_strings(record)
-        except UnsafeNameError as exc:
-            damage.append(BagDamage(UNSAFE_NAME, file, f"episode metadata: {exc}", exc.field))
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
-    namespace = episode.namespace if episode is not None and isinstance(episode.namespace, str) else ""
+    return scanned, per_channel
+
+
+def _episode(record: dict[str, str] | None, file: str, damage: list[BagDamage]) -> EpisodeMeta | None:
+    """The episode metadata record, or None (an unsafe name or an unreadable record is damage)."""
+    if not record:
+        return None
+    try:
+        return EpisodeMeta.from_strings(record)
+    except UnsafeNameError as exc:
+        damage.append(BagDamage(UNSAFE_NAME, file, f"episode metadata: {exc}", exc.field))
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        damage.append(BagDamage(CORRUPT, file, f"episode metadata unreadable: {exc}"))
+    return None
+
+
+def _streams(scanned: ScanResult, per_channel: dict[int, _Columns], namespace: str, file: str,
+             damage: list[BagDamage]) -> tuple[dict[str, str], dict[str, RawTopic]]:
+    """(type by topic, RawTopic by topic), the rig's namespace stripped; a channel with an unsafe
+    name, a topic on two channels and duplicated records are damage."""
     topics: dict[str, str] = {}
     raw: dict[str, RawTopic] = {}
     for cid, ch in sorted(scanned.raw_channels.items()):
@@ -429,21 +468,7 @@ def open_bag(path: str | Path) -> Bag:
         dup = integrity.duplicate_records(ch.topic, raw[name].log_ns, raw[name].publish_ns, raw[name].sequence, data)
         if dup:
             damage.append(BagDamage(CORRUPT, file, dup))
-    if scanned.complete and not scanned.bad_chunks:
-        counts = {ch.topic: len(raw[strip_namespace(ch.topic, namespace) if namespace else ch.topic])
-                  if name_problem(ch.topic, ch.schema_name) is None else len(per_channel.get(cid, ((),))[0])
-                  for cid, ch in scanned.raw_channels.items()}
-        damage += [BagDamage(CORRUPT, file, p) for p in integrity.yaml_count_problems(meta_yaml, counts)]
-    if episode is not None and namespace:
-        try:
-            episode = episode.without_namespace()
-        except (ValueError, TypeError, AttributeError) as exc:
-            damage.append(BagDamage(CORRUPT, file, f"episode metadata namespace unusable: {exc}"))
-    disagree = integrity.metadata_disagreement(scanned.metadata.get(METADATA_RECORD), meta_yaml)
-    if disagree and scanned.complete:
-        damage.append(BagDamage(CORRUPT, file, disagree))
-    return Bag(bag_dir if path.is_dir() else mcap_path, mcap_path, topics, episode, meta_yaml, damage,
-               scanned.metadata, raw, record or None)
+    return topics, raw
 
 
 def name_problem(topic: str, type_name: str) -> tuple[str, str] | None:

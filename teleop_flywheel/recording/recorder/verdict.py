@@ -300,8 +300,10 @@ class VerdictKeeper:
 
 def summary(ep: _Episode) -> dict[str, Any]:
     doc = ep.doc or {}
-    return {"episode": ep.name, "bag": str(ep.path), "verdict": doc.get("verdict") if ep.doc else PENDING,
-            "status": doc.get("status") if ep.doc else PENDING, "codes": doc.get("codes", []),
+    # Done without a doc: a recorder with no judge (`verdict` off) will never judge it; not pending.
+    waiting = PENDING if ep.state != "done" else None
+    return {"episode": ep.name, "bag": str(ep.path), "verdict": doc.get("verdict") if ep.doc else waiting,
+            "status": doc.get("status") if ep.doc else waiting, "codes": doc.get("codes", []),
             "warnings": len(doc.get("warnings") or []), "decision": ep.decision, "seconds": ep.verdict_after_s}
 
 

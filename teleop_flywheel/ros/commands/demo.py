@@ -267,125 +267,162 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, text=True, capture_output=capture, check=False)
 
 
-def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
-    from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
-    from teleop_flywheel.ros.session.launch.supervisor import Session
+class ScriptedOperator:
+    """The demo's operator at the rig, over the nodes' ROS interfaces: resets the scene for each take
+    (the policy it runs, the arm sent home), steps in when the policy goes wrong (pedal down, the
+    trigger label, pedal up — or forgets the label, as planned), stalls the camera where planned,
+    sets the outcome (or forgets it), stops and keeps every episode (the failures are there to be
+    rejected). Verdicts and ingest are logged as they come."""
 
-    bags = out / "bags"
-    episode_span = seconds + GAP_S
-    # The scripted policy: every second move heads for a wrong waypoint; it ends holding the place pose,
-    # or (policy_miss.yaml, the episodes that miss) the wrong square.
+    def __init__(self, session: Any, plans: list[EpisodePlan], policy_file: Path, miss_file: Path,
+                 bags: Path) -> None:
+        from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
+
+        self.session, self.plans = session, plans
+        self.policy_file, self.miss_file = policy_file, miss_file
+        self.recorder = RecorderClient(session.context, "demo_operator")
+        self.policy = PolicyClient(self.recorder.node)
+        self.camera = ParameterClient(self.recorder.node, "/camera_front")
+        self.status = RecorderStatus(self.recorder.node)
+        session.add_node(self.recorder.node)
+        if not self.recorder.ready(READY_S):
+            raise RuntimeError("the recorder's services did not come up")
+        self.status.wait_all_topics(READY_S)  # the recorder has found every stream it records
+        self.verdicts = VerdictLog(self.status, plans)
+        self.ingested = IngestLog(bags, self.verdicts)
+        self._running = policy_file
+        self._pedal: VirtualPedal | None = None
+
+    def home(self, p: EpisodePlan) -> None:
+        """Reset the scene for take `p`: the policy it runs, the arm sent home."""
+        wanted = self.miss_file if p.misses else self.policy_file
+        if wanted != self._running:
+            self.policy.swap(policy_args=str(wanted))
+            self._running = wanted
+        self.policy.reset()
+
+    def wait_until(self, t: float) -> None:
+        """Until monotonic time `t`, logging verdicts and ingest as they come; RuntimeError if the session fails."""
+        while time.monotonic() < t:
+            self.verdicts.poll()  # the last episode's verdict, as soon as the recorder has it
+            self.ingested.poll()  # and the episodes ingest has taken since
+            if self.session.failed.wait(0.05):
+                raise RuntimeError(f"the session failed: {self.session.failure}")
+
+    def take(self, p: EpisodePlan, seconds: float) -> Path:
+        """Record take `p` as planned; returns its bag."""
+        pedal = self.pedal()
+        self.policy.reset()
+        self.recorder.call("start")
+        t0 = time.monotonic()
+
+        def at(t: float) -> None:
+            while time.monotonic() < t0 + t:
+                time.sleep(0.01)
+
+        # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
+        at(2.4)
+        pedal.takeover(True)
+        at(2.9)
+        if p.label:
+            pedal.label(p.label)
+        if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
+            at(seconds * 0.4)
+            self.camera.set(stall_now_s=4.0)
+        at(min(4.4, seconds - 1.0))
+        pedal.takeover(False)
+        at(seconds - 0.3)
+        if p.outcome:
+            self.recorder.label(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
+                                failure_label="dropped the brick" if p.outcome == "failure" else "")
+        at(seconds)
+        before = self.status.last_saved()
+        self.recorder.call("stop")
+        saved = Path(self.status.saved_after(before))
+        self.verdicts.names[p.index] = saved.name
+        self.recorder.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
+        return saved
+
+    def pedal(self) -> VirtualPedal:
+        """The simulated pedal's FIFO, opened once."""
+        if self._pedal is None:
+            self._pedal = VirtualPedal(self.session.graph.pedal_fifo)
+        return self._pedal
+
+    def close(self) -> None:
+        if self._pedal is not None:
+            self._pedal.close()
+
+
+def write_policies(out: Path) -> tuple[Path, Path]:
+    """The scripted policy's files: every second move heads for a wrong waypoint; it ends holding the
+    place pose, or (policy_miss.yaml, the episodes that miss) the wrong square."""
     policy_file, miss_file = out / "policy.yaml", out / "policy_miss.yaml"
     probe = load_task_spec(config_path(TASK_SPEC)).clock_probe
     policy_file.write_text(policy_yaml(PLACE, probe))
     miss_file.write_text(policy_yaml(WRONG_PLACE, probe))
+    return policy_file, miss_file
+
+
+def demo_graph(bags: Path, policy_file: Path, codec: str) -> Any:
+    """The simulated rig: the sim session with a synthetic front camera, the demo's task spec and
+    policy, and ingest into `bags/dataset`."""
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task_spec=str(config_path(TASK_SPEC)), operator="sim-operator",
                         checkpoint_id="scripted-v0", policy_args=str(policy_file), ingest=True)
     # Ingest leaves rejects in place (the batch validation below reports and quarantines them) and draws no
     # audit page (the demo draws one at the end).
-    graph = with_parameters(build_graph("sim", cfg), {"ingest": {"quarantine": False, "audit": False,
-                                                                 "codec": codec, "repo_id": REPO_ID}})
+    return with_parameters(build_graph("sim", cfg), {"ingest": {"quarantine": False, "audit": False,
+                                                                "codec": codec, "repo_id": REPO_ID}})
+
+
+def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
+    from teleop_flywheel.ros.session.launch.supervisor import Session
+
+    bags = out / "bags"
+    policy_file, miss_file = write_policies(out)
+    graph = demo_graph(bags, policy_file, codec)
     print(f"demo: starting the simulated rig: {len(graph.sim_arms)} simulated arms (sim-bus) and {len(graph.nodes)} "
           f"nodes, one process each (up to {READY_S:.0f} s on a loaded machine)...", flush=True)
     with Session(graph) as session:  # returns once every node is on the graph
-        operator = RecorderClient(session.context, "demo_operator")
-        policy = PolicyClient(operator.node)
-        camera = ParameterClient(operator.node, "/camera_front")
-        status = RecorderStatus(operator.node)
-        session.add_node(operator.node)
-        if not operator.ready(READY_S):
-            raise RuntimeError("the recorder's services did not come up")
-        status.wait_all_topics(READY_S)  # the recorder has found every stream it records
-        verdicts = VerdictLog(status, plans)
-        ingested = IngestLog(bags, verdicts)
-        running = [policy_file]
-
-        def home(p: EpisodePlan) -> None:
-            """The scripted operator resets the scene for take `p`: the policy it runs, the arm sent home."""
-            wanted = miss_file if p.misses else policy_file
-            if wanted != running[0]:
-                policy.swap(policy_args=str(wanted))
-                running[0] = wanted
-            policy.reset()
-
-        home(plans[0])
+        operator = ScriptedOperator(session, plans, policy_file, miss_file, bags)
+        operator.home(plans[0])
         t_start = time.monotonic()
-        pedal = VirtualPedal(session.graph.pedal_fifo)
         try:
+            operator.pedal()
             print(f"demo: session up ({', '.join(session.node_names)}: one process each); "
                   f"recording {len(plans)} episodes of {seconds:.0f} s", flush=True)
-            for p in plans:
-                t_episode = t_start + WARMUP_S + p.index * episode_span
-                while time.monotonic() < t_episode:
-                    verdicts.poll()  # the last episode's verdict, as soon as the recorder has it
-                    ingested.poll()  # and the episodes ingest has taken since
-                    if session.failed.wait(0.05):
-                        raise RuntimeError(f"the session failed: {session.failure}")
-                policy.reset()
-                operator.call("start")
-                t0 = time.monotonic()
-
-                def at(t: float, t0: float = t0) -> None:
-                    while time.monotonic() < t0 + t:
-                        time.sleep(0.01)
-
-                # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
-                at(2.4)
-                pedal.takeover(True)
-                at(2.9)
-                if p.label:
-                    pedal.label(p.label)
-                if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
-                    at(seconds * 0.4)
-                    camera.set(stall_now_s=4.0)
-                at(min(4.4, seconds - 1.0))
-                pedal.takeover(False)
-                at(seconds - 0.3)
-                if p.outcome:
-                    operator.label(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
-                                   failure_label="dropped the brick" if p.outcome == "failure" else "")
-                at(seconds)
-                before = status.last_saved()
-                operator.call("stop")
-                saved = Path(status.saved_after(before))
-                name = verdicts.names[p.index] = saved.name
-                operator.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
+            for p in plans:  # on a fixed schedule
+                operator.wait_until(t_start + WARMUP_S + p.index * (seconds + GAP_S))
+                saved = operator.take(p, seconds)
                 if p.index + 1 < len(plans):
-                    home(plans[p.index + 1])
-                print(f"demo: episode {p.index}: {name} (outcome {p.outcome or 'NOT SET'}, "
+                    operator.home(plans[p.index + 1])
+                print(f"demo: episode {p.index}: {saved.name} (outcome {p.outcome or 'NOT SET'}, "
                       f"label {p.label or 'NONE'}{', camera stall' if p.camera_stall else ''}"
                       f"{', brick on the wrong square' if p.misses else ''}); validating...", flush=True)
-                verdicts.at_stop(p.index, saved)
-            verdicts.wait_all(VERDICT_WAIT_S)
-            ingested.poll(recording=False)
-            ingested.wait_all(INGEST_WAIT_S, session.failed)
+                operator.verdicts.at_stop(p.index, saved)
+            operator.verdicts.wait_all(VERDICT_WAIT_S)
+            operator.ingested.poll(recording=False)
+            operator.ingested.wait_all(INGEST_WAIT_S, session.failed)
         finally:
-            pedal.close()
-        session.remove_node(operator.node)
+            operator.close()
+        session.remove_node(operator.recorder.node)
         if session.failed.is_set():
             raise RuntimeError(f"the session failed: {session.failure}")
-    return bags, verdicts, ingested
+    return bags, operator.verdicts, operator.ingested
 
 
 def run(args: argparse.Namespace) -> int:
-    out: Path = args.out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError("exists and is not an empty folder", where=str(out),
-                         fix="choose a new --out: nothing is ever overwritten")
-    if args.seconds < MIN_SECONDS or args.episodes < 1:
-        raise UsageError(f"need --episodes >= 1 and --seconds >= {MIN_SECONDS:g}", where="the command line",
-                         fix="the scripted takeover happens at 2.4-4.4 s into each episode, the place at about 6.6 s")
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    # Its own graph: a random domain per run, so no other session's nodes join this one.
-    domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
-    print(f"demo: ROS domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
-          f"(watch it: ROS_DOMAIN_ID={domain} teleop-flywheel console)", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    plans = plan(args.episodes)
+    return run_demo(args.out, args.episodes, args.seconds, args.codec)
+
+
+def run_demo(out: Path, episodes: int, seconds: float, codec: str) -> int:
+    """The whole demo into `out`: record on the simulated rig, the batch steps, the summary."""
+    domain = prepare(out, episodes, seconds)
+    plans = plan(episodes)
     try:
-        bags, verdicts, ingested = record(out, plans, args.seconds, args.codec)
+        bags, verdicts, ingested = record(out, plans, seconds, codec)
     except RuntimeError as exc:  # RecorderCallError included: one line, exit 1 (cli/)
         raise PartialFailure(
             f"recording stopped: {exc}",
@@ -394,6 +431,34 @@ def run(args: argparse.Namespace) -> int:
         ) from exc
     print(f"\ndemo: {len(plans)} episodes recorded in {bags}; now validate, convert, audit, curate and write the "
           "data card", flush=True)
+    report, failed = batch_steps(out, bags, codec)
+    failed += summarise(out, bags, report, plans, verdicts, ingested, domain)
+    if failed:
+        raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
+    return 0
+
+
+def prepare(out: Path, episodes: int, seconds: float) -> str:
+    """Refuse an `out` that holds anything and a take too short for the script; put the demo on a
+    ROS domain of its own (returned), localhost discovery."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError("exists and is not an empty folder", where=str(out),
+                         fix="choose a new --out: nothing is ever overwritten")
+    if seconds < MIN_SECONDS or episodes < 1:
+        raise UsageError(f"need --episodes >= 1 and --seconds >= {MIN_SECONDS:g}", where="the command line",
+                         fix="the scripted takeover happens at 2.4-4.4 s into each episode, the place at about 6.6 s")
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # Its own graph: a random domain per run, so no other session's nodes join this one.
+    domain = os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
+    print(f"demo: ROS domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
+          f"(watch it: ROS_DOMAIN_ID={domain} teleop-flywheel console)", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    return domain
+
+
+def batch_steps(out: Path, bags: Path, codec: str) -> tuple[Path, list[str]]:
+    """validate, convert, audit, curate, card, then quarantine the rejects, each the user's own
+    command: (validation.json, the steps that failed)."""
     dataset, quarantine = out / "dataset", out / "quarantine"
     report = out / "validation.json"
     validated = cli("validate", str(bags), "--json", capture=True)
@@ -403,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
                              fix="the line above says why")
     report.write_text(validated.stdout)
     cli("validate", str(bags))
-    failed = [] if cli("convert", str(bags), "--dataset", str(dataset), "--codec", args.codec,
+    failed = [] if cli("convert", str(bags), "--dataset", str(dataset), "--codec", codec,
                        "--repo-id", REPO_ID).returncode == 0 else ["convert"]
     if (dataset / "meta" / "info.json").exists():
         steps = [
@@ -420,6 +485,14 @@ def run(args: argparse.Namespace) -> int:
     moved = cli("validate", str(bags), "--quarantine", str(quarantine), "--json", capture=True)
     if moved.returncode == 0 and moved.stdout.strip():
         report.write_text(moved.stdout)
+    return report, failed
+
+
+def summarise(out: Path, bags: Path, report: Path, plans: list[EpisodePlan], verdicts: VerdictLog,
+              ingested: IngestLog, domain: str) -> list[str]:
+    """Print where everything is with the key numbers, the failures injected on purpose apart from the
+    ones nobody injected; returns the checks that failed (ingest disagreeing with the batch convert)."""
+    dataset, quarantine = out / "dataset", out / "quarantine"
     batch = json.loads(report.read_text())
     summary = batch["summary"]
     reports = {e["name"]: e["reasons"] for e in batch["episodes"] if e.get("error") is None}
@@ -428,7 +501,6 @@ def run(args: argparse.Namespace) -> int:
                 and set(d.get("codes") or []) == {r["code"] for r in reports[n]})
     times = sorted(verdicts.seconds.values())
     agrees, ingest_line = ingested.agreement(dataset)
-    failed += [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]
     print("\n=== demo summary ===")
     print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
     if (dataset / "meta" / "info.json").exists():
@@ -461,7 +533,4 @@ def run(args: argparse.Namespace) -> int:
           f"judged at stop, {sum(p.misses for p in plans)} placed on the wrong square on purpose; "
           f"{len(flagged)} flag(s) the predicate disagrees with, caught at the rig"
           + (": " + "; ".join(flagged) if flagged else ""))
-    if failed:
-        raise PartialFailure(f"these steps failed: {', '.join(failed)}", where=str(out), fix="see their output above")
-    return 0
-
+    return [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]

@@ -120,75 +120,12 @@ def _fmt(stats: TrackingStats) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0:
         raise UsageError(f"--seconds must be positive, got {args.seconds:g}", fix="e.g. --seconds 10")
-    with tempfile.TemporaryDirectory(prefix="teleop_flywheel_mirror_") as tmp, \
-            simulated_arm("leader", Path(tmp) / "leader", args.sim), \
-            simulated_arm("follower", Path(tmp) / "follower", args.sim):
-        context = Context()
-        rclpy.init(context=context, args=[])
-        executor = SingleThreadedExecutor(context=context)
-        nodes: list[Node] = []
-        try:
-            drivers = {}
-            for role in ("leader", "follower"):
-                overrides = [Parameter("port", value=str(Path(tmp) / role)), Parameter("role", value=role),
-                             Parameter("rate_hz", value=float(args.rate_hz)),
-                             Parameter("calibration_file", value=str(sim_calibration_file(role))),
-                             Parameter("simulated", value=True)]
-                remap = (
-                    ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
-                )
-                drivers[role] = ArmDriverNode(f"{role}_driver", context=context, parameter_overrides=overrides,
-                                              cli_args=remap)
-                nodes.append(drivers[role])
-            monitor = TrackingMonitor(args.settle, context=context)
-            nodes.append(monitor)
-            for node in nodes:
-                executor.add_node(node)
-            start = now_ns()
-            end = start + int(args.seconds * NS_PER_S)
-            next_report = start + int(args.report_every * NS_PER_S)
-            while now_ns() < end:
-                executor.spin_once(timeout_sec=0.05)
-                if now_ns() >= next_report:
-                    next_report += int(args.report_every * NS_PER_S)
-                    t = (now_ns() - start) / NS_PER_S
-                    rates = " ".join(f"{r} {d.arm.state.achieved_hz():.0f} Hz" for r, d in drivers.items())
-                    window = monitor.take_window()
-                    print(f"[{t:5.1f} s] loop: {rates}; " + (_fmt(window) if window.count else "settling"), flush=True)
-            summary = {
-                "seconds": args.seconds,
-                "loop_rate_hz": {r: round(d.arm.state.achieved_hz(), 1) for r, d in drivers.items()},
-                "target_rate_hz": args.rate_hz,
-                "joint_states": dict(monitor.counts),
-                "diagnostics": {r: [(h := d.arm.health()).level, h.message] for r, d in drivers.items()},
-                "tracking": monitor.stats.to_dict(),
-            }
-        finally:
-            for node in nodes:
-                close = getattr(node, "close", None)
-                if callable(close):
-                    close()
-                executor.remove_node(node)
-                node.destroy_node()
-            executor.shutdown()
-            rclpy.shutdown(context=context)
-    stats = monitor.stats
-    problem = ""
-    if stats.count == 0:
-        problem = "no tracking samples: the follower never reported after the settle time"
-    elif max(stats.mean_abs()) > args.max_error_deg:
-        problem = f"tracking error above {args.max_error_deg} deg"
+    summary, stats = mirror(args.seconds, args.rate_hz, args.settle, args.report_every, args.sim)
+    problem = tracking_problem(stats, args.max_error_deg)
     if args.json:
         print(json.dumps(dict(summary, ok=not problem, problem=problem), indent=2))
     else:
-        rates = ", ".join(f"{r} {hz} Hz" for r, hz in summary["loop_rate_hz"].items())
-        print(f"mirror: {args.seconds:g} s, loop rate {rates} (target {args.rate_hz:g} Hz), "
-              f"{stats.count} follower samples compared")
-        if stats.count:
-            print("tracking (follower - leader, degrees, after settle):")
-            for name, mean, peak in zip(JOINT_NAMES, stats.mean_abs(), stats.max_abs, strict=True):
-                print(f"  {name:<14} mean {mean:6.2f}  max {peak:6.2f}")
-            print(f"  max over joints: {max(stats.max_abs):.2f} deg")
+        print_tracking(summary, stats)
     if problem:  # the check failed: one line, the last on stderr, exit 1
         sys.stdout.flush()
         print(
@@ -203,3 +140,90 @@ def run(args: argparse.Namespace) -> int:
         )
     return EXIT_PARTIAL if problem else EXIT_OK
 
+
+def mirror(seconds: float, rate_hz: float, settle_s: float, report_every_s: float, sim: str
+           ) -> tuple[dict[str, Any], TrackingStats]:
+    """Mirror a simulated leader onto a simulated follower for `seconds`, a line every
+    `report_every_s`: (the summary, the tracking after `settle_s`)."""
+    with tempfile.TemporaryDirectory(prefix="teleop_flywheel_mirror_") as tmp, \
+            simulated_arm("leader", Path(tmp) / "leader", sim), \
+            simulated_arm("follower", Path(tmp) / "follower", sim):
+        context = Context()
+        rclpy.init(context=context, args=[])
+        executor = SingleThreadedExecutor(context=context)
+        nodes: list[Node] = []
+        try:
+            drivers: dict[str, ArmDriverNode] = {}
+            for role in ("leader", "follower"):  # each in `nodes` at once: destroyed even if the next fails
+                drivers[role] = _driver(role, Path(tmp) / role, rate_hz, context)
+                nodes.append(drivers[role])
+            monitor = TrackingMonitor(settle_s, context=context)
+            nodes.append(monitor)
+            for node in nodes:
+                executor.add_node(node)
+            _spin(executor, drivers, monitor, seconds, report_every_s)
+            summary = {
+                "seconds": seconds,
+                "loop_rate_hz": {r: round(d.arm.state.achieved_hz(), 1) for r, d in drivers.items()},
+                "target_rate_hz": rate_hz,
+                "joint_states": dict(monitor.counts),
+                "diagnostics": {r: [(h := d.arm.health()).level, h.message] for r, d in drivers.items()},
+                "tracking": monitor.stats.to_dict(),
+            }
+        finally:
+            for node in nodes:
+                close = getattr(node, "close", None)
+                if callable(close):
+                    close()
+                executor.remove_node(node)
+                node.destroy_node()
+            executor.shutdown()
+            rclpy.shutdown(context=context)
+    return summary, monitor.stats
+
+
+def _driver(role: str, port: Path, rate_hz: float, context: Context) -> ArmDriverNode:
+    """The arm's driver on the simulated bus; the follower's command is the leader's state (direct mirroring)."""
+    overrides = [Parameter("port", value=str(port)), Parameter("role", value=role),
+                 Parameter("rate_hz", value=float(rate_hz)),
+                 Parameter("calibration_file", value=str(sim_calibration_file(role))),
+                 Parameter("simulated", value=True)]
+    remap = ["--ros-args", "-r", "/follower/joint_command:=/leader/joint_states"] if role == "follower" else []
+    return ArmDriverNode(f"{role}_driver", context=context, parameter_overrides=overrides, cli_args=remap)
+
+
+def _spin(executor: SingleThreadedExecutor, drivers: dict[str, ArmDriverNode], monitor: TrackingMonitor,
+          seconds: float, report_every_s: float) -> None:
+    """Spin for `seconds`, printing the loop rates and the last window's tracking every `report_every_s`."""
+    start = now_ns()
+    end = start + int(seconds * NS_PER_S)
+    next_report = start + int(report_every_s * NS_PER_S)
+    while now_ns() < end:
+        executor.spin_once(timeout_sec=0.05)
+        if now_ns() >= next_report:
+            next_report += int(report_every_s * NS_PER_S)
+            t = (now_ns() - start) / NS_PER_S
+            rates = " ".join(f"{r} {d.arm.state.achieved_hz():.0f} Hz" for r, d in drivers.items())
+            window = monitor.take_window()
+            print(f"[{t:5.1f} s] loop: {rates}; " + (_fmt(window) if window.count else "settling"), flush=True)
+
+
+def tracking_problem(stats: TrackingStats, max_error_deg: float) -> str:
+    """Why the follower did not track ("" when it did)."""
+    if stats.count == 0:
+        return "no tracking samples: the follower never reported after the settle time"
+    if max(stats.mean_abs()) > max_error_deg:
+        return f"tracking error above {max_error_deg} deg"
+    return ""
+
+
+def print_tracking(summary: dict[str, Any], stats: TrackingStats) -> None:
+    """The loop rates and each joint's tracking error, for a reader."""
+    rates = ", ".join(f"{r} {hz} Hz" for r, hz in summary["loop_rate_hz"].items())
+    print(f"mirror: {summary['seconds']:g} s, loop rate {rates} (target {summary['target_rate_hz']:g} Hz), "
+          f"{stats.count} follower samples compared")
+    if stats.count:
+        print("tracking (follower - leader, degrees, after settle):")
+        for name, mean, peak in zip(JOINT_NAMES, stats.mean_abs(), stats.max_abs, strict=True):
+            print(f"  {name:<14} mean {mean:6.2f}  max {peak:6.2f}")
+        print(f"  max over joints: {max(stats.max_abs):.2f} deg")

@@ -177,3 +177,16 @@ def test_the_worker_yields_the_cpu_to_the_rig(tmp_path: Path) -> None:
             assert autogroup.read_text().strip().endswith("nice 10")
     finally:
         worker.close()
+
+
+def test_without_a_judge_an_episode_is_not_validated_and_never_pending(tmp_path: Path) -> None:
+    """A recorder with its verdict off says so at once: whoever waits for verdicts (the evaluation
+    walk, the console) must not wait for one that never comes."""
+    out = tmp_path / "bags"
+    keeper = VerdictKeeper(out, None, ["front"])
+    keeper.submit(_bag(out, "clean"))
+    assert keeper.wait_idle(1.0)
+    v = keeper.status()["verdicts"][0]
+    assert v["episode"] == "clean" and v["verdict"] is None and v["status"] is None
+    assert read_verdict(out / "clean") is None  # nothing judged, nothing written
+    keeper.close()
