@@ -10,6 +10,12 @@ faults into most of them; this runs the same policy, guard and servo model offli
 8 s episode, so hundreds of episodes fit. Skews: the camera's header stamp, publish and receive
 times shifted together (the pipeline latency looks normal: only the pixels can tell).
 
+Motion kinds (`--motions`): `policy`, the above; `teleop`, the simulator's teleop operator alone
+(`session_kind="teleop"`: every joint a slow sinusoid, `sim_servo.default_human`, through the same
+guard and servos) — the motion whose periodic, unsynchronised reversals give the squared error
+several minima of nearly the same depth (`camera_lag`'s module doc, 6.). Every rate below is given
+per motion kind (`per_motion`); the top-level summary is the `policy` motion's.
+
 Measured with the shipped thresholds (`config/validate.yaml`), every episode through the
 validator (`validate_bag`), the pools through `lag_pool.apply_lag_pools`:
 
@@ -26,7 +32,7 @@ validator (`validate_bag`), the pools through `lag_pool.apply_lag_pools`:
 - time: the estimator alone, per minute of video.
 
 Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3] [--short-seeds 12]
-[--out bench/results/camera_lag.json]`
+[--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop] [--out bench/results/camera_lag.json]`
 """
 from __future__ import annotations
 
@@ -55,8 +61,9 @@ SHORT_S = (3.0, 4.0, 5.0, 6.0, 7.0)  # clean episodes shorter than the main ones
 def _spec(seed: int, skew: float, args: argparse.Namespace, session: str, index: int, instance: str) -> Any:
     from teleop_flywheel.testing.synthetic_session import SessionSpec
 
+    takeover = ((2.4, 4.4, "wrong_grasp"),) if args.motion == "policy" else ()
     return SessionSpec(duration_s=args.seconds, motion="rig", seed=seed, camera_clock_skew_ms=skew,
-                       cameras=("front",), session_kind="policy", interventions=((2.4, 4.4, "wrong_grasp"),),
+                       cameras=("front",), session_kind=args.motion, interventions=takeover,
                        session_time_s=60.0 + 20.0 * index, rig_id=session, camera_instance=instance)
 
 
@@ -130,17 +137,45 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--restarts", type=int, default=3, help="restart sessions of 10 episodes")
     parser.add_argument("--short-seeds", type=int, default=12, help="clean episodes per short length")
+    parser.add_argument("--skews", default=",".join(f"{x:g}" for x in SKEWS_MS),
+                        help="injected skews in ms, comma-separated (0 first: the clean episodes)")
+    parser.add_argument("--motions", default="policy,teleop", help="motion kinds, comma-separated (policy, teleop)")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "camera_lag.json")
     args = parser.parse_args()
+    args.skews = tuple(float(x) for x in args.skews.split(","))
+    load_before = os.getloadavg()
+    per_motion, all_rows, all_short = {}, [], []
+    for motion in args.motions.split(","):
+        if motion not in ("policy", "teleop"):
+            parser.error(f"--motions: unknown motion {motion!r} (policy, teleop)")
+        summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": motion}))
+        per_motion[motion] = summary
+        all_rows += [r | {"motion": motion} for r in rows]
+        all_short += [r | {"motion": motion} for r in short]
+    first = next(iter(per_motion.values()))
+    summary = {**first, "per_motion": per_motion, "load_average_before": load_before,
+               "load_average_after": os.getloadavg(), "cpus": os.cpu_count()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"summary": summary, "episodes": all_rows, "short_episodes": all_short},
+                                   indent=2) + "\n")
+    for motion, s in per_motion.items():
+        print(motion, json.dumps({k: v for k, v in s.items() if k not in ("per_skew", "restarts", "short_clean")},
+                                 indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every measurement of the module doc on one motion kind: (summary, episode rows, short rows)."""
     from teleop_flywheel.data.validate.reasons import ValidateConfig
 
     cfg = ValidateConfig.load()
-    load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[float, int], Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_camera_lag_") as tmp:
-        root = Path(tmp)
-        for skew in SKEWS_MS:
+        root = Path(tmp) / args.motion
+        root.mkdir()
+        for skew in args.skews:
             for seed in range(args.seeds):
                 session = f"rig{skew:+.0f}s{seed // SESSION}"
                 row, rep = _episode(root, seed, skew, args, session, seed % SESSION, f"cam-{session}", cfg)
@@ -151,7 +186,7 @@ def main() -> int:
                       for s in range(min(args.seeds, 5))]
         # the pools: sessions of 10 consecutive seeds per skew, one camera instance each
         pooled: dict[float, list[bool]] = {}
-        for skew in SKEWS_MS:
+        for skew in args.skews:
             pooled[skew] = []
             for first in range(0, args.seeds - SESSION + 1, SESSION):
                 pooled[skew] += _pooled([reports[(skew, s)] for s in range(first, first + SESSION)], cfg)
@@ -185,7 +220,7 @@ def main() -> int:
                 print(json.dumps(short[-1]), flush=True)
     skewed = [r for r in rows if "restart_session" not in r]
     per_skew = {}
-    for skew in SKEWS_MS:
+    for skew in args.skews:
         rs = [r for r in skewed if r["skew_ms"] == skew]
         errs = [r["error_ms"] for r in rs if r["error_ms"] is not None and not r["note"]]
         per_skew[f"{skew:+.0f}"] = {
@@ -199,15 +234,19 @@ def main() -> int:
             "median_stderr_ms": round(statistics.median(r["stderr_ms"] for r in rs if r["stderr_ms"] is not None), 2)}
     moving = [r for r in rows if r["moving_s"] >= 2.0]
     big = [r for r in skewed if abs(r["skew_ms"]) >= 35.0]
-    mid = [s for s in SKEWS_MS if abs(s) == 25.0]
+    mid = [s for s in args.skews if abs(s) == 25.0]
     summary = {
         "episodes": len(rows), "episode_s": args.seconds, "seeds": args.seeds,
-        "camera": "320x240 JPEG q90 @ 30 fps", "motion": "rig (demo policy, takeover, 2 rad/s guard, simulated servos)",
+        "camera": "320x240 JPEG q90 @ 30 fps",
+        "motion": {"policy": "rig (demo policy, takeover, 2 rad/s guard, simulated servos)",
+                   "teleop": "rig (sinusoidal teleop operator, 2 rad/s guard, simulated servos)"}[args.motion],
         "clean_rejected": _rate(["CLOCK_OFFSET" in r["codes"] for r in skewed if r["skew_ms"] == 0.0]),
         "clean_rejected_with_pool": _rate(pooled[0.0]),
         "skew_ge_35_rejected_on_own": _rate(["CLOCK_OFFSET" in r["codes"] for r in big]),
         "skew_25_rejected_with_pool": _rate([x for s in mid for x in pooled[s]]),
         "cannot_tell_moving_ge_2s": _rate([r["cannot_tell"] for r in moving]),
+        "clean_cannot_tell": _rate([r["cannot_tell"] for r in skewed if r["skew_ms"] == 0.0]),
+        "skew_ge_35_cannot_tell": _rate([r["cannot_tell"] for r in big]),
         "covered_95": _rate([bool(r["covered"]) for r in rows if r["covered"] is not None]),
         "restart_sessions": len(restarts),
         "restart_as_expected_with_id": sum(r["with_instance_id"] == r["expected"] for r in restarts),
@@ -219,15 +258,8 @@ def main() -> int:
                                                               if r["seconds"] == s]),
                                     "cannot_tell": _rate([r["cannot_tell"] for r in short if r["seconds"] == s])}
                         for s in SHORT_S},
-        "per_skew": per_skew, "restarts": restarts,
-        "load_average_before": load_before, "load_average_after": os.getloadavg(), "cpus": os.cpu_count()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"summary": summary, "episodes": rows, "short_episodes": short},
-                                   indent=2) + "\n")
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("per_skew", "restarts", "short_clean")},
-                     indent=2))
-    print(f"wrote {args.out}")
-    return 0
+        "per_skew": per_skew, "restarts": restarts}
+    return summary, rows, short
 
 
 if __name__ == "__main__":

@@ -383,14 +383,17 @@ BENCH_LINES: dict[str, Any] = {
     ),
     "camera_lag": lambda d: (
         f"`camera_lag` (a camera's lag behind the joints from its images, {d['summary']['episodes']} episodes of "
-        f"the rig's motion, {d['summary']['episode_s']:g} s, skews 0/±15/±25/±35/±60 ms and restart sessions): "
+        f"the rig's motion, {d['summary']['episode_s']:g} s, skews "
+        f"{'/'.join(sorted({k.lstrip('+-') for k in d['summary']['per_skew']}, key=float)).replace('/', '/±')} ms "
+        f"and restart sessions): "
         f"targets no clean episode rejected, ≥ 95 % of skews ≥ 35 ms rejected alone, ≥ 90 % of 25 ms through the "
         f"pool, ≤ 5 % cannot tell, 95 % intervals cover ≥ 90 %, a restart rejects 6–10 and keeps 1–5; "
         f"{d['summary']['clean_rejected']['n']}/{d['summary']['clean_rejected']['of']} clean rejected "
         f"({_met(d['summary']['clean_rejected']['n'] == 0)}), "
-        f"{d['summary']['short_clean_rejected']['n']}/{d['summary']['short_clean_rejected']['of']} clean 3–7 s "
-        f"episodes rejected ({_met(d['summary']['short_clean_rejected']['n'] == 0)}), "
-        f"{d['summary']['skew_ge_35_rejected_on_own']['n']}/{d['summary']['skew_ge_35_rejected_on_own']['of']} "
+        + (f"{d['summary']['short_clean_rejected']['n']}/{d['summary']['short_clean_rejected']['of']} clean 3–7 s "
+           f"episodes rejected ({_met(d['summary']['short_clean_rejected']['n'] == 0)}), "
+           if d['summary']['short_clean_rejected']['of'] else "")
+        + f"{d['summary']['skew_ge_35_rejected_on_own']['n']}/{d['summary']['skew_ge_35_rejected_on_own']['of']} "
         f"≥ 35 ms ({_met(d['summary']['skew_ge_35_rejected_on_own']['share'] >= 0.95)}), "
         f"{d['summary']['skew_25_rejected_with_pool']['n']}/{d['summary']['skew_25_rejected_with_pool']['of']} "
         f"25 ms pooled ({_met(d['summary']['skew_25_rejected_with_pool']['share'] >= 0.9)}), "
@@ -400,6 +403,11 @@ BENCH_LINES: dict[str, Any] = {
         f"restarts as expected {d['summary']['restart_as_expected_with_id']}/{d['summary']['restart_sessions']} "
         f"with the instance id, {d['summary']['restart_as_expected_without_id']}/{d['summary']['restart_sessions']} "
         f"without ({_met(d['summary']['restart_as_expected_with_id'] == d['summary']['restart_sessions'])})"
+        + "".join(f"; {m} motion: {x['clean_rejected']['n']}/{x['clean_rejected']['of']} clean rejected, "
+                  f"{x['skew_ge_35_rejected_on_own']['n']}/{x['skew_ge_35_rejected_on_own']['of']} ≥ 35 ms, "
+                  f"{x['skew_25_rejected_with_pool']['n']}/{x['skew_25_rejected_with_pool']['of']} 25 ms pooled, "
+                  f"{x['cannot_tell_moving_ge_2s']['n']}/{x['cannot_tell_moving_ge_2s']['of']} cannot tell"
+                  for m, x in d["summary"].get("per_motion", {}).items() if m != "policy")
     ),
     "convert": lambda d: (
         f"`convert` (bag → LeRobot v3.0, {d['resolution']} @ 30 fps, {d['frames']} frames): target ≥ "

@@ -49,13 +49,15 @@ def test_restart_rejects_the_episodes_after_it_and_keeps_those_before(restart: l
     # a step in the lag is a new instance, not a drift: CLOCK_DRIFT stays out of it
     assert not any(CLOCK_DRIFT in r.codes for r in restart), [r.line() for r in restart]
     after = restart[9].camera_pool["front"]
-    assert after["instance"] == "cam-b" and after["episodes"] == 5 and after["rejected"]
+    # the pool's N counts the estimates that could tell (an episode whose best fit jumps to another
+    # peak when one second is left out cannot: camera_lag's module doc, 6.)
+    assert after["instance"] == "cam-b" and after["members"] == 5 and after["episodes"] >= 3 and after["rejected"]
     assert abs(after["lag_ms"] - 30.0) <= 1.96 * after["stderr_ms"] + 5.0, after
     before = restart[0].camera_pool["front"]
     assert before["instance"] == "cam-a" and not before["rejected"] and abs(before["lag_ms"]) < 10.0
     pooled = [x for r in restart[5:] for x in r.reasons if x.code == CLOCK_OFFSET and "pool" in x.numbers]
     for x in pooled:  # the pooled figure and the N behind it
-        assert "(5 episodes)" in x.detail and "pooled over the session of instance cam-b" in x.detail
+        assert f"({after['episodes']} episodes)" in x.detail and "pooled over the session of instance cam-b" in x.detail
 
 
 def test_without_instance_ids_the_change_point_splits_the_session(restart: list[val.EpisodeReport]) -> None:

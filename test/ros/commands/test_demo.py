@@ -58,7 +58,8 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     assert len(quarantined) == sum(1 for e in ordered if e["reasons"])
 
     # The faulty episodes carry what was injected into them, the clean one nothing — except that a
-    # heavily loaded machine may stall a node's process for a moment (an arm driver, the teleop node):
+    # heavily loaded machine may stall a node's process for a moment (an arm driver, the teleop node,
+    # a camera outside the episode whose camera stall is injected):
     # a short FRAME_GAP on a joint or authority stream, or messages delivered late (the receive −
     # stamp latency proxy: "stamp far behind arrival"), caught as they must be; or a camera process
     # starved past its wait for the follower's samples, drawing poses late — a real lag in the
@@ -77,8 +78,11 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
             return abs(r["numbers"]["lag_ms"] - true_lag_ms(name)) <= 1.96 * r["numbers"]["stderr_ms"]
         if r["code"] == "CLOCK_OFFSET":
             return r["numbers"].get("median_latency_ms", 0.0) > 0 and "far behind arrival" in r["detail"]
-        return r["code"] == "FRAME_GAP" and not r["numbers"]["stream"].startswith("/cameras/") \
-            and r["numbers"]["gap_s"] < 0.5
+        # A short silence of any stream, the camera's included (at load 30 a starved camera process
+        # delivered nothing for the recorder's whole 500 ms stop window, which warns of it), except
+        # where a camera stall was injected: there the camera's gap is the injected one.
+        return r["code"] == "FRAME_GAP" and r["numbers"]["gap_s"] < 0.5 \
+            and not (name == ordered[1]["name"] and r["numbers"]["stream"].startswith("/cameras/"))
 
     injected = [set(), {"FRAME_GAP"}, {"UNLABELLED_INTERVENTION", "OUTCOME_MISMATCH"}, {"OUTCOME_UNSET"}]
     for i, e in enumerate(ordered):
