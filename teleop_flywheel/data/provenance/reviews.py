@@ -147,15 +147,16 @@ class Reviewed:
 def apply_decision(reasons: list[Reason], warnings: list[Reason], decision: ReviewDecision | None) -> Reviewed:
     """What `--admit-reviewed` makes of a verdict. An overrule admits a rejection only when the reviewer
     saw every code it now carries (a check added or a threshold moved since is not overruled by a
-    review of something else), and never an UNSAFE_NAME (a name that would be a path). A confirm turns
-    the warnings the reviewer saw into rejections, each saying who confirmed it."""
+    review of something else), and never an UNSAFE_NAME (a name that would be a path). A confirm of an
+    episode that passed with warnings turns the warnings the reviewer saw into rejections, each saying
+    who confirmed it."""
     if decision is None:
         return Reviewed(list(reasons), list(warnings))
     seen = set(decision.codes)
     if decision.verdict == "overrule" and reasons and {r.code for r in reasons} <= seen \
             and not any(r.code == UNSAFE_NAME for r in reasons):
         return Reviewed([], list(warnings), overruled=list(reasons))
-    if decision.verdict == "confirm":
+    if decision.verdict == "confirm" and not reasons:  # a rejected episode stays rejected for its own reasons
         confirmed = [w for w in warnings if w.code in seen]
         if confirmed:
             made = [Reason(w.code, f"{w.detail} (a warning confirmed by {decision.reviewer} at {decision.time})",

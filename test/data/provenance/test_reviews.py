@@ -41,6 +41,9 @@ def test_a_confirmed_warning_becomes_a_rejection_naming_who_confirmed_it() -> No
     assert [r.code for r in out.reasons] == ["CAMERA_LAG_UNKNOWN"] and out.warnings == [] and out.confirmed == [LAG]
     assert "confirmed by ana at 2026-12-06T07:00" in out.reasons[0].detail
     assert apply_decision([], [LAG], None).reasons == []  # never reviewed: unchanged
+    # A confirmed rejection keeps its own reasons; its warnings stay warnings.
+    rejected = apply_decision([GAP], [LAG], _decision("confirm", "FRAME_GAP", "CAMERA_LAG_UNKNOWN"))
+    assert rejected.reasons == [GAP] and rejected.warnings == [LAG]
 
 
 def test_the_latest_review_wins_and_notes_change_nothing(tmp_path: Path) -> None:
