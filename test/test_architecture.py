@@ -99,6 +99,42 @@ def test_import_linter_keeps_every_contract() -> None:
     assert "Contracts: 10 kept, 0 broken." in res.stdout, res.stdout[-2000:]
 
 
+def namespace_takers(paths: list[Path], root: Path = PACKAGE) -> list[str]:
+    """Every function outside the doors (`cli/`, `ros/commands/`) with a parameter annotated as an
+    argparse `Namespace`: the library takes plain typed arguments, a verb's door builds them."""
+    found = []
+    for path in paths:
+        rel = path.relative_to(root).parts
+        if rel[0] == "cli" or rel[:2] == ("ros", "commands"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]:
+                    if arg.annotation is not None and "Namespace" in ast.unparse(arg.annotation) \
+                            and "SimpleNamespace" not in ast.unparse(arg.annotation):
+                        found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.name}({arg.arg})")
+    return found
+
+
+def test_no_library_function_takes_a_namespace() -> None:
+    assert namespace_takers(_modules()) == []
+
+
+def test_the_namespace_check_fails_on_a_taker(tmp_path: Path) -> None:
+    root = tmp_path / "teleop_flywheel"
+    (root / "data").mkdir(parents=True)
+    (root / "cli").mkdir()
+    (root / "data" / "planted.py").write_text(
+        "import argparse\nfrom argparse import Namespace\n\n"
+        "def run(args: argparse.Namespace) -> int: ...\n\n"
+        "class C:\n    def go(self, *, opts: 'Namespace | None' = None) -> None: ...\n", encoding="utf-8")
+    (root / "cli" / "door.py").write_text("import argparse\n\ndef run(args: argparse.Namespace) -> int: ...\n",
+                                          encoding="utf-8")
+    found = namespace_takers(sorted(root.rglob("*.py")), root)
+    assert found == ["teleop_flywheel/data/planted.py:4: run(args)", "teleop_flywheel/data/planted.py:7: go(opts)"]
+
+
 def test_no_two_modules_share_a_name() -> None:
     """A name says what a module is, once. Nodes and verbs are the exception: `ros/nodes/` modules
     carry the executable's name a user types (`ros2 run teleop_flywheel ingest`), `cli/verbs/` doors

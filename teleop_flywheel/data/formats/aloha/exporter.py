@@ -28,7 +28,6 @@ recorded in the lineage registry.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.aloha import episode_file as al
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.formats.common.export_source import (
@@ -155,14 +155,13 @@ def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progres
                            registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(req: ExportRequest) -> int:
     """The `export --to hdf5-aloha` verb's work: one line saying what was written."""
-    source, out, dataset = args.source, args.out, args.dataset
-    jpeg_quality = jpeg_quality_of(args.jpeg, None, "give 1..100 (ALOHA: 50)")
-    refuse_existing(out)
+    jpeg_quality = jpeg_quality_of(req.jpeg, None, "give 1..100 (ALOHA: 50)")
+    refuse_existing(req.out)
     al.h5py_module()
-    src = open_source(source, dataset)
-    made = export(src, out, jpeg_quality, workers=args.workers, executor=args.executor, registry=args.registry)
+    made = export(open_source(req.source, req.dataset), req.out, jpeg_quality, workers=req.workers,
+                  executor=req.executor, registry=req.registry)
     print(f"wrote {made.out}: {made.episodes} episode files (episode_0..{made.episodes - 1}.hdf5), {made.frames} "
           f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}; lineage "
           f"export {made.export_id}")

@@ -22,7 +22,6 @@ single process writes.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -36,6 +35,7 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.data.formats import ImportRequest
 from teleop_flywheel.data.formats.aloha import episode_file as al
 from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.formats.common.staged_output import Imported
@@ -232,10 +232,10 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
     return v3_layout.image_stats(images)
 
 
-def run_import(args: argparse.Namespace) -> Imported:
+def run_import(req: ImportRequest) -> Imported:
     """`import --from hdf5-aloha DIR OUT` (cli/verbs/import_.py)."""
-    return import_aloha(args.source, args.out, args.task, args.fps, args.codec or "libsvtav1",
-                        args.robot_type or "so101_follower", workers=args.workers, executor=args.executor)
+    return import_aloha(req.source, req.out, req.task, req.fps, req.codec or "libsvtav1",
+                        req.robot_type or "so101_follower", workers=req.workers, executor=req.executor)
 
 
 def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int | None = None,
