@@ -8,10 +8,15 @@
 - Every module outside `ros/` imports in a fresh interpreter in which ROS packages cannot be
   imported at all (catches an import hidden behind another module); the cli's verb doors too,
   since a verb that needs ROS imports its body only when it runs.
+- The fleet's operations (Prometheus) are served by ros/ alone: no data or learning floor imports
+  `fleet/` (import-linter's `fleet` contract, proven able to fail over a planted package).
+- Only the doors (`cli/`, `ros/commands/`) take an argparse `Namespace`; library functions take
+  typed arguments.
 """
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -97,6 +102,64 @@ def test_import_linter_keeps_every_contract() -> None:
     res = subprocess.run([tool, "--no-cache"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-1000:]
     assert "Contracts: 10 kept, 0 broken." in res.stdout, res.stdout[-2000:]
+
+
+def test_the_fleet_contract_fails_on_a_learning_floor_importing_fleet(tmp_path: Path) -> None:
+    """`.importlinter`'s fleet contract, as written, over a planted package: each data or learning
+    floor imports the fleet (broken, each named), while ros/, which serves it, may."""
+    tool = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert tool, "import-linter is a dev requirement (pip install -e '.[dev]')"
+    root = tmp_path / "teleop_flywheel"
+    learning = ("data", "policies", "training", "testing", "evaluation")
+    for floor in ("fleet", "ros", *learning):
+        (root / floor).mkdir(parents=True)
+        (root / floor / "__init__.py").write_text("", encoding="utf-8")
+        if floor != "fleet":
+            (root / floor / "planted.py").write_text("from teleop_flywheel.fleet import metrics\n", encoding="utf-8")
+    (root / "__init__.py").write_text("", encoding="utf-8")
+    (root / "fleet" / "metrics.py").write_text("", encoding="utf-8")
+    res = subprocess.run([tool, "--no-cache", "--contract", "fleet", str(ROOT / ".importlinter")], cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "Contracts: 0 kept, 1 broken." in res.stdout, res.stdout[-3000:] + res.stderr
+    named = {floor for floor in (*learning, "ros") if f"teleop_flywheel.{floor}.planted -> teleop_flywheel.fleet" in
+             res.stdout}
+    assert named == set(learning), res.stdout[-3000:]
+
+
+def namespace_takers(paths: list[Path], root: Path = PACKAGE) -> list[str]:
+    """Every function outside the doors (`cli/`, `ros/commands/`) with a parameter annotated as an
+    argparse `Namespace`: the library takes plain typed arguments, a verb's door builds them."""
+    found = []
+    for path in paths:
+        rel = path.relative_to(root).parts
+        if rel[0] == "cli" or rel[:2] == ("ros", "commands"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]:
+                    if arg.annotation is not None and "Namespace" in ast.unparse(arg.annotation) \
+                            and "SimpleNamespace" not in ast.unparse(arg.annotation):
+                        found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {node.name}({arg.arg})")
+    return found
+
+
+def test_no_library_function_takes_a_namespace() -> None:
+    assert namespace_takers(_modules()) == []
+
+
+def test_the_namespace_check_fails_on_a_taker(tmp_path: Path) -> None:
+    root = tmp_path / "teleop_flywheel"
+    (root / "data").mkdir(parents=True)
+    (root / "cli").mkdir()
+    (root / "data" / "planted.py").write_text(
+        "import argparse\nfrom argparse import Namespace\n\n"
+        "def run(args: argparse.Namespace) -> int: ...\n\n"
+        "class C:\n    def go(self, *, opts: 'Namespace | None' = None) -> None: ...\n", encoding="utf-8")
+    (root / "cli" / "door.py").write_text("import argparse\n\ndef run(args: argparse.Namespace) -> int: ...\n",
+                                          encoding="utf-8")
+    found = namespace_takers(sorted(root.rglob("*.py")), root)
+    assert found == ["teleop_flywheel/data/planted.py:4: run(args)", "teleop_flywheel/data/planted.py:7: go(opts)"]
 
 
 def test_no_two_modules_share_a_name() -> None:

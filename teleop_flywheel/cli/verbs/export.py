@@ -27,10 +27,10 @@ export, its episodes, their manifest and dataset.
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 from teleop_flywheel.data.formats import EXPORTERS as FORMATS
+from teleop_flywheel.data.formats import ExportRequest, exporter
 from teleop_flywheel.data.parallel import add_arguments_to
 from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
 
@@ -54,6 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    writer = importlib.import_module(FORMATS[args.to][0])  # only the format asked for: its extras may be absent
-    result: int = writer.run_export(args)
-    return result
+    return exporter(args.to)(ExportRequest(
+        source=args.source, out=args.out, dataset=args.dataset, calibration=tuple(args.calibration), jpeg=args.jpeg,
+        registry=args.registry, workers=args.workers, executor=args.executor))

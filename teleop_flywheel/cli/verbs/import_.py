@@ -18,10 +18,10 @@ shows on a terminal.
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
 
 from teleop_flywheel.data.formats import IMPORTERS as FORMATS
+from teleop_flywheel.data.formats import ImportRequest, importer
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.parallel import add_arguments_to
 
@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    reader = importlib.import_module(FORMATS[args.source_format][0])  # only the format asked for: extras may be absent
-    made = reader.run_import(args)
+    made = importer(args.source_format)(ImportRequest(
+        source=args.source, out=args.out, task=args.task, fps=args.fps, codec=args.codec, robot_type=args.robot_type,
+        workers=args.workers, executor=args.executor))
     print(f"wrote {made.out}: {made.episodes} episodes, {made.frames} frames; load with "
           f"LeRobotDataset('local/{made.out.name}', root={str(made.out)!r}, video_backend='pyav')")
     return 0

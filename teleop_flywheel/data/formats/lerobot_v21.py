@@ -33,7 +33,6 @@ version, so OUT is whole or absent.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ import pyarrow.parquet as pq
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.progress import progress
+from teleop_flywheel.data.formats import ImportRequest
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import Imported, refuse_existing
 from teleop_flywheel.data.lerobot import commit, v3_layout
@@ -351,9 +351,9 @@ def import_v21(root: Path, out: Path, show_progress: bool = True) -> Imported:
     return Imported(out, len(src.episodes), sum(e.rows for e in src.episodes))
 
 
-def run_import(args: argparse.Namespace) -> Imported:
+def run_import(req: ImportRequest) -> Imported:
     """`import --from lerobot-v2.1 SRC OUT` (cli/verbs/import_.py)."""
-    refuse_options(args, (*ALOHA_ONLY, *PARALLEL_OPTIONS), FORMAT,
+    refuse_options(req, (*ALOHA_ONLY, *PARALLEL_OPTIONS), FORMAT,
                    "leave it out: a v2.1 dataset states its tasks, fps, codec and robot type, and its videos are "
                    "remuxed in this process, not re-encoded (as fast as LeRobot's own converter)")
-    return import_v21(args.source, args.out)
+    return import_v21(req.source, req.out)

@@ -56,7 +56,6 @@ worker wrote it, byte for byte, and the export is recorded in the lineage regist
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -78,6 +77,7 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION
+from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
@@ -419,19 +419,19 @@ def export(src: Source, out: Path, jpeg_quality: int = DEFAULT_JPEG, show_progre
                            registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(req: ExportRequest) -> int:
     """The `export --to mcap` verb's work: one line saying what was written and how to read it back."""
-    quality = jpeg_quality(args.jpeg, DEFAULT_JPEG, f"give 1..100 (default {DEFAULT_JPEG})")
-    refuse_existing(args.out)
+    quality = jpeg_quality(req.jpeg, DEFAULT_JPEG, f"give 1..100 (default {DEFAULT_JPEG})")
+    refuse_existing(req.out)
     try:
-        supplied = load_supplied(role_files(args.calibration))
+        supplied = load_supplied(role_files(list(req.calibration)))
     except ValueError as exc:
         if isinstance(exc, FlywheelError):
             raise
         raise UsageError(str(exc), where="--calibration") from exc
-    src = open_source(args.source, args.dataset)
-    made = export(src, args.out, quality, supplied=supplied, registry=args.registry, workers=args.workers,
-                  executor=args.executor)
+    src = open_source(req.source, req.dataset)
+    made = export(src, req.out, quality, supplied=supplied, registry=req.registry, workers=req.workers,
+                  executor=req.executor)
     print(f"wrote {made.out}: {made.episodes} bags (episode_0..{made.episodes - 1}), {made.frames} frames; open "
           f"episode_<k>/episode_<k>_0.mcap in Foxglove, or `teleop-flywheel validate {made.out}`, "
           f"`teleop-flywheel convert {made.out} --fps {src.ds.fps:g} --dataset NEW`; lineage export {made.export_id}")

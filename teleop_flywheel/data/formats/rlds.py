@@ -25,7 +25,6 @@ bytes and numbers are held until it is written, never its decoded frames.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from teleop_flywheel import __version__
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
@@ -227,14 +227,14 @@ def export(src: Source, out: Path, quality: int = JPEG_QUALITY, show_progress: b
     return Exported(out, len(src.episodes), frames, entry["export"])
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(req: ExportRequest) -> int:
     """The `export --to rlds` verb's work: one line saying what was written and how to read it."""
-    refuse_options(args, ("calibration",), FORMAT, "leave it out: the joints are in LeRobot units")
-    refuse_options(args, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
-    quality = jpeg_quality(args.jpeg, JPEG_QUALITY, f"give 1..100 (default {JPEG_QUALITY})")
-    refuse_existing(args.out)
+    refuse_options(req, ("calibration",), FORMAT, "leave it out: the joints are in LeRobot units")
+    refuse_options(req, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
+    quality = jpeg_quality(req.jpeg, JPEG_QUALITY, f"give 1..100 (default {JPEG_QUALITY})")
+    refuse_existing(req.out)
     tfds_module()
-    made = export(open_source(args.source, args.dataset), args.out, quality, registry=args.registry)
+    made = export(open_source(req.source, req.dataset), req.out, quality, registry=req.registry)
     print(f"wrote {made.out}: {made.episodes} episodes, {made.frames} steps (RLDS); read it with "
           f"tfds.builder_from_directory({str(made.out)!r}).as_dataset(split={SPLIT!r}); "
           f"lineage export {made.export_id}")

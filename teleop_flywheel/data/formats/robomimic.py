@@ -36,7 +36,6 @@ Read with `formats.common.export_source`; written with `formats.common.staged_ou
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ import numpy as np
 from teleop_flywheel import __version__
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.aloha.episode_file import h5py_module, json_attr
 from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
 from teleop_flywheel.data.formats.common.export_source import (
@@ -232,14 +232,14 @@ def export(src: Source, out: Path, show_progress: bool = True, registry: Path | 
     return ExportedFile(out, len(src.episodes), frames, entry["export"], {k: len(v) for k, v in masks.items()})
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(req: ExportRequest) -> int:
     """The `export --to hdf5-robomimic` verb's work: one line saying what was written."""
-    refuse_options(args, ("jpeg", "calibration"), FORMAT,
+    refuse_options(req, ("jpeg", "calibration"), FORMAT,
                    "leave it out: the frames are stored uncompressed, the joints in LeRobot units")
-    refuse_options(args, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
-    refuse_existing(args.out)
+    refuse_options(req, PARALLEL_OPTIONS, FORMAT, SEQUENTIAL_FIX)
+    refuse_existing(req.out)
     h5py_module(FORMAT)
-    made = export(open_source(args.source, args.dataset), args.out, registry=args.registry)
+    made = export(open_source(req.source, req.dataset), req.out, registry=req.registry)
     keys = ", ".join(f"{k} ({v})" for k, v in made.masks.items())
     print(f"wrote {made.out}: {made.episodes} demos, {made.frames} frames; filter keys {keys}; robomimic trains on "
           f"one with config.train.data={str(made.out)!r}, config.train.hdf5_filter_key='success'; "

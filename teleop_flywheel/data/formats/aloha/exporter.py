@@ -28,7 +28,6 @@ recorded in the lineage registry.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from teleop_flywheel.data.formats.aloha import episode_file as al
+from teleop_flywheel.data.formats import ExportRequest
+from teleop_flywheel.data.formats.aloha import episode_file
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
@@ -87,7 +87,7 @@ class _JpegRows:
 
 def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], jpeg_quality: int | None) -> int:
     """One episode's file (in a worker process: everything it needs is in `job`)."""
-    h5 = al.h5py_module()
+    h5 = episode_file.h5py_module()
     row = job.row
     cols = episode_columns(ds, row)
     state, action = (cols.pop(so101_joints(ds, f, "an ALOHA file")) for f in (STATE, ACTION))
@@ -97,30 +97,32 @@ def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], jpeg
     with h5.File(job.path, "w") as f:
         f.attrs.update({
             "sim": False, "compress": jpeg_quality is not None, "fps": ds.fps, "task": task_of(ds, cols),
-            "joint_names": al.json_attr(list(al.JOINT_NAMES)), "qpos_units": al.QPOS_UNITS, "format": al.FORMAT,
+            "joint_names": episode_file.json_attr(list(episode_file.JOINT_NAMES)),
+            "qpos_units": episode_file.QPOS_UNITS, "format": episode_file.FORMAT,
             **job.provenance,
         })
-        f.create_dataset(al.QPOS, data=al.to_aloha(state)).attrs["units"] = al.QPOS_UNITS
-        f.create_dataset(al.ACTION, data=al.to_aloha(action)).attrs["units"] = al.QPOS_UNITS
-        f.create_dataset(al.QVEL, data=np.zeros((n, len(al.JOINT_NAMES)))).attrs[al.ABSENT] = True
-        eff = f.create_dataset(al.EFFORT, data=np.zeros((n, len(al.JOINT_NAMES))) if effort is None else effort)
-        eff.attrs[al.ABSENT] = effort is None
-        eff.attrs["units"] = al.EFFORT_UNITS
-        extras = f.create_group(al.FRAMES)
+        zeros = np.zeros((n, len(episode_file.JOINT_NAMES)))
+        for key, joints in ((episode_file.QPOS, state), (episode_file.ACTION, action)):
+            f.create_dataset(key, data=episode_file.to_aloha(joints)).attrs["units"] = episode_file.QPOS_UNITS
+        f.create_dataset(episode_file.QVEL, data=zeros).attrs[episode_file.ABSENT] = True
+        eff = f.create_dataset(episode_file.EFFORT, data=zeros if effort is None else effort)
+        eff.attrs[episode_file.ABSENT] = effort is None
+        eff.attrs["units"] = episode_file.EFFORT_UNITS
+        extras = f.create_group(episode_file.FRAMES)
         for name, values in sorted(cols.items()):
             if name in POSITIONAL:
                 continue
             feature = ds.features.get(name)
             d = extras.create_dataset(name, data=values)
             d.attrs["dtype"] = feature.dtype if feature else str(values.dtype)
-            d.attrs["names"] = al.json_attr(list(feature.names) if feature and feature.names else None)
-        f[al.EXTRAS].attrs.update({
-            "episode": al.json_attr(episode_row),
-            "trigger_labels": al.json_attr(ds.info.get("trigger_labels")),
-            "joint_limits": al.json_attr(ds.info.get("joint_limits")),
+            d.attrs["names"] = episode_file.json_attr(list(feature.names) if feature and feature.names else None)
+        f[episode_file.EXTRAS].attrs.update({
+            "episode": episode_file.json_attr(episode_row),
+            "trigger_labels": episode_file.json_attr(ds.info.get("trigger_labels")),
+            "joint_limits": episode_file.json_attr(ds.info.get("joint_limits")),
             "robot_type": ds.robot_type,
         })
-        _write_images(f.require_group(al.IMAGES), ds, row, cameras, n, jpeg_quality, f)
+        _write_images(f.require_group(episode_file.IMAGES), ds, row, cameras, n, jpeg_quality, f)
     return n
 
 
@@ -141,28 +143,28 @@ def _write_images(group: Any, ds: LeRobotDataset, row: dict[str, Any], cameras: 
             else:
                 writer[t] = rgb
     if jpeg_quality is not None:
-        root.create_dataset(al.COMPRESS_LEN, data=np.stack([w.lengths for w in writers]) if writers
+        root.create_dataset(episode_file.COMPRESS_LEN, data=np.stack([w.lengths for w in writers]) if writers
                             else np.zeros((0, n), np.float32))
 
 
 def export(src: Source, out: Path, jpeg_quality: int | None = None, show_progress: bool = True,
            workers: int | None = None, executor: str = "local", registry: Path | None = None) -> Exported:
     """Write `src`'s episodes as `out/episode_N.hdf5` (out must not exist), atomically, `workers` at a time."""
-    al.h5py_module()
+    episode_file.h5py_module()
     cameras = sorted(video_keys(src.ds))  # /compress_len rows in h5py's (name) order of the cameras
     write = functools.partial(_write_episode, cameras=cameras, jpeg_quality=jpeg_quality)
-    return export_episodes(src, out, al.FORMAT, write, al.EPISODE_FILE, workers=workers, executor=executor,
-                           registry=registry, options={"jpeg": jpeg_quality}, show_progress=show_progress)
+    return export_episodes(src, out, episode_file.FORMAT, write, episode_file.EPISODE_FILE,
+                           workers=workers, executor=executor, registry=registry, options={"jpeg": jpeg_quality},
+                           show_progress=show_progress)
 
 
-def run_export(args: argparse.Namespace) -> int:
+def run_export(req: ExportRequest) -> int:
     """The `export --to hdf5-aloha` verb's work: one line saying what was written."""
-    source, out, dataset = args.source, args.out, args.dataset
-    jpeg_quality = jpeg_quality_of(args.jpeg, None, "give 1..100 (ALOHA: 50)")
-    refuse_existing(out)
-    al.h5py_module()
-    src = open_source(source, dataset)
-    made = export(src, out, jpeg_quality, workers=args.workers, executor=args.executor, registry=args.registry)
+    jpeg_quality = jpeg_quality_of(req.jpeg, None, "give 1..100 (ALOHA: 50)")
+    refuse_existing(req.out)
+    episode_file.h5py_module()
+    made = export(open_source(req.source, req.dataset), req.out, jpeg_quality, workers=req.workers,
+                  executor=req.executor, registry=req.registry)
     print(f"wrote {made.out}: {made.episodes} episode files (episode_0..{made.episodes - 1}.hdf5), {made.frames} "
           f"frames; ACT reads them with dataset_dir={str(made.out)!r}, num_episodes={made.episodes}; lineage "
           f"export {made.export_id}")

@@ -22,7 +22,6 @@ single process writes.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -36,7 +35,8 @@ import numpy as np
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
-from teleop_flywheel.data.formats.aloha import episode_file as al
+from teleop_flywheel.data.formats import ImportRequest
+from teleop_flywheel.data.formats.aloha import episode_file
 from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
 from teleop_flywheel.data.formats.common.staged_output import Imported
 from teleop_flywheel.data.lerobot import commit, v3_layout
@@ -75,7 +75,7 @@ def episode_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise UsageError("not a directory of ALOHA episode files", where=str(directory),
                          fix="give the directory holding episode_0.hdf5, episode_1.hdf5, ...")
-    found = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := al.EPISODE_NAME.match(p.name)))
+    found = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := episode_file.EPISODE_NAME.match(p.name)))
     if not found:
         raise UsageError("no episode_N.hdf5 files", where=str(directory),
                          fix="give the directory holding episode_0.hdf5, episode_1.hdf5, ...")
@@ -103,26 +103,26 @@ def inspect_file(h5: Any, path: Path) -> EpisodeFile:
     except OSError as exc:
         raise bad(f"not a readable HDF5 file (truncated or not HDF5: {exc})") from None
     with f:
-        for name in (al.ACTION, al.QPOS):
+        for name in (episode_file.ACTION, episode_file.QPOS):
             if name not in f:
                 raise bad(f"no /{name} dataset")
-        qpos, action = f[al.QPOS], f[al.ACTION]
-        joints = len(al.JOINT_NAMES)
-        for name, d in ((al.QPOS, qpos), (al.ACTION, action)):
+        qpos, action = f[episode_file.QPOS], f[episode_file.ACTION]
+        joints = len(episode_file.JOINT_NAMES)
+        for name, d in ((episode_file.QPOS, qpos), (episode_file.ACTION, action)):
             if d.ndim != 2 or d.shape[1] != joints:
                 raise bad(f"/{name} has shape {d.shape}: {d.shape[-1] if d.ndim else 0} joints, not the SO-101's "
-                          f"{joints} ({', '.join(al.JOINT_NAMES)}); a foreign arm's joints cannot be mapped")
+                          f"{joints} ({', '.join(episode_file.JOINT_NAMES)}); a foreign arm's joints cannot be mapped")
         names = _attr_json(f.attrs, "joint_names")
-        if names is not None and list(names) != list(al.JOINT_NAMES):
-            raise bad(f"joint_names {names} are not the SO-101's {list(al.JOINT_NAMES)}")
+        if names is not None and list(names) != list(episode_file.JOINT_NAMES):
+            raise bad(f"joint_names {names} are not the SO-101's {list(episode_file.JOINT_NAMES)}")
         length = int(action.shape[0])
         if qpos.shape[0] != length or length == 0:
-            raise bad(f"/{al.QPOS} has {qpos.shape[0]} frames, /{al.ACTION} {length}")
+            raise bad(f"/{episode_file.QPOS} has {qpos.shape[0]} frames, /{episode_file.ACTION} {length}")
         compressed = bool(f.attrs.get("compress", False))
         cameras: dict[str, tuple[int, int]] = {}
-        for cam, d in (f[al.IMAGES].items() if al.IMAGES in f else []):
+        for cam, d in (f[episode_file.IMAGES].items() if episode_file.IMAGES in f else []):
             if d.shape[0] != length:
-                raise bad(f"camera {cam} has {d.shape[0]} frames, /{al.ACTION} {length}")
+                raise bad(f"camera {cam} has {d.shape[0]} frames, /{episode_file.ACTION} {length}")
             if compressed:
                 if d.ndim != 2 or d.dtype != np.uint8:
                     raise bad(f"camera {cam} is {d.shape} {d.dtype}, not JPEG rows (compress is True)")
@@ -137,17 +137,17 @@ def inspect_file(h5: Any, path: Path) -> EpisodeFile:
             if h % 2 or w % 2:
                 raise bad(f"camera {cam} is {w}x{h}: a video needs even sizes (yuv420p)")
             cameras[str(cam)] = (h, w)
-        effort = al.EFFORT in f and not bool(f[al.EFFORT].attrs.get(al.ABSENT, False))
-        if effort and f[al.EFFORT].shape != (length, joints):
-            raise bad(f"/{al.EFFORT} has shape {f[al.EFFORT].shape}, expected ({length}, {joints})")
+        effort = episode_file.EFFORT in f and not bool(f[episode_file.EFFORT].attrs.get(episode_file.ABSENT, False))
+        if effort and f[episode_file.EFFORT].shape != (length, joints):
+            raise bad(f"/{episode_file.EFFORT} has shape {f[episode_file.EFFORT].shape}, expected ({length}, {joints})")
         extras: dict[str, tuple[str, list[str] | None, int]] = {}
-        for name, d in (f[al.FRAMES].items() if al.FRAMES in f else []):
+        for name, d in (f[episode_file.FRAMES].items() if episode_file.FRAMES in f else []):
             if d.shape[0] != length:
-                raise bad(f"/{al.FRAMES}/{name} has {d.shape[0]} frames, /{al.ACTION} {length}")
+                raise bad(f"/{episode_file.FRAMES}/{name} has {d.shape[0]} frames, /{episode_file.ACTION} {length}")
             extras[str(name)] = (_text(d.attrs.get("dtype", str(d.dtype))), _attr_json(d.attrs, "names"),
                                  int(np.prod(d.shape[1:])) if d.ndim > 1 else 1)
         fps = f.attrs.get("fps")
-        group = f[al.EXTRAS].attrs if al.EXTRAS in f else {}
+        group = f[episode_file.EXTRAS].attrs if episode_file.EXTRAS in f else {}
         keys = {k: v for k in ("trigger_labels", "joint_limits") if (v := _attr_json(group, k)) is not None}
         return EpisodeFile(path, length, float(fps) if fps is not None else None, _text(f.attrs.get("task", "")),
                            compressed, cameras, effort, extras, _attr_json(group, "episode") or {}, keys)
@@ -168,7 +168,7 @@ def _features(e: EpisodeFile) -> dict[str, Any]:
     feats: dict[str, Any] = {"observation.state": v3_layout.vector_feature(JOINT_FEATURE_NAMES),
                              "action": v3_layout.vector_feature(JOINT_FEATURE_NAMES)}
     if e.effort:
-        feats[EFFORT_FEATURE] = v3_layout.vector_feature(al.EFFORT_NAMES)
+        feats[EFFORT_FEATURE] = v3_layout.vector_feature(episode_file.EFFORT_NAMES)
     for cam, (h, w) in sorted(e.cameras.items()):
         feats[IMAGES + cam] = v3_layout.video_feature(h, w)
     for name, (dtype, names, width) in sorted(e.extras.items()):
@@ -186,22 +186,22 @@ def _column(values: np.ndarray, dtype: str) -> np.ndarray:
 def _read_episode(e: EpisodeFile, work: Path, fps: int, codec: str, task: str | None) -> EpisodeData:
     """One file's columns and videos (each camera encoded frame by frame into a temporary mp4); in a
     worker process: everything it needs is in its arguments."""
-    h5 = al.h5py_module()
+    h5 = episode_file.h5py_module()
     try:
         with h5.File(e.path, "r") as f:
-            cols: dict[str, np.ndarray] = {"observation.state": al.from_aloha(f[al.QPOS][()]),
-                                           "action": al.from_aloha(f[al.ACTION][()])}
+            cols: dict[str, np.ndarray] = {"observation.state": episode_file.from_aloha(f[episode_file.QPOS][()]),
+                                           "action": episode_file.from_aloha(f[episode_file.ACTION][()])}
             if e.effort:
-                cols[EFFORT_FEATURE] = np.asarray(f[al.EFFORT][()], dtype=np.float32)
+                cols[EFFORT_FEATURE] = np.asarray(f[episode_file.EFFORT][()], dtype=np.float32)
             for name, (dtype, _, _) in e.extras.items():
-                cols[name] = _column(f[f"{al.FRAMES}/{name}"][()], dtype)
+                cols[name] = _column(f[f"{episode_file.FRAMES}/{name}"][()], dtype)
             cols["frame_index"] = np.arange(e.length, dtype=np.int64)
             cols["timestamp"] = (np.arange(e.length) / fps).astype(np.float32)
             stats = {k: v3_layout.feature_stats(v) for k, v in cols.items()}
             videos = {}
             for cam, (h, w) in sorted(e.cameras.items()):
                 mp4 = inside(work, f"{e.path.stem}.{cam}.mp4")  # the camera name is the HDF5 file's
-                stats[IMAGES + cam] = _encode(f[f"{al.IMAGES}/{cam}"], e, mp4, (h, w), fps, codec)
+                stats[IMAGES + cam] = _encode(f[f"{episode_file.IMAGES}/{cam}"], e, mp4, (h, w), fps, codec)
                 videos[cam] = (str(mp4), h, w)
     except OSError as exc:
         raise AlohaInputError(f"{e.path}: unreadable ({exc}); nothing was written") from None
@@ -232,24 +232,24 @@ def _encode(d: Any, e: EpisodeFile, mp4: Path, size: tuple[int, int], fps: int, 
     return v3_layout.image_stats(images)
 
 
-def run_import(args: argparse.Namespace) -> Imported:
+def run_import(req: ImportRequest) -> Imported:
     """`import --from hdf5-aloha DIR OUT` (cli/verbs/import_.py)."""
-    return import_aloha(args.source, args.out, args.task, args.fps, args.codec or "libsvtav1",
-                        args.robot_type or "so101_follower", workers=args.workers, executor=args.executor)
+    return import_aloha(req.source, req.out, req.task, req.fps, req.codec or "libsvtav1",
+                        req.robot_type or "so101_follower", workers=req.workers, executor=req.executor)
 
 
 def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int | None = None,
                  codec: str = "libsvtav1", robot_type: str = "so101_follower", show_progress: bool = True,
                  workers: int | None = None, executor: str = "local") -> Imported:
     """Write the dataset of `directory`'s episode files at `out` (which must not exist), atomically."""
-    h5 = al.h5py_module()
+    h5 = episode_file.h5py_module()
     out = Path(os.path.abspath(out))
     if os.path.lexists(out):
         raise UsageError("output already exists", where=str(out),
                          fix="choose a new OUT: an imported dataset is written whole, never over anything")
     files = [inspect_file(h5, p) for p in episode_files(directory)]
     _agree(files)
-    rate = files[0].fps if files[0].fps is not None else float(fps or al.ALOHA_FPS)
+    rate = files[0].fps if files[0].fps is not None else float(fps or episode_file.ALOHA_FPS)
     if fps is not None and files[0].fps is not None and abs(files[0].fps - fps) > 1e-9:
         raise UsageError(f"the files say {files[0].fps:g} fps, --fps {fps}", where=str(directory),
                          fix="leave out --fps: it is for files that state no frame rate")
@@ -259,7 +259,7 @@ def import_aloha(directory: Path, out: Path, task: str | None = None, fps: int |
     if untitled:
         raise UsageError(f"{untitled[0]} states no task", where=str(directory), fix="give the task with --task TEXT")
     keys: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION, **files[0].dataset_keys,
-                            "imported_from": {"format": al.FORMAT, "directory": str(directory.resolve()),
+                            "imported_from": {"format": episode_file.FORMAT, "directory": str(directory.resolve()),
                                               "files": [e.path.name for e in files]}}
     with commit.new_dataset(out) as stage, \
             tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as work:

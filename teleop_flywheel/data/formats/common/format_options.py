@@ -7,13 +7,13 @@
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 from collections.abc import Iterable
 from typing import overload
 
 from teleop_flywheel.core.errors import UsageError
+from teleop_flywheel.data.formats import ExportRequest, ImportRequest
 
-LOCAL = "local"  # `--executor`'s default (`data.parallel.add_arguments_to`)
 PARALLEL_OPTIONS = ("workers", "executor")
 SEQUENTIAL_FIX = "leave it out: the output is one stream written in episode order by one process (docs/formats.md)"
 
@@ -30,14 +30,10 @@ def jpeg_quality(given: int | None, default: int | None, fix: str) -> int | None
     return quality
 
 
-def _given(args: argparse.Namespace, name: str) -> bool:
-    value = getattr(args, name, None)
-    return value not in (None, False, [], LOCAL if name == "executor" else None)
-
-
-def refuse_options(args: argparse.Namespace, names: Iterable[str], fmt: str, fix: str) -> None:
-    """A usage error naming every option of `names` (attribute names) given on the command line."""
-    given = [f"--{name.replace('_', '-')}" for name in names if _given(args, name)]
+def refuse_options(req: ExportRequest | ImportRequest, names: Iterable[str], fmt: str, fix: str) -> None:
+    """A usage error naming every option of `names` (the request's fields) given: not at its default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(req)}
+    given = [f"--{name.replace('_', '-')}" for name in names if getattr(req, name) != defaults[name]]
     if given:
         raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to {fmt}",
                          where=given[0], fix=fix)
