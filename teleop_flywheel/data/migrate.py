@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import EXIT_PARTIAL, FileExistsRefused
+from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import (

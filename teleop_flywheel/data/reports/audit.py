@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
+from teleop_flywheel.core.calibration import parse_calibration
+from teleop_flywheel.core.errors import CalibrationError
 from teleop_flywheel.data.lerobot.dataset import (
     ACTION,
     STATE,

@@ -34,14 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from teleop_flywheel.core.calibration import (
-    MAX_HOMING_OFFSET,
-    ArmCalibration,
-    CalibrationError,
-    JointCalibration,
-    parse_calibration,
-)
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, one_line
+from teleop_flywheel.core.calibration import MAX_HOMING_OFFSET, ArmCalibration, JointCalibration, parse_calibration
+from teleop_flywheel.core.errors import EXIT_PARTIAL, CalibrationError, FlywheelError, one_line
 from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.hw.bringup import clear_multi_turn
 from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus, PortUnavailable

@@ -62,8 +62,9 @@ from rclpy.subscription import Subscription
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from teleop_flywheel.core.errors import TaskSpecError
 from teleop_flywheel.core.names import IDENTIFIER_PATTERN
-from teleop_flywheel.core.task_spec import TaskSpec, TaskSpecError, parse_task_spec
+from teleop_flywheel.core.task_spec import TaskSpec, parse_task_spec
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.metadata import INFINITE_NS, Qos
