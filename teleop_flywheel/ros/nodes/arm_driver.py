@@ -32,7 +32,7 @@ Safe by default on real hardware: a port is real unless the session that started
 says `simulated: true`. A real port needs a calibration file of its own (refused at start with
 how to make one), and a simulator's calibration (`config/calibration/*_sim.yaml`) is refused on
 it; a calibration that differs from what the servos hold in EEPROM stops the node with the joint
-and both values (`hw.arm.CalibrationMismatch`) — the driver never writes calibration to EEPROM.
+and both values (`hw.errors.CalibrationMismatch`) — the driver never writes calibration to EEPROM.
 """
 from __future__ import annotations
 
