@@ -66,6 +66,7 @@ from teleop_flywheel.core.errors import TaskSpecError
 from teleop_flywheel.core.names import IDENTIFIER_PATTERN
 from teleop_flywheel.core.task_spec import TaskSpec, parse_task_spec
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
+from teleop_flywheel.recording.errors import RecordingError
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.metadata import INFINITE_NS, Qos
 from teleop_flywheel.recording.recorder import clock_probe, verdict
@@ -75,7 +76,6 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     EpisodeFields,
     EpisodeRecorder,
     RecorderConfig,
-    RecordingError,
     TopicEntry,
 )
 from teleop_flywheel.recording.recorder.spec_checks import OUTCOME_ANSWERS
