@@ -185,7 +185,7 @@ def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig", "RecordingError",
+__all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig",
            "TopicEntry", "read_calibrations"]
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
 SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
