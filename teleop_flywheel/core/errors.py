@@ -147,7 +147,7 @@ def error_line(command: str, error: BaseException | str, where: str = "", fix: s
     return f"{PROG} {command}: error: {text} ({fix})"
 
 
-# -- what core's own checks refuse: a calibration, a name, a file, a task spec ----------------------
+# -- what core's own checks refuse: a calibration, a name, a file, a task spec ---------------------
 
 
 class CalibrationError(FlywheelError, ValueError):

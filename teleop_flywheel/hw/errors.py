@@ -41,7 +41,7 @@ class ServoError(BusError):
         super().__init__(port, f"servo {servo_id} reports {', '.join(self.faults)} (error 0x{bits:02x})")
 
 
-# -- a camera (hw/camera) -------------------------------------------------------------------------
+# -- a camera (hw/camera) --------------------------------------------------------------------------
 
 
 class CameraError(FlywheelError, RuntimeError):

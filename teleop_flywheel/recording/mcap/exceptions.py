@@ -111,7 +111,7 @@ class MigrateError(FlywheelError, RuntimeError):
     """The bag cannot be upgraded (not MCAP, damaged before its definitions, no clock mapping)."""
 
 
-# -- replaying a bag --------------------------------------------------------------------------------
+# -- replaying a bag -------------------------------------------------------------------------------
 
 
 class ReplayError(FlywheelError, RuntimeError):
