@@ -79,9 +79,10 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     TopicEntry,
 )
 from teleop_flywheel.recording.recorder.spec_checks import OUTCOME_ANSWERS
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
-from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
