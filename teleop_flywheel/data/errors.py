@@ -53,8 +53,8 @@ class ReviewError(FlywheelError, ValueError):
 
 
 class LineageError(DatasetError):
-    """A lineage registry that cannot be read or written (missing, not JSON, not a registry), or a
-    checkpoint without an id; names the file."""
+    """A lineage registry or source that cannot be read (missing, not JSON, not a registry), or a
+    checkpoint without an id or already registered to another source; names the file or checkpoint."""
 
 
 class ManifestMismatch(DatasetError):
