@@ -29,8 +29,9 @@ import numpy as np
 from result_file import write_result
 
 from teleop_flywheel.hw.arm import POS_ADDR, POS_SIZE
+from teleop_flywheel.hw.errors import BusTimeout
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import register
 
 IDS = list(range(1, 7))

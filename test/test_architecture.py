@@ -166,10 +166,11 @@ def test_no_two_modules_share_a_name() -> None:
     """A name says what a module is, once. Nodes and verbs are the exception: `ros/nodes/` modules
     carry the executable's name a user types (`ros2 run teleop_flywheel ingest`), `cli/verbs/` doors
     and their ROS bodies in `ros/commands/` the command's (`teleop-flywheel validate`), over the
-    library they drive."""
+    library they drive; and each floor has its one `errors.py` (`hw/errors.py`), like an `__init__`."""
     seen: dict[str, list[str]] = {}
     for path in _modules():
-        if path.name != "__init__.py" and path.parent.name not in ("nodes", "verbs", "commands"):
+        floor_errors = path.name == "errors.py" and path.parent.parent == PACKAGE
+        if path.name != "__init__.py" and path.parent.name not in ("nodes", "verbs", "commands") and not floor_errors:
             seen.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 

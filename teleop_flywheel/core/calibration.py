@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import CalibrationError, yaml_problem
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_IDS, JOINT_NAMES, MAX_RAW
 
@@ -54,12 +54,6 @@ ArrayLike = float | Sequence[float] | np.ndarray
 def _numeric(x: ArrayLike) -> Any:
     """A number as it is, anything else (a list, an array) as a float array."""
     return x if isinstance(x, (int, float)) else np.asarray(x, dtype=float)
-
-
-class CalibrationError(FlywheelError, ValueError):
-    """A calibration file is missing or wrong; the message names the file and the field."""
-
-    fix = "docs/arm_driver.md lists a calibration file's fields; teleop-flywheel calibrate writes one"
 
 
 @dataclass(frozen=True)

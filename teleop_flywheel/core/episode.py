@@ -12,8 +12,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from teleop_flywheel.core.errors import UnsafeNameError
 from teleop_flywheel.core.labels import TRIGGER_LABELS
-from teleop_flywheel.core.names import UnsafeNameError, check_identifier, check_text
+from teleop_flywheel.core.names import check_identifier, check_text
 from teleop_flywheel.core.topics import is_ros_name, strip_namespace
 
 METADATA_RECORD = "teleop_flywheel.episode"

@@ -15,6 +15,9 @@ Exit codes, the same for every command (`EXIT_CODES`, shown in every `--help`):
 1 it ran, but some inputs could not be processed (an unreadable bag, a failed encode), or a check
   (`manifest verify`, `doctor`) found the data differs;
 2 usage error, or nothing could be read.
+
+Every floor keeps its errors in one `errors.py` beside this one (`hw/errors.py`, `data/errors.py`,
+…), each class a subclass of `FlywheelError`; the classes at the end of this file are core's own.
 """
 from __future__ import annotations
 
@@ -142,3 +145,38 @@ def error_line(command: str, error: BaseException | str, where: str = "", fix: s
     if fix.startswith("(") and fix.endswith(")"):
         fix = fix[1:-1]
     return f"{PROG} {command}: error: {text} ({fix})"
+
+
+# -- what core's own checks refuse: a calibration, a name, a file, a task spec ---------------------
+
+
+class CalibrationError(FlywheelError, ValueError):
+    """A calibration file is missing or wrong; the message names the file and the field."""
+
+    fix = "docs/arm_driver.md lists a calibration file's fields; teleop-flywheel calibrate writes one"
+
+
+class OutsideRootError(FlywheelError, ValueError):
+    """A path built from a name would leave the folder it must stay in: nothing is written."""
+
+
+class FileExistsRefused(FlywheelError, FileExistsError):
+    """The target exists (or is a symlink): it is never overwritten."""
+
+
+class UnsafeNameError(FlywheelError, ValueError):
+    """A name read from a recording that is not a name (it could be read as a path)."""
+
+    def __init__(self, field: str, value: object, why: str) -> None:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{field} {shown} is not a safe name: {why}")
+        self.field = field
+        self.value = value
+
+
+class TaskSpecError(FlywheelError, ValueError):
+    """A task spec that cannot be used; the message names the file and the field (exit 2)."""
+
+    fix = "docs/task_spec.md describes every field; `teleop-flywheel task init` writes a template"

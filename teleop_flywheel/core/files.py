@@ -21,11 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError
-
-
-class OutsideRootError(FlywheelError, ValueError):
-    """A path built from a name would leave the folder it must stay in: nothing is written."""
+from teleop_flywheel.core.errors import FileExistsRefused, OutsideRootError
 
 
 def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], follow_symlinks: bool = True) -> Path:
@@ -38,10 +34,6 @@ def inside(root: str | os.PathLike[str], path: str | os.PathLike[str], follow_sy
     if target != base and base not in target.parents:
         raise OutsideRootError(f"{path}: outside {root} (resolves to {target}); nothing was read or written there")
     return Path(path) if Path(path).is_absolute() else base / path
-
-
-class FileExistsRefused(FlywheelError, FileExistsError):
-    """The target exists (or is a symlink): it is never overwritten."""
 
 
 def create_exclusive(path: str | os.PathLike[str], data: bytes | str) -> Path:

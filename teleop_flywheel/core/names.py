@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.core.errors import UnsafeNameError
 
 UNSAFE_NAME = "UNSAFE_NAME"  # the validator's reason code (data/validate/reasons.py)
 MAX_IDENTIFIER = 128
@@ -31,18 +31,6 @@ MAX_TEXT = 1000
 # The identifier rule as one regex (the recorder's parameters check it too): no `..`, bounded.
 IDENTIFIER_PATTERN = rf"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.,:+@=-]{{0,{MAX_IDENTIFIER - 1}}}"
 _IDENTIFIER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,:+@=-]*")
-
-
-class UnsafeNameError(FlywheelError, ValueError):
-    """A name read from a recording that is not a name (it could be read as a path)."""
-
-    def __init__(self, field: str, value: object, why: str) -> None:
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"{field} {shown} is not a safe name: {why}")
-        self.field = field
-        self.value = value
 
 
 def identifier_problem(value: object) -> str | None:

@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 from teleop_flywheel.core.content_id import canonical, canonical_hash
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import TaskSpecError, yaml_problem
 from teleop_flywheel.core.kinematics import so101
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 
@@ -45,12 +45,6 @@ _TOP = ("format", "name", "instruction", "streams", "start_region", "duration_s"
 PROBE_MAX_SPEED_RAD_S = 2.0  # the arm driver's default max_speed_rad_s: a faster probe would be rate-limited
 PROBE_MAX_AMPLITUDE_RAD = 0.3  # a probe is a twitch the camera sees, not a move that disturbs the scene
 PEAK_SPEED_PER_LEG = 1.875  # a minimum-jerk move's peak speed over its mean speed
-
-
-class TaskSpecError(FlywheelError, ValueError):
-    """A task spec that cannot be used; the message names the file and the field (exit 2)."""
-
-    fix = "docs/task_spec.md describes every field; `teleop-flywheel task init` writes a template"
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError
-
-
-class LockError(FlywheelError, RuntimeError):
-    """The lock is held by another process (wait=False) or cannot be taken."""
-
-    fix = 'another command is using it: wait for it to finish'
+from teleop_flywheel.data.errors import LockError
 
 
 def lock_path(path: str | os.PathLike[str]) -> Path:

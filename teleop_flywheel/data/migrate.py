@@ -47,8 +47,9 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import FileExistsRefused
+from teleop_flywheel.core.files import create_exclusive
+from teleop_flywheel.data.errors import FrozenEpisodesChanged
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset
 from teleop_flywheel.data.lerobot.flywheel_schema import (
@@ -85,13 +86,6 @@ _ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms",
                    "tracking_outrun_share", "warnings", "task_spec_id", "outcome_check")
 _LEGACY_TEMPS = ".convert-*"
 _SIMPLE_OPS = ("!=", ">=", "<=", "=", ">", "<")  # the order formats 1-3 looked for them in
-
-
-class FrozenEpisodesChanged(MigrateError):
-    """The dataset no longer holds what the old manifest froze: migrating it would hide that."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "migrate it against the dataset it was frozen from (--dataset), or create a new manifest"
 
 
 @dataclass

@@ -15,23 +15,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.progress import progress
+from teleop_flywheel.data.errors import ParallelJobError
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 EXECUTORS = ("local", "ray")
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
-
-
-class ParallelJobError(FlywheelError, RuntimeError):
-    """A job failed; names which input it was so a fleet run points at the bad bag."""
-
-    def __init__(self, index: int, item: Any, cause: BaseException) -> None:
-        super().__init__(f"job {index} ({item!r}) failed: {type(cause).__name__}: {cause}")
-        self.index = index
-        self.item = item
 
 
 @contextmanager

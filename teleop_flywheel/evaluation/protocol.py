@@ -16,19 +16,14 @@ from typing import Any
 import yaml
 
 from teleop_flywheel.core.content_id import canonical_hash
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.labels import TRIGGER_LABELS
+from teleop_flywheel.evaluation.errors import ProtocolError
 
 FORMAT = "teleop_flywheel.eval_protocol/1"
 # Failure labels every protocol accepts, whatever its own list says: the walker itself ends a
 # trial with them (the time limit ran out; an operator took over where the protocol forbids it).
 RESERVED_FAILURES = ("timeout", "intervened")
-
-
-class ProtocolError(FlywheelError, ValueError):
-    """A protocol file that cannot be used; the message names the file and the field."""
-
-    fix = 'config/eval_example.yaml shows every field'
 
 
 @dataclass(frozen=True)
@@ -408,7 +403,6 @@ __all__ = [
     "CheckpointSpec",
     "MachineCheck",
     "RESERVED_FAILURES",
-    "ProtocolError",
     "ProtocolWalker",
     "Slot",
     "TrialRecord",

@@ -19,18 +19,14 @@ from typing import Any
 import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.provenance.lineage import LineageError, Registry, source_summary
+from teleop_flywheel.data.errors import LineageError
+from teleop_flywheel.data.provenance.lineage import Registry, source_summary
+from teleop_flywheel.evaluation.errors import EvalError
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
 from teleop_flywheel.recording.mcap import cdr
 from teleop_flywheel.recording.mcap.reader import open_bag
-
-
-class EvalError(FlywheelError, ValueError):
-    """Trials that cannot make one table (no metadata, another protocol, the same recording twice)."""
-
 
 # -- trials -------------------------------------------------------------------------------------------
 

@@ -27,19 +27,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
+from teleop_flywheel.evaluation.errors import RolloutError
 from teleop_flywheel.evaluation.stats import fisher_exact, wilson
 
 FORMAT = "teleop_flywheel.rollout/1"
 METRICS = ("intervention", "failure")
 ADVANCE, HOLD, ROLL_BACK = "advance", "hold", "roll back"
-
-
-class RolloutError(FlywheelError, ValueError):
-    """A plan that cannot be used, or episodes that contradict it; names the file (exit 2)."""
-
-    fix = "write a plan with `teleop-flywheel rollout plan` (docs/evaluation.md#staged-rollout)"
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from teleop_flywheel.evaluation.protocol import (
-    RESERVED_FAILURES,
-    Protocol,
-    ProtocolError,
-    ProtocolWalker,
-)
+from teleop_flywheel.evaluation.errors import ProtocolError
+from teleop_flywheel.evaluation.protocol import RESERVED_FAILURES, Protocol, ProtocolWalker
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 

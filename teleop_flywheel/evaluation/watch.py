@@ -27,7 +27,8 @@ import yaml
 
 from teleop_flywheel.core.files import create_exclusive, replace_atomic
 from teleop_flywheel.data.provenance.lineage import Registry
-from teleop_flywheel.evaluation.protocol import Protocol, ProtocolError
+from teleop_flywheel.evaluation.errors import ProtocolError
+from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.report import Report
 from teleop_flywheel.policies.lerobot_checkpoint import check_dir, default_checkpoint_id
 

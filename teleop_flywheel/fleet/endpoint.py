@@ -10,12 +10,10 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import start_http_server
 from prometheus_client.registry import Collector
 
+from teleop_flywheel.fleet.errors import AddressError
+
 DEFAULT_ADDRESS = "127.0.0.1:9464"  # 9464: the port OpenTelemetry's Prometheus exporter registered
 OFF = ("", "off", "false", "none", "0")
-
-
-class AddressError(ValueError):
-    """A metrics address that is not HOST:PORT."""
 
 
 def parse_address(text: str) -> tuple[str, int] | None:

@@ -35,16 +35,8 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.names import MAX_TEXT, text_problem
-
-
-class ParameterError(FlywheelError, ValueError):
-    """A parameter value a node cannot run with; names the node, the parameter, the value and what is allowed."""
-
-    def __init__(self, node: str, name: str, value: object, allowed: str) -> None:
-        super().__init__(f"{node}: parameter {name} = {value!r} is not allowed: {allowed}")
-        self.node, self.name, self.value, self.allowed = node, name, value, allowed
+from teleop_flywheel.ros.errors import ParameterError
 
 
 class Invalid(ValueError):

@@ -42,7 +42,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.progress import progress
-from teleop_flywheel.data.lerobot.dataset import DatasetError
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
 from teleop_flywheel.training.training_set import TrainingSet

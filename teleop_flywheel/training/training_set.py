@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, read_weight_table
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.materialize import Located, locate, located
 
 
@@ -50,7 +51,7 @@ class TrainingSet:
 
 def load_training_set(manifest_path: str | Path, dataset: str | Path | None = None) -> TrainingSet:
     """Verify the manifest's dataset (or `dataset`), find its episodes and their weights;
-    `materialize.ManifestMismatch` names every difference."""
+    `data.errors.ManifestMismatch` names every difference."""
     return _training_set(locate(Path(manifest_path), Path(dataset) if dataset is not None else None))
 
 

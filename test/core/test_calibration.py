@@ -10,7 +10,8 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from teleop_flywheel.core.calibration import CalibrationError, load_calibration, parse_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import load_calibration, parse_calibration, sim_calibration_file
+from teleop_flywheel.core.errors import CalibrationError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 
 CONFIG = ROOT / "config" / "calibration"

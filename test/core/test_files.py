@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive, replace_atomic
+from teleop_flywheel.core.errors import FileExistsRefused
+from teleop_flywheel.core.files import create_exclusive, replace_atomic
 
 
 def test_create_exclusive_never_overwrites_or_follows_a_symlink(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from teleop_flywheel.core.files import OutsideRootError, inside
+from teleop_flywheel.core.errors import OutsideRootError, UnsafeNameError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.names import (
     IDENTIFIER_PATTERN,
-    UnsafeNameError,
     check_identifier,
     check_text,
     identifier_problem,

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import yaml
 
+from teleop_flywheel.core.errors import TaskSpecError
 from teleop_flywheel.core.kinematics import so101
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.task_spec import TaskSpecError, load_task_spec, parse_task_spec
+from teleop_flywheel.core.task_spec import load_task_spec, parse_task_spec
 
 SPEC: dict = {
     "instruction": "Put the brick in the bin",

@@ -7,7 +7,8 @@ import os
 import pytest
 from support.paths import ROOT
 
-from teleop_flywheel.data.parallel import ParallelJobError, add_arguments_to, parallel_map
+from teleop_flywheel.data.errors import ParallelJobError
+from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
 
 
 def square_with_pid(x: int) -> tuple[int, int]:

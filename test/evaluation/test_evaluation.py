@@ -11,10 +11,10 @@ import pytest
 import yaml
 from support.paths import ROOT
 
-from teleop_flywheel.evaluation.protocol import ProtocolError, ProtocolWalker, load_protocol, parse_protocol
+from teleop_flywheel.evaluation.errors import EvalError, ProtocolError
+from teleop_flywheel.evaluation.protocol import ProtocolWalker, load_protocol, parse_protocol
 from teleop_flywheel.evaluation.report import (
     Cell,
-    EvalError,
     _comparisons,
     build_report,
     compare,

@@ -23,9 +23,9 @@ from support.terminal import read_until
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import validate_bag
+from teleop_flywheel.evaluation.errors import ProtocolError
 from teleop_flywheel.evaluation.protocol import (
     MachineCheck,
-    ProtocolError,
     ProtocolWalker,
     SimWorld,
     Takeover,

@@ -13,7 +13,8 @@ import yaml
 
 from teleop_flywheel.cli.verbs import lineage as lineage_verb
 from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation
-from teleop_flywheel.evaluation.protocol import ProtocolError, load_protocol
+from teleop_flywheel.evaluation.errors import ProtocolError
+from teleop_flywheel.evaluation.protocol import load_protocol
 from teleop_flywheel.evaluation.report import build_report, read_trial
 from teleop_flywheel.evaluation.simulate import simulate_protocol
 from teleop_flywheel.evaluation.watch import (

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
+from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, MetricsServer, parse_address
+from teleop_flywheel.fleet.errors import AddressError
 from teleop_flywheel.fleet.session_metrics import SessionMetrics
 from teleop_flywheel.hw.arm.health import READ_BUCKETS_MS, read_bucket_key
 

@@ -20,6 +20,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from teleop_flywheel.core.resources import config_path
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.arm_driver import ArmDriverParams
 from teleop_flywheel.ros.nodes.camera import CameraParams
 from teleop_flywheel.ros.nodes.ingest import IngestParams
@@ -28,7 +29,7 @@ from teleop_flywheel.ros.nodes.pedal import PedalParams
 from teleop_flywheel.ros.nodes.policy import PolicyParams
 from teleop_flywheel.ros.nodes.recorder import RecorderParams
 from teleop_flywheel.ros.nodes.teleop import TeleopParams
-from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
 from teleop_flywheel.ros.session.launch.graph import (
     SessionConfig,
     build_graph,
@@ -153,8 +154,9 @@ def test_parameter_files_hold_strings_as_strings() -> None:
     bool or a number; an empty list (which rcl cannot type) is refused with the node's name."""
     import yaml
 
+    from teleop_flywheel.ros.errors import SessionError
     from teleop_flywheel.ros.session.launch.graph import NodeSpec
-    from teleop_flywheel.ros.session.launch.supervisor import SessionError, params_yaml
+    from teleop_flywheel.ros.session.launch.supervisor import params_yaml
 
     text = params_yaml(NodeSpec("policy", "policy", {"policy_args": "y", "checkpoint_id": "1.5", "rate_hz": 50.0}))
     assert '"policy_args": "y"' in text and '"checkpoint_id": "1.5"' in text and '"rate_hz": 50.0' in text

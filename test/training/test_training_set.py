@@ -11,9 +11,8 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, read_weights
+from teleop_flywheel.data.errors import DatasetError, ManifestMismatch
 from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot.dataset import DatasetError
-from teleop_flywheel.data.provenance.materialize import ManifestMismatch
 from teleop_flywheel.testing.dataset_files import rewrite_column
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.training.loop import lerobot_arguments

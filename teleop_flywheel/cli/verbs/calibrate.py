@@ -11,7 +11,8 @@ import yaml
 from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
 from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, require_port
-from teleop_flywheel.hw.bringup.calibrate import CalibrationStopped, calibrate
+from teleop_flywheel.hw.bringup.calibrate import calibrate
+from teleop_flywheel.hw.errors import CalibrationStopped
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 

@@ -18,6 +18,7 @@ from teleop_flywheel.core.errors import (
 )
 from teleop_flywheel.data.convert.calibrations import role_files
 from teleop_flywheel.data.convert.converter import convert
+from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import read_info
 from teleop_flywheel.data.parallel import add_arguments_to
@@ -60,7 +61,7 @@ def _published(out: Path) -> str | None:
     """Which version `out` is: its pointer's version, "plain" (a dataset from before versions), None (none)."""
     try:
         version = commit.current(Path(os.path.abspath(out)))
-    except commit.CommitError:
+    except CommitError:
         return None
     return version.name if version is not None else "plain" if out.is_dir() else None
 
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
                       supplied=supplied, trim_dead_air=args.trim_dead_air, reviews=decisions(folders),
                       admit_reviewed=args.admit_reviewed)
-    except commit.CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
+    except CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
         exc.exit_code = EXIT_PARTIAL
         raise
     except (FlywheelError, OSError) as exc:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from teleop_flywheel.core.errors import EXIT_USAGE, FlywheelError, UsageError
 from teleop_flywheel.data.convert.doctor import adapters
+from teleop_flywheel.data.errors import CommitError, DatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems, repair
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import load
 from teleop_flywheel.data.reports.frame_contract import FrameContract, check_contract, contract_lines
 from teleop_flywheel.data.validate.validator import display
@@ -54,7 +55,7 @@ def _version(root: Path) -> str | None:
     """The version the dataset's pointer names (`data/lerobot/commit.py`); None for a plain directory."""
     try:
         version = commit.current(root)
-    except commit.CommitError:
+    except CommitError:
         return None
     return version.name if version is not None else None
 

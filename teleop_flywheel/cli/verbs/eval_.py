@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.evaluation.errors import EvalError
 from teleop_flywheel.evaluation.protocol import load_protocol
-from teleop_flywheel.evaluation.report import EvalError, build_report, format_table, read_trial, write_html
+from teleop_flywheel.evaluation.report import build_report, format_table, read_trial, write_html
 from teleop_flywheel.evaluation.simulate import simulate_protocol
 from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.hw.bringup.find_cameras import preferred_mode, still
 from teleop_flywheel.hw.camera.offers import describe
-from teleop_flywheel.hw.camera.source import CameraConfig, CameraError
+from teleop_flywheel.hw.camera.source import CameraConfig
+from teleop_flywheel.hw.errors import CameraError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import FileExistsRefused, FlywheelError, UsageError
+from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.manifest import ID_VERSION, create, load_manifest, verify

@@ -6,8 +6,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import FileExistsRefused, UsageError
+from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.evaluation.rollout import METRICS, Plan, decide, load_plan, parse_stages
 

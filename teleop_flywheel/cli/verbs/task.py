@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 
 from teleop_flywheel.core.calibration import load_calibration
-from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import FileExistsRefused, UsageError
+from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.core.task_spec import parse_task_spec
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit

@@ -9,7 +9,7 @@ that differs would make info.json lie (an h264 append into an AV1 dataset did: a
   the dataset's value and the fix (another `--dataset`, or the dataset's value). A dataset of an
   older layout (`data/lerobot/flywheel_schema.py`: `observation.leader_state`) is never appended
   to in either layout (one dataset, two layouts): `teleop-flywheel migrate` upgrades it.
-- feature set, per episode, before its encode (`episode_frames.FeatureSetError`, status `refused`):
+- feature set, per episode, before its encode (`data.errors.FeatureSetError`, status `refused`):
   `observation.effort` present in the episode and absent in the dataset, or the reverse (bags
   recorded before efforts were); teleop-mode corrections into a dataset converted before
   `complementary_info.correction` existed (without corrections such an episode is written as the
@@ -21,16 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
+from teleop_flywheel.data.errors import AppendRefused
 from teleop_flywheel.data.lerobot.append import IMAGES, read_info
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, changes_since, schema_version
 
 CODEC_NAMES = {"libsvtav1": "av1", "h264": "h264"}  # --codec -> the codec name video_info reads from the file
-
-
-class AppendRefused(UsageError):
-    """This run cannot append to this dataset (fps or codec differ): nothing was done."""
 
 
 def dataset_codec(info: dict[str, Any]) -> str | None:

@@ -14,16 +14,10 @@ import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration, load_calibration, parse_calibration
 from teleop_flywheel.core.episode import CALIBRATION_ROLES
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.data.errors import MissingCalibrationError
 from teleop_flywheel.recording.mcap.reader import Bag
 
 CALIBRATION_MISSING = "CALIBRATION_MISSING"
-
-
-class MissingCalibrationError(FlywheelError, ValueError):
-    """An episode recorded no calibration for a role and none was supplied with --calibration."""
-
-    fix = 'supply it with --calibration ROLE=FILE'
 
 
 def episode_calibrations(bag: Bag, supplied: Mapping[str, ArmCalibration]) -> dict[str, ArmCalibration]:

@@ -44,35 +44,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.data.convert.append_rules import check_append, feature_expectations
 from teleop_flywheel.data.convert.calibrations import load_supplied, union_limits
-from teleop_flywheel.data.convert.frames import (
-    EFFORT,
-    ConvertJob,
-    FeatureSetError,
-    Prepared,
-    features_for,
-    prepare_episode,
-)
+from teleop_flywheel.data.convert.frames import EFFORT, ConvertJob, Prepared, features_for, prepare_episode
 from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import with_scores
+from teleop_flywheel.data.errors import DatasetError, FeatureSetError, InconsistentDatasetError, ParallelJobError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
-from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.parallel import ParallelJobError, parallel_map
+from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.data.provenance.reviews import ReviewDecision
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display
 
-__all__ = ["convert", "ConvertResult", "ConvertJob", "Prepared", "prepare_episode", "InconsistentDatasetError"]
-
-
-class InconsistentDatasetError(FlywheelError, ValueError):
-    """The dataset on disk is inconsistent; convert never appends to it (run `teleop-flywheel doctor`)."""
+__all__ = ["convert", "ConvertResult", "ConvertJob", "Prepared", "prepare_episode"]
 
 
 def schema_root(out: Path, schema: Schema) -> Path:

@@ -35,19 +35,14 @@ import numpy as np
 
 from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.convert.align import AlignError, align, make_grid
-from teleop_flywheel.data.convert.calibrations import (
-    CALIBRATION_MISSING,
-    MissingCalibrationError,
-    episode_calibrations,
-    joint_limits,
-)
+from teleop_flywheel.data.convert.calibrations import CALIBRATION_MISSING, episode_calibrations, joint_limits
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.segments import encode_camera
 from teleop_flywheel.data.curation.curate import integrated_squared_jerk
+from teleop_flywheel.data.errors import DecodeError, FeatureSetError, MissingCalibrationError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
@@ -55,7 +50,7 @@ from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
-from teleop_flywheel.data.validate.decode import Decoded, DecodeError
+from teleop_flywheel.data.validate.decode import Decoded
 from teleop_flywheel.data.validate.episode_columns import episode_columns
 from teleop_flywheel.data.validate.reasons import DEAD_AIR, UNSAFE_NAME, Reason, Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display, report_of
@@ -73,10 +68,6 @@ EFFORT_NAMES = [f"{j}.effort" for j in JOINT_NAMES]
 
 
 FEATURE_SET = "FEATURE_SET"  # a Prepared status reason: refused before encoding
-
-
-class FeatureSetError(FlywheelError, ValueError):
-    """The episode's features differ from the target dataset's (a feature-set change is a new dataset)."""
 
 
 @dataclass

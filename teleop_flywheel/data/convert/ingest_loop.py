@@ -64,9 +64,10 @@ from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.convert.converter import ConvertResult, convert
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.convert.refresh import update_record
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import v3_layout
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.reviews import decisions, review_folders
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.validate.reasons import ValidateConfig

@@ -26,8 +26,9 @@ from typing import Any
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, WeightRule, read_weights, write_weights
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot.commit import fault
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.card import RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary

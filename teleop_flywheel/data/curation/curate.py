@@ -56,8 +56,9 @@ from teleop_flywheel.data.curation.weights import (
     episode_has_intervention,
     sample_weights,
 )
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
     START_STATE,
     TRACKING_OUTRUN,

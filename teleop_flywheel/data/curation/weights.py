@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord
 from teleop_flywheel.data.reports.audit import Loaded
 

@@ -46,9 +46,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.progress import progress
+from teleop_flywheel.data.errors import V21InputError
 from teleop_flywheel.data.formats import ImportRequest
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import Imported, refuse_existing
@@ -62,13 +63,6 @@ TASKS = "meta/tasks.jsonl"
 EPISODES_STATS = "meta/episodes_stats.jsonl"
 ALOHA_ONLY = ("task", "fps", "codec", "robot_type")  # import options a v2.1 dataset states itself
 MB = 1024 * 1024
-
-
-class V21InputError(FlywheelError, ValueError):
-    """A file of the v2.1 dataset cannot be migrated; the message names it and what is wrong."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "docs/formats.md lists what a LeRobot v2.1 dataset must hold"
 
 
 def _bad(path: Path, what: str) -> V21InputError:

@@ -77,12 +77,12 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.frames import CORRECTION
+from teleop_flywheel.data.errors import ExportError
 from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
 from teleop_flywheel.data.formats.common.export_source import (
     EFFORT_FEATURE,
     IMAGE_PREFIX,
-    ExportError,
     Source,
     episode_columns,
     episode_images,

@@ -47,6 +47,7 @@ import numpy as np
 from teleop_flywheel import __version__
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.aloha.episode_file import h5py_module, json_attr
 from teleop_flywheel.data.formats.common.episode_export import Exported, record_export
@@ -64,7 +65,7 @@ from teleop_flywheel.data.formats.common.export_source import (
 )
 from teleop_flywheel.data.formats.common.format_options import PARALLEL_OPTIONS, SEQUENTIAL_FIX, refuse_options
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing, staged_output
-from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.v3_layout import STATS_PATH
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 from teleop_flywheel.data.reports.card import RECORD_PATH, passed_episode_ids

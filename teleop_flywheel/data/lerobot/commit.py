@@ -81,8 +81,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import is_replace_temp
+from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.filelock import locked
 
 VERSIONS_SUFFIX = ".versions"
@@ -97,10 +98,6 @@ LEASE_SUFFIX = ".lease"
 _VERSION = re.compile(r"^v(\d{6})$")
 _WORK = ".work"  # temporary videos of a convert, inside the staging directory: never part of a version
 _steps = [0]
-
-
-class CommitError(FlywheelError, RuntimeError):
-    """A commit that cannot be made (a new file's name is taken, a pointer we did not make)."""
 
 
 def fault(step: str) -> None:

@@ -35,6 +35,7 @@ import av
 import pandas as pd
 import pyarrow.parquet as pq
 
+from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 
 ORPHANS_SUFFIX = ".orphans"
@@ -177,7 +178,7 @@ def _layout(root: Path) -> list[Problem]:
     try:
         version = commit.current(root)
         left = commit.pending(root)
-    except commit.CommitError as exc:
+    except CommitError as exc:
         return [Problem(str(exc), layout=True)]
     out = [Problem(line, line.rsplit(": ", 1)[-1], leftover=True) for line in left]
     journal = root.with_name(root.name + LEGACY_JOURNAL)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot.commit import snapshot
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 
@@ -38,10 +38,6 @@ DATA_DIR = "data"
 SUPPORTED_VERSIONS = ("v3.0",)
 STATE = "observation.state"
 ACTION = "action"
-
-
-class DatasetError(FlywheelError, ValueError):
-    """The dataset on disk is not what its metadata says; the message names file and episode."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records, record_from_meta
 from teleop_flywheel.data.validate.validator import find_bags
 from teleop_flywheel.recording.mcap.exceptions import BagReadError

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.data.errors import FilterError
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
     CURATION_COLUMNS,
@@ -66,12 +66,6 @@ _LEGACY = re.compile(r"^\s*([A-Za-z_][\w.:/-]*)\s*(==|!=|<=|>=|=|<|>)\s*(.*?)\s*
 _RECORD_ONLY = ("task", "checkpoint", "triggers", "num_interventions")
 # Record fields only there when the table has the column (else naming one is an unknown column).
 _TABLE_ONLY = (*CURATION_COLUMNS, WARNINGS, REVIEW, TASK_SPEC_ID, OUTCOME_CHECK)
-
-
-class FilterError(FlywheelError, ValueError):
-    """A filter that does not parse, or names a column the episodes table does not have."""
-
-    fix = "see docs/dataset_reports.md, 'Filter expressions'"
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.files import replace_atomic
+from teleop_flywheel.data.errors import LineageError
 from teleop_flywheel.data.filelock import locked
-from teleop_flywheel.data.lerobot.dataset import DatasetError
 from teleop_flywheel.data.provenance.episode_sources import records_for
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.data.provenance.manifest_hash import file_sha256, manifest_sha256
@@ -67,10 +67,6 @@ def default_registry() -> Path:
         return Path(os.environ[ENV])
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return base / "teleop_flywheel" / "lineage.json"
-
-
-class LineageError(DatasetError):
-    pass
 
 
 def content_files(path: Path, known: dict[str, str] | None = None) -> dict[str, str]:

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset, episode_spans
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, episode_spans
 from teleop_flywheel.data.lerobot.episode_table import episode_records
 from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.provenance.manifest_hash import compare_parts, episode_parts, file_sha256, info_sha256, plain

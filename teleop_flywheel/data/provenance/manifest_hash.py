@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
 
 LOCATION_PREFIXES = ("data/", "videos/", "meta/episodes/")

@@ -46,29 +46,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL, UsageError
+from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.progress import progress
+from teleop_flywheel.data.errors import DatasetError, ManifestMismatch
 from teleop_flywheel.data.lerobot import commit, v3_layout
-from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, DatasetError, LeRobotDataset, episode_spans, to_numpy
+from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset, episode_spans, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, pending_renames, renamed_column
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
 
 PROVENANCE_KEY = "materialized_from"
 _RESOLUTION = re.compile(r"^(\d+)x(\d+)$")
-
-
-class ManifestMismatch(DatasetError):
-    """The dataset no longer holds what the manifest froze: training on it would not be that manifest."""
-
-    exit_code = EXIT_PARTIAL
-    fix = ("`teleop-flywheel manifest verify DATASET MANIFEST --subset` explains each; give the dataset the "
-           "manifest was frozen from (--dataset), or create a new manifest")
-
-    def __init__(self, message: str, lines: list[str]) -> None:
-        super().__init__(message)
-        self.details = tuple(lines)
 
 
 @dataclass

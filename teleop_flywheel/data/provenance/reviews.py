@@ -24,18 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.names import UNSAFE_NAME, check_text
+from teleop_flywheel.data.errors import ReviewError
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import RECORD_PATH
 
 LOG_FILE = "reviews.jsonl"
 VERDICTS = ("confirm", "overrule", "note")
 MAX_NOTE = 2000
-
-
-class ReviewError(FlywheelError, ValueError):
-    """A review that cannot be recorded as asked (unknown verdict, a note that is no text)."""
 
 
 def _check_note(note: object) -> str:

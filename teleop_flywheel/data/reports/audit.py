@@ -36,11 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from teleop_flywheel.core.calibration import CalibrationError, parse_calibration
+from teleop_flywheel.core.calibration import parse_calibration
+from teleop_flywheel.core.errors import CalibrationError
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot.dataset import (
     ACTION,
     STATE,
-    DatasetError,
     EpisodeSpans,
     LeRobotDataset,
     check_lengths,

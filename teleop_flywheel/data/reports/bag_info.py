@@ -18,7 +18,7 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.names import UnsafeNameError
+from teleop_flywheel.core.errors import UnsafeNameError
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, estimate_lag, small_grey
 from teleop_flywheel.recording.mcap.exceptions import BagReadError, UnindexedBagError
 from teleop_flywheel.recording.mcap.metadata import find_mcap, read_metadata_yaml

@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest
 from teleop_flywheel.data.provenance.reviews import ReviewTally, review_tally, tally_lines

@@ -33,7 +33,8 @@ import numpy as np
 from teleop_flywheel.core.calibration import ArmCalibration
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.core.task_spec import FORMAT
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import AuditReport, load
 
 DURATION_MARGIN = 1.5

@@ -23,9 +23,10 @@ import numpy as np
 
 from teleop_flywheel.core.names import text_problem
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import episode_records
-from teleop_flywheel.data.validate.decode import DecodeError, decode_streams
+from teleop_flywheel.data.validate.decode import decode_streams
 from teleop_flywheel.data.validate.reasons import CODES
 from teleop_flywheel.data.validate.validator import display, find_bags
 from teleop_flywheel.recording.mcap.reader import ImageStream, find_bag, open_bag, read_episode
@@ -314,5 +315,5 @@ class EpisodeCache:
         return data
 
 
-__all__ = ["DecodeError", "EpisodeCache", "EpisodeData", "RowCache", "VALIDATION_FILE", "episode_key", "load_episode",
+__all__ = ["EpisodeCache", "EpisodeData", "RowCache", "VALIDATION_FILE", "episode_key", "load_episode",
            "summarise"]

@@ -36,9 +36,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from teleop_flywheel.core.files import OutsideRootError, inside
+from teleop_flywheel.core.errors import OutsideRootError
+from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.names import identifier_problem
-from teleop_flywheel.data.provenance.reviews import ReviewError, append_review, latest_by_episode, read_reviews
+from teleop_flywheel.data.errors import ReviewError
+from teleop_flywheel.data.provenance.reviews import append_review, latest_by_episode, read_reviews
 from teleop_flywheel.data.review.episodes import EpisodeCache, RowCache, ScoreCache
 
 ASSETS = Path(__file__).with_name("assets")

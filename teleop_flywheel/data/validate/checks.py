@@ -28,13 +28,13 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_FAULT, FOLLOWER_STATE, LEADER_FAULT, camera_image
 from teleop_flywheel.core.episode import EXPORT_RECORD, EpisodeMeta
+from teleop_flywheel.data.errors import DecodeError
 from teleop_flywheel.data.validate import task_checks, timebase
 from teleop_flywheel.data.validate.camera_lag import LagEstimate, beyond, estimate_lag
 from teleop_flywheel.data.validate.decode import (
     COMPRESSED_IMAGE,
     JOINT_STATE,
     Decoded,
-    DecodeError,
     decode_streams,
     episode_of,
     image_problems,

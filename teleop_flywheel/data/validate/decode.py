@@ -43,9 +43,9 @@ from teleop_flywheel.core.bag_topics import (
 )
 from teleop_flywheel.core.calibration import parse_calibration
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import CORRECTION_KIND, INTERVENTION_KIND, span_kind
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.data.errors import DecodeError
 from teleop_flywheel.data.validate.camera_lag import MotionEnergy, small_grey
 from teleop_flywheel.data.validate.reasons import (
     CORRUPT,
@@ -78,14 +78,6 @@ EXPECTED_TYPES = {
 AUTHORITY_FIELDS = ["alpha", "intervention_id", "trigger"]
 _STRUCTURE = {"calibration": dict, "cameras": list, "topics": list, "interventions": list, "clock_start": dict,
               "clock_end": dict, "clock_samples": list, "drops": dict, "extra": dict, "corrections": list}
-
-
-class DecodeError(FlywheelError, ValueError):
-    """An episode that cannot be decoded as the engine reads it; `code` is its reason code."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code = code
 
 
 def is_camera_topic(topic: str) -> bool:

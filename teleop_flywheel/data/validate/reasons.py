@@ -33,10 +33,11 @@ from teleop_flywheel.core.bag_topics import (
     PEDAL_JOY,
     POLICY_INFERENCE,
 )
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.names import UNSAFE_NAME
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.task_spec import TaskSpec
+from teleop_flywheel.data.errors import ConfigError
 from teleop_flywheel.recording.mcap.reader import CORRUPT, TRUNCATED
 
 MISSING_STREAM = "MISSING_STREAM"
@@ -131,12 +132,6 @@ class ValidateConfig:
         if unknown:
             raise ConfigError(f"{p}: validator thresholds: unknown key(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
-
-
-class ConfigError(FlywheelError, ValueError):
-    """A validator thresholds file that cannot be used; names the file (every command: exit 2)."""
-
-    fix = "config/validate.yaml shows every threshold"
 
 
 @dataclass(frozen=True)

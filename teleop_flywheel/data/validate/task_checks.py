@@ -26,7 +26,8 @@ from dataclasses import replace
 
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE, camera_image
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.core.task_spec import TaskSpec, TaskSpecError, parse_task_spec
+from teleop_flywheel.core.errors import TaskSpecError
+from teleop_flywheel.core.task_spec import TaskSpec, parse_task_spec
 from teleop_flywheel.data.validate.reasons import (
     CLOCK_DRIFT,
     OUTCOME_MISMATCH,

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.episode import EpisodeMeta
-from teleop_flywheel.core.errors import UsageError, error_line
-from teleop_flywheel.core.files import FileExistsRefused, create_exclusive
+from teleop_flywheel.core.errors import FileExistsRefused, UsageError, error_line
+from teleop_flywheel.core.files import create_exclusive
 from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.data.validate.checks import STAMPED_TYPES, Inspection, check_bag, inspect_bag
 from teleop_flywheel.data.validate.lag_pool import apply_lag_pools

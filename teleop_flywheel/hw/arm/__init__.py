@@ -6,7 +6,7 @@ the driver stops (`parking.py`)."""
 from teleop_flywheel.hw.arm.config import ROLES, ArmConfig, effective_limits
 from teleop_flywheel.hw.arm.driver import ArmDriver
 from teleop_flywheel.hw.arm.health import Health
-from teleop_flywheel.hw.arm.servos import POS_ADDR, POS_SIZE, CalibrationMismatch, Reading
+from teleop_flywheel.hw.arm.servos import POS_ADDR, POS_SIZE, Reading
 
-__all__ = ["POS_ADDR", "POS_SIZE", "ROLES", "ArmConfig", "ArmDriver", "CalibrationMismatch", "Health", "Reading",
+__all__ = ["POS_ADDR", "POS_SIZE", "ROLES", "ArmConfig", "ArmDriver", "Health", "Reading",
            "effective_limits"]

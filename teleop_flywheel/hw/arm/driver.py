@@ -76,8 +76,9 @@ from teleop_flywheel.hw.arm.faults import (
 from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
-from teleop_flywheel.hw.arm.servos import ArmServos, CalibrationMismatch, Log, Reading
-from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, PortUnavailable
+from teleop_flywheel.hw.arm.servos import ArmServos, Log, Reading
+from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch, PortUnavailable
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
 from teleop_flywheel.core.so101 import BODY_JOINTS, JOINT_NAMES
-from teleop_flywheel.hw.feetech.bus import BusError
+from teleop_flywheel.hw.errors import BusError
 
 if TYPE_CHECKING:
     from teleop_flywheel.hw.arm.driver import ArmDriver

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES, MODEL_NUMBER, STEPS_PER_TURN
 from teleop_flywheel.hw.arm import settings
+from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch, ServoError
 from teleop_flywheel.hw.feetech import codec as proto
-from teleop_flywheel.hw.feetech.bus import BusError, BusTimeout, FeetechBus, ServoError
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import register
 
 # The fast read: Present_Position (56), Present_Velocity (58), Present_Load (60), one block.
@@ -42,10 +42,6 @@ CALIBRATION_REGISTERS = ("Homing_Offset", "Min_Position_Limit", "Max_Position_Li
 
 Log = Callable[[str, str], None]  # (level "info" | "error", message)
 StatusSink = Callable[[dict[int, int]], object]  # servo id → status bits seen (what it returns is ignored)
-
-
-class CalibrationMismatch(FlywheelError, RuntimeError):
-    """The servos' EEPROM does not hold the calibration the driver was given: it refuses to drive."""
 
 
 @dataclass(frozen=True)

@@ -34,17 +34,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from teleop_flywheel.core.calibration import (
-    MAX_HOMING_OFFSET,
-    ArmCalibration,
-    CalibrationError,
-    JointCalibration,
-    parse_calibration,
-)
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, one_line
+from teleop_flywheel.core.calibration import MAX_HOMING_OFFSET, ArmCalibration, JointCalibration, parse_calibration
+from teleop_flywheel.core.errors import EXIT_PARTIAL, CalibrationError, FlywheelError, one_line
 from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.hw.bringup import clear_multi_turn
-from teleop_flywheel.hw.feetech.bus import BusError, FeetechBus, PortUnavailable
+from teleop_flywheel.hw.errors import BusError, CalibrationStopped, PortUnavailable
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import PHASE_MULTI_TURN
 
 HALF_TURN = MAX_RAW // 2  # 2047: LeRobot's half-turn homing for Feetech servos
@@ -57,14 +52,6 @@ REPLUG_WAIT_S = 2.0
 EXIT_INTERRUPTED = 130  # docs/cli.md: Ctrl-C before a command finished
 
 Held = dict[int, tuple[int, ...]]  # servo id -> its CALIBRATION_REGISTERS as found
-
-
-class CalibrationStopped(FlywheelError, RuntimeError):
-    """Calibration stopped; the message says what state it left each servo in."""
-
-    def __init__(self, what: str, where: str, fix: str, exit_code: int = EXIT_PARTIAL) -> None:
-        super().__init__(what)
-        self.where, self.fix, self.exit_code = where, fix, exit_code
 
 
 def read_held(bus: FeetechBus) -> Held:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import cv2
 
-from teleop_flywheel.hw.camera import CameraConfig, CameraError, open_source
+from teleop_flywheel.hw.camera import CameraConfig, open_source
 from teleop_flywheel.hw.camera.offers import CameraInfo, Offer
+from teleop_flywheel.hw.errors import CameraError
 
 PREFERRED = Offer("MJPG", 640, 480, [30.0])  # the camera node's default mode, when the camera offers it
 

@@ -14,17 +14,13 @@ session start.
 """
 from __future__ import annotations
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_IDS, MODEL_NUMBER
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S, clear_multi_turn, multi_turn
+from teleop_flywheel.hw.errors import SetupError
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.control_table import BAUD_RATES
 
 BAUD_CODES = {rate: code for code, rate in BAUD_RATES.items()}
-
-
-class SetupError(FlywheelError, RuntimeError):
-    """The connected servos are not what the step needs; the message says what to do."""
 
 
 def find_single_servo(port: str) -> tuple[int, int]:

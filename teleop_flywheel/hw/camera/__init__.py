@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame, FrameSource, encode_jpeg
+from teleop_flywheel.hw.camera.source import CameraConfig, Frame, FrameSource, encode_jpeg
 
-__all__ = ["CameraConfig", "CameraError", "Frame", "FrameSource", "encode_jpeg", "open_source"]
+__all__ = ["CameraConfig", "Frame", "FrameSource", "encode_jpeg", "open_source"]
 
 
 def open_source(config: CameraConfig, arm_state: Callable[[], Mapping[str, float]] | None = None,

@@ -12,7 +12,8 @@ import threading
 from collections.abc import Callable
 
 from teleop_flywheel.core.backoff import Backoff
-from teleop_flywheel.hw.camera.source import CameraError, CameraFatalError, Frame, FrameSource
+from teleop_flywheel.hw.camera.source import Frame, FrameSource
+from teleop_flywheel.hw.errors import CameraError, CameraFatalError
 
 
 class Capture:

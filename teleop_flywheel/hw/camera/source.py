@@ -7,26 +7,10 @@ from typing import Any, Protocol
 import cv2
 import numpy as np
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.hw.errors import CameraError
 
 SOURCES = ("synthetic", "v4l2")
 DROP_GAP_PERIODS = 1.5
-
-
-class CameraError(FlywheelError, RuntimeError):
-    """A camera cannot be opened or stopped delivering; the message names the device."""
-
-
-class CameraFatalError(CameraError):
-    """A camera that opened but cannot be recorded as configured: reopening it cannot help."""
-
-
-class CameraClockError(CameraFatalError):
-    """A camera's stamps are not on CLOCK_MONOTONIC."""
-
-
-class CameraModeError(CameraFatalError):
-    """A camera did not grant the format asked for (size, rate or pixel format)."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ import numpy as np
 
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera import timecode
-from teleop_flywheel.hw.camera.source import CameraConfig, CameraError, Frame
+from teleop_flywheel.hw.camera.source import CameraConfig, Frame
+from teleop_flywheel.hw.errors import CameraError
 
 DRIVER_BUFFERS = 4  # exposed frames a V4L2 driver keeps queued for a reader that is late
 POSE_WAIT_MIN_S, POSE_WAIT_MAX_S = 0.005, 0.1  # bounds of a frame's wait for the sample after its exposure

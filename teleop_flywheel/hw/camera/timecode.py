@@ -16,17 +16,13 @@ import zlib
 
 import numpy as np
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.hw.errors import TimecodeError
 
 SYNC = (1, 0, 1, 0)
 VALUE_BITS = 64
 CRC_BITS = 16
 N_BITS = len(SYNC) + VALUE_BITS + CRC_BITS
 DEFAULT_BLOCK = 16
-
-
-class TimecodeError(FlywheelError, ValueError):
-    """No valid timecode in the image (missing, damaged or CRC mismatch)."""
 
 
 def _crc(value: int) -> int:

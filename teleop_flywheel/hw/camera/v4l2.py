@@ -21,13 +21,8 @@ import cv2
 
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.hw.camera.offers import describe
-from teleop_flywheel.hw.camera.source import (
-    CameraClockError,
-    CameraConfig,
-    CameraError,
-    CameraModeError,
-    Frame,
-)
+from teleop_flywheel.hw.camera.source import CameraConfig, Frame
+from teleop_flywheel.hw.errors import CameraClockError, CameraError, CameraModeError
 
 MAX_STAMP_AGE_NS = 5_000_000_000  # a buffer stamp further than this from now is not CLOCK_MONOTONIC
 FPS_TOLERANCE = 0.01  # relative: many cameras grant 30000/1001 (29.97) for 30

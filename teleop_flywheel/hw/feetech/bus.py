@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 import serial
 
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import BAUD_RATE
+from teleop_flywheel.hw.errors import BusError, BusTimeout, PortUnavailable, ServoError
 from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.control_table import REGISTERS, error_names, register
 
@@ -73,30 +73,6 @@ USB_OUT_WAIT_NS = 500_000  # a request waits half a 1 ms USB frame on average be
 ANY_ID = -1  # a hold on a reply length from whichever servo (a broadcast's, a new id's)
 DUPLICATE_READS = 3  # reads of a position, each retried by the bus, that must all arrive garbled
 LATENCY_WINDOW = 1000  # sync reads the latency summary covers (5 s of a 200 Hz loop)
-
-
-class BusError(FlywheelError, RuntimeError):
-    """A bus operation failed; the message names the port."""
-
-    def __init__(self, port: str, message: str) -> None:
-        super().__init__(f"{port}: {message}")
-        self.port = port
-
-
-class BusTimeout(BusError):
-    """A servo did not answer in time (after the retries)."""
-
-
-class PortUnavailable(BusError):
-    """The serial port cannot be opened or has gone away (unplugged)."""
-
-
-class ServoError(BusError):
-    """A status packet carried fault bits (voltage, angle sensor, overheat, overcurrent, overload)."""
-
-    def __init__(self, port: str, servo_id: int, bits: int) -> None:
-        self.servo_id, self.bits, self.faults = servo_id, bits, error_names(bits)
-        super().__init__(port, f"servo {servo_id} reports {', '.join(self.faults)} (error 0x{bits:02x})")
 
 
 @dataclass(frozen=True)
@@ -379,7 +355,7 @@ class FeetechBus:
     def _check(self, status: p.Status) -> None:
         if status.error:
             self.stats.errors += 1
-            raise ServoError(self.port, status.servo_id, status.error)
+            raise ServoError(self.port, status.servo_id, status.error, error_names(status.error))
 
     @staticmethod
     def _longest(address: int, size: int) -> int:

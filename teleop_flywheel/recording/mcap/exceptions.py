@@ -1,7 +1,7 @@
 """Every error the bag format raises, in one place (no ROS import), as the `mcap` library keeps its
-own: readers, the writer, the scan, `recover` and `migrate` raise these, and callers catch them by
-name without importing the module that raised them. Each is a `FlywheelError`: one line naming the
-file, and a `fix` where one is known.
+own: readers, the writer, the scan, the player, `recover` and `migrate` raise these, and callers
+catch them by name without importing the module that raised them. Each is a `FlywheelError`: one
+line naming the file, and a `fix` where one is known.
 """
 from __future__ import annotations
 
@@ -109,3 +109,10 @@ class RecoverError(FlywheelError, RuntimeError):
 
 class MigrateError(FlywheelError, RuntimeError):
     """The bag cannot be upgraded (not MCAP, damaged before its definitions, no clock mapping)."""
+
+
+# -- replaying a bag -------------------------------------------------------------------------------
+
+
+class ReplayError(FlywheelError, RuntimeError):
+    """A bag cannot be replayed; the message names the file and the reason."""

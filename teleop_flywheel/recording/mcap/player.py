@@ -10,13 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from teleop_flywheel.core.errors import FlywheelError
-from teleop_flywheel.recording.mcap.exceptions import BagReadError
+from teleop_flywheel.recording.mcap.exceptions import BagReadError, ReplayError
 from teleop_flywheel.recording.mcap.reader import IndexedBag, RawMessage
-
-
-class ReplayError(FlywheelError, RuntimeError):
-    """A bag cannot be replayed; the message names the file and the reason."""
 
 
 class BagSource(IndexedBag):

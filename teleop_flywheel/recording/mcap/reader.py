@@ -67,7 +67,8 @@ from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.core.bag_topics import AUTHORITY
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
-from teleop_flywheel.core.names import UNSAFE_NAME, UnsafeNameError, identifier_problem
+from teleop_flywheel.core.errors import UnsafeNameError
+from teleop_flywheel.core.names import UNSAFE_NAME, identifier_problem
 from teleop_flywheel.core.topics import camera_name, is_ros_name, strip_namespace
 from teleop_flywheel.recording.mcap import cdr, integrity, upgrade
 from teleop_flywheel.recording.mcap.exceptions import (

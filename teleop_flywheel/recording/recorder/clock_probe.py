@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.recording.errors import ClockProbeError
 
 PROBES: dict[str, tuple[str, ...]] = {
     "pmc": ("pmc", "-u", "-b", "0", "GET TIME_STATUS_NP"),
@@ -25,10 +25,6 @@ NONE = ""
 
 _MASTER_OFFSET = re.compile(r"^\s*master_offset\s+(-?\d+)\s*$", re.MULTILINE)
 _GM_PRESENT = re.compile(r"^\s*gmPresent\s+(\w+)\s*$", re.MULTILINE)
-
-
-class ClockProbeError(FlywheelError, ValueError):
-    """The probe could not produce an offset; the text says which probe and why."""
 
 
 def check_probe(name: str) -> str:

@@ -70,7 +70,6 @@ from teleop_flywheel.core.episode import (
     EpisodeMeta,
     Intervention,
 )
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.labels import CORRECTION_KIND, span_kind
 from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.core.topics import (
@@ -83,6 +82,7 @@ from teleop_flywheel.core.topics import (
     qualify,
     strip_namespace,
 )
+from teleop_flywheel.recording.errors import ClockProbeError, RecordingError
 from teleop_flywheel.recording.mcap.cdr import (
     SequenceTracker,
     cdr_string,
@@ -102,10 +102,6 @@ LATENCY_WINDOW = 64  # a camera's last receive-minus-stamp latencies kept for th
 SAFE_NAME = r"[A-Za-z0-9_.-]+"
 OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
 Log = Callable[[str, str], None]  # (level "info" | "warning" | "error", message)
-
-
-class RecordingError(FlywheelError, RuntimeError):
-    """An episode could not be started, stopped or discarded; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +185,7 @@ def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig", "RecordingError",
+__all__ = ["OUTCOMES", "SAFE_NAME", "EpisodeFields", "EpisodeRecorder", "Log", "RecorderConfig",
            "TopicEntry", "read_calibrations"]
 CLOCK_SAMPLE_PERIOD_NS = NS_PER_S  # (monotonic, wall) samples through an episode, about this often
 SETTLE_MIN_RATE_HZ = 10.0  # slower streams (diagnostics, the pedal's events) are not awaited at stop
@@ -336,7 +332,7 @@ class EpisodeRecorder:
             return None
         try:
             return clock_probe.probe(self.config.ptp_probe)
-        except clock_probe.ClockProbeError as exc:
+        except ClockProbeError as exc:
             extra[f"{key}_error"] = str(exc)
             self._log("warning", str(exc))
             return None

@@ -237,7 +237,8 @@ class IngestLog:
     def agreement(self, batch: Path) -> tuple[bool, str]:
         """(agrees, the summary line): the episodes ingest converted are those the batch convert made of
         the same bags, frame for frame."""
-        from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+        from teleop_flywheel.data.errors import DatasetError
+        from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 
         def episodes(root: Path) -> dict[str, int]:
             try:

@@ -24,7 +24,8 @@ from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, UsageError, error_li
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation, default_registry
-from teleop_flywheel.evaluation.protocol import ProtocolError, load_protocol
+from teleop_flywheel.evaluation.errors import ProtocolError
+from teleop_flywheel.evaluation.protocol import load_protocol
 from teleop_flywheel.evaluation.report import build_report, read_trial, write_html
 from teleop_flywheel.evaluation.watch import (
     Candidate,

@@ -22,6 +22,7 @@ from typing import Any
 
 from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, FlywheelError, UsageError, error_line
 from teleop_flywheel.core.signals import SignalStop
+from teleop_flywheel.ros.errors import SessionError
 from teleop_flywheel.ros.session.launch.graph import (
     LAUNCH_ARGUMENTS,
     build_graph,
@@ -30,7 +31,6 @@ from teleop_flywheel.ros.session.launch.graph import (
 )
 from teleop_flywheel.ros.session.launch.supervisor import (  # noqa: F401 - end_process, start_sim_arm: re-exported
     Session,
-    SessionError,
     end_process,
     start_sim_arm,
 )
@@ -110,7 +110,8 @@ def _attended(session: Session, driver: Any, stop: threading.Event) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from teleop_flywheel.evaluation.protocol import ProtocolError, load_protocol
+    from teleop_flywheel.evaluation.errors import ProtocolError
+    from teleop_flywheel.evaluation.protocol import load_protocol
 
     try:
         cfg = config_from_arguments(parse_args_list(args.arg))

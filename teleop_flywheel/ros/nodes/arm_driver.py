@@ -32,7 +32,7 @@ Safe by default on real hardware: a port is real unless the session that started
 says `simulated: true`. A real port needs a calibration file of its own (refused at start with
 how to make one), and a simulator's calibration (`config/calibration/*_sim.yaml`) is refused on
 it; a calibration that differs from what the servos hold in EEPROM stops the node with the joint
-and both values (`hw.arm.CalibrationMismatch`) — the driver never writes calibration to EEPROM.
+and both values (`hw.errors.CalibrationMismatch`) — the driver never writes calibration to EEPROM.
 """
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effecti
 from teleop_flywheel.hw.arm.config import EXIT_ACTIONS
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
     LATCHED_QOS,
@@ -69,7 +70,7 @@ from teleop_flywheel.ros.nodes.common import (
     spin_node,
     stamp,
 )
-from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
 
 ESTOP_ACK_S = 0.5  # how long ~/estop waits for the servos to read back the hold before it answers failure
 _LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way: the defaults leave the calibrated range

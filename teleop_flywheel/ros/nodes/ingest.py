@@ -45,8 +45,9 @@ from std_msgs.msg import String
 
 from teleop_flywheel.core.topics import DIAGNOSTICS
 from teleop_flywheel.recording.recorder.output_layout import SESSION_DATASET, SESSION_QUARANTINE, dataset_in
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, spin_node
-from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)

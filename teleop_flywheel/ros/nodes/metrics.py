@@ -44,7 +44,8 @@ from teleop_flywheel.core.topics import (
     RECORDER_NODE,
     RECORDER_STATUS,
 )
-from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, AddressError, MetricsServer, parse_address
+from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, MetricsServer, parse_address
+from teleop_flywheel.fleet.errors import AddressError
 from teleop_flywheel.fleet.session_metrics import SessionMetrics, default_rig
 from teleop_flywheel.recording.mcap.cdr import header_frame_id
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, LATCHED_QOS, diag_array, diag_status, spin_node

@@ -70,8 +70,9 @@ from teleop_flywheel.hw.pedal.events import (
     realtime_to_monotonic,
     resolve_device,
 )
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import STREAM_QOS, diag_array, diag_status, spin_node, stamp
-from teleop_flywheel.ros.params import NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
 
 CHECK_NS = NS_PER_S  # how often the device path is checked (and a realtime offset re-measured)
 HEARTBEAT_HZ = 10.0  # against the teleop node's 500 ms bound: five missed beats, not one late one

@@ -70,21 +70,17 @@ from sensor_msgs.msg import CompressedImage, JointState
 from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.clock import now_ns
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.core.topics import AUTHORITY, FOLLOWER_STATE, POLICY_COMMAND, POLICY_INFERENCE, camera_image
 from teleop_flywheel.policies import load_policy
 from teleop_flywheel.policies.base import Policy
+from teleop_flywheel.ros.errors import PolicyLoadError
 from teleop_flywheel.ros.nodes.common import CONTROL_QOS, IMAGE_QOS, STREAM_QOS, joint_state, spin_node
 from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 RESET_SERVICE = "~/reset"
 INFERENCE_FIELDS = ("inference_ms", "period_ms", "late")
 RECENT_POLICIES = 2  # swapped-away policies kept loaded: two checkpoints interleaved with a start-pose move
-
-
-class PolicyLoadError(FlywheelError, ValueError):
-    """The policy named by the parameters cannot be loaded; says which and why."""
 
 
 @dataclass

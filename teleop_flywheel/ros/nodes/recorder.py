@@ -62,9 +62,11 @@ from rclpy.subscription import Subscription
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from teleop_flywheel.core.errors import TaskSpecError
 from teleop_flywheel.core.names import IDENTIFIER_PATTERN
-from teleop_flywheel.core.task_spec import TaskSpec, TaskSpecError, parse_task_spec
+from teleop_flywheel.core.task_spec import TaskSpec, parse_task_spec
 from teleop_flywheel.core.topics import DIAGNOSTICS, RECORDED, camera_image
+from teleop_flywheel.recording.errors import RecordingError
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.metadata import INFINITE_NS, Qos
 from teleop_flywheel.recording.recorder import clock_probe, verdict
@@ -74,13 +76,13 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     EpisodeFields,
     EpisodeRecorder,
     RecorderConfig,
-    RecordingError,
     TopicEntry,
 )
 from teleop_flywheel.recording.recorder.spec_checks import OUTCOME_ANSWERS
+from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import diag_array, diag_status, message_class, spin_node
 from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
-from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, ParameterError, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)

@@ -15,12 +15,8 @@ from rclpy.client import Client
 from rclpy.parameter import Parameter
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import RECORDER_LABEL, RECORDER_NODE
-
-
-class RecorderCallError(FlywheelError, RuntimeError):
-    pass
+from teleop_flywheel.ros.errors import RecorderCallError
 
 
 class RecorderClient:

@@ -30,8 +30,8 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.core.errors import FlywheelError
 from teleop_flywheel.core.topics import RECORDER_NODE, RECORDER_STATUS
+from teleop_flywheel.ros.errors import InterfaceError
 
 POLICY_NODE = "/policy"
 POLICY_RESET = "reset"
@@ -41,10 +41,6 @@ CALL_TIMEOUT_S = 20.0
 LOAD_TIMEOUT_S = 180.0
 STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
-class InterfaceError(FlywheelError, RuntimeError):
-    """A node's service did not answer, or refused; the message names the service and why."""
 
 
 def call(client: Any, request: Any, timeout_s: float = CALL_TIMEOUT_S) -> Any:

@@ -39,18 +39,13 @@ from teleop_flywheel.core.topics import (
     RESET,
     arm_fault,
 )
-from teleop_flywheel.evaluation.protocol import (
-    Condition,
-    Protocol,
-    ProtocolError,
-    ProtocolWalker,
-    Slot,
-    TrialRecord,
-)
+from teleop_flywheel.evaluation.errors import ProtocolError
+from teleop_flywheel.evaluation.protocol import Condition, Protocol, ProtocolWalker, Slot, TrialRecord
 from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+from teleop_flywheel.ros.errors import InterfaceError
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
-from teleop_flywheel.ros.session.clients import InterfaceError, ParameterClient, PolicyClient, RecorderStatus
+from teleop_flywheel.ros.session.clients import ParameterClient, PolicyClient, RecorderStatus
 
 READY_S = 30.0  # how long the walk waits for the recorder to find every stream before the first trial
 HOLD_S = 1.0  # unattended: a follower within the machine check's tolerance this long ends the trial
@@ -247,7 +242,8 @@ class TrialDriver:
         """Count the trials of this protocol already recorded in `bag_dir` as done (their
         slots, per checkpoint × condition in recording order), so an afternoon's walk continues
         where the morning's stopped. Returns how many were taken over."""
-        from teleop_flywheel.evaluation.report import EvalError, read_trial
+        from teleop_flywheel.evaluation.errors import EvalError
+        from teleop_flywheel.evaluation.report import read_trial
         from teleop_flywheel.recording.mcap.exceptions import BagReadError
 
         found = []

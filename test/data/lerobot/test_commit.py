@@ -29,6 +29,7 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -240,7 +241,7 @@ def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest
     v1 = _commit(ds, {"meta/info.json": "1", "data/b": "b"}, new=("data/b",))
     assert (ds / "meta/info.json").read_text() == "1" and (v0 / "meta/info.json").read_text() == "0"
     assert _files(v1)["data/a"] == _files(v0)["data/a"] and sorted(_files(v1)) == ["data/a", "data/b", "meta/info.json"]
-    with pytest.raises(commit.CommitError, match="never overwrites"):
+    with pytest.raises(CommitError, match="never overwrites"):
         _commit(ds, {"data/a": "x"}, new=("data/a",))
     assert commit.recover(ds) is not None and commit.current(ds) == v1  # the refused stage removed
     v2 = _commit(ds, {}, drop=("data/b",))
@@ -251,13 +252,13 @@ def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest
     assert _names(ds) == ["v000002", "v000003"]  # current, previous
     elsewhere = tmp_path / "elsewhere"
     os.symlink(v0, elsewhere)
-    with pytest.raises(commit.CommitError, match="not to a version of this dataset"):
+    with pytest.raises(CommitError, match="not to a version of this dataset"):
         commit.new_stage(elsewhere)
     assert commit.snapshot(elsewhere) == elsewhere  # readers read it as it is
     planted, victim = tmp_path / "planted", tmp_path / "victim"
     victim.mkdir()
     commit.versions_path(planted).symlink_to(victim)
-    with pytest.raises(commit.CommitError, match="nothing is written through"):
+    with pytest.raises(CommitError, match="nothing is written through"):
         commit.new_stage(planted)
     assert list(victim.iterdir()) == []
 

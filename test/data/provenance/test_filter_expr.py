@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from teleop_flywheel.data.provenance.filter_expr import BoolOp, Compare, Filter, FilterError, Not, evaluate, parse
+from teleop_flywheel.data.errors import FilterError
+from teleop_flywheel.data.provenance.filter_expr import BoolOp, Compare, Filter, Not, evaluate, parse
 
 
 def test_the_issue_example_parses_and_evaluates() -> None:

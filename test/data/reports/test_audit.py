@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.lerobot.dataset import DatasetError, LeRobotDataset
+from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.audit import audit
 from teleop_flywheel.testing.dataset_files import drop_rows, read_episodes, read_frames, rewrite_column, stack
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write

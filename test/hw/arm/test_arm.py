@@ -21,7 +21,8 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits
 from teleop_flywheel.hw.arm.health import READ_BUCKETS_MS, read_bucket_key
 from teleop_flywheel.hw.arm.servos import Log
-from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus
+from teleop_flywheel.hw.errors import BusTimeout
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,10 +15,11 @@ from support.procs import wait_for
 from teleop_flywheel.core.backoff import Backoff
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.data.lerobot.v3_layout import VideoEncoder
-from teleop_flywheel.hw.camera import CameraConfig, CameraError, encode_jpeg, open_source, timecode
+from teleop_flywheel.hw.camera import CameraConfig, encode_jpeg, open_source, timecode
 from teleop_flywheel.hw.camera.capture import Capture
-from teleop_flywheel.hw.camera.source import CameraClockError, CameraModeError, DropCounter
+from teleop_flywheel.hw.camera.source import DropCounter
 from teleop_flywheel.hw.camera.synthetic import SyntheticSource
+from teleop_flywheel.hw.errors import CameraClockError, CameraError, CameraModeError, TimecodeError
 
 
 def _jpeg_round_trip(image: np.ndarray, quality: int) -> np.ndarray:
@@ -59,9 +60,9 @@ def test_damaged_or_missing_timecode_is_refused() -> None:
     image = src.render(42)
     block = timecode.DEFAULT_BLOCK
     image[:block, 10 * block:11 * block] = 255 - image[:block, 10 * block:11 * block]  # flip one value bit
-    with pytest.raises(timecode.TimecodeError, match="CRC"):
+    with pytest.raises(TimecodeError, match="CRC"):
         timecode.decode(image)
-    with pytest.raises(timecode.TimecodeError, match="sync"):
+    with pytest.raises(TimecodeError, match="sync"):
         timecode.decode(np.full((240, 320, 3), 128, np.uint8))
     with pytest.raises(ValueError, match="too small"):
         timecode.encode(np.zeros((16, 64, 3), np.uint8), 1)

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from teleop_flywheel.hw.feetech.bus import BusTimeout, FeetechBus, ServoError
+from teleop_flywheel.hw.errors import BusTimeout, ServoError
+from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.testing.adversarial_servo import AdversarialServos, Behaviour, Plan
 
 IDS = (1, 2, 3, 4, 5, 6)

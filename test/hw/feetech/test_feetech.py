@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from teleop_flywheel.core.calibration import load_calibration, parse_calibration, sim_calibration_file
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S
+from teleop_flywheel.hw.errors import BusTimeout, PortUnavailable, ServoError
 from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.bus import BusStats, BusTimeout, FeetechBus, PortUnavailable, ServoError
+from teleop_flywheel.hw.feetech.bus import BusStats, FeetechBus
 from teleop_flywheel.hw.feetech.control_table import register
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from support.replay_bags import STEP_NS, T0, N, make_bag
 
-from teleop_flywheel.recording.mcap.player import BagSource, Player, ReplayError
+from teleop_flywheel.recording.mcap.exceptions import ReplayError
+from teleop_flywheel.recording.mcap.player import BagSource, Player
 
 
 def test_source_reads_index(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from teleop_flywheel.recording.errors import ClockProbeError
 from teleop_flywheel.recording.recorder import clock_probe
-from teleop_flywheel.recording.recorder.clock_probe import ClockProbeError
 
 PMC_LOCKED = """sending: GET TIME_STATUS_NP
 \t90e2ba.fffe.0c3a1d-0 seq 0 RESPONSE MANAGEMENT TIME_STATUS_NP

@@ -20,6 +20,7 @@ from teleop_flywheel.core.calibration import sim_calibration_file
 from teleop_flywheel.core.clock import ClockMapping, clock_steps, now_ns, to_ros_ns
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.recording.errors import RecordingError
 from teleop_flywheel.recording.mcap.cdr import header_stamp_ns, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.metadata import Qos
 from teleop_flywheel.recording.mcap.reader import open_bag
@@ -28,7 +29,6 @@ from teleop_flywheel.recording.recorder.episode_recorder import (
     EpisodeFields,
     EpisodeRecorder,
     RecorderConfig,
-    RecordingError,
     TopicEntry,
 )
 

@@ -21,7 +21,8 @@ pytest.importorskip("rclpy")
 
 from teleop_flywheel.data.reports.bag_info import bag_info  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
-from teleop_flywheel.ros.session.launch.supervisor import Session, SessionError  # noqa: E402
+from teleop_flywheel.ros.errors import SessionError  # noqa: E402
+from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 
 SIM_ARGS = ["--arg", "cameras=front:synthetic"]
 

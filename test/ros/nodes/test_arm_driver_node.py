@@ -26,8 +26,9 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from support.procs import wait_for
 
-from teleop_flywheel.core.calibration import CalibrationError, load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.errors import CalibrationError
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 from teleop_flywheel.hw.feetech.sim.servo import default_human

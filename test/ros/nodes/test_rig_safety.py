@@ -17,7 +17,8 @@ from support.procs import node_cmd
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, CalibrationMismatch, effective_limits
+from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, effective_limits
+from teleop_flywheel.hw.errors import CalibrationMismatch
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
 

@@ -35,6 +35,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.aloha import episode_file
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
@@ -51,7 +52,7 @@ from teleop_flywheel.data.formats.common.export_source import (
 )
 from teleop_flywheel.data.formats.common.format_options import jpeg_quality as jpeg_quality_of
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing
-from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, DatasetError, LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
 
 JPEG_ROW_SLACK = 1.25  # an HDF5 chunk of JPEG rows: the first frame's size and this margin (ALOHA: one padded row)

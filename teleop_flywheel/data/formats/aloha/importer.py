@@ -33,8 +33,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.files import inside
+from teleop_flywheel.data.errors import AlohaInputError
 from teleop_flywheel.data.formats import ImportRequest
 from teleop_flywheel.data.formats.aloha import episode_file
 from teleop_flywheel.data.formats.common.export_source import EFFORT_FEATURE, JOINT_FEATURE_NAMES
@@ -45,13 +46,6 @@ from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERS
 from teleop_flywheel.data.parallel import own_errors, parallel_map
 
 POSITIONAL_ROW = ("tasks", "length")  # episodes-table fields write_episodes sets itself
-
-
-class AlohaInputError(FlywheelError, ValueError):
-    """An episode file cannot be imported; the message names the file and what is wrong."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "docs/formats.md lists what an ALOHA episode file must hold"
 
 
 @dataclass

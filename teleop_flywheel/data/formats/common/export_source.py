@@ -29,9 +29,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from teleop_flywheel import __version__
-from teleop_flywheel.core.errors import EXIT_PARTIAL, FlywheelError, UsageError
+from teleop_flywheel.core.errors import FlywheelError, UsageError
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.lerobot.dataset import INFO_PATH, DatasetError, LeRobotDataset, to_numpy
+from teleop_flywheel.data.errors import DatasetError, ExportError, ForeignArmError
+from teleop_flywheel.data.lerobot.dataset import INFO_PATH, LeRobotDataset, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import pending_renames, renamed_column
 from teleop_flywheel.data.provenance.manifest_hash import data_file, manifest_sha256, row_fields, video_file
 from teleop_flywheel.data.provenance.materialize import locate, span_frames
@@ -40,20 +41,6 @@ POSITIONAL = ("index", "episode_index", "task_index", "frame_index", "timestamp"
 IMAGE_PREFIX = "observation.images."
 EFFORT_FEATURE = "observation.effort"
 JOINT_FEATURE_NAMES = [f"{j}.pos" for j in JOINT_NAMES]  # the SO-101's state and action, LeRobot's names
-
-
-class ExportError(DatasetError):
-    """The dataset failed under the export (a video that does not decode, frames missing): exit 1."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "`teleop-flywheel doctor DATASET` checks the dataset's files"
-
-
-class ForeignArmError(DatasetError):
-    """A dataset of another arm (other joints, or none): its values are not the SO-101's (exit 1)."""
-
-    exit_code = EXIT_PARTIAL
-    fix = "export a dataset of the SO-101 (the one `teleop-flywheel convert` writes)"
 
 
 @dataclass

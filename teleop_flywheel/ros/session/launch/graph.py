@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.calibration import sim_calibration_file
-from teleop_flywheel.core.errors import FlywheelError, yaml_problem
+from teleop_flywheel.core.errors import yaml_problem
 from teleop_flywheel.core.task_spec import load_task_spec
 from teleop_flywheel.core.topics import (
     AUTHORITY,
@@ -58,6 +58,7 @@ from teleop_flywheel.core.topics import (
 )
 from teleop_flywheel.fleet.endpoint import DEFAULT_ADDRESS, parse_address
 from teleop_flywheel.recording.recorder.output_layout import SESSION_DATASET, dataset_in
+from teleop_flywheel.ros.errors import ParamFileError
 
 KINDS = ("teleop", "rollout", "record", "sim")
 
@@ -417,12 +418,6 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
 
 def _in_namespace(nodes: list[NodeSpec], namespace: str) -> tuple[NodeSpec, ...]:
     return tuple(replace(n, namespace=namespace) for n in nodes)
-
-
-class ParamFileError(FlywheelError, ValueError):
-    """A ROS 2 parameter file the session cannot use; names the file."""
-
-    fix = "a parameter file maps node: {ros__parameters: {...}}; config/params.yaml lists every parameter"
 
 
 def load_param_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:

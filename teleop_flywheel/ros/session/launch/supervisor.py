@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from teleop_flywheel.core.errors import FlywheelError
+from teleop_flywheel.ros.errors import SessionError
 from teleop_flywheel.ros.session.launch.graph import Graph, NodeSpec
 
 PR_SET_PDEATHSIG = 1
@@ -57,10 +57,6 @@ try:
     _prctl: Any = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux: no parent-death signal
     _prctl = None
-
-
-class SessionError(FlywheelError, RuntimeError):
-    """A session could not start; the message says which part and why."""
 
 
 def child_setup(parent_pid: int) -> Callable[[], None]:

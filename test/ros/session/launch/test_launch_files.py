@@ -338,7 +338,8 @@ def test_task_argument_gives_the_recorder_the_spec_s_content_not_its_path(monkey
     """`task:=task.yaml` is read and checked when the graph is built (launch and runner alike); the
     recorder gets the canonical content, and no parameter names the file. A bad file stops the
     launch before any node starts, naming the file and the field."""
-    from teleop_flywheel.core.task_spec import TaskSpecError, load_task_spec
+    from teleop_flywheel.core.errors import TaskSpecError
+    from teleop_flywheel.core.task_spec import load_task_spec
 
     task = tmp_path / "task.yaml"
     task.write_text("instruction: Put the brick on the square.\nsuccess: {joints: {shoulder_pan: [0.2, 0.6]}}\n")

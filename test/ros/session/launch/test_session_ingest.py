@@ -116,7 +116,8 @@ def test_a_failing_ingest_process_is_reported_as_a_nodes_failure(tmp_path: Path)
     """The ingest process refuses a dataset it cannot append to (another fps) and exits; the node reports it
     the way the supervisor reports any node: the session fails, naming `ingest` and its exit code."""
     pytest.importorskip("rclpy")
-    from teleop_flywheel.ros.session.launch.supervisor import Session, SessionError
+    from teleop_flywheel.ros.errors import SessionError
+    from teleop_flywheel.ros.session.launch.supervisor import Session
 
     out = tmp_path / "bags"
     (out / "dataset" / "meta").mkdir(parents=True)
@@ -175,7 +176,8 @@ def test_the_node_refuses_a_symlink_leading_out_of_the_output_dir(tmp_path: Path
                                                                   ) -> None:
     """`link/ds` reads as inside output_dir (the graph's check is lexical); the node resolves it at start."""
     pytest.importorskip("rclpy")
-    from teleop_flywheel.ros.session.launch.supervisor import Session, SessionError
+    from teleop_flywheel.ros.errors import SessionError
+    from teleop_flywheel.ros.session.launch.supervisor import Session
 
     out, outside = tmp_path / "bags", tmp_path / "outside"
     out.mkdir()
