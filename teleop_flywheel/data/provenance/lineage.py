@@ -58,7 +58,7 @@ import os
 import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +135,26 @@ def _now() -> str:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), waiting for another writer
-    rather than failing; FULL sync: a commit that returned is on disk, as the JSON's fsync was."""
+    rather than failing; FULL sync: a commit that returned is on disk, as the JSON's fsync was.
+    SQLite opens its side files (`-wal`, `-shm`, `-journal`) following symlinks: one planted there
+    is refused, so the registry's writes never land in another file."""
+    for side in ("-wal", "-shm", "-journal"):
+        if path.with_name(path.name + side).is_symlink():
+            raise LineageError(f"{path}{side}: a symlink beside the lineage registry; refused (remove it)")
     conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
     conn.execute("PRAGMA synchronous=FULL")
     return conn
+
+
+@contextmanager
+def _db(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection, closed after the block; SQLite's errors (a full disk, a damaged file) as one
+    line naming the registry."""
+    try:
+        with closing(_connect(path)) as conn:
+            yield conn
+    except sqlite3.Error as exc:
+        raise LineageError(f"{path}: lineage registry: {exc}") from None
 
 
 def _kind(path: Path) -> str:
@@ -249,14 +265,14 @@ class Registry:
             reg._legacy = _read_legacy(reg.path)
         elif kind == "sqlite":
             reg._sqlite = True
-            with closing(_connect(reg.path)) as conn:
+            with _db(reg.path) as conn:
                 _check_format(reg.path, conn)
         return reg
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if not self._sqlite:
             return []
-        with closing(_connect(self.path)) as conn:
+        with _db(self.path) as conn:
             return conn.execute(sql, args).fetchall()
 
     def _manifest(self, sha: str) -> dict[str, Any]:
@@ -297,7 +313,7 @@ class Registry:
         with locked(self.path, what="lineage"):
             kind = _kind(self.path)
             if kind == "sqlite":
-                with closing(_connect(self.path)) as conn:
+                with _db(self.path) as conn:
                     _check_format(self.path, conn)
                     self._write(conn, {})
             else:
@@ -305,7 +321,7 @@ class Registry:
                 fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".new", dir=self.path.parent)
                 os.close(fd)
                 try:
-                    with closing(_connect(Path(tmp))) as conn:
+                    with _db(Path(tmp)) as conn:
                         conn.execute("PRAGMA journal_mode=WAL")
                         conn.executescript(_SCHEMA)
                         conn.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))

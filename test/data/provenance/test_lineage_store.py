@@ -144,3 +144,28 @@ def test_the_default_registry_is_an_existing_json_one_else_a_new_sqlite_file(
     assert default_registry() == tmp_path / "teleop_flywheel" / "lineage.json"  # a user's history stays theirs
     monkeypatch.setenv("TELEOP_FLYWHEEL_LINEAGE", str(tmp_path / "mine.db"))
     assert default_registry() == tmp_path / "mine.db"
+
+
+def test_a_symlink_planted_beside_the_registry_is_refused_and_its_target_untouched(
+        tmp_path: Path, manifests: tuple[Path, Path]) -> None:
+    path = tmp_path / "lineage.sqlite"
+    register_checkpoint(path, "ckpt-1", manifests[0])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "lineage.sqlite-wal").symlink_to(victim)
+    with pytest.raises(LineageError, match="lineage.sqlite-wal: a symlink beside the lineage registry"):
+        register_checkpoint(path, "ckpt-2", manifests[1])
+    assert victim.read_text() == "precious"
+
+
+def test_a_damaged_database_is_one_line_naming_it(tmp_path: Path, manifests: tuple[Path, Path]) -> None:
+    path = tmp_path / "lineage.sqlite"
+    register_checkpoint(path, "ckpt-1", manifests[0])
+    reg = Registry.load(path)  # opened while it was whole; damaged before the lookup reads it
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page, past the header
+    path.write_bytes(bytes(data))
+    with pytest.raises(LineageError, match=f"{path}: lineage registry: "):
+        reg.which("ckpt-1")
+    with pytest.raises(LineageError, match=f"{path}: "):
+        register_checkpoint(path, "ckpt-2", manifests[1])
