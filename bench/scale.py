@@ -1,4 +1,5 @@
-"""How costs grow with the dataset (issue 38): the lineage registry with N checkpoints.
+"""How costs grow with the dataset (issue 38): the lineage registry with N checkpoints, and a
+manifest's `create` and `verify` over a dataset of N episodes.
 
 For each N a registry is built (one `Registry(...).save()` of N checkpoint entries, each trained on
 a manifest of `--episodes` episodes; one manifest per `--share` checkpoints, as a sweep's or a
@@ -8,12 +9,16 @@ run's several checkpoints share theirs), then timed, the median of `--repeat` ru
 - `which`: `Registry.load(path).which(id)` of a checkpoint in the middle (what `lineage which`,
   `eval watch` and an evaluation report do);
 - the registry's size on disk (the file and, for SQLite, its WAL).
+And for each dataset size (`--episode-sizes`; the synthetic dataset writer's episodes of 30
+frames, numeric columns only: a manifest hashes data rows, video packets and files alike, and the
+rows are what grows) `manifest.create` and `manifest.verify` of the whole dataset, the median of
+`--manifest-repeat` runs, reported per episode.
 The growth exponent is the slope of log(cost) over log(N) (least squares through the points;
-its spread the slope's standard error); flat is 0. The issue's target: cost at the largest N
-within 1.3x of the cost at 100.
+its spread the slope's standard error); flat is 0 (for the manifest, of the cost per episode).
+The issue's target: the cost (per episode) at the largest N within 1.3x of its cost at 100.
 
 Usage: `python bench/scale.py [--sizes 100 1000 5000] [--episodes 1000] [--share 10] [--repeat 15]
-[--out bench/results/scale.json]`
+[--episode-sizes 100 1000 10000] [--out bench/results/scale.json]`
 """
 from __future__ import annotations
 
@@ -29,9 +34,12 @@ from typing import Any
 
 from result_file import RESULTS, load_average, write_result
 
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
+from teleop_flywheel.data.provenance.manifest import create, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
+from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 
 def _hex(*parts: object) -> str:
@@ -91,9 +99,28 @@ def measure(tmp: Path, sizes: list[int], episodes: int, share: int, repeat: int)
             for n in sizes]
 
 
-def growth(points: list[dict[str, Any]], key: str) -> dict[str, float]:
+def measure_manifests(tmp: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    points = []
+    for n in sizes:
+        root = write(tmp / f"ds{n}", SyntheticSpec(episodes=n, min_length=30, max_length=30, seed=n)).root
+        created, verified = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            m = create(LeRobotDataset.open(root))
+            created.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            result = verify(LeRobotDataset.open(root), m)
+            verified.append(time.perf_counter() - t0)
+            assert m["episode_count"] == n and result.matched == n and not (result.added or result.changed)
+        points.append({"episodes": n, "frames": m["frame_count"],
+                       "create_ms_per_episode": round(1e3 * statistics.median(created) / n, 4),
+                       "verify_ms_per_episode": round(1e3 * statistics.median(verified) / n, 4)})
+    return points
+
+
+def growth(points: list[dict[str, Any]], key: str, size: str = "checkpoints") -> dict[str, float]:
     """Slope of log(cost) on log(N) and its standard error."""
-    xs = [math.log(p["checkpoints"]) for p in points]
+    xs = [math.log(p[size]) for p in points]
     ys = [math.log(max(p[key], 1e-6)) for p in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
@@ -109,10 +136,13 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--share", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--episode-sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--manifest-repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         points = measure(Path(tmp), args.sizes, args.episodes, args.share, args.repeat)
+        manifest_points = measure_manifests(Path(tmp), args.episode_sizes, args.manifest_repeat)
     first, last = points[0], points[-1]
     result = {"benchmark": "scale", "what": "lineage registry: register and which with N checkpoints",
               "episodes_per_manifest": args.episodes, "checkpoints_per_manifest": args.share,
@@ -120,7 +150,14 @@ def main() -> None:
               "lineage": {op: {**growth(points, f"{op}_ms"),
                                "ratio_largest_to_smallest": round(last[f"{op}_ms"] / first[f"{op}_ms"], 2),
                                "within_1_3x": last[f"{op}_ms"] <= 1.3 * first[f"{op}_ms"]}
-                          for op in ("register", "which")}}
+                          for op in ("register", "which")},
+              "manifest_points": manifest_points,
+              "manifest": {op: {**growth(manifest_points, f"{op}_ms_per_episode", "episodes"),
+                                "ratio_largest_to_smallest": round(manifest_points[-1][f"{op}_ms_per_episode"]
+                                                                   / manifest_points[0][f"{op}_ms_per_episode"], 2),
+                                "within_1_3x": manifest_points[-1][f"{op}_ms_per_episode"]
+                                <= 1.3 * manifest_points[0][f"{op}_ms_per_episode"]}
+                           for op in ("create", "verify")}}
     write_result(args.out, result)
 
 
