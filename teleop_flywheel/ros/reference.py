@@ -466,6 +466,22 @@ BENCH_LINES: dict[str, Any] = {
         f"seek < 200 ms; {d['list_s']:.2f} s, {d['open_s']:.2f} s, {d['seek_ms']:.0f} ms medians "
         f"({_met(d['list_s'] < 1 and d['open_s'] < 1 and d['seek_ms'] < 200)}; load {d['load_average'][0]:.1f})"
     ),
+    "scale": lambda d: (
+        f"`scale` (costs as the data grows; lineage registry, {d['points'][0]['checkpoints']:,} → "
+        f"{d['points'][-1]['checkpoints']:,} "
+        f"checkpoints, {d['episodes_per_manifest']:,}-episode manifests): target the cost at the largest within 1.3× "
+        "of the cost at the smallest; "
+        + "; ".join(f"`{op}` {d['points'][0][op + '_ms']:.1f} → {d['points'][-1][op + '_ms']:.1f} ms "
+                    f"({r['ratio_largest_to_smallest']:.2f}×, exponent {r['exponent']:+.2f} ± {r['spread']:.2f})"
+                    for op, r in d["lineage"].items())
+        + f"; manifest over {d['manifest_points'][0]['episodes']:,} → {d['manifest_points'][-1]['episodes']:,} "
+        "episodes, per episode: "
+        + "; ".join(f"`{op}` {d['manifest_points'][0][op + '_ms_per_episode']:.2f} → "
+                    f"{d['manifest_points'][-1][op + '_ms_per_episode']:.2f} ms ({r['ratio_largest_to_smallest']:.2f}×)"
+                    for op, r in d["manifest"].items())
+        + f" ({_met(all(r['within_1_3x'] for part in ('lineage', 'manifest') for r in d[part].values()))}; "
+        f"load {d['load_average'][0]:.1f})"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())

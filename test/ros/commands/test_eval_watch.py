@@ -9,7 +9,6 @@ skipped with the reason; the argument checks always run.
 """
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import yaml
 from support.lerobot_act import NEEDS_LEROBOT, save_act
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
+from teleop_flywheel.data.provenance.lineage import Registry
 from teleop_flywheel.evaluation.report import follower_poses, read_trial
 from teleop_flywheel.evaluation.watch import slug
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
@@ -107,7 +107,7 @@ def test_watch_once_evaluates_a_new_act_checkpoint_unattended_in_the_simulator(t
           f"p99 {np.percentile(inference_ms, 99):.1f} ms over {len(inference_ms)} actions; "
           f"eval watch took {took:.0f} s")
     # The table with N, in lineage and the index.
-    figures = json.loads(registry.read_text())["evaluations"][ckpt_id][0]
+    figures = Registry.load(registry).evaluations[ckpt_id][0]
     assert {(c["checkpoint"], c["condition"], c["n"], c["planned"]) for c in figures["cells"]} == {
         (ck, c, 2, 2) for ck in ("scripted-incumbent", ckpt_id) for c in STARTS}
     assert figures["incumbent"] == "scripted-incumbent" and figures["comparisons"]
