@@ -3,6 +3,7 @@ joint, feels a torqued one and can overpower a low Torque_Limit — read through
 pseudo-terminal, what reaches the hand from the simulator (`hand_forces`)."""
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -71,3 +72,31 @@ def test_without_a_hand_a_torqued_leader_is_let_go_as_before() -> None:
         settle(lambda: abs(arm.servos[GRIP].position - 3000) < 2)
         assert arm.servos[GRIP].position == pytest.approx(3000, abs=2)
         assert arm.hand_forces() == [0.0] * 6
+
+
+def hand_force_rms(torque: bool, seconds: float = 2.0) -> float:
+    """The hand moves the trigger ±400 steps at 0.5 Hz (up to ~1.9 rad/s); with `torque`, a host
+    loop at ~200 Hz keeps the servo's goal at its own last reading (15 % Torque_Limit, P 8), the
+    most transparent a torqued leader can be. RMS of the hand's force after the first half second."""
+    with SimulatedArm("leader", hand=Hand()) as arm, FeetechBus(arm.port) as bus:
+        arm.set_human(lambda t: POSE[:5] + [2650.0 + 400.0 * math.sin(math.pi * t)])
+        bus.write_register(GRIP, "P_Coefficient", 8)
+        bus.write_register(GRIP, "Torque_Limit", 150)
+        bus.write_register(GRIP, "Torque_Enable", int(torque))
+        forces, start = [], time.monotonic()
+        while time.monotonic() - start < seconds:
+            if torque:
+                present = bus.sync_read_register("Present_Position", [GRIP]).values[GRIP]
+                bus.sync_write_register("Goal_Position", {GRIP: present})
+            if time.monotonic() - start > 0.5:
+                forces.append(arm.hand_forces()[GRIP - 1])
+            time.sleep(0.005)
+        return math.sqrt(sum(f * f for f in forces) / len(forces))
+
+
+def test_a_torqued_leader_following_its_own_reading_drags_the_hand_more_than_a_limp_one() -> None:
+    """Why `feedback: gripper` releases the trigger's torque in free motion: a goal one bus tick
+    behind the shaft is a spring the hand drags along (docs/teleop.md, "Force feedback")."""
+    limp, torqued = hand_force_rms(False), hand_force_rms(True)
+    assert 0.05 < limp < 0.12, f"the shaft's own drag: {limp:.3f}"
+    assert torqued > 1.05 * limp, f"torqued {torqued:.3f} against limp {limp:.3f}"
