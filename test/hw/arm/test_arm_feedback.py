@@ -21,7 +21,7 @@ from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmDriver
 from teleop_flywheel.hw.arm.driver import FEEDBACK_STALE_S
-from teleop_flywheel.hw.feetech.bus import BusTimeout
+from teleop_flywheel.hw.feetech.bus import BusTimeout, PortUnavailable
 from teleop_flywheel.hw.feetech.sim import Faults, Hand, SimulatedArm
 
 pytestmark = pytest.mark.timeout(120)
@@ -46,10 +46,17 @@ class Rig:
         gripper is felt back (unless `feel` is False: its news stops)."""
         end = time.monotonic() + seconds
         while time.monotonic() < end and not (until and until()):
+            if not self.lead.state.connected:  # the leader's port went away: reconnect, as `run()` does
+                self.lead.connect()
+                time.sleep(0.05)
+                continue
             try:  # a read lost on a starved machine is counted and the loop goes on, as in `run()`
                 lead = self.lead.tick()
                 self.follow.command(JOINT_NAMES, self.pair.to_follower(lead.positions), now_ns())
                 got = self.follow.tick()
+            except PortUnavailable as exc:
+                self.lead.lost(str(exc))
+                continue
             except BusTimeout:
                 continue
             if feel:
@@ -143,13 +150,19 @@ def test_an_estop_a_fault_and_the_exit_release_the_feedback(tmp_path: Path) -> N
 
 
 def test_a_reconnect_releases_the_feedback(tmp_path: Path) -> None:
-    with rig(tmp_path, "gripper") as r:
-        r.run(4.0, until=r.gripper_torque)
+    """The leader's USB goes away while a grasp is rendered (the servos keep their own power) and
+    comes back: the reconnect's configure releases the trigger before anything else."""
+    with rig(tmp_path, "gripper", faults=Faults(unplug_at=2.0, replug_after=0.3)) as r:
+        r.run(2.0, until=r.gripper_torque)
         assert r.gripper_torque()
-        r.lead.lost("test: the port went away")  # what run() does on PortUnavailable
+        r.run(3.0, until=lambda: not r.lead.state.connected)
+        assert not r.lead.state.connected, "the port went away"
         assert r.gripper_torque(), "the servos still hold what they were told: nothing reaches them"
-        assert r.lead.connect()
-        assert not r.gripper_torque(), "configure on reconnect releases the feedback"
+        r.run(5.0, until=lambda: r.lead.state.reconnects >= 1)
+        assert r.lead.state.reconnects == 1
+        assert not r.gripper_torque(), "configure on reconnect released the feedback"
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque(), "the grasp, still on, is felt again"
 
 
 def test_feedback_is_the_leaders_and_a_known_mode(tmp_path: Path) -> None:
