@@ -679,6 +679,7 @@ class ArmDriver:
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
                 "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
+                "feedback_rendering": self._rendering,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
 

@@ -101,6 +101,7 @@ def test_the_hand_feels_the_grasp_with_gripper_feedback_and_next_to_nothing_with
             assert r.follower.servos[GRIPPER + 1].position == pytest.approx(OBJECT, abs=1.0), "on the object"
             assert r.follow.health().values["gripper_force_limited"] is True
             felt[mode] = (r.hand_on_gripper(), r.gripper_torque(), r.leader.servos[GRIPPER + 1].get("Torque_Limit"))
+            assert r.lead.health().values["feedback_rendering"] is (mode == "gripper"), "diagnostics say so"
     force, torque, ceiling = felt["gripper"]
     assert torque and ceiling == 150
     assert FELT < force <= ceiling / 1000 + 0.01, f"the hand pushes {force:.3f} of max torque on the trigger"
