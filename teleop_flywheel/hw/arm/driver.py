@@ -411,8 +411,12 @@ class ArmDriver:
             return
         goal = list(self._positions)
         goal[i] = felt[0]
+        limit = self.config.feedback_torque_limit
         if not self._rendering:
-            self.bus.write_register(sid, "Torque_Limit", self.config.feedback_torque_limit)
+            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
+            self.bus.sync_write_register("Torque_Limit", {sid: limit})
+            if self.servos.registers("Torque_Limit", [sid]).get(sid) != limit:
+                return  # not taken: no torque; tried again next tick
         self.servos.write_goals(goal, [sid])
         if not self._rendering:
             self.servos.set_torque([sid], True)

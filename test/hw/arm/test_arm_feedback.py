@@ -166,6 +166,17 @@ def test_a_reconnect_releases_the_feedback(tmp_path: Path) -> None:
         assert r.gripper_torque(), "the grasp, still on, is felt again"
 
 
+def test_a_trigger_that_did_not_take_the_feedback_ceiling_gets_no_torque(tmp_path: Path) -> None:
+    """The live Torque_Limit is the driver's full torque: a trigger servo that acknowledges the
+    ceiling's write and keeps its old value must never be torqued toward the grasp."""
+    with rig(tmp_path, "gripper") as r:
+        r.leader.servos[GRIPPER + 1].refused = {"Torque_Limit"}
+        r.run(2.0, until=r.gripper_torque)
+        assert not r.gripper_torque(), f"torqued at Torque_Limit {r.leader.servos[GRIPPER + 1].get('Torque_Limit')}"
+        assert r.follower.servos[GRIPPER + 1].position == pytest.approx(OBJECT, abs=1.0), "the follower grasps"
+        assert r.hand_on_gripper() < 0.01
+
+
 def test_feedback_is_the_leaders_and_a_known_mode(tmp_path: Path) -> None:
     from teleop_flywheel.hw.arm import ArmConfig
     with pytest.raises(ValueError, match="feedback must be one of"):
