@@ -19,6 +19,10 @@ ROLES = ("leader", "follower")
 # to its rest pose at the speed limit and then lets go; `hold` leaves the servos holding where they
 # are; `release` lets go at once (a raised arm falls). `parking.py` has why `park` is the default.
 EXIT_ACTIONS = ("park", "hold", "release")
+# Force feedback on a leader (docs/teleop.md, "Force feedback"): `off`, or `gripper` — the leader's
+# gripper, torqued softly toward where the follower's gripper stopped on an object, so the hand
+# feels the grasp and can always overpower it.
+FEEDBACK_MODES = ("off", "gripper")
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,21 @@ class ArmConfig:
     estop_cuts_torque: bool = False  # an e-stop holds the arm (False) or lets it fall limp (True)
     exit_action: str = "park"  # EXIT_ACTIONS
     rest_pose: tuple[float, ...] | None = None  # radians, joint order; None: where the arm was found limp at start
+    feedback: str = "off"  # leader: FEEDBACK_MODES
+    feedback_torque_limit: int = 150  # leader gripper's Torque_Limit while it renders a grasp (0.1 %)
+    feedback_grasp_load: float = 0.1  # follower gripper |load| (fraction of max torque) that is a grasp
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
         if self.exit_action not in EXIT_ACTIONS:
             raise ValueError(f"exit_action must be one of {EXIT_ACTIONS}, got {self.exit_action!r}")
+        if self.feedback not in FEEDBACK_MODES:
+            raise ValueError(f"feedback must be one of {FEEDBACK_MODES}, got {self.feedback!r}")
+        if self.feedback != "off" and self.role != "leader":
+            raise ValueError(f"feedback {self.feedback!r} is rendered on a leader, not a {self.role}")
+        if not 0 <= self.feedback_torque_limit <= 1000:
+            raise ValueError(f"feedback_torque_limit must be within 0..1000, got {self.feedback_torque_limit}")
         if self.rest_pose is not None and len(self.rest_pose) != len(JOINT_NAMES):
             raise ValueError(f"rest_pose needs {len(JOINT_NAMES)} values (radians, joint order), "
                              f"got {len(self.rest_pose)}")

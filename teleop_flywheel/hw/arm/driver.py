@@ -31,6 +31,13 @@ e-stop, torque, reconnect.
   (a leader lets go), no goal written to a servo without torque — until `reset()`, an operator's
   act, rewrites and reads back the RAM settings and re-enables the servos that cut their torque,
   holding where they are (commands are then approached at the guard's speed);
+- force feedback on a leader (`ArmConfig.feedback`, docs/teleop.md "Force feedback"): with
+  `gripper`, `feel()` (any thread) passes the follower's gripper on — where it is in the leader's
+  terms, its load and speed — and while that shows a grasp (load at `feedback_grasp_load`, jaws
+  stalled) the leader's gripper alone is torqued, at `feedback_torque_limit`, toward where the
+  follower's jaws stopped: the hand feels a spring it can always overpower. Anything else — no
+  grasp, the follower's news older than `FEEDBACK_STALE_S`, a hold (fault, e-stop), the leader
+  driven by commands, a reconnect, the exit — releases that torque;
 - `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched at once until
   `reset()`; its `Acknowledgement` settles once the servos read it back, or with why not;
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
@@ -73,7 +80,7 @@ from teleop_flywheel.hw.arm.faults import (
     supply_fault,
     temperature_fault,
 )
-from teleop_flywheel.hw.arm.grasp import Grasp
+from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S, Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
 from teleop_flywheel.hw.arm.servos import ArmServos, Log, Reading
@@ -81,6 +88,13 @@ from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch,
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
+# The follower's gripper as felt: older than this (the follower's driver stopped, its topic went
+# quiet) and the leader stops rendering it: the command watchdog's default (`watchdog_ms`).
+FEEDBACK_STALE_S = 0.1
+# A grasp being rendered goes on while the follower's load stays above this fraction of
+# `feedback_grasp_load`: its force limit holds the load near the threshold, and a load that dips
+# for one tick must not switch the leader's torque off and on (a buzz in the hand).
+FEEDBACK_KEEP = 0.5
 
 
 class Acknowledgement:
@@ -136,6 +150,10 @@ class ArmDriver:
         self._found_limp: list[float] | None = None  # the pose at the first connect, if every servo was limp
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
+        # The follower's gripper as last felt (leader goal rad, load, velocity rad/s, when ns), and
+        # whether the leader's gripper is torqued to render it.
+        self._felt: tuple[float, float, float, int] | None = None
+        self._rendering = False
 
     @property
     def bus(self) -> FeetechBus:
@@ -154,6 +172,13 @@ class ArmDriver:
         """A leader releases its torque at the next tick (a human takes it); a follower ignores it."""
         if self.role == "leader":
             self._release.set()
+
+    def feel(self, position: float, effort: float, velocity: float, stamp_ns: int) -> None:
+        """The follower's gripper, for a leader's force feedback: `position` in the leader's gripper
+        radians (`ArmPair.to_leader`), `effort` its load (fraction of max torque), `velocity` rad/s,
+        `stamp_ns` when it was sampled (`now_ns` clock)."""
+        with self._lock:
+            self._felt = (position, effort, velocity, stamp_ns)
 
     def estop(self, reason: str = "requested") -> Acknowledgement:
         """Hold the arm (or cut its torque, `estop_cuts_torque`), latched at once until `reset()` (across
@@ -280,6 +305,7 @@ class ArmDriver:
         self._written = list(seed) if on else None
         self._collision_since.clear()
         self._release.clear()
+        self._rendering = False  # a leader's torque was just set off: any feedback starts again from a grasp
 
     def _latch_refused(self, refused: dict[int, str]) -> None:
         for sid, what in refused.items():
@@ -347,6 +373,7 @@ class ArmDriver:
             self._release.clear()
             self.servos.set_torque(self.servos.ids, False)
             self._note_torque(dict.fromkeys(self.servos.ids, False))
+            self._rendering = False
             if self._estop_acks and held:
                 self._acknowledge_estops()
             return reading
@@ -358,9 +385,44 @@ class ArmDriver:
         if engage:
             self.servos.set_torque(self.servos.ids, True)
             self._note_torque(dict.fromkeys(self.servos.ids, True))
+            self._rendering = False  # the commands drive the gripper now
+        elif self.config.feedback == "gripper" and not torque:
+            self._render(now, bool(held))
         if self._estop_acks and held:
             self._acknowledge_estops()
         return reading
+
+    def _render(self, now: int, held: bool) -> None:
+        """Gripper feedback on a leader in the hand: torque its gripper softly toward where the
+        follower's jaws stopped while they grasp; release it the moment they do not (or the news is
+        stale, or the arm holds)."""
+        i = self._gripper
+        sid = self.calibration.ids[i]
+        with self._lock:
+            felt = self._felt
+        grasp = (felt is not None and not held and sid not in self._refused
+                 and now - felt[3] <= FEEDBACK_STALE_S * NS_PER_S
+                 and abs(felt[1]) >= self.config.feedback_grasp_load * (FEEDBACK_KEEP if self._rendering else 1.0)
+                 and abs(felt[2]) < STALLED_RAD_S)
+        if not grasp or felt is None:
+            if self._rendering:
+                self._rendering = False
+                self.servos.set_torque([sid], False)
+                self._note_torque({sid: False})
+            return
+        goal = list(self._positions)
+        goal[i] = felt[0]
+        limit = self.config.feedback_torque_limit
+        if not self._rendering:
+            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
+            self.bus.sync_write_register("Torque_Limit", {sid: limit})
+            if self.servos.registers("Torque_Limit", [sid]).get(sid) != limit:
+                return  # not taken: no torque; tried again next tick
+        self.servos.write_goals(goal, [sid])
+        if not self._rendering:
+            self.servos.set_torque([sid], True)
+            self._note_torque({sid: True})
+            self._rendering = True
 
     def _acknowledge_estops(self) -> None:
         """Read back what the e-stop asked of the servos — torque off (a leader, `estop_cuts_torque`),
@@ -622,6 +684,7 @@ class ArmDriver:
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
                 "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
+                "feedback_rendering": self._rendering,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
 

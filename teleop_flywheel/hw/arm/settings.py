@@ -35,6 +35,9 @@ OPERATING: dict[str, int] = {"Return_Delay_Time": 0, "Operating_Mode": 0, "P_Coe
 # values LeRobot writes for the SO-101 gripper: half torque, half current, overload at 25 %).
 GRIPPER_PROTECTION: dict[str, int] = {"Max_Torque_Limit": 500, "Protection_Current": 250, "Overload_Torque": 25}
 EEPROM_END = register("Torque_Enable").address
+# A leader's gripper renders a grasp as a soft spring (force feedback, docs/teleop.md): half the
+# loop gain of the other joints, so the ceiling is reached over ~4° of squeeze, not ~2°.
+LEADER_GRIPPER: dict[str, int] = {"P_Coefficient": 8}
 DEFAULT_ACCELERATION = 100  # 100 steps/s² units: ~15 rad/s², 2 rad/s reached in 0.13 s (254 = the servo's snap)
 # The servo's own speed limit (Goal_Velocity, steps/s) is the driver's speed limit itself, rounded
 # down: without it a servo lagging its command closes the gap at its top speed (~4.7 rad/s); with
@@ -60,6 +63,8 @@ def wanted(role: str, joint: str, acceleration: int, speed: int = 0) -> dict[str
     out = dict(OPERATING, Acceleration=acceleration, Goal_Velocity=speed)
     if role == "follower" and joint == GRIPPER:
         out.update(GRIPPER_PROTECTION)
+    if role == "leader" and joint == GRIPPER:
+        out.update(LEADER_GRIPPER)
     return out
 
 

@@ -10,6 +10,12 @@ runs on the driver's own monotonic clock (when a command arrived), never on a he
 narrowed by `joint_*_limits`, `max_speed_rad_s`, `max_relative_target_rad`, stale-command hold);
 for a leader an EMPTY position list releases the torque at once.
 
+Force feedback on a leader (`feedback`: `off` or `gripper`; docs/teleop.md "Force feedback"): with
+`gripper` the node listens to the follower's `follower/joint_states` and passes its gripper on —
+mapped into the leader's gripper as the same fraction of each calibrated range when
+`follower_calibration_file` is given (`ArmPair`, as the teleop node maps it) — so that while the
+follower's jaws hold an object the leader's trigger pushes back softly (`feedback_torque_limit`).
+
 Faults and the e-stop (`hw.arm.faults`): a servo that protected itself (overload, overcurrent,
 overheat, voltage), cut its torque, stopped answering or reached `temperature_stop_c` latches a
 hold: every goal frozen where the arm was, commands ignored, ERROR on `/diagnostics` and on
@@ -48,14 +54,14 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
+from teleop_flywheel.core.calibration import ArmPair, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
-from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
+from teleop_flywheel.core.so101 import BAUD_RATE, GRIPPER, JOINT_NAMES
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, RESET, arm_command, arm_fault, arm_state
 from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
-from teleop_flywheel.hw.arm.config import EXIT_ACTIONS
+from teleop_flywheel.hw.arm.config import EXIT_ACTIONS, FEEDBACK_MODES
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.ros.errors import ParameterError
@@ -117,6 +123,14 @@ class ArmDriverParams(NodeParams):
     temperature_stop_c: float = spec(65.0, "a servo this hot holds the arm until reset (°C); the servo cuts its "
                                      "own torque at 70", range=(20.0, 70.0))
     estop_cuts_torque: bool = spec(False, "~/estop cuts torque (the arm falls limp) instead of holding")
+    feedback: str = spec("off", "leader: force feedback, off or gripper (the follower's grasp pushes back on the "
+                         "leader's trigger; docs/teleop.md)", choices=FEEDBACK_MODES)
+    feedback_torque_limit: int = spec(150, "leader: the gripper's Torque_Limit while it renders a grasp (0.1 %; "
+                                      "150 = ~0.08 N·m at the trigger's axis, docs/teleop.md)", range=(0, 300))
+    feedback_grasp_load: float = spec(0.1, "leader: the follower gripper's load (fraction of its maximum torque) "
+                                      "that is a grasp", range=(0.01, 1.0))
+    follower_calibration_file: str = spec("", "leader with feedback: the follower's calibration, to map its gripper "
+                                          "into the leader's (empty: by angle)")
     thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread where permitted "
                                 "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
     lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
@@ -144,8 +158,12 @@ class ArmDriverNode(Node):
                                acceleration=p.acceleration, grip_force_limit=p.grip_force_limit,
                                temperature_warn_c=p.temperature_warn_c, temperature_stop_c=p.temperature_stop_c,
                                estop_cuts_torque=p.estop_cuts_torque, exit_action=p.exit_action,
-                               rest_pose=tuple(p.rest_pose) if p.rest_pose else None)
+                               rest_pose=tuple(p.rest_pose) if p.rest_pose else None, feedback=p.feedback,
+                               feedback_torque_limit=p.feedback_torque_limit,
+                               feedback_grasp_load=p.feedback_grasp_load)
         except ValueError as exc:
+            if "feedback" in str(exc):
+                raise ParameterError(self.get_fully_qualified_name(), "feedback", p.feedback, str(exc)) from None
             what = "rest_pose" if "rest_pose" in str(exc) else "temperature_warn_c/temperature_stop_c"
             value = p.rest_pose if what == "rest_pose" else [p.temperature_warn_c, p.temperature_stop_c]
             raise ParameterError(self.get_fully_qualified_name(), what, value, str(exc)) from None
@@ -157,6 +175,10 @@ class ArmDriverNode(Node):
         self.arm = ArmDriver(FeetechBus(p.port, p.baudrate), calibration, guard, config, log=self._log,
                              on_change=self._publish_diagnostics)
         self.create_subscription(JointState, arm_command(p.role), self._on_command, CONTROL_QOS)
+        if p.feedback != "off":
+            follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
+            self._pair = ArmPair(calibration if follower else None, follower)
+            self.create_subscription(JointState, arm_state("follower"), self._on_follower, STREAM_QOS)
         self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
         self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -229,6 +251,19 @@ class ArmDriverNode(Node):
             self.arm.release()  # empty = a leader lets go (a follower ignores it)
             return
         self.arm.command(msg.name, msg.position, now_ns())
+
+    def _on_follower(self, msg: JointState) -> None:
+        """The follower's gripper, felt by this leader; its staleness counts from arrival (this
+        host's monotonic clock), so a follower whose samples stop is let go of."""
+        if GRIPPER not in msg.name:
+            return
+        k = list(msg.name).index(GRIPPER)
+        if k >= len(msg.position) or k >= len(msg.effort) or k >= len(msg.velocity):
+            return
+        positions = [0.0] * len(JOINT_NAMES)
+        positions[JOINT_NAMES.index(GRIPPER)] = msg.position[k]
+        goal = self._pair.to_leader(positions)[JOINT_NAMES.index(GRIPPER)]
+        self.arm.feel(goal, msg.effort[k], msg.velocity[k], now_ns())
 
     def _publish_diagnostics(self) -> None:
         """Once a second, and from the bus thread the moment a hold begins or ends."""

@@ -5,7 +5,9 @@ arm (`teleop-flywheel sim-bus`), and how the tests drive the real serial code pa
 answers every instruction byte-exactly as the servos do (the vendor SDK talks to it). Each servo
 is as unkind as an STS3215 (servo.py: top speed, acceleration, gravity on shoulder and elbow,
 load, heat, overload/overcurrent/overheat protection that cuts its own torque, multi-turn
-readings); a scripted "human" moves a leader arm while its torque is off; replies take the wire
+readings); a scripted "human" moves a leader arm while its torque is off — or, given `hand=Hand(…)`,
+holds it as an operator's hand does, an impedance on every shaft that feels what a torqued servo
+renders (`hand_forces()`: the force feedback that reaches the hand); replies take the wire
 time at the baud rate plus the servos' return delay, and reach the host as the chosen USB-serial
 adapter passes them on (adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
@@ -58,6 +60,7 @@ from teleop_flywheel.hw.feetech.sim.servo import (
     SERVO_IDS,
     STEPS_PER_RAD,
     STEPS_PER_TURN,
+    Hand,
     HumanMotion,
     Servo,
     default_human,
@@ -175,6 +178,7 @@ class SimulatedArm:
         factory_new: bool = False,
         uncalibrated: bool = False,
         grip_object: float | None = None,
+        hand: Hand | None = None,
         adapter_name: str = "pty",
         world: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -191,6 +195,9 @@ class SimulatedArm:
         # Shaft position (raw steps) where the gripper closes on an object: closing further stalls
         # it there, and its load rises to its torque limit (until the overload protection trips).
         self.grip_object = grip_object
+        # How the human holds the leader: None lets go of a torqued shaft (an arm driven by commands);
+        # a Hand keeps hold and feels the servos (force feedback).
+        self.hand = hand
         if factory_new:
             self.servos = {1: Servo(1, return_delay)}
         else:
@@ -278,6 +285,12 @@ class SimulatedArm:
         with self._lock:
             return [servo.position for _sid, servo in sorted(self.servos.items())]
 
+    def hand_forces(self) -> list[float]:
+        """What the hand pushes each joint with now (fraction of the servo's maximum torque, signed
+        toward higher steps; 0 where no `Hand` holds it): the force feedback the operator feels."""
+        with self._lock:
+            return [servo.hand_force / 1000.0 for _sid, servo in sorted(self.servos.items())]
+
     def _open_pty(self) -> None:
         self._master, self._slave = os.openpty()
         tty.setraw(self._slave)
@@ -329,7 +342,8 @@ class SimulatedArm:
             # time is integrated in short steps, never as one jump that overshoots every goal.
             steps = max(1, math.ceil(dt / PHYSICS_STEP_S))
             for _ in range(steps):
-                s.step(dt / steps, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip)
+                s.step(dt / steps, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip,
+                       self.hand)
 
     # -- serving --------------------------------------------------------------------------
     def _elapsed(self) -> float:

@@ -1,13 +1,19 @@
 """The simulated SO-101's parts: one STS3215 servo (control table, shaft, motor, protection), the
-SO-101's joint travel and gravity, and the scripted human who moves an arm whose torque is off.
+SO-101's joint travel and gravity, and the scripted human who moves an arm whose torque is off
+(or, given a `Hand`, holds it as an operator's hand does: an impedance that also feels the servo).
 
 The servo is as unkind as the real one, because a simulator that forgives what the hardware
 punishes lets the driver's tests pass for the wrong reasons:
 
 - **top speed and acceleration**: the shaft never turns faster than ~4.7 rad/s at 12 V (less at a
   lower supply, or Goal_Velocity when set) nor changes speed faster than Acceleration allows;
-- **load**: Present_Load is the position loop's effort (proportional to the tracking error, the
-  part gravity needs included), capped by Torque_Limit and Max_Torque_Limit;
+- **load**: Present_Load is the position loop's effort (proportional to the tracking error and to
+  P_Coefficient, the part gravity needs included), capped by Torque_Limit and Max_Torque_Limit;
+- **the operator's hand** (`Hand`, given to the arm): a stiffness and a force limit pulling the
+  shaft toward where the hand means it to be, against the shaft's drag. Without torque the shaft
+  follows the hand (7.5 ms behind, what its drag costs the hand is felt); with torque on, the
+  servo's effort and the hand's pull add up,
+  so a servo rendering feedback is felt (`hand_force`) and a hand strong enough overpowers it;
 - **protection, as the firmware does it**: load above Overload_Torque % for Protection_Time, or
   current above Protection_Current for Over_Current_Protection_Time, sets the overload (0x20) or
   overcurrent (0x08) bit; temperature above Max_Temperature_Limit sets overheat (0x04); a supply
@@ -32,6 +38,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from teleop_flywheel.core.so101 import BAUD_RATE, MAX_RAW, STEPS_PER_TURN
 from teleop_flywheel.hw.feetech import codec as p
@@ -58,7 +65,8 @@ WRAPPING_JOINTS = (5,)  # wrist_roll turns freely: its shaft may pass a whole tu
 STEPS_PER_RAD = STEPS_PER_TURN / (2 * math.pi)
 TOP_SPEED_RAD_S = 4.7  # 0.222 s per 60° at 12 V, no load (Feetech's STS3215 12 V figure)
 MAX_ACCEL_STEPS_S2 = 100_000.0  # what the motor does with Acceleration 0 (no profile)
-LOAD_PER_STEP_ERROR = 8.0  # Present_Load units per step of tracking error: full torque at ~125 steps
+LOAD_PER_STEP_ERROR = 8.0  # Present_Load units per step of tracking error at P_REFERENCE: full torque at ~125 steps
+P_REFERENCE = 16  # the P_Coefficient LOAD_PER_STEP_ERROR is measured at (the driver's, LeRobot's)
 POSITION_TAU_S = 0.04  # the position loop's time constant at full Torque_Limit
 FALL_SPEED_RAD_S = 2.0  # a limp joint's speed when gravity pulls it down (friction included)
 FRICTION = 0.05  # fraction of maximum torque a limp joint holds against gravity
@@ -69,6 +77,28 @@ OVERHEAT_HYSTERESIS_C = 5.0
 SUPPLY_V = 12.0  # a follower's supply (the STS3215 12 V version); a leader's servos run at 5 V
 EEPROM_END = 40  # registers below Torque_Enable live in EEPROM: written only while Lock is 0
 LATCHED_FAULTS = 0x20 | 0x08  # overload, overcurrent: cleared by the host enabling torque again
+
+# What backdriving a shaft costs (Present_Load units per step/s): ~10 % of the servo's maximum torque
+# at 1 rad/s, a leader's 1/147 joint turned by a finger. An estimate, not a measurement: the leader's
+# drag with feedback torque on is measured against it (docs/teleop.md, "Force feedback").
+SHAFT_DRAG = 0.15
+
+
+@dataclass(frozen=True)
+class Hand:
+    """The operator's hand on a leader, per joint: it pulls the shaft toward the hand's intended pose
+    with `stiffness` (Present_Load units, 0.1 % of the servo's maximum torque, per step of the
+    shaft behind that pose) up to `limit` (same units); against SHAFT_DRAG a limp shaft lags the
+    hand by stiffness / drag (7.5 ms). A finger on the trigger presses far harder
+    than a 5 V STS3215 can push back, so the default limit is twice the servo's maximum torque."""
+
+    stiffness: float = 20.0
+    limit: float = 2000.0
+
+    def pull(self, intended: float, position: float) -> float:
+        """The hand's force on the shaft (Present_Load units, signed toward higher steps)."""
+        return max(-self.limit, min(self.limit, self.stiffness * (intended - position)))
+
 
 HumanMotion = Callable[[float], Sequence[float]]
 """t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
@@ -121,6 +151,7 @@ class Servo:
         self._protected = False  # torque held at Protective_Torque (a fault not in Unloading_Condition)
         self.pending = b""  # REG_WRITE parameters waiting for ACTION
         self.noise_steps = 0.0  # encoder noise: standard deviation of a reading (raw steps)
+        self.hand_force = 0.0  # what the hand pushes with now (Present_Load units, signed; 0 without a hand)
         self._noise = random.Random(servo_id)
         self._put(register("Goal_Position").address, 2, int(self.position))
 
@@ -232,17 +263,22 @@ class Servo:
         return acc * 100.0 if acc else MAX_ACCEL_STEPS_S2
 
     def step(self, dt: float, gravity: float = 0.0, hand: float | None = None,
-             stop_below: float | None = None) -> None:
+             stop_below: float | None = None, grip: Hand | None = None) -> None:
         """Advance the shaft and the motor by `dt` seconds.
 
         gravity: the arm's pull on this joint (fraction of maximum torque, signed); hand: where a
-        human's hand moves the shaft while the torque is off (None: no hand on it); stop_below: an
-        object the shaft closes on (a gripper's jaws meet it there and stall).
+        human's hand moves the shaft (None: no hand on it); grip: how the hand holds it — None, the
+        scripted human moves the shaft only while the torque is off and lets go of a torqued one; a
+        `Hand`, the hand's pull and the servo's effort add up against the shaft's drag, torque on
+        or off; stop_below: an object the shaft closes on (a gripper's jaws meet it there and stall).
         """
         if dt <= 0:
             return
         holds = abs(gravity) * 1000.0 <= self.torque_cap() + FRICTION * 1000.0
-        if self.torque_on and holds:
+        self.hand_force = 0.0
+        if grip is not None and hand is not None:
+            velocity = self._held(dt, gravity, hand, grip)
+        elif self.torque_on and holds:
             strength = max(self.torque_cap(), 1.0) / 1000.0
             # The loop's effort is proportional to the error; at rest it settles where that
             # effort carries the weight (a sag of gravity / stiffness).
@@ -269,6 +305,21 @@ class Servo:
         self.velocity = (new - self.position) / dt
         self.position = new
         self._protect(dt)
+
+    def _held(self, dt: float, gravity: float, hand: float, grip: Hand) -> float:
+        """The shaft in the operator's hand over `dt`: the hand's pull, the servo's effort (torque on)
+        and gravity against the shaft's drag (overdamped: the shaft moves at the net torque over
+        SHAFT_DRAG), integrated in steps short against how fast that settles. The mean velocity;
+        `hand_force` is the hand's pull at the end."""
+        start = self.position
+        gain = LOAD_PER_STEP_ERROR * self.get("P_Coefficient") / P_REFERENCE if self.torque_on else 0.0
+        n = max(1, math.ceil(dt * (grip.stiffness + gain) / SHAFT_DRAG / 0.5))
+        for _ in range(n):
+            net = grip.pull(hand, self.position) + self.load() + gravity * 1000.0
+            self.position += net / SHAFT_DRAG * dt / n
+        self.hand_force = grip.pull(hand, self.position)
+        end, self.position = self.position, start  # the common tail applies end stops and obstacles
+        return (end - start) / dt
 
     def _protect(self, dt: float) -> None:
         """The firmware's protection: set fault bits, cut or limit torque as the EEPROM says."""
@@ -332,9 +383,10 @@ class Servo:
 
     def load(self) -> int:
         """Present_Load (0.1 % of max torque, signed): the position loop's effort, proportional to
-        how far the shaft is from its goal, capped by the torque limits; zero with torque off."""
+        how far the shaft is from its goal (and to P_Coefficient), capped by the torque limits; zero with torque off."""
         if not self.torque_on:
             return 0
         cap = self.torque_cap()
         error = self.goal_physical() - self.position
-        return int(max(-cap, min(cap, error * LOAD_PER_STEP_ERROR)))
+        gain = LOAD_PER_STEP_ERROR * self.get("P_Coefficient") / P_REFERENCE
+        return int(max(-cap, min(cap, error * gain)))

@@ -1,0 +1,185 @@
+"""Force feedback on the leader (docs/teleop.md, "Force feedback"): two simulated arms on real
+pseudo-terminals, two real ArmDrivers, the leader held by the simulator's modelled `Hand`.
+
+The test is the teleop loop in miniature: the leader's reading commands the follower (`ArmPair`),
+the follower's gripper is felt back by the leader (`ArmDriver.feel`), and what reaches the hand
+is read from the simulated leader's shafts (`hand_forces`).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hw.arm.test_arm import calibration, make_driver
+from teleop_flywheel.core.calibration import ArmPair
+from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.hw.arm import ArmDriver
+from teleop_flywheel.hw.arm.driver import FEEDBACK_STALE_S
+from teleop_flywheel.hw.feetech.bus import BusTimeout, PortUnavailable
+from teleop_flywheel.hw.feetech.sim import Faults, Hand, SimulatedArm
+
+pytestmark = pytest.mark.timeout(120)
+GRIPPER = JOINT_NAMES.index("gripper")
+OBJECT = 2300.0  # follower gripper shaft steps where the jaws meet the object
+# The hand's pose: the body still, the trigger squeezed shut (leader shaft steps).
+SQUEEZE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0]
+OPEN = SQUEEZE[:GRIPPER] + [3000.0]
+FELT = 0.1  # fraction of the leader gripper's maximum torque: a grasp the hand feels
+
+
+@dataclass
+class Rig:
+    leader: SimulatedArm
+    follower: SimulatedArm
+    lead: ArmDriver
+    follow: ArmDriver
+    pair: ArmPair
+
+    def run(self, seconds: float, feel: bool = True, until: Callable[[], bool] | None = None) -> None:
+        """The teleop loop at ~200 Hz: the leader's pose commands the follower, the follower's
+        gripper is felt back (unless `feel` is False: its news stops)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not (until and until()):
+            if not self.lead.state.connected:  # the leader's port went away: reconnect, as `run()` does
+                self.lead.connect()
+                time.sleep(0.05)
+                continue
+            try:  # a read lost on a starved machine is counted and the loop goes on, as in `run()`
+                lead = self.lead.tick()
+                self.follow.command(JOINT_NAMES, self.pair.to_follower(lead.positions), now_ns())
+                got = self.follow.tick()
+            except PortUnavailable as exc:
+                self.lead.lost(str(exc))
+                continue
+            except BusTimeout:
+                continue
+            if feel:
+                self.lead.feel(self.pair.to_leader(got.positions)[GRIPPER], got.efforts[GRIPPER],
+                               got.velocities[GRIPPER], got.stamp_ns)
+            time.sleep(0.005)
+
+    def gripper_torque(self) -> bool:
+        return self.leader.servos[GRIPPER + 1].torque_on
+
+    def hand_on_gripper(self) -> float:
+        return abs(self.leader.hand_forces()[GRIPPER])
+
+
+@contextmanager
+def rig(tmp_path: Path, feedback: str, human: list[float] = SQUEEZE, hand: Hand | None = None,
+        faults: Faults | None = None) -> Iterator[Rig]:
+    with (SimulatedArm("leader", link=tmp_path / "leader", hand=hand or Hand(), faults=faults) as leader,
+          SimulatedArm("follower", link=tmp_path / "follower", grip_object=OBJECT) as follower):
+        leader.set_human(lambda t: human)
+        lead = make_driver(leader, "leader", feedback=feedback)
+        follow = make_driver(follower, "follower", grip_force_limit=0.2)
+        assert lead.connect(), lead.state.last_error
+        assert follow.connect(), follow.state.last_error
+        try:
+            yield Rig(leader, follower, lead, follow, ArmPair(calibration("leader"), calibration("follower")))
+        finally:
+            follow.close("release")
+            lead.close()
+
+
+def test_the_hand_feels_the_grasp_with_gripper_feedback_and_next_to_nothing_without(tmp_path: Path) -> None:
+    """The follower's jaws stop on an object while the hand squeezes the trigger shut: with
+    `gripper` the leader's gripper pushes back on the hand (up to its ceiling), with `off` the hand
+    closes the trigger unopposed."""
+    felt = {}
+    for mode in ("gripper", "off"):
+        (tmp_path / mode).mkdir()
+        with rig(tmp_path / mode, mode) as r:
+            r.run(3.0, until=lambda r=r: r.follower.servos[GRIPPER + 1].position <= OBJECT + 1.0)  # noqa: B023
+            r.run(1.0)  # squeezing on the object
+            assert r.follower.servos[GRIPPER + 1].position == pytest.approx(OBJECT, abs=1.0), "on the object"
+            assert r.follow.health().values["gripper_force_limited"] is True
+            felt[mode] = (r.hand_on_gripper(), r.gripper_torque(), r.leader.servos[GRIPPER + 1].get("Torque_Limit"))
+            assert r.lead.health().values["feedback_rendering"] is (mode == "gripper"), "diagnostics say so"
+    force, torque, ceiling = felt["gripper"]
+    assert torque and ceiling == 150
+    assert FELT < force <= ceiling / 1000 + 0.01, f"the hand pushes {force:.3f} of max torque on the trigger"
+    force, torque, _ = felt["off"]
+    assert not torque and force < 0.01, f"without feedback the hand still pushes {force:.3f}"
+
+
+def test_the_feedback_lets_go_when_the_hand_opens_and_when_the_follower_goes_quiet(tmp_path: Path) -> None:
+    with rig(tmp_path, "gripper") as r:
+        r.run(4.0, until=lambda: r.gripper_torque() and r.hand_on_gripper() > FELT)
+        assert r.gripper_torque() and r.hand_on_gripper() > FELT, "a grasp is felt"
+        r.leader.set_human(lambda t: OPEN)  # the hand lets the trigger open: the jaws leave the object
+        r.run(3.0, until=lambda: not r.gripper_torque())
+        assert not r.gripper_torque()
+        r.run(3.0, until=lambda: abs(r.leader.servos[GRIPPER + 1].position - OPEN[GRIPPER]) < 0.25)
+        assert r.hand_on_gripper() < 0.01, "the trigger open where the hand wants it, nothing felt"
+        r.leader.set_human(lambda t: SQUEEZE)
+        r.run(4.0, until=lambda: r.gripper_torque())
+        assert r.gripper_torque(), "a new grasp is felt again"
+        stop = time.monotonic()
+        r.run(1.0, feel=False, until=lambda: not r.gripper_torque())  # the follower's news stops
+        assert not r.gripper_torque()
+        assert time.monotonic() - stop < FEEDBACK_STALE_S + 0.5  # a tick after the news is stale, not at once
+
+
+def test_an_estop_a_fault_and_the_exit_release_the_feedback(tmp_path: Path) -> None:
+    with rig(tmp_path, "gripper") as r:
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque()
+        r.lead.estop("test")
+        r.run(0.02)
+        assert not r.gripper_torque(), "an e-stop releases the feedback at the next tick"
+        r.run(0.5)
+        assert not r.gripper_torque(), "and it stays released while held, the grasp still on"
+        r.lead.reset()
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque(), "felt again after the operator's reset"
+        r.leader.servos[3].faults |= 0x20  # elbow_flex reports an overload: the arm holds
+        r.run(1.0, until=lambda: not r.gripper_torque())
+        assert r.lead.state.faults and not r.gripper_torque(), "a fault releases the feedback"
+        r.leader.servos[3].faults = 0
+        r.lead.reset()
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque()
+        r.lead.close()  # the exit, while the grasp is rendered
+        assert not any(s.torque_on for s in r.leader.servos.values()), "no torque left on at exit"
+
+
+def test_a_reconnect_releases_the_feedback(tmp_path: Path) -> None:
+    """The leader's USB goes away while a grasp is rendered (the servos keep their own power) and
+    comes back: the reconnect's configure releases the trigger before anything else."""
+    with rig(tmp_path, "gripper", faults=Faults(unplug_at=2.0, replug_after=0.3)) as r:
+        r.run(2.0, until=r.gripper_torque)
+        assert r.gripper_torque()
+        r.run(3.0, until=lambda: not r.lead.state.connected)
+        assert not r.lead.state.connected, "the port went away"
+        assert r.gripper_torque(), "the servos still hold what they were told: nothing reaches them"
+        r.run(5.0, until=lambda: r.lead.state.reconnects >= 1)
+        assert r.lead.state.reconnects == 1
+        assert not r.gripper_torque(), "configure on reconnect released the feedback"
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque(), "the grasp, still on, is felt again"
+
+
+def test_a_trigger_that_did_not_take_the_feedback_ceiling_gets_no_torque(tmp_path: Path) -> None:
+    """The live Torque_Limit is the driver's full torque: a trigger servo that acknowledges the
+    ceiling's write and keeps its old value must never be torqued toward the grasp."""
+    with rig(tmp_path, "gripper") as r:
+        r.leader.servos[GRIPPER + 1].refused = {"Torque_Limit"}
+        r.run(2.0, until=r.gripper_torque)
+        assert not r.gripper_torque(), f"torqued at Torque_Limit {r.leader.servos[GRIPPER + 1].get('Torque_Limit')}"
+        assert r.follower.servos[GRIPPER + 1].position == pytest.approx(OBJECT, abs=1.0), "the follower grasps"
+        assert r.hand_on_gripper() < 0.01
+
+
+def test_feedback_is_the_leaders_and_a_known_mode(tmp_path: Path) -> None:
+    from teleop_flywheel.hw.arm import ArmConfig
+    with pytest.raises(ValueError, match="feedback must be one of"):
+        ArmConfig(role="leader", feedback="contact")
+    with pytest.raises(ValueError, match="rendered on a leader"):
+        ArmConfig(role="follower", feedback="gripper")
