@@ -153,30 +153,31 @@ def _db(path: Path) -> Iterator[sqlite3.Connection]:
         raise LineageError(f"{path}: lineage registry: {exc}") from None
 
 
-def _kind(path: Path) -> str:
-    """'sqlite', 'json' (a lineage/1 registry: read as it is, migrated by the first write), or 'none'."""
+def _inspect(path: Path) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(kind, legacy): 'sqlite', 'json' (a lineage/1 registry, read as it is: its tables; migrated by
+    the first write) or 'none'. One open file serves both the look and the read: a writer migrating
+    the JSON renames a database over it, and a reader that looked, then opened the path again,
+    parsed the database as JSON (four writers at once, at load: one exited on "unreadable")."""
     try:
         with path.open("rb") as f:
             head = f.read(len(_SQLITE_MAGIC))
+            if head == _SQLITE_MAGIC:
+                return "sqlite", {}
+            if not head.lstrip().startswith(b"{"):
+                raise LineageError(f"{path}: not a lineage registry (neither {FORMAT} SQLite nor {LEGACY_FORMAT} "
+                                   "JSON)")
+            raw = head + f.read()
     except FileNotFoundError:
-        return "none"
+        return "none", {}
     except OSError as exc:
         raise LineageError(f"{path}: unreadable lineage registry: {exc.strerror or exc}") from None
-    if head == _SQLITE_MAGIC:
-        return "sqlite"
-    if head.lstrip().startswith(b"{"):
-        return "json"
-    raise LineageError(f"{path}: not a lineage registry (neither {FORMAT} SQLite nor {LEGACY_FORMAT} JSON)")
-
-
-def _read_legacy(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LineageError(f"{path}: unreadable lineage registry: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != LEGACY_FORMAT:
         raise LineageError(f"{path}: not a {LEGACY_FORMAT} registry")
-    return {k: dict(data.get(k, {})) for k in ("checkpoints", "evaluations", "exports")}
+    return "json", {k: dict(data.get(k, {})) for k in ("checkpoints", "evaluations", "exports")}
 
 
 def legacy_backup(path: Path) -> Path:
@@ -256,9 +257,9 @@ class Registry:
     @classmethod
     def load(cls, path: str | Path | None = None) -> Registry:
         reg = cls(Path(path) if path else default_registry())
-        kind = _kind(reg.path)
+        kind, legacy = _inspect(reg.path)
         if kind == "json":
-            reg._legacy = _read_legacy(reg.path)
+            reg._legacy = legacy
         elif kind == "sqlite":
             reg._sqlite = True
             with _db(reg.path) as conn:
@@ -307,13 +308,12 @@ class Registry:
         it; the JSON is kept as `legacy_backup(path)`."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with locked(self.path, what="lineage"):
-            kind = _kind(self.path)
+            kind, legacy = _inspect(self.path)
             if kind == "sqlite":
                 with _db(self.path) as conn:
                     _check_format(self.path, conn)
                     self._write(conn, {})
             else:
-                legacy = _read_legacy(self.path) if kind == "json" else {}
                 fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".new", dir=self.path.parent)
                 os.close(fd)
                 try:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +171,31 @@ def test_a_damaged_database_is_one_line_naming_it(tmp_path: Path, manifests: tup
         reg.which("ckpt-1")
     with pytest.raises(LineageError, match=f"{path}: "):
         register_checkpoint(path, "ckpt-2", manifests[1])
+
+
+def test_a_reader_never_parses_a_database_renamed_over_the_json_it_looked_at(
+        tmp_path: Path, manifests: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process's first write migrates a lineage/1 JSON by renaming a database over it. A
+    reader that looked at the file (JSON) and then opened the path again read the database as JSON
+    and failed "unreadable" (one of four concurrent writers exited 1 under load). Here the rename
+    lands right after the reader's first open of the path: whatever it opens next must not matter."""
+    path = tmp_path / "lineage.json"
+    _legacy(path, manifests[0], 2)
+    migrated = tmp_path / "elsewhere" / "lineage.json"
+    migrated.parent.mkdir()
+    migrated.write_bytes(path.read_bytes())
+    register_checkpoint(migrated, "other-1", manifests[1])  # what the other process's write leaves
+    real_open = Path.open
+    opened: list[Path] = []
+
+    def open_then_migrate(self: Path, *args: Any, **kwargs: Any) -> Any:
+        f = real_open(self, *args, **kwargs)
+        if self == path:
+            opened.append(self)
+            if len(opened) == 1:
+                os.replace(migrated, path)
+        return f
+
+    monkeypatch.setattr(Path, "open", open_then_migrate)
+    reg = Registry.load(path)
+    assert reg.which("old-1")["run"] == "old1"  # the JSON as it was when looked at
