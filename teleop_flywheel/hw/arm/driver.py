@@ -378,7 +378,11 @@ class ArmDriver:
                 self._acknowledge_estops()
             return reading
         if engage:
-            self.bus.sync_write_register("Torque_Limit", {i: self.config.leader_torque_limit for i in self.servos.ids})
+            limits = {i: self.config.leader_torque_limit for i in self.servos.ids}
+            self.bus.sync_write_register("Torque_Limit", limits)
+            # Read back before torque comes on: a lost write leaves a servo at the driver's full torque
+            # in the operator's hand. Not taken: no torque this tick, written again the next.
+            engage = self.servos.registers("Torque_Limit", self.servos.ids) == limits
         if goal is not None:
             self.servos.write_goals(goal, [sid for sid in self.servos.ids if sid not in self._off] if held else None)
             self._written = goal

@@ -210,6 +210,30 @@ def test_leader_engages_on_commands_releases_on_request_and_when_stale(tmp_path:
             driver.close()
 
 
+def test_a_leader_servo_that_did_not_take_its_torque_limit_is_not_engaged(tmp_path: Path) -> None:
+    """The live Torque_Limit is the driver's full torque: a leader servo that acknowledges the
+    limit's write and keeps its old value must not be torqued in the operator's hand."""
+    with SimulatedArm("leader", link=tmp_path / "leader") as arm:
+        arm.set_human(lambda t: [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2650.0])
+        driver = make_driver(arm, "leader", watchdog_ms=500.0, leader_torque_limit=250)
+        assert driver.connect()
+        try:
+            arm.servos[3].refused = {"Torque_Limit"}
+            t0 = now_ns()
+            for k in range(3):
+                driver.command(JOINT_NAMES, [0.25] * 6, t0 + k * MS)
+                tick(driver, t0 + k * MS + MS // 2)
+            assert all(s.get("Torque_Enable") == 0 for s in arm.servos.values()), \
+                f"torqued at Torque_Limit {arm.servos[3].get('Torque_Limit')}"
+            assert not driver.state.torque
+            arm.servos[3].refused = set()  # the write is taken again: it engages, at the limit
+            driver.command(JOINT_NAMES, [0.25] * 6, t0 + 3 * MS)
+            tick(driver, t0 + 3 * MS + MS // 2)
+            assert driver.state.torque and all(s.get("Torque_Enable") == 1 for s in arm.servos.values())
+            assert all(s.get("Torque_Limit") == 250 for s in arm.servos.values())
+        finally:
+            driver.close()
+
 def test_run_reconnects_with_backoff_after_an_unplug(tmp_path: Path) -> None:
     with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(unplug_at=1.0, replug_after=1.5)) as arm:
         driver = make_driver(arm, "follower")
