@@ -83,6 +83,7 @@ from teleop_flywheel.hw.arm.faults import (
 from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S, Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
+from teleop_flywheel.hw.arm.rendering import Rendered
 from teleop_flywheel.hw.arm.servos import ArmServos, Log, Reading
 from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch, PortUnavailable
 from teleop_flywheel.hw.feetech.bus import FeetechBus
@@ -154,6 +155,8 @@ class ArmDriver:
         # whether the leader's gripper is torqued to render it.
         self._felt: tuple[float, float, float, int] | None = None
         self._rendering = False
+        self._ceiling: dict[int, int] = {}  # leader: the Torque_Limit written (and read back) per servo
+        self.rendered: Rendered | None = None  # leader: what its last tick left the servos doing to the hand
 
     @property
     def bus(self) -> FeetechBus:
@@ -334,7 +337,25 @@ class ArmDriver:
 
     def tick(self, now: int | None = None) -> Reading:
         """Read, then write what the guard allows (or hold); `now` (default: after the read) is the
-        time the watchdog judges commands by. Raises BusError (PortUnavailable: the port is gone)."""
+        time the watchdog judges commands by. A leader's tick then says what it rendered
+        (`rendered`). Raises BusError (PortUnavailable: the port is gone)."""
+        reading = self._control(now)
+        if self.role == "leader":
+            self._note_rendered()
+        return reading
+
+    def _note_rendered(self) -> None:
+        """The goal offset and torque ceiling of every leader joint as this tick left them, stamped now:
+        right after its last write."""
+        goal = self._written
+        on = [sid not in self._off and goal is not None for sid in self.calibration.ids]
+        offsets = tuple(goal[i] - self._positions[i] if on[i] and goal is not None else 0.0
+                        for i in range(len(on)))
+        ceilings = tuple(self._ceiling.get(sid, 0) / 1000.0 if on[i] else 0.0
+                         for i, sid in enumerate(self.calibration.ids))
+        self.rendered = Rendered(now_ns(), offsets, ceilings)
+
+    def _control(self, now: int | None) -> Reading:
         reading = self.read()
         cut = self._record_status(reading.errors)
         if cut:  # what the servo did with its torque, read back at once: /diagnostics says it true
@@ -383,6 +404,8 @@ class ArmDriver:
             # Read back before torque comes on: a lost write leaves a servo at the driver's full torque
             # in the operator's hand. Not taken: no torque this tick, written again the next.
             engage = self.servos.registers("Torque_Limit", self.servos.ids) == limits
+            if engage:
+                self._ceiling.update(limits)
         if goal is not None:
             self.servos.write_goals(goal, [sid for sid in self.servos.ids if sid not in self._off] if held else None)
             self._written = goal
@@ -422,7 +445,9 @@ class ArmDriver:
             self.bus.sync_write_register("Torque_Limit", {sid: limit})
             if self.servos.registers("Torque_Limit", [sid]).get(sid) != limit:
                 return  # not taken: no torque; tried again next tick
+            self._ceiling[sid] = limit
         self.servos.write_goals(goal, [sid])
+        self._written = goal
         if not self._rendering:
             self.servos.set_torque([sid], True)
             self._note_torque({sid: True})

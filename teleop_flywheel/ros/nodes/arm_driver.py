@@ -15,6 +15,9 @@ Force feedback on a leader (`feedback`: `off` or `gripper`; docs/teleop.md "Forc
 mapped into the leader's gripper as the same fraction of each calibrated range when
 `follower_calibration_file` is given (`ArmPair`, as the teleop node maps it) — so that while the
 follower's jaws hold an object the leader's trigger pushes back softly (`feedback_torque_limit`).
+Every leader, whatever its `feedback`, publishes `leader/feedback` once per bus tick: per joint the
+goal minus the present position (rad) and the torque ceiling (Torque_Limit / 1000), 0.0 where a
+servo has no torque, stamped right after the tick's write (`hw.arm.rendering.Rendered`).
 
 Faults and the e-stop (`hw.arm.faults`): a servo that protected itself (overload, overcurrent,
 overheat, voltage), cut its torque, stopped answering or reached `temperature_stop_c` latches a
@@ -59,7 +62,7 @@ from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import BAUD_RATE, GRIPPER, JOINT_NAMES
-from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, RESET, arm_command, arm_fault, arm_state
+from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, LEADER_FEEDBACK, RESET, arm_command, arm_fault, arm_state
 from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
 from teleop_flywheel.hw.arm.config import EXIT_ACTIONS, FEEDBACK_MODES
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
@@ -168,6 +171,9 @@ class ArmDriverNode(Node):
             value = p.rest_pose if what == "rest_pose" else [p.temperature_warn_c, p.temperature_stop_c]
             raise ParameterError(self.get_fully_qualified_name(), what, value, str(exc)) from None
         self._pub = self.create_publisher(JointState, arm_state(p.role), STREAM_QOS)
+        self._feedback_pub = (self.create_publisher(JointState, LEADER_FEEDBACK, STREAM_QOS) if p.role == "leader"
+                              else None)
+        self._feedback: JointState | None = None
         self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS, 10)
         self._fault = self.create_publisher(DiagnosticStatus, arm_fault(p.role), LATCHED_QOS)
         self._fault_state: tuple[str, str] | None = None
@@ -228,6 +234,15 @@ class ArmDriverNode(Node):
         msg.velocity = array("d", reading.velocities)
         msg.effort = array("d", reading.efforts)
         self._pub.publish(msg)
+        rendered = self.arm.rendered
+        if self._feedback_pub is not None and rendered is not None:
+            out = self._feedback
+            if out is None:
+                out = self._feedback = joint_state(JOINT_NAMES, (), 0, frame_id=self.arm.calibration.arm_id)
+            stamp(out.header.stamp, rendered.stamp_ns)
+            out.position = array("d", rendered.offsets)
+            out.effort = array("d", rendered.ceilings)
+            self._feedback_pub.publish(out)
 
     def _srv_estop(self, _request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """Success only once the servos read back the hold (or torque off); else why not. The e-stop

@@ -2,9 +2,11 @@
 held by the modelled hand, and the follower's joint states published by a real rclpy node."""
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from rclpy.context import Context
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from support.procs import wait_for
@@ -14,7 +16,7 @@ from teleop_flywheel.core.calibration import load_calibration, sim_calibration_f
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,5 +43,66 @@ def test_a_leader_feels_the_followers_grasp_and_lets_go_when_its_states_stop(tmp
             assert grip.get("Torque_Limit") == 150
             assert not any(s.torque_on for sid, s in arm.servos.items() if sid != 6), "only the trigger"
             wait_for(lambda: not grip.torque_on, 10, "released once the follower's states stop")
+    finally:
+        graph.close()
+
+
+class FeedbackProbe(Node):
+    """Records the leader's `/leader/feedback` and `/leader/joint_states` as they arrive."""
+
+    def __init__(self, context: Context) -> None:
+        super().__init__("feedback_probe", context=context)
+        self.feedback: list[tuple[int, JointState]] = []
+        self.states: list[JointState] = []
+        self.create_subscription(JointState, "/leader/feedback", lambda m: self.feedback.append((now_ns(), m)),
+                                 STREAM_QOS)
+        self.create_subscription(JointState, "/leader/joint_states", self.states.append, STREAM_QOS)
+
+
+def test_every_leader_tick_says_what_it_rendered_on_leader_feedback(tmp_path: Path) -> None:
+    """`/leader/feedback` (docs/teleop.md): one message per leader tick, also with feedback off (all
+    zeros: nothing rendered is on the record), stamped at the source between the tick's read and
+    its arrival; with `gripper` rendering a grasp, the trigger's goal offset and ceiling (0.15)."""
+    graph = Graph()
+    try:
+        with SimulatedArm("leader", link=tmp_path / "leader", hand=Hand()) as arm:
+            arm.set_human(lambda t: [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0])
+            graph.driver("leader", arm, feedback="gripper")
+            probe = graph.add(FeedbackProbe(graph.context))
+            wait_for(lambda: len(probe.feedback) > 50, 30, "leader feedback")
+            _, first = probe.feedback[-1]
+            assert list(first.name) == list(JOINT_NAMES) and not first.velocity
+            assert list(first.position) == [0.0] * 6 and list(first.effort) == [0.0] * 6, "no grasp: nothing"
+            # One per tick: each feedback message follows the joint states of its tick, stamped after them.
+            states = {msg_stamp_ns(m) for m in list(probe.states)}
+            pairs = [(received, msg_stamp_ns(m)) for received, m in list(probe.feedback)]
+            assert all(b > a for (_, a), (_, b) in pairwise(pairs)), "one per tick, in order"
+            assert all(stamp <= received for received, stamp in pairs), "stamped before it arrived"
+            ticks = sorted(states)
+            for _, stamp in pairs[5:-5]:
+                before = [s for s in ticks if s <= stamp]
+                assert before and stamp - before[-1] < 0.5 * 1e9, "the feedback of a tick follows its reading"
+            assert abs(len(probe.feedback) - len(probe.states)) <= 3, "once per tick, like the joint states"
+
+            follower = graph.add(Node("follower_probe", context=graph.context))
+            pub = follower.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+            cal = load_calibration(sim_calibration_file("leader"))["gripper"]
+            stopped = float(cal.raw_to_rad(2400 - cal.homing_offset))
+
+            def grasping() -> bool:
+                pub.publish(joint_state(JOINT_NAMES, [0.0] * 5 + [stopped], now_ns(), velocities=[0.0] * 6,
+                                        efforts=[0.0] * 5 + [-0.16]))
+                return bool(probe.feedback) and probe.feedback[-1][1].effort[5] > 0
+
+            wait_for(grasping, 30, "a grasp rendered on the trigger")
+            wait_for(lambda: (grasping(), arm.servos[6].position < 2400 - 5)[1], 10, "the hand squeezing past it")
+            grasping()
+            _, msg = probe.feedback[-1]
+            assert list(msg.effort) == [0.0] * 5 + [0.15], "the trigger alone, at its ceiling"
+            assert list(msg.position[:5]) == [0.0] * 5
+            present = dict(zip(probe.states[-1].name, probe.states[-1].position, strict=True))["gripper"]
+            assert msg.position[5] == pytest.approx(stopped - present, abs=0.05), "goal minus present"
+            assert msg.position[5] > 0.01, "the hand is past the object: the goal pushes it back open"
+            wait_for(lambda: probe.feedback[-1][1].effort[5] == 0.0, 10, "zero once the follower is quiet")
     finally:
         graph.close()
