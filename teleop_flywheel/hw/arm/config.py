@@ -19,10 +19,11 @@ ROLES = ("leader", "follower")
 # to its rest pose at the speed limit and then lets go; `hold` leaves the servos holding where they
 # are; `release` lets go at once (a raised arm falls). `parking.py` has why `park` is the default.
 EXIT_ACTIONS = ("park", "hold", "release")
-# Force feedback on a leader (docs/teleop.md, "Force feedback"): `off`, or `gripper` — the leader's
+# Force feedback on a leader (docs/teleop.md, "Force feedback"): `off`; `gripper` — the leader's
 # gripper, torqued softly toward where the follower's gripper stopped on an object, so the hand
-# feels the grasp and can always overpower it.
-FEEDBACK_MODES = ("off", "gripper")
+# feels the grasp and can always overpower it; `contact` — that, and every body joint whose
+# follower load departs from what free motion and gravity produce (`rendering.Contact`).
+FEEDBACK_MODES = ("off", "gripper", "contact")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class ArmConfig:
     feedback: str = "off"  # leader: FEEDBACK_MODES
     feedback_torque_limit: int = 150  # leader gripper's Torque_Limit while it renders a grasp (0.1 %)
     feedback_grasp_load: float = 0.1  # follower gripper |load| (fraction of max torque) that is a grasp
+    feedback_contact_load: float = 0.15  # contact: follower load beyond the expected that renders (fraction)
+    feedback_contact_gain: float = 1.0  # contact: ceiling (fraction of max torque) per unit of excess load
+    feedback_contact_torque_limit: int = 150  # contact: the highest Torque_Limit of a body joint (0.1 %)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -52,8 +56,9 @@ class ArmConfig:
             raise ValueError(f"feedback must be one of {FEEDBACK_MODES}, got {self.feedback!r}")
         if self.feedback != "off" and self.role != "leader":
             raise ValueError(f"feedback {self.feedback!r} is rendered on a leader, not a {self.role}")
-        if not 0 <= self.feedback_torque_limit <= 1000:
-            raise ValueError(f"feedback_torque_limit must be within 0..1000, got {self.feedback_torque_limit}")
+        for name in ("feedback_torque_limit", "feedback_contact_torque_limit"):
+            if not 0 <= getattr(self, name) <= 1000:
+                raise ValueError(f"{name} must be within 0..1000, got {getattr(self, name)}")
         if self.rest_pose is not None and len(self.rest_pose) != len(JOINT_NAMES):
             raise ValueError(f"rest_pose needs {len(JOINT_NAMES)} values (radians, joint order), "
                              f"got {len(self.rest_pose)}")

@@ -32,12 +32,15 @@ e-stop, torque, reconnect.
   act, rewrites and reads back the RAM settings and re-enables the servos that cut their torque,
   holding where they are (commands are then approached at the guard's speed);
 - force feedback on a leader (`ArmConfig.feedback`, docs/teleop.md "Force feedback"): with
-  `gripper`, `feel()` (any thread) passes the follower's gripper on — where it is in the leader's
+  `gripper`, `feel()` (any thread) passes the follower on — where it is in the leader's
   terms, its load and speed — and while that shows a grasp (load at `feedback_grasp_load`, jaws
   stalled) the leader's gripper alone is torqued, at `feedback_torque_limit`, toward where the
   follower's jaws stopped: the hand feels a spring it can always overpower. Anything else — no
   grasp, the follower's news older than `FEEDBACK_STALE_S`, a hold (fault, e-stop), the leader
-  driven by commands, a reconnect, the exit — releases that torque;
+  driven by commands, a reconnect, the exit — releases that torque. `feel()` takes the whole
+  follower; `contact` adds every body joint whose follower load departs from what free motion and
+  gravity produce (`rendering.Contact`), torqued toward where the follower is, its ceiling growing
+  with the excess. Every leader tick says what it left the servos doing to the hand (`rendered`);
 - `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched at once until
   `reset()`; its `Acknowledgement` settles once the servos read it back, or with why not;
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
@@ -83,7 +86,7 @@ from teleop_flywheel.hw.arm.faults import (
 from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S, Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
-from teleop_flywheel.hw.arm.rendering import Rendered
+from teleop_flywheel.hw.arm.rendering import Contact, ContactGains, Felt, Rendered
 from teleop_flywheel.hw.arm.servos import ArmServos, Log, Reading
 from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch, PortUnavailable
 from teleop_flywheel.hw.feetech.bus import FeetechBus
@@ -151,10 +154,13 @@ class ArmDriver:
         self._found_limp: list[float] | None = None  # the pose at the first connect, if every servo was limp
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
-        # The follower's gripper as last felt (leader goal rad, load, velocity rad/s, when ns), and
-        # whether the leader's gripper is torqued to render it.
-        self._felt: tuple[float, float, float, int] | None = None
-        self._rendering = False
+        # The follower as last felt, and the leader's joints torqued to render it (joint indices).
+        self._felt: Felt | None = None
+        self._rendering: set[int] = set()
+        self._contact = (Contact(ContactGains(self.config.feedback_contact_load, self.config.feedback_contact_gain,
+                                              self.config.feedback_contact_torque_limit),
+                                 [i for i in range(len(JOINT_NAMES)) if i != self._gripper], FEEDBACK_KEEP)
+                         if self.config.feedback == "contact" else None)
         self._ceiling: dict[int, int] = {}  # leader: the Torque_Limit written (and read back) per servo
         self.rendered: Rendered | None = None  # leader: what its last tick left the servos doing to the hand
 
@@ -176,12 +182,14 @@ class ArmDriver:
         if self.role == "leader":
             self._release.set()
 
-    def feel(self, position: float, effort: float, velocity: float, stamp_ns: int) -> None:
-        """The follower's gripper, for a leader's force feedback: `position` in the leader's gripper
-        radians (`ArmPair.to_leader`), `effort` its load (fraction of max torque), `velocity` rad/s,
-        `stamp_ns` when it was sampled (`now_ns` clock)."""
+    def feel(self, positions: Sequence[float], efforts: Sequence[float], velocities: Sequence[float],
+             stamp_ns: int) -> None:
+        """The follower, for a leader's force feedback, joint order: `positions` in the leader's
+        radians (`ArmPair.to_leader`), `efforts` its load (fraction of max torque), `velocities` rad/s,
+        `stamp_ns` when it was sampled or arrived (`now_ns` clock)."""
+        felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns)
         with self._lock:
-            self._felt = (position, effort, velocity, stamp_ns)
+            self._felt = felt
 
     def estop(self, reason: str = "requested") -> Acknowledgement:
         """Hold the arm (or cut its torque, `estop_cuts_torque`), latched at once until `reset()` (across
@@ -308,7 +316,7 @@ class ArmDriver:
         self._written = list(seed) if on else None
         self._collision_since.clear()
         self._release.clear()
-        self._rendering = False  # a leader's torque was just set off: any feedback starts again from a grasp
+        self._rendering = set()  # a leader's torque was just set off: any feedback starts again from a grasp
 
     def _latch_refused(self, refused: dict[int, str]) -> None:
         for sid, what in refused.items():
@@ -369,7 +377,8 @@ class ArmDriver:
         with self._lock:
             self.state.ticks += 1
             self.state.tick_times.append(now)
-            torque = self.state.torque
+            # A leader rendering feedback on every joint is not one driven by commands.
+            torque = self.state.torque and not self._rendering
             release = engage = False
             if self.role == "leader":
                 release = torque and (self._release.is_set() or bool(held) or self.guard.stale(now))
@@ -394,7 +403,7 @@ class ArmDriver:
             self._release.clear()
             self.servos.set_torque(self.servos.ids, False)
             self._note_torque(dict.fromkeys(self.servos.ids, False))
-            self._rendering = False
+            self._rendering = set()
             if self._estop_acks and held:
                 self._acknowledge_estops()
             return reading
@@ -412,46 +421,61 @@ class ArmDriver:
         if engage:
             self.servos.set_torque(self.servos.ids, True)
             self._note_torque(dict.fromkeys(self.servos.ids, True))
-            self._rendering = False  # the commands drive the gripper now
-        elif self.config.feedback == "gripper" and not torque:
+            self._rendering = set()  # the commands drive the leader now
+        elif self.config.feedback != "off" and not torque:
             self._render(now, bool(held))
         if self._estop_acks and held:
             self._acknowledge_estops()
         return reading
 
     def _render(self, now: int, held: bool) -> None:
-        """Gripper feedback on a leader in the hand: torque its gripper softly toward where the
-        follower's jaws stopped while they grasp; release it the moment they do not (or the news is
-        stale, or the arm holds)."""
-        i = self._gripper
-        sid = self.calibration.ids[i]
+        """Feedback on a leader in the hand: torque the joints whose follower meets something (the
+        gripper: a grasp; with `contact`, a body joint: its load beyond free motion's) softly toward
+        where the follower is; release each the moment it does not (or the news is stale, or the
+        arm holds)."""
         with self._lock:
             felt = self._felt
-        grasp = (felt is not None and not held and sid not in self._refused
-                 and now - felt[3] <= FEEDBACK_STALE_S * NS_PER_S
-                 and abs(felt[1]) >= self.config.feedback_grasp_load * (FEEDBACK_KEEP if self._rendering else 1.0)
-                 and abs(felt[2]) < STALLED_RAD_S)
-        if not grasp or felt is None:
-            if self._rendering:
-                self._rendering = False
-                self.servos.set_torque([sid], False)
-                self._note_torque({sid: False})
+        want: dict[int, tuple[float, int]] = {}
+        if felt is not None and not held and now - felt.stamp_ns <= FEEDBACK_STALE_S * NS_PER_S:
+            g = self._gripper
+            grasp_load = self.config.feedback_grasp_load * (FEEDBACK_KEEP if g in self._rendering else 1.0)
+            if abs(felt.efforts[g]) >= grasp_load and abs(felt.velocities[g]) < STALLED_RAD_S:
+                want[g] = (felt.positions[g], self.config.feedback_torque_limit)
+            if self._contact is not None:
+                want.update(self._contact.render(felt, self._positions, self._rendering))
+        ids = self.calibration.ids
+        want = {i: v for i, v in want.items() if ids[i] not in self._refused}
+        stop = sorted(self._rendering - set(want))
+        if stop:
+            self.servos.set_torque([ids[i] for i in stop], False)
+            self._note_torque(dict.fromkeys((ids[i] for i in stop), False))
+            self._rendering -= set(stop)
+        if not want:
+            return
+        start = [i for i in want if i not in self._rendering]
+        limits = {ids[i]: want[i][1] for i in want if i in start or self._ceiling.get(ids[i]) != want[i][1]}
+        if limits:
+            self.bus.sync_write_register("Torque_Limit", limits)
+            self._ceiling.update(limits)
+        if start:
+            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
+            # Not taken: no torque on that joint this tick, tried again the next. Once on, a changed
+            # ceiling is written without a read-back: a lost write leaves the last, no higher than
+            # the configured ceiling.
+            back = self.servos.registers("Torque_Limit", [ids[i] for i in start])
+            start = [i for i in start if back.get(ids[i]) == limits[ids[i]]]
+        live = sorted(self._rendering | set(start))
+        if not live:
             return
         goal = list(self._positions)
-        goal[i] = felt[0]
-        limit = self.config.feedback_torque_limit
-        if not self._rendering:
-            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
-            self.bus.sync_write_register("Torque_Limit", {sid: limit})
-            if self.servos.registers("Torque_Limit", [sid]).get(sid) != limit:
-                return  # not taken: no torque; tried again next tick
-            self._ceiling[sid] = limit
-        self.servos.write_goals(goal, [sid])
+        for i in live:
+            goal[i] = want[i][0]
+        self.servos.write_goals(goal, [ids[i] for i in live])
         self._written = goal
-        if not self._rendering:
-            self.servos.set_torque([sid], True)
-            self._note_torque({sid: True})
-            self._rendering = True
+        if start:
+            self.servos.set_torque([ids[i] for i in start], True)
+            self._note_torque(dict.fromkeys((ids[i] for i in start), True))
+            self._rendering |= set(start)
 
     def _acknowledge_estops(self) -> None:
         """Read back what the e-stop asked of the servos — torque off (a leader, `estop_cuts_torque`),
@@ -713,7 +737,8 @@ class ArmDriver:
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
                 "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
-                "feedback_rendering": self._rendering,
+                "feedback_rendering": bool(self._rendering),
+                "feedback_contact_ready": self._contact is not None and self._contact.ready,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
 

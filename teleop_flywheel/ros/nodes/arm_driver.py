@@ -10,11 +10,13 @@ runs on the driver's own monotonic clock (when a command arrived), never on a he
 narrowed by `joint_*_limits`, `max_speed_rad_s`, `max_relative_target_rad`, stale-command hold);
 for a leader an EMPTY position list releases the torque at once.
 
-Force feedback on a leader (`feedback`: `off` or `gripper`; docs/teleop.md "Force feedback"): with
-`gripper` the node listens to the follower's `follower/joint_states` and passes its gripper on —
-mapped into the leader's gripper as the same fraction of each calibrated range when
+Force feedback on a leader (`feedback`: `off`, `gripper` or `contact`; docs/teleop.md "Force
+feedback"): the node listens to the follower's `follower/joint_states` and passes it on — its
+gripper mapped into the leader's as the same fraction of each calibrated range when
 `follower_calibration_file` is given (`ArmPair`, as the teleop node maps it) — so that while the
-follower's jaws hold an object the leader's trigger pushes back softly (`feedback_torque_limit`).
+follower's jaws hold an object the leader's trigger pushes back softly (`feedback_torque_limit`),
+and with `contact` each body joint whose follower meets something resists too
+(`feedback_contact_*`).
 Every leader, whatever its `feedback`, publishes `leader/feedback` once per bus tick: per joint the
 goal minus the present position (rad) and the torque ceiling (Torque_Limit / 1000), 0.0 where a
 servo has no torque, stamped right after the tick's write (`hw.arm.rendering.Rendered`).
@@ -61,7 +63,7 @@ from teleop_flywheel.core.calibration import ArmPair, load_calibration, sim_cali
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
-from teleop_flywheel.core.so101 import BAUD_RATE, GRIPPER, JOINT_NAMES
+from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
 from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, LEADER_FEEDBACK, RESET, arm_command, arm_fault, arm_state
 from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
 from teleop_flywheel.hw.arm.config import EXIT_ACTIONS, FEEDBACK_MODES
@@ -126,12 +128,22 @@ class ArmDriverParams(NodeParams):
     temperature_stop_c: float = spec(65.0, "a servo this hot holds the arm until reset (°C); the servo cuts its "
                                      "own torque at 70", range=(20.0, 70.0))
     estop_cuts_torque: bool = spec(False, "~/estop cuts torque (the arm falls limp) instead of holding")
-    feedback: str = spec("off", "leader: force feedback, off or gripper (the follower's grasp pushes back on the "
-                         "leader's trigger; docs/teleop.md)", choices=FEEDBACK_MODES)
+    feedback: str = spec("off", "leader: force feedback, off, gripper (the follower's grasp pushes back on the "
+                         "leader's trigger) or contact (that, and every joint whose follower meets something; "
+                         "docs/teleop.md)", choices=FEEDBACK_MODES)
     feedback_torque_limit: int = spec(150, "leader: the gripper's Torque_Limit while it renders a grasp (0.1 %; "
                                       "150 = ~0.08 N·m at the trigger's axis, docs/teleop.md)", range=(0, 300))
     feedback_grasp_load: float = spec(0.1, "leader: the follower gripper's load (fraction of its maximum torque) "
                                       "that is a grasp", range=(0.01, 1.0))
+    feedback_contact_load: float = spec(0.15, "leader, contact: the follower's load beyond what free motion and "
+                                        "gravity produce (fraction of its maximum torque) at which a joint "
+                                        "resists", range=(0.05, 1.0))
+    feedback_contact_gain: float = spec(1.0, "leader, contact: the joint's torque ceiling (fraction of its maximum "
+                                        "torque) per unit of excess load beyond feedback_contact_load",
+                                        range=(0.0, 10.0))
+    feedback_contact_torque_limit: int = spec(150, "leader, contact: the highest Torque_Limit a body joint resists "
+                                              "with (0.1 %; 150 = ~0.19 N·m at shoulder_lift, ~0.08 N·m at the "
+                                              "wrist, docs/teleop.md)", range=(0, 300))
     follower_calibration_file: str = spec("", "leader with feedback: the follower's calibration, to map its gripper "
                                           "into the leader's (empty: by angle)")
     thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread where permitted "
@@ -163,7 +175,10 @@ class ArmDriverNode(Node):
                                estop_cuts_torque=p.estop_cuts_torque, exit_action=p.exit_action,
                                rest_pose=tuple(p.rest_pose) if p.rest_pose else None, feedback=p.feedback,
                                feedback_torque_limit=p.feedback_torque_limit,
-                               feedback_grasp_load=p.feedback_grasp_load)
+                               feedback_grasp_load=p.feedback_grasp_load,
+                               feedback_contact_load=p.feedback_contact_load,
+                               feedback_contact_gain=p.feedback_contact_gain,
+                               feedback_contact_torque_limit=p.feedback_contact_torque_limit)
         except ValueError as exc:
             if "feedback" in str(exc):
                 raise ParameterError(self.get_fully_qualified_name(), "feedback", p.feedback, str(exc)) from None
@@ -268,17 +283,16 @@ class ArmDriverNode(Node):
         self.arm.command(msg.name, msg.position, now_ns())
 
     def _on_follower(self, msg: JointState) -> None:
-        """The follower's gripper, felt by this leader; its staleness counts from arrival (this
-        host's monotonic clock), so a follower whose samples stop is let go of."""
-        if GRIPPER not in msg.name:
+        """The follower, felt by this leader; its staleness counts from arrival (this host's
+        monotonic clock), so a follower whose samples stop is let go of. A sample without every
+        joint's position, velocity and load is not felt (a silent servo: the follower holds)."""
+        names = list(msg.name)
+        n = len(names)
+        if (len(msg.position), len(msg.velocity), len(msg.effort)) != (n, n, n) or set(JOINT_NAMES) - set(names):
             return
-        k = list(msg.name).index(GRIPPER)
-        if k >= len(msg.position) or k >= len(msg.effort) or k >= len(msg.velocity):
-            return
-        positions = [0.0] * len(JOINT_NAMES)
-        positions[JOINT_NAMES.index(GRIPPER)] = msg.position[k]
-        goal = self._pair.to_leader(positions)[JOINT_NAMES.index(GRIPPER)]
-        self.arm.feel(goal, msg.effort[k], msg.velocity[k], now_ns())
+        order = [names.index(name) for name in JOINT_NAMES]
+        self.arm.feel(self._pair.to_leader([msg.position[k] for k in order]), [msg.effort[k] for k in order],
+                      [msg.velocity[k] for k in order], now_ns())
 
     def _publish_diagnostics(self) -> None:
         """Once a second, and from the bus thread the moment a hold begins or ends."""

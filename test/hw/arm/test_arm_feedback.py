@@ -7,6 +7,7 @@ is read from the simulated leader's shafts (`hand_forces`).
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,8 +61,7 @@ class Rig:
             except BusTimeout:
                 continue
             if feel:
-                self.lead.feel(self.pair.to_leader(got.positions)[GRIPPER], got.efforts[GRIPPER],
-                               got.velocities[GRIPPER], got.stamp_ns)
+                self.lead.feel(self.pair.to_leader(got.positions), got.efforts, got.velocities, got.stamp_ns)
             time.sleep(0.005)
 
     def gripper_torque(self) -> bool:
@@ -180,6 +180,42 @@ def test_a_trigger_that_did_not_take_the_feedback_ceiling_gets_no_torque(tmp_pat
 def test_feedback_is_the_leaders_and_a_known_mode(tmp_path: Path) -> None:
     from teleop_flywheel.hw.arm import ArmConfig
     with pytest.raises(ValueError, match="feedback must be one of"):
-        ArmConfig(role="leader", feedback="contact")
+        ArmConfig(role="leader", feedback="everything")
     with pytest.raises(ValueError, match="rendered on a leader"):
         ArmConfig(role="follower", feedback="gripper")
+
+
+PAN = JOINT_NAMES.index("shoulder_pan")
+
+
+def test_contact_resists_a_push_into_a_blocked_joint_and_leaves_free_motion_alone(tmp_path: Path) -> None:
+    """`contact`: once the session's first free motion is learned (the expected load), moving freely
+    torques no joint; the follower's shoulder_pan blocked and the hand pushing 0.1 rad past it, the
+    leader's shoulder_pan pushes back on the hand; with `off` the hand feels nothing."""
+    felt = {}
+    base = list(OPEN)
+    for mode in ("contact", "off"):
+        (tmp_path / mode).mkdir()
+        with rig(tmp_path / mode, mode, human=OPEN) as r:
+            if mode == "contact":
+                r.leader.set_human(lambda t: [b + (120.0 * math.sin(2.0 * t + i) if i < GRIPPER else 0.0)
+                                              for i, b in enumerate(base)])
+                r.run(30.0, until=lambda r=r: r.lead.health().values["feedback_contact_ready"])  # noqa: B023
+                assert r.lead.health().values["feedback_contact_ready"]
+                torqued: list[bool] = []
+                r.run(1.0, until=lambda r=r, torqued=torqued: torqued.append(  # noqa: B023
+                    any(s.torque_on for s in r.leader.servos.values())) and False)
+                assert len(torqued) > 20 and not any(torqued), "free motion torqued a leader joint"
+                r.leader.set_human(lambda t: base)
+            r.run(1.0)  # still, the follower where the leader is
+            pan = r.follower.servos[PAN + 1]
+            pan.blocked_at = pan.position
+            r.leader.set_human(lambda t: [b + (65.0 if i == PAN else 0.0) for i, b in enumerate(base)])
+            r.run(2.0, until=lambda r=r: abs(r.leader.hand_forces()[PAN]) > 0.1)  # noqa: B023
+            r.run(0.3)
+            felt[mode] = abs(r.leader.hand_forces()[PAN]), r.leader.servos[PAN + 1].torque_on
+            assert not r.follow.state.faults, "pushed short of a collision"
+    force, torque = felt["contact"]
+    assert torque and 0.1 < force <= 0.16, f"the hand feels {force:.3f} of max torque on shoulder_pan"
+    force, torque = felt["off"]
+    assert not torque and force < 0.02, f"without feedback the hand feels {force:.3f}"
