@@ -92,8 +92,9 @@ from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch,
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
-# The follower's gripper as felt: older than this (the follower's driver stopped, its topic went
-# quiet) and the leader stops rendering it: the command watchdog's default (`watchdog_ms`).
+# The follower as felt, or the rig's say on the feedback (`gate`): older than this (the follower's
+# driver or the teleop node stopped, its topic went quiet) and the leader stops rendering: the
+# command watchdog's default (`watchdog_ms`).
 FEEDBACK_STALE_S = 0.1
 # A grasp being rendered goes on while the follower's load stays above this fraction of
 # `feedback_grasp_load`: its force limit holds the load near the threshold, and a load that dips
@@ -157,6 +158,9 @@ class ArmDriver:
         # The follower as last felt, and the leader's joints torqued to render it (joint indices).
         self._felt: Felt | None = None
         self._rendering: set[int] = set()
+        # The rig's say on the feedback (why not, "" = allowed; when it was last said), None: no say.
+        self._gate: tuple[str, int] | None = None
+        self._gated = ""  # why the last tick rendered nothing although a follower was felt ("" = it could)
         self._contact = (Contact(ContactGains(self.config.feedback_contact_load, self.config.feedback_contact_gain,
                                               self.config.feedback_contact_torque_limit),
                                  [i for i in range(len(JOINT_NAMES)) if i != self._gripper], FEEDBACK_KEEP)
@@ -190,6 +194,14 @@ class ArmDriver:
         felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns)
         with self._lock:
             self._felt = felt
+
+    def gate(self, reason: str, stamp_ns: int) -> None:
+        """The rig's say on a leader's feedback (any thread): nothing is rendered while `reason` is
+        not empty (pedal lost, policy mode, the teleop node holds) or once the last say, at
+        `stamp_ns` (`now_ns` clock), is older than `FEEDBACK_STALE_S` (whoever says it went quiet).
+        Never called, the feedback answers to the follower alone (a bench, a test)."""
+        with self._lock:
+            self._gate = (reason, stamp_ns)
 
     def estop(self, reason: str = "requested") -> Acknowledgement:
         """Hold the arm (or cut its torque, `estop_cuts_torque`), latched at once until `reset()` (across
@@ -434,9 +446,11 @@ class ArmDriver:
         where the follower is; release each the moment it does not (or the news is stale, or the
         arm holds)."""
         with self._lock:
-            felt = self._felt
+            felt, gate = self._felt, self._gate
+        stale = FEEDBACK_STALE_S * NS_PER_S
+        self._gated = "" if gate is None else gate[0] or ("the rig's say is stale" if now - gate[1] > stale else "")
         want: dict[int, tuple[float, int]] = {}
-        if felt is not None and not held and now - felt.stamp_ns <= FEEDBACK_STALE_S * NS_PER_S:
+        if felt is not None and not held and not self._gated and now - felt.stamp_ns <= stale:
             g = self._gripper
             grasp_load = self.config.feedback_grasp_load * (FEEDBACK_KEEP if g in self._rendering else 1.0)
             if abs(felt.efforts[g]) >= grasp_load and abs(felt.velocities[g]) < STALLED_RAD_S:
@@ -739,6 +753,7 @@ class ArmDriver:
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
                 "feedback_rendering": bool(self._rendering),
                 "feedback_contact_ready": self._contact is not None and self._contact.ready,
+                "feedback_gated": self._gated,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
 

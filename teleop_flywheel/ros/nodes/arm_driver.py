@@ -56,15 +56,30 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import JointState, Joy
 from std_srvs.srv import Trigger
 
 from teleop_flywheel.core.calibration import ArmPair, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.labels import mode_code
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import BAUD_RATE, JOINT_NAMES
-from teleop_flywheel.core.topics import DIAGNOSTICS, ESTOP, LEADER_FEEDBACK, RESET, arm_command, arm_fault, arm_state
+from teleop_flywheel.core.topics import (
+    AUTHORITY,
+    AUTHORITY_FIELDS,
+    DIAGNOSTICS,
+    ESTOP,
+    LEADER_FEEDBACK,
+    PEDAL_FRAME,
+    PEDAL_HEARTBEAT_FRAME,
+    PEDAL_JOY,
+    RESET,
+    TELEOP_FAULT,
+    arm_command,
+    arm_fault,
+    arm_state,
+)
 from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effective_limits
 from teleop_flywheel.hw.arm.config import EXIT_ACTIONS, FEEDBACK_MODES
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
@@ -200,6 +215,15 @@ class ArmDriverNode(Node):
             follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
             self._pair = ArmPair(calibration if follower else None, follower)
             self.create_subscription(JointState, arm_state("follower"), self._on_follower, STREAM_QOS)
+            # The rig's say (`hw.arm.ArmDriver.gate`): rendered only while the teleop node says the
+            # human alone drives, nothing holds it, and the pedal is not lost.
+            self._rig = {"authority": "the teleop node's authority not heard yet", "held": "", "pedal": ""}
+            self._authority_ns = 0
+            self._rig_lock = threading.Lock()  # callbacks of the three topics may run on different threads
+            self.arm.gate(self._rig["authority"], 0)
+            self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS)
+            self.create_subscription(DiagnosticStatus, TELEOP_FAULT, self._on_teleop_fault, LATCHED_QOS)
+            self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)
         self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
         self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -293,6 +317,30 @@ class ArmDriverNode(Node):
         order = [names.index(name) for name in JOINT_NAMES]
         self.arm.feel(self._pair.to_leader([msg.position[k] for k in order]), [msg.effort[k] for k in order],
                       [msg.velocity[k] for k in order], now_ns())
+
+    def _on_authority(self, msg: JointState) -> None:
+        values = dict(zip(msg.name, msg.position, strict=False))
+        alpha, mode = values.get(AUTHORITY_FIELDS[0]), values.get(AUTHORITY_FIELDS[1])
+        if alpha is None or mode is None:
+            return
+        why = ("" if mode == mode_code("teleop") and alpha >= 1.0 else
+               "policy mode" if mode != mode_code("teleop") else "the human does not drive alone")
+        self._say("authority", why, now_ns())  # its arrival: a teleop node that goes quiet is let go of
+
+    def _on_teleop_fault(self, msg: DiagnosticStatus) -> None:
+        self._say("held", "" if msg.level == DiagnosticStatus.OK else f"the teleop node holds ({msg.message})")
+
+    def _on_pedal(self, msg: Joy) -> None:
+        """The pedal node's own messages (the console's space bar shares the topic): one without
+        buttons says its device is lost."""
+        if msg.header.frame_id in (PEDAL_FRAME, PEDAL_HEARTBEAT_FRAME):
+            self._say("pedal", "" if msg.buttons else "the pedal is lost")
+
+    def _say(self, what: str, why: str, authority_ns: int | None = None) -> None:
+        with self._rig_lock:
+            self._rig[what] = why
+            self._authority_ns = self._authority_ns if authority_ns is None else authority_ns
+            self.arm.gate("; ".join(r for r in self._rig.values() if r), self._authority_ns)
 
     def _publish_diagnostics(self) -> None:
         """Once a second, and from the bus thread the moment a hold begins or ends."""

@@ -1,14 +1,17 @@
-"""arm_driver's force feedback (`feedback: gripper`) through ROS: a leader node, a simulated leader
-held by the modelled hand, and the follower's joint states published by a real rclpy node."""
+"""arm_driver's force feedback through ROS: a leader node, a simulated leader held by the modelled
+hand, the real teleop node (whose authority the feedback answers to), and the follower's joint
+states and the pedal node's messages published by a real rclpy node."""
 from __future__ import annotations
 
+import time
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 from rclpy.context import Context
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import JointState, Joy
 from support.procs import wait_for
 
 from ros.nodes.test_arm_driver_node import Graph
@@ -16,28 +19,45 @@ from teleop_flywheel.core.calibration import load_calibration, sim_calibration_f
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
-from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns
+from teleop_flywheel.ros.nodes.common import STREAM_QOS, joint_state, msg_stamp_ns, stamp
+from teleop_flywheel.ros.nodes.teleop import TeleopNode
 
 pytestmark = pytest.mark.timeout(120)
+SQUEEZED = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0]  # leader shaft steps: the body still, the trigger shut
+
+
+def teleop(graph: Graph) -> TeleopNode:
+    """The real teleop node, in teleop mode; its leader commands go nowhere, so that in policy mode
+    the leader is not driven (what is seen is the feedback's own answer to the mode)."""
+    node = TeleopNode("teleop", context=graph.context, cli_args=["--ros-args", "-r",
+                                                                   "leader/joint_command:=unused_leader_command"])
+    graph.add(node)
+    return node
+
+
+class Follower:
+    """The follower's joint states as its driver publishes them: the jaws stopped on an object."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.node = graph.add(Node("follower_probe", context=graph.context))
+        self.pub = self.node.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
+        cal = load_calibration(sim_calibration_file("leader"))["gripper"]
+        self.stopped = float(cal.raw_to_rad(2400 - cal.homing_offset))  # the jaws stopped on an object there
+
+    def grasping(self, load: float = -0.16) -> None:
+        self.pub.publish(joint_state(JOINT_NAMES, [0.0] * 5 + [self.stopped], now_ns(), velocities=[0.0] * 6,
+                                     efforts=[0.0] * 5 + [load]))
 
 
 def test_a_leader_feels_the_followers_grasp_and_lets_go_when_its_states_stop(tmp_path: Path) -> None:
     graph = Graph()
     try:
         with SimulatedArm("leader", link=tmp_path / "leader", hand=Hand()) as arm:
-            arm.set_human(lambda t: [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0])  # the trigger squeezed
+            arm.set_human(lambda t: SQUEEZED)
             graph.driver("leader", arm, feedback="gripper")
-            follower = graph.add(Node("follower_probe", context=graph.context))
-            pub = follower.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
-            cal = load_calibration(sim_calibration_file("leader"))["gripper"]
-            stopped = float(cal.raw_to_rad(2400 - cal.homing_offset))  # the jaws stopped on an object there
+            teleop(graph)
+            grasping = Follower(graph).grasping
             grip = arm.servos[6]
-
-            def grasping(load: float) -> None:
-                positions = [0.0] * 5 + [stopped]
-                pub.publish(joint_state(JOINT_NAMES, positions, now_ns(), velocities=[0.0] * 6,
-                                        efforts=[0.0] * 5 + [load]))
-
             wait_for(lambda: (grasping(-0.16), grip.torque_on)[1], 30, "the leader's trigger torqued")
             wait_for(lambda: (grasping(-0.16), abs(arm.hand_forces()[5]) > 0.1)[1], 10, "the hand feels the grasp")
             assert grip.get("Torque_Limit") == 150
@@ -66,8 +86,9 @@ def test_every_leader_tick_says_what_it_rendered_on_leader_feedback(tmp_path: Pa
     graph = Graph()
     try:
         with SimulatedArm("leader", link=tmp_path / "leader", hand=Hand()) as arm:
-            arm.set_human(lambda t: [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0])
+            arm.set_human(lambda t: SQUEEZED)
             graph.driver("leader", arm, feedback="gripper")
+            teleop(graph)
             probe = graph.add(FeedbackProbe(graph.context))
             wait_for(lambda: len(probe.feedback) > 50, 30, "leader feedback")
             _, first = probe.feedback[-1]
@@ -84,14 +105,11 @@ def test_every_leader_tick_says_what_it_rendered_on_leader_feedback(tmp_path: Pa
                 assert before and stamp - before[-1] < 0.5 * 1e9, "the feedback of a tick follows its reading"
             assert abs(len(probe.feedback) - len(probe.states)) <= 3, "once per tick, like the joint states"
 
-            follower = graph.add(Node("follower_probe", context=graph.context))
-            pub = follower.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
-            cal = load_calibration(sim_calibration_file("leader"))["gripper"]
-            stopped = float(cal.raw_to_rad(2400 - cal.homing_offset))
+            follower = Follower(graph)
+            stopped = follower.stopped
 
             def grasping() -> bool:
-                pub.publish(joint_state(JOINT_NAMES, [0.0] * 5 + [stopped], now_ns(), velocities=[0.0] * 6,
-                                        efforts=[0.0] * 5 + [-0.16]))
+                follower.grasping()
                 return bool(probe.feedback) and probe.feedback[-1][1].effort[5] > 0
 
             wait_for(grasping, 30, "a grasp rendered on the trigger")
@@ -104,5 +122,59 @@ def test_every_leader_tick_says_what_it_rendered_on_leader_feedback(tmp_path: Pa
             assert msg.position[5] == pytest.approx(stopped - present, abs=0.05), "goal minus present"
             assert msg.position[5] > 0.01, "the hand is past the object: the goal pushes it back open"
             wait_for(lambda: probe.feedback[-1][1].effort[5] == 0.0, 10, "zero once the follower is quiet")
+    finally:
+        graph.close()
+
+
+def test_the_feedback_answers_to_the_teleop_nodes_authority_and_the_pedal(tmp_path: Path) -> None:
+    """The grasp is rendered only while the real teleop node says the human alone drives: not before
+    it is heard, not in policy mode, not while the pedal node says its device is lost, not while
+    the teleop node holds for a pedal gone silent, and not once the teleop node is gone."""
+    graph = Graph()
+    try:
+        with SimulatedArm("leader", link=tmp_path / "leader", hand=Hand()) as arm:
+            arm.set_human(lambda t: SQUEEZED)
+            leader = graph.driver("leader", arm, feedback="gripper")
+            follower = Follower(graph)
+            pedal = follower.node.create_publisher(Joy, "/pedal/joy", STREAM_QOS)
+            grip = arm.servos[6]
+
+            def say(buttons: list[int], frame: str = "pedal_heartbeat") -> None:
+                msg = Joy()
+                stamp(msg.header.stamp, now_ns())
+                msg.header.frame_id, msg.buttons = frame, buttons
+                pedal.publish(msg)
+
+            def torqued(beat: bool = True) -> bool:
+                follower.grasping()
+                if beat:
+                    say([0])
+                return grip.torque_on
+
+            def released(beat: bool = True) -> bool:
+                return not torqued(beat)
+
+            for _ in range(100):  # a grasp felt, no teleop node: nothing rendered
+                assert released()
+                time.sleep(0.01)
+            assert "authority not heard" in leader.arm.health().values["feedback_gated"]
+            node = teleop(graph)
+            wait_for(torqued, 30, "rendered once the teleop node says the human drives")
+            say([], frame="pedal")  # the pedal node lost its device
+            wait_for(lambda: released(beat=False), 10, "released: the pedal is lost")
+            wait_for(torqued, 10, "rendered again: the pedal is back")
+            node.set_parameters([Parameter("mode", value="policy")])
+            wait_for(released, 10, "released in policy mode")
+            assert "policy mode" in leader.arm.health().values["feedback_gated"]
+            node.set_parameters([Parameter("mode", value="teleop")])
+            wait_for(torqued, 10, "rendered again in teleop mode")
+            wait_for(lambda: released(beat=False), 10, "released: the pedal went silent, the teleop node holds")
+            assert "teleop node holds" in leader.arm.health().values["feedback_gated"]
+            wait_for(torqued, 10, "rendered again: the pedal heard again")
+            graph.nodes.remove(node)
+            graph.spinner.remove(node)
+            node.destroy_node()
+            wait_for(released, 10, "released: the teleop node is gone")
+            assert "stale" in leader.arm.health().values["feedback_gated"]
     finally:
         graph.close()
