@@ -3,7 +3,9 @@
 A position-controlled gripper told to close fully on an object presses with all the torque it has
 until its overload protection trips (or it burns). The servo's load is its position loop's effort,
 proportional to how far the goal is beyond where the jaws are, so the goal is kept just beyond the
-jaws: on contact (load at the limit, pressing, the jaws stopped) the written goal becomes
+jaws: on contact (load at the limit, pressing, the jaws stopped — slow and not gaining speed
+toward the goal since the last tick: jaws getting going from rest are slow and loaded too, by
+the lag of their acceleration, and are not on anything) the written goal becomes
 `present + direction × squeeze`, and `squeeze` is scaled each tick so the load settles at
 `HOLD_FRACTION` of the limit. A command that opens, or one that no longer reaches as deep, is
 passed through; jaws that move again (the object is gone) end the contact.
@@ -13,9 +15,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from teleop_flywheel.core.calibration import RAD_PER_STEP
+
 HOLD_FRACTION = 0.8  # of the limit: the load held on an object
 STALLED_RAD_S = 0.5  # jaws slower than this are on something
 ADJUST = (0.7, 1.3)  # bounds of one tick's squeeze correction (a noisy load moves it a little)
+# Present_Velocity's resolution (1 step/s): a speed toward the goal that grew by more since the last
+# tick is jaws accelerating (at the default Acceleration, 50 steps/s more per 5 ms tick), not stopped.
+GAINING = RAD_PER_STEP
 
 
 @dataclass
@@ -25,6 +32,7 @@ class Grasp:
     limit: float  # |effort| (fraction of max torque) that means contact; 0 = off
     direction: float = 0.0  # +1 / -1 while pressing on an object, 0 otherwise
     squeeze: float = 0.0  # rad beyond the jaws while in contact
+    toward: float | None = None  # the jaws' speed toward the goal at the last tick (rad/s; None: no tick yet)
 
     @property
     def holding(self) -> bool:
@@ -34,8 +42,11 @@ class Grasp:
         if self.limit <= 0:
             return goal
         depth = goal - present
+        toward = velocity if depth > 0 else -velocity
+        before, self.toward = self.toward, toward
         if not self.holding:
-            if abs(effort) >= self.limit and effort * depth > 0 and abs(velocity) < STALLED_RAD_S:
+            stopped = abs(velocity) < STALLED_RAD_S and before is not None and toward <= before + GAINING
+            if abs(effort) >= self.limit and effort * depth > 0 and stopped:
                 self.direction = math.copysign(1.0, depth)
                 self.squeeze = abs(depth) * HOLD_FRACTION * self.limit / abs(effort)
             else:

@@ -98,6 +98,23 @@ def test_the_gripper_presses_an_object_with_limited_force_and_never_trips(tmp_pa
             assert driver.health().values["gripper_force_limited"] is True
 
 
+def test_jaws_closing_from_rest_in_free_air_are_not_taken_for_a_grasp(tmp_path: Path) -> None:
+    """Jaws at rest told to close: while they accelerate their load is high and their speed still
+    low, which looked like jaws stopped on an object — the force limit then held them to a creep."""
+    cal = calibration("follower")["gripper"]
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:  # nothing between the jaws
+        driver = make_driver(arm, "follower", grip_force_limit=0.2)
+        with running(driver) as readings:
+            closed = list(readings[-1].positions)
+            closed[5] = float(cal.raw_to_rad(cal.range_min + 100))
+            limited: list[bool] = []
+            keep_commanding(driver, lambda: closed, 3.0, until=lambda: bool(  # noqa: B023
+                limited.append(driver.health().values["gripper_force_limited"])
+                or abs(readings[-1].positions[5] - closed[5]) < 0.02))
+            assert not any(limited), "a close in free air was taken for a grasp"
+            assert abs(readings[-1].positions[5] - closed[5]) < 0.02, "the jaws closed"
+
+
 def test_without_the_force_limit_the_simulated_gripper_protects_itself(tmp_path: Path) -> None:
     """What a real STS3215 does to a gripper told to close on an object at full torque: after
     Protection_Time above Overload_Torque it cuts its own torque. The driver latches that as a fault."""

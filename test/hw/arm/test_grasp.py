@@ -1,0 +1,32 @@
+"""`grasp.Grasp` on the traces a gripper's readings make, tick by tick (5 ms): jaws getting going
+from rest, jaws stopping on an object, jaws resting on one."""
+from __future__ import annotations
+
+from teleop_flywheel.hw.arm.grasp import Grasp
+
+TICK_S = 0.005
+ACCEL = 15.0  # rad/s²: the driver's default Acceleration (100 steps/s²·100)
+
+
+def test_jaws_accelerating_from_rest_under_load_are_not_a_grasp() -> None:
+    """Closing (toward lower radians) from rest: the load is at the limit by the acceleration's lag
+    while the speed is still below the stall speed for several ticks."""
+    grasp = Grasp(0.2)
+    present, goal = 1.0, 0.4
+    for k in range(6):
+        speed = ACCEL * TICK_S * k  # 0 … 0.375 rad/s: below STALLED_RAD_S throughout
+        out = grasp.goal(goal, present, effort=-0.5, velocity=-speed)
+        assert out == goal and not grasp.holding, f"tick {k}: taken for a grasp at {speed:.3f} rad/s"
+        present -= speed * TICK_S
+
+
+def test_jaws_stopping_on_an_object_or_resting_on_one_are_a_grasp() -> None:
+    stopping = Grasp(0.2)
+    for speed in (1.0, 0.6, 0.3, 0.0):
+        out = stopping.goal(0.4, 0.8, effort=-0.5, velocity=-speed)
+    assert stopping.holding and 0.4 < out < 0.8, "the goal kept just beyond the jaws"
+    resting = Grasp(0.2)
+    resting.goal(0.4, 0.8, effort=-0.5, velocity=0.0)
+    assert not resting.holding, "one tick says nothing of how the speed changes"
+    resting.goal(0.4, 0.8, effort=-0.5, velocity=0.0)
+    assert resting.holding, "at rest, loaded, not gaining speed: on something"
