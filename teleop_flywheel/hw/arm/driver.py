@@ -63,6 +63,7 @@ and the node exits 1), never silently.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 import traceback
@@ -83,7 +84,7 @@ from teleop_flywheel.hw.arm.faults import (
     supply_fault,
     temperature_fault,
 )
-from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S, Grasp
+from teleop_flywheel.hw.arm.grasp import Grasp, stopped
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
 from teleop_flywheel.hw.arm.rendering import Contact, ContactGains, Felt, Rendered
@@ -191,9 +192,15 @@ class ArmDriver:
         """The follower, for a leader's force feedback, joint order: `positions` in the leader's
         radians (`ArmPair.to_leader`), `efforts` its load (fraction of max torque), `velocities` rad/s,
         `stamp_ns` when it was sampled or arrived (`now_ns` clock)."""
-        felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns)
+        g = self._gripper
+
+        def toward(v: Sequence[float], e: Sequence[float]) -> float:  # the jaws' speed toward where they press
+            return math.copysign(v[g], v[g] * e[g])
+
         with self._lock:
-            self._felt = felt
+            was = None if self._felt is None else toward(self._felt.velocities, self._felt.efforts)
+            self._felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns,
+                              stopped(velocities[g], toward(velocities, efforts), was))
 
     def gate(self, reason: str, stamp_ns: int) -> None:
         """The rig's say on a leader's feedback (any thread): nothing is rendered while `reason` is
@@ -453,7 +460,7 @@ class ArmDriver:
         if felt is not None and not held and not self._gated and now - felt.stamp_ns <= stale:
             g = self._gripper
             grasp_load = self.config.feedback_grasp_load * (FEEDBACK_KEEP if g in self._rendering else 1.0)
-            if abs(felt.efforts[g]) >= grasp_load and abs(felt.velocities[g]) < STALLED_RAD_S:
+            if abs(felt.efforts[g]) >= grasp_load and felt.jaws_stopped:
                 want[g] = (felt.positions[g], self.config.feedback_torque_limit)
             if self._contact is not None:
                 want.update(self._contact.render(felt, self._positions, self._rendering))

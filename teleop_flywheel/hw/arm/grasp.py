@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from teleop_flywheel.core.calibration import RAD_PER_STEP
 
 HOLD_FRACTION = 0.8  # of the limit: the load held on an object
-STALLED_RAD_S = 0.5  # jaws slower than this are on something
+# Jaws slower than this are on something. Not faster: the gripper runs at half torque, so jaws a
+# hand closes at 0.4-0.5 rad/s in free air lag their goal by a load at the force limit.
+STALLED_RAD_S = 0.1
 ADJUST = (0.7, 1.3)  # bounds of one tick's squeeze correction (a noisy load moves it a little)
 # Present_Velocity's resolution (1 step/s): a speed toward the goal that grew by more since the last
 # tick is jaws accelerating (at the default Acceleration, 50 steps/s more per 5 ms tick), not stopped.
 GAINING = RAD_PER_STEP
+
+
+def stopped(velocity: float, toward: float, before: float | None) -> bool:
+    """Jaws on something: slower than `STALLED_RAD_S` and not gaining speed toward where they press
+    (`toward`, rad/s) since the last reading (`before`; None: no reading yet, nothing said)."""
+    return abs(velocity) < STALLED_RAD_S and before is not None and toward <= before + GAINING
 
 
 @dataclass
@@ -45,8 +53,7 @@ class Grasp:
         toward = velocity if depth > 0 else -velocity
         before, self.toward = self.toward, toward
         if not self.holding:
-            stopped = abs(velocity) < STALLED_RAD_S and before is not None and toward <= before + GAINING
-            if abs(effort) >= self.limit and effort * depth > 0 and stopped:
+            if abs(effort) >= self.limit and effort * depth > 0 and stopped(velocity, toward, before):
                 self.direction = math.copysign(1.0, depth)
                 self.squeeze = abs(depth) * HOLD_FRACTION * self.limit / abs(effort)
             else:

@@ -30,12 +30,15 @@ class Rendered:
 class Felt:
     """The follower as a leader feels it, joint order: `positions` in the leader's radians
     (`ArmPair.to_leader`), `efforts` its load (signed fraction of its maximum torque), `velocities`
-    rad/s, `stamp_ns` when it arrived (`now_ns` clock)."""
+    rad/s, `stamp_ns` when it arrived (`now_ns` clock); `jaws_stopped`: its gripper is on something
+    (`grasp.stopped`: slow and not gaining speed toward where it presses since the sample before —
+    jaws getting going from rest are slow and loaded too)."""
 
     positions: tuple[float, ...]
     efforts: tuple[float, ...]
     velocities: tuple[float, ...]
     stamp_ns: int
+    jaws_stopped: bool = False
 
 
 PRIOR = 10.0  # the least-squares fit's initial covariance: loads are fractions, features of order one

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.procs import wait_for
 
 from hw.arm.test_arm import calibration, make_driver
 from teleop_flywheel.core.calibration import ArmPair
@@ -73,14 +74,15 @@ class Rig:
 
 @contextmanager
 def rig(tmp_path: Path, feedback: str, human: list[float] = SQUEEZE, hand: Hand | None = None,
-        faults: Faults | None = None) -> Iterator[Rig]:
+        faults: Faults | None = None, grip_object: float | None = OBJECT) -> Iterator[Rig]:
     with (SimulatedArm("leader", link=tmp_path / "leader", hand=hand or Hand(), faults=faults) as leader,
-          SimulatedArm("follower", link=tmp_path / "follower", grip_object=OBJECT) as follower):
+          SimulatedArm("follower", link=tmp_path / "follower", grip_object=grip_object) as follower):
         leader.set_human(lambda t: human)
         lead = make_driver(leader, "leader", feedback=feedback)
         follow = make_driver(follower, "follower", grip_force_limit=0.2)
-        assert lead.connect(), lead.state.last_error
-        assert follow.connect(), follow.state.last_error
+        # As the bus loop does: a connect that timed out on a starved machine is tried again.
+        wait_for(lead.connect, 30, "the leader connected")
+        wait_for(follow.connect, 30, "the follower connected")
         try:
             yield Rig(leader, follower, lead, follow, ArmPair(calibration("leader"), calibration("follower")))
         finally:
@@ -107,6 +109,24 @@ def test_the_hand_feels_the_grasp_with_gripper_feedback_and_next_to_nothing_with
     assert FELT < force <= ceiling / 1000 + 0.01, f"the hand pushes {force:.3f} of max torque on the trigger"
     force, torque, _ = felt["off"]
     assert not torque and force < 0.01, f"without feedback the hand still pushes {force:.3f}"
+
+
+def test_a_trigger_closed_at_a_hands_pace_on_nothing_renders_nothing(tmp_path: Path) -> None:
+    """The follower's half-torque gripper closing at a hand's 0.5 rad/s in free air lags its goal by
+    a load at the grip limit, slower than the old stall speed (0.5 rad/s): it was felt as a grasp (and
+    the follower's force limit held it to a creep), so the trigger pushed back on nothing."""
+    with rig(tmp_path, "gripper", human=OPEN, grip_object=None) as r:
+        r.run(2.0)  # the follower's soft start to the open pose
+        start = time.monotonic()
+        r.leader.set_human(lambda t: OPEN[:GRIPPER] + [max(SQUEEZE[GRIPPER], OPEN[GRIPPER] - 326.0 * (
+            time.monotonic() - start))])
+        torqued: list[bool] = []
+        limited: list[bool] = []
+        r.run(5.0, until=lambda: torqued.append(r.gripper_torque()) or limited.append(
+            r.follow.health().values["gripper_force_limited"]) or r.leader.servos[GRIPPER + 1].position < 2100)
+        assert r.leader.servos[GRIPPER + 1].position < 2100, "the trigger closed"
+        assert not any(limited), "the follower's force limit took its own close for a grasp"
+        assert not any(torqued), "the trigger pushed back on nothing"
 
 
 def test_the_feedback_lets_go_when_the_hand_opens_and_when_the_follower_goes_quiet(tmp_path: Path) -> None:

@@ -20,9 +20,20 @@ def test_jaws_accelerating_from_rest_under_load_are_not_a_grasp() -> None:
         present -= speed * TICK_S
 
 
+def test_jaws_a_hand_closes_in_free_air_are_not_a_grasp() -> None:
+    """At a hand's pace (0.4 rad/s, steady) the half-torque gripper lags its goal by a load at the
+    limit: slower than the old stall speed (0.5 rad/s), it crept shut under the force limit."""
+    grasp = Grasp(0.2)
+    present = 1.0
+    for k in range(20):
+        out = grasp.goal(present - 0.04, present, effort=-0.21, velocity=-0.4)
+        assert out == present - 0.04 and not grasp.holding, f"tick {k}: taken for a grasp"
+        present -= 0.4 * TICK_S
+
+
 def test_jaws_stopping_on_an_object_or_resting_on_one_are_a_grasp() -> None:
     stopping = Grasp(0.2)
-    for speed in (1.0, 0.6, 0.3, 0.0):
+    for speed in (1.0, 0.6, 0.3, 0.05, 0.0):
         out = stopping.goal(0.4, 0.8, effort=-0.5, velocity=-speed)
     assert stopping.holding and 0.4 < out < 0.8, "the goal kept just beyond the jaws"
     resting = Grasp(0.2)
