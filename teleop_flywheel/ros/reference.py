@@ -482,6 +482,24 @@ BENCH_LINES: dict[str, Any] = {
         + f" ({_met(all(r['within_1_3x'] for part in ('lineage', 'manifest') for r in d[part].values()))}; "
         f"load {d['load_average'][0]:.1f})"
     ),
+    "feedback": lambda d: (
+        "`feedback` (force feedback on the simulator: the modelled hand, a scripted operator who stops and eases "
+        f"off once it feels {d['operator']['feel']:g} of max torque, {d['operator']['reaction_s']:g} s late): target "
+        "pressing at least halved, free-motion drag within 10 %, stable, follower load → leader goal within two "
+        "bus ticks; grasp without the follower's force limit, time pressing above the grip limit "
+        f"{d['grasp_without_follower_force_limit']['off']['time_above_limit_s']:.2f} → "
+        f"{d['grasp_without_follower_force_limit']['gripper']['time_above_limit_s']:.2f} s "
+        f"({_met(d['met']['grasp_pressing_time_halved'])}), peak "
+        f"{d['grasp_without_follower_force_limit']['gripper']['peak_load']:.2f} either way "
+        f"({_met(d['met']['grasp_peak_load_halved'])}); push into a blocked joint, peak load "
+        f"{d['push']['off']['peak_load']:.2f} → {d['push']['contact']['peak_load']:.2f} "
+        f"({_met(d['met']['push_peak_load_halved'])}), the mash {d['push']['off']['mash_rad']:.2f} → "
+        f"{d['push']['contact']['mash_rad']:.2f} rad; drag {d['ratios']['drag_gripper_vs_off']:.2f}× / "
+        f"{d['ratios']['drag_contact_vs_off']:.2f}× ({_met(d['met']['drag_within_10_percent'])}); "
+        f"{'stable' if d['met']['stable'] else 'oscillates'} ({_met(d['met']['stable'])}); latency median "
+        f"{d['latency_ticks_median']:.1f}, max {max(d['latency_ticks']):.1f} ticks "
+        f"({_met(d['met']['latency_two_ticks'])}; load {d['load_average'][0]:.1f})"
+    ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "
         + ", ".join(f"{r['frames']:,} frames {r['audit_s']:.2f} s" for r in d["results"].values())

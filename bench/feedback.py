@@ -1,0 +1,414 @@
+"""Force feedback on the simulator with the modelled hand (issue 35, SPEC §9 `bench/feedback.py`).
+
+Two simulated SO-101s on ptys, each driven by the real `ArmDriver` at 200 Hz on its own thread, wired
+as the session wires them minus ROS: every leader reading commands the follower (`ArmPair`, as the
+teleop node maps it), every follower reading is felt back by the leader (`ArmDriver.feel`, as the
+leader's node passes `follower/joint_states` on). The leader is held by the simulator's `Hand` (an
+impedance on every shaft: stiffness, force limit) and moved by a scripted **operator**:
+
+- the operator pushes one joint's intended pose toward a target past where the follower will stop,
+  at `PUSH_RAD_S`, and **stops advancing once it feels the leader push back** — the force on its
+  hand opposing the push above `FEEL` (0.08 of the servo's maximum torque, above the 0.05 the
+  shaft's own drag costs at that speed) as it was `REACTION_S` (0.15 s, a human's reaction)
+  earlier —, then eases off at `EASE_RAD_S` while it still feels more than that (it keeps a light
+  touch on what it met). Without feedback it feels only the drag and pushes on to the target: that
+  is the mash the issue names. The behaviour is a model of an operator, stated here, not measured
+  on people;
+- every run starts with `FREE_S` of free motion (what `contact` learns the expected load from).
+
+Scenarios, each with feedback `off`, `gripper` and `contact`:
+
+- `grasp`: the follower's jaws close on an object (`grip_object`), the operator squeezing the
+  trigger toward fully shut; with the follower's own force limit (`grip_force_limit` 0.2, the
+  default) and without it (0: the servo's own Max_Torque_Limit 0.5 and overload trip are all);
+- `push`: the follower's shoulder_pan blocked, the operator pushing 0.3 rad past it.
+
+Measured: the follower's peak load on the joint and its time above `LOAD_LIMIT` (the grip limit,
+0.2) with the joint stopped (pressing, not free motion's lag), from the follower's own readings;
+the mash (how far the operator's intended pose ran past where the follower stopped, rad, in the
+leader's terms, at the end of the run); the follower's faults (a collision hold, an
+overload trip). Also:
+
+- `drag`: the hand force needed to follow a reference motion (every joint, the follower free), RMS
+  over the joints and the run, per mode; the ratio to `off` (goal: within 10 %);
+- `stability`: the push with a hand that does not react (its intended pose held 0.1 rad past the
+  blocked one) over a range of hand stiffness; the leader's pushed joint's velocity (its own
+  readings) RMS above 2 Hz, against the same run without feedback, and how often the rendering
+  switched on;
+- `latency`: from the follower reading that first shows the grasp to the leader tick whose write
+  rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two), each grasp run with feedback; the
+  two drivers' threads share the machine, so a loaded machine adds its scheduling delay.
+
+Usage: `python bench/feedback.py [--out bench/results/feedback.json]`
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from result_file import RESULTS, load_average, write_result
+
+from teleop_flywheel.core.calibration import (
+    RAD_PER_STEP,
+    ArmCalibration,
+    ArmPair,
+    load_calibration,
+    sim_calibration_file,
+)
+from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.safety import CommandGuard
+from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits
+from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S
+from teleop_flywheel.hw.arm.rendering import Rendered
+from teleop_flywheel.hw.feetech.bus import FeetechBus
+from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
+
+RATE_HZ = 200.0
+MODES = ("off", "gripper", "contact")
+GRIPPER = JOINT_NAMES.index("gripper")
+PAN = JOINT_NAMES.index("shoulder_pan")
+LOAD_LIMIT = 0.2  # the follower's grip limit (`grip_force_limit`'s default): pressing harder is mashing
+FEEL = 80.0  # Present_Load units (0.1 % of max torque): a push back the operator notices and stops at
+REACTION_S = 0.15
+PUSH_RAD_S = 0.5
+EASE_RAD_S = 0.1
+FREE_S = 3.0
+OBJECT = 2300.0  # follower gripper shaft steps where its jaws meet the object
+POSE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 3000.0]  # leader shaft steps: the operator's start (trigger open)
+GRASP_FEEDBACK_LOAD = 0.1  # `feedback_grasp_load`'s default: a follower reading this loaded and stalled is a grasp
+
+
+def free(t: float) -> list[float]:
+    """Free motion about the start pose: every body joint ±0.18 rad at ~0.3 Hz, the trigger still."""
+    return [p + (120.0 * math.sin(2.0 * t + i) if i != GRIPPER else 0.0) for i, p in enumerate(POSE)]
+
+
+@dataclass
+class Operator:
+    """The scripted operator (module doc): free motion, then a push of one joint toward `target`
+    (shaft steps) that stops once the hand felt `FEEL` against it `REACTION_S` earlier (`react`)."""
+
+    leader: SimulatedArm
+    joint: int = PAN
+    target: float = 0.0
+    react: bool = True
+    push_at: float | None = None  # simulator time the push starts (None: free motion)
+    intended: float = 0.0  # the pushed joint's intended pose now (shaft steps)
+    stopped: bool = False
+    _felt: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2000))
+    _last: float | None = None
+
+    def __call__(self, t: float) -> list[float]:
+        """Called by the simulator's physics (its lock held: the hand's force is read directly)."""
+        if self.push_at is None or t < self.push_at:
+            pose = free(t) if self.push_at is None else list(POSE)
+            self.intended = pose[self.joint]
+            return pose
+        direction = math.copysign(1.0, self.target - POSE[self.joint])
+        force = self.leader.servos[self.joint + 1].hand_force * direction  # the hand pushing against resistance
+        self._felt.append((t, force))
+        felt_then = next((f for s, f in reversed(self._felt) if s <= t - REACTION_S), 0.0)
+        felt = self.react and felt_then >= FEEL
+        self.stopped = self.stopped or felt
+        dt = 0.0 if self._last is None else t - self._last
+        self._last = t
+        if not self.stopped:
+            step = direction * PUSH_RAD_S * STEPS_PER_RAD * dt
+            self.intended = min(self.intended + step, self.target) if direction > 0 else max(self.intended + step,
+                                                                                                   self.target)
+        elif felt:
+            self.intended -= direction * EASE_RAD_S * STEPS_PER_RAD * dt
+        pose = list(POSE)
+        pose[self.joint] = self.intended
+        return pose
+
+
+def calibration(role: str) -> ArmCalibration:
+    return load_calibration(sim_calibration_file(role))
+
+
+def driver(arm: SimulatedArm, **config: Any) -> ArmDriver:
+    """The driver as the node makes it with its defaults (speed 2 rad/s, goal within 0.35 rad of
+    present, watchdog 100 ms)."""
+    cal = calibration(arm.role)
+    guard = CommandGuard(JOINT_NAMES, effective_limits(cal, [-6.3] * 6, [6.3] * 6), max_speed=2.0,
+                         max_relative=0.35, watchdog_ns=100_000_000)
+    return ArmDriver(FeetechBus(str(arm.link)), cal, guard, ArmConfig(role=arm.role, **config))
+
+
+@dataclass
+class Run:
+    """One rig's record: the follower's readings, the leader's readings and what each of its ticks
+    rendered, the hand's force on every joint (sampled every 2 ms)."""
+
+    leader: SimulatedArm
+    follower: SimulatedArm
+    lead: ArmDriver
+    follow: ArmDriver
+    operator: Operator
+    follower_readings: list[Reading] = field(default_factory=list)
+    leader_readings: list[tuple[Reading, Rendered | None]] = field(default_factory=list)
+    hand: list[tuple[float, list[float]]] = field(default_factory=list)
+
+    def since(self, t_ns: int) -> tuple[list[Reading], list[tuple[Reading, Rendered | None]]]:
+        return ([r for r in list(self.follower_readings) if r.stamp_ns >= t_ns],
+                [(r, d) for r, d in list(self.leader_readings) if r.stamp_ns >= t_ns])
+
+
+@contextmanager
+def rig(tmp: Path, mode: str, hand: Hand | None = None, grip_object: float | None = None,
+        grip_force_limit: float = LOAD_LIMIT) -> Iterator[Run]:
+    name = f"{mode}_{len(list(tmp.iterdir()))}"
+    (tmp / name).mkdir()
+    with (SimulatedArm("leader", link=tmp / name / "leader", hand=hand or Hand()) as leader,
+          SimulatedArm("follower", link=tmp / name / "follower", grip_object=grip_object) as follower):
+        operator = Operator(leader)
+        leader.set_human(operator)
+        lead = driver(leader, feedback=mode)
+        follow = driver(follower, grip_force_limit=grip_force_limit)
+        run = Run(leader, follower, lead, follow, operator)
+        pair = ArmPair(calibration("leader"), calibration("follower"))
+
+        def on_leader(reading: Reading) -> None:
+            run.leader_readings.append((reading, lead.rendered))
+            if len(reading.names) == len(JOINT_NAMES):
+                follow.command(JOINT_NAMES, pair.to_follower(reading.positions), now_ns())
+
+        def on_follower(reading: Reading) -> None:
+            run.follower_readings.append(reading)
+            if len(reading.names) == len(JOINT_NAMES):
+                lead.feel(pair.to_leader(reading.positions), reading.efforts, reading.velocities, now_ns())
+
+        stop = threading.Event()
+        threads = [threading.Thread(target=d.run, args=(RATE_HZ, stop, cb), daemon=True)
+                   for d, cb in ((lead, on_leader), (follow, on_follower))]
+        for thread in threads:
+            thread.start()
+
+        def sample() -> None:
+            while not stop.is_set():
+                run.hand.append((time.monotonic(), leader.hand_forces()))
+                time.sleep(0.002)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            wait(lambda: len(run.follower_readings) > 20 and len(run.leader_readings) > 20, 30)
+            yield run
+        finally:
+            stop.set()
+            for thread in [*threads, sampler]:
+                thread.join(5)
+            follow.close("release")
+            lead.close()
+
+
+def wait(until: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if until():
+            return True
+        time.sleep(0.01)
+    return until()
+
+
+def settle(run: Run, seconds: float) -> None:
+    """The operator holds still at the start pose for `seconds`."""
+    run.operator.push_at = time.monotonic() - run.leader.started + 1e9
+    time.sleep(seconds)
+
+
+def push(run: Run, joint: int, target: float, react: bool = True) -> None:
+    """The operator starts pushing `joint` toward `target` (shaft steps) now."""
+    op = run.operator
+    op.joint, op.target, op.react, op.intended = joint, target, react, POSE[joint]
+    op.push_at = time.monotonic() - run.leader.started
+
+
+def warm_up(run: Run) -> None:
+    """`FREE_S` of free motion, and for `contact` until its expected load is learned."""
+    time.sleep(FREE_S)
+    wait(lambda: run.lead.config.feedback != "contact" or bool(run.lead.health().values["feedback_contact_ready"]),
+         30)
+
+
+def leader_rad(joint: int, steps: float) -> float:
+    """A leader shaft position (steps) in the leader's radians."""
+    j = calibration("leader").joints[joint]
+    return float(j.raw_to_rad(steps - j.homing_offset))
+
+
+def pressing(readings: list[Reading], joint: int) -> dict[str, float]:
+    """The follower's peak load on `joint` and its time above LOAD_LIMIT with the joint stopped (from
+    its readings' stamps): pressing on something, not the lag of free motion (the half-torque
+    gripper closing at a hand's pace is loaded near the limit too)."""
+    full = [r for r in readings if len(r.names) == len(JOINT_NAMES)]
+    loads = [abs(r.efforts[joint]) for r in full]
+    still = [abs(r.velocities[joint]) < STALLED_RAD_S for r in full]
+    stamps = [r.stamp_ns for r in full]
+    above = sum((b - a) for (a, b), load, s in zip(pairwise(stamps), loads, still, strict=False)
+                if load > LOAD_LIMIT and s)
+    return {"peak_load": round(max(loads, default=0.0), 3), "time_above_limit_s": round(above / NS_PER_S, 3)}
+
+
+def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIMIT) -> dict[str, Any]:
+    """One `grasp` or `push` run: free motion, then the operator's push; what the follower pressed."""
+    grasp = kind == "grasp"
+    joint = GRIPPER if grasp else PAN
+    target = 2000.0 if grasp else POSE[PAN] + 0.3 * STEPS_PER_RAD  # the trigger shut; 0.3 rad past the pan
+    with rig(tmp, mode, grip_object=OBJECT if grasp else None, grip_force_limit=grip_force_limit) as run:
+        warm_up(run)
+        settle(run, 1.0)
+        start = now_ns()
+        if not grasp:
+            pan = run.follower.servos[PAN + 1]
+            pan.blocked_at = pan.position
+        push(run, joint, target)
+        time.sleep(4.5 if grasp else 3.0)  # the target reached at PUSH_RAD_S, then 2 s or more
+        followers, leaders = run.since(start)
+        stopped_at = followers[-1].positions[joint]  # where the follower's joint stopped (its own reading)
+        stopped = ArmPair(calibration("leader"), calibration("follower")).to_leader(followers[-1].positions)[joint]
+        past = (leader_rad(joint, run.operator.intended) - stopped) * math.copysign(1.0, target - POSE[joint])
+        out = pressing(followers, joint) | {
+            "mash_rad": round(max(0.0, past), 3),
+            "operator_stopped": run.operator.stopped,
+            "follower_faults": run.follow.state.faults.summary(),
+            "follower_stopped_at_rad": round(stopped_at, 3),
+        }
+        if grasp:
+            out["latency_ticks"] = latency(followers, leaders)
+        return out
+
+
+def latency(followers: list[Reading], leaders: list[tuple[Reading, Rendered | None]]) -> float | None:
+    """From the first follower reading that shows the grasp (load at `feedback_grasp_load`, jaws
+    stalled and not gaining speed: `grasp.stopped`) to the first leader tick whose write rendered
+    it, in bus ticks; None if never rendered."""
+    first = next((r.stamp_ns for r, before in zip(followers[1:], followers, strict=False)
+                  if abs(r.efforts[GRIPPER]) >= GRASP_FEEDBACK_LOAD and abs(r.velocities[GRIPPER]) < STALLED_RAD_S
+                  and abs(r.velocities[GRIPPER]) <= abs(before.velocities[GRIPPER]) + RAD_PER_STEP), None)
+    shown = next((d.stamp_ns for _r, d in leaders if d is not None and d.ceilings[GRIPPER] > 0
+                  and first is not None and d.stamp_ns >= first), None)
+    if first is None or shown is None:
+        return None
+    return round((shown - first) / (NS_PER_S / RATE_HZ), 2)
+
+
+def drag(tmp: Path, mode: str, seconds: float = 4.0) -> float:
+    """RMS hand force (fraction of max torque) over every joint while the hand moves the leader in
+    free motion, the follower free, after the warm-up."""
+    with rig(tmp, mode) as run:
+        warm_up(run)
+        start = time.monotonic()
+        time.sleep(seconds)
+        forces = np.array([f for t, f in list(run.hand) if t >= start])
+    return float(np.sqrt(np.mean(forces ** 2)))
+
+
+def stability(tmp: Path, mode: str, stiffness: float) -> dict[str, Any]:
+    """A hand of `stiffness` holding its intended pose 0.1 rad past the blocked shoulder_pan: the
+    leader's pan velocity RMS above 2 Hz (rad/s) and how often the rendering switched on."""
+    with rig(tmp, mode, hand=Hand(stiffness=stiffness)) as run:
+        warm_up(run)
+        settle(run, 1.0)
+        pan = run.follower.servos[PAN + 1]
+        pan.blocked_at = pan.position
+        push(run, PAN, POSE[PAN] + 0.1 * STEPS_PER_RAD, react=False)
+        time.sleep(1.0)  # the push reaches its pose (0.2 s) and settles
+        start = now_ns()
+        time.sleep(2.0)
+        _followers, leaders = run.since(start)
+    v = np.array([r.velocities[PAN] for r, _d in leaders])
+    x = np.array([r.positions[PAN] for r, _d in leaders])
+    on = [bool(d is not None and d.ceilings[PAN] > 0) for _r, d in leaders]
+    high, peak_hz = above_2hz(v)
+    return {"stiffness": stiffness, "velocity_rms_above_2hz_rad_s": round(high, 4),
+            "position_rms_above_2hz_rad": round(above_2hz(x)[0], 5), "peak_hz": peak_hz,
+            "rendering_switched_on": sum(1 for a, b in zip(on, on[1:], strict=False) if b and not a),
+            "rendering_share": round(sum(on) / max(1, len(on)), 3)}
+
+
+def above_2hz(samples: np.ndarray) -> tuple[float, float]:
+    """The RMS of what a signal sampled at RATE_HZ (at about that rate: the driver's ticks) holds
+    above 2 Hz, and the frequency of its largest component there."""
+    spectrum = np.fft.rfft(samples - samples.mean())
+    freqs = np.fft.rfftfreq(len(samples), 1.0 / RATE_HZ)
+    high = freqs > 2.0
+    rms = float(np.sqrt(2.0 * np.sum(np.abs(spectrum[high]) ** 2)) / len(samples))
+    return rms, round(float(freqs[high][np.argmax(np.abs(spectrum[high]))]), 1)
+
+
+def run(out: Path) -> dict[str, Any]:
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench_feedback_") as name:
+        tmp = Path(name)
+        grasp = {mode: scenario(tmp, "grasp", mode) for mode in MODES}
+        grasp_unlimited = {mode: scenario(tmp, "grasp", mode, grip_force_limit=0.0) for mode in MODES}
+        push = {mode: scenario(tmp, "push", mode) for mode in MODES}
+        drags = {mode: round(drag(tmp, mode), 4) for mode in MODES}
+        stiffness = (0.5, 2.0, 20.0)  # Present_Load units per step: a hand ~40x softer than the default to it
+        stable = {mode: [stability(tmp, mode, k) for k in stiffness] for mode in ("off", "contact")}
+
+    def ratio(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    ratios = {
+        "grasp_peak_load_gripper_vs_off": ratio(grasp["gripper"]["peak_load"], grasp["off"]["peak_load"]),
+        "grasp_unlimited_peak_load_gripper_vs_off": ratio(grasp_unlimited["gripper"]["peak_load"],
+                                                          grasp_unlimited["off"]["peak_load"]),
+        "grasp_unlimited_time_above_gripper_vs_off": ratio(grasp_unlimited["gripper"]["time_above_limit_s"],
+                                                           grasp_unlimited["off"]["time_above_limit_s"]),
+        "push_peak_load_contact_vs_off": ratio(push["contact"]["peak_load"], push["off"]["peak_load"]),
+        "push_time_above_contact_vs_off": ratio(push["contact"]["time_above_limit_s"],
+                                                push["off"]["time_above_limit_s"]),
+        "push_mash_contact_vs_off": ratio(push["contact"]["mash_rad"], push["off"]["mash_rad"]),
+        "drag_gripper_vs_off": ratio(drags["gripper"], drags["off"]),
+        "drag_contact_vs_off": ratio(drags["contact"], drags["off"]),
+    }
+    latencies = sorted(s["latency_ticks"] for s in (*grasp.values(), *grasp_unlimited.values())
+                       if s.get("latency_ticks") is not None)
+    result: dict[str, Any] = {
+        "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
+        "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
+        "push": push, "drag_rms": drags, "stability": stable, "ratios": ratios,
+        "latency_ticks": latencies,
+        "latency_ticks_median": float(np.median(latencies)) if latencies else None,
+        "load_average": load_average(), "seconds": round(time.monotonic() - began, 1),
+    }
+    result["met"] = {
+        # The grasp without the follower's own force limit: time pressing above the grip limit.
+        "grasp_pressing_time_halved": (ratios["grasp_unlimited_time_above_gripper_vs_off"] or 1.0) <= 0.5,
+        "grasp_peak_load_halved": (ratios["grasp_unlimited_peak_load_gripper_vs_off"] or 1.0) <= 0.5,
+        "push_peak_load_halved": (ratios["push_peak_load_contact_vs_off"] or 1.0) <= 0.5,
+        "drag_within_10_percent": all(r is not None and abs(r - 1.0) <= 0.1 for r in (ratios["drag_gripper_vs_off"],
+                                                                                     ratios["drag_contact_vs_off"])),
+        # No sustained oscillation: what the leader's pushed joint does above 2 Hz stays within one encoder step.
+        "stable": all(s["position_rms_above_2hz_rad"] < RAD_PER_STEP for s in stable["contact"]),
+        "latency_two_ticks": bool(latencies) and max(latencies) <= 2.0,
+    }
+    write_result(out, result)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULTS / "feedback.json")
+    run(parser.parse_args().out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
