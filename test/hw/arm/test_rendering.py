@@ -1,0 +1,100 @@
+"""`rendering.ExpectedLoad` and `rendering.Contact` on synthetic follower samples: what free motion
+teaches the fit, and when a body joint resists (and never pulls toward an obstacle)."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from teleop_flywheel.hw.arm.rendering import (
+    FREE_TRACK,
+    MIN_CEILING,
+    WARMUP,
+    Contact,
+    ContactGains,
+    ExpectedLoad,
+    Felt,
+    features,
+)
+
+LIFT = 1  # shoulder_lift: gravity and speed both load it
+
+
+def free_load(positions: list[float], velocities: list[float]) -> float:
+    """A follower's shoulder_lift load in free motion: gravity by the pose, lag by the speed."""
+    return -0.22 * math.cos(positions[1]) + 0.2 * velocities[1]
+
+
+def sample(rng: random.Random) -> tuple[list[float], list[float]]:
+    positions = [rng.uniform(-1.0, 1.0) for _ in range(6)]
+    velocities = [rng.uniform(-1.0, 1.0) for _ in range(6)]
+    return positions, velocities
+
+
+def test_the_fit_learns_gravity_and_lag_from_free_readings() -> None:
+    rng = random.Random(1)
+    model = ExpectedLoad()
+    for _ in range(WARMUP):
+        positions, velocities = sample(rng)
+        model.learn(features(positions, velocities, LIFT), free_load(positions, velocities))
+    for _ in range(50):
+        positions, velocities = sample(rng)
+        assert model.predict(features(positions, velocities, LIFT)) == pytest.approx(
+            free_load(positions, velocities), abs=0.01)
+
+
+def learned(gains: ContactGains | None = None) -> Contact:
+    """A Contact that learned free motion: the follower where the leader is, loaded as free motion loads it."""
+    contact = Contact(gains or ContactGains(), [0, 1, 2, 3, 4], keep=0.5)
+    rng = random.Random(2)
+    while not contact.ready:
+        positions, velocities = sample(rng)
+        efforts = [free_load(positions, velocities)] * 6
+        assert contact.render(Felt(tuple(positions), tuple(efforts), tuple(velocities), 0), positions, set()) == {}
+    return contact
+
+
+def pushed(excess: float, beyond: float) -> tuple[Felt, list[float]]:
+    """The follower still at a pose, its shoulder_lift `excess` beyond the free load; the leader
+    `beyond` rad past it on that joint (positive: in the direction the follower pushes)."""
+    positions = [0.1, 0.3, -0.2, 0.0, 0.0, 0.0]
+    velocities = [0.0] * 6
+    efforts = [free_load(positions, velocities)] * 6
+    efforts[LIFT] += excess
+    leader = list(positions)
+    leader[LIFT] += beyond * math.copysign(1.0, excess)
+    return Felt(tuple(positions), tuple(efforts), tuple(velocities), 0), leader
+
+
+def test_a_joint_resists_an_excess_load_with_a_ceiling_growing_up_to_the_limit() -> None:
+    contact = learned(ContactGains(load=0.15, gain=1.0, ceiling=150))
+    felt, leader = pushed(0.25, 0.05)
+    assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 100)}, "the wall where the follower is"
+    felt, leader = pushed(-0.6, 0.05)
+    assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 150)}, "either way; capped"
+    felt, leader = pushed(0.16, 0.05)
+    assert contact.render(felt, leader, set())[LIFT][1] == MIN_CEILING
+
+
+def test_no_joint_resists_below_the_threshold_or_pulls_toward_the_obstacle() -> None:
+    contact = learned()
+    felt, leader = pushed(0.1, 0.05)
+    assert contact.render(felt, leader, set()) == {}, "within what free motion misses"
+    felt, leader = pushed(0.4, -0.05)  # the hand back behind the follower: a spring would pull it on
+    assert contact.render(felt, leader, set()) == {}
+    felt, leader = pushed(0.1, 0.05)
+    assert LIFT in contact.render(felt, leader, {LIFT}), "once rendering, kept down to half the threshold"
+
+
+def test_a_follower_far_from_the_leader_or_pressing_is_not_learned_as_free() -> None:
+    contact = Contact(ContactGains(), [0, 1, 2, 3, 4], keep=0.5)
+    felt, leader = pushed(0.5, 2 * FREE_TRACK)  # a soft start's catch-up, loaded
+    for _ in range(WARMUP):
+        contact.render(felt, leader, set())
+    assert not contact.ready and contact.models[LIFT].samples == 0
+    learned_contact = learned()
+    samples = learned_contact.models[LIFT].samples
+    felt, leader = pushed(0.4, 0.05)
+    learned_contact.render(felt, leader, set())
+    assert learned_contact.models[LIFT].samples == samples, "a contact is not learned as normal"
