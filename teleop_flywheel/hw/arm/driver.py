@@ -776,7 +776,9 @@ class ArmDriver:
         made holds, and says why. Then close the port. Call after `run()` returned."""
         action = exit_action or self.config.exit_action
         release = True
-        if self.state.connected and self.state.torque and action != "release":
+        # A leader torqued only to render feedback (on every joint, with `contact`) lets go at once:
+        # parking would move the device in the operator's hand.
+        if self.state.connected and self.state.torque and not self._rendering and action != "release":
             rest = self.config.rest_pose or self._found_limp
             why = "exit_action is hold" if action == "hold" else park(self, rest)
             release = not why

@@ -239,3 +239,24 @@ def test_contact_resists_a_push_into_a_blocked_joint_and_leaves_free_motion_alon
     assert torque and 0.1 < force <= 0.16, f"the hand feels {force:.3f} of max torque on shoulder_pan"
     force, torque = felt["off"]
     assert not torque and force < 0.02, f"without feedback the hand feels {force:.3f}"
+
+
+def test_a_leader_rendering_contact_on_every_joint_lets_go_at_exit_without_parking(tmp_path: Path) -> None:
+    """Every leader joint torqued for feedback reads as a leader with torque on: the exit parked it,
+    moving the device in the operator's hand to the rest pose before letting go."""
+    with rig(tmp_path, "contact", human=OPEN) as r:
+        base = list(OPEN)
+        r.leader.set_human(lambda t: [b + (120.0 * math.sin(2.0 * t + i) if i < GRIPPER else 0.0)
+                                      for i, b in enumerate(base)])
+        r.run(30.0, until=lambda: r.lead.health().values["feedback_contact_ready"])
+        r.leader.set_human(lambda t: base)
+        r.run(1.0)
+        for sid in range(1, GRIPPER + 1):
+            r.follower.servos[sid].blocked_at = r.follower.servos[sid].position
+        r.leader.set_human(lambda t: [b + 65.0 for b in base[:GRIPPER]] + [SQUEEZE[GRIPPER]])
+        r.run(10.0, until=lambda: all(s.torque_on for s in r.leader.servos.values()))
+        assert all(s.torque_on for s in r.leader.servos.values()), "every joint renders"
+        writes = len(r.leader.goal_writes)
+        r.lead.close()
+        assert not any(s.torque_on for s in r.leader.servos.values()), "no torque left on at exit"
+        assert len(r.leader.goal_writes) == writes, "the leader was moved at exit"
