@@ -110,6 +110,7 @@ class Contact:
         self.gains = gains
         self.keep = keep
         self.models = {j: ExpectedLoad() for j in joints}
+        self._learned_ns: int | None = None  # the sample last learned from: each is learned once, ticks see it again
 
     @property
     def ready(self) -> bool:
@@ -120,13 +121,14 @@ class Contact:
         """Joint → (leader goal rad, Torque_Limit) for every body joint to torque now."""
         out: dict[int, tuple[float, int]] = {}
         g = self.gains
+        new, self._learned_ns = felt.stamp_ns != self._learned_ns, felt.stamp_ns
         for j, model in self.models.items():
             phi = features(felt.positions, felt.velocities, j)
             residual = felt.efforts[j] - model.predict(phi)
             warm = model.samples >= WARMUP
             offset = felt.positions[j] - leader[j]
             free = abs(offset) < FREE_TRACK and (not warm or (abs(residual) < g.load / 2 and j not in rendering))
-            if free:
+            if free and new:
                 model.learn(phi, felt.efforts[j])
             if not warm:
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -48,10 +49,15 @@ def learned(gains: ContactGains | None = None) -> Contact:
     """A Contact that learned free motion: the follower where the leader is, loaded as free motion loads it."""
     contact = Contact(gains or ContactGains(), [0, 1, 2, 3, 4], keep=0.5)
     rng = random.Random(2)
+    stamp = 0
     while not contact.ready:
         positions, velocities = sample(rng)
         efforts = [free_load(positions, velocities)] * 6
-        assert contact.render(Felt(tuple(positions), tuple(efforts), tuple(velocities), 0), positions, set()) == {}
+        stamp += 5_000_000
+        felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp)
+        assert contact.render(felt, positions, set()) == {}
+        assert contact.render(felt, positions, set()) == {}, "a sample seen twice is learned once"
+    assert stamp // 5_000_000 == WARMUP, "ready after WARMUP samples, not WARMUP ticks"
     return contact
 
 
@@ -90,11 +96,11 @@ def test_no_joint_resists_below_the_threshold_or_pulls_toward_the_obstacle() -> 
 def test_a_follower_far_from_the_leader_or_pressing_is_not_learned_as_free() -> None:
     contact = Contact(ContactGains(), [0, 1, 2, 3, 4], keep=0.5)
     felt, leader = pushed(0.5, 2 * FREE_TRACK)  # a soft start's catch-up, loaded
-    for _ in range(WARMUP):
-        contact.render(felt, leader, set())
+    for k in range(WARMUP):
+        contact.render(replace(felt, stamp_ns=k), leader, set())
     assert not contact.ready and contact.models[LIFT].samples == 0
     learned_contact = learned()
     samples = learned_contact.models[LIFT].samples
     felt, leader = pushed(0.4, 0.05)
-    learned_contact.render(felt, leader, set())
+    learned_contact.render(replace(felt, stamp_ns=-1), leader, set())
     assert learned_contact.models[LIFT].samples == samples, "a contact is not learned as normal"
