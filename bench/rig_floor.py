@@ -1,6 +1,7 @@
 """The rig `rig_cpu.py` measures on and its floor: `sim-bus` arms, the ROS environment of its
 processes, a listener counting the samples of every stream, and the bare loop that does a driver's
-transactions on the same kind of pty (sync read, one JointState, the follower's sync write)."""
+transactions on the same kind of pty (sync read, one JointState, the follower's sync write; the
+leader's `feedback` JointState, which every leader driver publishes each tick)."""
 from __future__ import annotations
 
 import json
@@ -80,6 +81,9 @@ def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int
     rclpy.init()
     node = rclpy.create_node(topic.strip("/").split("/")[0])
     pub = node.create_publisher(JointState, topic, STREAM_QOS)
+    # A leader publishes what it rendered each tick too (nothing: 0.0 on every joint, torque off).
+    feedback = None if write else node.create_publisher(JointState, topic.rsplit("/", 1)[0] + "/feedback",
+                                                         STREAM_QOS)
     line = serial.Serial(port, 1_000_000, timeout=0)
     fd = line.fileno()
     request_realtime(priority)
@@ -87,6 +91,9 @@ def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int
     reply_len = len(IDS) * (READ_SIZE + 6)
     msg = JointState()
     msg.name = NAMES
+    rendered = JointState()
+    rendered.name = NAMES
+    rendered.position = rendered.effort = [0.0] * len(NAMES)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -121,6 +128,9 @@ def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int
                 msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, 1_000_000_000)
                 msg.position, msg.velocity, msg.effort = pos, vel, eff
                 pub.publish(msg)
+                if feedback is not None:
+                    rendered.header.stamp.sec, rendered.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+                    feedback.publish(rendered)
                 if write:
                     goal = {sid: int(round(x / RAD_PER_STEP)) + 2048 for sid, x in zip(IDS, pos, strict=True)}
                     os.write(fd, codec.sync_write(GOAL_ADDR, GOAL_SIZE, goal))
