@@ -18,6 +18,9 @@ import re
 LEADER_STATE = "leader/joint_states"  # rad; stamp = bus arrival − wire time
 FOLLOWER_STATE = "follower/joint_states"  # rad; stamp = bus arrival − wire time
 LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
+# What the leader rendered (force feedback), one per leader bus tick, zeros with feedback off: position =
+# goal offset per joint (rad, 0 where not rendering), effort = torque ceiling (fraction of max torque, 0 = off)
+LEADER_FEEDBACK = "leader/feedback"
 FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
 POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = when it was available
@@ -70,8 +73,8 @@ FOLLOWER_FAULT = arm_fault("follower")
 # Latched states: the message in force when an episode starts is recorded with it, so an episode
 # begun while an arm holds for a servo fault carries that fault, however long ago it was published.
 STATE_TOPICS = (LEADER_FAULT, FOLLOWER_FAULT)
-RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY,
-            INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
+RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, LEADER_FEEDBACK, POLICY_COMMAND,
+            POLICY_INFERENCE, AUTHORITY, INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
 
 # Nodes whose services other nodes call (relative: `recorder` in a namespaced rig is
 # `/<namespace>/recorder`), and their services (relative to the node: `~/start`).

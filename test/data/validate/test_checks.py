@@ -118,3 +118,22 @@ def test_a_servo_that_stopped_answering_is_a_servo_fault_not_a_corrupt_bag(tmp_p
     assert CORRUPT not in r.codes, r.line()
     assert SERVO_FAULT in r.codes, r.line()
     assert "shoulder_pan" in r.line() and "shoulder_lift" in r.line() and "stopped answering" in r.line()
+
+
+def test_leader_feedback_is_checked_where_recorded_and_not_required_before(tmp_path: Path) -> None:
+    """/leader/feedback (what the leader rendered) is judged like the leader's joint states where a bag
+    has it — its gaps, its declared type — and a bag recorded before it existed is not judged by its absence."""
+    with_fb = write_session(tmp_path / "fb", SessionSpec(duration_s=4.0, seed=11, feedback="gripper")).bag
+    assert "/leader/feedback" in open_bag(with_fb).topics
+    assert _check(with_fb).passed, _check(with_fb).line()
+    old = write_session(tmp_path / "old", SessionSpec(duration_s=4.0, seed=11)).bag
+    assert "/leader/feedback" not in open_bag(old).topics and _check(old).passed, _check(old).line()
+    stalled = write_session(tmp_path / "stall", SessionSpec(duration_s=4.0, seed=11, feedback="off",
+                                                            feedback_stall=(1.5, 0.5))).bag
+    r = _check(stalled)
+    gaps = [x for x in r.reasons if x.code == "FRAME_GAP"]
+    assert [g.numbers["stream"] for g in gaps] == ["/leader/feedback"], r.line()
+    assert 0.49 < gaps[0].numbers["gap_s"] < 0.52
+    wrong = rewrite(types={"/leader/feedback": "std_msgs/msg/String"})(with_fb, tmp_path / "wrong")
+    r = _check(wrong)
+    assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback declared as std_msgs/msg/String" in r.line()
