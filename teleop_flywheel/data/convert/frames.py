@@ -50,7 +50,7 @@ from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
-from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
+from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, FEEDBACK_NAMES, LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded
@@ -68,8 +68,6 @@ SCALAR_FEATURES = {"complementary_info.blend_weight": "float32", "intervention":
                    "complementary_info.trigger": "int64", CORRECTION: "bool"}
 EFFORT = "observation.effort"
 EFFORT_NAMES = [f"{j}.effort" for j in JOINT_NAMES]
-FEEDBACK = "complementary_info.feedback"
-FEEDBACK_NAMES = [f"{j}.offset_rad" for j in JOINT_NAMES] + [f"{j}.ceiling" for j in JOINT_NAMES]
 # Features an episode has only where its bag recorded their stream (names; what a bag without it is).
 # A dataset either has one for every episode or for none: a column of NaN for the episodes that lack
 # it would read as "nothing happened" to a loader that fills or drops NaN, so a mix is refused.

@@ -78,7 +78,7 @@ from teleop_flywheel.core.so101 import JOINT_IDS, JOINT_NAMES, MAX_RAW
 from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.data.convert.calibrations import load_supplied, role_files
 from teleop_flywheel.data.convert.frame_labels import label_columns
-from teleop_flywheel.data.convert.frames import CORRECTION, FEEDBACK
+from teleop_flywheel.data.convert.frames import CORRECTION
 from teleop_flywheel.data.errors import ExportError
 from teleop_flywheel.data.formats import ExportRequest
 from teleop_flywheel.data.formats.common.episode_export import EpisodeJob, Exported, export_episodes
@@ -96,7 +96,7 @@ from teleop_flywheel.data.formats.common.export_source import (
 from teleop_flywheel.data.formats.common.format_options import jpeg_quality
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
-from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
+from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, LEADER_STATE
 from teleop_flywheel.data.provenance.manifest_hash import video_keys
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.writer import BagWriter
