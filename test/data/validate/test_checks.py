@@ -137,3 +137,18 @@ def test_leader_feedback_is_checked_where_recorded_and_not_required_before(tmp_p
     wrong = rewrite(types={"/leader/feedback": "std_msgs/msg/String"})(with_fb, tmp_path / "wrong")
     r = _check(wrong)
     assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback declared as std_msgs/msg/String" in r.line()
+
+
+def test_leader_feedback_without_its_ceilings_is_a_schema_mismatch(tmp_path: Path) -> None:
+    """The contract's effort (the torque ceilings) is what says how hard the leader pulled: a
+    /leader/feedback without it is not the contract, and convert would have nothing to write."""
+    bag = write_session(tmp_path / "fb", SessionSpec(duration_s=3.0, seed=12, feedback="gripper")).bag
+
+    def no_ceilings(topic: str, _i: int, data: bytes) -> bytes:
+        if topic != "/leader/feedback":
+            return data
+        js = cdr.decode_joint_states([data], topic)
+        return cdr.joint_state_cdr(int(js.stamps_ns[0]), list(js.names), js.position[0])
+
+    r = _check(rewrite(payload=no_ceilings)(bag, tmp_path / "bare"))
+    assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback: a message lacks the six torque ceilings" in r.line()
