@@ -19,7 +19,8 @@ TRIGGER_LABELS), complementary_info.correction (a teleop-mode correction span:
 as a signed fraction of max torque, −1..1; in episodes that recorded it), complementary_info.feedback
 (what the leader rendered at t_k, the leader's rule, by zero-order hold of `/leader/feedback`: six
 goal offsets in rad, then six torque ceilings as a fraction of max torque; NaN before its first
-message; in episodes that recorded it). Episode columns: `data/validate/episode_columns.py`.
+message; in episodes that recorded it). Episode columns: `data/validate/episode_columns.py`, and
+with efforts how hard the operator pressed (`data/reports/mashing.py` TABLE_COLUMNS).
 
 Before any encoding, an episode whose features the target dataset cannot hold is refused
 (`FeatureSetError`: an optional feature — effort, feedback — present/absent against the dataset's;
@@ -52,6 +53,7 @@ from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, FEEDBACK_NAMES, LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
+from teleop_flywheel.data.reports.mashing import episode_mashing, table_columns
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded
 from teleop_flywheel.data.validate.episode_columns import episode_columns
@@ -263,6 +265,8 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     # The episode's own curation columns; the dataset-relative ones are computed at commit (`with_scores`).
     data.extra["jerk"] = float(integrated_squared_jerk(cols["action"], np.array([0]), np.array([n]), fps)[0])
     data.extra[START_STATE] = cols["observation.state"][0].astype(np.float64).tolist()
+    if EFFORT in cols:  # how hard the operator pressed, for `manifest create --filter`
+        data.extra.update(table_columns(episode_mashing(0, cols[EFFORT], EFFORT_NAMES, fps, cols.get(FEEDBACK))))
     out.data = data
     out.joint_limits = joint_limits(fcal)
 

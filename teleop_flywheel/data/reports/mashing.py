@@ -18,6 +18,9 @@ and, where the dataset has it, `complementary_info.feedback` (what the leader re
   something (a torque ceiling above 0 on some joint), i.e. the operator could feel the contact; None
   without `complementary_info.feedback`.
 
+The converter stores each episode's measures in the episodes table (`TABLE_COLUMNS`), so
+`manifest create --filter "grip_limit_s < 1"` chooses by them.
+
 None of it for a dataset without `observation.effort` (recorded before efforts were): nothing to
 measure, never zeros. Frames whose load is unknown (NaN) count as nothing. `curate` shows it as an
 axis, `stats` per operator, the card per dataset.
@@ -57,6 +60,10 @@ BODY_OVERLOAD = register("Overload_Torque").default / 100
 NEAR_FRACTION = 0.9
 
 
+# Episodes-table columns (`table_columns`): each episode's own measures, written by `convert`.
+TABLE_COLUMNS = ("grip_limit_s", "excess_load_peak", "excess_load_s", "protection_near", "contact_felt_share")
+
+
 @dataclass
 class EpisodeMashing:
     episode_index: int
@@ -67,6 +74,12 @@ class EpisodeMashing:
     protection_near: int  # separate approaches to the overload threshold
     protection_near_s: float
     felt_share: float | None  # of the contact frames, those the leader rendered something in (None: not recorded)
+
+
+def table_columns(m: EpisodeMashing) -> dict[str, float | int | None]:
+    """The episode's measures as its episodes-table columns (TABLE_COLUMNS)."""
+    return dict(zip(TABLE_COLUMNS, (m.grip_limit_s, m.excess_peak, m.excess_integral, m.protection_near,
+                                    m.felt_share), strict=True))
 
 
 def _per_joint(names: list[str], gripper: float, body: float) -> np.ndarray:

@@ -3,12 +3,14 @@ approaches to the overload protection, the contact felt through the leader — f
 checked against the bags it came from (their 100 Hz follower load, not the dataset's 30 fps frames)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from support.mashing_data import pressed
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.bag_topics import FOLLOWER_STATE
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.convert import converter as conv
@@ -72,3 +74,19 @@ def test_a_dataset_without_efforts_is_not_measured(tmp_path: Path) -> None:
     conv.convert([bag], tmp_path / "ds", codec="h264", workers=1, progress=False)
     ds = LeRobotDataset.open(tmp_path / "ds")
     assert m.dataset_mashing(ds, load(ds).spans) is None
+
+
+def test_convert_stores_the_measures_so_a_manifest_can_leave_the_masher_out(made: tuple[Path, list[Path]],
+                                                                            tmp_path: Path) -> None:
+    ds_path, _bags = made
+    ds = LeRobotDataset.open(ds_path)
+    table = ds.episodes.sort_values("episode_index")
+    measures = m.dataset_mashing(ds, load(ds).spans)
+    assert measures is not None
+    for column, values in zip(m.TABLE_COLUMNS, zip(*(m.table_columns(x).values() for x in measures), strict=True),
+                              strict=True):
+        assert table[column].tolist() == pytest.approx(list(values)), column
+    out = tmp_path / "gentle.json"
+    assert cli_main(["manifest", "create", str(ds_path), "--out", str(out), "--filter", "grip_limit_s < 1"]) == 0
+    kept = {e["episode_id"] for e in json.loads(out.read_text())["episodes"]}
+    assert kept == set(table.episode_id[table.episode_index != 0])
