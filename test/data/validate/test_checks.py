@@ -152,3 +152,26 @@ def test_leader_feedback_without_its_ceilings_is_a_schema_mismatch(tmp_path: Pat
 
     r = _check(rewrite(payload=no_ceilings)(bag, tmp_path / "bare"))
     assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback: a message lacks the six torque ceilings" in r.line()
+
+
+def test_a_message_stamped_after_the_episode_s_end_is_no_gap(tmp_path: Path) -> None:
+    """The leader publishes one more /leader/feedback off its tick when it drops the feedback at the
+    hold that ends a take: stamped 0.16 s after the episode's last follower state (seen in the demo).
+    Silence is measured over the episode [first, last follower state]: that message opens none."""
+    bag = write_session(tmp_path / "fb", SessionSpec(duration_s=3.0, seed=13, feedback="off")).bag
+    last = len(open_bag(bag).raw("/leader/feedback")) - 1
+    end = int(open_bag(bag).stamps(FOLLOWER_STATE).max())
+
+    def late(topic: str, i: int, data: bytes) -> bytes:
+        if topic != "/leader/feedback" or i != last:
+            return data
+        js = cdr.decode_joint_states([data], topic)
+        return cdr.joint_state_cdr(end + 160_000_000, list(js.names), js.position[0], effort=js.effort[0])
+
+    r = _check(rewrite(payload=late)(bag, tmp_path / "late"))
+    assert "FRAME_GAP" not in r.codes, r.line()
+    stalled = write_session(tmp_path / "stall", SessionSpec(duration_s=3.0, seed=13, feedback="off",
+                                                            feedback_stall=(2.85, 1.0))).bag
+    r = _check(stalled)  # silent for its last 0.15 s: still a gap, to the episode's end
+    assert [x.numbers["stream"] for x in r.reasons if x.code == "FRAME_GAP"] == ["/leader/feedback"], r.line()
+    assert "after its last message, to the episode's end" in r.line()
