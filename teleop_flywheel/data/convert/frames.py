@@ -266,7 +266,8 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     data.extra["jerk"] = float(integrated_squared_jerk(cols["action"], np.array([0]), np.array([n]), fps)[0])
     data.extra[START_STATE] = cols["observation.state"][0].astype(np.float64).tolist()
     if EFFORT in cols:  # how hard the operator pressed, for `manifest create --filter`
-        data.extra.update(table_columns(episode_mashing(0, cols[EFFORT], EFFORT_NAMES, fps, cols.get(FEEDBACK))))
+        data.extra.update(table_columns(episode_mashing(0, cols[EFFORT], EFFORT_NAMES, fps, cols.get(FEEDBACK),
+                                                         cols["observation.state"])))
     out.data = data
     out.joint_limits = joint_limits(fcal)
 

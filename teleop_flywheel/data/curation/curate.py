@@ -271,7 +271,7 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
         notes.append(f"intervention weight {rule.intervention_weight} is outside the 2-3x the seeds recommend")
 
     outruns = outrun_shares(ds, [int(e) for e in spans.episode_index])
-    mashing = dataset_mashing(ds, spans)
+    mashing = dataset_mashing(ds, data)
     excess = np.array([m.excess_integral for m in mashing]) if mashing else np.zeros(0)
     mash_fence = tukey_high(excess) if mashing else None
     scores = []

@@ -297,7 +297,7 @@ def _mashing_lines(ds: LeRobotDataset, recs: list[EpisodeRecord]) -> list[str]:
     """How hard the operators pressed, per operator and overall (`reports/mashing.py`)."""
     lines = ["", "## How hard the operators pressed", ""]
     data = load(ds)
-    measures = dataset_mashing(ds, data.spans)
+    measures = dataset_mashing(ds, data)
     if measures is None:
         return lines + ["Not measured: the dataset has no `observation.effort` (recorded before the follower's load "
                         "was), so nothing says how hard its operators pressed."]

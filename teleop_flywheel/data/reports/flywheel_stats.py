@@ -202,7 +202,7 @@ def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> Flywhe
         out = compute(recs, str(paths[0]), data.start_states, box, k, joints, break_s)
         episodes = [int(e) for e in data.spans.episode_index]
         out.tracking = tracking_summary(content_audit(ds, episodes, joints), episodes)
-        measures = dataset_mashing(ds, data.spans)
+        measures = dataset_mashing(ds, data)
         if measures is None:
             out.notes.append("no observation.effort: how hard the operators pressed is not measured")
         else:

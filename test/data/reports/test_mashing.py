@@ -38,7 +38,7 @@ def test_thresholds_are_the_rig_s_own() -> None:
 def test_the_operator_who_squeezed_is_measured_and_the_gentle_one_is_not(made: tuple[Path, list[Path]]) -> None:
     ds_path, bags = made
     ds = LeRobotDataset.open(ds_path)
-    measures = m.dataset_mashing(ds, load(ds).spans)
+    measures = m.dataset_mashing(ds, load(ds))
     assert measures is not None and [x.episode_index for x in measures] == [0, 1, 2]
     ana, *bo = measures
     load_100hz = np.abs(open_bag(bags[0]).joint_state(FOLLOWER_STATE).effort[:, 5])
@@ -73,7 +73,7 @@ def test_a_dataset_without_efforts_is_not_measured(tmp_path: Path) -> None:
     bag = write_session(tmp_path / "old", SessionSpec(duration_s=3.0, effort=False, seed=9)).bag
     conv.convert([bag], tmp_path / "ds", codec="h264", workers=1, progress=False)
     ds = LeRobotDataset.open(tmp_path / "ds")
-    assert m.dataset_mashing(ds, load(ds).spans) is None
+    assert m.dataset_mashing(ds, load(ds)) is None
 
 
 def test_convert_stores_the_measures_so_a_manifest_can_leave_the_masher_out(made: tuple[Path, list[Path]],
@@ -81,7 +81,7 @@ def test_convert_stores_the_measures_so_a_manifest_can_leave_the_masher_out(made
     ds_path, _bags = made
     ds = LeRobotDataset.open(ds_path)
     table = ds.episodes.sort_values("episode_index")
-    measures = m.dataset_mashing(ds, load(ds).spans)
+    measures = m.dataset_mashing(ds, load(ds))
     assert measures is not None
     for column, values in zip(m.TABLE_COLUMNS, zip(*(m.table_columns(x).values() for x in measures), strict=True),
                               strict=True):
@@ -90,3 +90,23 @@ def test_convert_stores_the_measures_so_a_manifest_can_leave_the_masher_out(made
     assert cli_main(["manifest", "create", str(ds_path), "--out", str(out), "--filter", "grip_limit_s < 1"]) == 0
     kept = {e["episode_id"] for e in json.loads(out.read_text())["episodes"]}
     assert kept == set(table.episode_id[table.episode_index != 0])
+
+
+def test_free_motion_at_full_load_is_neither_contact_nor_near_the_protection() -> None:
+    """A body joint reversing at speed passes full load while moving (seen on the simulated rig:
+    wrist_roll at 1.0); the same load on a stalled shaft is the arm pressing on something. The
+    protection counts only loads held for a quarter of the time that trips it (0.5 s)."""
+    fps = 30.0
+    effort = np.zeros((60, 6))
+    effort[10:13, 4] = 1.0  # 0.1 s at full load, wrist_roll
+    moving = np.zeros((60, 6))
+    moving[:, 4] = np.arange(60) * 2.0  # 60 deg/s: turning
+    free = m.episode_mashing(0, effort, NAMES, fps, state=moving)
+    assert (free.excess_peak, free.contact_s, free.protection_near) == (0.0, 0.0, 0)
+    stalled = m.episode_mashing(0, effort, NAMES, fps, state=np.zeros((60, 6)))
+    assert stalled.excess_peak == pytest.approx(0.5) and stalled.contact_s == pytest.approx(0.1)
+    assert stalled.protection_near == 0  # 0.1 s near 0.8: not held
+    effort[20:40, 4] = 0.75  # 0.67 s within 10 % of 0.8
+    held = m.episode_mashing(0, effort, NAMES, fps, state=np.zeros((60, 6)))
+    assert (held.protection_near, held.protection_near_s) == (1, pytest.approx(20 / fps))
+    assert m.NEAR_TIME_S == 0.5 and m.STALL_DEG_S["wrist_roll"] == pytest.approx(np.degrees(0.1))
