@@ -12,6 +12,7 @@ from teleop_flywheel.core import topics as ros
 LEADER_STATE = ros.qualify(ros.LEADER_STATE)
 FOLLOWER_STATE = ros.qualify(ros.FOLLOWER_STATE)
 LEADER_COMMAND = ros.qualify(ros.LEADER_COMMAND)
+LEADER_FEEDBACK = ros.qualify(ros.LEADER_FEEDBACK)
 FOLLOWER_COMMAND = ros.qualify(ros.FOLLOWER_COMMAND)
 POLICY_COMMAND = ros.qualify(ros.POLICY_COMMAND)
 POLICY_INFERENCE = ros.qualify(ros.POLICY_INFERENCE)

@@ -72,8 +72,8 @@ FOLLOWER_FAULT = arm_fault("follower")
 # Latched states: the message in force when an episode starts is recorded with it, so an episode
 # begun while an arm holds for a servo fault carries that fault, however long ago it was published.
 STATE_TOPICS = (LEADER_FAULT, FOLLOWER_FAULT)
-RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY,
-            INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
+RECORDED = (LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_COMMAND, LEADER_FEEDBACK, POLICY_COMMAND,
+            POLICY_INFERENCE, AUTHORITY, INTERVENTION, PEDAL_JOY, LEADER_FAULT, FOLLOWER_FAULT, DIAGNOSTICS)
 
 # Nodes whose services other nodes call (relative: `recorder` in a namespaced rig is
 # `/<namespace>/recorder`), and their services (relative to the node: `~/start`).

@@ -33,7 +33,11 @@ pipeline latency rosbag2 would record, which must change nothing), `clock_step`,
 pixels tell, through the content-based camera lag). The camera draws the arm as it was at each
 frame's exposure instant (the follower's samples interpolated to it), so a clean episode's true
 camera lag is 0. The follower's JointState carries efforts (`effort`, on by default): its load as a
-signed fraction of max torque, as the arm driver publishes Present_Load.
+signed fraction of max torque, as the arm driver publishes Present_Load. `feedback` adds the leader's
+`/leader/feedback` on the leader's ticks as the arm driver publishes it (docs/CONTRACTS.md): `off`
+zeros, `gripper` the grasp rendered on the leader's gripper (goal pulled to where the follower's jaws
+stopped, ceiling `FEEDBACK_CEILING`, while the follower's gripper load is at least
+`FEEDBACK_GRASP_LOAD`); `feedback_stall` silences it for a window (the leader driver's publisher stuck).
 """
 from __future__ import annotations
 
@@ -54,6 +58,7 @@ from teleop_flywheel.core.bag_topics import (
     FOLLOWER_COMMAND,
     FOLLOWER_STATE,
     INTERVENTION,
+    LEADER_FEEDBACK,
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
@@ -66,6 +71,7 @@ from teleop_flywheel.core.labels import mode_code, trigger_code
 from teleop_flywheel.core.so101 import JOINT_NAMES, RAD_PER_STEP
 from teleop_flywheel.core.task_spec import TaskSpec
 from teleop_flywheel.core.topics import AUTHORITY_FIELDS
+from teleop_flywheel.hw.arm.config import ArmConfig
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
@@ -74,6 +80,11 @@ from teleop_flywheel.recording.mcap.writer import BagWriter
 
 AUTHORITY_NAMES = list(AUTHORITY_FIELDS)
 JOINT_STATE = "sensor_msgs/msg/JointState"
+# The arm driver's defaults: the follower gripper load that is a grasp, and the leader gripper's
+# Torque_Limit while it renders one (0.1 % units) as a fraction of max torque.
+FEEDBACK_GRASP_LOAD = ArmConfig().feedback_grasp_load
+FEEDBACK_CEILING = ArmConfig().feedback_torque_limit / 1000
+FEEDBACK_MODES = ("", "off", "gripper")  # "": not recorded (bags from before the leader rendered feedback)
 WALL0_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 MONO0_NS = 1_000 * 10**9
 
@@ -149,6 +160,8 @@ class SessionSpec:
     # (start s, length s): the human shakes the leader (±0.5 rad at 2 Hz on the five body joints, up to
     # 6.3 rad/s) — faster than the follower can turn when `follower_max_speed` is set.
     human_fast: tuple[float, float] | None = None
+    feedback: str = ""  # FEEDBACK_MODES: the leader's /leader/feedback (module doc)
+    feedback_stall: tuple[float, float] | None = None  # (start s, length s): no /leader/feedback in it
 
 
 class _SimClock:
@@ -414,11 +427,31 @@ def _joint_records(joints: _Joints, spec: SessionSpec, rng: np.random.Generator,
         records += [(int(logs[i]), topic, clock.publish(int(logs[i]), int(stamps[i])),
                      joint_state_cdr(int(stamps[i]), names, values[i], frame,
                                      effort=None if efforts is None else efforts[i])) for i in range(n)]
+    if spec.feedback:
+        offset, ceiling = _feedback(joints, spec)
+        logs = joint_log(spec.joint_latency_ms)
+        live = np.ones(n, bool) if spec.feedback_stall is None else ~(
+            (joints.t >= spec.feedback_stall[0]) & (joints.t < sum(spec.feedback_stall)))
+        records += [(int(logs[i]), LEADER_FEEDBACK, clock.publish(int(logs[i]), int(stamps[i])),
+                     joint_state_cdr(int(stamps[i]), names, offset[i], effort=ceiling[i]))
+                    for i in np.flatnonzero(live)]
     authority = _authority(joints, spec)
     logs = joint_log(spec.joint_latency_ms)
     records += [(int(logs[i]), AUTHORITY, clock.publish(int(logs[i]), int(stamps[i])),
                  joint_state_cdr(int(stamps[i]), AUTHORITY_NAMES, authority[i])) for i in range(n)]
     return records
+
+
+def _feedback(joints: _Joints, spec: SessionSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(goal offset rad, torque ceiling) per tick and joint, as the leader's driver renders them."""
+    if spec.feedback not in FEEDBACK_MODES:
+        raise ValueError(f"feedback must be one of {FEEDBACK_MODES}, got {spec.feedback!r}")
+    offset, ceiling = np.zeros((len(joints.t), 6)), np.zeros((len(joints.t), 6))
+    if spec.feedback == "gripper" and joints.effort is not None:
+        grasp = np.abs(joints.effort[:, 5]) >= FEEDBACK_GRASP_LOAD
+        offset[grasp, 5] = joints.follower[grasp, 5] - joints.human[grasp, 5]
+        ceiling[grasp, 5] = FEEDBACK_CEILING
+    return offset, ceiling
 
 
 def _event_records(spec: SessionSpec, clock: _SimClock, interventions: list[Intervention],
@@ -490,7 +523,8 @@ def _camera_records(joints: _Joints, spec: SessionSpec, rng: np.random.Generator
 
 def _topics(spec: SessionSpec) -> list[str]:
     return [FOLLOWER_STATE, FOLLOWER_COMMAND, LEADER_STATE, POLICY_COMMAND, AUTHORITY, INTERVENTION] + \
-        [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else [])
+        [camera_image(cam) for cam in spec.cameras] + ([PEDAL_JOY] if spec.pedal_topic else []) + \
+        ([LEADER_FEEDBACK] if spec.feedback else [])
 
 
 def _episode_meta(bag_dir: Path, spec: SessionSpec, clock: _SimClock, joints: _Joints,

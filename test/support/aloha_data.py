@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
-SPEC = dict(duration_s=2.5, width=256, height=192)
+# The leader's rendered feedback recorded: every exporter carries complementary_info.feedback (or says why not).
+SPEC = dict(duration_s=2.5, width=256, height=192, feedback="gripper")
 CAMERA = "wrist"
 VIDEO = f"observation.images.{CAMERA}"
 

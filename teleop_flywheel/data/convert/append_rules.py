@@ -10,8 +10,9 @@ that differs would make info.json lie (an h264 append into an AV1 dataset did: a
   older layout (`data/lerobot/flywheel_schema.py`: `observation.leader_state`) is never appended
   to in either layout (one dataset, two layouts): `teleop-flywheel migrate` upgrades it.
 - feature set, per episode, before its encode (`data.errors.FeatureSetError`, status `refused`):
-  `observation.effort` present in the episode and absent in the dataset, or the reverse (bags
-  recorded before efforts were); teleop-mode corrections into a dataset converted before
+  an optional feature (`frames.OPTIONAL_FEATURES`: `observation.effort`, `complementary_info.feedback`)
+  present in the episode and absent in the dataset, or the reverse (bags recorded before efforts, or
+  the leader's rendered feedback, were); teleop-mode corrections into a dataset converted before
   `complementary_info.correction` existed (without corrections such an episode is written as the
   dataset's features say). A different camera set never goes into the dataset: it goes to a
   dataset of its own schema beside it (`convert.schema_root`), as before.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from teleop_flywheel.data.convert.frames import CORRECTION, EFFORT
+from teleop_flywheel.data.convert.frames import CORRECTION, OPTIONAL_FEATURES
 from teleop_flywheel.data.errors import AppendRefused
 from teleop_flywheel.data.lerobot.append import IMAGES, read_info
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, changes_since, schema_version
@@ -56,13 +57,13 @@ def check_append(roots: list[Path], fps: int, codec: str) -> None:
                                 where=str(root), fix=f"use --codec {flag}, or convert into another --dataset")
 
 
-def feature_expectations(root: Path) -> tuple[bool | None, bool]:
-    """(the dataset has observation.effort — None for a new dataset, it has complementary_info.correction)."""
+def feature_expectations(root: Path) -> tuple[frozenset[str] | None, bool]:
+    """(the OPTIONAL_FEATURES the dataset has — None for a new dataset, it has complementary_info.correction)."""
     info = read_info(root)
     if info is None:
         return None, True
     features = info.get("features", {})
-    return EFFORT in features, CORRECTION in features
+    return frozenset(OPTIONAL_FEATURES).intersection(features), CORRECTION in features
 
 
 def check_layout(root: Path, info: dict[str, Any]) -> None:

@@ -47,7 +47,13 @@ from typing import Any
 from teleop_flywheel.core.labels import TRIGGER_LABELS
 from teleop_flywheel.data.convert.append_rules import check_append, feature_expectations
 from teleop_flywheel.data.convert.calibrations import load_supplied, union_limits
-from teleop_flywheel.data.convert.frames import EFFORT, ConvertJob, Prepared, features_for, prepare_episode
+from teleop_flywheel.data.convert.frames import (
+    OPTIONAL_FEATURES,
+    ConvertJob,
+    Prepared,
+    features_for,
+    prepare_episode,
+)
 from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import with_scores
 from teleop_flywheel.data.errors import DatasetError, FeatureSetError, InconsistentDatasetError, ParallelJobError
@@ -90,7 +96,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
         keys["repo_id"] = repo_id
     data = [e.data for e in eps if e.data is not None]
     shapes = {cam: (h, w) for cam, (_, h, w) in data[0].videos.items()}
-    features = features_for(shapes, effort=EFFORT in data[0].columns, correction=correction)
+    features = features_for(shapes, set(OPTIONAL_FEATURES).intersection(data[0].columns), correction=correction)
     _, new = write_episodes(root, stage, data, fps, robot_type, features, keys,
                             amend=lambda table: with_scores(table, root, fps))
     return new
@@ -141,13 +147,14 @@ def _refuse(p: Prepared, why: str, result: ConvertResult) -> None:
     result.refused.append(f"{display(p.name)}: {why}")
 
 
-def _group(prepared: list[Prepared], result: ConvertResult, effort: bool | None) -> dict[Schema, list[Prepared]]:
-    """Episodes by camera schema. `effort`: whether the dataset has observation.effort (None: a new
-    dataset, which takes what most of this batch has; the others are refused)."""
+def _group(prepared: list[Prepared], result: ConvertResult, optional: frozenset[str] | None
+           ) -> dict[Schema, list[Prepared]]:
+    """Episodes by camera schema. `optional`: the OPTIONAL_FEATURES the dataset has (None: a new
+    dataset, which takes, feature by feature, what most of this batch has; the others are refused)."""
     ok = [p for p in prepared if p.status == "ok" and p.data is not None]
-    if effort is None and ok:
-        with_effort = sum(EFFORT in p.data.columns for p in ok if p.data is not None)
-        effort = with_effort * 2 >= len(ok)
+    if optional is None:
+        optional = frozenset(name for name in OPTIONAL_FEATURES
+                             if 2 * sum(name in p.data.columns for p in ok if p.data is not None) >= len(ok) > 0)
     seen: set[str] = set()
     groups: dict[Schema, list[Prepared]] = {}
     for p in prepared:
@@ -155,9 +162,10 @@ def _group(prepared: list[Prepared], result: ConvertResult, effort: bool | None)
             p.status = "duplicate"
             result.duplicates.append(display(p.name))
         elif p.status == "ok" and p.data is not None:
-            if (EFFORT in p.data.columns) != effort:
-                _refuse(p, f"{'has' if not effort else 'lacks'} observation.effort, unlike the rest of the dataset: "
-                        "a feature-set change is a new dataset (convert it into another --dataset)", result)
+            differ = sorted(optional.symmetric_difference(set(OPTIONAL_FEATURES).intersection(p.data.columns)))
+            if differ:
+                _refuse(p, f"{'lacks' if differ[0] in optional else 'has'} {differ[0]}, unlike the rest of the "
+                        "dataset: a feature-set change is a new dataset (convert it into another --dataset)", result)
                 continue
             seen.add(p.episode_id or "")
             groups.setdefault(p.data.schema, []).append(p)
@@ -196,14 +204,14 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         _refuse_inconsistent([out, *siblings])
         _repo_ids(out, repo_id, [out, *siblings])  # refuse before any work
         check_append([out, *siblings], fps, codec)
-        effort, correction = feature_expectations(out)
+        optional, correction = feature_expectations(out)
         known = set().union(existing_ids(out), *(existing_ids(s) for s in siblings))
         recorded = frozenset().union(*(recorded_ids(r) for r in [out, *siblings]))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
-                               supplied, trim_dead_air, effort, correction, recorded,
+                               supplied, trim_dead_air, optional, correction, recorded,
                                str(segments[str(p)]) if segments and str(p) in segments else None,
                                dict(reviews or {}), admit_reviewed) for p in paths]
             try:
@@ -215,7 +223,7 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 raise
             result = ConvertResult(len(paths), {}, [], {}, [], recovered)
             result.reports = [p.report for p in prepared if p.report is not None]
-            groups = _group(prepared, result, effort)
+            groups = _group(prepared, result, optional)
             primary = schema_of(out)
             if primary is None and groups:
                 counts = Counter({s: len(g) for s, g in groups.items()})

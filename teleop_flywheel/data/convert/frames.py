@@ -16,13 +16,17 @@ complementary_info.blend_weight (α), intervention (intervention id ≠ 0), comp
 (the FINAL label of the intervention or correction the frame belongs to: 0 none, 1..
 TRIGGER_LABELS), complementary_info.correction (a teleop-mode correction span:
 `data/convert/frame_labels.py`), observation.effort (the follower's JointState.effort at t_k: load
-as a signed fraction of max torque, −1..1; in episodes that recorded it). Episode columns:
-`data/validate/episode_columns.py`.
+as a signed fraction of max torque, −1..1; in episodes that recorded it), complementary_info.feedback
+(what the leader rendered at t_k, the leader's rule, by zero-order hold of `/leader/feedback`: six
+goal offsets in rad, then six torque ceilings as a fraction of max torque; NaN before its first
+message; in episodes that recorded it). Episode columns: `data/validate/episode_columns.py`, and
+with efforts how hard the operator pressed (`data/reports/mashing.py` TABLE_COLUMNS).
 
 Before any encoding, an episode whose features the target dataset cannot hold is refused
-(`FeatureSetError`: effort present/absent against the dataset's; corrections into a dataset without
-`complementary_info.correction`). `--trim-dead-air` (`trim_dead_air`) cuts leading and trailing
-dead air beyond the validator's bounds from the grid instead of rejecting the episode.
+(`FeatureSetError`: an optional feature — effort, feedback — present/absent against the dataset's;
+corrections into a dataset without `complementary_info.correction`). `--trim-dead-air`
+(`trim_dead_air`) cuts leading and trailing dead air beyond the validator's bounds from the grid
+instead of rejecting the episode.
 """
 from __future__ import annotations
 
@@ -47,8 +51,9 @@ from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
-from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
+from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, FEEDBACK_NAMES, LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
+from teleop_flywheel.data.reports.mashing import episode_mashing, table_columns
 from teleop_flywheel.data.validate.checks import Inspection, dead_runs, inspect_bag
 from teleop_flywheel.data.validate.decode import Decoded
 from teleop_flywheel.data.validate.episode_columns import episode_columns
@@ -65,6 +70,12 @@ SCALAR_FEATURES = {"complementary_info.blend_weight": "float32", "intervention":
                    "complementary_info.trigger": "int64", CORRECTION: "bool"}
 EFFORT = "observation.effort"
 EFFORT_NAMES = [f"{j}.effort" for j in JOINT_NAMES]
+# Features an episode has only where its bag recorded their stream (names; what a bag without it is).
+# A dataset either has one for every episode or for none: a column of NaN for the episodes that lack
+# it would read as "nothing happened" to a loader that fills or drops NaN, so a mix is refused.
+OPTIONAL_FEATURES: dict[str, list[str]] = {EFFORT: EFFORT_NAMES, FEEDBACK: FEEDBACK_NAMES}
+RECORDED_BEFORE = {EFFORT: "recorded before efforts were",
+                   FEEDBACK: "recorded before the leader's rendered feedback (/leader/feedback) was"}
 
 
 FEATURE_SET = "FEATURE_SET"  # a Prepared status reason: refused before encoding
@@ -85,7 +96,7 @@ class ConvertJob:
     supplied: Supplied | None = None  # --outcome/--task for bags without episode metadata
     trim_dead_air: bool = False  # cut leading/trailing dead air instead of rejecting it
     # What the target dataset holds (None: a new dataset, anything goes): checked before encoding.
-    effort_feature: bool | None = None
+    optional_features: frozenset[str] | None = None  # which of OPTIONAL_FEATURES the dataset has
     correction_feature: bool = True
     recorded_ids: frozenset[str] = frozenset()  # episodes whose verdict the dataset's validation record holds
     segments: str | None = None  # this bag's pre-encoded video segments (`data/convert/segments.py`), if any
@@ -229,7 +240,9 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
         del labels["complementary_info.correction"]
     cols.update(labels)
     if dec.effort is not None:
-        cols["observation.effort"] = _optional(dec.effort, t_obs, 6).astype(np.float32)
+        cols[EFFORT] = _optional(dec.effort, t_obs, 6).astype(np.float32)
+    if dec.feedback is not None:
+        cols[FEEDBACK] = _optional(dec.feedback, t_obs, len(FEEDBACK_NAMES)).astype(np.float32)
     n = grid.n
     cols["frame_index"] = np.arange(n, dtype=np.int64)
     cols["timestamp"] = (np.arange(n) / fps).astype(np.float32)
@@ -252,6 +265,9 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     # The episode's own curation columns; the dataset-relative ones are computed at commit (`with_scores`).
     data.extra["jerk"] = float(integrated_squared_jerk(cols["action"], np.array([0]), np.array([n]), fps)[0])
     data.extra[START_STATE] = cols["observation.state"][0].astype(np.float64).tolist()
+    if EFFORT in cols:  # how hard the operator pressed, for `manifest create --filter`
+        data.extra.update(table_columns(episode_mashing(0, cols[EFFORT], EFFORT_NAMES, fps, cols.get(FEEDBACK),
+                                                         cols["observation.state"])))
     out.data = data
     out.joint_limits = joint_limits(fcal)
 
@@ -259,11 +275,13 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
 def _refuse_feature_change(dec: Decoded, ep: EpisodeMeta | None, job: ConvertJob) -> None:
     """Before any encoding: an episode whose features the dataset cannot hold is refused (a
     feature-set change is a new dataset)."""
-    if job.effort_feature is not None and job.effort_feature != (dec.effort is not None):
-        what = ("episode has no observation.effort (recorded before efforts were) but the dataset has it"
-                if job.effort_feature else "episode carries observation.effort but the dataset has none (converted "
-                "from bags without efforts)")
-        raise FeatureSetError(f"{what}: a feature-set change is a new dataset (convert it into another --dataset)")
+    has = optional_present(dec)
+    for name in OPTIONAL_FEATURES if job.optional_features is not None else ():
+        if (name in has) != (name in (job.optional_features or ())):
+            before = RECORDED_BEFORE[name]
+            what = (f"episode has no {name} ({before}) but the dataset has it" if name not in has
+                    else f"episode carries {name} but the dataset has none (converted from bags {before})")
+            raise FeatureSetError(f"{what}: a feature-set change is a new dataset (convert it into another --dataset)")
     if not job.correction_feature and ep is not None and ep.corrections:
         raise FeatureSetError(
             "episode has teleop-mode corrections but the dataset has no complementary_info.correction "
@@ -272,13 +290,20 @@ def _refuse_feature_change(dec: Decoded, ep: EpisodeMeta | None, job: ConvertJob
         )
 
 
-def features_for(videos: dict[str, tuple[int, int]], effort: bool = False, correction: bool = True
-                 ) -> dict[str, Any]:
+def optional_present(dec: Decoded) -> set[str]:
+    """Which of OPTIONAL_FEATURES an episode's decoded streams give."""
+    return {name for name, stream in ((EFFORT, dec.effort), (FEEDBACK, dec.feedback)) if stream is not None}
+
+
+def features_for(videos: dict[str, tuple[int, int]], optional: frozenset[str] | set[str] = frozenset(),
+                 correction: bool = True) -> dict[str, Any]:
+    """info.json's features: `optional`, the OPTIONAL_FEATURES the episodes have."""
     feats: dict[str, Any] = {}
     for key in VECTOR_FEATURES:
         feats[key] = v3_layout.vector_feature(JOINT_FEATURE_NAMES)
-    if effort:
-        feats[EFFORT] = v3_layout.vector_feature(EFFORT_NAMES)
+    for name, names in OPTIONAL_FEATURES.items():
+        if name in optional:
+            feats[name] = v3_layout.vector_feature(names)
     for cam, (h, w) in sorted(videos.items()):
         feats[f"observation.images.{cam}"] = v3_layout.video_feature(h, w)
     for key, dtype in SCALAR_FEATURES.items():

@@ -24,6 +24,13 @@ them); `curate --store` writes them into any dataset, through the same commit. `
 --filter EXPR` says which episodes a filter would drop and why, and how much start-state coverage
 that costs (`drop_plan`).
 
+A fifth axis, how hard the operator pressed (`data/reports/mashing.py`, from `observation.effort`
+and, where recorded, `complementary_info.feedback`): seconds at the follower gripper's force limit,
+the peak and integral of the load beyond contact, approaches to the servos' overload protection and
+the share of the contact the leader let the operator feel. An episode whose excess-load integral is
+above the Tukey fence of the dataset's (or whose load came near the overload protection) is flagged
+`pressed`: a policy trained on it learns to press. Datasets without efforts: not measured (None).
+
 Beside the four axes, each episode's `outrun`: the largest share of it during which some joint's
 command outran the follower (episodes-table `tracking_outrun_share`, measured by the validator on
 the bag: `data/validate/tracking.py`), with the joint; above validate's `tracking_outrun_max_share`
@@ -70,6 +77,7 @@ from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.provenance.reviews import ReviewTally, tally_lines
 from teleop_flywheel.data.reports.audit import available_ranges, load
 from teleop_flywheel.data.reports.card import RECORD_PATH, read_validation
+from teleop_flywheel.data.reports.mashing import EpisodeMashing, dataset_mashing, thresholds_line
 from teleop_flywheel.data.reports.plots import write_curation_plots
 from teleop_flywheel.data.validate.episode_columns import finite_or_none
 from teleop_flywheel.data.validate.reasons import ValidateConfig
@@ -193,6 +201,8 @@ class EpisodeScore:
     # largest share of the episode any joint's command outran the follower, and that joint (None: not measured)
     outrun: float | None = None
     outrun_joint: str = ""
+    mashing: EpisodeMashing | None = None  # how hard the operator pressed (None: the dataset has no efforts)
+    pressed: bool = False  # excess load above the dataset's fence, or the overload protection came near
 
 
 @dataclass
@@ -214,6 +224,7 @@ class CurationReport:
     notes: list[str] = field(default_factory=list)
     outrun_bound: float = ValidateConfig().tracking_outrun_max_share
     reviews: ReviewTally | None = None  # the rejections on the dataset's record a person reviewed (None: no record)
+    mashing_fence: float | None = None  # excess load·s above which an episode is flagged `pressed` (None: no efforts)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -260,6 +271,9 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
         notes.append(f"intervention weight {rule.intervention_weight} is outside the 2-3x the seeds recommend")
 
     outruns = outrun_shares(ds, [int(e) for e in spans.episode_index])
+    mashing = dataset_mashing(ds, data)
+    excess = np.array([m.excess_integral for m in mashing]) if mashing else np.zeros(0)
+    mash_fence = tukey_high(excess) if mashing else None
     scores = []
     for i, rec in enumerate(recs):
         flag = "slow" if ratios[i] > duration_tolerance else "fast" if ratios[i] < 1.0 / duration_tolerance else ""
@@ -268,13 +282,14 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
             graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]),
             None if np.isnan(scored.jerk_z[i]) else float(scored.jerk_z[i]), bool(log_jerk[i] > fence),
             float(ratios[i]), flag, int(rank[i]), float(scored.coverage_gain[i]), bool(has_int[i]), float(ages[i]),
-            float(weights[i]), *outruns[i]))
+            float(weights[i]), *outruns[i], mashing[i] if mashing else None,
+            bool(mashing and (excess[i] > (mash_fence or 0.0) or mashing[i].protection_near))))
     if all(s.success is None for s in scores):
         notes.append("no outcome/attempts metadata: graded success unknown for every episode")
     return CurationReport(str(ds.root), joints, scores, float(10**fence - 1.0), duration_tolerance,
                           [int(spans.episode_index[k]) for k in order], box, lo.tolist(), hi.tolist(),
                           poses.tolist(), pose_gaps.tolist(), starts.tolist(), rule, source, notes,
-                          ValidateConfig.load().tracking_outrun_max_share, _record_reviews(ds))
+                          ValidateConfig.load().tracking_outrun_max_share, _record_reviews(ds), mash_fence)
 
 
 def _record_reviews(ds: LeRobotDataset) -> ReviewTally | None:
@@ -463,7 +478,8 @@ def format_drop_plan(p: DropPlan) -> str:
 def format_text(r: CurationReport) -> str:
     lines = [f"curation of {r.dataset}: {len(r.episodes)} episodes",
              f"{'ep':>4} {'id':<10} {'task':<16} {'len':>5} {'success':>9} {'jerk':>10} {'':1} "
-             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8} {'outrun':>7}"]
+             f"{'dur×':>5} {'':4} {'cov#':>4} {'gap':>6} {'int':>3} {'weight':>8} {'outrun':>7} {'grip s':>6} "
+             f"{'excess':>6} {'near':>4}"]
     for s in r.episodes:
         succ = "?" if s.success is None else f"{s.success:.2f}"
         if s.outcome == "success" and s.attempts:
@@ -473,7 +489,7 @@ def format_text(r: CurationReport) -> str:
                      f"{succ:>9} {jerk:>10} {'!' if s.jerky else ' '} {s.duration_ratio:>5.2f} "
                      f"{s.duration_flag:<4} {s.coverage_rank:>4} {s.coverage_gap:>6.3f} "
                      f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f} "
-                     f"{'-' if s.outrun is None else f'{100 * s.outrun:.1f}%':>7}")
+                     f"{'-' if s.outrun is None else f'{100 * s.outrun:.1f}%':>7} " + _mash_cells(s))
     flagged_j = [s.episode_index for s in r.episodes if s.jerky]
     fast = [s.episode_index for s in r.episodes if s.duration_flag == "fast"]
     slow = [s.episode_index for s in r.episodes if s.duration_flag == "slow"]
@@ -482,6 +498,7 @@ def format_text(r: CurationReport) -> str:
     lines += ["", f"jerky (above {r.jerk_fence:.3g}, Tukey fence on log10): {flagged_j or 'none'}",
               f"the command outran the follower (share of the episode > {100 * r.outrun_bound:g} %, "
               f"validate's FOLLOWER_OUTRUN): {', '.join(outran) or 'none'}",
+              _pressed_line(r),
               f"fast (< 1/{r.duration_tolerance:g} of task median): {fast or 'none'};"
               f" slow (> {r.duration_tolerance:g}x): {slow or 'none'}",
               f"coverage order (farthest-point over start states): {r.coverage_order[:20]}"
@@ -500,6 +517,22 @@ def format_text(r: CurationReport) -> str:
         lines += ["", *tally_lines(r.reviews)]
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)
+
+
+def _mash_cells(s: EpisodeScore) -> str:
+    """grip s (at the grip limit), excess (load·s beyond contact), near (approaches to overload protection)."""
+    m = s.mashing
+    if m is None:
+        return f"{'-':>6} {'-':>6} {'-':>4}"
+    return f"{m.grip_limit_s:>6.2f} {m.excess_integral:>6.2f} {m.protection_near:>4}" + (" !" if s.pressed else "")
+
+
+def _pressed_line(r: CurationReport) -> str:
+    if r.mashing_fence is None:
+        return "pressed hard: not measured (no observation.effort in the dataset)"
+    pressed = [s.episode_index for s in r.episodes if s.pressed]
+    return (f"pressed hard (excess load above {r.mashing_fence:.3g} load·s, Tukey fence, or the overload protection "
+            f"came near; {thresholds_line()}): {pressed or 'none'}")
 
 
 def write_plot(r: CurationReport, out: Path) -> list[Path]:

@@ -27,7 +27,9 @@ Streams (topics of `core/bag_topics.py`, radians through the calibration in the 
   the frames before its first command, NaN in the dataset, are not written; so for the leader),
   `/teleop/authority` ← [blend weight, mode, intervention id, trigger] at t_{k+1} (mode, which the
   dataset does not keep: teleop in a teleop session or one without policy commands, else policy);
-- `/teleop/intervention`: the JSON start and end events of each intervention and correction.
+- `/teleop/intervention`: the JSON start and end events of each intervention and correction;
+- `/leader/feedback` ← complementary_info.feedback at t_k where the dataset has it (position: its six
+  goal offsets, effort: its six ceilings; the frames before its first known value, NaN, not written).
 
 The converter needs every stream to outlast the last frame's action time, and a command at t_0: so
 the state, the cameras and the command get one more message half a frame after t_n repeating their
@@ -94,7 +96,7 @@ from teleop_flywheel.data.formats.common.export_source import (
 from teleop_flywheel.data.formats.common.format_options import jpeg_quality
 from teleop_flywheel.data.formats.common.staged_output import refuse_existing
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
-from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE
+from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, LEADER_STATE
 from teleop_flywheel.data.provenance.manifest_hash import video_keys
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.writer import BagWriter
@@ -253,6 +255,8 @@ class _Episode:
     policy: np.ndarray | None
     policy_from: int
     authority: np.ndarray | None  # n rows: alpha, mode, id, trigger at t_1..t_n
+    feedback: np.ndarray | None  # n rows at t_0..t_{n-1}: six goal offsets (rad), six ceilings
+    feedback_from: int
     labels: _Labels
     meta: EpisodeMeta
     topics: dict[str, str] = field(default_factory=dict)
@@ -329,12 +333,13 @@ def _episode(ds: LeRobotDataset, row: dict[str, Any], name: str, cameras: list[s
         task_spec_id=_text(row, "task_spec_id"), outcome_check=json.loads(outcome_check) if outcome_check else {},
     )
     effort = None if effort_key is None else cols[effort_key].astype(np.float64)
+    feedback = cols[FEEDBACK].astype(np.float64) if FEEDBACK in cols else None
     ep = _Episode(n, times, tail, _radians(state, cals["follower"], STATE, where),
                   _radians(action, cals["follower"], ACTION, where), effort, leader, leader_from, policy,
-                  policy_from, authority, labels, meta)
+                  policy_from, authority, feedback, n if feedback is None else _known_from(feedback), labels, meta)
     ep.topics = {bt.FOLLOWER_STATE: JOINT_STATE, bt.FOLLOWER_COMMAND: JOINT_STATE}
     for topic, present in ((bt.LEADER_STATE, leader is not None), (bt.POLICY_COMMAND, policy is not None),
-                           (bt.AUTHORITY, authority is not None),
+                           (bt.AUTHORITY, authority is not None), (bt.LEADER_FEEDBACK, ep.feedback_from < n),
                            (bt.INTERVENTION, bool(labels.interventions or labels.corrections))):
         if present:
             ep.topics[topic] = STRING if topic == bt.INTERVENTION else JOINT_STATE
@@ -388,6 +393,9 @@ def _write_episode(ds: LeRobotDataset, job: EpisodeJob, cameras: list[str], qual
                     bag.write(topic, t, compressed_image_cdr(t, data, frame_id))
             if ep.leader is not None and k >= ep.leader_from:
                 bag.write(bt.LEADER_STATE, t, joint_state_cdr(t, JOINTS, ep.leader[k]))
+            if ep.feedback is not None and ep.feedback_from <= k < ep.n:
+                bag.write(bt.LEADER_FEEDBACK, t, joint_state_cdr(t, JOINTS, ep.feedback[k, :6],
+                                                                 effort=ep.feedback[k, 6:]))
             a = max(k - 1, 0)  # the command in effect up to t_k (and at t_0, the first one)
             bag.write(bt.FOLLOWER_COMMAND, t, joint_state_cdr(t, JOINTS, ep.action[a]))
             if k == 0:

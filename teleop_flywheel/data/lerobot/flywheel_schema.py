@@ -18,9 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from teleop_flywheel.core.so101 import JOINT_NAMES
+
 SCHEMA_KEY = "teleop_flywheel_schema"
 SCHEMA_VERSION = 2
 LEADER_STATE = "complementary_info.leader_state"
+# What the leader rendered as force feedback (`/leader/feedback`), float32 (12,): six goal offsets (rad)
+# then six torque ceilings (fraction of max torque), joint order. Optional (bags recorded before it:
+# no feature), so it needs no new version: a dataset without it reads as before.
+FEEDBACK = "complementary_info.feedback"
+FEEDBACK_NAMES = [f"{j}.offset_rad" for j in JOINT_NAMES] + [f"{j}.ceiling" for j in JOINT_NAMES]
 # version -> {the name a feature had before that version: its name from then on}
 RENAMED: dict[int, dict[str, str]] = {2: {"observation.leader_state": LEADER_STATE}}
 CHANGES = {2: "the leader arm's reading moved from observation.leader_state (an input LeRobot gives every policy) "

@@ -14,6 +14,10 @@ under. `card DATASET --manifest M` writes the card of a manifest's episodes (`<M
 or `--out`): the outcome mix and spec ids of those episodes and the filter expressions that chose
 them, before the dataset's own sections.
 
+How hard the operators pressed (`reports/mashing.py`: time at the follower gripper's force limit,
+excess load in contact, approaches to the servos' overload protection, and how much of the contact
+the leader let them feel) is a section of its own, per operator.
+
 The card opens with the Hugging Face front matter LeRobot's hub cards carry (license, tags with
 `LeRobot`, task_categories `robotics`, the parquet data files), so `huggingface-cli upload` of the
 folder gives a hub page like LeRobot's own; it names the dataset's repo id and how to load it. A
@@ -36,7 +40,8 @@ from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import EpisodeRecord, episode_records
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest
 from teleop_flywheel.data.provenance.reviews import ReviewTally, review_tally, tally_lines
-from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines
+from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines, load
+from teleop_flywheel.data.reports.mashing import by_operator, dataset_mashing, summarise, thresholds_line
 from teleop_flywheel.data.validate.reasons import OUTCOME_MISMATCH
 from teleop_flywheel.data.validate.validator import RECORD_PATH
 
@@ -202,6 +207,7 @@ def render(ds: LeRobotDataset, a: AuditReport, validation: ValidationSummary | N
     lines += ["## Outcomes", "", *outcome_lines(recs, validation), "", *_episode_lines(a, validation)]
     lines += _count_lines("Operators", "operator", Counter(r.operator or "unknown" for r in recs))
     lines += _count_lines("Tasks", "task", Counter(r.task or "(no task)" for r in recs))
+    lines += _mashing_lines(ds, recs)
     lines += _coverage_lines(a) + _misuse_lines(ds, a)
     return "\n".join(lines) + "\n"
 
@@ -285,6 +291,35 @@ def _episode_lines(a: AuditReport, validation: ValidationSummary | None) -> list
 def _count_lines(title: str, what: str, counts: Counter[str]) -> list[str]:
     """A section that counts episodes by one field (operators, tasks)."""
     return ["", f"## {title}", "", *_table((what, "episodes"), sorted(counts.items()))]
+
+
+def _mashing_lines(ds: LeRobotDataset, recs: list[EpisodeRecord]) -> list[str]:
+    """How hard the operators pressed, per operator and overall (`reports/mashing.py`)."""
+    lines = ["", "## How hard the operators pressed", ""]
+    data = load(ds)
+    measures = dataset_mashing(ds, data)
+    if measures is None:
+        return lines + ["Not measured: the dataset has no `observation.effort` (recorded before the follower's load "
+                        "was), so nothing says how hard its operators pressed."]
+    by_index = {r.episode_index: r for r in recs}
+    ordered = [by_index[m.episode_index] for m in measures]
+    groups = {"(all)": summarise(measures, [r.length for r in ordered], ds.fps),
+              **by_operator(measures, ordered, ds.fps)}
+    felt = any(g.felt_share is not None for g in groups.values())
+    lines += _table(("operator", "episodes", "at the grip limit", "worst episode", "excess load peak",
+                     "excess load·s / min", "protection came near") + (("contact felt",) if felt else ()),
+                    [(op, g.episodes, f"{g.grip_limit_s:.1f} s ({100 * g.grip_limit_share:.1f} %)",
+                      f"{g.worst_episode} ({g.worst_grip_limit_s:.1f} s)" if g.worst_grip_limit_s else "-",
+                      f"{g.excess_peak:.2f}",
+                      f"{g.excess_integral_per_min:.2f}",
+                      f"{g.protection_near} times in {g.episodes_near_protection} episodes")
+                     + ((("-" if g.felt_share is None else f"{100 * g.felt_share:.0f} %"),) if felt else ())
+                     for op, g in groups.items()])
+    return lines + ["", f"Measured from `observation.effort` (the follower's load, a fraction of max torque): "
+                    f"{thresholds_line()}. A policy trained on demonstrations that press hard learns to press hard"
+                    + ("; `contact felt`: the share of the contact time the leader rendered (force feedback, "
+                       "`complementary_info.feedback`)." if felt else
+                       "; no `complementary_info.feedback`: whether the operators felt the contact is not recorded.")]
 
 
 def _coverage_lines(a: AuditReport) -> list[str]:

@@ -10,7 +10,10 @@
   operator-station-hour, disengagements per policy-hour and the seeds' costing, with the plan it
   implies ("10,000 demos is N station-weeks"): `data/reports/throughput.py`;
 - for a dataset, the follower against the command per joint: its lag and the share of an episode
-  the command outran it, median and worst over episodes (`audit.tracking_summary`).
+  the command outran it, median and worst over episodes (`audit.tracking_summary`);
+- for a dataset with `observation.effort`, how hard its operators pressed, overall and per operator
+  (`reports/mashing.py`: time at the follower gripper's force limit, excess load in contact,
+  approaches to the servos' overload protection, the contact felt through the leader).
 
 Input is a LeRobot dataset made by our converter (episode metadata columns) or bag directories,
 read through each MCAP's episode metadata record (`recording.reader.read_episode`, via the summary
@@ -37,6 +40,14 @@ from teleop_flywheel.data.reports.audit import (
     load,
     tracking_lines,
     tracking_summary,
+)
+from teleop_flywheel.data.reports.mashing import (
+    MashingSummary,
+    by_operator,
+    dataset_mashing,
+    summarise,
+    summary_lines,
+    thresholds_line,
 )
 from teleop_flywheel.data.reports.throughput import BREAK_S, format_lines, throughput_report
 
@@ -101,6 +112,8 @@ class FlywheelStats:
     throughput: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     tracking: list[JointTrackingSummary] = field(default_factory=list)  # datasets: the follower against the command
+    # datasets with observation.effort: how hard the operators pressed, "(all)" and per operator
+    mashing: dict[str, MashingSummary] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -189,6 +202,12 @@ def stats_for(paths: list[Path], k: int = 4, break_s: float = BREAK_S) -> Flywhe
         out = compute(recs, str(paths[0]), data.start_states, box, k, joints, break_s)
         episodes = [int(e) for e in data.spans.episode_index]
         out.tracking = tracking_summary(content_audit(ds, episodes, joints), episodes)
+        measures = dataset_mashing(ds, data)
+        if measures is None:
+            out.notes.append("no observation.effort: how hard the operators pressed is not measured")
+        else:
+            out.mashing = {"(all)": summarise(measures, [r.length for r in recs], ds.fps),
+                           **by_operator(measures, recs, ds.fps)}
         return out
     return compute(bag_records(paths), ", ".join(map(str, paths)), k=k, break_s=break_s)
 
@@ -217,6 +236,9 @@ def format_text(s: FlywheelStats) -> str:
         lines.append(f"  cluster {c['cluster']}: {c['episodes']} episodes  centre [{centre}]  per task {c['per_task']}")
     lines += ["", *format_lines(s.throughput)]
     lines += ["", *tracking_lines(s.tracking)] if s.tracking else []
+    if s.mashing:
+        lines += ["", f"how hard the operators pressed ({thresholds_line()}):"]
+        lines += ["  " + line for op, m in s.mashing.items() for line in summary_lines(m, op)]
     lines += [f"note: {n}" for n in s.notes]
     return "\n".join(lines)
 

@@ -243,7 +243,8 @@ def _diagonal(ax: Any, values: np.ndarray, size: int, span: np.ndarray | None = 
 
 
 def write_curation_plots(r: Any, out: Path) -> list[Path]:
-    """`out`: scatter matrix of the four scores, one point per episode (flagged ones red, when there
+    """`out`: scatter matrix of the scores (the four axes and, with efforts, how hard the operator
+    pressed), one point per episode (flagged ones red, when there
     are any); `<out>_starts.png`: the recorded start states and where to send operators next."""
     plt = pyplot()
     out = Path(out)
@@ -254,7 +255,9 @@ def write_curation_plots(r: Any, out: Path) -> list[Path]:
         "duration / task median": [s.duration_ratio for s in r.episodes],
         "coverage gap": [s.coverage_gap for s in r.episodes],
     }
-    flagged = np.array([s.jerky or bool(s.duration_flag) for s in r.episodes], dtype=bool)
+    if any(s.mashing is not None for s in r.episodes):  # how hard the operator pressed (reports/mashing.py)
+        axes["excess load·s"] = [np.nan if s.mashing is None else s.mashing.excess_integral for s in r.episodes]
+    flagged = np.array([s.jerky or bool(s.duration_flag) or s.pressed for s in r.episodes], dtype=bool)
     colors = np.where(flagged, RED, BLUE)
     names = list(axes)
     fig, grid = plt.subplots(len(names), len(names), figsize=(10, 10))
@@ -268,8 +271,8 @@ def write_curation_plots(r: Any, out: Path) -> list[Path]:
                 ax.scatter(x, y, s=12, c=colors)
             _edge_labels(ax, i == len(names) - 1, j == 0, xj, yi, 8)
     n = int(flagged.sum())
-    key = (f"red: {n} flagged (jerky or duration tail), blue: the others" if n else
-           "no episode flagged as jerky or in a duration tail (all blue)")
+    key = (f"red: {n} flagged (jerky, duration tail or pressed hard), blue: the others" if n else
+           "no episode flagged as jerky, in a duration tail or pressed hard (all blue)")
     fig.suptitle(f"Episode scores, one point per episode ({len(r.episodes)}): {key}")
     fig.subplots_adjust(left=0.08, right=0.98, bottom=0.07, top=0.94, wspace=0.3, hspace=0.3)
     save(fig, out, dpi=80, tight=False)

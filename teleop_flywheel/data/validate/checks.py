@@ -118,10 +118,12 @@ class Inspection:
 def _gaps(name: str, stamps: np.ndarray, bound_s: float, t0: int, t1: int) -> Reason | None:
     """The largest silence of a stream over the episode [t0, t1] — between its messages, and also
     before its first and after its last: a camera that dies 3 s before the end is a 3 s gap (the
-    converter would otherwise just end the episode early, without a word)."""
+    converter would otherwise just end the episode early, without a word). Only silence inside
+    [t0, t1] counts: a message stamped after the end (the leader's last feedback, published as it
+    drops the feedback at the hold that ends a take) opens no gap back to the one before it."""
     if len(stamps) == 0:
         return None
-    edges = np.concatenate(([min(t0, int(stamps[0]))], stamps, [max(t1, int(stamps[-1]))]))
+    edges = np.clip(np.concatenate(([t0], stamps, [t1])), min(t0, t1), max(t0, t1))
     d = np.diff(edges)
     i = int(np.argmax(d))
     if d[i] / 1e9 > bound_s:

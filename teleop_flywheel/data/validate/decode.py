@@ -37,6 +37,7 @@ from teleop_flywheel.core.bag_topics import (
     INTERVENTION,
     LEADER_COMMAND,
     LEADER_FAULT,
+    LEADER_FEEDBACK,
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
@@ -67,6 +68,7 @@ EXPECTED_TYPES = {
     FOLLOWER_COMMAND: JOINT_STATE,
     LEADER_STATE: JOINT_STATE,
     LEADER_COMMAND: JOINT_STATE,
+    LEADER_FEEDBACK: JOINT_STATE,
     POLICY_COMMAND: JOINT_STATE,
     AUTHORITY: JOINT_STATE,
     INTERVENTION: STRING,
@@ -179,6 +181,9 @@ class Decoded:
     # The follower's JointState.effort (load, signed fraction of max torque) at the follower's stamps,
     # when every message carries all six (bags recorded before efforts were recorded: None).
     effort: Stream | None = None
+    # What the leader rendered (`/leader/feedback`): values = six goal offsets (rad) then six torque
+    # ceilings (fraction of max torque), joint order; bags recorded before it: None.
+    feedback: Stream | None = None
 
 
 def _sorted(stream: Stream, backwards: dict[str, int]) -> Stream:
@@ -261,7 +266,17 @@ def decode_streams(bag: Bag) -> Decoded:
             im = ImageStream(im.name, im.stamps_ns[order], im.log_ns[order], [im.formats[i] for i in order],
                              [im.data[i] for i in order])
         images[cam] = im
-    return Decoded(follower, command, leader, policy, authority, images, backwards, effort)
+    feedback = _sorted(_feedback(bag), backwards) if bag.has(LEADER_FEEDBACK) else None
+    return Decoded(follower, command, leader, policy, authority, images, backwards, effort, feedback)
+
+
+def _feedback(bag: Bag) -> Stream:
+    """`/leader/feedback` as (offsets, ceilings) per message; the contract's effort (the ceilings) is
+    required in every message: without it the stream does not say what the hand felt."""
+    offsets, ceilings = _joint_state(bag, LEADER_FEEDBACK, list(JOINT_NAMES))
+    if ceilings is None:
+        raise DecodeError(SCHEMA_MISMATCH, f"{LEADER_FEEDBACK}: a message lacks the six torque ceilings (effort)")
+    return Stream(LEADER_FEEDBACK, offsets.stamps_ns, np.concatenate([offsets.values, ceilings.values], axis=1))
 
 
 def decode_jpeg(data: bytes, reduced: bool = False) -> np.ndarray | None:

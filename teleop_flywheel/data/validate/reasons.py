@@ -29,6 +29,7 @@ from teleop_flywheel.core.bag_topics import (
     FOLLOWER_COMMAND,
     FOLLOWER_STATE,
     INTERVENTION,
+    LEADER_FEEDBACK,
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_INFERENCE,
@@ -83,7 +84,7 @@ class ValidateConfig:
         FOLLOWER_STATE, FOLLOWER_COMMAND, AUTHORITY])
     min_messages: int = 2
     event_topics: list[str] = field(default_factory=lambda: [PEDAL_JOY, INTERVENTION, POLICY_INFERENCE])
-    gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE])
+    gap_topics_extra: list[str] = field(default_factory=lambda: [LEADER_STATE, LEADER_FEEDBACK])
     min_duration_s: float = 2.0
     max_duration_s: float = 600.0
     min_latency_ms: float = -1.0

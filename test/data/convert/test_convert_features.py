@@ -18,6 +18,7 @@ from teleop_flywheel.cli.verbs import convert as convert_verb
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.labels import trigger_code
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.curation.weights import read_weights
 from teleop_flywheel.data.lerobot import v3_layout
@@ -216,3 +217,51 @@ def test_audit_shows_camera_lag_tracking_lag_and_effort(tmp_path: Path) -> None:
     assert (tmp_path / "audit_files/effort_ranges.png").is_file() and "Effort per joint" in (
         tmp_path / "audit.html"
     ).read_text()
+
+
+FEEDBACK_NAMES = [f"{j}.offset_rad" for j in JOINT_NAMES] + [f"{j}.ceiling" for j in JOINT_NAMES]
+
+
+def test_feedback_is_what_the_leader_rendered_at_each_frame(tmp_path: Path) -> None:
+    """complementary_info.feedback: the leader's /leader/feedback held at each frame's observation
+    time (six goal offsets, six ceilings), declared with names and stats; a bag without the topic
+    gives a dataset without the feature — absent, never a column of NaN or made-up zeros."""
+    bag = write_session(tmp_path / "fb", SessionSpec(duration_s=4.0, seed=4, motion="reach", grip_object=0.3,
+                                                     gripper_torque=0.5, feedback="gripper")).bag
+    _convert([bag], tmp_path / "ds")
+    info = json.loads((tmp_path / "ds/meta/info.json").read_text())
+    assert info["features"]["complementary_info.feedback"] == {"dtype": "float32", "shape": [12],
+                                                               "names": FEEDBACK_NAMES}
+    d = _data(tmp_path / "ds")
+    fb = np.stack(d["complementary_info.feedback"]).astype(np.float64)
+    js = open_bag(bag).joint_state("/leader/feedback")
+    state = open_bag(bag).joint_state(FOLLOWER_STATE)
+    t0 = int(_episodes(tmp_path / "ds").recorded_wall_ns[0])
+    t_obs = t0 + np.round(np.arange(len(fb)) * 1e9 / 30).astype(np.int64)
+    held = np.searchsorted(js.stamps_ns, t_obs, side="right") - 1  # the last message at or before t_k
+    assert (held >= 0).all() and t0 >= state.stamps_ns[0]
+    np.testing.assert_array_equal(fb, np.concatenate([js.position, js.effort], axis=1)[held].astype(np.float32))
+    gripping = fb[:, 11] > 0
+    assert 10 < gripping.sum() < len(fb) and (fb[~gripping] == 0).all()  # rendered during the grasps only
+    stats = json.loads((tmp_path / "ds/meta/stats.json").read_text())["complementary_info.feedback"]
+    np.testing.assert_allclose(stats["max"], fb.max(0), rtol=1e-6)
+    old = write_session(tmp_path / "old", SessionSpec(duration_s=4.0, seed=5)).bag
+    _convert([old], tmp_path / "ds_old")
+    assert "complementary_info.feedback" not in json.loads((tmp_path / "ds_old/meta/info.json").read_text())["features"]
+    assert "complementary_info.feedback" not in _data(tmp_path / "ds_old").columns
+
+
+def test_feedback_and_its_absence_never_mix_in_one_dataset(tmp_path: Path) -> None:
+    """A bag recorded before /leader/feedback into a dataset that has the feature, or the reverse, is
+    refused before encoding; a new dataset takes what most of its batch has and refuses the rest."""
+    with_fb = [write_session(tmp_path / f"fb{i}", SessionSpec(duration_s=3.0, seed=20 + i, feedback="off")).bag
+               for i in range(2)]
+    without = write_session(tmp_path / "old", SessionSpec(duration_s=3.0, seed=30)).bag
+    res = _convert([*with_fb, without], tmp_path / "ds")
+    assert [len(ids) for ids in res.converted.values()] == [2] and len(res.refused) == 1
+    assert "lacks complementary_info.feedback" in res.refused[0] and "new dataset" in res.refused[0]
+    res = _convert([without], tmp_path / "ds")
+    assert res.converted == {} and "episode has no complementary_info.feedback" in res.refused[0]
+    _convert([without], tmp_path / "ds_old")
+    res = _convert([with_fb[0]], tmp_path / "ds_old")
+    assert res.converted == {} and "episode carries complementary_info.feedback" in res.refused[0]

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.mashing_data import pressed
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.curation.coverage import farthest_point_order, halton, target_start_poses
-from teleop_flywheel.data.curation.curate import curate, duration_ratios
+from teleop_flywheel.data.curation.curate import curate, duration_ratios, format_text
 from teleop_flywheel.data.curation.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, rewrite_column, stack
@@ -170,3 +171,21 @@ def test_duration_flags_in_a_dataset(tmp_path: Path) -> None:
     assert {s.episode_index: s.duration_flag for s in r.episodes if s.duration_flag} == {7: "fast", 8: "slow"}
     r = curate(LeRobotDataset.open(root), duration_tolerance=2.5)
     assert not [s for s in r.episodes if s.duration_flag]
+
+
+def test_how_hard_the_operator_pressed_is_an_axis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The episode that squeezed through the gripper's force limit is flagged `pressed`, its measures
+    in the table, the JSON and the scatter matrix; the gentle ones are not; without efforts: not measured."""
+    ds_root, _bags = pressed(tmp_path)
+    report = curate(LeRobotDataset.open(ds_root))
+    assert [s.pressed for s in report.episodes] == [True, False, False]
+    mash = report.episodes[0].mashing
+    assert mash is not None and mash.grip_limit_s > 2.0 and mash.protection_near >= 1
+    text = format_text(report)
+    assert "grip s" in text and "pressed hard (excess load above" in text and "): [0]" in text
+    assert cli_main(["curate", str(ds_root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["episodes"][0]["mashing"]["grip_limit_s"] == mash.grip_limit_s and doc["episodes"][1]["pressed"] is False
+    old = tmp_path / "old"
+    write(old, SyntheticSpec(episodes=3, seed=2))
+    assert "pressed hard: not measured" in format_text(curate(LeRobotDataset.open(old)))

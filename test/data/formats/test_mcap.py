@@ -6,7 +6,8 @@ the project's `validate` judges the bags and its `convert` turns them back into 
 pyarrow and PyAV read (`support/aloha_data.py`) and compare with the source: every numeric column
 bit for bit, every frame within JPEG tolerance. The source is two recorded (synthetic) sessions
 converted the ordinary way: a teleop episode with a correction and a policy episode with a
-takeover labelled late, so the labels, the leader and the policy stream all make the trip.
+takeover labelled late, so the labels, the leader, what it rendered (`/leader/feedback`) and the
+policy stream all make the trip.
 """
 from __future__ import annotations
 
@@ -156,6 +157,7 @@ def test_round_trip_keeps_every_column_exactly_and_frames_within_jpeg_tolerance(
         assert x.dtype == y.dtype, name
         np.testing.assert_array_equal(x, y, err_msg=name)  # NaN (no policy command yet) equal to NaN
     assert a["intervention"].any() and a["complementary_info.correction"].any()  # the labels made the trip
+    assert np.stack(a["complementary_info.feedback"].map(np.asarray))[:, 6:].any()  # and what the leader rendered
     for e in (0, 1):
         original, returned = ad.frames(src, ad.VIDEO, e), ad.frames(back, ad.VIDEO, e)
         assert original.shape == returned.shape

@@ -88,6 +88,9 @@ def test_tfds_reads_every_episode_as_the_source_has_it(made: dict[str, Path]) ->
         np.testing.assert_array_equal(
             np.stack([s["teleop_flywheel"]["complementary_info.blend_weight"] for s in steps]).reshape(-1),
             ad.column(ds, "complementary_info.blend_weight", e).reshape(-1))
+        feedback = np.stack([s["teleop_flywheel"]["complementary_info.feedback"] for s in steps])
+        assert feedback.shape == (len(steps), 12)  # what the leader rendered, carried
+        np.testing.assert_array_equal(feedback, ad.column(ds, "complementary_info.feedback", e))
         source = ad.frames(ds, ad.VIDEO, e)
         assert len(source) == len(steps)
         for t, step in enumerate(steps):

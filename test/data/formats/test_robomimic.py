@@ -84,6 +84,8 @@ def test_demos_hold_the_source_frames(made: dict[str, Path]) -> None:
                 np.testing.assert_array_equal(nxt[:-1], obs[1:])
                 np.testing.assert_array_equal(nxt[-1], obs[-1])
             np.testing.assert_array_equal(demo["teleop_flywheel/intervention"][()], ad.column(ds, "intervention", e))
+            np.testing.assert_array_equal(demo["teleop_flywheel/complementary_info.feedback"][()],
+                                          ad.column(ds, "complementary_info.feedback", e))  # what the leader rendered
             assert demo.attrs["episode_id"] == table["episode_id"].iloc[e]
             assert demo.attrs["source_episode_index"] == e and demo.attrs["task"] == f"task {e}"
         assert f["data"].attrs["total"] == total

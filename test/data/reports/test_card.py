@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.mashing_data import pressed
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.reports.card import MARKER, read_validation
@@ -164,3 +165,18 @@ def test_card_shows_the_outcome_mix_with_mismatches(tmp_path: Path, capsys: pyte
     kept_mismatch = sum(e in (1, 4) for e in chosen)
     assert f"| mismatch, kept (operator's flag vs the spec's predicate; --trust-operator) | {kept_mismatch} |" in mcard
     assert (root / "README.md").read_text() == card  # the dataset's own card is not touched
+
+
+def test_card_says_how_hard_the_operators_pressed(tmp_path: Path) -> None:
+    ds_root, _bags = pressed(tmp_path)
+    assert cli_main(["card", str(ds_root)]) == 0
+    text = (ds_root / "README.md").read_text()
+    section = text.split("## How hard the operators pressed", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in section.splitlines() if line.startswith("| ")}
+    assert "contact felt" in rows["operator"]
+    assert rows["bo"].startswith("| bo | 2 | 0.0 s (0.0 %) |") and "0 times in 0 episodes | 100 % |" in rows["bo"]
+    assert "| ana | 1 | 4." in rows["ana"] and "| 0 (" in rows["ana"] and "in 1 episodes" in rows["ana"]
+    assert "grip limit 0.2" in section
+    old = write(tmp_path / "old", SyntheticSpec(episodes=3, seed=3)).root
+    assert cli_main(["card", str(old)]) == 0
+    assert "Not measured: the dataset has no `observation.effort`" in (old / "README.md").read_text()

@@ -1,4 +1,5 @@
-"""stats: interventions per checkpoint/week/label/operator from bags and from a dataset."""
+"""stats: interventions per checkpoint/week/label/operator from bags and from a dataset; how hard each
+operator pressed."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.mashing_data import pressed
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import EpisodeMeta, Intervention
@@ -91,3 +93,19 @@ def test_stats_reads_the_mcap_not_metadata_yaml(tmp_path: Path, capsys: pytest.C
     assert cli_main(["stats", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "e2" in err and "disagree on operator" in err
+
+
+def test_stats_say_how_hard_each_operator_pressed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ds_root, _bags = pressed(tmp_path)
+    s = stats_for([ds_root])
+    assert list(s.mashing) == ["(all)", "ana", "bo"]
+    ana, bo = s.mashing["ana"], s.mashing["bo"]
+    assert ana.grip_limit_s > 2.0 and ana.protection_near >= 1 and ana.episodes_near_protection == 1
+    assert (bo.episodes, bo.grip_limit_s, bo.protection_near) == (2, 0.0, 0) and bo.felt_share == 1.0
+    assert s.mashing["(all)"].grip_limit_s == ana.grip_limit_s and s.mashing["(all)"].episodes == 3
+    assert cli_main(["stats", str(ds_root)]) == 0
+    out = capsys.readouterr().out
+    assert "how hard the operators pressed (grip limit 0.2" in out
+    assert "  bo: at the grip limit 0.0 s" in out and "protection came near 0 time(s) in 0 of 2 episodes" in out
+    assert cli_main(["stats", str(ds_root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mashing"]["ana"]["grip_limit_s"] == ana.grip_limit_s

@@ -118,3 +118,60 @@ def test_a_servo_that_stopped_answering_is_a_servo_fault_not_a_corrupt_bag(tmp_p
     assert CORRUPT not in r.codes, r.line()
     assert SERVO_FAULT in r.codes, r.line()
     assert "shoulder_pan" in r.line() and "shoulder_lift" in r.line() and "stopped answering" in r.line()
+
+
+def test_leader_feedback_is_checked_where_recorded_and_not_required_before(tmp_path: Path) -> None:
+    """/leader/feedback (what the leader rendered) is judged like the leader's joint states where a bag
+    has it — its gaps, its declared type — and a bag recorded before it existed is not judged by its absence."""
+    with_fb = write_session(tmp_path / "fb", SessionSpec(duration_s=4.0, seed=11, feedback="gripper")).bag
+    assert "/leader/feedback" in open_bag(with_fb).topics
+    assert _check(with_fb).passed, _check(with_fb).line()
+    old = write_session(tmp_path / "old", SessionSpec(duration_s=4.0, seed=11)).bag
+    assert "/leader/feedback" not in open_bag(old).topics and _check(old).passed, _check(old).line()
+    stalled = write_session(tmp_path / "stall", SessionSpec(duration_s=4.0, seed=11, feedback="off",
+                                                            feedback_stall=(1.5, 0.5))).bag
+    r = _check(stalled)
+    gaps = [x for x in r.reasons if x.code == "FRAME_GAP"]
+    assert [g.numbers["stream"] for g in gaps] == ["/leader/feedback"], r.line()
+    assert 0.49 < gaps[0].numbers["gap_s"] < 0.52
+    wrong = rewrite(types={"/leader/feedback": "std_msgs/msg/String"})(with_fb, tmp_path / "wrong")
+    r = _check(wrong)
+    assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback declared as std_msgs/msg/String" in r.line()
+
+
+def test_leader_feedback_without_its_ceilings_is_a_schema_mismatch(tmp_path: Path) -> None:
+    """The contract's effort (the torque ceilings) is what says how hard the leader pulled: a
+    /leader/feedback without it is not the contract, and convert would have nothing to write."""
+    bag = write_session(tmp_path / "fb", SessionSpec(duration_s=3.0, seed=12, feedback="gripper")).bag
+
+    def no_ceilings(topic: str, _i: int, data: bytes) -> bytes:
+        if topic != "/leader/feedback":
+            return data
+        js = cdr.decode_joint_states([data], topic)
+        return cdr.joint_state_cdr(int(js.stamps_ns[0]), list(js.names), js.position[0])
+
+    r = _check(rewrite(payload=no_ceilings)(bag, tmp_path / "bare"))
+    assert "SCHEMA_MISMATCH" in r.codes and "/leader/feedback: a message lacks the six torque ceilings" in r.line()
+
+
+def test_a_message_stamped_after_the_episode_s_end_is_no_gap(tmp_path: Path) -> None:
+    """The leader publishes one more /leader/feedback off its tick when it drops the feedback at the
+    hold that ends a take: stamped 0.16 s after the episode's last follower state (seen in the demo).
+    Silence is measured over the episode [first, last follower state]: that message opens none."""
+    bag = write_session(tmp_path / "fb", SessionSpec(duration_s=3.0, seed=13, feedback="off")).bag
+    last = len(open_bag(bag).raw("/leader/feedback")) - 1
+    end = int(open_bag(bag).stamps(FOLLOWER_STATE).max())
+
+    def late(topic: str, i: int, data: bytes) -> bytes:
+        if topic != "/leader/feedback" or i != last:
+            return data
+        js = cdr.decode_joint_states([data], topic)
+        return cdr.joint_state_cdr(end + 160_000_000, list(js.names), js.position[0], effort=js.effort[0])
+
+    r = _check(rewrite(payload=late)(bag, tmp_path / "late"))
+    assert "FRAME_GAP" not in r.codes, r.line()
+    stalled = write_session(tmp_path / "stall", SessionSpec(duration_s=3.0, seed=13, feedback="off",
+                                                            feedback_stall=(2.85, 1.0))).bag
+    r = _check(stalled)  # silent for its last 0.15 s: still a gap, to the episode's end
+    assert [x.numbers["stream"] for x in r.reasons if x.code == "FRAME_GAP"] == ["/leader/feedback"], r.line()
+    assert "after its last message, to the episode's end" in r.line()

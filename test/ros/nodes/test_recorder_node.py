@@ -611,3 +611,28 @@ def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_
         assert faults_found and "elbow_flex (servo 3): temperature 66 °C" in faults_found[0].detail, report.reasons
     else:
         assert not faults_found, report.reasons
+
+
+def test_the_default_topics_record_what_the_leader_rendered(graph: Graph, tmp_path: Path) -> None:
+    """Without a `topics` override the recorder records `/leader/feedback` (the leader driver's
+    rendered goal offset and torque ceiling per joint), as published, listed in the episode's topics."""
+    pubs = graph.add(Node("leader_arm", context=graph.context))
+    fb = pubs.create_publisher(JointState, "/leader/feedback", STREAM_QOS)
+    rec = graph.add(RecorderNode(context=graph.context, parameter_overrides=[
+        Parameter("output_dir", value=str(tmp_path)), Parameter("discovery_period_s", value=0.1),
+        Parameter("status_period_s", value=0.2)]))
+    wait_for(subscribed(rec, "/leader/feedback"), what="recorder subscription")
+    wait_for(lambda: fb.get_subscription_count() >= 1, what="matched")
+    assert graph.call("/recorder/start").success
+    sent = []
+    for i in range(50):
+        m = joint_state(JOINTS, [0.0] * 5 + [0.002 * i], now_ns(), efforts=[0.0] * 5 + [0.15])
+        fb.publish(m)
+        sent.append(m)
+        time.sleep(0.002)
+    wait_for(lambda: rec.status()["topics"]["/leader/feedback"]["count"] >= len(sent), what="feedback recorded")
+    assert graph.call("/recorder/stop").success
+    got, records, _channels = read_mcap(only_bag(tmp_path))
+    assert len(got["/leader/feedback"]) == len(sent)
+    assert all(same_fields(a, b) for a, (_m, b) in zip(sent, got["/leader/feedback"], strict=True))
+    assert "/leader/feedback" in EpisodeMeta.from_strings(records[METADATA_RECORD]).topics

@@ -49,6 +49,7 @@ from teleop_flywheel.core.topics import (
     FOLLOWER_COMMAND,
     FOLLOWER_STATE,
     INTERVENTION,
+    LEADER_FEEDBACK,
     LEADER_STATE,
     PEDAL_JOY,
     POLICY_COMMAND,
@@ -324,7 +325,7 @@ def _record_nodes(cfg: SessionConfig, kind: str) -> list[NodeSpec]:
         for cam in cfg.cameras
     ]
     topics = [
-        LEADER_STATE, FOLLOWER_STATE, FOLLOWER_COMMAND,
+        LEADER_STATE, LEADER_FEEDBACK, FOLLOWER_STATE, FOLLOWER_COMMAND,
         POLICY_COMMAND, POLICY_INFERENCE, AUTHORITY, INTERVENTION, PEDAL_JOY, DIAGNOSTICS,
     ] + [camera_image(cam.name) for cam in cfg.cameras]
     recorder: dict[str, Any] = {

@@ -75,7 +75,7 @@ def test_files_have_the_layout_act_reads_in_aloha_units(made: dict[str, Path]) -
             np.testing.assert_array_equal(images[()], ad.frames(ds, ad.VIDEO, e))  # the same decoded frames
             extras = f["/teleop_flywheel/frames"]
             for name in ("complementary_info.blend_weight", "intervention", "complementary_info.trigger",
-                         "complementary_info.policy_action"):
+                         "complementary_info.policy_action", "complementary_info.feedback"):
                 np.testing.assert_array_equal(extras[name][()], ad.column(ds, name, e))
             assert f.attrs["episode_id"] == table["episode_id"].iloc[e]
             assert f.attrs["source_episode_index"] == e and f.attrs["fps"] == 30

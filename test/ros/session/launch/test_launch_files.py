@@ -450,3 +450,11 @@ def test_with_real_launch_ros(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         for p in tmp_path.iterdir():  # what launch's OnShutdown does: the session directory goes
             if p.name.startswith("teleop_flywheel_session_"):
                 shutil.rmtree(p)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_recording_session_records_what_the_leader_rendered(kind: str) -> None:
+    """The leader's rendered force feedback (`leader/feedback`) is on the record of every session that
+    records: the dataset's complementary_info.feedback comes from it."""
+    topics = build_graph(kind).node("recorder").parameters["topics"]
+    assert "leader/feedback" in topics and "leader/joint_states" in topics
