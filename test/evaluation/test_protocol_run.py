@@ -164,7 +164,8 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     test_eval_watch)."""
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
-        tmp_path, time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
+        tmp_path, trials_per_condition=1,
+        time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
         checkpoints=[{"id": "ckpt-a", "policy": "scripted", "policy_args": _waypoints(tmp_path, "a", POSE)},
                      {"id": "ckpt-b", "policy": "scripted", "policy_args": _waypoints(tmp_path, "b", wrong)}],
         conditions=[{"name": "near", "sim": {"start_pose": NEAR,
@@ -176,9 +177,9 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}",
                "--param-file", str(no_verdict))
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "8/8 trials recorded" in res.stdout
+    assert "4/4 trials recorded" in res.stdout
     bags = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
-    assert len(bags) == 8
+    assert len(bags) == 4
     trials = [read_trial(b) for b in bags]
     thresholds = ValidateConfig.load(None)  # the recorder's validate_config is the shipped one
     for b, t in zip(bags, trials, strict=True):
@@ -213,20 +214,20 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
         assert not {"DURATION_OUT_OF_RANGE", "UNLABELLED_INTERVENTION"} & codes, (b, codes)
     report = build_report(trials, proto)
     cells = {(c.checkpoint, c.condition): c.successes for c in report.cells}
-    assert cells == {("ckpt-a", "near"): 2, ("ckpt-a", "far"): 2, ("ckpt-b", "near"): 0, ("ckpt-b", "far"): 0}
+    assert cells == {("ckpt-a", "near"): 1, ("ckpt-a", "far"): 1, ("ckpt-b", "near"): 0, ("ckpt-b", "far"): 0}
     assert not report.incomplete
     table = re.sub(r"\s+", " ", res.stdout)
-    assert "ckpt-a far 2/2 2 100%" in table and "ckpt-b far 2/2 0 0%" in table
+    assert "ckpt-a far 1/1 1 100%" in table and "ckpt-b far 1/1 0 0%" in table
 
-    # Lose the last three trials; a resumed walk records exactly those again.
-    for b in bags[-3:]:
+    # Lose the last two trials; a resumed walk records exactly those again.
+    for b in bags[-2:]:
         shutil.rmtree(b)
     again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}",
                  "--param-file", str(no_verdict))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming: 5 trial(s)" in again.stdout and "8/8 trials recorded" in again.stdout
+    assert "resuming: 2 trial(s)" in again.stdout and "4/4 trials recorded" in again.stdout
     now = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
-    assert len(now) == 8 and now[:5] == bags[:5]
+    assert len(now) == 4 and now[:2] == bags[:2]
     assert not build_report([read_trial(b) for b in now], proto).incomplete
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from teleop_flywheel.hw.errors import BusTimeout
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
 
@@ -86,8 +87,11 @@ def hand_force_rms(torque: bool, seconds: float = 2.0) -> float:
         forces, start = [], time.monotonic()
         while time.monotonic() - start < seconds:
             if torque:
-                present = bus.sync_read_register("Present_Position", [GRIP]).values[GRIP]
-                bus.sync_write_register("Goal_Position", {GRIP: present})
+                try:
+                    present = bus.sync_read_register("Present_Position", [GRIP]).values[GRIP]
+                    bus.sync_write_register("Goal_Position", {GRIP: present})
+                except BusTimeout:  # the simulator starved on a loaded machine: a missed tick, as the driver takes it
+                    pass
             if time.monotonic() - start > 0.5:
                 forces.append(arm.hand_forces()[GRIP - 1])
             time.sleep(0.005)
