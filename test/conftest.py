@@ -19,6 +19,10 @@ from support.procs import children, cmdline
 # (simulators, recorders under test) started by a test join the same graph.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.Random(os.getpid()).randint(1, 100)))
+# Under pytest-xdist each worker is a graph of its own: a node under test in one would otherwise
+# hear the other's arms and sessions. Worker n takes the run's domain + 101 n, within DDS's 0..232.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+os.environ["ROS_DOMAIN_ID"] = str((int(os.environ["ROS_DOMAIN_ID"]) + 101 * _WORKER) % 233)
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
 
 
