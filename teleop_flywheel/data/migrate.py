@@ -78,12 +78,13 @@ from teleop_flywheel.data.provenance.manifest_hash import (
     row_fields,
     row_sha256,
 )
+from teleop_flywheel.data.reports.mashing import TABLE_COLUMNS as MASHING_COLUMNS
 from teleop_flywheel.recording.mcap.exceptions import MigrateError
 from teleop_flywheel.recording.mcap.upgrade import SUFFIX, migrate_bag
 
 # The episodes-table columns converters added after manifest format 2 (data/validate/episode_columns.py).
 _ADDED_AFTER_V2 = ("camera_lag_ms/", "camera_lag_stderr_ms/", "tracking_lag_ms", "dead_air_trimmed_", "corrections",
-                   "tracking_outrun_share", "warnings", "task_spec_id", "outcome_check")
+                   "tracking_outrun_share", "warnings", "task_spec_id", "outcome_check", *MASHING_COLUMNS)
 _LEGACY_TEMPS = ".convert-*"
 _SIMPLE_OPS = ("!=", ">=", "<=", "=", ">", "<")  # the order formats 1-3 looked for them in
 
