@@ -2,7 +2,7 @@
 
 Session tests that run two rigs on a 2-core machine start only some nodes of each rig's graph
 (teleop, recorder, …); a `FeedRig` publishes what the others would — leader, follower and policy
-joint states, pedal edges — under relative names from a node in the rig's namespace, and calls
+joint states, the leader's rendered feedback (none: feedback off), pedal edges — under relative names from a node in the rig's namespace, and calls
 the rig's recorder through its relative service names. `feed(rigs, stop)` publishes every rig's
 arms at 100 Hz until `stop` is set. Imports ROS: import it after `pytest.importorskip("rclpy")`.
 """
@@ -36,6 +36,7 @@ class FeedRig:
         self.node = rclpy.create_node("feed", namespace=namespace, context=session.context)
         self.pubs = [self.node.create_publisher(JointState, name, STREAM_QOS)
                      for name in (topics.LEADER_STATE, topics.FOLLOWER_STATE, topics.POLICY_COMMAND)]
+        self.feedback = self.node.create_publisher(JointState, topics.LEADER_FEEDBACK, STREAM_QOS)
         self.pedal = self.node.create_publisher(Joy, topics.PEDAL_JOY, STREAM_QOS)
         session.add_node(self.node)
 
@@ -44,6 +45,7 @@ class FeedRig:
         value = self.amplitude * math.sin(math.pi * t_s)
         for pub in self.pubs:
             pub.publish(joint_state(JOINT_NAMES, [value] * 6, now_ns(), frame_id=self.checkpoint))
+        self.feedback.publish(joint_state(JOINT_NAMES, [0.0] * 6, now_ns(), efforts=[0.0] * 6))  # as a leader
 
     def press(self, down: bool) -> None:
         """A pedal edge (buttons[0]), stamped now."""
