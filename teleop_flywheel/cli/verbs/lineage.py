@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.provenance import ENV, default_registry
 from teleop_flywheel.data.provenance.lineage import (
-    ENV,
     Registry,
     checkpoint_json,
     checkpoint_of_bag,
     checkpoint_on_rig,
     content_files,
     content_fingerprint,
-    default_registry,
     describe,
     describe_evaluations,
     is_bag,

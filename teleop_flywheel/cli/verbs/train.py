@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.data.provenance.lineage import default_registry
+from teleop_flywheel.data.provenance import default_registry
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.training.loop import INSTALL, OWNED, POLICIES, train
 from teleop_flywheel.training.training_set import training_set

@@ -18,15 +18,8 @@ from typing import Any
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.provenance.lineage import (
-    LEGACY_FORMAT,
-    LineageError,
-    Registry,
-    add_evaluation,
-    default_registry,
-    legacy_backup,
-    register_checkpoint,
-)
+from teleop_flywheel.data.provenance import LEGACY_FORMAT, default_registry, legacy_backup
+from teleop_flywheel.data.provenance.lineage import LineageError, Registry, add_evaluation, register_checkpoint
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
 WRITERS, EACH = 4, 6
