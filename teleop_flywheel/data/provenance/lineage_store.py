@@ -55,6 +55,23 @@ CREATE INDEX IF NOT EXISTS evaluations_checkpoint ON evaluations (checkpoint);
 """
 
 
+# `lineage list`: the listed fields only; a manifest's episode count read once however many
+# checkpoints it trained (MATERIALIZED: not once per joined row).
+_LIST_CHECKPOINTS = """
+WITH counts AS MATERIALIZED (
+    SELECT sha256, json_extract(body, '$.episode_count') AS n FROM manifests
+    WHERE sha256 IN (SELECT manifest_sha256 FROM checkpoints WHERE export IS NULL))
+SELECT c.id, c.run, json_extract(c.entry, '$.registered'), c.export,
+       CASE WHEN c.export IS NULL THEN counts.n ELSE json_array_length(e.entry, '$.episodes') END
+FROM checkpoints c LEFT JOIN counts ON counts.sha256 = c.manifest_sha256 AND c.export IS NULL
+LEFT JOIN exports e ON e.id = c.export ORDER BY c.rowid
+"""
+_LIST_EXPORTS = """
+SELECT id, json_array_length(entry, '$.episodes'), json_extract(entry, '$.registered'), json_extract(entry, '$.out')
+FROM exports ORDER BY rowid
+"""
+
+
 def default_registry() -> Path:
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
@@ -258,6 +275,25 @@ class Registry:
     def _stored_evaluations(self, checkpoint: str) -> list[dict[str, Any]]:
         return [json.loads(f) for (f,) in self._query(
             "SELECT figures FROM evaluations WHERE checkpoint = ? ORDER BY seq", (checkpoint,))]
+
+    def listing(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(checkpoints, exports), each oldest first, with only what `lineage list` prints: id, run,
+        registered, export, episode count (checkpoints); id, episode count, registered, out (exports).
+        One query per table: each manifest's episode count is read once, by SQLite (no manifest's
+        episodes are parsed here), and no row is fetched twice."""
+        checkpoints = [{"checkpoint": c, "run": run, "registered": when, "export": export, "episodes": n}
+                       for c, run, when, export, n in self._query(_LIST_CHECKPOINTS)]
+        exports = [{"export": e, "episodes": n, "registered": when, "out": out}
+                   for e, n, when, out in self._query(_LIST_EXPORTS)]
+        pending_exports = {**self._legacy.get("exports", {}), **self.exports.added}
+        exports += [{"export": k, "episodes": len(e["episodes"]), "registered": e["registered"], "out": e["out"]}
+                    for k, e in pending_exports.items()]
+        counts = {e["export"]: e["episodes"] for e in exports}
+        for k, e in {**self._legacy.get("checkpoints", {}), **self.checkpoints.added}.items():
+            n = counts.get(e["export"]) if "export" in e else e["manifest"]["episode_count"]
+            checkpoints.append({"checkpoint": k, "run": e["run"], "registered": e["registered"],
+                                "export": e.get("export"), "episodes": n})
+        return (sorted(checkpoints, key=lambda x: x["registered"]), sorted(exports, key=lambda x: x["registered"]))
 
     def save(self) -> None:
         """Write what was added, in one transaction under the registry's lock (an entry another
