@@ -293,40 +293,42 @@ def main() -> None:
     parser.add_argument("--review-sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--bag-sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument("--update", action="store_true", help="keep the families of --out not run now")
     parser.add_argument("--plot", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images"
                         / "scale.png")
     args = parser.parse_args()
     result: dict[str, Any] = {"benchmark": "scale", "what": "per-episode costs at N episodes (issue 38)",
                               "load_average_before": load_average()}
-    with tempfile.TemporaryDirectory() as tmp:
-        if "lineage" in args.only:
-            points = measure(Path(tmp), args.sizes, args.episodes, args.share, args.repeat)
-            result["lineage"] = {"size": "checkpoints", "episodes_per_manifest": args.episodes,
-                                 "checkpoints_per_manifest": args.share, "repeat": args.repeat, "points": points,
-                                 "fits": fits(points, ["register_ms", "which_ms", "list_ms_per_entry"],
-                                              "checkpoints")}
-        if "dataset" in args.only:
-            points = measure_datasets(Path(tmp), args.episode_sizes, args.frames, args.dataset_repeat)
-            keys = [k for k in points[0] if k.endswith("_ms_per_episode")]
-            result["dataset"] = {"size": "episodes", "frames_per_episode": args.frames,
-                                 "repeat": args.dataset_repeat, "points": points,
-                                 "fits": fits(points, keys, "episodes")}
-        if "review" in args.only:
-            points = measure_review(Path(tmp), args.review_sizes, args.dataset_repeat)
-            result["review"] = {"size": "episodes", "repeat": args.dataset_repeat, "points": points,
-                                "fits": fits(points, ["first_list_ms_per_episode", "relist_ms_per_episode"],
-                                             "episodes")}
-        if "bags" in args.only:
-            points = measure_bags(Path(tmp), args.bag_sizes)
-            result["bags"] = {"size": "episodes", "points": points,
-                              "fits": fits(points, ["validate_ms_per_episode", "convert_ms_per_episode",
-                                                    "append_s"], "episodes")}
-    result["load_average_after"] = load_average()
-    write_result(args.out, result)
+    if args.update and args.out.exists():  # the families not run now are kept as they were
+        result = {**json.loads(args.out.read_text()), "load_average_before": result["load_average_before"]}
+    runs: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "lineage": lambda tmp: _family(measure(tmp, args.sizes, args.episodes, args.share, args.repeat),
+                                       ["register_ms", "which_ms", "list_ms_per_entry"], "checkpoints",
+                                       episodes_per_manifest=args.episodes, checkpoints_per_manifest=args.share,
+                                       repeat=args.repeat),
+        "dataset": lambda tmp: _family(measure_datasets(tmp, args.episode_sizes, args.frames, args.dataset_repeat),
+                                       None, "episodes", frames_per_episode=args.frames, repeat=args.dataset_repeat),
+        "review": lambda tmp: _family(measure_review(tmp, args.review_sizes, args.dataset_repeat),
+                                      ["first_list_ms_per_episode", "relist_ms_per_episode"], "episodes",
+                                      repeat=args.dataset_repeat),
+        "bags": lambda tmp: _family(measure_bags(tmp, args.bag_sizes),
+                                    ["validate_ms_per_episode", "convert_ms_per_episode", "append_s"], "episodes"),
+    }
+    for name in args.only:  # each family's result written as soon as it is measured
+        with tempfile.TemporaryDirectory() as tmp:
+            result[name] = runs[name](Path(tmp))
+        result["load_average_after"] = load_average()
+        write_result(args.out, result)
     try:
         plot(result, args.plot)
     except ImportError:
         print("matplotlib is not installed: no plot")
+
+
+def _family(points: list[dict[str, Any]], keys: list[str] | None, size: str, **about: Any) -> dict[str, Any]:
+    """One family's result: what it ran, its points, each cost's fit (`keys` None: every per-episode cost)."""
+    keys = keys or [k for k in points[0] if k.endswith("_ms_per_episode")]
+    return {"size": size, **about, "points": points, "fits": fits(points, keys, size)}
 
 
 if __name__ == "__main__":
