@@ -33,6 +33,7 @@ from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
 
 BAGS = 4
+TIMEOUT_S = 600  # a hung cluster, not a slow one: two Ray starts take ~60 s beside other jobs on 2 cores
 DOC = ROOT / "docs" / "fleet.md"
 
 # Run inside the namespace once the cluster is up: which node each finished job ran on, then (with
@@ -96,10 +97,11 @@ def _blocks() -> dict[str, list[str]]:
 
 def _namespace() -> list[str]:
     """A network namespace with only loopback and a PID namespace whose end kills every process in
-    it; unprivileged through a user namespace."""
+    it (`--kill-child`: also when this test gives up on it); unprivileged through a user namespace."""
     if not shutil.which("unshare"):
         pytest.fail("util-linux's unshare is needed to keep the cluster on loopback")
-    return ["unshare", "--net", "--pid", "--fork", "--mount-proc", *([] if os.geteuid() == 0 else ["--map-root-user"])]
+    return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
+            *([] if os.geteuid() == 0 else ["--map-root-user"])]
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -144,7 +146,7 @@ def test_the_documented_two_node_cluster_spreads_matches_one_process_and_survive
     # The reference: the same verbs in this process's way, one bag after the other.
     single = [line.replace("--executor ray --workers 2", "--workers 1") for line in run]
     subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join(single)], cwd=tmp_path, env=env, check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=TIMEOUT_S)
     (tmp_path / "single").mkdir()
     for name in ("validate.json", "dataset", "dataset.versions"):
         (tmp_path / name).rename(tmp_path / "single" / name)
@@ -163,7 +165,7 @@ def test_the_documented_two_node_cluster_spreads_matches_one_process_and_survive
         f"python probe.py kill kill.json {kill_run} >/dev/null 2>&1",
     ])
     done = subprocess.run([*_namespace(), "bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=TIMEOUT_S)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
     listening = (tmp_path / "listening.txt").read_text().split()
