@@ -1,49 +1,78 @@
-"""How costs grow with the dataset (issue 38): the lineage registry with N checkpoints, and a
-manifest's `create` and `verify` over a dataset of N episodes.
+"""How costs grow with the dataset (issue 38), at 10, 100, 1,000 and 10,000 episodes by default.
 
-For each N a registry is built (one `Registry(...).save()` of N checkpoint entries, each trained on
-a manifest of `--episodes` episodes; one manifest per `--share` checkpoints, as a sweep's or a
-run's several checkpoints share theirs), then timed, the median of `--repeat` runs each (round-robin over the sizes):
-- `register`: `register_checkpoint` of one more checkpoint on a new manifest file (what `train`
-  and `lineage register` do);
-- `which`: `Registry.load(path).which(id)` of a checkpoint in the middle (what `lineage which`,
-  `eval watch` and an evaluation report do);
-- the registry's size on disk (the file and, for SQLite, its WAL).
-And for each dataset size (`--episode-sizes`; the synthetic dataset writer's episodes of 30
-frames, numeric columns only: a manifest hashes data rows, video packets and files alike, and the
-rows are what grows) `manifest.create` and `manifest.verify` of the whole dataset, the median of
-`--manifest-repeat` runs, reported per episode.
-The growth exponent is the slope of log(cost) over log(N) (least squares through the points;
-its spread the slope's standard error); flat is 0 (for the manifest, of the cost per episode).
-The issue's target: the cost (per episode) at the largest N within 1.3x of its cost at 100.
+Every cost is timed the median of its repeats, per episode where the work is over every episode, and
+its growth fitted (`growth`: the slope of log(cost) over log(N), least squares; its spread the
+slope's standard error; flat is 0). The issue's target: the cost at the largest N within 1.3x of
+its cost at 100 (`vs_100`).
 
-Usage: `python bench/scale.py [--sizes 100 1000 5000] [--episodes 1000] [--share 10] [--repeat 15]
-[--episode-sizes 100 1000 10000] [--out bench/results/scale.json]`
+- `lineage` (`--sizes`): a registry of N checkpoints (one `Registry(...).save()`, each trained on a
+  manifest of `--episodes` episodes, one manifest per `--share` checkpoints), then `register` of one
+  more checkpoint on a new manifest file, `which` of one in the middle, `list` (`Registry.listing`,
+  per entry) and the registry's size on disk.
+- `dataset` (`--episode-sizes`): a synthetic dataset of N episodes of `--frames` frames (numeric
+  columns: what these verbs read) and, per episode, `manifest create`, `manifest verify`, `manifest
+  episodes`, `audit`, `curate --no-weights`, `stats`, `card` (each verb in this process through
+  `cli.main`, its output discarded: what the user runs, without the interpreter's start).
+- `review` (`--review-sizes`): a folder of N rejected episodes (`bench/review.py`'s: one recorded and
+  validated bag, hard-linked N times with its record) and the review page's episode list
+  (`ReviewSite.episodes`): the first scan (every bag's metadata read) and a rescan (nothing
+  changed), per episode.
+- `bags` (`--bag-sizes`): N distinct recorded episodes (2.5 s, one 192x144 camera at 30 fps, joints
+  at 100 Hz: content that validates) and, per bag, `validate` and `convert` (h264, one worker: the
+  throughput of one core), then `ingest`'s append of one more episode into that dataset of N: the
+  convert of one more bag (`append_s`), less the same bag's convert into an empty dataset
+  (`over_empty_s`: what the N already there cost the append; the encode is the same in both).
+
+Usage: `python bench/scale.py [--only lineage dataset review bags] [--sizes ...] [--episode-sizes ...]
+[--review-sizes ...] [--bag-sizes ...] [--out bench/results/scale.json] [--plot docs/images/scale.png]`
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import io
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from result_file import RESULTS, load_average, write_result
 
+from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
 from teleop_flywheel.data.provenance.manifest import create, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
+from teleop_flywheel.data.review.server import ReviewSite
+from teleop_flywheel.data.validate.reasons import ValidateConfig
+from teleop_flywheel.data.validate.validator import validate_paths
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
+from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
+
+FAMILIES = ("lineage", "dataset", "review", "bags")
+SIZES = [10, 100, 1000, 10000]
 
 
 def _hex(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _timed(fn: Callable[[], Any], repeat: int) -> float:
+    """The median wall time of `repeat` calls, in seconds."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def manifest(seed: int, episodes: int) -> dict[str, Any]:
@@ -76,12 +105,13 @@ def measure(tmp: Path, sizes: list[int], episodes: int, share: int, repeat: int)
     of a shared machine drifting during the run weighs on every size alike."""
     paths, built = {}, {}
     for n in sizes:
-        paths[n] = tmp / f"lineage{n}.json"
+        paths[n] = tmp / f"lineage{n}.sqlite"
         t0 = time.perf_counter()
         build(paths[n], n, episodes, share)
         built[n] = time.perf_counter() - t0
     register: dict[int, list[float]] = {n: [] for n in sizes}
     which: dict[int, list[float]] = {n: [] for n in sizes}
+    listed: dict[int, list[float]] = {n: [] for n in sizes}
     for r in range(repeat):
         for n in sizes:
             mfile = tmp / f"new{n}_{r}.json"
@@ -93,28 +123,106 @@ def measure(tmp: Path, sizes: list[int], episodes: int, share: int, repeat: int)
             entry = Registry.load(paths[n]).which(f"ckpt-{n // 2:06d}")
             which[n].append(time.perf_counter() - t0)
             assert entry["manifest"]["episode_count"] == episodes
+            t0 = time.perf_counter()
+            checkpoints, _ = Registry.load(paths[n]).listing()
+            listed[n].append((time.perf_counter() - t0) / len(checkpoints))
+            assert checkpoints[0]["episodes"] == episodes
     return [{"checkpoints": n, "build_s": round(built[n], 2),
              "register_ms": round(1e3 * statistics.median(register[n]), 2),
-             "which_ms": round(1e3 * statistics.median(which[n]), 2), "bytes": size_on_disk(paths[n])}
+             "which_ms": round(1e3 * statistics.median(which[n]), 2),
+             "list_ms_per_entry": round(1e3 * statistics.median(listed[n]), 4), "bytes": size_on_disk(paths[n])}
             for n in sizes]
 
 
-def measure_manifests(tmp: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+def _quiet(argv: list[str]) -> None:
+    """One verb through the CLI, in this process, its output discarded."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = cli_main(argv)
+    assert code == 0, (argv, code)
+
+
+def measure_datasets(tmp: Path, sizes: list[int], frames: int, repeat: int) -> list[dict[str, Any]]:
     points = []
     for n in sizes:
-        root = write(tmp / f"ds{n}", SyntheticSpec(episodes=n, min_length=30, max_length=30, seed=n)).root
-        created, verified = [], []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            m = create(LeRobotDataset.open(root))
-            created.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            result = verify(LeRobotDataset.open(root), m)
-            verified.append(time.perf_counter() - t0)
-            assert m["episode_count"] == n and result.matched == n and not (result.added or result.changed)
+        root = write(tmp / f"ds{n}", SyntheticSpec(episodes=n, min_length=frames, max_length=frames, seed=n)).root
+        mfile = tmp / f"ds{n}.manifest.json"
+        m = create(LeRobotDataset.open(root))
+        mfile.write_text(json.dumps(m))
+        result = verify(LeRobotDataset.open(root), m)
+        assert m["episode_count"] == n and result.matched == n and not (result.added or result.changed)
+        ms = {
+            "create": _timed(lambda root=root: create(LeRobotDataset.open(root)), repeat),
+            "verify": _timed(lambda root=root, m=m: verify(LeRobotDataset.open(root), m), repeat),
+            "episodes": _timed(lambda mfile=mfile: _quiet(["manifest", "episodes", str(mfile)]), repeat),
+            "audit": _timed(lambda root=root: _quiet(["audit", str(root), "--json"]), repeat),
+            "curate": _timed(lambda root=root: _quiet(["curate", str(root), "--json", "--no-weights"]), repeat),
+            "stats": _timed(lambda root=root: _quiet(["stats", str(root), "--json"]), repeat),
+            "card": _timed(lambda root=root: _quiet(["card", str(root), "--force"]), repeat),
+        }
         points.append({"episodes": n, "frames": m["frame_count"],
-                       "create_ms_per_episode": round(1e3 * statistics.median(created) / n, 4),
-                       "verify_ms_per_episode": round(1e3 * statistics.median(verified) / n, 4)})
+                       **{f"{k}_ms_per_episode": round(1e3 * v / n, 4) for k, v in ms.items()}})
+        shutil.rmtree(tmp / f"ds{n}")
+    return points
+
+
+def measure_review(tmp: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    from review import build as review_folder  # noqa: PLC0415 - the review benchmark's folder
+
+    points = []
+    for n in sizes:
+        root = tmp / f"review{n}"
+        review_folder(root, n)
+        first = []
+        for _ in range(repeat):
+            site = ReviewSite(root / "out", "bench")
+            t0 = time.perf_counter()
+            rows = site.episodes()
+            first.append(time.perf_counter() - t0)
+        assert len(rows) == n
+        again = _timed(site.episodes, repeat)
+        points.append({"episodes": n, "first_list_ms_per_episode": round(1e3 * statistics.median(first) / n, 4),
+                       "relist_ms_per_episode": round(1e3 * again / n, 4)})
+        shutil.rmtree(root)
+    return points
+
+
+def _bags(folder: Path, n: int, first: int = 0) -> list[Path]:
+    out = []
+    for i in range(first, first + n):
+        truth = write_session(folder / f"ep{i:05d}", SessionSpec(duration_s=2.5, width=192, height=144, seed=i,
+                                                                session_time_s=60.0 * i))
+        out.append(truth.bag)
+    return out
+
+
+def measure_bags(tmp: Path, sizes: list[int]) -> list[dict[str, Any]]:
+    cfg = ValidateConfig.load()
+    extra = _bags(tmp / "extra", 1, first=10**6)
+    empty = tmp / "empty" / "dataset"
+    t0 = time.perf_counter()
+    convert(extra, empty, codec="h264", workers=1, progress=False)
+    alone = time.perf_counter() - t0
+    points = []
+    for n in sizes:
+        bags = _bags(tmp / f"bags{n}", n)
+        t0 = time.perf_counter()
+        reports = validate_paths(bags, cfg, workers=1)
+        validated = time.perf_counter() - t0
+        assert all(r.passed for r in reports), [r.line() for r in reports if not r.passed][:3]
+        ds = tmp / f"out{n}" / "dataset"
+        t0 = time.perf_counter()
+        res = convert(bags, ds, codec="h264", workers=1, progress=False)
+        converted = time.perf_counter() - t0
+        assert sum(len(v) for v in res.converted.values()) == n, res.errors
+        t0 = time.perf_counter()
+        res = convert(extra, ds, codec="h264", workers=1, progress=False)
+        append = time.perf_counter() - t0
+        assert sum(len(v) for v in res.converted.values()) == 1
+        points.append({"episodes": n, "validate_ms_per_episode": round(1e3 * validated / n, 2),
+                       "convert_ms_per_episode": round(1e3 * converted / n, 2), "append_s": round(append, 3),
+                       "append_into_empty_s": round(alone, 3), "over_empty_s": round(append - alone, 3)})
+        shutil.rmtree(tmp / f"bags{n}")
+        shutil.rmtree(tmp / f"out{n}")
     return points
 
 
@@ -124,41 +232,103 @@ def growth(points: list[dict[str, Any]], key: str, size: str = "checkpoints") ->
     ys = [math.log(max(p[key], 1e-6)) for p in points]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
     resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys, strict=True)]
-    spread = math.sqrt(sum(e * e for e in resid) / (len(xs) - 2) / sxx) if len(xs) > 2 else 0.0
+    spread = math.sqrt(sum(e * e for e in resid) / (len(xs) - 2) / sxx) if len(xs) > 2 and sxx else 0.0
     return {"exponent": round(slope, 3), "spread": round(spread, 3)}
+
+
+def fits(points: list[dict[str, Any]], keys: list[str], size: str) -> dict[str, dict[str, Any]]:
+    """Per cost: its growth, and its value at the largest N over its value at 100 (the target's
+    1.3x; None when 100 or a larger N was not run)."""
+    out: dict[str, dict[str, Any]] = {}
+    at = {p[size]: p for p in points}
+    for key in keys:
+        fit: dict[str, Any] = growth(points, key, size) if len(points) > 1 else {"exponent": None, "spread": None}
+        largest = max(at)
+        ratio = at[largest][key] / at[100][key] if 100 in at and largest > 100 and at[100][key] > 0 else None
+        out[key] = {**fit, "largest": largest,
+                    "vs_100": None if ratio is None else round(ratio, 2),
+                    "within_1_3x": None if ratio is None else ratio <= 1.3}
+    return out
+
+
+def plot(result: dict[str, Any], out: Path) -> None:
+    """Every per-episode (per-entry) cost over N, log-log, one panel per family."""
+    import matplotlib  # noqa: PLC0415 - only for the figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    panels = [(name, result[name]) for name in ("lineage", "dataset", "review", "bags") if name in result]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (name, family) in zip(axes[0], panels, strict=True):
+        size = family["size"]
+        for key, fit in family["fits"].items():
+            xs = [p[size] for p in family["points"]]
+            ys = [p[key] for p in family["points"]]
+            ax.plot(xs, ys, marker="o", label=f"{key} ({fit['exponent']:+.2f})" if fit["exponent"] is not None
+                    else key)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(size)
+        ax.set_ylabel("ms (per episode or entry; s for append)")
+        ax.set_title(name)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 5000])
+    parser.add_argument("--only", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--share", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--episode-sizes", type=int, nargs="+", default=[100, 1000, 10000])
-    parser.add_argument("--manifest-repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--episode-sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--frames", type=int, default=100, help="frames per episode of the synthetic datasets")
+    parser.add_argument("--dataset-repeat", type=int, default=3)
+    parser.add_argument("--review-sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--bag-sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    parser.add_argument("--update", action="store_true", help="keep the families of --out not run now")
+    parser.add_argument("--plot", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images"
+                        / "scale.png")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        points = measure(Path(tmp), args.sizes, args.episodes, args.share, args.repeat)
-        manifest_points = measure_manifests(Path(tmp), args.episode_sizes, args.manifest_repeat)
-    first, last = points[0], points[-1]
-    result = {"benchmark": "scale", "what": "lineage registry: register and which with N checkpoints",
-              "episodes_per_manifest": args.episodes, "checkpoints_per_manifest": args.share,
-              "repeat": args.repeat, "load_average": load_average(), "points": points,
-              "lineage": {op: {**growth(points, f"{op}_ms"),
-                               "ratio_largest_to_smallest": round(last[f"{op}_ms"] / first[f"{op}_ms"], 2),
-                               "within_1_3x": last[f"{op}_ms"] <= 1.3 * first[f"{op}_ms"]}
-                          for op in ("register", "which")},
-              "manifest_points": manifest_points,
-              "manifest": {op: {**growth(manifest_points, f"{op}_ms_per_episode", "episodes"),
-                                "ratio_largest_to_smallest": round(manifest_points[-1][f"{op}_ms_per_episode"]
-                                                                   / manifest_points[0][f"{op}_ms_per_episode"], 2),
-                                "within_1_3x": manifest_points[-1][f"{op}_ms_per_episode"]
-                                <= 1.3 * manifest_points[0][f"{op}_ms_per_episode"]}
-                           for op in ("create", "verify")}}
-    write_result(args.out, result)
+    result: dict[str, Any] = {"benchmark": "scale", "what": "per-episode costs at N episodes (issue 38)",
+                              "load_average_before": load_average()}
+    if args.update and args.out.exists():  # the families not run now are kept as they were
+        result = {**json.loads(args.out.read_text()), "load_average_before": result["load_average_before"]}
+    runs: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "lineage": lambda tmp: _family(measure(tmp, args.sizes, args.episodes, args.share, args.repeat),
+                                       ["register_ms", "which_ms", "list_ms_per_entry"], "checkpoints",
+                                       episodes_per_manifest=args.episodes, checkpoints_per_manifest=args.share,
+                                       repeat=args.repeat),
+        "dataset": lambda tmp: _family(measure_datasets(tmp, args.episode_sizes, args.frames, args.dataset_repeat),
+                                       None, "episodes", frames_per_episode=args.frames, repeat=args.dataset_repeat),
+        "review": lambda tmp: _family(measure_review(tmp, args.review_sizes, args.dataset_repeat),
+                                      ["first_list_ms_per_episode", "relist_ms_per_episode"], "episodes",
+                                      repeat=args.dataset_repeat),
+        "bags": lambda tmp: _family(measure_bags(tmp, args.bag_sizes),
+                                    ["validate_ms_per_episode", "convert_ms_per_episode", "append_s"], "episodes"),
+    }
+    for name in args.only:  # each family's result written as soon as it is measured
+        with tempfile.TemporaryDirectory() as tmp:
+            result[name] = runs[name](Path(tmp))
+        result["load_average_after"] = load_average()
+        write_result(args.out, result)
+    try:
+        plot(result, args.plot)
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+
+
+def _family(points: list[dict[str, Any]], keys: list[str] | None, size: str, **about: Any) -> dict[str, Any]:
+    """One family's result: what it ran, its points, each cost's fit (`keys` None: every per-episode cost)."""
+    keys = keys or [k for k in points[0] if k.endswith("_ms_per_episode")]
+    return {"size": size, **about, "points": points, "fits": fits(points, keys, size)}
 
 
 if __name__ == "__main__":

@@ -275,6 +275,11 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """bench/scale.py's fits of every family it ran, by cost."""
+    return {key: f for fam in ("lineage", "dataset", "review", "bags") if fam in d for key, f in d[fam]["fits"].items()}
+
+
 # bench/results/<name>.json -> its README line: what it measures, the target, the figure
 BENCH_LINES: dict[str, Any] = {
     "bus_loop": lambda d: (
@@ -467,20 +472,25 @@ BENCH_LINES: dict[str, Any] = {
         f"({_met(d['list_s'] < 1 and d['open_s'] < 1 and d['seek_ms'] < 200)}; load {d['load_average'][0]:.1f})"
     ),
     "scale": lambda d: (
-        f"`scale` (costs as the data grows; lineage registry, {d['points'][0]['checkpoints']:,} → "
-        f"{d['points'][-1]['checkpoints']:,} "
-        f"checkpoints, {d['episodes_per_manifest']:,}-episode manifests): target the cost at the largest within 1.3× "
-        "of the cost at the smallest; "
-        + "; ".join(f"`{op}` {d['points'][0][op + '_ms']:.1f} → {d['points'][-1][op + '_ms']:.1f} ms "
-                    f"({r['ratio_largest_to_smallest']:.2f}×, exponent {r['exponent']:+.2f} ± {r['spread']:.2f})"
-                    for op, r in d["lineage"].items())
-        + f"; manifest over {d['manifest_points'][0]['episodes']:,} → {d['manifest_points'][-1]['episodes']:,} "
-        "episodes, per episode: "
-        + "; ".join(f"`{op}` {d['manifest_points'][0][op + '_ms_per_episode']:.2f} → "
-                    f"{d['manifest_points'][-1][op + '_ms_per_episode']:.2f} ms ({r['ratio_largest_to_smallest']:.2f}×)"
-                    for op, r in d["manifest"].items())
-        + f" ({_met(all(r['within_1_3x'] for part in ('lineage', 'manifest') for r in d[part].values()))}; "
-        f"load {d['load_average'][0]:.1f})"
+        "`scale` (costs as the data grows, per episode or entry, N up to "
+        + ", ".join(f"{fam} {max(p[d[fam]['size']] for p in d[fam]['points']):,}"
+                    for fam in ("lineage", "dataset", "review", "bags") if fam in d)
+        + "): target the cost at the largest N within 1.3× of N = 100; "
+        + "; ".join(f"`{key.removesuffix('_ms_per_episode').removesuffix('_ms_per_entry').removesuffix('_ms')}` "
+                    + (f"{f['vs_100']:.2f}×" if f["vs_100"] is not None else "n/a")
+                    + (f" ({f['exponent']:+.2f} ± {f['spread']:.2f})" if f["exponent"] is not None else "")
+                    for key, f in _scale_fits(d).items())
+        + f" ({_met(all(f['within_1_3x'] is not False for f in _scale_fits(d).values()))}; "
+        f"load {d['load_average_before'][0]:.1f})"
+    ),
+    "long_recording": lambda d: (
+        f"`long_recording` (the recorder over one episode of {d['minutes']:g} min: {d['streams']['camera']}, "
+        f"{d['streams']['joints']}; killed at the end, then `recover`): target memory flat (≤ 1.1×), the bag "
+        f"readable while it grows, `recover` < 10 s; RSS {d['rss_mb_first']:g} → {d['rss_mb_last']:g} MB "
+        f"({d['rss_ratio_last_to_first']:.2f}×), readable while growing: "
+        f"{'yes' if d['readable_while_growing'] else 'no'}, `recover` of {d['bag_mb']:,.0f} MB in "
+        f"{d['recover_s']:.1f} s, {d['messages_lost']} of {d['messages_written']:,} messages lost "
+        f"({_met(d['met'])}; load {d['load_average'][0]:.1f})"
     ),
     "feedback": lambda d: (
         "`feedback` (force feedback on the simulator: the modelled hand, a scripted operator who stops and eases "

@@ -43,7 +43,8 @@ from typing import Any
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.data.errors import DatasetError
-from teleop_flywheel.data.provenance.lineage import default_registry, register_checkpoint
+from teleop_flywheel.data.provenance import default_registry
+from teleop_flywheel.data.provenance.lineage import register_checkpoint
 from teleop_flywheel.policies.lerobot_checkpoint import default_checkpoint_id
 from teleop_flywheel.training.training_set import TrainingSet
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from teleop_flywheel.data.provenance.lineage import default_registry
+from teleop_flywheel.data.provenance import default_registry
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 from teleop_flywheel.data.formats import EXPORTERS as FORMATS
 from teleop_flywheel.data.formats import ExportRequest, exporter
 from teleop_flywheel.data.parallel import add_arguments_to
-from teleop_flywheel.data.provenance.lineage import ENV as LINEAGE_ENV
+from teleop_flywheel.data.provenance import ENV as LINEAGE_ENV
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,15 +6,14 @@ import json
 from pathlib import Path
 
 from teleop_flywheel.core.errors import FlywheelError, UsageError
+from teleop_flywheel.data.provenance import ENV, default_registry
 from teleop_flywheel.data.provenance.lineage import (
-    ENV,
     Registry,
     checkpoint_json,
     checkpoint_of_bag,
     checkpoint_on_rig,
     content_files,
     content_fingerprint,
-    default_registry,
     describe,
     describe_evaluations,
     is_bag,
@@ -26,7 +25,9 @@ from teleop_flywheel.data.provenance.lineage import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--registry", type=Path, help=f"registry JSON (default ${ENV} or {default_registry()})")
+    parser.add_argument("--registry", type=Path,
+                        help=f"lineage registry, a SQLite file (default ${ENV} or {default_registry()}; a "
+                             "lineage/1 JSON registry there is read, and migrated by the first write)")
     sub = parser.add_subparsers(dest="action", required=True)
     r = sub.add_parser("register", help="record that MANIFEST (or an export's output) trained CHECKPOINT")
     r.add_argument("checkpoint", help="checkpoint id, as the policy node tags its commands; or the checkpoint's "
@@ -71,7 +72,7 @@ def _which(reg: Registry, args: argparse.Namespace) -> None:
     elif target.exists():  # an export's output, or a checkpoint given by its path
         files = content_files(target)
         fingerprint = content_fingerprint(files)
-        export = next((e for e in reg.exports.values() if e["fingerprint"] == fingerprint), None)
+        export = reg.export_by_fingerprint(fingerprint)
         if export is not None:
             print(which_export(reg, export, args.json))
             return
@@ -100,13 +101,12 @@ def run(args: argparse.Namespace) -> int:
             ids = reg.episodes(args.run)
             print(json.dumps(ids) if args.json else "\n".join(ids))
         else:
-            for entry in sorted(reg.checkpoints.values(), key=lambda x: x["registered"]):
-                count = len(reg.exports.get(entry["export"], {}).get("episodes", [])) if "export" in entry \
-                    else entry["manifest"]["episode_count"]
-                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {count:>6} episodes  {entry['registered']}"
-                      + (f"  export {entry['export']}" if "export" in entry else ""))
-            for export in sorted(reg.exports.values(), key=lambda x: x["registered"]):
-                print(f"{export['export']:<24} {len(export['episodes']):>6} episodes  {export['registered']}  "
+            checkpoints, exports = reg.listing()
+            for entry in checkpoints:
+                print(f"{entry['checkpoint']:<24} run {entry['run']:<16} {entry['episodes'] or 0:>6} episodes  "
+                      f"{entry['registered']}" + (f"  export {entry['export']}" if entry["export"] else ""))
+            for export in exports:
+                print(f"{export['export']:<24} {export['episodes']:>6} episodes  {export['registered']}  "
                       f"{export['out']}")
     except ValueError as exc:  # DatasetError/LockError pass through: one line, exit 2 (cli/)
         if isinstance(exc, FlywheelError):

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from teleop_flywheel.core.errors import UsageError
-from teleop_flywheel.data.provenance.lineage import default_registry
+from teleop_flywheel.data.provenance import default_registry
 from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.training.loop import INSTALL, OWNED, POLICIES, train
 from teleop_flywheel.training.training_set import training_set
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                  "sampler (default: LeRobot's, 1000)")
     parser.add_argument("--dataset", type=Path,
                         help="the dataset the manifest was frozen from, if it moved (default: the manifest's)")
-    parser.add_argument("--registry", type=Path, help="lineage registry JSON (default as for `lineage`: "
+    parser.add_argument("--registry", type=Path, help="lineage registry (default as for `lineage`: "
                                                       f"$TELEOP_FLYWHEEL_LINEAGE or {default_registry()})")
     parser.add_argument("--run", help="run name in lineage (default: OUT's name)")
     parser.usage = ("%(prog)s MANIFEST --policy {act,diffusion} --out OUT [options] [-- LEROBOT_ARGS ...]\n"

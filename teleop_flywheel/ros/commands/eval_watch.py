@@ -23,7 +23,8 @@ from pathlib import Path
 from teleop_flywheel.core.errors import EXIT_PARTIAL, PROG, UsageError, error_line
 from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.signals import SignalStop
-from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation, default_registry
+from teleop_flywheel.data.provenance import default_registry
+from teleop_flywheel.data.provenance.lineage import Registry, add_evaluation
 from teleop_flywheel.evaluation.errors import ProtocolError
 from teleop_flywheel.evaluation.protocol import load_protocol
 from teleop_flywheel.evaluation.report import build_report, read_trial, write_html

@@ -18,14 +18,13 @@ from typing import Any
 import pytest
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.provenance import LEGACY_FORMAT, default_registry, legacy_backup
 from teleop_flywheel.data.provenance.lineage import (
-    LEGACY_FORMAT,
     LineageError,
     Registry,
     add_evaluation,
-    default_registry,
-    legacy_backup,
     register_checkpoint,
+    register_export,
 )
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 
@@ -199,3 +198,35 @@ def test_a_reader_never_parses_a_database_renamed_over_the_json_it_looked_at(
     monkeypatch.setattr(Path, "open", open_then_migrate)
     reg = Registry.load(path)
     assert reg.which("old-1")["run"] == "old1"  # the JSON as it was when looked at
+
+
+def test_which_export_and_list_read_only_the_rows_they_answer_with(
+        tmp_path: Path, manifests: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """`lineage which EXPORT` looks the export up by its content's fingerprint (an indexed row), and
+    `lineage list` reads the listed fields: every other export's entry is made unreadable here, so
+    reading one (the scan over every export `which` did) fails. `list` prints each checkpoint's
+    episode count from its manifest, and each export's from its entry."""
+    path = tmp_path / "lineage.sqlite"
+    outs = []
+    for k in range(3):
+        out = tmp_path / f"export{k}"
+        out.mkdir()
+        (out / "episode_0.hdf5").write_bytes(bytes([k]) * 10)
+        outs.append(out)
+        register_export(path, "hdf5-aloha", out, [{"episode_id": f"e{k}", "source_episode_index": k}], "/data/ds")
+    register_checkpoint(path, "ckpt-a", manifests[0])
+    register_checkpoint(path, "ckpt-b", manifests[1])
+    register_checkpoint(path, "ckpt-x", outs[2])
+    assert cli_main(["lineage", "--registry", str(path), "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    n_a, n_b = (json.loads(m.read_text())["episode_count"] for m in manifests)
+    assert [line.split()[:5] for line in listed[:3]] == [
+        ["ckpt-a", "run", "run_a", str(n_a), "episodes"], ["ckpt-b", "run", "run_b", str(n_b), "episodes"],
+        ["ckpt-x", "run", "export2", "1", "episodes"]]
+    assert [line.split()[1] for line in listed[3:]] == ["1", "1", "1"] and str(outs[1].resolve()) in listed[4]
+    target = Registry.load(path).find_export(outs[1])["export"]
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE exports SET entry = 'damaged' WHERE id != ?", (target,))
+        conn.commit()
+    assert cli_main(["lineage", "--registry", str(path), "which", str(outs[1]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["export"] == target

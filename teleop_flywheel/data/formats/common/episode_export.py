@@ -28,7 +28,8 @@ from teleop_flywheel.data.formats.common.export_source import Source
 from teleop_flywheel.data.formats.common.staged_output import staged_output
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.parallel import own_errors, parallel_map
-from teleop_flywheel.data.provenance.lineage import content_files, default_registry, register_export
+from teleop_flywheel.data.provenance import default_registry
+from teleop_flywheel.data.provenance.lineage import content_files, register_export
 
 
 @dataclass(frozen=True)
