@@ -2,9 +2,10 @@
 
 Session tests that run two rigs on a 2-core machine start only some nodes of each rig's graph
 (teleop, recorder, …); a `FeedRig` publishes what the others would — leader, follower and policy
-joint states, the leader's rendered feedback (none: feedback off), pedal edges — under relative names from a node in the rig's namespace, and calls
-the rig's recorder through its relative service names. `feed(rigs, stop)` publishes every rig's
-arms at 100 Hz until `stop` is set. Imports ROS: import it after `pytest.importorskip("rclpy")`.
+joint states, the leader's rendered feedback (none: feedback off), pedal edges — under relative
+names from a node in the rig's namespace, and calls the rig's recorder through its relative
+service names. `feed(rigs, stop)` publishes every rig's arms at 100 Hz until `stop` is set.
+Imports ROS: import it after `pytest.importorskip("rclpy")`.
 """
 from __future__ import annotations
 
