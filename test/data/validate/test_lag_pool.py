@@ -216,20 +216,26 @@ def test_a_still_arm_has_no_corners(tmp_path: Path) -> None:
     assert motion_events(js.stamps_ns, np.zeros_like(js.position)) == 0
 
 
-def test_the_task_specs_clock_probe_is_a_corner_the_camera_check_counts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["policy", "teleop"])
+def test_the_task_specs_clock_probe_is_a_corner_the_camera_check_counts(tmp_path: Path, kind: str) -> None:
     """The probe at the reset (wrist_flex ±0.1 rad in 300 ms, within the 2 rad/s limit) moves the
-    simulated follower and adds to the episode's timing events."""
+    simulated follower and adds to the episode's timing events: played by the policy, or on the
+    leader's command in a teleop session."""
     from teleop_flywheel.core.task_spec import parse_task_spec
 
     spec = parse_task_spec({"instruction": "slow task", "clock_probe": {"joint": "wrist_flex", "amplitude_rad": 0.1,
                                                                         "duration_s": 0.3}})
-    counts = []
+    counts, positions = [], []
     for task in (None, spec):
         bag = write_session(tmp_path / f"probe{task is not None}", SessionSpec(
-            duration_s=2.0, motion="rig", seed=3, cameras=("front",), session_kind="policy", task_spec=task)).bag
+            duration_s=2.0, motion="rig", seed=3, cameras=("front",), session_kind=kind, task_spec=task)).bag
         js = open_bag(bag).joint_state(FOLLOWER_STATE)
         counts.append(motion_events(js.stamps_ns, js.position))
-        wrist = np.asarray(js.position)[:, 3]
-        moved = float(wrist.max() - wrist[:40].min())  # the first 0.4 s: before the probe
-        assert (moved > 0.08) == (task is not None), moved
-    assert counts[1] > counts[0], counts  # its corners lie within 300 ms: they count as one event or two
+        positions.append(np.asarray(js.position))
+        t = (np.asarray(js.stamps_ns) - js.stamps_ns[0]) / 1e9
+    probe = positions[1] - positions[0]  # the same session with and without it
+    assert np.abs(probe[t < 0.45]).max() < 1e-9  # it starts 0.5 s after the reset
+    assert 0.08 < np.abs(probe[:, 3]).max() < 0.12, np.abs(probe[:, 3]).max()  # wrist_flex out by 0.1 rad
+    assert np.abs(probe[:, [0, 1, 2, 4, 5]]).max() < 1e-9  # and nothing else
+    if kind == "policy":  # the teleop operator's catch-up at the start already has corners there
+        assert counts[1] > counts[0], counts  # its corners lie within 300 ms: they count as one event or two
