@@ -33,8 +33,9 @@ validator (`validate_bag`), the pools through `lag_pool.apply_lag_pools`:
   many cannot tell (fewer than `camera_lag.MIN_BLOCKS` one-second blocks: no verdict);
 - time: the estimator alone, per minute of video.
 
-`--probe` records every episode under a task spec with a clock probe (wrist_flex ±0.1 rad in
-0.3 s, 0.5 s after the reset: played by the policy, added to the leader's command in teleop).
+`--probe` (or a motion named `teleop+probe`, `policy+probe`) records every episode under a task
+spec with a clock probe (wrist_flex ±0.1 rad in 0.3 s, 0.5 s after the reset: played by the
+policy, added to the leader's command in teleop).
 
 Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3] [--short-seeds 12]
 [--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop] [--camera 640x480] [--probe]
@@ -166,7 +167,8 @@ def main() -> int:
     parser.add_argument("--short-seeds", type=int, default=12, help="clean episodes per short length")
     parser.add_argument("--skews", default=",".join(f"{x:g}" for x in SKEWS_MS),
                         help="injected skews in ms, comma-separated (0 first: the clean episodes)")
-    parser.add_argument("--motions", default="policy,teleop", help="motion kinds, comma-separated (policy, teleop)")
+    parser.add_argument("--motions", default="policy,teleop,teleop+probe",
+                        help="motion kinds, comma-separated (policy, teleop; +probe: with the clock probe)")
     parser.add_argument("--camera", default="640x480",
                         help="the camera's frame size WxH (640x480: the camera node's default, hw/camera/source.py)")
     parser.add_argument("--probe", action="store_true",
@@ -182,9 +184,11 @@ def main() -> int:
     load_before = os.getloadavg()
     per_motion, all_rows, all_short = {}, [], []
     for motion in args.motions.split(","):
-        if motion not in ("policy", "teleop"):
-            parser.error(f"--motions: unknown motion {motion!r} (policy, teleop)")
-        summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": motion}))
+        kind, _, probe = motion.partition("+")
+        if kind not in ("policy", "teleop") or probe not in ("", "probe"):
+            parser.error(f"--motions: unknown motion {motion!r} (policy, teleop; +probe for the clock probe)")
+        summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": kind, "label": motion,
+                                                                           "probe": args.probe or bool(probe)}))
         per_motion[motion] = summary
         all_rows += [r | {"motion": motion} for r in rows]
         all_short += [r | {"motion": motion} for r in short]
@@ -209,7 +213,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[float, int], Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_camera_lag_") as tmp:
-        root = Path(tmp) / args.motion
+        root = Path(tmp) / args.label
         root.mkdir()
         keys = [(skew, seed) for skew in args.skews for seed in range(args.seeds)]
         calls = [(root, seed, skew, args, f"rig{skew:+.0f}s{seed // SESSION}", seed % SESSION,
