@@ -38,8 +38,9 @@ spec with a clock probe (wrist_flex ±0.1 rad in 0.3 s, 0.5 s after the reset: p
 policy, added to the leader's command in teleop).
 
 Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3] [--short-seeds 12]
-[--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop] [--camera 640x480] [--probe]
-[--jobs 1] [--out bench/results/camera_lag.json]` (`--jobs N`: N episodes written and validated at once)
+[--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop,teleop+probe] [--camera 640x480]
+[--probe] [--probe-seeds N] [--jobs 1] [--out bench/results/camera_lag.json]` (`--jobs N`: N episodes
+written and validated at once)
 """
 from __future__ import annotations
 
@@ -173,6 +174,7 @@ def main() -> int:
                         help="the camera's frame size WxH (640x480: the camera node's default, hw/camera/source.py)")
     parser.add_argument("--probe", action="store_true",
                         help="every episode under a task spec with a clock probe (wrist_flex ±0.1 rad in 0.3 s)")
+    parser.add_argument("--probe-seeds", type=int, help="seeds of the +probe motions (default: --seeds)")
     parser.add_argument("--jobs", type=int, default=1, help="episodes written and validated at once (processes)")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "camera_lag.json")
     args = parser.parse_args()
@@ -187,8 +189,10 @@ def main() -> int:
         kind, _, probe = motion.partition("+")
         if kind not in ("policy", "teleop") or probe not in ("", "probe"):
             parser.error(f"--motions: unknown motion {motion!r} (policy, teleop; +probe for the clock probe)")
+        seeds = args.probe_seeds if probe and args.probe_seeds is not None else args.seeds
         summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": kind, "label": motion,
-                                                                           "probe": args.probe or bool(probe)}))
+                                                                           "probe": args.probe or bool(probe),
+                                                                           "seeds": seeds}))
         per_motion[motion] = summary
         all_rows += [r | {"motion": motion} for r in rows]
         all_short += [r | {"motion": motion} for r in short]
