@@ -3,8 +3,10 @@
 Episodes: `testing/synthetic_session` with `motion="rig"` — the demo's own scripted policy (2 s
 minimum-jerk moves through its waypoints, every second one wrong), the simulated leader's human in
 a takeover at 2.4–4.4 s, the arm driver's `CommandGuard` (2 rad/s) and the simulated STS3215s (top
-speed, acceleration, position loop, gravity sag) moving the follower; one 320×240 @ 30 fps camera
-drawing the follower at each exposure, written with the project's `BagWriter`. Why not the demo
+speed, acceleration, position loop, gravity sag) moving the follower; one 30 fps camera drawing
+the follower at each exposure (`--camera`, 640×480 by default: the camera node's own default; the
+demo's 320×240 draws the arm a third as tall below its timecode strip, and the validator's 1/8-scale
+decode leaves it a few pixels wide), written with the project's `BagWriter`. Why not the demo
 itself: a demo episode costs ~10 s of a loaded machine's ROS graph and the demo injects other
 faults into most of them; this runs the same policy, guard and servo model offline, 0.6 s per
 8 s episode, so hundreds of episodes fit. Skews: the camera's header stamp, publish and receive
@@ -31,8 +33,14 @@ validator (`validate_bag`), the pools through `lag_pool.apply_lag_pools`:
   many cannot tell (fewer than `camera_lag.MIN_BLOCKS` one-second blocks: no verdict);
 - time: the estimator alone, per minute of video.
 
+`--probe` (or a motion named `teleop+probe`, `policy+probe`) records every episode under a task
+spec with a clock probe (wrist_flex ±0.1 rad in 0.3 s, 0.5 s after the reset: played by the
+policy, added to the leader's command in teleop).
+
 Usage: `python bench/camera_lag.py [--seeds 30] [--seconds 8] [--restarts 3] [--short-seeds 12]
-[--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop] [--out bench/results/camera_lag.json]`
+[--skews 0,15,-15,25,-25,35,-35,60,-60] [--motions policy,teleop,teleop+probe] [--camera 640x480]
+[--probe] [--probe-seeds N] [--jobs 1] [--out bench/results/camera_lag.json]` (`--jobs N`: N episodes
+written and validated at once)
 """
 from __future__ import annotations
 
@@ -40,10 +48,12 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +66,19 @@ RESTART_AT = 5  # 0-based: the camera restarts before the 6th episode
 RESTART_SHIFT_MS = 30.0
 MOVING_RAD_S = 0.05  # a joint faster than this is the arm moving
 SHORT_S = (3.0, 4.0, 5.0, 6.0, 7.0)  # clean episodes shorter than the main ones
+PROBE = {"joint": "wrist_flex", "amplitude_rad": 0.1, "duration_s": 0.3}  # docs/task_spec.md's example
 
 
 def _spec(seed: int, skew: float, args: argparse.Namespace, session: str, index: int, instance: str) -> Any:
+    from teleop_flywheel.core.task_spec import parse_task_spec
     from teleop_flywheel.testing.synthetic_session import SessionSpec
 
     takeover = ((2.4, 4.4, "wrong_grasp"),) if args.motion == "policy" else ()
+    task = parse_task_spec({"instruction": "bench", "clock_probe": PROBE}) if args.probe else None
     return SessionSpec(duration_s=args.seconds, motion="rig", seed=seed, camera_clock_skew_ms=skew,
                        cameras=("front",), session_kind=args.motion, interventions=takeover,
-                       session_time_s=60.0 + 20.0 * index, rig_id=session, camera_instance=instance)
+                       session_time_s=60.0 + 20.0 * index, rig_id=session, camera_instance=instance,
+                       width=args.width, height=args.height, task_spec=task)
 
 
 def _moving_s(bag: Path) -> float:
@@ -80,12 +94,13 @@ def _moving_s(bag: Path) -> float:
 
 
 def _episode(root: Path, seed: int, skew: float, args: argparse.Namespace, session: str, index: int,
-             instance: str, cfg: Any) -> tuple[dict[str, Any], Any]:
+             instance: str, cfg: Any, keep: bool = False) -> tuple[dict[str, Any], Any]:
+    """Write one episode, validate it: (its row, its report). The bag is removed unless `keep`."""
     from teleop_flywheel.data.validate import validator as val
     from teleop_flywheel.testing.synthetic_session import write_session
 
-    bag = write_session(root / f"{session}_{index:02d}_{skew:+.0f}", _spec(seed, skew, args, session, index,
-                                                                             instance)).bag
+    bag_dir = root / f"{session}_{index:02d}_{skew:+.0f}"
+    bag = write_session(bag_dir, _spec(seed, skew, args, session, index, instance)).bag
     t = time.perf_counter()
     report = val.validate_bag((str(bag), cfg))
     est = report.camera_lag["front"]
@@ -97,7 +112,21 @@ def _episode(root: Path, seed: int, skew: float, args: argparse.Namespace, sessi
            "cannot_tell": "CAMERA_LAG_UNKNOWN" in {w.code for w in report.warnings},
            "covered": None if lag is None or se is None or est["note"] else abs(lag - skew) <= 1.96 * se,
            "moving_s": round(_moving_s(bag), 2), "validate_s": round(time.perf_counter() - t, 3)}
+    if not keep:
+        shutil.rmtree(bag_dir)
     return row, report
+
+
+def _episodes(jobs: int, calls: list[tuple[Any, ...]]) -> list[tuple[dict[str, Any], Any]]:
+    """`_episode(*call)` for every call, `jobs` at a time (processes: the estimator is CPU-bound), in order."""
+    if jobs <= 1:
+        out = [_episode(*call) for call in calls]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            out = list(pool.map(_episode, *zip(*calls, strict=True)))
+    for row, _report in out:
+        print(json.dumps(row), flush=True)
+    return out
 
 
 def _pooled(reports: list[Any], cfg: Any) -> list[bool]:
@@ -139,16 +168,31 @@ def main() -> int:
     parser.add_argument("--short-seeds", type=int, default=12, help="clean episodes per short length")
     parser.add_argument("--skews", default=",".join(f"{x:g}" for x in SKEWS_MS),
                         help="injected skews in ms, comma-separated (0 first: the clean episodes)")
-    parser.add_argument("--motions", default="policy,teleop", help="motion kinds, comma-separated (policy, teleop)")
+    parser.add_argument("--motions", default="policy,teleop,teleop+probe",
+                        help="motion kinds, comma-separated (policy, teleop; +probe: with the clock probe)")
+    parser.add_argument("--camera", default="640x480",
+                        help="the camera's frame size WxH (640x480: the camera node's default, hw/camera/source.py)")
+    parser.add_argument("--probe", action="store_true",
+                        help="every episode under a task spec with a clock probe (wrist_flex ±0.1 rad in 0.3 s)")
+    parser.add_argument("--probe-seeds", type=int, help="seeds of the +probe motions (default: --seeds)")
+    parser.add_argument("--jobs", type=int, default=1, help="episodes written and validated at once (processes)")
     parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "camera_lag.json")
     args = parser.parse_args()
     args.skews = tuple(float(x) for x in args.skews.split(","))
+    try:
+        args.width, args.height = (int(x) for x in args.camera.lower().split("x"))
+    except ValueError:
+        parser.error(f"--camera: expected WxH such as 640x480, got {args.camera!r}")
     load_before = os.getloadavg()
     per_motion, all_rows, all_short = {}, [], []
     for motion in args.motions.split(","):
-        if motion not in ("policy", "teleop"):
-            parser.error(f"--motions: unknown motion {motion!r} (policy, teleop)")
-        summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": motion}))
+        kind, _, probe = motion.partition("+")
+        if kind not in ("policy", "teleop") or probe not in ("", "probe"):
+            parser.error(f"--motions: unknown motion {motion!r} (policy, teleop; +probe for the clock probe)")
+        seeds = args.probe_seeds if probe and args.probe_seeds is not None else args.seeds
+        summary, rows, short = _measure(argparse.Namespace(**vars(args) | {"motion": kind, "label": motion,
+                                                                           "probe": args.probe or bool(probe),
+                                                                           "seeds": seeds}))
         per_motion[motion] = summary
         all_rows += [r | {"motion": motion} for r in rows]
         all_short += [r | {"motion": motion} for r in short]
@@ -173,15 +217,14 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
     rows: list[dict[str, Any]] = []
     reports: dict[tuple[float, int], Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench_camera_lag_") as tmp:
-        root = Path(tmp) / args.motion
+        root = Path(tmp) / args.label
         root.mkdir()
-        for skew in args.skews:
-            for seed in range(args.seeds):
-                session = f"rig{skew:+.0f}s{seed // SESSION}"
-                row, rep = _episode(root, seed, skew, args, session, seed % SESSION, f"cam-{session}", cfg)
-                rows.append(row)
-                reports[(skew, seed)] = rep
-                print(json.dumps(row), flush=True)
+        keys = [(skew, seed) for skew in args.skews for seed in range(args.seeds)]
+        calls = [(root, seed, skew, args, f"rig{skew:+.0f}s{seed // SESSION}", seed % SESSION,
+                  f"cam-rig{skew:+.0f}s{seed // SESSION}", cfg, skew == 0.0 and seed < 5) for skew, seed in keys]
+        for key, (row, rep) in zip(keys, _episodes(args.jobs, calls), strict=True):
+            rows.append(row)
+            reports[key] = rep
         per_minute = [_estimate_s_per_minute(root / f"rig+0s{s // SESSION}_{s % SESSION:02d}_+0", args.seconds)
                       for s in range(min(args.seeds, 5))]
         # the pools: sessions of 10 consecutive seeds per skew, one camera instance each
@@ -194,12 +237,10 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
         restarts = []
         for k in range(args.restarts):
             session = f"restart{k}"
+            calls = [(root, 1000 + SESSION * k + i, RESTART_SHIFT_MS if i >= RESTART_AT else 0.0, args, session, i,
+                      f"cam-{session}-{'b' if i >= RESTART_AT else 'a'}", cfg) for i in range(SESSION)]
             members = []
-            for i in range(SESSION):
-                shifted = i >= RESTART_AT
-                seed = 1000 + SESSION * k + i
-                row, rep = _episode(root, seed, RESTART_SHIFT_MS if shifted else 0.0, args, session, i,
-                                    f"cam-{session}-{'b' if shifted else 'a'}", cfg)
+            for row, rep in _episodes(args.jobs, calls):
                 rows.append(row | {"restart_session": k})
                 members.append(rep)
             with_id = _pooled(members, cfg)
@@ -211,13 +252,11 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
                              "with_instance_id": with_id, "without_instance_id": without_id,
                              "expected": [i >= RESTART_AT for i in range(SESSION)]})
             print(json.dumps(restarts[-1]), flush=True)
-        short = []
-        for seconds in SHORT_S:
-            for seed in range(args.short_seeds):
-                row, _rep = _episode(root, 2000 + seed, 0.0, argparse.Namespace(**vars(args) | {"seconds": seconds}),
-                                     f"short{seconds:g}", seed, "", cfg)
-                short.append(row | {"seconds": seconds})
-                print(json.dumps(short[-1]), flush=True)
+        lengths = [(seconds, seed) for seconds in SHORT_S for seed in range(args.short_seeds)]
+        calls = [(root, 2000 + seed, 0.0, argparse.Namespace(**vars(args) | {"seconds": seconds}),
+                  f"short{seconds:g}", seed, "", cfg) for seconds, seed in lengths]
+        short = [row | {"seconds": seconds} for (seconds, _seed), (row, _rep) in
+                 zip(lengths, _episodes(args.jobs, calls), strict=True)]
     skewed = [r for r in rows if "restart_session" not in r]
     per_skew = {}
     for skew in args.skews:
@@ -237,7 +276,7 @@ def _measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
     mid = [s for s in args.skews if abs(s) == 25.0]
     summary = {
         "episodes": len(rows), "episode_s": args.seconds, "seeds": args.seeds,
-        "camera": "320x240 JPEG q90 @ 30 fps",
+        "camera": f"{args.width}x{args.height} JPEG q90 @ 30 fps", "clock_probe": PROBE if args.probe else None,
         "motion": {"policy": "rig (demo policy, takeover, 2 rad/s guard, simulated servos)",
                    "teleop": "rig (sinusoidal teleop operator, 2 rad/s guard, simulated servos)"}[args.motion],
         "clean_rejected": _rate(["CLOCK_OFFSET" in r["codes"] for r in skewed if r["skew_ms"] == 0.0]),

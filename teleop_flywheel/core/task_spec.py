@@ -45,6 +45,7 @@ _TOP = ("format", "name", "instruction", "streams", "start_region", "duration_s"
 PROBE_MAX_SPEED_RAD_S = 2.0  # the arm driver's default max_speed_rad_s: a faster probe would be rate-limited
 PROBE_MAX_AMPLITUDE_RAD = 0.3  # a probe is a twitch the camera sees, not a move that disturbs the scene
 PEAK_SPEED_PER_LEG = 1.875  # a minimum-jerk move's peak speed over its mean speed
+PROBE_AT_S = 0.5  # the probe starts this long after the reset (the episode is recording by then)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,9 @@ class DeadAir:
 
 @dataclass(frozen=True)
 class ClockProbe:
-    """At each reset: `joint` out by `amplitude_rad` and back, two minimum-jerk legs of `duration_s` / 2."""
+    """At each reset (`PROBE_AT_S` after it): `joint` out by `amplitude_rad` and back, two minimum-jerk
+    legs of `duration_s` / 2. The scripted policy plays it; in teleop mode the teleop node adds it to
+    the leader's command when an episode starts recording."""
 
     joint: str
     amplitude_rad: float

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.core.task_spec import ClockProbe, clock_probe_of
+from teleop_flywheel.core.task_spec import PROBE_AT_S, ClockProbe, clock_probe_of
 from teleop_flywheel.policies.base import NO_IMAGES, Images, Policy
 
 DEFAULT_WAYPOINTS: list[list[float]] = [
@@ -41,7 +41,7 @@ class ScriptedPolicy(Policy):
     fail_every: int = 0
     fail_offset_rad: float = 0.35
     clock_probe: ClockProbe | None = None
-    probe_at_s: float = 0.5  # after each reset: the episode has started recording by then
+    probe_at_s: float = PROBE_AT_S  # after each reset: the episode has started recording by then
     cameras: tuple[str, ...] = field(default=(), init=False)
     _start: list[float] | None = None  # the plan: from this state at _t0, move number _first onwards
     _t0: int = 0

@@ -388,7 +388,7 @@ BENCH_LINES: dict[str, Any] = {
     ),
     "camera_lag": lambda d: (
         f"`camera_lag` (a camera's lag behind the joints from its images, {d['summary']['episodes']} episodes of "
-        f"the rig's motion, {d['summary']['episode_s']:g} s, skews "
+        f"the rig's motion, {d['summary']['episode_s']:g} s, a {d['summary']['camera'].split()[0]} camera, skews "
         f"{'/'.join(sorted({k.lstrip('+-') for k in d['summary']['per_skew']}, key=float)).replace('/', '/±')} ms "
         f"and restart sessions): "
         f"targets no clean episode rejected, ≥ 95 % of skews ≥ 35 ms rejected alone, ≥ 90 % of 25 ms through the "

@@ -250,7 +250,8 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
     the demo's waypoints, every second one wrong), blended with the simulated leader's human
     (`sim.servo.default_human`, at a random time into its session) where α > 0 — and the task
-    spec's `clock_probe` at the reset, when it has one — rate-limited by the
+    spec's `clock_probe` at the reset, when it has one (the policy plays it; in a teleop session it
+    is added to the leader's command) — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
     speed, acceleration, the position loop, gravity sag) — the motion the rig really produces:
     smooth, speed-limited moves whose corners carry the timing. The start pose varies a little
@@ -262,6 +263,7 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
     n, dt = len(t), float(t[1] - t[0])
     mid = 2048.0
     probe = spec.task_spec.clock_probe if spec.task_spec is not None else None
+    probe_joint = JOINT_NAMES.index(probe.joint) if probe is not None else 0
     policy_run = ScriptedPolicy("scripted-v0", [list(w) for w in RIG_WAYPOINTS], 2.0, 2, 0.35, probe)
     start = np.array(RIG_WAYPOINTS[0]) + rng.normal(0, 0.03, 6)
     human_t0 = rng.uniform(0, 60)
@@ -283,6 +285,8 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
             policy_run.drop_plan()
         policy[i] = policy_run.act(state, ns) or state
         wanted = alpha[i] * human[i] + (1 - alpha[i]) * policy[i]
+        if probe is not None and spec.session_kind == "teleop":  # on the leader's command
+            wanted[probe_joint] += probe.offset(t[i] - policy_run.probe_at_s)
         guard.command(JOINT_NAMES, list(wanted), ns)
         command[i] = _quantise(np.array(guard.step(state, ns)))
         for servo, q in zip(servos, command[i], strict=True):

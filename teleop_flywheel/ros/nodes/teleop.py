@@ -16,7 +16,12 @@ Wires `blending.AuthorityBlender` and `safety.CommandGuard` to topics:
   (std_srvs/Trigger; below).
 - parameters (`TeleopParams`): `mode`, `blend_duration_ms`, `stale_ms` and `label_window_ms` take
   effect at run time (a new blend duration applies to a ramp under way from its current α);
-  `rate_hz`, `max_speed_rad_s` and the calibration files are read-only.
+  `rate_hz`, `max_speed_rad_s`, the calibration files and `clock_probe` are read-only.
+- clock probe: with a task spec's `clock_probe` (the session passes it), each episode the recorder
+  starts (`recorder/status` naming a new episode) gets it in teleop mode, `PROBE_AT_S` after the
+  start: the probed joint out and back on top of the leader's command, through the same guard — a
+  known, sharp motion for the validator's camera clock check (docs/task_spec.md). A policy plays
+  its own; a hold plays nothing.
 
 What is sent goes through the same `safety.CommandGuard` as the arm driver's: the follower's
 calibrated range (`follower_calibration_file`) and `max_speed_rad_s`, so a far target — a policy's
@@ -67,6 +72,7 @@ from teleop_flywheel.core.blending import BLEND_MS_DEFAULT, BLEND_MS_RANGE, Auth
 from teleop_flywheel.core.calibration import ArmPair, load_calibration
 from teleop_flywheel.core.clock import now_ns, to_ros_ns
 from teleop_flywheel.core.episode import Intervention
+from teleop_flywheel.core.errors import TaskSpecError
 from teleop_flywheel.core.labels import (
     CORRECTION_KIND,
     INTERVENTION_KIND,
@@ -78,6 +84,7 @@ from teleop_flywheel.core.labels import (
 from teleop_flywheel.core.priority import RT_PRIORITY, Realtime, request_realtime
 from teleop_flywheel.core.safety import CommandGuard, JointLimits, nearest_turn
 from teleop_flywheel.core.so101 import FULL_TURN_JOINTS, JOINT_NAMES
+from teleop_flywheel.core.task_spec import PROBE_AT_S, ClockProbe, clock_probe_of
 from teleop_flywheel.core.topics import (
     AUTHORITY,
     AUTHORITY_FIELDS,
@@ -92,6 +99,8 @@ from teleop_flywheel.core.topics import (
     PEDAL_HEARTBEAT_FRAME,
     PEDAL_JOY,
     POLICY_COMMAND,
+    RECORDER_NODE,
+    RECORDER_STATUS,
     RESET,
     TELEOP_FAULT,
     arm_fault,
@@ -108,7 +117,7 @@ from teleop_flywheel.ros.nodes.common import (
     msg_stamp_ns,
     spin_node,
 )
-from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
+from teleop_flywheel.ros.params import Invalid, NodeParameters, NodeParams, spec
 
 # Five of the pedal node's 100 ms heartbeats missed: a process that died or a device that vanished,
 # not a heartbeat delayed by a loaded machine. A dead pedal while the policy drives is an operator
@@ -143,6 +152,21 @@ class TeleopParams(NodeParams):
     thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the thread that ticks, where permitted "
                                 "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
     lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
+    clock_probe: str = spec("", "the task spec's clock_probe as JSON ({joint, amplitude_rad, duration_s}; the session "
+                            "passes its spec's): in teleop mode added to the follower's command 0.5 s after each "
+                            "episode starts recording, a known motion the camera sees (docs/task_spec.md); empty: none")
+
+    def check(self) -> None:
+        self.probe()
+
+    def probe(self) -> ClockProbe | None:
+        """The clock probe the `clock_probe` parameter holds (Invalid naming it when it is not one)."""
+        if not self.clock_probe:
+            return None
+        try:
+            return clock_probe_of(json.loads(self.clock_probe), "clock_probe")
+        except (ValueError, TaskSpecError) as exc:  # JSONDecodeError is a ValueError
+            raise Invalid("clock_probe", f"a clock probe as JSON ({exc})") from None
 
 
 def event(iv: Intervention, kind: str = INTERVENTION_KIND) -> dict[str, Any]:
@@ -195,6 +219,10 @@ class TeleopNode(Node):
         self._reported: dict[tuple[str, int], tuple[int | None, str | None]] = {}  # (kind, id) → (end, trigger)
         self._hold_reason = ""  # the current hold, "" when not holding
         self._holds: dict[str, int] = {}  # hold reason → ticks held since the last diagnostics
+        self._probe = p.probe()
+        self._probe_joint = JOINT_NAMES.index(self._probe.joint) if self._probe is not None else 0
+        self._probe_start_ns: int | None = None  # when the probe of the episode recording began (teleop mode)
+        self._recording = ""  # the episode the recorder says it records ("" when idle)
 
         self._cmd_pub = self.create_publisher(JointState, FOLLOWER_COMMAND, STREAM_QOS)
         self._leader_pub = self.create_publisher(JointState, LEADER_COMMAND, STREAM_QOS)
@@ -206,6 +234,8 @@ class TeleopNode(Node):
         self.create_subscription(JointState, POLICY_COMMAND, self._on_policy, CONTROL_QOS)
         self.create_subscription(JointState, FOLLOWER_STATE, self._on_follower, CONTROL_QOS)
         self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)
+        if self._probe is not None:
+            self.create_subscription(String, f"{RECORDER_NODE}/{RECORDER_STATUS}", self._on_recorder, LATCHED_QOS)
         for role in ("leader", "follower"):
             self.create_subscription(DiagnosticStatus, arm_fault(role),
                                      lambda m, r=role: self._on_arm_hold(r, m), LATCHED_QOS)
@@ -261,6 +291,29 @@ class TeleopNode(Node):
         if positions is not None:
             with self._lock:
                 self._follower = positions
+
+    def _on_recorder(self, msg: String) -> None:
+        """An episode starting to record starts the clock probe `PROBE_AT_S` later."""
+        try:
+            status = json.loads(msg.data)
+            episode = str(status.get("episode") or "") if status.get("state") == "recording" else ""
+        except (ValueError, AttributeError):  # not the recorder's JSON object: nothing started
+            return
+        with self._lock:
+            if episode and episode != self._recording:
+                self._probe_start_ns = now_ns() + int(PROBE_AT_S * 1e9)
+            self._recording = episode
+
+    def _probed(self, command: list[float], t: int) -> list[float]:
+        """`command` with the clock probe's displacement at `t` (teleop mode only: a policy plays its own)."""
+        if self._probe is None or self._probe_start_ns is None or self.blender.mode != "teleop":
+            return command
+        offset = self._probe.offset((t - self._probe_start_ns) / 1e9)
+        if not offset:
+            return command
+        out = list(command)
+        out[self._probe_joint] += offset
+        return out
 
     def _on_pedal(self, msg: Joy) -> None:
         stamp = msg_stamp_ns(msg)  # the kernel's event time, on this node's monotonic clock
@@ -426,7 +479,7 @@ class TeleopNode(Node):
             if out.holding:
                 self.guard.hold()
             else:
-                self.guard.command(JOINT_NAMES, out.command, t)
+                self.guard.command(JOINT_NAMES, self._probed(out.command, t), t)
             sent = self.guard.step(seed, t)
             self._cmd_pub.publish(joint_state(JOINT_NAMES, sent, t))
         values = [out.alpha, float(mode_code(out.mode)), float(out.intervention_id), float(trigger_code(out.trigger))]

@@ -49,6 +49,7 @@ class Probe:
     def __init__(self, node) -> None:
         self.node = node
         self.commands: list[tuple[int, float]] = []  # (tick stamp, joint 0)
+        self.wrist: list[tuple[int, float]] = []  # (tick stamp, wrist_flex)
         self.authority: list[tuple[int, list[float]]] = []  # (tick stamp, [alpha, mode, id, trigger])
         self.leader_cmds: list[int] = []  # len(position): 6 = tracking, 0 = release
         self.events: list[dict] = []
@@ -72,6 +73,7 @@ class Probe:
 
     def _on_command(self, m: JointState) -> None:
         self.commands.append((msg_stamp_ns(m), m.position[0]))  # on this host's monotonic clock
+        self.wrist.append((msg_stamp_ns(m), m.position[JOINT_NAMES.index("wrist_flex")]))
         self.raw_stamps.append(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)
 
     def wait_matched(self, timeout: float = 30.0) -> None:
@@ -573,6 +575,33 @@ def test_a_held_arm_holds_the_teleop_node(teleop_factory) -> None:
     assert set(_published_since(probe, t0)) == {held}
     fault.publish(DiagnosticStatus(level=DiagnosticStatus.OK, name="follower arm", message="not held"))
     probe.drive(lambda: probe.commands[-1][1] == pytest.approx(1.0), "driving again once the arm is reset")
+
+
+PROBE = {"joint": "wrist_flex", "amplitude_rad": 0.1, "duration_s": 0.3}
+
+
+def test_a_task_specs_clock_probe_plays_on_the_command_as_an_episode_starts(teleop_factory) -> None:
+    """Teleop mode with the spec's clock probe: the recorder saying an episode records starts it 0.5 s
+    later on the follower's command, wrist_flex out by 0.1 rad and back within 0.3 s on the node's own
+    tick stamps; the same episode's status again plays nothing."""
+    probe = teleop_factory(mode="teleop", clock_probe=f"'{json.dumps(PROBE)}'")
+    status = probe.node.create_publisher(String, "/recorder/status", LATCHED_QOS)
+    probe.drive(lambda: bool(probe.wrist) and probe.wrist[-1][1] == pytest.approx(0.2), "the leader driving")
+
+    def recording(episode: str) -> tuple[int, list[tuple[int, float]]]:
+        """Say `episode` records; 1.5 s later, the wrist's commands that left the leader's 0.2 rad."""
+        t0 = now_ns()
+        status.publish(String(data=json.dumps({"state": "recording", "episode": episode})))
+        probe.drive(lambda: now_ns() - t0 > 1_500_000_000, "1.5 s recording")
+        return t0, [(t, v - 0.2) for t, v in sorted(probe.wrist) if t >= t0 and abs(v - 0.2) > 1e-6]
+
+    t0, moved = recording("episode_000001")
+    assert moved, "no probe"
+    assert moved[0][0] - t0 >= 0.5e9, "played before 0.5 s into the episode"
+    assert max(v for _t, v in moved) == pytest.approx(0.1, abs=0.005)
+    assert (moved[-1][0] - moved[0][0]) / 1e9 <= 0.3 + 2 * TICK_MS / 1e3  # out and back in 300 ms
+    _t1, again = recording("episode_000001")
+    assert not again, "the same episode's status played the probe again"
 
 
 def test_the_leader_gripper_maps_to_the_same_fraction_of_the_followers_range(teleop_factory, tmp_path) -> None:

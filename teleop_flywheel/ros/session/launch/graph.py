@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -390,17 +390,21 @@ def build_graph(kind: str, cfg: SessionConfig | None = None) -> Graph:
         return Graph(kind, _in_namespace(_record_nodes(cfg, kind) + extra, namespace), params_files=params_files)
 
     human_only = kind == "teleop"
+    teleop: dict[str, Any] = {
+        "mode": "teleop" if human_only else "policy",
+        "blend_duration_ms": cfg.blend_duration_ms,
+        "rate_hz": cfg.teleop_rate_hz,
+        # the drivers' calibrations: the follower's range limits commands, the grippers map 0-100
+        "leader_calibration_file": cfg.leader_calibration,
+        "follower_calibration_file": cfg.follower_calibration,
+    }
+    probe = load_task_spec(cfg.task_spec).clock_probe if cfg.task_spec else None
+    if probe is not None:  # played in teleop mode when an episode starts (a policy plays its own)
+        teleop["clock_probe"] = json.dumps(asdict(probe), sort_keys=True)
     nodes = [
         _arm("leader", cfg.leader_port, cfg.leader_calibration, cfg.arm_rate_hz, kind == "sim"),
         _arm("follower", cfg.follower_port, cfg.follower_calibration, cfg.arm_rate_hz, kind == "sim"),
-        NodeSpec("teleop", "teleop", {
-            "mode": "teleop" if human_only else "policy",
-            "blend_duration_ms": cfg.blend_duration_ms,
-            "rate_hz": cfg.teleop_rate_hz,
-            # the drivers' calibrations: the follower's range limits commands, the grippers map 0-100
-            "leader_calibration_file": cfg.leader_calibration,
-            "follower_calibration_file": cfg.follower_calibration,
-        }),
+        NodeSpec("teleop", "teleop", teleop),
     ]
     if not human_only:
         policy: dict[str, Any] = {"policy": cfg.policy, "policy_args": cfg.policy_args,

@@ -350,6 +350,10 @@ def test_task_argument_gives_the_recorder_the_spec_s_content_not_its_path(monkey
     assert json.loads(nodes["recorder"]["task_spec"]) == load_task_spec(task).content
     assert nodes["recorder"]["task"] == ""  # the instruction stands unless the operator sets another
     assert not [(n, k) for n, params in nodes.items() for k, v in params.items() if str(task) in str(v)]
+    assert "clock_probe" not in nodes["teleop"]  # the spec asks for none
+    task.write_text("instruction: x\nclock_probe: {joint: wrist_flex, amplitude_rad: 0.1, duration_s: 0.3}\n")
+    probed = build_graph("teleop", config_from_arguments({"task": str(task)})).node("teleop").parameters
+    assert json.loads(probed["clock_probe"]) == {"joint": "wrist_flex", "amplitude_rad": 0.1, "duration_s": 0.3}
     task.write_text("instruction: x\nsuccess: {joints: {elbow: [0.2, 0.6]}}\n")
     with pytest.raises(TaskSpecError, match=rf"^{task}: field 'success.joints.elbow' names joint 'elbow'"):
         _expand("teleop", monkeypatch, task=str(task))
