@@ -80,8 +80,10 @@ def test_connect_configures_the_arm_and_tick_reads_it(follower: SimulatedArm) ->
         assert stamps == sorted(stamps) and len(set(stamps)) == 5 and stamps[-1] <= now_ns()
         raw = [follower.servos[j.id].get("Present_Position") for j in cal.joints]
         assert readings[-1].positions == pytest.approx(cal.raw_to_rad(raw), abs=3 * RAD_PER_STEP)
-        # the follower holds where it was found (gravity then sags shoulder and elbow a little)
-        assert all(abs(goal(follower, j.id) - r) <= 30 for j, r in zip(cal.joints, raw, strict=True))
+        # the follower holds where it was found (gravity then sags shoulder and elbow a little; on a
+        # loaded machine the limp arm may fall further before the torque-on write, then comes back)
+        wait_for(lambda: all(abs(goal(follower, j.id) - follower.servos[j.id].get("Present_Position")) <= 30
+                             for j in cal.joints), 10, "the follower holding where it was found")
         assert driver.health().level == "OK"
         # and what settings.py wants is in the servos: LeRobot's gripper protection, a sane acceleration
         grip = follower.servos[6]
