@@ -209,8 +209,8 @@ def test_calibration_stopped_midway_puts_every_reachable_servo_back_locked(
     with SimulatedArm("follower", link=link) as arm:  # boots with the shipped simulator calibration
         before = {sid: [s.get(r) for r in ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")]
                   for sid, s in arm.servos.items()}
-        proc = subprocess.Popen([*CLI, "calibrate", "--port", str(link), "--arm", "follower", "--out",
-                                 str(tmp_path / "c.yaml")],
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", *CLI[1:], "calibrate", "--port", str(link),
+                                 "--arm", "follower", "--out", str(tmp_path / "c.yaml")],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
@@ -220,7 +220,12 @@ def test_calibration_stopped_midway_puts_every_reachable_servo_back_locked(
             proc.stdin.flush()
             assert "Recording" in proc.stdout.readline()  # recording until Enter, which never comes
             failure(arm, proc)
-            proc.wait(timeout=60)  # stdin stays open: its end would be an Enter
+            try:
+                proc.wait(timeout=60)  # stdin stays open: its end would be an Enter
+            except subprocess.TimeoutExpired:  # where it hangs: faulthandler prints every thread's stack
+                proc.send_signal(signal.SIGABRT)
+                stacks = proc.communicate(timeout=30)[1]
+                pytest.fail(f"calibrate still running 60 s after the failure:\n{stacks[-6000:]}")
             err = proc.stderr.read()
         finally:
             proc.kill()
