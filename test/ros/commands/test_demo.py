@@ -212,3 +212,22 @@ def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -
     assert missed == ["ep2 UNLABELLED_INTERVENTION (takeover left unlabelled)",
                       "ep2 OUTCOME_MISMATCH (success marked on a missed place)"]
     assert unexpected == ["ep0 FRAME_GAP(/follower/joint_states gap 0.2s)"]
+
+
+def test_the_demo_s_leader_renders_the_grasp_to_a_finger_the_world_file_squeezes(tmp_path: Path) -> None:
+    """The demo's rig (its other sessions unchanged): the leader's driver renders the follower's grasp,
+    mapped through the follower's calibration; its simulator holds the trigger in the yielding finger
+    (`sim-bus --hand`) and reads the world file the scripted operator squeezes through."""
+    from teleop_flywheel.ros.commands.demo import LEADER_WORLD, demo_graph
+    from teleop_flywheel.ros.session.launch.graph import build_graph
+
+    graph = demo_graph(tmp_path / "bags", tmp_path / "policy.yaml", "h264").in_sim_dir(tmp_path / "sim")
+    leader = graph.node("leader_arm").parameters
+    assert leader["feedback"] == "gripper"
+    assert leader["follower_calibration_file"] == graph.node("follower_arm").parameters["calibration_file"]
+    arms = {a.role: a.command("python") for a in graph.sim_arms}
+    assert "--hand" in arms["leader"] and "--hand" not in arms["follower"]
+    assert arms["leader"][arms["leader"].index("--world") + 1] == str(tmp_path / "sim" / LEADER_WORLD)
+    plain = build_graph("sim")
+    assert "feedback" not in plain.node("leader_arm").parameters
+    assert all("--hand" not in a.command("python") for a in plain.sim_arms)
