@@ -587,7 +587,9 @@ def feedback_lines(dataset: Path, reports: list[dict[str, Any]], plans: list[Epi
     measures (`data/reports/mashing.py`, the episodes table's columns)."""
     from teleop_flywheel.data.errors import DatasetError
     from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-    from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK
+    from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, LEADER_STATE
+    from teleop_flywheel.data.reports.audit import EFFORT
+    from teleop_flywheel.data.reports.mashing import GRIPPER_CONTACT_LOAD
 
     take = next((p for p in plans if p.feedback), None)
     if take is None or take.index not in names:
@@ -599,23 +601,32 @@ def feedback_lines(dataset: Path, reports: list[dict[str, Any]], plans: list[Epi
         return [f"feedback:    episode {take.index} {name} recorded with feedback; no dataset to measure it in"]
     ids = {e["name"]: e.get("episode_id") for e in reports}
     table = ds.episodes.set_index("episode_id", drop=False)
-    if ids.get(name) not in table.index or not ds.has_column(FEEDBACK):
+    if ids.get(name) not in table.index or not all(ds.has_column(c) for c in (FEEDBACK, LEADER_STATE, EFFORT)):
         return [f"feedback:    episode {take.index} {name} recorded with feedback, not in the dataset (rejected: "
                 "see above): nothing to measure"]
     index, feedback = ds.column("episode_index"), ds.column(FEEDBACK)
     # Per joint: goal offsets, then the torque ceilings; NaN (nothing heard yet) rendered nothing.
     ceilings = np.nan_to_num(feedback[:, feedback.shape[1] // 2:])
     demo = {ids.get(n): i for i, n in names.items()}
+    # How far the trigger ran past the follower's jaws while they held the object (load at a grasp's):
+    # the operator's squeeze beyond what the follower could do, in the gripper's 0-100 of its range.
+    held = np.abs(ds.column(EFFORT)[:, ds.joint_names(EFFORT).index("gripper.effort")]) >= GRIPPER_CONTACT_LOAD
+    past = (ds.column("observation.state")[:, ds.joint_names("observation.state").index("gripper.pos")]
+            - ds.column(LEADER_STATE)[:, ds.joint_names(LEADER_STATE).index("gripper.pos")])
 
     def pressed(row: Any) -> str:
-        rows = ceilings[index == int(row["episode_index"])]
+        mine = index == int(row["episode_index"])
+        rows = ceilings[mine]
+        squeezed = past[mine & held]
+        beyond = (f"trigger past the holding jaws: mean {np.nanmean(squeezed):.1f} %, max {np.nanmax(squeezed):.0f} % "
+                  "of the gripper's range" if squeezed.size else "the jaws never held")
         # Feedback torques some joints; commands (the leader tracking the follower while the policy
         # drives, also on the record) torque every one.
         felt = rows[(rows > 0).any(axis=1) & ~(rows > 0).all(axis=1)]
         return (f"rendered {len(felt) / ds.fps:.1f} s (ceiling up to {float(felt.max(initial=0.0)):.2f}); pressed "
                 f"at the grip "
                 f"limit {float(row['grip_limit_s']):.1f} s, excess load {float(row['excess_load_s']):.2f} load·s "
-                f"(peak {float(row['excess_load_peak']):.2f})")
+                f"(peak {float(row['excess_load_peak']):.2f}); {beyond}")
 
     mine = table.loc[ids[name]]
     others = table[table["episode_id"] != ids[name]]

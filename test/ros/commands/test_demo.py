@@ -160,7 +160,8 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         table = parquet(out / "dataset" / "meta" / "episodes")
         row = table[table["episode_id"] == ordered[0]["episode_id"]].iloc[0]
         data = parquet(out / "dataset" / "data")
-        ceilings = np.stack(data[data["episode_index"] == row["episode_index"]]["complementary_info.feedback"])[:, 6:]
+        rows = data[data["episode_index"] == row["episode_index"]]
+        ceilings = np.stack(rows["complementary_info.feedback"])[:, 6:]
         trigger = (ceilings[:, 5] > 0) & (ceilings[:, :5] == 0).all(axis=1)
         assert trigger.sum() > 5 and ceilings[trigger, 5].max() == pytest.approx(0.15)
         said = re.search(r"feedback: +episode 0 \S+, the operator's turn teleoperated with the leader's `gripper` "
@@ -170,6 +171,14 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         assert float(said.group(1)) == pytest.approx(trigger.sum() / meta["fps"], abs=0.06)
         assert float(said.group(2)) == pytest.approx(row["grip_limit_s"], abs=0.051)
         assert float(said.group(3)) == pytest.approx(row["excess_load_s"], abs=0.0051)
+        # The operator felt the grasp and stopped: the trigger stayed at the jaws while they held the object
+        # (gripper 0-100; the takeovers, nothing rendered, shut it past them by ~26 on average).
+        held = np.abs(np.stack(rows["observation.effort"])[:, 5]) >= 0.1
+        jaws = np.stack(rows["observation.state"])[:, 5]
+        past = (jaws - np.stack(rows["complementary_info.leader_state"])[:, 5])[held]
+        beyond = re.search(r"feedback: +episode 0 .*; trigger past the holding jaws: mean (-?[\d.]+) %", proc.stdout)
+        assert beyond and float(beyond.group(1)) == pytest.approx(np.nanmean(past), abs=0.051)
+        assert np.nanmean(past) < 10, past
     else:
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout
     # The session ran with ingest on: bags/dataset was kept current as episodes were added (each episode in
