@@ -19,6 +19,7 @@ from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
 from teleop_flywheel.hw.feetech.sim.arm import FAULT_FORMS, Faults, SimulatedArm, parse_fault
+from teleop_flywheel.hw.feetech.sim.servo import YIELDING_FINGER
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,11 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="boot as delivered: homing offsets 0, limits 0..4095 (for calibrate)")
     parser.add_argument("--human", action="store_true",
                         help="the scripted human moves this arm while its torque is off (default: leader only)")
+    parser.add_argument("--hand", action="store_true",
+                        help="leader: the scripted human's finger holds the trigger as the modelled hand, so force "
+                             "feedback reaches it; it yields to a rendered grasp (0.1 of the servo's maximum torque, "
+                             "against the 0.15 feedback ceiling); the --world file's \"squeeze\": true shuts it")
     parser.add_argument("--grip-object", type=float, metavar="STEPS",
                         help="an object between the jaws: the gripper stalls when it closes to this shaft position")
     parser.add_argument("--world", metavar="FILE",
                         help="JSON re-read whenever it changes: joint_noise_rad = encoder noise (std, rad) on "
-                             "every position reading")
+                             "every position reading; squeeze = true: the scripted human shuts a leader's trigger")
     parser.add_argument("--factory-new", action="store_true",
                         help="one servo straight from the box (id 1, factory baud), for setup-motors")
     parser.add_argument("--priority", type=int, default=RT_PRIORITY, choices=range(0, 100), metavar="0-99",
@@ -53,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.hand and args.arm != "leader":
+        raise UsageError("--hand holds a leader's trigger", where=f"--arm {args.arm}",
+                         fix="give --hand with --arm leader")
     faults = Faults()
     try:
         for spec in args.fault:
@@ -69,6 +77,7 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
     arm = SimulatedArm(args.arm, args.baud, not args.no_wire_time, args.return_delay, faults, args.link, args.seed,
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
                        uncalibrated=args.uncalibrated, grip_object=args.grip_object,
+                       finger=YIELDING_FINGER if args.hand else None,
                        adapter_name=args.adapter, world=args.world)
     # Before the serving threads start: they inherit it.
     request_realtime(args.priority, whole_process=True,

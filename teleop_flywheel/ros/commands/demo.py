@@ -3,7 +3,12 @@
 A simulated SO-101 pair (two `sim-bus` processes on pseudo-terminals), a synthetic camera,
 the scripted policy (which heads for a wrong waypoint on every second move), and a scripted
 operator who watches it: when the policy goes wrong they press the virtual foot pedal (real
-`input_event` records into the pedal node's FIFO), take over, label why, and hand back. One
+`input_event` records into the pedal node's FIFO), take over, close the gripper on the object,
+label why, and hand back. Force feedback: the leader renders the follower's grasp on its trigger
+(`feedback: gripper`) and the simulated leader's trigger is in the operator's finger (`sim-bus
+--hand`), so in the first episode, whose operator's turn is teleoperation (the leader renders only
+then, not in a takeover), the operator feels the grasp and stops; the summary says what was rendered
+and how hard the follower pressed there against the dataset's other episodes. One
 bag per episode, outcomes set through the recorder's parameters. The session records under the
 task spec `config/task_demo.yaml`: between takes the scripted operator sends the arm home (the start
 region), and the policy ends each take holding the place pose (its success predicate) — except
@@ -32,12 +37,15 @@ import random
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import PartialFailure, UsageError
+from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.core.resources import config_path
 from teleop_flywheel.core.task_spec import ClockProbe, load_task_spec
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
@@ -45,7 +53,7 @@ from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recorder import verdict
 from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
-from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters
+from teleop_flywheel.ros.session.launch.graph import SIM_DIR, CameraSpec, SessionConfig, build_graph, with_parameters
 
 WARMUP_S = 2.5  # after every stream is found (the arm goes home meanwhile); then episodes start on a fixed schedule
 GAP_S = 2.5  # between a stop and the next start: the arm goes home (a 2 s move) after the stop's own delay
@@ -63,6 +71,7 @@ GRASP = [0.5, 0.1, 0.1, -0.2, 0.6, 0.8]
 PLACE = [-0.4, 0.2, -0.2, 0.3, -0.5, 0.2]
 WRONG_PLACE = [0.5, 0.2, -0.2, 0.3, 0.4, 0.2]  # the brick on the wrong square: outside the spec's success region
 FAIL_OFFSET = 0.35
+LEADER_WORLD = "leader_world.json"  # in the sim dir: the leader simulator's world file (the finger's squeeze)
 
 
 @dataclass(frozen=True)
@@ -72,21 +81,25 @@ class EpisodePlan:
     label: str | None  # trigger label the operator gives; None = forgets (injected failure)
     camera_stall: bool = False
     misses: bool = False  # the policy puts the brick on the wrong square: the final pose misses the spec
+    feedback: bool = False  # the operator's turn in teleop mode, the leader rendering the grasp (no takeover)
 
 
 def plan(episodes: int) -> list[EpisodePlan]:
     """Mostly clean episodes; one each of the seeds' camera stall, unlabelled takeover, unset outcome;
     the careless operator of the unlabelled takeover also marks a missed place a success (the
-    seeds' "marked success, the mug is on its side"), and the failure is a missed place rightly flagged."""
+    seeds' "marked success, the mug is on its side"), and the failure is a missed place rightly flagged.
+    The first is the one with force feedback: the operator's turn is teleoperation (the leader renders
+    only while the human drives in teleop mode, docs/teleop.md), a mode switch and back, not a takeover."""
     plans = []
     for i in range(episodes):
         kind = i % 6
         plans.append(EpisodePlan(
             i,
             outcome="" if kind == 3 else ("failure" if kind == 4 else "success"),
-            label=None if kind == 2 else ("about_to_collide" if kind == 5 else "wrong_grasp"),
+            label=None if kind == 2 or i == 0 else ("about_to_collide" if kind == 5 else "wrong_grasp"),
             camera_stall=kind == 1,
             misses=kind in (2, 4),
+            feedback=i == 0,
         ))
     return plans
 
@@ -107,7 +120,7 @@ def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
     """What the demo injected into an episode: (code the validator must give, text the reason's
     detail must contain, what was injected)."""
     out = [("FRAME_GAP", "/cameras/", "camera stall")] if p.camera_stall else []
-    if p.label is None:
+    if p.label is None and not p.feedback:  # a teleop take has no takeover to label
         out.append(("UNLABELLED_INTERVENTION", "", "takeover left unlabelled"))
     if not p.outcome:
         out.append(("OUTCOME_UNSET", "", "outcome not set"))
@@ -284,6 +297,9 @@ class ScriptedOperator:
         self.recorder = RecorderClient(session.context, "demo_operator")
         self.policy = PolicyClient(self.recorder.node)
         self.camera = ParameterClient(self.recorder.node, "/camera_front")
+        self.teleop = ParameterClient(self.recorder.node, "/teleop")
+        # The leader simulator's world file: its "squeeze" shuts the trigger the operator's finger holds.
+        self.hand = Path(next(a.world for a in session.graph.sim_arms if a.role == "leader"))
         self.status = RecorderStatus(self.recorder.node)
         session.add_node(self.recorder.node)
         if not self.recorder.ready(READY_S):
@@ -321,17 +337,20 @@ class ScriptedOperator:
             while time.monotonic() < t0 + t:
                 time.sleep(0.01)
 
-        # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in.
+        # The policy's second move (2-4 s) heads for a wrong waypoint: the operator steps in (in the
+        # feedback take, by switching to teleop mode) and closes the gripper on the object.
         at(2.4)
-        pedal.takeover(True)
+        self.step_in(p, True)
         at(2.9)
         if p.label:
             pedal.label(p.label)
         if p.camera_stall:  # the seeds' 4-second camera dropout, mid-episode
             at(seconds * 0.4)
             self.camera.set(stall_now_s=4.0)
+        at(min(4.3, seconds - 1.1))
+        self.squeeze(False)  # lets go of the trigger before handing back
         at(min(4.4, seconds - 1.0))
-        pedal.takeover(False)
+        self.step_in(p, False)
         at(seconds - 0.3)
         if p.outcome:
             self.recorder.label(outcome=p.outcome, attempts=1 if p.outcome == "success" else 0,
@@ -343,6 +362,20 @@ class ScriptedOperator:
         self.verdicts.names[p.index] = saved.name
         self.recorder.call("keep")  # the scripted operator keeps them all: the failures are there to be rejected
         return saved
+
+    def step_in(self, p: EpisodePlan, down: bool) -> None:
+        """The operator's turn begins (`down`) or ends: the pedal, or in the feedback take the teleop
+        node's mode; it squeezes the trigger from the start of its turn."""
+        if p.feedback:
+            self.teleop.set(mode="teleop" if down else "policy")
+        else:
+            self.pedal().takeover(down)
+        if down:
+            self.squeeze(True)
+
+    def squeeze(self, shut: bool) -> None:
+        """The scripted operator's finger shuts the leader's trigger, or lets it go (sim-bus --hand)."""
+        replace_atomic(self.hand, json.dumps({"squeeze": shut}) + "\n")
 
     def pedal(self) -> VirtualPedal:
         """The simulated pedal's FIFO, opened once."""
@@ -367,15 +400,22 @@ def write_policies(out: Path) -> tuple[Path, Path]:
 
 def demo_graph(bags: Path, policy_file: Path, codec: str) -> Any:
     """The simulated rig: the sim session with a synthetic front camera, the demo's task spec and
-    policy, and ingest into `bags/dataset`."""
+    policy, and ingest into `bags/dataset`; the leader's trigger in the operator's finger (`sim-bus
+    --hand`, squeezed through the leader's world file) and rendering the follower's grasp (`feedback:
+    gripper`, mapped through the follower's calibration)."""
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0,
                                             width=320, height=240),),
                         output_dir=str(bags), task_spec=str(config_path(TASK_SPEC)), operator="sim-operator",
                         checkpoint_id="scripted-v0", policy_args=str(policy_file), ingest=True)
     # Ingest leaves rejects in place (the batch validation below reports and quarantines them) and draws no
     # audit page (the demo draws one at the end).
-    return with_parameters(build_graph("sim", cfg), {"ingest": {"quarantine": False, "audit": False,
-                                                                "codec": codec, "repo_id": REPO_ID}})
+    graph = build_graph("sim", cfg)
+    graph = replace(graph, sim_arms=tuple(replace(a, hand=True, world=f"{SIM_DIR}/{LEADER_WORLD}")
+                                          if a.role == "leader" else a for a in graph.sim_arms))
+    follower_calibration = graph.node("follower_arm").parameters["calibration_file"]
+    return with_parameters(graph, {"ingest": {"quarantine": False, "audit": False, "codec": codec, "repo_id": REPO_ID},
+                                   "leader_arm": {"feedback": "gripper",
+                                                  "follower_calibration_file": follower_calibration}})
 
 
 def record(out: Path, plans: list[EpisodePlan], seconds: float, codec: str) -> tuple[Path, VerdictLog, IngestLog]:
@@ -525,8 +565,11 @@ def summarise(out: Path, bags: Path, report: Path, plans: list[EpisodePlan], ver
           + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a node's process for a moment)"
              if unexpected else ""))
     print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
-    print(f"interventions: {len(plans)} takeovers in {len(plans)} episodes (1 per episode), "
-          f"{sum(p.label is None for p in plans)} left unlabelled on purpose")
+    takeovers = [p for p in plans if not p.feedback]
+    print(f"interventions: {len(takeovers)} takeovers in {len(plans)} episodes (1 per episode but the feedback "
+          f"take's teleop turn), {sum(p.label is None for p in takeovers)} left unlabelled on purpose")
+    for line in feedback_lines(dataset, batch["episodes"], plans, verdicts.names):
+        print(line)
     flagged = [f"episode {i} (flagged {c['outcome']}: {c['detail']})" for i, c in sorted(verdicts.checks.items())
                if c["disagrees"]]
     print(f"task spec:   config/{TASK_SPEC} (id {load_task_spec(config_path(TASK_SPEC)).id}): "
@@ -535,3 +578,63 @@ def summarise(out: Path, bags: Path, report: Path, plans: list[EpisodePlan], ver
           f"{len(flagged)} flag(s) the predicate disagrees with, caught at the rig"
           + (": " + "; ".join(flagged) if flagged else ""))
     return [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]
+
+
+def feedback_lines(dataset: Path, reports: list[dict[str, Any]], plans: list[EpisodePlan],
+                   names: dict[int, str]) -> list[str]:
+    """What the leader rendered in the feedback take and how hard the operator pressed there against
+    the dataset's other episodes: its `complementary_info.feedback` and the converter's mashing
+    measures (`data/reports/mashing.py`, the episodes table's columns)."""
+    from teleop_flywheel.data.errors import DatasetError
+    from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+    from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, LEADER_STATE
+    from teleop_flywheel.data.reports.audit import EFFORT
+    from teleop_flywheel.data.reports.mashing import GRIPPER_CONTACT_LOAD
+
+    take = next((p for p in plans if p.feedback), None)
+    if take is None or take.index not in names:
+        return []
+    name = names[take.index]
+    try:
+        ds = LeRobotDataset.open(dataset)
+    except DatasetError:
+        return [f"feedback:    episode {take.index} {name} recorded with feedback; no dataset to measure it in"]
+    ids = {e["name"]: e.get("episode_id") for e in reports}
+    table = ds.episodes.set_index("episode_id", drop=False)
+    if ids.get(name) not in table.index or not all(ds.has_column(c) for c in (FEEDBACK, LEADER_STATE, EFFORT)):
+        return [f"feedback:    episode {take.index} {name} recorded with feedback, not in the dataset (rejected: "
+                "see above): nothing to measure"]
+    index, feedback = ds.column("episode_index"), ds.column(FEEDBACK)
+    # Per joint: goal offsets, then the torque ceilings; NaN (nothing heard yet) rendered nothing.
+    ceilings = np.nan_to_num(feedback[:, feedback.shape[1] // 2:])
+    demo = {ids.get(n): i for i, n in names.items()}
+    # How far the trigger ran past the follower's jaws while they held the object (load at a grasp's):
+    # the operator's squeeze beyond what the follower could do, in the gripper's 0-100 of its range.
+    held = np.abs(ds.column(EFFORT)[:, ds.joint_names(EFFORT).index("gripper.effort")]) >= GRIPPER_CONTACT_LOAD
+    past = (ds.column("observation.state")[:, ds.joint_names("observation.state").index("gripper.pos")]
+            - ds.column(LEADER_STATE)[:, ds.joint_names(LEADER_STATE).index("gripper.pos")])
+
+    def pressed(row: Any) -> str:
+        mine = index == int(row["episode_index"])
+        rows = ceilings[mine]
+        squeezed = past[mine & held]
+        beyond = (f"trigger past the holding jaws: mean {np.nanmean(squeezed):.1f} %, max {np.nanmax(squeezed):.0f} % "
+                  "of the gripper's range" if squeezed.size else "the jaws never held")
+        # Feedback torques some joints; commands (the leader tracking the follower while the policy
+        # drives, also on the record) torque every one.
+        felt = rows[(rows > 0).any(axis=1) & ~(rows > 0).all(axis=1)]
+        return (f"rendered {len(felt) / ds.fps:.1f} s (ceiling up to {float(felt.max(initial=0.0)):.2f}); pressed "
+                f"at the grip "
+                f"limit {float(row['grip_limit_s']):.1f} s, excess load {float(row['excess_load_s']):.2f} load·s "
+                f"(peak {float(row['excess_load_peak']):.2f}); {beyond}")
+
+    mine = table.loc[ids[name]]
+    others = table[table["episode_id"] != ids[name]]
+    lines = [f"feedback:    episode {take.index} {name}, the operator's turn teleoperated with the leader's "
+             f"`gripper` feedback: {pressed(mine)}"]
+    if others.empty:
+        lines.append("             no other episode in the dataset to compare (the default 6 episodes have some)")
+    for _i, row in others.iterrows():
+        lines.append(f"             against episode {demo.get(row['episode_id'], '?')}, a pedal takeover (policy mode: "
+                     f"nothing rendered): {pressed(row)}")
+    return lines

@@ -3,15 +3,18 @@ joint, feels a torqued one and can overpower a low Torque_Limit — read through
 pseudo-terminal, what reaches the hand from the simulator (`hand_forces`)."""
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from teleop_flywheel.hw.errors import BusTimeout
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
+from teleop_flywheel.hw.feetech.sim.servo import YIELDING_FINGER
 
 pytestmark = pytest.mark.timeout(60)
 POSE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2650.0]
@@ -104,3 +107,36 @@ def test_a_torqued_leader_following_its_own_reading_drags_the_hand_more_than_a_l
     limp, torqued = hand_force_rms(False), hand_force_rms(True)
     assert 0.05 < limp < 0.12, f"the shaft's own drag: {limp:.3f}"
     assert torqued > 1.05 * limp, f"torqued {torqued:.3f} against limp {limp:.3f}"
+
+
+def test_the_yielding_finger_shuts_the_trigger_on_squeeze_and_stops_at_a_rendered_grasp(tmp_path: Path) -> None:
+    """`sim-bus --hand`: the finger holds the trigger alone (the body is let go when torqued, as
+    without a hand); the world file's `squeeze` shuts it, limp; a trigger torqued at the feedback
+    ceiling (0.15) toward an object's position stops it there, where the default hand goes through."""
+    world = tmp_path / "world.json"
+    with SimulatedArm("leader", finger=YIELDING_FINGER, world=world) as arm, FeetechBus(arm.port) as bus:
+        arm.set_human(lambda t: POSE)
+        settle(lambda: abs(arm.servos[GRIP].position - POSE[5]) < 0.5)
+        world.write_text(json.dumps({"squeeze": True}))
+        closed = arm.servos[GRIP].travel[0]
+        settle(lambda: arm.servos[GRIP].position < closed + 1)
+        assert arm.servos[GRIP].position == pytest.approx(closed, abs=1), "shut, limp"
+        world.write_text(json.dumps({"squeeze": False}) + " ")  # another mtime
+        settle(lambda: abs(arm.servos[GRIP].position - POSE[5]) < 0.5)
+        assert arm.servos[GRIP].position == pytest.approx(POSE[5], abs=0.5), "let go: back where the human wants it"
+        body = bus.read_register(1, "Present_Position")[0] + arm.servos[1].get("Homing_Offset")
+        bus.write_register(1, "Goal_Position", body + 300 - arm.servos[1].get("Homing_Offset"))
+        bus.write_register(1, "Torque_Enable", 1)
+        settle(lambda: abs(arm.servos[1].position - body - 300) < 2)
+        assert arm.servos[1].position == pytest.approx(body + 300, abs=2), "the body, torqued, is let go"
+        assert arm.hand_forces()[0] == 0.0
+        # A grasp rendered as the leader's driver does: the trigger torqued at 0.15 toward where the jaws stopped.
+        bus.write_register(GRIP, "Torque_Limit", 150)
+        bus.write_register(GRIP, "Goal_Position", int(POSE[5]) - arm.servos[GRIP].get("Homing_Offset"))
+        bus.write_register(GRIP, "Torque_Enable", 1)
+        world.write_text(json.dumps({"squeeze": True}))
+        settle(lambda: abs(arm.hand_forces()[GRIP - 1] + 0.1) < 0.002)
+        time.sleep(0.3)
+        assert arm.hand_forces()[GRIP - 1] == pytest.approx(-0.1, abs=0.002), "the finger presses its limit"
+        # Stopped a spring's stretch short of the goal (0.1 / the servo's load per step of error), far from shut.
+        assert POSE[5] - 15 < arm.servos[GRIP].position < POSE[5], "and is stopped at the goal"

@@ -53,6 +53,22 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
                 "/cameras/front/image/compressed", "/teleop/intervention"} <= topics
         n = sum(1 for _ in reader.messages())
         assert n > 100
+    # Force feedback: the leader's trigger rendered the follower's grasp (the trigger alone, at its 0.15
+    # ceiling) in episode 0, whose operator's turn is teleoperation, and nowhere in the pedal takeovers (policy
+    # mode: the leader renders only while the human drives in teleop mode). Commands, which torque every
+    # joint of the leader while the policy drives, are on /leader/feedback too and are not feedback.
+    def rendered(name: str) -> list[float]:
+        bag = next(p for p in bag_dirs if p.name == name)
+        with AnyReader([bag]) as reader:
+            conns = [c for c in reader.connections if c.topic == "/leader/feedback"]
+            efforts = [list(reader.deserialize(raw, c.msgtype).effort) for c, _t, raw in reader.messages(conns)]
+        return [e[5] for e in efforts if any(x > 0 for x in e) and not all(x > 0 for x in e) and max(e[:5]) == 0.0]
+
+    felt = rendered(ordered[0]["name"])
+    assert len(felt) > 20 and max(felt) == pytest.approx(0.15), felt[:5]
+    assert all(not rendered(e["name"]) for e in ordered[1:])
+    line = re.search(rf"feedback: +episode 0 {ordered[0]['name']}", proc.stdout)
+    assert line, proc.stdout[-3000:]
     # Rejected bags were moved, with a JSON record of why, never deleted.
     quarantined = [p for p in (out / "quarantine").rglob("*.json") if p.name != "verdict.json"]
     assert len(quarantined) == sum(1 for e in ordered if e["reasons"])
@@ -135,6 +151,34 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
         meta = json.loads(info.read_text())
         assert meta["codebase_version"] == "v3.0" and meta["total_episodes"] == len(passed)
         assert (out / "dataset" / "README.md").exists()
+    if not ordered[0]["reasons"]:  # the feedback take is in the dataset: what was rendered and how hard it pressed
+        import pandas as pd
+
+        def parquet(folder: Path) -> pd.DataFrame:
+            return pd.concat(pd.read_parquet(f) for f in sorted(folder.rglob("*.parquet")))
+
+        table = parquet(out / "dataset" / "meta" / "episodes")
+        row = table[table["episode_id"] == ordered[0]["episode_id"]].iloc[0]
+        data = parquet(out / "dataset" / "data")
+        rows = data[data["episode_index"] == row["episode_index"]]
+        ceilings = np.stack(rows["complementary_info.feedback"])[:, 6:]
+        trigger = (ceilings[:, 5] > 0) & (ceilings[:, :5] == 0).all(axis=1)
+        assert trigger.sum() > 5 and ceilings[trigger, 5].max() == pytest.approx(0.15)
+        said = re.search(r"feedback: +episode 0 \S+, the operator's turn teleoperated with the leader's `gripper` "
+                         r"feedback: rendered ([\d.]+) s \(ceiling up to 0\.15\); pressed at the grip limit "
+                         r"([\d.]+) s, excess load ([\d.]+) load·s", proc.stdout)
+        assert said, proc.stdout[-3000:]
+        assert float(said.group(1)) == pytest.approx(trigger.sum() / meta["fps"], abs=0.06)
+        assert float(said.group(2)) == pytest.approx(row["grip_limit_s"], abs=0.051)
+        assert float(said.group(3)) == pytest.approx(row["excess_load_s"], abs=0.0051)
+        # The operator felt the grasp and stopped: the trigger stayed at the jaws while they held the object
+        # (gripper 0-100; the takeovers, nothing rendered, shut it past them by ~26 on average).
+        held = np.abs(np.stack(rows["observation.effort"])[:, 5]) >= 0.1
+        jaws = np.stack(rows["observation.state"])[:, 5]
+        past = (jaws - np.stack(rows["complementary_info.leader_state"])[:, 5])[held]
+        beyond = re.search(r"feedback: +episode 0 .*; trigger past the holding jaws: mean (-?[\d.]+) %", proc.stdout)
+        assert beyond and float(beyond.group(1)) == pytest.approx(np.nanmean(past), abs=0.051)
+        assert np.nanmean(past) < 10, past
     else:
         assert not info.exists() and "NO EPISODE PASSED VALIDATION" in proc.stdout
     # The session ran with ingest on: bags/dataset was kept current as episodes were added (each episode in
@@ -177,3 +221,22 @@ def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -
     assert missed == ["ep2 UNLABELLED_INTERVENTION (takeover left unlabelled)",
                       "ep2 OUTCOME_MISMATCH (success marked on a missed place)"]
     assert unexpected == ["ep0 FRAME_GAP(/follower/joint_states gap 0.2s)"]
+
+
+def test_the_demo_s_leader_renders_the_grasp_to_a_finger_the_world_file_squeezes(tmp_path: Path) -> None:
+    """The demo's rig (its other sessions unchanged): the leader's driver renders the follower's grasp,
+    mapped through the follower's calibration; its simulator holds the trigger in the yielding finger
+    (`sim-bus --hand`) and reads the world file the scripted operator squeezes through."""
+    from teleop_flywheel.ros.commands.demo import LEADER_WORLD, demo_graph
+    from teleop_flywheel.ros.session.launch.graph import build_graph
+
+    graph = demo_graph(tmp_path / "bags", tmp_path / "policy.yaml", "h264").in_sim_dir(tmp_path / "sim")
+    leader = graph.node("leader_arm").parameters
+    assert leader["feedback"] == "gripper"
+    assert leader["follower_calibration_file"] == graph.node("follower_arm").parameters["calibration_file"]
+    arms = {a.role: a.command("python") for a in graph.sim_arms}
+    assert "--hand" in arms["leader"] and "--hand" not in arms["follower"]
+    assert arms["leader"][arms["leader"].index("--world") + 1] == str(tmp_path / "sim" / LEADER_WORLD)
+    plain = build_graph("sim")
+    assert "feedback" not in plain.node("leader_arm").parameters
+    assert all("--hand" not in a.command("python") for a in plain.sim_arms)

@@ -7,7 +7,8 @@ is as unkind as an STS3215 (servo.py: top speed, acceleration, gravity on should
 load, heat, overload/overcurrent/overheat protection that cuts its own torque, multi-turn
 readings); a scripted "human" moves a leader arm while its torque is off — or, given `hand=Hand(…)`,
 holds it as an operator's hand does, an impedance on every shaft that feels what a torqued servo
-renders (`hand_forces()`: the force feedback that reaches the hand); replies take the wire
+renders (`hand_forces()`: the force feedback that reaches the hand) — or, given `finger=Hand(…)`,
+holds only the trigger so (`YIELDING_FINGER`: one that a rendered grasp stops); replies take the wire
 time at the baud rate plus the servos' return delay, and reach the host as the chosen USB-serial
 adapter passes them on (adapter.py: `pty`, `ftdi16`, `ftdi1`, `ch343`). Injectable faults:
 dropped replies, corrupted checksums, error bits, noise, a stall of the whole line, an unplug with
@@ -21,7 +22,9 @@ servos run from 5 V, a follower's from 12 V.
 A world file (`world=`, `sim-bus --world FILE`) changes the simulated world while it runs: a
 JSON object, re-read whenever it changes, whose `joint_noise_rad` is the standard deviation of
 Gaussian encoder noise on every Present_Position reading (an evaluation condition: how a policy
-copes with a noisy state). A missing or unreadable file leaves the world as it was.
+copes with a noisy state) and whose `squeeze` (true) has the scripted human shut a leader's
+trigger (the intended pose the gripper's closed end: a scripted operator closing on an object).
+A missing or unreadable file leaves the world as it was.
 
 Bring-up is simulated too: the servos boot with the EEPROM a calibration implies (homing offsets,
 position limits) — the shipped simulator calibration of the arm's role unless `calibration=` names
@@ -179,6 +182,7 @@ class SimulatedArm:
         uncalibrated: bool = False,
         grip_object: float | None = None,
         hand: Hand | None = None,
+        finger: Hand | None = None,
         adapter_name: str = "pty",
         world: str | os.PathLike[str] | None = None,
     ) -> None:
@@ -198,6 +202,10 @@ class SimulatedArm:
         # How the human holds the leader: None lets go of a torqued shaft (an arm driven by commands);
         # a Hand keeps hold and feels the servos (force feedback).
         self.hand = hand
+        # A hand on the trigger alone (the body moved as without one): the finger on a leader's
+        # gripper, which feels what the trigger renders; the world file's `squeeze` closes it.
+        self.finger = finger
+        self.squeeze = False
         if factory_new:
             self.servos = {1: Servo(1, return_delay)}
         else:
@@ -337,13 +345,16 @@ class SimulatedArm:
             # The hand moves the joint within its travel, which a multi-turn servo counts turns past.
             turns = STEPS_PER_TURN * self.faults.multi_turn.get(s.id, 0)
             hand = float(human[i]) + turns if human is not None and i < len(human) else None
+            if hand is not None and self.squeeze and s.id == GRIPPER_ID:
+                hand = float(s.travel[0])  # the hand shuts the trigger
             grip = self.grip_object if s.id == GRIPPER_ID else None  # the jaws stall on the object
+            held = self.hand if self.hand is not None else self.finger if s.id == GRIPPER_ID else None
             # A real servo runs on while the simulator's thread waits for the CPU: after a stall the
             # time is integrated in short steps, never as one jump that overshoots every goal.
             steps = max(1, math.ceil(dt / PHYSICS_STEP_S))
             for _ in range(steps):
                 s.step(dt / steps, gravity_load(s.id, s.position) if len(self.servos) > 1 else 0.0, hand, grip,
-                       self.hand)
+                       held)
 
     # -- serving --------------------------------------------------------------------------
     def _elapsed(self) -> float:
@@ -398,10 +409,13 @@ class SimulatedArm:
         if not changed or mtime < 0:
             return
         try:
-            noise = float(json.loads(world.read_text()).get("joint_noise_rad", 0.0))
+            doc = json.loads(world.read_text())
+            noise = float(doc.get("joint_noise_rad", 0.0))
+            squeeze = doc.get("squeeze", False) is True
         except (OSError, ValueError, AttributeError, TypeError):
             return
         with self._lock:
+            self.squeeze = squeeze
             for servo in self.servos.values():
                 servo.noise_steps = max(0.0, noise) * STEPS_PER_RAD
 

@@ -100,6 +100,13 @@ class Hand:
         return max(-self.limit, min(self.limit, self.stiffness * (intended - position)))
 
 
+# A finger that yields: it closes the trigger with at most 0.1 of the servo's maximum torque, so
+# a trigger rendering a grasp at the leader's 0.15 ceiling (`feedback_torque_limit`) stops it —
+# the operator who eases off at what they feel (bench/feedback.py's stops at 0.08), without a
+# reaction delay. Strong enough for the trigger's own drag at a brisk close (~1 rad/s).
+YIELDING_FINGER = Hand(limit=100.0)
+
+
 HumanMotion = Callable[[float], Sequence[float]]
 """t (seconds since start) -> six raw-step targets the human's hand moves the leader toward."""
 

@@ -108,6 +108,7 @@ class SimArmSpec:
     faults: tuple[str, ...] = ()
     grip_object: float | None = None  # shaft steps where an object between the jaws stalls the gripper
     world: str = ""  # the simulated world's file (sim-bus --world): what an evaluation condition varies
+    hand: bool = False  # a leader's trigger held by the scripted human's yielding finger (sim-bus --hand)
 
     def command(self, python: str) -> list[str]:
         cmd = [python, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", self.role, "--link", self.link]
@@ -117,6 +118,8 @@ class SimArmSpec:
             cmd += ["--fault", fault]
         if self.grip_object is not None:
             cmd += ["--grip-object", f"{self.grip_object:g}"]
+        if self.hand:
+            cmd.append("--hand")
         return cmd
 
 
