@@ -38,7 +38,6 @@ verdict about the file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import struct
@@ -322,7 +321,10 @@ def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int,
 class _Scanner:
     def __init__(self, f: BinaryIO, result: ScanResult, on_message: Callable[[RawMessage], None] | None) -> None:
         self.f, self.result, self.on_message = f, result, on_message
-        self.chunk_digests: set[bytes] = set()
+        # (times, sizes, CRC, record length) of each chunk -> offsets of the chunks that have them: a
+        # copy has the same key, and only chunks sharing a key are compared byte for byte (hashing
+        # every chunk cost as much as decompressing it)
+        self.chunk_keys: dict[tuple[bytes, int], list[int]] = {}
         self.data_end_at: int | None = None
         self.kept = True  # whether the last record given to `records` was kept (not skipped)
 
@@ -334,11 +336,9 @@ class _Scanner:
             r.problems.append(f"data record (opcode 0x{opcode:02x}) at byte {pos}, after the end of the data section")
             return []
         if opcode == Opcode.CHUNK:
-            digest = hashlib.blake2b(content, digest_size=20).digest()
-            if digest in self.chunk_digests:
+            if self.duplicate(pos, content):
                 r.problems.append(f"chunk at byte {pos} is a byte-identical copy of an earlier chunk (skipped)")
                 return []
-            self.chunk_digests.add(digest)
             try:
                 held = chunk_records(content)
             except (Malformed, struct.error, UnicodeDecodeError, McapError, zstandard.ZstdError, RuntimeError,
@@ -365,6 +365,16 @@ class _Scanner:
         elif opcode == Opcode.FOOTER:
             self.footer(pos, parse_record(Footer, content))
         return []  # header, indexes, attachments, summary offsets: the summary is rebuilt, not read
+
+    def duplicate(self, pos: int, content: bytes) -> bool:
+        """Whether the chunk at `pos` is a byte-identical copy of an earlier one; else it is remembered."""
+        earlier = self.chunk_keys.setdefault((content[:32], len(content)), [])
+        for at in earlier:
+            self.f.seek(at + 9)
+            if self.f.read(len(content)) == content:
+                return True
+        earlier.append(pos)
+        return False
 
     def footer(self, pos: int, footer: Footer) -> None:
         r, f = self.result, self.f
