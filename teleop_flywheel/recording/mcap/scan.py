@@ -24,7 +24,10 @@ did (no ROS import).
   `problems`.
 
 Definitions, metadata records, per-channel counts and time spans are collected; messages are
-handed to `on_message` (and not kept) so memory stays small for a multi-GB bag.
+handed to `on_message` (and not kept) so memory stays small for a multi-GB bag. `on_record` is
+handed every top-level record the scan keeps (offset, opcode, bytes, what it holds): a skipped
+chunk, and a data record after the end of the data section, are not handed on, so a copy made from
+these records holds exactly what the scan counted (`recover` copies chunks verbatim this way).
 
 Records are parsed with explicit bounds: mcap's own parsers read short silently or raise their own
 `EndOfFile`; here every record must fill its bytes exactly, a chunk decompresses to exactly its
@@ -35,7 +38,6 @@ verdict about the file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import struct
@@ -58,6 +60,9 @@ from teleop_flywheel.recording.mcap.exceptions import NotMcapError, NotRegularFi
 MAX_CHUNK_BYTES = 1 << 30  # a declared uncompressed chunk size beyond this is damage, not data
 BLOCK = 1 << 20  # read and decompress in blocks of this size
 
+
+# A kept top-level record: (offset, opcode, content without the 9-byte prefix, the records it holds)
+OnRecord = Callable[[int, int, bytes, list[Any]], None]
 
 # What every way of reading a bag hands out (the record scan, `FollowMcap`, the indexed reader):
 # messages as MCAP's own Message records (channel_id, sequence, log_time, publish_time, data),
@@ -316,27 +321,33 @@ def record_spans(path: str | Path, opcode: int | None = None) -> list[tuple[int,
 class _Scanner:
     def __init__(self, f: BinaryIO, result: ScanResult, on_message: Callable[[RawMessage], None] | None) -> None:
         self.f, self.result, self.on_message = f, result, on_message
-        self.chunk_digests: set[bytes] = set()
+        # (times, sizes, CRC, record length) of each chunk -> offsets of the chunks that have them: a
+        # copy has the same key, and only chunks sharing a key are compared byte for byte (hashing
+        # every chunk cost as much as decompressing it)
+        self.chunk_keys: dict[tuple[bytes, int], list[int]] = {}
         self.data_end_at: int | None = None
+        self.kept = True  # whether the last record given to `records` was kept (not skipped)
 
     def records(self, pos: int, opcode: int, content: bytes, crc_before: int) -> list[Any]:
         r = self.result
+        self.kept = False
         if self.data_end_at is not None and opcode in (Opcode.CHUNK, Opcode.MESSAGE, Opcode.METADATA,
                                                        Opcode.ATTACHMENT, Opcode.DATA_END):
             r.problems.append(f"data record (opcode 0x{opcode:02x}) at byte {pos}, after the end of the data section")
             return []
         if opcode == Opcode.CHUNK:
-            digest = hashlib.blake2b(content, digest_size=20).digest()
-            if digest in self.chunk_digests:
+            if self.duplicate(pos, content):
                 r.problems.append(f"chunk at byte {pos} is a byte-identical copy of an earlier chunk (skipped)")
                 return []
-            self.chunk_digests.add(digest)
             try:
-                return chunk_records(content)
+                held = chunk_records(content)
             except (Malformed, struct.error, UnicodeDecodeError, McapError, zstandard.ZstdError, RuntimeError,
                     MemoryError):
                 r.bad_chunks += 1
                 return []
+            self.kept = True
+            return held
+        self.kept = True
         if opcode == Opcode.MESSAGE:
             return [message_record(content, 0, len(content))]
         if opcode in (Opcode.SCHEMA, Opcode.CHANNEL, Opcode.METADATA):
@@ -354,6 +365,16 @@ class _Scanner:
         elif opcode == Opcode.FOOTER:
             self.footer(pos, parse_record(Footer, content))
         return []  # header, indexes, attachments, summary offsets: the summary is rebuilt, not read
+
+    def duplicate(self, pos: int, content: bytes) -> bool:
+        """Whether the chunk at `pos` is a byte-identical copy of an earlier one; else it is remembered."""
+        earlier = self.chunk_keys.setdefault((content[:32], len(content)), [])
+        for at in earlier:
+            self.f.seek(at + 9)
+            if self.f.read(len(content)) == content:
+                return True
+        earlier.append(pos)
+        return False
 
     def footer(self, pos: int, footer: Footer) -> None:
         r, f = self.result, self.f
@@ -379,10 +400,12 @@ class FollowMcap:
     the complete records written since the previous one, so a watcher pays for every byte once.
     `result` accumulates what `scan` reports; a record cut mid-write is read by a later poll."""
 
-    def __init__(self, path: str | Path, on_message: Callable[[RawMessage], None] | None = None) -> None:
+    def __init__(self, path: str | Path, on_message: Callable[[RawMessage], None] | None = None,
+                 on_record: OnRecord | None = None) -> None:
         self.path = Path(path)
         self.result = ScanResult(path=self.path, size=0)
         self._on_message = on_message
+        self._on_record = on_record
         self._scanner: _Scanner | None = None
         self._pos = len(MAGIC)
         self._crc = [zlib.crc32(MAGIC)]
@@ -421,6 +444,8 @@ class FollowMcap:
                 self._pos = pos + 9 + len(content)
                 r.good_bytes = self._pos + (len(MAGIC) if r.complete else 0)
                 self._take(records)
+                if self._on_record is not None and self._scanner.kept:
+                    self._on_record(pos, opcode, content, records)
                 if r.complete:
                     break
         return read
@@ -440,13 +465,14 @@ class FollowMcap:
                 r.metadata[rec.name] = dict(rec.metadata)
 
 
-def scan(path: str | Path, on_message: Callable[[RawMessage], None] | None = None) -> ScanResult:
+def scan(path: str | Path, on_message: Callable[[RawMessage], None] | None = None,
+         on_record: OnRecord | None = None) -> ScanResult:
     """Read every surviving record of `path` in file order (see the module docstring).
 
     Raises `NotMcapError` for a file that is not MCAP (or not a regular file) and OSError if it
     cannot be read; damage is reported in the result, not raised.
     """
-    follow = FollowMcap(path, on_message)
+    follow = FollowMcap(path, on_message, on_record)
     follow.poll(growing=False)
     _check_statistics(follow.result)
     return follow.result

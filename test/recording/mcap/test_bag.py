@@ -8,20 +8,26 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from io import BytesIO
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from mcap.data_stream import ReadDataStream
+from mcap.opcode import Opcode
 from mcap.reader import make_reader
+from mcap.records import MessageIndex
 from mcap_ros2.decoder import DecoderFactory
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
+from support.foxglove_npm import decode_bag
 
 from teleop_flywheel import cli
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
@@ -37,7 +43,7 @@ from teleop_flywheel.recording.mcap.exceptions import (
 from teleop_flywheel.recording.mcap.metadata import find_mcap
 from teleop_flywheel.recording.mcap.reader import IndexedBag, open_bag
 from teleop_flywheel.recording.mcap.recover import recover
-from teleop_flywheel.recording.mcap.scan import scan
+from teleop_flywheel.recording.mcap.scan import decompress, record_spans, scan
 from teleop_flywheel.recording.mcap.writer import START_RECORD, BagWriter, Qos
 
 TS = get_typestore(Stores.LATEST)
@@ -297,6 +303,96 @@ def test_recover_truncated_tail_in_place(tmp_path: Path) -> None:
     assert recovered.task == "pick mug" and recovered.outcome == "unset"
     info = bag_info(tmp_path / "ep")
     assert info.message_count == report.messages and not any("no MCAP summary" in w for w in info.warnings)
+
+
+def _records(path: Path, opcode: int) -> list[bytes]:
+    data = path.read_bytes()
+    return [data[pos:pos + length] for pos, length in record_spans(path, opcode)]
+
+
+def _check_message_indexes(path: Path) -> int:
+    """Every chunk index's message-index records name exactly the chunk's messages (channel, log
+    time, offset of the record in the decompressed chunk); the number of messages indexed."""
+    data = path.read_bytes()
+    with open(path, "rb") as f:
+        summary = make_reader(f).get_summary()
+    assert summary is not None and summary.chunk_indexes
+    indexed = 0
+    for ci in summary.chunk_indexes:
+        chunk = data[ci.chunk_start_offset + 9:ci.chunk_start_offset + ci.chunk_length]
+        clen = struct.unpack_from("<I", chunk, 28)[0]
+        records = decompress(ci.compression, chunk[40 + clen:], ci.uncompressed_size)
+        messages = set()
+        pos = 0
+        while pos < len(records):
+            opcode, length = struct.unpack_from("<BQ", records, pos)
+            if opcode == Opcode.MESSAGE:
+                cid, _seq, log_time = struct.unpack_from("<HIQ", records, pos + 9)
+                messages.add((cid, log_time, pos))
+            pos += 9 + length
+        entries = set()
+        for cid, offset in ci.message_index_offsets.items():
+            assert data[offset] == Opcode.MESSAGE_INDEX
+            index = MessageIndex.read(ReadDataStream(BytesIO(data[offset + 9:])))
+            assert index.channel_id == cid
+            entries |= {(cid, t, o) for t, o in index.records}
+        assert entries == messages
+        indexed += len(entries)
+    return indexed
+
+
+def test_recover_copies_complete_chunks_verbatim(tmp_path: Path) -> None:
+    """A killed bag's chunks and message indexes are copied byte for byte, not recompressed, and the
+    repaired file is read whole by Foxglove's indexed reader (npm @mcap/core)."""
+    bag, sent = write_bag(tmp_path / "ep", n=200, episode=meta(), close=False, chunk_size=16 * 1024)
+    bag.flush()
+    bag.abort()
+    path = tmp_path / "ep" / "ep_0.mcap"
+    chunks, indexes = _records(path, Opcode.CHUNK), _records(path, Opcode.MESSAGE_INDEX)
+    assert len(chunks) > 3
+    report = recover(tmp_path / "ep")
+    assert report.rewritten and report.discarded_bytes == 0 and report.messages == 600
+    assert _records(path, Opcode.CHUNK) == chunks and _records(path, Opcode.MESSAGE_INDEX) == indexes
+    assert _check_message_indexes(path) == 600
+    topics = decode_bag(path)
+    assert {t: e["count"] for t, e in topics.items()} == {t: len(m) for t, m in sent.items()}
+    assert all(e["errors"] == [] for e in topics.values())
+    repaired = scan(path)
+    assert repaired.complete and repaired.data_crc and repaired.problems == [] and repaired.message_count == 600
+
+
+@pytest.mark.parametrize("cut", ["in the last chunk", "in its message indexes"])
+def test_recover_torn_tail_keeps_every_complete_chunk(tmp_path: Path, cut: str) -> None:
+    """A tail torn inside the last chunk loses that chunk only; torn inside the message indexes that
+    follow it, the chunk is kept and its indexes rebuilt. Foxglove reads the repaired file whole."""
+    bag, sent = write_bag(tmp_path / "ep", n=200, episode=meta(), close=False, chunk_size=16 * 1024)
+    bag.flush()
+    bag.abort()
+    path = tmp_path / "ep" / "ep_0.mcap"
+    spans = record_spans(path)
+    last = max(i for i, (pos, _n) in enumerate(spans) if path.read_bytes()[pos] == Opcode.CHUNK)
+    chunks = _records(path, Opcode.CHUNK)
+    if cut == "in the last chunk":
+        keep, size = chunks[:-1], spans[last][0] + spans[last][1] // 2
+    else:
+        keep, size = chunks, spans[last + 1][0] + 20
+    with open(path, "r+b") as f:
+        f.truncate(size)
+    expected: list[tuple[int, int, bytes]] = []
+    scan(path, lambda m: expected.append((m.channel_id, m.sequence, m.data)))
+    report = recover(tmp_path / "ep")
+    assert report.discarded_bytes > 0 and report.messages == len(expected)
+    assert len(expected) < 600 if cut == "in the last chunk" else len(expected) == 600
+    assert _records(path, Opcode.CHUNK) == keep
+    assert _check_message_indexes(path) == len(expected)
+    got: list[tuple[int, int, bytes]] = []
+    scan(path, lambda m: got.append((m.channel_id, m.sequence, m.data)))
+    assert got == expected
+    topics = decode_bag(path)
+    assert sum(e["count"] for e in topics.values()) == len(expected)
+    assert all(e["errors"] == [] for e in topics.values())
+    for topic, entry in topics.items():  # a prefix of what was written
+        assert entry["count"] <= len(sent[topic])
 
 
 def test_recover_to_output_leaves_original_untouched(tmp_path: Path) -> None:
