@@ -19,7 +19,7 @@ LEADER_STATE = "leader/joint_states"  # rad; stamp = bus arrival − wire time
 FOLLOWER_STATE = "follower/joint_states"  # rad; stamp = bus arrival − wire time
 LEADER_COMMAND = "leader/joint_command"  # empty = release the leader's torque
 # What the leader rendered to the hand (docs/teleop.md "Force feedback"), once per leader tick.
-LEADER_FEEDBACK = "leader/feedback"  # position goal − present (rad), effort Torque_Limit/1000; 0 without torque
+LEADER_FEEDBACK = "leader/feedback"  # position goal − present (rad), effort Torque_Limit/1000; 0 not rendering
 FOLLOWER_COMMAND = "follower/joint_command"  # the command actually sent: the dataset's action
 POLICY_COMMAND = "policy/joint_command"  # header.frame_id = checkpoint id
 POLICY_INFERENCE = "policy/inference"  # name [inference_ms, period_ms, late] per action; stamp = when it was available

@@ -372,10 +372,13 @@ class ArmDriver:
         return reading
 
     def _note_rendered(self) -> None:
-        """The goal offset and torque ceiling of every leader joint as this tick left them, stamped now:
-        right after its last write."""
+        """The goal offset and torque ceiling of every leader joint rendering feedback as this tick left
+        it, stamped now: right after its last write. A leader driven by commands (tracking the follower
+        while the policy drives) is torqued too, but renders nothing: its joints say 0, so the record
+        (`complementary_info.feedback`, the mashing measures' felt share) means what the hand was given."""
         goal = self._written
-        on = [sid not in self._off and goal is not None for sid in self.calibration.ids]
+        on = [i in self._rendering and sid not in self._off and goal is not None
+              for i, sid in enumerate(self.calibration.ids)]
         offsets = tuple(goal[i] - self._positions[i] if on[i] and goal is not None else 0.0
                         for i in range(len(on)))
         ceilings = tuple(self._ceiling.get(sid, 0) / 1000.0 if on[i] else 0.0

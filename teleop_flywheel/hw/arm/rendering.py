@@ -17,9 +17,9 @@ from teleop_flywheel.core.so101 import JOINT_NAMES
 @dataclass(frozen=True)
 class Rendered:
     """One leader tick's feedback, joint order: `offsets` the goal minus the present position (rad;
-    0.0 where the servo has no torque), `ceilings` the live Torque_Limit as a fraction of the
-    servo's maximum torque (0.0 where it has no torque), `stamp_ns` (`now_ns` clock) taken right
-    after the tick's last goal or torque write."""
+    0.0 where the joint renders no feedback), `ceilings` the live Torque_Limit as a fraction of the
+    servo's maximum torque (0.0 where it renders none: also a joint torqued by commands),
+    `stamp_ns` (`now_ns` clock) taken right after the tick's last goal or torque write."""
 
     stamp_ns: int
     offsets: tuple[float, ...]

@@ -620,9 +620,7 @@ def feedback_lines(dataset: Path, reports: list[dict[str, Any]], plans: list[Epi
         squeezed = past[mine & held]
         beyond = (f"trigger past the holding jaws: mean {np.nanmean(squeezed):.1f} %, max {np.nanmax(squeezed):.0f} % "
                   "of the gripper's range" if squeezed.size else "the jaws never held")
-        # Feedback torques some joints; commands (the leader tracking the follower while the policy
-        # drives, also on the record) torque every one.
-        felt = rows[(rows > 0).any(axis=1) & ~(rows > 0).all(axis=1)]
+        felt = rows[(rows > 0).any(axis=1)]
         return (f"rendered {len(felt) / ds.fps:.1f} s (ceiling up to {float(felt.max(initial=0.0)):.2f}); pressed "
                 f"at the grip "
                 f"limit {float(row['grip_limit_s']):.1f} s, excess load {float(row['excess_load_s']):.2f} load·s "

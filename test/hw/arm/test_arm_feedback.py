@@ -260,3 +260,21 @@ def test_a_leader_rendering_contact_on_every_joint_lets_go_at_exit_without_parki
         r.lead.close()
         assert not any(s.torque_on for s in r.leader.servos.values()), "no torque left on at exit"
         assert len(r.leader.goal_writes) == writes, "the leader was moved at exit"
+
+
+def test_a_leader_driven_by_commands_is_torqued_but_renders_nothing(tmp_path: Path) -> None:
+    """While the policy drives (commands to the leader: it tracks the follower) every leader joint
+    is torqued, and `rendered` says 0 on each: the record (`/leader/feedback`, the mashing measures'
+    felt share) counts what feedback gave the hand, not the leader's tracking (before: 0.3 on every
+    joint, so a takeover episode showed a third of its contact as felt)."""
+    with rig(tmp_path, "gripper", human=OPEN) as r:
+        r.run(0.3)
+        for _ in range(60):
+            r.lead.command(JOINT_NAMES, r.lead.tick().positions, now_ns())
+            if all(s.torque_on for s in r.leader.servos.values()):
+                break
+            time.sleep(0.005)
+        assert all(s.torque_on for s in r.leader.servos.values()), "commands engaged the leader"
+        r.lead.command(JOINT_NAMES, r.lead.tick().positions, now_ns())
+        assert r.lead.rendered is not None
+        assert r.lead.rendered.ceilings == (0.0,) * 6 and r.lead.rendered.offsets == (0.0,) * 6
