@@ -5,11 +5,18 @@ sample weights are current — never stale from the append before.
   (`validate --json`'s shape: `{"episodes": [...], "summary": {...}}`; one entry per episode id,
   the latest verdict wins; rejected bags stay in it, with where they were quarantined to), so the
   card tells the rejection story of the whole dataset, not of the last batch;
-- `README.md`: the data card (`data/reports/card.py`) from that record — unless a README.md the card did
-  not write is there (kept; the caller is told);
 - `meta/sample_weights.parquet`: `data/curation/weights.py`'s rule with the parameters the file was last
-  written with (defaults for a new one), every episode weighed again (normalised weights and ages
-  depend on the whole dataset).
+  written with (defaults for a new one). Normalised weights and ages depend on the whole dataset, so
+  every episode is weighed again — but from what it costs to know per episode: whether it holds an
+  intervention is kept in the weights file itself, so only the appended episodes' frames are read
+  (their own data file, `update_weights`); the times come from the episodes table. The result equals
+  `curate`'s weights over the whole dataset, value for value;
+- `README.md`: the data card (`data/reports/card.py`) is written whole when the dataset has none (a new
+  dataset) or when asked (`card=True`, `teleop-flywheel card`): it audits every frame (dead air, ranges,
+  coverage, pressing), a cost linear in the dataset that an append must not pay. After an append to a
+  dataset that has our card, the card gets a staleness notice at its top instead (`mark_card_behind`: the
+  episodes the dataset holds now, and the command that regenerates it), so no reader takes it for
+  current; `card_behind` tells a program. A README.md the card did not write is kept (the caller is told).
 
 They are replaced in the dataset's current version, each through a temporary file and `os.replace`
 (a reader sees the old or the new one; the version's other files, and older versions, which share
@@ -20,16 +27,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow.parquet as pq
+
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.data.curation.curate import curate
-from teleop_flywheel.data.curation.weights import WEIGHTS_PATH, WeightRule, read_weights, write_weights
+from teleop_flywheel.data.curation.weights import (
+    WEIGHTS_PATH,
+    WeightRule,
+    read_weight_table,
+    read_weights,
+    sample_weights,
+    write_weights,
+)
 from teleop_flywheel.data.errors import DatasetError
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-from teleop_flywheel.data.reports.card import RECORD_PATH, write_card
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
+from teleop_flywheel.data.lerobot.episode_table import episode_records
+from teleop_flywheel.data.lerobot.flywheel_schema import resolve
+from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 
@@ -98,16 +118,37 @@ def _summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
     return summary(reports)
 
 
-def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = ()) -> list[str]:
-    """Update the record with `reports`, then the card and the weights; what was done, one line each."""
-    done = [f"validation record {update_record(root, reports)}"]
-    fault(f"refresh {RECORD_PATH}")
-    try:
-        done.append(f"data card {write_card(root, root / RECORD_PATH)}")
-        fault("refresh README.md")
-    except DatasetError as exc:
-        done.append(f"data card not written: {exc}")
-    ds = LeRobotDataset.open(root)
+BEHIND_BEGIN = "<!-- card behind the dataset: begin (removed when the card is regenerated) -->"
+BEHIND_END = "<!-- card behind the dataset: end -->"
+
+
+def card_behind(root: Path) -> bool:
+    """The dataset's card (ours) carries the notice that episodes were appended after it was written."""
+    path = root / "README.md"
+    return path.is_file() and BEHIND_BEGIN in path.read_text(errors="replace")
+
+
+def mark_card_behind(root: Path, total: int) -> bool:
+    """Put (or update) the staleness notice at the top of our card; False when there is no card of ours.
+    Rewrites the card's text only (no frame is read)."""
+    path = root / "README.md"
+    text = path.read_text(errors="replace") if path.is_file() else ""
+    if MARKER not in text:
+        return False
+    if BEHIND_BEGIN in text and BEHIND_END in text:
+        head, rest = text.split(BEHIND_BEGIN, 1)
+        text = head.rstrip("\n") + "\n" + rest.split(BEHIND_END, 1)[1].lstrip("\n")
+    notice = (f"> **This card is behind its dataset**: episodes were appended after it was written; the dataset "
+              f"now holds {total} episodes. The counts, rejections, coverage and pressing below describe the "
+              f"dataset before them. The validation record (`{RECORD_PATH}`) and the sample weights "
+              f"(`{WEIGHTS_PATH}`) are current. Regenerate it: `teleop-flywheel card {root.name}`.")
+    text = text.replace(MARKER, f"{MARKER}\n{BEHIND_BEGIN}\n{notice}\n{BEHIND_END}\n", 1)
+    replace_atomic(path, text, written=lambda: fault("temp README.md"))
+    return True
+
+
+def _rule(root: Path) -> WeightRule:
+    """The rule the weights file was last written with (defaults for none, or an unreadable one)."""
     rule = WeightRule()
     if (root / WEIGHTS_PATH).is_file():
         try:
@@ -116,8 +157,93 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = ()) 
                               float(old.get("half_life_days", rule.half_life_days)))
         except (DatasetError, OSError, ValueError):
             pass  # unreadable: written again with the defaults
-    report = curate(ds, rule)
-    write_weights(ds, report.episodes, report.rule)
+    return rule
+
+
+@dataclass
+class Weighed:
+    """One row of the weights file (`weights.WeightedEpisode`)."""
+
+    episode_index: int
+    episode_id: str | None
+    weight: float
+    has_intervention: bool
+    age_days: float
+
+
+def _known_flags(root: Path) -> dict[tuple[int, str | None], bool]:
+    """{(episode_index, episode_id): has_intervention} of the weights file (none if absent or unreadable)."""
+    try:
+        table, _ = read_weight_table(root)
+        rows = zip(table.column("episode_index").to_pylist(), table.column("episode_id").to_pylist(),
+                   table.column("has_intervention").to_pylist(), strict=True)
+        return {(int(e), i): bool(h) for e, i, h in rows}
+    except (DatasetError, OSError, ValueError, KeyError):
+        return {}
+
+
+def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool], int]:
+    """{episode: any frame flagged `intervention`} of `episodes`, read from their own data files only
+    (the episodes table says which); and how many frames were read."""
+    column = resolve("intervention", ds.data_schema().names) or "intervention"
+    table = ds.episodes.set_index("episode_index", drop=False)
+    files: dict[tuple[int, int], list[int]] = {}
+    for e in episodes:
+        key = (int(table.at[e, "data/chunk_index"]), int(table.at[e, "data/file_index"]))
+        files.setdefault(key, []).append(e)
+    flags: dict[int, bool] = {}
+    frames = 0
+    for (chunk, file), eps in sorted(files.items()):
+        path = ds.files / v3_layout.DATA_PATH.format(chunk_index=chunk, file_index=file)
+        try:
+            part = pq.read_table(path, columns=["episode_index", column], filters=[("episode_index", "in", eps)])
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+        frames += part.num_rows
+        ep = part.column("episode_index").to_numpy()
+        values = to_numpy(part.column(column), column).astype(bool)
+        if values.ndim > 1:
+            values = np.asarray(values.any(axis=1))
+        flags.update({e: bool(values[ep == e].any()) for e in eps})
+    return flags, frames
+
+
+def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
+    """Write the sample weights of every episode (`curate`'s, value for value), reading the frames only of
+    the episodes the weights file does not hold yet; (its path, frames read)."""
+    rule = _rule(ds.root)
+    recs = sorted(episode_records(ds), key=lambda r: r.episode_index)
+    frames = 0
+    if ds.has_column("intervention"):
+        known = _known_flags(ds.root)
+        todo = [r.episode_index for r in recs if (r.episode_index, r.episode_id) not in known]
+        read, frames = _read_flags(ds, todo) if todo else ({}, 0)
+        has_int = np.array([read[r.episode_index] if r.episode_index in read else known[(r.episode_index, r.episode_id)]
+                            for r in recs], dtype=bool)
+    else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
+        has_int = np.array([bool(r.num_interventions) for r in recs], dtype=bool)
+    weights, ages = sample_weights(has_int, [r.recorded_wall_ns for r in recs], rule)
+    rows = [Weighed(r.episode_index, r.episode_id, float(w), bool(h), float(a))
+            for r, w, h, a in zip(recs, weights, has_int, ages, strict=True)]
+    return write_weights(ds, rows, rule), frames
+
+
+def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), card: bool = False) -> list[str]:
+    """Update the record with `reports`, the weights, and the card (whole with `card` or when the dataset
+    has none, else marked behind); what was done, one line each."""
+    done = [f"validation record {update_record(root, reports)}"]
+    fault(f"refresh {RECORD_PATH}")
+    ds = LeRobotDataset.open(root)
+    path, frames = update_weights(ds)
     fault(f"refresh {WEIGHTS_PATH}")
-    done.append(f"sample weights {root / WEIGHTS_PATH}")
+    done.append(f"sample weights {path} ({frames} frames read)")
+    readme = root / "README.md"
+    try:
+        if not card and readme.is_file() and mark_card_behind(root, len(ds.episodes)):
+            done.append(f"data card {readme} marked behind the dataset (regenerate: teleop-flywheel card)")
+        else:
+            done.append(f"data card {write_card(root, root / RECORD_PATH)}")
+        fault("refresh README.md")
+    except DatasetError as exc:
+        done.append(f"data card not written: {exc}")
     return done

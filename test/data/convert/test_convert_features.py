@@ -23,6 +23,7 @@ from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.curation.weights import read_weights
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, SCHEMA_KEY, SCHEMA_VERSION
+from teleop_flywheel.data.reports.card import write_card
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -166,7 +167,7 @@ def test_an_old_layout_dataset_is_never_appended_to(tmp_path: Path, capsys: pyte
         json.loads((tmp_path / "old.migrated/meta/info.json").read_text())["total_frames"]
 
 
-def test_card_weights_and_validation_record_follow_every_append(tmp_path: Path) -> None:
+def test_weights_and_validation_record_follow_every_append_and_the_card_says_it_is_behind(tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     a = write_session(tmp_path / "a", SessionSpec(duration_s=3.0, seed=9)).bag
     bad = write_session(tmp_path / "bad", SessionSpec(duration_s=3.0, seed=10, outcome="unset")).bag
@@ -179,7 +180,10 @@ def test_card_weights_and_validation_record_follow_every_append(tmp_path: Path) 
     weights, rule = read_weights(ds)
     assert sorted(weights) == [0, 1] and weights[1] > weights[0] and rule["intervention_weight"] == 2.5
     card = (ds / "README.md").read_text()
-    assert "| 3 | 1 | 2 | 2 |" in card and "OUTCOME_UNSET" in card
+    assert "now holds 2 episodes" in card and "| 2 | 1 | 1 | 1 |" in card  # behind, and says so
+    write_card(ds)
+    card = (ds / "README.md").read_text()
+    assert "| 3 | 1 | 2 | 2 |" in card and "OUTCOME_UNSET" in card and "behind its dataset" not in card
     record = json.loads((ds / "meta/validation.json").read_text())
     assert record["summary"]["episodes"] == 3 and record["summary"]["rejected"] == 1
     assert {e["name"] for e in record["episodes"]} == {"a", "bad", "b"}
