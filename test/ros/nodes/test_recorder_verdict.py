@@ -127,7 +127,7 @@ def test_keep_and_discard_after_stop_and_while_recording_never_delete(rig: Rig, 
 
 def test_the_verdict_at_stop_rejects_on_the_running_pool(tmp_path: Path) -> None:
     """The validator worker as the recorder runs it: episodes of one camera instance 25 ms late —
-    which a single episode cannot tell from the 15 ms bound (20–24 ± 6–7 ms) — are rejected at stop
+    which a single episode cannot tell from the 15 ms bound (20–25 ± 7–8 ms) — are rejected at stop
     once the pool of the episodes judged so far can (the fourth), naming the pooled figure and N."""
     from teleop_flywheel.ros.nodes.recorder_verdict import ValidatorProcess
     from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -136,7 +136,7 @@ def test_the_verdict_at_stop_rejects_on_the_running_pool(tmp_path: Path) -> None
                              cameras=["front"])
     try:
         answers = []
-        for i, seed in enumerate((3, 5, 6, 4)):
+        for i, seed in enumerate((5, 6, 1, 10)):
             spec = SessionSpec(duration_s=7.0, motion="rig", seed=seed, camera_clock_skew_ms=25.0, cameras=("front",),
                                session_kind="policy", interventions=((2.4, 4.4, "wrong_grasp"),),
                                session_time_s=60.0 + 20.0 * i, camera_instance="cam-1")
@@ -146,7 +146,7 @@ def test_the_verdict_at_stop_rejects_on_the_running_pool(tmp_path: Path) -> None
     first = answers[0]
     assert first["passed"] and first["camera_pool"]["front"]["episodes"] == 1, first["reasons"]
     last = answers[-1]
-    assert not answers[2]["camera_pool"]["front"]["rejected"]  # +22 ± 4.7 ms over 3: not yet surely past 15
+    assert not answers[2]["camera_pool"]["front"]["rejected"]  # +22 ± 4.3 ms over 3: not yet surely past 15
     assert last["camera_pool"]["front"]["episodes"] == 4 and last["camera_pool"]["front"]["rejected"], answers
     pooled = [r for r in last["reasons"] if r["code"] == "CLOCK_OFFSET"]
     assert len(pooled) == 1 and "(4 episodes)" in pooled[0]["detail"], last["reasons"]
