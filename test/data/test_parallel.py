@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+from pathlib import Path
 
 import pytest
-from support.paths import ROOT
+from support.ray_driver import run_driver
 
 from teleop_flywheel.data.errors import ParallelJobError
 from teleop_flywheel.data.parallel import add_arguments_to, parallel_map
@@ -60,23 +62,25 @@ def test_ray_without_cluster_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
         parallel_map(square_with_pid, ITEMS, executor="ray")
 
 
-@pytest.mark.timeout(180)
-def test_ray_gives_identical_results(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.timeout(240)
+def test_ray_gives_identical_results(tmp_path: Path) -> None:
     """Ray >= 2.5x removed `local_mode`; a single-node Ray on 127.0.0.1 is its replacement."""
-    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    # Ray workers import the job's module by name (`data.test_parallel`, from test/).
-    tests = str(ROOT / "test")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
+    got = run_driver("""
+        from teleop_flywheel.data.errors import ParallelJobError
+        from teleop_flywheel.data.parallel import parallel_map
+        from data.test_parallel import ITEMS, fail_on_three, square_with_pid
+
         local = parallel_map(square_with_pid, ITEMS, workers=2)
         remote = parallel_map(square_with_pid, ITEMS, executor="ray", workers=3, desc="ray squares")
-        assert [v for v, _ in remote] == [v for v, _ in local] == EXPECTED
-        with pytest.raises(ParallelJobError, match=r"job 3 \(3\) failed: ValueError: three is bad"):
+        try:
             parallel_map(fail_on_three, ITEMS, executor="ray")
-    finally:
-        ray.shutdown()
+            failed = ""
+        except ParallelJobError as exc:
+            failed = str(exc)
+        answer({"local": [v for v, _ in local], "remote": [v for v, _ in remote], "failed": failed})
+    """, cwd=tmp_path)
+    assert got["remote"] == got["local"] == EXPECTED
+    assert re.search(r"job 3 \(3\) failed: ValueError: three is bad", got["failed"]), got["failed"]
 
 
 def test_cli_arguments_feed_parallel_map() -> None:

@@ -31,11 +31,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.paths import ROOT
+from support.ray_driver import run_driver
 
-from teleop_flywheel.data.convert import converter
 from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state
 from teleop_flywheel.data.lerobot import v3_layout
-from teleop_flywheel.data.parallel import parallel_map
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.recording.recorder.verdict import KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.synthetic_session import SessionSpec, SessionTruth, write_session
@@ -148,30 +147,28 @@ def test_concurrent_ingests_and_one_ingest_over_both_rigs_equal_two_sequential_i
 
 @pytest.mark.timeout(240)
 def test_one_ingest_over_both_rigs_as_ray_tasks_equals_two_sequential_ingests(
-        fleet: tuple[Path, dict[str, SessionTruth]], datasets: dict[str, Path],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        fleet: tuple[Path, dict[str, SessionTruth]], datasets: dict[str, Path]) -> None:
     """Validation and conversion as Ray tasks (a one-node cluster on 127.0.0.1 stands in for the fleet's)."""
-    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
-    if ray.is_initialized():
-        pytest.skip("a Ray cluster is already initialised in this process")
     root, _ = fleet
-    executors: list[str] = []  # what the convert asked parallel_map for (it still runs every job)
+    got = run_driver("""
+        from pathlib import Path
+        from teleop_flywheel.data.convert import converter
+        from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once
 
-    def spied(*args: Any, **kwargs: Any) -> Any:
-        executors.append(kwargs["executor"])
-        return parallel_map(*args, **kwargs)
+        root, rigs = Path(sys.argv[1]), sys.argv[2:]
+        executors = []  # what the convert asked parallel_map for (it still runs every job)
+        plain = converter.parallel_map
 
-    monkeypatch.setattr(converter, "parallel_map", spied)
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
-        cfg = IngestConfig([root / rig for rig in RIGS], root / "ray", None, grace_s=0, codec="h264", workers=2,
+        def spied(*args, **kwargs):
+            executors.append(kwargs["executor"])
+            return plain(*args, **kwargs)
+
+        converter.parallel_map = spied
+        cfg = IngestConfig([root / rig for rig in rigs], root / "ray", None, grace_s=0, codec="h264", workers=2,
                            executor="ray")
-        taken = ingest_once(cfg, log=lambda _line: None)
-    finally:
-        ray.shutdown()
-    assert sorted(taken.values()) == ["converted"] * 2 * EPISODES and executors == ["ray"]
+        answer({"taken": sorted(ingest_once(cfg, log=lambda _line: None).values()), "executors": executors})
+    """, str(root), *RIGS, cwd=root)
+    assert got == {"taken": ["converted"] * 2 * EPISODES, "executors": ["ray"]}
     _assert_same("ray", root / "ray", datasets["sequential"])
 
 

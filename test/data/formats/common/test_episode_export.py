@@ -6,14 +6,13 @@ Oracles: the files' bytes compared with Python's own reads, and h5py reading eac
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from support import aloha_data as ad
 from support.cli import run_cli
-from support.paths import ROOT
+from support.ray_driver import run_driver
 
 from teleop_flywheel.cli import main as cli_main
 
@@ -65,20 +64,15 @@ def test_an_episode_failing_in_a_worker_is_one_line_and_nothing(source: Path, tm
 
 
 @pytest.mark.timeout(300)
-def test_ray_tasks_write_the_bytes_one_process_writes(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_ray_tasks_write_the_bytes_one_process_writes(source: Path, tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """`--executor ray`: the episodes as tasks on a (single-node, local) Ray cluster, ALOHA files and bags."""
-    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
-        for fmt in ("hdf5-aloha", "mcap"):
-            code, _, err = run_cli(capsys, "export", str(source), "--to", fmt, str(tmp_path / "ray" / fmt),
-                                   "--executor", "ray", "--jpeg", "50")
-            assert code == 0, err
-    finally:
-        ray.shutdown()
+    codes = run_driver("""
+        from teleop_flywheel.cli import main
+        answer([main(["export", sys.argv[1], "--to", fmt, f"{sys.argv[2]}/{fmt}", "--executor", "ray",
+                      "--jpeg", "50"]) for fmt in ("hdf5-aloha", "mcap")])
+    """, str(source), str(tmp_path / "ray"), cwd=tmp_path)
+    assert codes == [0, 0]
     for fmt in ("hdf5-aloha", "mcap"):
         code, _, err = run_cli(capsys, "export", str(source), "--to", fmt, str(tmp_path / "one" / fmt),
                                "--workers", "1", "--jpeg", "50")
