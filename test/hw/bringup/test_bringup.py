@@ -209,9 +209,16 @@ def test_calibration_stopped_midway_puts_every_reachable_servo_back_locked(
     with SimulatedArm("follower", link=link) as arm:  # boots with the shipped simulator calibration
         before = {sid: [s.get(r) for r in ("Homing_Offset", "Min_Position_Limit", "Max_Position_Limit")]
                   for sid, s in arm.servos.items()}
-        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", *CLI[1:], "calibrate", "--port", str(link),
-                                 "--arm", "follower", "--out", str(tmp_path / "c.yaml")],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # As in an operator's terminal, Ctrl-C reaches it: a shell that starts a job in the background
+        # (`pytest … &`) ignores SIGINT, an exec keeps it ignored, and calibrate then never saw it. A
+        # signal with a handler is reset to its default by the exec, so one is set around the start.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen([sys.executable, "-X", "faulthandler", *CLI[1:], "calibrate", "--port", str(link),
+                                     "--arm", "follower", "--out", str(tmp_path / "c.yaml")],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         try:
             assert "MIDDLE" in proc.stdout.readline()  # asked once the servos are unlocked and reset
