@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from support.procs import children, cmdline
 
+import teleop_flywheel  # noqa: F401 - before any test module imports numpy: its BLAS thread setting
+
 # Set before anything imports rclpy. A run's domain is fixed once so that child processes
 # (simulators, recorders under test) started by a test join the same graph.
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
