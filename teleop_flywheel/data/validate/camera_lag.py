@@ -243,7 +243,24 @@ class _Design:
 
 
 def _solve(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.linalg.lstsq(a, y, rcond=None)[0]
+    return _solve_many(a, y, np.zeros((0, len(y)), bool))[0]
+
+
+def _solve_many(a: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Least-squares coefficients of y by a: of all rows, then with each row set `out[k]` left out;
+    shape (1 + len(out), columns). The normal equations of the unit-norm columns, one Gram matrix
+    downdated per left-out set and all solved in one batched pseudo-inverse: the profile's 17 fits
+    per lag (a 20 s episode) cost one SVD each with `lstsq`, 5 s of a validate's 5.4 s. Directions
+    below 1e-6 of the largest singular value are dropped (the squared condition of the normal
+    equations cannot resolve smaller ones; `lstsq` would keep them to 1e-13)."""
+    norm = np.linalg.norm(a, axis=0)
+    norm[norm == 0] = 1.0
+    a = a / norm
+    gram, rhs = a.T @ a, a.T @ y
+    grams = [gram] + [gram - a[k].T @ a[k] for k in out]
+    rhss = [rhs] + [rhs - a[k].T @ y[k] for k in out]
+    coef = np.linalg.pinv(np.stack(grams), rcond=1e-12, hermitian=True) @ np.stack(rhss)[:, :, None]
+    return coef[:, :, 0] / norm
 
 
 def _sse(design: _Design, y: np.ndarray, tau: float) -> float:
@@ -274,12 +291,14 @@ def _profiles(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.ndarr
               ) -> tuple[np.ndarray, list[np.ndarray]]:
     """−(squared error) at each lag: of the whole episode, and with each one-second block left out
     (the gains refitted without it; module doc, 6.)."""
-    kept = [blocks != b for b in np.unique(blocks)]
+    out = np.stack([blocks == b for b in np.unique(blocks)])
     whole, parts = [], []
     for tau in lags:
         a = design.at(tau)
-        whole.append(-float(np.sum((y - a @ _solve(a, y)) ** 2)))
-        parts.append([-float(np.sum((y[k] - a[k] @ _solve(a[k], y[k])) ** 2)) for k in kept])
+        residual = y[:, None] - a @ _solve_many(a, y, out).T  # (frames, 1 + blocks)
+        squared = residual**2
+        whole.append(-float(squared[:, 0].sum()))
+        parts.append(-np.where(out.T, 0.0, squared[:, 1:]).sum(axis=0))
     return np.array(whole), list(np.array(parts).T)
 
 
