@@ -89,6 +89,26 @@ def test_shifted_or_copied_actions_are_flagged(converted: Path, tmp_path: Path, 
     assert html.escape(f"PROBLEM: {c.problem}") in (tmp_path / "audit.html").read_text()
 
 
+def test_doctor_checks_the_contract_of_a_dataset_whose_videos_are_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The contract reads only the state and action columns. Before, doctor skipped it whenever it had
+    found any problem, so a dataset copied without its videos (as `SamueleSandrini/record-test` is
+    published) said nothing about its actions."""
+    write_session(tmp_path / "bags" / "ep0", SessionSpec(duration_s=8.0, motion="reach", width=192, height=144))
+    ds = tmp_path / "ds"
+    assert cli_main(["convert", str(tmp_path / "bags"), "--dataset", str(ds), "--workers", "1", "--codec", "h264"]) == 0
+    capsys.readouterr()
+    videos = list(ds.resolve().rglob("*.mp4"))
+    assert videos
+    for video in videos:
+        video.unlink()
+    assert cli_main(["doctor", str(ds), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert not doc["consistent"] and any(".mp4" in p["problem"] for p in doc["problems"]), doc["problems"]
+    contract = doc["frame_contract"]
+    assert contract is not None and contract["problem"] == "" and contract["decided_share"] == 1.0, contract
+
+
 def test_a_foreign_dataset_whose_actions_are_the_next_state(tmp_path: Path) -> None:
     """No bag lag to compare with (a dataset another writer made): the copy is still caught."""
     root = synthetic_dataset.write(tmp_path / "foreign", synthetic_dataset.SyntheticSpec(
