@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from teleop_flywheel.core.calibration import RAD_PER_STEP
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.hw.arm.config import ArmConfig
@@ -63,6 +64,12 @@ WARMUP = 400  # samples every free reading is learned from (2 s at 200 Hz) befor
 # held off by something. Free motion at the 2 rad/s speed limit lags by less than 0.1 rad.
 FREE_TRACK = 0.15
 MIN_CEILING = 10  # Torque_Limit (0.1 %) a rendered contact starts at: below it the hand feels nothing
+# A follower joint that stood still (within Present_Velocity's one step/s) for this many of its
+# samples in a row (15 ms at 200 Hz) while the hand is beyond it is held by something: its contact
+# is judged at `STALLED` times a moving one's thresholds. Free motion never stands still that long
+# while moving: a reversal passes zero speed within a sample.
+STALL_SAMPLES = 3
+STALLED = 0.5
 _LIFT, _ELBOW = JOINT_NAMES.index("shoulder_lift"), JOINT_NAMES.index("elbow_flex")
 
 
@@ -116,7 +123,11 @@ class Contact:
     where the follower is (the wall is where the follower stopped), its ceiling growing with the
     excess up to `gains.ceiling` — only while the hand is beyond the follower in the direction the
     follower pushes (never a pull toward the obstacle). A joint keeps rendering down to
-    `keep × gains.load` (a load that dips for a tick does not buzz). The fit learns from every
+    `keep` times its threshold (a load that dips for a tick does not buzz). A follower joint standing
+    still for `STALL_SAMPLES` while the hand is beyond it is blocked, not a miss of the fit in free
+    motion: its thresholds are `STALLED` times a moving one's, so it is felt ~0.08 of load sooner
+    (each tick it is not, the follower's load climbs on); its ceiling grows at the same gain (a
+    steeper one, delayed by the follower's round trip, makes a soft hand oscillate). The fit learns from every
     free reading for `WARMUP` samples (the session's first seconds: the arm moved freely), then only
     from readings it already explains to within half of `gains.load`, and never while it renders:
     a contact is not learned as normal. Either way only from a follower within `FREE_TRACK` of the
@@ -127,6 +138,7 @@ class Contact:
         self.keep = keep
         self.models = {j: ExpectedLoad() for j in joints}
         self._learned_ns: int | None = None  # the sample last learned from: each is learned once, ticks see it again
+        self._still = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row standing still
 
     @property
     def ready(self) -> bool:
@@ -146,14 +158,15 @@ class Contact:
             free = abs(offset) < FREE_TRACK and (not warm or (abs(residual) < g.load / 2 and j not in rendering))
             if free and new:
                 model.learn(phi, felt.efforts[j])
+            if new:
+                self._still[j] = self._still[j] + 1 if abs(felt.velocities[j]) <= RAD_PER_STEP else 0
             if not warm:
                 continue
-            threshold = g.load * (self.keep if j in rendering else 1.0)
-            if abs(residual) < threshold or offset * residual >= 0:
+            onset = g.load * (STALLED if self._still[j] >= STALL_SAMPLES else 1.0)
+            if abs(residual) < onset * (self.keep if j in rendering else 1.0) or offset * residual >= 0:
                 continue
-            excess = abs(residual) - g.load
-            ceiling = min(g.ceiling, max(MIN_CEILING, round(1000.0 * g.gain * excess)))
-            out[j] = (felt.positions[j], ceiling)
+            ceiling = round(1000.0 * g.gain * (abs(residual) - onset))
+            out[j] = (felt.positions[j], min(g.ceiling, max(MIN_CEILING, ceiling)))
         return out
 
 
