@@ -340,6 +340,14 @@ BENCH_LINES: dict[str, Any] = {
             if "session" in d
             else ""
         )
+        + (
+            f"; the leader with feedback `gripper` {d['feedback']['ratio_gripper_vs_off']['median']:.1f}×, "
+            f"`contact` {d['feedback']['ratio_contact_vs_off']['median']:.1f}× its CPU per tick without "
+            f"({d['feedback']['cpu_pct']['contact']['median']:.0f} vs {d['feedback']['cpu_pct']['off']['median']:.0f} "
+            "% of one core)"
+            if "feedback" in d
+            else ""
+        )
     ),
     "soft_start": lambda d: (
         f"`soft_start` (a follower's first command 1.5 rad away, peak joint speed at the servo): target ≤ the "
