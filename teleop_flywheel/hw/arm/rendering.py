@@ -127,11 +127,12 @@ class Contact:
     still for `STALL_SAMPLES` while the hand is beyond it is blocked, not a miss of the fit in free
     motion: its thresholds are `STALLED` times a moving one's, so it is felt ~0.08 of load sooner
     (each tick it is not, the follower's load climbs on); its ceiling grows at the same gain (a
-    steeper one, delayed by the follower's round trip, makes a soft hand oscillate). The fit learns from every
-    free reading for `WARMUP` samples (the session's first seconds: the arm moved freely), then only
-    from readings it already explains to within half of `gains.load`, and never while it renders:
-    a contact is not learned as normal. Either way only from a follower within `FREE_TRACK` of the
-    leader (one catching up after a soft start presses, it does not move freely)."""
+    steeper one, delayed by the follower's round trip, makes a soft hand oscillate). The fit learns
+    from every free reading for `WARMUP` samples (the session's first seconds: the arm moved
+    freely), then only from readings it already explains to within half of `gains.load`, and never
+    while it renders: a contact is not learned as normal. Either way only from a follower within
+    `FREE_TRACK` of the leader (one catching up after a soft start presses, it does not move
+    freely)."""
 
     def __init__(self, gains: ContactGains, joints: Sequence[int], keep: float) -> None:
         self.gains = gains
