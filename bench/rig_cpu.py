@@ -21,6 +21,14 @@ included) over fixed windows, repeated to show the spread:
   loops under cProfile timed by the thread's CPU clock: CPU per tick per function, self and
   cumulative, so the CPU above the floor can be placed function by function. (A sampling
   profiler was tried: py-spy, native or not, counted a sleeping loop as busy for most samples.)
+- `feedback`: the leader's driver with `feedback` off, `gripper` (the follower's every sample felt)
+  and `contact` (that, and every body joint judged each tick against the expected-load fit it
+  learns), in alternating windows, the
+  follower's driver beside it and a stand-in for the teleop node (`rig_floor.role_teleop`: the
+  leader commands the follower, `teleop/authority` says the human drives, so the leader judges its
+  follower; `sim-bus`'s own scripted human moves the leader, free motion). The leader's CPU per
+  tick with feedback against without: what rendering costs when nothing is rendered, every tick
+  of a session. Written into the existing result beside the other parts;
 - `steps`: each step of a follower tick — the project's function the driver calls for it, and the
   floor's way of doing the same — called alone once per period at `--rate` (so with caches as
   cold as in the loop), its CPU less that of an empty period.
@@ -31,7 +39,8 @@ thread), `rig_floor.py` (the `sim-bus` arms, the listener, the floor loop), `rig
 roles its child processes take (`--role`).
 
 Writes bench/results/rig_cpu.json. Usage:
-python bench/rig_cpu.py [--part all|session|driver|steps] [--seconds 20] [--repeats 3] [--profile-seconds 20]
+python bench/rig_cpu.py [--part all|session|driver|feedback|steps] [--seconds 20] [--repeats 3]
+[--profile-seconds 20] (one part alone replaces only its own key of the result)
 """
 from __future__ import annotations
 
@@ -50,7 +59,7 @@ from typing import Any
 
 from cpu_accounting import TreeCPU, realtime_priority, spread, thread_cpu
 from result_file import write_result
-from rig_floor import STREAMS, role_floor, role_listener, ros_env, start_sim
+from rig_floor import STREAMS, role_floor, role_listener, role_teleop, ros_env, start_sim
 from rig_profile import per_tick, role_profiled_driver
 from rig_session import measure_session
 from rig_steps import measure_steps
@@ -68,8 +77,8 @@ class Rig:
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.ports: dict[str, str] = {}
 
-    def start_sims(self) -> None:
-        for name in STREAMS:
+    def start_sims(self, names: list[str] | None = None) -> None:
+        for name in names or STREAMS:
             self.procs[f"sim_{name}"], self.ports[name] = start_sim("leader" if "leader" in name else "follower",
                                                                     self.env)
 
@@ -84,13 +93,18 @@ class Rig:
         listener.stdin.flush()
         return json.loads(listener.stdout.readline())  # type: ignore[no-any-return]
 
-    def start_driver(self, name: str, profile_out: str = "") -> None:
+    def start_driver(self, name: str, profile_out: str = "", feedback: str = "", extra: tuple[str, ...] = ()) -> None:
         from teleop_flywheel.core.calibration import sim_calibration_file
 
         role = name.split("_")[0]
         ros_args = ["--ros-args", "-r", f"__node:={name}", "-p", f"port:={self.ports[name]}", "-p", f"role:={role}",
                     "-p", f"rate_hz:={self.rate_hz}", "-p", f"calibration_file:={sim_calibration_file(role)}",
                     "-p", "simulated:=true"]
+        for param in extra:
+            ros_args += ["-p", param]
+        if feedback:
+            ros_args += ["-p", f"feedback:='{feedback}'", "-p",  # quoted: YAML reads a bare off as false
+                         f"follower_calibration_file:={sim_calibration_file('follower')}"]
         cmd = ([sys.executable, str(HERE), "--role", "profiled-driver", "--profile-out", profile_out] if profile_out
                else [sys.executable, "-m", "teleop_flywheel.ros.nodes.arm_driver"])
         self.procs[name] = subprocess.Popen(cmd + ros_args, env=self.env, stdin=subprocess.DEVNULL, text=True)
@@ -115,7 +129,7 @@ class Rig:
     def stop(self, names: list[str]) -> None:
         for name in names:
             proc = self.procs[name]
-            if name == "listener" and proc.stdin is not None:
+            if name in ("listener", "teleop") and proc.stdin is not None:
                 proc.stdin.close()  # it stops at the end of its input
             elif proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -189,6 +203,58 @@ def measure_driver(seconds: float, repeats: int, rate_hz: float, profile_s: floa
         rig.close()
 
 
+def measure_feedback(seconds: float, repeats: int, rate_hz: float) -> dict[str, Any]:
+    """The leader's CPU per tick with `feedback` off and `contact`, alternating (module doc)."""
+    rig = Rig(rate_hz)
+    try:
+        rig.start_sims(["leader_arm", "follower_arm"])
+        rig.start_listener()
+        rig.procs["teleop"] = subprocess.Popen([sys.executable, str(HERE), "--role", "teleop"], env=rig.env,
+                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        # `sim-bus`'s scripted human turns the leader's wrist_roll at up to ~2.4 rad/s: a follower
+        # held to the default 2 rad/s falls behind it and trips its overload, and one that holds is
+        # not free motion.
+        rig.start_driver("follower_arm", extra=("max_speed_rad_s:=4.7",))
+        windows: dict[str, list[dict[str, Any]]] = {"off": [], "gripper": [], "contact": []}
+        for _ in range(repeats):
+            for mode in windows:
+                rig.start_driver("leader_arm", feedback=mode)
+                rig.wait_flowing(["leader_arm", "follower_arm"])
+                time.sleep(4.0)  # `contact` learns free motion from its first 400 samples (2 s)
+                load = os.getloadavg()[0]
+                c0 = rig.counts()
+                with TreeCPU({"leader_arm": rig.procs["leader_arm"].pid}) as cpu:
+                    time.sleep(seconds)
+                ticks = max(rig.counts()[STREAMS["leader_arm"]] - c0[STREAMS["leader_arm"]], 1)
+                used = cpu.seconds()["leader_arm"]
+                cpu_s = used["own_s"] + used["started_s"]
+                teleop = rig.procs["teleop"]
+                assert teleop.stdin is not None and teleop.stdout is not None
+                teleop.stdin.write("\n")
+                teleop.stdin.flush()
+                said = json.loads(teleop.stdout.readline())
+                window = {"load_average": load, "ticks": ticks, "us_per_tick": round(cpu_s / ticks * 1e6, 1),
+                          "cpu_pct": round(cpu_s / cpu.wall_s * 100, 2), "leader_said": said}
+                windows[mode].append(window)
+                print(json.dumps({mode: window}), file=sys.stderr, flush=True)
+                rig.stop(["leader_arm"])
+        def ratios(mode: str) -> dict[str, float]:
+            return spread([round(on["us_per_tick"] / off["us_per_tick"], 3)
+                           for off, on in zip(windows["off"], windows[mode], strict=True)])
+
+        return {"what": "the leader arm_driver's CPU per tick (us) with feedback off, gripper and contact, in "
+                        "alternating windows of the same run, the follower's driver and a teleop stand-in beside it "
+                        "(the leader feels its follower's every sample and judges it each tick; free motion, so "
+                        "nothing is rendered)",
+                "rate_hz": rate_hz, "window_s": seconds, "repeats": repeats,
+                "us_per_tick": {mode: spread([w["us_per_tick"] for w in ws]) for mode, ws in windows.items()},
+                "cpu_pct": {mode: spread([w["cpu_pct"] for w in ws]) for mode, ws in windows.items()},
+                "ratio_gripper_vs_off": ratios("gripper"), "ratio_contact_vs_off": ratios("contact"),
+                "windows": windows}
+    finally:
+        rig.close()
+
+
 def profile_follower(rig: Rig, priority: int, seconds: float) -> dict[str, Any]:
     """The follower's driver and its floor again, each bus loop under cProfile for `seconds`."""
     names = ["follower_arm", "floor_follower"]
@@ -212,14 +278,14 @@ def profile_follower(rig: Rig, priority: int, seconds: float) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("all", "session", "driver", "steps"), default="all")
+    ap.add_argument("--part", choices=("all", "session", "driver", "feedback", "steps"), default="all")
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each measured window")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rate", type=float, default=200.0, help="bus loop rate of drivers and floors (Hz)")
     ap.add_argument("--profile-seconds", type=float, default=0.0,
                     help="then profile the follower's driver and its floor (cProfile, CPU time) this long")
     ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "rig_cpu.json")
-    ap.add_argument("--role", choices=("bench", "listener", "floor", "profiled-driver"), default="bench")
+    ap.add_argument("--role", choices=("bench", "listener", "teleop", "floor", "profiled-driver"), default="bench")
     ap.add_argument("--port", default="")
     ap.add_argument("--topic", default="")
     ap.add_argument("--write", action="store_true")
@@ -234,18 +300,27 @@ def main() -> int:
     if args.role == "listener":
         role_listener()
         return 0
+    if args.role == "teleop":
+        role_teleop()
+        return 0
     if args.role == "floor":
         role_floor(args.port, args.topic, args.write, args.rate, args.priority, args.profile_out)
         return 0
-    results: dict[str, Any] = {"machine": f"{platform.machine()} x{os.cpu_count()}",
-                               "load_average_before": os.getloadavg()}
+    # One part alone replaces its own key of the last result; the rest, and what was said of that
+    # run's machine and load, are kept (each part's windows say their own load).
+    kept = json.loads(args.out.read_text()) if args.part != "all" and args.out.exists() else None
+    results: dict[str, Any] = kept or {"machine": f"{platform.machine()} x{os.cpu_count()}",
+                                       "load_average_before": os.getloadavg()}
     if args.part in ("all", "driver"):
         results["driver"] = measure_driver(args.seconds, args.repeats, args.rate, args.profile_seconds)
+    if args.part in ("all", "feedback"):
+        results["feedback"] = measure_feedback(args.seconds, args.repeats, args.rate)
     if args.part in ("all", "steps"):
         results["steps"] = measure_steps(args.rate, args.repeats)
     if args.part in ("all", "session"):
         results["session"] = measure_session(args.seconds, args.repeats)
-    results["load_average_after"] = os.getloadavg()
+    if kept is None:
+        results["load_average_after"] = os.getloadavg()
     write_result(args.out, results)
     return 0
 

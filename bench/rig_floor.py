@@ -1,7 +1,8 @@
 """The rig `rig_cpu.py` measures on and its floor: `sim-bus` arms, the ROS environment of its
-processes, a listener counting the samples of every stream, and the bare loop that does a driver's
-transactions on the same kind of pty (sync read, one JointState, the follower's sync write; the
-leader's `feedback` JointState, which every leader driver publishes each tick)."""
+processes, a listener counting the samples of every stream, a stand-in for the teleop node (for a
+leader with feedback), and the bare loop that does a driver's transactions on the same kind of pty
+(sync read, one JointState, the follower's sync write; the leader's `feedback` JointState, which
+every leader driver publishes each tick)."""
 from __future__ import annotations
 
 import json
@@ -64,6 +65,53 @@ def role_listener() -> None:
     threading.Thread(target=executor.spin, daemon=True).start()
     for _line in sys.stdin:
         print(json.dumps(counts), flush=True)
+    executor.shutdown()
+    rclpy.shutdown()
+
+
+def role_teleop() -> None:
+    """A stand-in for the teleop node, for a leader driver with feedback: every leader reading commands
+    the follower (`ArmPair`, as the teleop node maps it) and `teleop/authority` says the human alone
+    drives, at 50 Hz (a leader renders only while it hears that). On each line read from stdin it
+    prints what the leader's diagnostics last said of its feedback (`feedback_gated`,
+    `feedback_contact_ready`): the measured leader did judge its follower."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.executors import SingleThreadedExecutor
+    from sensor_msgs.msg import JointState
+
+    from teleop_flywheel.core.calibration import ArmPair, load_calibration, sim_calibration_file
+    from teleop_flywheel.core.clock import now_ns
+    from teleop_flywheel.core.labels import mode_code
+    from teleop_flywheel.core.topics import AUTHORITY, AUTHORITY_FIELDS, DIAGNOSTICS, arm_command, arm_state
+    from teleop_flywheel.ros.nodes.common import CONTROL_QOS, STREAM_QOS, joint_state
+
+    rclpy.init()
+    node = rclpy.create_node("rig_cpu_teleop")
+    pair = ArmPair(load_calibration(sim_calibration_file("leader")), load_calibration(sim_calibration_file("follower")))
+    command = node.create_publisher(JointState, arm_command("follower"), CONTROL_QOS)
+    authority = node.create_publisher(JointState, AUTHORITY, CONTROL_QOS)
+    said: dict[str, str] = {}
+
+    def on_leader(msg: JointState) -> None:
+        order = [list(msg.name).index(name) for name in NAMES]
+        command.publish(joint_state(NAMES, pair.to_follower([msg.position[k] for k in order]), now_ns()))
+
+    def on_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "feedback_gated" in values and "leader" in status.name:
+                said.update({k: values[k] for k in ("feedback_gated", "feedback_contact_ready") if k in values})
+
+    node.create_subscription(JointState, arm_state("leader"), on_leader, STREAM_QOS)
+    node.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diagnostics, 10)
+    node.create_timer(0.02, lambda: authority.publish(joint_state(
+        AUTHORITY_FIELDS, [1.0, float(mode_code("teleop")), 0.0, 0.0], now_ns())))
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    for _line in sys.stdin:
+        print(json.dumps(said), flush=True)
     executor.shutdown()
     rclpy.shutdown()
 

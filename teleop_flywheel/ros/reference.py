@@ -280,6 +280,11 @@ def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {key: f for fam in ("lineage", "dataset", "review", "bags") if fam in d for key, f in d[fam]["fits"].items()}
 
 
+def _fb(d: dict[str, Any], scenario: str, mode: str, figure: str, unit: str = "") -> str:
+    """`feedback`'s figure without feedback → with `mode`."""
+    return f"{d[scenario]['off'][figure]:.2f} → {d[scenario][mode][figure]:.2f}{unit}"
+
+
 # bench/results/<name>.json -> its README line: what it measures, the target, the figure
 BENCH_LINES: dict[str, Any] = {
     "bus_loop": lambda d: (
@@ -333,6 +338,14 @@ BENCH_LINES: dict[str, Any] = {
         + (
             f"; session {sum(n['cpu_pct']['median'] for n in d['session']['per_node'].values()):.0f} % of one core"
             if "session" in d
+            else ""
+        )
+        + (
+            f"; the leader with feedback `gripper` {d['feedback']['ratio_gripper_vs_off']['median']:.1f}×, "
+            f"`contact` {d['feedback']['ratio_contact_vs_off']['median']:.1f}× its CPU per tick without "
+            f"({d['feedback']['cpu_pct']['contact']['median']:.0f} vs {d['feedback']['cpu_pct']['off']['median']:.0f} "
+            "% of one core)"
+            if "feedback" in d
             else ""
         )
     ),
@@ -494,17 +507,23 @@ BENCH_LINES: dict[str, Any] = {
     ),
     "feedback": lambda d: (
         "`feedback` (force feedback on the simulator: the modelled hand, a scripted operator who stops and eases "
-        f"off once it feels {d['operator']['feel']:g} of max torque, {d['operator']['reaction_s']:g} s late): target "
-        "pressing at least halved, free-motion drag within 10 %, stable, follower load → leader goal within two "
-        "bus ticks; grasp without the follower's force limit, time pressing above the grip limit "
-        f"{d['grasp_without_follower_force_limit']['off']['time_above_limit_s']:.2f} → "
-        f"{d['grasp_without_follower_force_limit']['gripper']['time_above_limit_s']:.2f} s "
-        f"({_met(d['met']['grasp_pressing_time_halved'])}), peak "
+        f"off once it feels {d['operator']['feel']:g} of max torque, {d['operator']['reaction_s']:g} s late; "
+        "medians of 3 repeats): target pressing at least halved, free-motion drag within 10 %, stable, follower "
+        "load → leader goal within two bus ticks; grasp without the follower's force limit, time pressing above "
+        f"the grip limit {_fb(d, 'grasp_without_follower_force_limit', 'gripper', 'time_above_limit_s', ' s')} "
+        f"({_met(d['met']['grasp_pressing_time_halved'])}), mean load over the contact "
+        f"{_fb(d, 'grasp_without_follower_force_limit', 'gripper', 'mean_load')} "
+        f"({_met(d['met']['grasp_mean_load_halved'])}), peak "
         f"{d['grasp_without_follower_force_limit']['gripper']['peak_load']:.2f} either way "
-        f"({_met(d['met']['grasp_peak_load_halved'])}); push into a blocked joint, peak load "
-        f"{d['push']['off']['peak_load']:.2f} → {d['push']['contact']['peak_load']:.2f} "
-        f"({_met(d['met']['push_peak_load_halved'])}), the mash {d['push']['off']['mash_rad']:.2f} → "
-        f"{d['push']['contact']['mash_rad']:.2f} rad; drag {d['ratios']['drag_gripper_vs_off']:.2f}× / "
+        f"({_met(d['met']['grasp_peak_load_halved'])}: the servo's cap, reached "
+        f"{d['grasp_without_follower_force_limit']['gripper']['first_contact']['peak']['ms']:.0f} ms after contact, "
+        "within the operator's reaction); push into a blocked joint, peak load "
+        f"{_fb(d, 'push', 'contact', 'peak_load')} "
+        f"({_met(d['met']['push_peak_load_halved'])}), mean load over the contact "
+        f"{_fb(d, 'push', 'contact', 'mean_load')} ({_met(d['met']['push_mean_load_halved'])}), time above the "
+        f"limit {_fb(d, 'push', 'contact', 'time_above_limit_s', ' s')} "
+        f"({_met(d['met']['push_pressing_time_halved'])}: without feedback the collision hold ends it), the mash "
+        f"{_fb(d, 'push', 'contact', 'mash_rad', ' rad')}; drag {d['ratios']['drag_gripper_vs_off']:.2f}× / "
         f"{d['ratios']['drag_contact_vs_off']:.2f}× ({_met(d['met']['drag_within_10_percent'])}); "
         f"{'stable' if d['met']['stable'] else 'oscillates'} ({_met(d['met']['stable'])}); latency median "
         f"{d['latency_ticks_median']:.1f}, max {max(d['latency_ticks']):.1f} ticks "

@@ -31,16 +31,12 @@ e-stop, torque, reconnect.
   (a leader lets go), no goal written to a servo without torque — until `reset()`, an operator's
   act, rewrites and reads back the RAM settings and re-enables the servos that cut their torque,
   holding where they are (commands are then approached at the guard's speed);
-- force feedback on a leader (`ArmConfig.feedback`, docs/teleop.md "Force feedback"): with
-  `gripper`, `feel()` (any thread) passes the follower on — where it is in the leader's
-  terms, its load and speed — and while that shows a grasp (load at `feedback_grasp_load`, jaws
-  stalled) the leader's gripper alone is torqued, at `feedback_torque_limit`, toward where the
-  follower's jaws stopped: the hand feels a spring it can always overpower. Anything else — no
-  grasp, the follower's news older than `FEEDBACK_STALE_S`, a hold (fault, e-stop), the leader
-  driven by commands, a reconnect, the exit — releases that torque. `feel()` takes the whole
-  follower; `contact` adds every body joint whose follower load departs from what free motion and
-  gravity produce (`rendering.Contact`), torqued toward where the follower is, its ceiling growing
-  with the excess. Every leader tick says what it left the servos doing to the hand (`rendered`);
+- force feedback on a leader (`ArmConfig.feedback`, docs/teleop.md "Force feedback"): `feel()`
+  and `gate()` (any thread) pass the follower and the rig's say to the leader's
+  `rendering.Renderer`, which each tick in the hand torques the joints whose follower meets
+  something softly toward where the follower is; a hold (fault, e-stop), the leader driven by
+  commands, a reconnect or the exit releases that torque. Every leader tick says what it left the
+  servos doing to the hand (`rendered`);
 - `estop(reason)` holds the same way (or cuts torque, `estop_cuts_torque`), latched at once until
   `reset()`; its `Acknowledgement` settles once the servos read it back, or with why not;
 - `command(names, positions, stamp)` sets a target (any thread); `release()` asks a leader to let go
@@ -63,7 +59,6 @@ and the node exits 1), never silently.
 """
 from __future__ import annotations
 
-import math
 import threading
 import time
 import traceback
@@ -84,23 +79,15 @@ from teleop_flywheel.hw.arm.faults import (
     supply_fault,
     temperature_fault,
 )
-from teleop_flywheel.hw.arm.grasp import Grasp, stopped
+from teleop_flywheel.hw.arm.grasp import Grasp
 from teleop_flywheel.hw.arm.health import DriverState, Health, report
 from teleop_flywheel.hw.arm.parking import park
-from teleop_flywheel.hw.arm.rendering import Contact, ContactGains, Felt, Rendered
+from teleop_flywheel.hw.arm.rendering import Rendered, Renderer
 from teleop_flywheel.hw.arm.servos import ArmServos, Log, Reading
 from teleop_flywheel.hw.errors import BusError, BusTimeout, CalibrationMismatch, PortUnavailable
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 
 ESTOP_READ_BACK_S = 0.3  # how long the bus thread reads an e-stop back before it answers failure
-# The follower as felt, or the rig's say on the feedback (`gate`): older than this (the follower's
-# driver or the teleop node stopped, its topic went quiet) and the leader stops rendering: the
-# command watchdog's default (`watchdog_ms`).
-FEEDBACK_STALE_S = 0.1
-# A grasp being rendered goes on while the follower's load stays above this fraction of
-# `feedback_grasp_load`: its force limit holds the load near the threshold, and a load that dips
-# for one tick must not switch the leader's torque off and on (a buzz in the hand).
-FEEDBACK_KEEP = 0.5
 
 
 class Acknowledgement:
@@ -156,17 +143,7 @@ class ArmDriver:
         self._found_limp: list[float] | None = None  # the pose at the first connect, if every servo was limp
         self._grasp = Grasp(self.config.grip_force_limit if self.role == "follower" else 0.0)
         self._gripper = JOINT_NAMES.index(GRIPPER)
-        # The follower as last felt, and the leader's joints torqued to render it (joint indices).
-        self._felt: Felt | None = None
-        self._rendering: set[int] = set()
-        # The rig's say on the feedback (why not, "" = allowed; when it was last said), None: no say.
-        self._gate: tuple[str, int] | None = None
-        self._gated = ""  # why the last tick rendered nothing although a follower was felt ("" = it could)
-        self._contact = (Contact(ContactGains(self.config.feedback_contact_load, self.config.feedback_contact_gain,
-                                              self.config.feedback_contact_torque_limit),
-                                 [i for i in range(len(JOINT_NAMES)) if i != self._gripper], FEEDBACK_KEEP)
-                         if self.config.feedback == "contact" else None)
-        self._ceiling: dict[int, int] = {}  # leader: the Torque_Limit written (and read back) per servo
+        self._feedback = Renderer(self.config, self.servos, self._note_torque)  # a leader's force feedback
         self.rendered: Rendered | None = None  # leader: what its last tick left the servos doing to the hand
 
     @property
@@ -192,23 +169,14 @@ class ArmDriver:
         """The follower, for a leader's force feedback, joint order: `positions` in the leader's
         radians (`ArmPair.to_leader`), `efforts` its load (fraction of max torque), `velocities` rad/s,
         `stamp_ns` when it was sampled or arrived (`now_ns` clock)."""
-        g = self._gripper
-
-        def toward(v: Sequence[float], e: Sequence[float]) -> float:  # the jaws' speed toward where they press
-            return math.copysign(v[g], v[g] * e[g])
-
-        with self._lock:
-            was = None if self._felt is None else toward(self._felt.velocities, self._felt.efforts)
-            self._felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns,
-                              stopped(velocities[g], toward(velocities, efforts), was))
+        self._feedback.feel(positions, efforts, velocities, stamp_ns)
 
     def gate(self, reason: str, stamp_ns: int) -> None:
         """The rig's say on a leader's feedback (any thread): nothing is rendered while `reason` is
         not empty (pedal lost, policy mode, the teleop node holds) or once the last say, at
         `stamp_ns` (`now_ns` clock), is older than `FEEDBACK_STALE_S` (whoever says it went quiet).
         Never called, the feedback answers to the follower alone (a bench, a test)."""
-        with self._lock:
-            self._gate = (reason, stamp_ns)
+        self._feedback.gate(reason, stamp_ns)
 
     def estop(self, reason: str = "requested") -> Acknowledgement:
         """Hold the arm (or cut its torque, `estop_cuts_torque`), latched at once until `reset()` (across
@@ -335,7 +303,7 @@ class ArmDriver:
         self._written = list(seed) if on else None
         self._collision_since.clear()
         self._release.clear()
-        self._rendering = set()  # a leader's torque was just set off: any feedback starts again from a grasp
+        self._feedback.joints.clear()  # a leader's torque was just set off: any feedback starts again from a grasp
 
     def _latch_refused(self, refused: dict[int, str]) -> None:
         for sid, what in refused.items():
@@ -368,22 +336,8 @@ class ArmDriver:
         (`rendered`). Raises BusError (PortUnavailable: the port is gone)."""
         reading = self._control(now)
         if self.role == "leader":
-            self._note_rendered()
+            self.rendered = self._feedback.note(self._written, self._positions, self._off)
         return reading
-
-    def _note_rendered(self) -> None:
-        """The goal offset and torque ceiling of every leader joint rendering feedback as this tick left
-        it, stamped now: right after its last write. A leader driven by commands (tracking the follower
-        while the policy drives) is torqued too, but renders nothing: its joints say 0, so the record
-        (`complementary_info.feedback`, the mashing measures' felt share) means what the hand was given."""
-        goal = self._written
-        on = [i in self._rendering and sid not in self._off and goal is not None
-              for i, sid in enumerate(self.calibration.ids)]
-        offsets = tuple(goal[i] - self._positions[i] if on[i] and goal is not None else 0.0
-                        for i in range(len(on)))
-        ceilings = tuple(self._ceiling.get(sid, 0) / 1000.0 if on[i] else 0.0
-                         for i, sid in enumerate(self.calibration.ids))
-        self.rendered = Rendered(now_ns(), offsets, ceilings)
 
     def _control(self, now: int | None) -> Reading:
         reading = self.read()
@@ -400,7 +354,7 @@ class ArmDriver:
             self.state.ticks += 1
             self.state.tick_times.append(now)
             # A leader rendering feedback on every joint is not one driven by commands.
-            torque = self.state.torque and not self._rendering
+            torque = self.state.torque and not self._feedback.joints
             release = engage = False
             if self.role == "leader":
                 release = torque and (self._release.is_set() or bool(held) or self.guard.stale(now))
@@ -425,7 +379,7 @@ class ArmDriver:
             self._release.clear()
             self.servos.set_torque(self.servos.ids, False)
             self._note_torque(dict.fromkeys(self.servos.ids, False))
-            self._rendering = set()
+            self._feedback.joints.clear()
             if self._estop_acks and held:
                 self._acknowledge_estops()
             return reading
@@ -436,70 +390,21 @@ class ArmDriver:
             # in the operator's hand. Not taken: no torque this tick, written again the next.
             engage = self.servos.registers("Torque_Limit", self.servos.ids) == limits
             if engage:
-                self._ceiling.update(limits)
+                self._feedback.ceilings.update(limits)
         if goal is not None:
             self.servos.write_goals(goal, [sid for sid in self.servos.ids if sid not in self._off] if held else None)
             self._written = goal
         if engage:
             self.servos.set_torque(self.servos.ids, True)
             self._note_torque(dict.fromkeys(self.servos.ids, True))
-            self._rendering = set()  # the commands drive the leader now
+            self._feedback.joints.clear()  # the commands drive the leader now
         elif self.config.feedback != "off" and not torque:
-            self._render(now, bool(held))
+            written = self._feedback.render(now, bool(held), self._positions, self._refused)
+            if written is not None:
+                self._written = written
         if self._estop_acks and held:
             self._acknowledge_estops()
         return reading
-
-    def _render(self, now: int, held: bool) -> None:
-        """Feedback on a leader in the hand: torque the joints whose follower meets something (the
-        gripper: a grasp; with `contact`, a body joint: its load beyond free motion's) softly toward
-        where the follower is; release each the moment it does not (or the news is stale, or the
-        arm holds)."""
-        with self._lock:
-            felt, gate = self._felt, self._gate
-        stale = FEEDBACK_STALE_S * NS_PER_S
-        self._gated = "" if gate is None else gate[0] or ("the rig's say is stale" if now - gate[1] > stale else "")
-        want: dict[int, tuple[float, int]] = {}
-        if felt is not None and not held and not self._gated and now - felt.stamp_ns <= stale:
-            g = self._gripper
-            grasp_load = self.config.feedback_grasp_load * (FEEDBACK_KEEP if g in self._rendering else 1.0)
-            if abs(felt.efforts[g]) >= grasp_load and felt.jaws_stopped:
-                want[g] = (felt.positions[g], self.config.feedback_torque_limit)
-            if self._contact is not None:
-                want.update(self._contact.render(felt, self._positions, self._rendering))
-        ids = self.calibration.ids
-        want = {i: v for i, v in want.items() if ids[i] not in self._refused}
-        stop = sorted(self._rendering - set(want))
-        if stop:
-            self.servos.set_torque([ids[i] for i in stop], False)
-            self._note_torque(dict.fromkeys((ids[i] for i in stop), False))
-            self._rendering -= set(stop)
-        if not want:
-            return
-        start = [i for i in want if i not in self._rendering]
-        limits = {ids[i]: want[i][1] for i in want if i in start or self._ceiling.get(ids[i]) != want[i][1]}
-        if limits:
-            self.bus.sync_write_register("Torque_Limit", limits)
-            self._ceiling.update(limits)
-        if start:
-            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
-            # Not taken: no torque on that joint this tick, tried again the next. Once on, a changed
-            # ceiling is written without a read-back: a lost write leaves the last, no higher than
-            # the configured ceiling.
-            back = self.servos.registers("Torque_Limit", [ids[i] for i in start])
-            start = [i for i in start if back.get(ids[i]) == limits[ids[i]]]
-        live = sorted(self._rendering | set(start))
-        if not live:
-            return
-        goal = list(self._positions)
-        for i in live:
-            goal[i] = want[i][0]
-        self.servos.write_goals(goal, [ids[i] for i in live])
-        self._written = goal
-        if start:
-            self.servos.set_torque([ids[i] for i in start], True)
-            self._note_torque(dict.fromkeys((ids[i] for i in start), True))
-            self._rendering |= set(start)
 
     def _acknowledge_estops(self) -> None:
         """Read back what the e-stop asked of the servos — torque off (a leader, `estop_cuts_torque`),
@@ -761,9 +666,9 @@ class ArmDriver:
                 "relative_limited": guard.relative_limited, "stale_ticks": guard.stale_ticks,
                 "rejected_commands": guard.rejected,
                 "command_stale": self.guard.stale(now_ns()), "gripper_force_limited": self._grasp.holding,
-                "feedback_rendering": bool(self._rendering),
-                "feedback_contact_ready": self._contact is not None and self._contact.ready,
-                "feedback_gated": self._gated,
+                "feedback_rendering": bool(self._feedback.joints),
+                "feedback_contact_ready": self._feedback.contact is not None and self._feedback.contact.ready,
+                "feedback_gated": self._feedback.gated,
             }
             return report(self.state, self.port, self.role, target_rate_hz, self.config.estop_cuts_torque, values)
 
@@ -781,7 +686,7 @@ class ArmDriver:
         release = True
         # A leader torqued only to render feedback (on every joint, with `contact`) lets go at once:
         # parking would move the device in the operator's hand.
-        if self.state.connected and self.state.torque and not self._rendering and action != "release":
+        if self.state.connected and self.state.torque and not self._feedback.joints and action != "release":
             rest = self.config.rest_pose or self._found_limp
             why = "exit_action is hold" if action == "hold" else park(self, rest)
             release = not why

@@ -1,6 +1,8 @@
-"""What a leader renders to the operator's hand: per bus tick what it did (`Rendered`, published as
-`/leader/feedback`), and the `contact` mode's judgement of the follower (`Contact`: its load
-beyond what free motion and gravity produce, `ExpectedLoad`); docs/teleop.md "Force feedback".
+"""What a leader renders to the operator's hand (docs/teleop.md "Force feedback"): the bus thread's
+`Renderer` (which joints it torques toward where the follower is, at what ceiling, and when it lets
+go), per bus tick what it did (`Rendered`, published as `/leader/feedback`), and the `contact`
+mode's judgement of the follower (`Contact`: its load beyond what free motion and gravity produce,
+`ExpectedLoad`).
 
 The STS3215 has no torque control: what reaches the hand is a spring toward the goal written,
 capped by the live Torque_Limit. So what was rendered is, per joint, that goal minus where the
@@ -8,10 +10,25 @@ shaft is and that cap, and nothing where the servo has no torque."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from teleop_flywheel.core.so101 import JOINT_NAMES
+from teleop_flywheel.core.calibration import RAD_PER_STEP
+from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
+from teleop_flywheel.hw.arm.config import ArmConfig
+from teleop_flywheel.hw.arm.grasp import stopped
+from teleop_flywheel.hw.arm.servos import ArmServos
+
+# The follower as felt, or the rig's say on the feedback (`gate`): older than this (the follower's
+# driver or the teleop node stopped, its topic went quiet) and the leader stops rendering: the
+# command watchdog's default (`watchdog_ms`).
+FEEDBACK_STALE_S = 0.1
+# A grasp being rendered goes on while the follower's load stays above this fraction of
+# `feedback_grasp_load`: its force limit holds the load near the threshold, and a load that dips
+# for one tick must not switch the leader's torque off and on (a buzz in the hand).
+FEEDBACK_KEEP = 0.5
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,12 @@ WARMUP = 400  # samples every free reading is learned from (2 s at 200 Hz) befor
 # held off by something. Free motion at the 2 rad/s speed limit lags by less than 0.1 rad.
 FREE_TRACK = 0.15
 MIN_CEILING = 10  # Torque_Limit (0.1 %) a rendered contact starts at: below it the hand feels nothing
+# A follower joint that stood still (within Present_Velocity's one step/s) for this many of its
+# samples in a row (15 ms at 200 Hz) while the hand is beyond it is held by something: its contact
+# is judged at `STALLED` times a moving one's thresholds. Free motion never stands still that long
+# while moving: a reversal passes zero speed within a sample.
+STALL_SAMPLES = 3
+STALLED = 0.5
 _LIFT, _ELBOW = JOINT_NAMES.index("shoulder_lift"), JOINT_NAMES.index("elbow_flex")
 
 
@@ -100,17 +123,23 @@ class Contact:
     where the follower is (the wall is where the follower stopped), its ceiling growing with the
     excess up to `gains.ceiling` — only while the hand is beyond the follower in the direction the
     follower pushes (never a pull toward the obstacle). A joint keeps rendering down to
-    `keep × gains.load` (a load that dips for a tick does not buzz). The fit learns from every
-    free reading for `WARMUP` samples (the session's first seconds: the arm moved freely), then only
-    from readings it already explains to within half of `gains.load`, and never while it renders:
-    a contact is not learned as normal. Either way only from a follower within `FREE_TRACK` of the
-    leader (one catching up after a soft start presses, it does not move freely)."""
+    `keep` times its threshold (a load that dips for a tick does not buzz). A follower joint standing
+    still for `STALL_SAMPLES` while the hand is beyond it is blocked, not a miss of the fit in free
+    motion: its thresholds are `STALLED` times a moving one's, so it is felt ~0.08 of load sooner
+    (each tick it is not, the follower's load climbs on); its ceiling grows at the same gain (a
+    steeper one, delayed by the follower's round trip, makes a soft hand oscillate). The fit learns
+    from every free reading for `WARMUP` samples (the session's first seconds: the arm moved
+    freely), then only from readings it already explains to within half of `gains.load`, and never
+    while it renders: a contact is not learned as normal. Either way only from a follower within
+    `FREE_TRACK` of the leader (one catching up after a soft start presses, it does not move
+    freely)."""
 
     def __init__(self, gains: ContactGains, joints: Sequence[int], keep: float) -> None:
         self.gains = gains
         self.keep = keep
         self.models = {j: ExpectedLoad() for j in joints}
         self._learned_ns: int | None = None  # the sample last learned from: each is learned once, ticks see it again
+        self._still = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row standing still
 
     @property
     def ready(self) -> bool:
@@ -130,12 +159,122 @@ class Contact:
             free = abs(offset) < FREE_TRACK and (not warm or (abs(residual) < g.load / 2 and j not in rendering))
             if free and new:
                 model.learn(phi, felt.efforts[j])
+            if new:
+                self._still[j] = self._still[j] + 1 if abs(felt.velocities[j]) <= RAD_PER_STEP else 0
             if not warm:
                 continue
-            threshold = g.load * (self.keep if j in rendering else 1.0)
-            if abs(residual) < threshold or offset * residual >= 0:
+            onset = g.load * (STALLED if self._still[j] >= STALL_SAMPLES else 1.0)
+            if abs(residual) < onset * (self.keep if j in rendering else 1.0) or offset * residual >= 0:
                 continue
-            excess = abs(residual) - g.load
-            ceiling = min(g.ceiling, max(MIN_CEILING, round(1000.0 * g.gain * excess)))
-            out[j] = (felt.positions[j], ceiling)
+            ceiling = round(1000.0 * g.gain * (abs(residual) - onset))
+            out[j] = (felt.positions[j], min(g.ceiling, max(MIN_CEILING, ceiling)))
         return out
+
+
+class Renderer:
+    """A leader's force feedback (`ArmConfig.feedback`), driven by its bus thread. `feel()` and
+    `gate()` (any thread) pass on the follower and the rig's say; each tick in the hand, `render()`
+    torques the joints whose follower meets something — the gripper: a grasp (load at
+    `feedback_grasp_load`, jaws stalled), at `feedback_torque_limit`; with `contact`, a body joint
+    whose load departs from free motion's (`Contact`), its ceiling growing with the excess —
+    softly toward where the follower is: the hand feels a spring it can always overpower. No
+    grasp, news older than `FEEDBACK_STALE_S`, a hold (fault, e-stop) or a gate closed releases
+    that joint. `joints` are those torqued to render; `note()` says what a tick left them doing."""
+
+    def __init__(self, config: ArmConfig, servos: ArmServos,
+                 note_torque: Callable[[dict[int, bool]], None]) -> None:
+        self.config = config
+        self.servos = servos
+        self._note_torque = note_torque  # the driver's record of which servos have torque
+        self._gripper = JOINT_NAMES.index(GRIPPER)
+        self._lock = threading.Lock()
+        self._felt: Felt | None = None  # the follower as last felt
+        # The rig's say on the feedback (why not, "" = allowed; when it was last said), None: no say.
+        self._gate: tuple[str, int] | None = None
+        self.gated = ""  # why the last tick rendered nothing although a follower was felt ("" = it could)
+        self.joints: set[int] = set()  # joint indices torqued to render
+        self.ceilings: dict[int, int] = {}  # the Torque_Limit written (and read back) per servo id
+        self.contact = (Contact(ContactGains(config.feedback_contact_load, config.feedback_contact_gain,
+                                             config.feedback_contact_torque_limit),
+                                [i for i in range(len(JOINT_NAMES)) if i != self._gripper], FEEDBACK_KEEP)
+                        if config.feedback == "contact" else None)
+
+    def feel(self, positions: Sequence[float], efforts: Sequence[float], velocities: Sequence[float],
+             stamp_ns: int) -> None:
+        """The follower (`ArmDriver.feel`)."""
+        g = self._gripper
+
+        def toward(v: Sequence[float], e: Sequence[float]) -> float:  # the jaws' speed toward where they press
+            return math.copysign(v[g], v[g] * e[g])
+
+        with self._lock:
+            was = None if self._felt is None else toward(self._felt.velocities, self._felt.efforts)
+            self._felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns,
+                              stopped(velocities[g], toward(velocities, efforts), was))
+
+    def gate(self, reason: str, stamp_ns: int) -> None:
+        """The rig's say (`ArmDriver.gate`)."""
+        with self._lock:
+            self._gate = (reason, stamp_ns)
+
+    def render(self, now: int, held: bool, positions: Sequence[float], refused: set[int]) -> list[float] | None:
+        """One tick of a leader in the hand (its joints at `positions`; servos in `refused` never
+        torqued): torque the joints whose follower meets something, release each the moment it
+        does not. The goal written, None if none was."""
+        with self._lock:
+            felt, gate = self._felt, self._gate
+        stale = FEEDBACK_STALE_S * NS_PER_S
+        self.gated = "" if gate is None else gate[0] or ("the rig's say is stale" if now - gate[1] > stale else "")
+        want: dict[int, tuple[float, int]] = {}
+        if felt is not None and not held and not self.gated and now - felt.stamp_ns <= stale:
+            g = self._gripper
+            grasp_load = self.config.feedback_grasp_load * (FEEDBACK_KEEP if g in self.joints else 1.0)
+            if abs(felt.efforts[g]) >= grasp_load and felt.jaws_stopped:
+                want[g] = (felt.positions[g], self.config.feedback_torque_limit)
+            if self.contact is not None:
+                want.update(self.contact.render(felt, positions, self.joints))
+        ids, servos = self.servos.ids, self.servos
+        want = {i: v for i, v in want.items() if ids[i] not in refused}
+        stop = sorted(self.joints - set(want))
+        if stop:
+            servos.set_torque([ids[i] for i in stop], False)
+            self._note_torque(dict.fromkeys((ids[i] for i in stop), False))
+            self.joints -= set(stop)
+        if not want:
+            return None
+        start = [i for i in want if i not in self.joints]
+        limits = {ids[i]: want[i][1] for i in want if i in start or self.ceilings.get(ids[i]) != want[i][1]}
+        if limits:
+            servos.bus.sync_write_register("Torque_Limit", limits)
+            self.ceilings.update(limits)
+        if start:
+            # Read back before torque comes on: the live limit is otherwise the driver's full torque.
+            # Not taken: no torque on that joint this tick, tried again the next. Once on, a changed
+            # ceiling is written without a read-back: a lost write leaves the last, no higher than
+            # the configured ceiling.
+            back = servos.registers("Torque_Limit", [ids[i] for i in start])
+            start = [i for i in start if back.get(ids[i]) == limits[ids[i]]]
+        live = sorted(self.joints | set(start))
+        if not live:
+            return None
+        goal = list(positions)
+        for i in live:
+            goal[i] = want[i][0]
+        servos.write_goals(goal, [ids[i] for i in live])
+        if start:
+            servos.set_torque([ids[i] for i in start], True)
+            self._note_torque(dict.fromkeys((ids[i] for i in start), True))
+            self.joints |= set(start)
+        return goal
+
+    def note(self, goal: Sequence[float] | None, positions: Sequence[float], off: set[int]) -> Rendered:
+        """The goal offset and torque ceiling of every joint rendering feedback as this tick left it
+        (`goal` last written, servos in `off` without torque), stamped now: right after its last
+        write. A leader driven by commands (tracking the follower while the policy drives) is torqued
+        too, but renders nothing: its joints say 0, so the record (`complementary_info.feedback`, the
+        mashing measures' felt share) means what the hand was given."""
+        ids = self.servos.ids
+        on = [i in self.joints and sid not in off and goal is not None for i, sid in enumerate(ids)]
+        offsets = tuple(goal[i] - positions[i] if on[i] and goal is not None else 0.0 for i in range(len(on)))
+        ceilings = tuple(self.ceilings.get(sid, 0) / 1000.0 if on[i] else 0.0 for i, sid in enumerate(ids))
+        return Rendered(now_ns(), offsets, ceilings)

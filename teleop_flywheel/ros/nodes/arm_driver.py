@@ -152,9 +152,10 @@ class ArmDriverParams(NodeParams):
                                       "that is a grasp", range=(0.01, 1.0))
     feedback_contact_load: float = spec(0.15, "leader, contact: the follower's load beyond what free motion and "
                                         "gravity produce (fraction of its maximum torque) at which a joint "
-                                        "resists", range=(0.05, 1.0))
+                                        "resists (half of it for a joint standing still: blocked)",
+                                        range=(0.05, 1.0))
     feedback_contact_gain: float = spec(1.0, "leader, contact: the joint's torque ceiling (fraction of its maximum "
-                                        "torque) per unit of excess load beyond feedback_contact_load",
+                                        "torque) per unit of excess load beyond that threshold",
                                         range=(0.0, 10.0))
     feedback_contact_torque_limit: int = spec(150, "leader, contact: the highest Torque_Limit a body joint resists "
                                               "with (0.1 %; 150 = ~0.19 N·m at shoulder_lift, ~0.08 N·m at the "

@@ -22,7 +22,7 @@ from teleop_flywheel.core.calibration import ArmPair
 from teleop_flywheel.core.clock import now_ns
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmDriver
-from teleop_flywheel.hw.arm.driver import FEEDBACK_STALE_S
+from teleop_flywheel.hw.arm.rendering import FEEDBACK_STALE_S
 from teleop_flywheel.hw.errors import BusTimeout, PortUnavailable
 from teleop_flywheel.hw.feetech.sim import Faults, Hand, SimulatedArm
 

@@ -11,6 +11,7 @@ import pytest
 from teleop_flywheel.hw.arm.rendering import (
     FREE_TRACK,
     MIN_CEILING,
+    STALL_SAMPLES,
     WARMUP,
     Contact,
     ContactGains,
@@ -61,11 +62,13 @@ def learned(gains: ContactGains | None = None) -> Contact:
     return contact
 
 
-def pushed(excess: float, beyond: float) -> tuple[Felt, list[float]]:
-    """The follower still at a pose, its shoulder_lift `excess` beyond the free load; the leader
-    `beyond` rad past it on that joint (positive: in the direction the follower pushes)."""
+def pushed(excess: float, beyond: float, speed: float = 0.0) -> tuple[Felt, list[float]]:
+    """The follower at a pose, still (or its shoulder_lift moving at `speed` rad/s), its
+    shoulder_lift `excess` beyond the free load; the leader `beyond` rad past it on that joint
+    (positive: in the direction the follower pushes)."""
     positions = [0.1, 0.3, -0.2, 0.0, 0.0, 0.0]
     velocities = [0.0] * 6
+    velocities[LIFT] = speed
     efforts = [free_load(positions, velocities)] * 6
     efforts[LIFT] += excess
     leader = list(positions)
@@ -81,6 +84,26 @@ def test_a_joint_resists_an_excess_load_with_a_ceiling_growing_up_to_the_limit()
     assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 150)}, "either way; capped"
     felt, leader = pushed(0.16, 0.05)
     assert contact.render(felt, leader, set())[LIFT][1] == MIN_CEILING
+
+
+def test_a_stalled_follower_is_felt_at_half_the_load_a_moving_one_needs() -> None:
+    """A follower joint standing still while the hand is beyond it is blocked: its load, rising
+    toward the threshold free motion needs, renders from half of it, the ceiling growing from
+    there at the same gain, and is kept down to half of that; a moving one with the same load does
+    not render."""
+    contact = learned(ContactGains(load=0.15, gain=1.0, ceiling=150))
+    stamp = 10**12
+    for k in range(STALL_SAMPLES):
+        felt, leader = pushed(0.11, 0.05)
+        got = contact.render(replace(felt, stamp_ns=stamp + k), leader, set())
+        assert (LIFT in got) is (k == STALL_SAMPLES - 1), f"sample {k}: renders once still for {STALL_SAMPLES}"
+    assert got[LIFT][1] == 35, "1000 x gain x (0.11 - 0.075)"
+    felt, leader = pushed(0.05, 0.05)
+    assert LIFT in contact.render(replace(felt, stamp_ns=stamp + STALL_SAMPLES), leader, {LIFT}), "kept to 0.0375"
+    moving = learned()
+    for k in range(3 * STALL_SAMPLES):
+        felt, leader = pushed(0.11, 0.05, speed=0.3)
+        assert moving.render(replace(felt, stamp_ns=stamp + k), leader, set()) == {}, "moving: free motion's threshold"
 
 
 def test_no_joint_resists_below_the_threshold_or_pulls_toward_the_obstacle() -> None:
