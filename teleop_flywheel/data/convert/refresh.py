@@ -48,7 +48,7 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.episode_table import episode_records
+from teleop_flywheel.data.lerobot.episode_table import columns_for, table_records
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import CODES, Reason
@@ -250,7 +250,8 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     """Write the sample weights of every episode (`curate`'s, value for value), reading the frames only of
     the episodes the weights file does not hold yet; (its path, frames read)."""
     rule = _rule(ds.root)
-    recs = sorted(episode_records(ds), key=lambda r: r.episode_index)
+    table = ds.episodes[columns_for(ds.episodes.columns, "recorded_wall_ns", "interventions", "triggers")]
+    recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
     frames = 0
     if ds.has_column("intervention"):
         known = _known_flags(ds.root)

@@ -67,11 +67,10 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
-    COLUMNS,
-    META_JSON_COLUMNS,
     START_STATE,
     TRACKING_OUTRUN,
     EpisodeRecord,
+    columns_for,
     episode_records,
     table_records,
 )
@@ -342,9 +341,9 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     at `root`, which the append has not touched yet. The box is the visited range of every episode
     (its `stats/observation.state/min|max`). Only the columns the scores read are converted: the table's
     other columns (the per-episode stats, the verdicts) are most of it and grow with every append."""
-    needed = {"episode_index", "length", "tasks", "jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max",
-              *COLUMNS["outcome"], *COLUMNS["attempts"], *META_JSON_COLUMNS}
-    df = table.select([c for c in table.column_names if c in needed]).to_pandas()
+    scored = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
+    df = table.select([*columns_for(table.column_names, "outcome", "attempts"),
+                       *(c for c in table.column_names if c in scored)]).to_pandas()
     jerk = np.array([np.nan if v is None or pd.isna(v) else float(v) for v in
                      (df["jerk"] if "jerk" in df else [None] * len(df))])
     starts: list[Any] = list(df[START_STATE]) if START_STATE in df else [None] * len(df)
