@@ -341,9 +341,9 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     at `root`, which the append has not touched yet. The box is the visited range of every episode
     (its `stats/observation.state/min|max`). Only the columns the scores read are converted: the table's
     other columns (the per-episode stats, the verdicts) are most of it and grow with every append."""
-    scored = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
+    score_inputs = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
     df = table.select([*columns_for(table.column_names, "outcome", "attempts"),
-                       *(c for c in table.column_names if c in scored)]).to_pandas()
+                       *(c for c in table.column_names if c in score_inputs)]).to_pandas()
     jerk = np.array([np.nan if v is None or pd.isna(v) else float(v) for v in
                      (df["jerk"] if "jerk" in df else [None] * len(df))])
     starts: list[Any] = list(df[START_STATE]) if START_STATE in df else [None] * len(df)
