@@ -5,11 +5,13 @@ at 100 Hz), recorded with the project's BagWriter. Measured in the same run:
 - ours: `convert()` of that bag (read + CDR decode + validate + align + JPEG decode + encode +
   remux + parquet/meta), one worker;
 - floor: PyAV alone encoding the very frames the dataset holds, pre-decoded to I420 in memory,
-  with the same encoder settings (libsvtav1, yuv420p, g=2, crf=30, preset 10) → ratio ours/floor (time);
+  with the same encoder settings (`--codec`: libsvtav1, yuv420p, g=2, crf=30, preset 10, or h264)
+  → ratio ours/floor (time);
 - LeRobot 0.4.x's own writer (`LeRobotDataset.create/add_frame/save_episode`) on the same frames,
   if an interpreter with LeRobot is given (`--lerobot-python`): ratio LeRobot/ours.
 
-Usage: `python bench/convert.py [--seconds 105] [--out bench/results/convert.json] [--lerobot-python PY]`
+Usage: `python bench/convert.py [--seconds 105] [--codec libsvtav1|h264] [--out bench/results/convert.json]
+[--lerobot-python PY]`
 """
 from __future__ import annotations
 
@@ -52,9 +54,9 @@ print(json.dumps({"seconds": time.perf_counter() - t}))
 """
 
 
-def floor_encode(i420: list[np.ndarray], w: int, h: int, path: Path) -> float:
+def floor_encode(i420: list[np.ndarray], w: int, h: int, path: Path, codec: str) -> float:
     t = time.perf_counter()
-    enc = v3_layout.VideoEncoder(path, w, h, 30, "libsvtav1")
+    enc = v3_layout.VideoEncoder(path, w, h, 30, codec)
     for f in i420:
         enc.add_i420(f)
     enc.close()
@@ -65,6 +67,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=105.0)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "convert.json"))
+    ap.add_argument("--codec", choices=v3_layout.CODECS, default="libsvtav1")
     ap.add_argument("--lerobot-python", default=None, help="python of a venv with lerobot==0.4.x installed")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-convert-") as tmp_s:
@@ -75,7 +78,7 @@ def main() -> int:
 
         t = time.perf_counter()
         cpu0 = os.times()
-        res = convert([tmp / "session"], tmp / "ds", workers=1, progress=False)
+        res = convert([tmp / "session"], tmp / "ds", codec=args.codec, workers=1, progress=False)
         ours_s = time.perf_counter() - t
         cpu1 = os.times()
         info = json.loads((tmp / "ds" / "meta/info.json").read_text())
@@ -92,7 +95,7 @@ def main() -> int:
         decoded = {int(i): cv2.imdecode(np.frombuffer(im.data[int(i)], np.uint8), cv2.IMREAD_COLOR)
                    for i in np.unique(idx)}
         i420 = [cv2.cvtColor(decoded[int(i)], cv2.COLOR_BGR2YUV_I420) for i in idx]
-        floor_s = floor_encode(i420, 640, 480, tmp / "floor.mp4")
+        floor_s = floor_encode(i420, 640, 480, tmp / "floor.mp4", args.codec)
         result = {
             "frames": frames,
             "episode_seconds": frames / 30,
@@ -105,7 +108,7 @@ def main() -> int:
             "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
             "target_ratio_max": 1.5,
-            "codec": f"libsvtav1 yuv420p g=2 crf=30 preset {v3_layout.svt_preset()}",
+            "codec": f"{args.codec} yuv420p {v3_layout.encoder_options(args.codec)}",
             "resolution": "640x480",
             "cpus": os.cpu_count(),
         }

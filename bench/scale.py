@@ -22,9 +22,13 @@ its cost at 100 (`vs_100`).
   throughput of one core), then `ingest`'s append of one more episode into that dataset of N: the
   convert of one more bag (`append_s`), less the same bag's convert into an empty dataset
   (`over_empty_s`: what the N already there cost the append; the encode is the same in both).
+- `append` (`--append-sizes`): the same append of one more episode into datasets of N grown at the
+  table level (`grow`) from `--append-base` converted bags, median of `--append-repeat` appends: N
+  = 10,000 without converting 10,000 bags (about an hour here).
 
 Usage: `python bench/scale.py [--only lineage dataset review bags] [--sizes ...] [--episode-sizes ...]
-[--review-sizes ...] [--bag-sizes ...] [--out bench/results/scale.json] [--plot docs/images/scale.png]`
+[--review-sizes ...] [--bag-sizes ...] [--append-sizes ...] [--out bench/results/scale.json] [--update]
+[--plot docs/images/scale.png]`
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -42,10 +47,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from result_file import RESULTS, load_average, write_result
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
+from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
@@ -57,7 +68,7 @@ from teleop_flywheel.data.validate.validator import validate_paths
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
-FAMILIES = ("lineage", "dataset", "review", "bags")
+FAMILIES = ("lineage", "dataset", "review", "bags", "append")
 SIZES = [10, 100, 1000, 10000]
 
 
@@ -226,6 +237,102 @@ def measure_bags(tmp: Path, sizes: list[int]) -> list[dict[str, Any]]:
     return points
 
 
+def grow(src: Path, out: Path, n: int) -> None:
+    """A dataset of `n` episodes at `out`, grown from the converted dataset `src` at the table level:
+    its K episodes repeated in turn, each copy with its own episode index and id, frame indices,
+    place in the one data file and the one video file (the layout one convert of `n` bags writes),
+    its own verdict in the validation record; stats.json aggregated over every row; `src`'s card.
+    Sample weights as a refresh writes them.
+    What an append's cost depends on — rows, verdicts, frames, the box of start states — is there
+    at `n`; only the content repeats."""
+    base = commit.snapshot(src)
+    rows = pq.read_table(base / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
+    data = pq.read_table(base / v3_layout.DATA_PATH.format(chunk_index=0, file_index=0))
+    info = json.loads((base / v3_layout.INFO_PATH).read_text())
+    fps, k = int(info["fps"]), len(rows)
+    verdicts = {e["episode_id"]: e for e in read_record(base)}
+    cams = [f for f, v in info["features"].items() if v["dtype"] == "video"]
+    grown, tables, record = [], [], []
+    cursor, t = 0, {cam: 0.0 for cam in cams}
+    for i in range(n):
+        row = dict(rows[i % k])
+        old_id, new_id = row["episode_id"], _hex("episode", i)
+        part = data.filter(pc.equal(data["episode_index"], row["episode_index"]))
+        length = part.num_rows
+        part = part.set_column(part.schema.get_field_index("episode_index"), "episode_index",
+                               pa.array([i] * length, pa.int64()))
+        part = part.set_column(part.schema.get_field_index("index"), "index",
+                               pa.array(range(cursor, cursor + length), pa.int64()))
+        tables.append(part)
+        row.update({"episode_index": i, "episode_id": new_id, "episode_id_v1": _hex("v1", i),
+                    "source_bag": f"ep{i:05d}", "dataset_from_index": cursor, "dataset_to_index": cursor + length,
+                    "recorded_wall_ns": int(row["recorded_wall_ns"]) + i * 60 * 10**9})
+        for cam in cams:
+            row.update({f"videos/{cam}/chunk_index": 0, f"videos/{cam}/file_index": 0,
+                        f"videos/{cam}/from_timestamp": t[cam], f"videos/{cam}/to_timestamp": t[cam] + length / fps})
+            t[cam] += length / fps
+        for stat in ("episode_index", "index"):
+            values = np.arange(cursor, cursor + length) if stat == "index" else np.full(length, i)
+            row.update({f"stats/{stat}/{name}": np.asarray(v).tolist()
+                        for name, v in v3_layout.feature_stats(values).items()})
+        grown.append(row)
+        record.append({**verdicts[old_id], "episode_id": new_id, "name": f"ep{i:05d}",
+                       "path": f"bags/ep{i:05d}"})
+        cursor += length
+    with commit.new_dataset(out) as stage:
+        for rel in (v3_layout.TASKS_PATH, "README.md"):
+            (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(base / rel, stage / rel)
+        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)),
+                           (v3_layout.EPISODES_PATH, pa.Table.from_pylist(grown))):
+            path = stage / rel.format(chunk_index=0, file_index=0)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, path)
+        for cam in cams:
+            rel = v3_layout.VIDEO_PATH.format(video_key=cam, chunk_index=0, file_index=0)
+            v3_layout.remux([(base / rel, None)] * -(-n // k), stage / rel)  # whole copies; the last beyond n unused
+        stats = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in grown]
+        v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(stats)))
+        info.update(total_episodes=n, total_frames=cursor, splits={"train": f"0:{n}"})
+        v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
+    update_record(out, record)
+    update_weights(LeRobotDataset.open(out))
+
+
+def measure_append(tmp: Path, sizes: list[int], base: int, repeat: int) -> list[dict[str, Any]]:
+    """`ingest`'s append of one more episode into a dataset of N grown from `base` converted bags (`grow`):
+    the median of `repeat` appends, each into its own copy of the grown dataset (hard links)."""
+    src = tmp / "src" / "dataset"
+    convert(_bags(tmp / "bags", base), src, codec="h264", workers=1, progress=False)
+    extra = _bags(tmp / "extra", 1, first=10**6)
+    empty = []
+    for r in range(repeat):
+        t0 = time.perf_counter()
+        convert(extra, tmp / f"empty{r}" / "dataset", codec="h264", workers=1, progress=False)
+        empty.append(time.perf_counter() - t0)
+    points = []
+    for n in sizes:
+        grown = tmp / f"grown{n}" / "dataset"
+        t0 = time.perf_counter()
+        grow(src, grown, n)
+        built = time.perf_counter() - t0
+        times = []
+        for r in range(repeat):
+            copy = tmp / f"grown{n}.{r}"
+            shutil.copytree(grown.parent, copy, symlinks=True, copy_function=os.link)
+            t0 = time.perf_counter()
+            res = convert(extra, copy / "dataset", codec="h264", workers=1, progress=False)
+            times.append(time.perf_counter() - t0)
+            assert sum(len(v) for v in res.converted.values()) == 1, res.errors
+            assert len(LeRobotDataset.open(copy / "dataset").episodes) == n + 1
+            shutil.rmtree(copy)
+        append, alone = statistics.median(times), statistics.median(empty)
+        points.append({"episodes": n, "grow_s": round(built, 1), "grown_append_s": round(append, 3),
+                       "append_into_empty_s": round(alone, 3), "over_empty_s": round(append - alone, 3)})
+        shutil.rmtree(grown.parent)
+    return points
+
+
 def growth(points: list[dict[str, Any]], key: str, size: str = "checkpoints") -> dict[str, float]:
     """Slope of log(cost) on log(N) and its standard error."""
     xs = [math.log(p[size]) for p in points]
@@ -260,7 +367,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    panels = [(name, result[name]) for name in ("lineage", "dataset", "review", "bags") if name in result]
+    panels = [(name, result[name]) for name in FAMILIES if name in result]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (name, family) in zip(axes[0], panels, strict=True):
         size = family["size"]
@@ -292,6 +399,9 @@ def main() -> None:
     parser.add_argument("--dataset-repeat", type=int, default=3)
     parser.add_argument("--review-sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--bag-sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--append-sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--append-base", type=int, default=10, help="bags the grown datasets repeat")
+    parser.add_argument("--append-repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
     parser.add_argument("--update", action="store_true", help="keep the families of --out not run now")
     parser.add_argument("--plot", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images"
@@ -313,6 +423,9 @@ def main() -> None:
                                       repeat=args.dataset_repeat),
         "bags": lambda tmp: _family(measure_bags(tmp, args.bag_sizes),
                                     ["validate_ms_per_episode", "convert_ms_per_episode", "append_s"], "episodes"),
+        "append": lambda tmp: _family(measure_append(tmp, args.append_sizes, args.append_base, args.append_repeat),
+                                      ["grown_append_s"], "episodes", base_bags=args.append_base,
+                                      repeat=args.append_repeat),
     }
     for name in args.only:  # each family's result written as soon as it is measured
         with tempfile.TemporaryDirectory() as tmp:

@@ -275,9 +275,12 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+SCALE_FAMILIES = ("lineage", "dataset", "review", "bags", "append")  # bench/scale.py's FAMILIES
+
+
 def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """bench/scale.py's fits of every family it ran, by cost."""
-    return {key: f for fam in ("lineage", "dataset", "review", "bags") if fam in d for key, f in d[fam]["fits"].items()}
+    return {key: f for fam in SCALE_FAMILIES if fam in d for key, f in d[fam]["fits"].items()}
 
 
 def _fb(d: dict[str, Any], scenario: str, mode: str, figure: str, unit: str = "") -> str:
@@ -487,7 +490,7 @@ BENCH_LINES: dict[str, Any] = {
     "scale": lambda d: (
         "`scale` (costs as the data grows, per episode or entry, N up to "
         + ", ".join(f"{fam} {max(p[d[fam]['size']] for p in d[fam]['points']):,}"
-                    for fam in ("lineage", "dataset", "review", "bags") if fam in d)
+                    for fam in SCALE_FAMILIES if fam in d)
         + "): target the cost at the largest N within 1.3× of N = 100; "
         + "; ".join(f"`{key.removesuffix('_ms_per_episode').removesuffix('_ms_per_entry').removesuffix('_ms')}` "
                     + (f"{f['vs_100']:.2f}×" if f["vs_100"] is not None else "n/a")

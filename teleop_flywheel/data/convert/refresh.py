@@ -26,6 +26,7 @@ from the episodes table, and LeRobot reads none of them.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +48,10 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.episode_table import episode_records
+from teleop_flywheel.data.lerobot.episode_table import columns_for, table_records
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
-from teleop_flywheel.data.validate.reasons import Reason
+from teleop_flywheel.data.validate.reasons import CODES, Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 
 FORMAT = "teleop_flywheel.validation/1"
@@ -60,15 +61,19 @@ def _key(entry: dict[str, Any]) -> str:
     return str(entry.get("episode_id") or entry.get("name") or entry.get("path"))
 
 
-def read_record(root: Path) -> list[dict[str, Any]]:
+def _read_doc(root: Path) -> dict[str, Any]:
     path = root / RECORD_PATH
     if not path.is_file():
-        return []
+        return {}
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: unreadable validation record: {exc}") from None
-    return [e for e in doc.get("episodes", []) if isinstance(e, dict)]
+    return doc if isinstance(doc, dict) else {}
+
+
+def read_record(root: Path) -> list[dict[str, Any]]:
+    return [e for e in _read_doc(root).get("episodes", []) if isinstance(e, dict)]
 
 
 def recorded_ids(root: Path) -> set[str]:
@@ -94,17 +99,50 @@ def stale(root: Path) -> bool:
 
 
 def update_record(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]]) -> Path:
-    """Merge verdicts (reports or their dicts) into the dataset's record; the summary is recomputed."""
-    entries = {_key(e): e for e in read_record(root)}
+    """Merge verdicts (reports or their dicts) into the dataset's record. The summary's counts are sums
+    over the verdicts, so the record's own summary is brought up to date by the verdicts replaced and
+    added (recounted from every verdict when it has none or a malformed one): equal to `summary` of
+    the merged record. One verdict per line, compact: the JSON encoder's C path."""
+    doc = _read_doc(root)
+    entries = {_key(e): e for e in doc.get("episodes", []) if isinstance(e, dict)}
+    base = doc.get("summary")
+    if not isinstance(base, dict) or not all(isinstance(base.get(k), int) for k in _COUNTS) or \
+            not all(isinstance(base.get(k), dict) for k in _TALLIES):
+        base = _summary(list(entries.values()))
+    added, removed = [], []
     for r in reports:
         d = r.to_dict() if isinstance(r, EpisodeReport) else dict(r)
+        if _key(d) in entries:
+            removed.append(entries[_key(d)])
         entries[_key(d)] = d
-    merged = list(entries.values())
-    doc = {"format": FORMAT, "episodes": merged, "summary": _summary(merged)}
+        added.append(d)
+    totals = _combined(base, _summary(removed), _summary(added))
+    lines = ",\n".join(json.dumps(e) for e in entries.values())
+    text = (f'{{"format": {json.dumps(FORMAT)}, "episodes": [\n{lines}\n],\n'
+            f'"summary": {json.dumps(totals, indent=1)}}}\n')
     path = root / RECORD_PATH
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_atomic(path, json.dumps(doc, indent=1), written=lambda: fault(f"temp {RECORD_PATH}"))
+    replace_atomic(path, text, written=lambda: fault(f"temp {RECORD_PATH}"))
     return path
+
+
+_COUNTS = ("episodes", "passed", "rejected", "warned", "errors")  # `validator.summary`'s counts and tallies
+_TALLIES = ("reasons", "warnings")
+
+
+def _combined(base: dict[str, Any], minus: dict[str, Any], plus: dict[str, Any]) -> dict[str, Any]:
+    """`base` less the verdicts of `minus` plus those of `plus`, in `validator.summary`'s shape and order."""
+    out = summary([])
+    for k in _COUNTS:
+        out[k] = int(base[k]) - minus[k] + plus[k]
+    out["rejection_rate"] = out["rejected"] / out["episodes"] if out["episodes"] else 0.0
+    for k in _TALLIES:
+        tally = Counter({c: int(n) for c, n in base[k].items()})
+        tally.subtract(minus[k])
+        tally.update(plus[k])
+        order = list(CODES) if k == "reasons" else sorted(tally)
+        out[k] = {c: tally[c] for c in order if tally[c] > 0}
+    return out
 
 
 def _summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -212,7 +250,8 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     """Write the sample weights of every episode (`curate`'s, value for value), reading the frames only of
     the episodes the weights file does not hold yet; (its path, frames read)."""
     rule = _rule(ds.root)
-    recs = sorted(episode_records(ds), key=lambda r: r.episode_index)
+    table = ds.episodes[columns_for(ds.episodes.columns, "recorded_wall_ns", "interventions", "triggers")]
+    recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
     frames = 0
     if ds.has_column("intervention"):
         known = _known_flags(ds.root)

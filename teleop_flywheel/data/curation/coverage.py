@@ -30,17 +30,28 @@ def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[
         first_gap = float(to_mean[first])
     else:
         first_gap = float(np.linalg.norm(pts[first] - pts.mean(axis=0)))
-    order = [first]
-    gaps = [first_gap]
+    order = np.empty(n, dtype=np.int64)
+    gaps = np.empty(n)
+    order[0], gaps[0] = first, first_gap
     nearest = np.linalg.norm(pts - pts[first], axis=1)
     nearest[first] = -1.0
-    for _ in range(n - 1):
+    # Each pick's distances column by column into reused buffers: the sum of squares in the order
+    # `np.linalg.norm` adds them (the same values), ~5x faster at 10,000 points than a norm over rows.
+    cols = np.ascontiguousarray(pts.T)
+    dist, term = np.empty(n), np.empty(n)
+    for k in range(1, n):
         pick = int(np.argmax(nearest))
-        order.append(pick)
-        gaps.append(float(nearest[pick]))
-        nearest = np.minimum(nearest, np.linalg.norm(pts - pts[pick], axis=1))
-        nearest[order] = -1.0
-    return np.asarray(order, dtype=np.int64), np.asarray(gaps)
+        order[k], gaps[k] = pick, nearest[pick]
+        np.subtract(cols[0], cols[0, pick], out=dist)
+        np.multiply(dist, dist, out=dist)
+        for col in cols[1:]:
+            np.subtract(col, col[pick], out=term)
+            np.multiply(term, term, out=term)
+            np.add(dist, term, out=dist)
+        np.sqrt(dist, out=dist)
+        np.minimum(nearest, dist, out=nearest)
+        nearest[pick] = -1.0  # the points picked before stay -1: the minimum keeps it
+    return order, gaps
 
 
 def halton(n: int, dims: int, skip: int = 20) -> np.ndarray:

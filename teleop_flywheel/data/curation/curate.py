@@ -70,6 +70,7 @@ from teleop_flywheel.data.lerobot.episode_table import (
     START_STATE,
     TRACKING_OUTRUN,
     EpisodeRecord,
+    columns_for,
     episode_records,
     table_records,
 )
@@ -338,8 +339,11 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     writes it. New rows bring their `jerk` and `start_state` (the converter computed them from the
     rows it writes); rows of a dataset converted before the scores existed get theirs from the data
     at `root`, which the append has not touched yet. The box is the visited range of every episode
-    (its `stats/observation.state/min|max`)."""
-    df = table.to_pandas()
+    (its `stats/observation.state/min|max`). Only the columns the scores read are converted: the table's
+    other columns (the per-episode stats, the verdicts) are most of it and grow with every append."""
+    score_inputs = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
+    df = table.select([*columns_for(table.column_names, "outcome", "attempts"),
+                       *(c for c in table.column_names if c in score_inputs)]).to_pandas()
     jerk = np.array([np.nan if v is None or pd.isna(v) else float(v) for v in
                      (df["jerk"] if "jerk" in df else [None] * len(df))])
     starts: list[Any] = list(df[START_STATE]) if START_STATE in df else [None] * len(df)

@@ -4,7 +4,7 @@ Per call (one camera schema): one new data parquet for all the episodes given, e
 temporary mp4s remuxed back to back into new `videos/<key>/chunk-XXX/file-XXX.mp4` files (rolled
 over at `video_files_size_in_mb`), the episodes table rewritten with the new rows (LeRobot's
 columns, flattened per-episode stats, and the caller's own episode columns), tasks, `stats.json`
-(aggregated over every episode) and `info.json` (totals, splits, video `info` blocks, plus the
+(the dataset's merged with the new episodes': `_stats`) and `info.json` (totals, splits, video `info` blocks, plus the
 caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
 Nothing is written inside the dataset: every file goes to the staging directory at its relative
 path and `commit.publish` (`data/lerobot/commit.py`) makes it the dataset's next version.
@@ -135,6 +135,29 @@ def _write_videos(root: Path, stage: Path, eps: list[EpisodeData], info: dict[st
                 info["features"][key]["info"] = v3_layout.video_info(path)
 
 
+def read_stats(root: Path) -> dict[str, dict[str, np.ndarray]] | None:
+    """The dataset's stats.json as arrays; None when it is missing or unreadable."""
+    try:
+        doc = json.loads((root / v3_layout.STATS_PATH).read_text())
+        return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in doc.items()}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _stats(root: Path, table: pa.Table, added: list[dict[str, Any]], info: dict[str, Any]
+           ) -> dict[str, dict[str, np.ndarray]]:
+    """stats.json after an append: the dataset's stats merged with the appended episodes' (counts
+    weigh means, variances and quantiles, so the dataset's stats stand for all its episodes at once:
+    equal to aggregating every row, to rounding), reading no other row. Every row of `table` is
+    aggregated again when there is no readable stats.json or the new episodes bring a feature it lacks."""
+    features = list(info["features"])
+    new = [v3_layout.stats_from_episode_row(r, features) for r in added]
+    old = read_stats(root) if len(table) > len(added) else {}
+    if old is None or any(k not in old or "count" not in old[k] for e in new for k in e):
+        return v3_layout.aggregate_stats([v3_layout.stats_from_episode_row(r, features) for r in table.to_pylist()])
+    return v3_layout.aggregate_stats([old, *new] if old else new)
+
+
 def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, robot_type: str,
                    features: dict[str, Any], info_keys: dict[str, Any] | None = None,
                    amend: Callable[[pa.Table], pa.Table] | None = None) -> tuple[list[int], list[str]]:
@@ -198,8 +221,7 @@ def write_episodes(root: Path, stage: Path, eps: list[EpisodeData], fps: int, ro
     pd.DataFrame({"task_index": [task_index[t] for t in ordered]},
                  index=pd.Index(ordered, name="task")).to_parquet(stage / v3_layout.TASKS_PATH)
     fault(f"stage {v3_layout.TASKS_PATH}")
-    all_stats = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in table.to_pylist()]
-    v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(all_stats)))
+    v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(_stats(root, table, rows, info)))
     fault(f"stage {v3_layout.STATS_PATH}")
     total = ep0 + len(eps)
     info.update(total_episodes=total, total_frames=cursor, total_tasks=len(task_index), splits={"train": f"0:{total}"})

@@ -65,7 +65,9 @@ def _move_aside(root: Path, rel: str, _stage: Path) -> list[str]:
     return [rel]
 
 
-def _read_table(root: Path, problems: list[Problem]) -> pd.DataFrame | None:
+def _read_table(root: Path, problems: list[Problem], stats: bool = False) -> pd.DataFrame | None:
+    """The episodes table; without `stats`, its per-episode stats columns left unread (most of the
+    table, and nothing the checks read: a convert checks the dataset before every append)."""
     files = sorted((root / "meta" / "episodes").glob("*/*.parquet"))
     if not files:
         problems.append(Problem(f"{root}: meta/info.json exists but no episodes table (meta/episodes/*/*.parquet)"))
@@ -73,7 +75,9 @@ def _read_table(root: Path, problems: list[Problem]) -> pd.DataFrame | None:
     frames = []
     for path in files:
         try:
-            frames.append(pq.read_table(path).to_pandas())
+            names = pq.read_schema(path).names
+            frames.append(pq.read_table(path, columns=[c for c in names if stats or not c.startswith("stats/")])
+                          .to_pandas())
         except Exception as exc:  # noqa: BLE001 - any parse failure is the finding
             problems.append(Problem(f"{path.relative_to(root)}: unreadable episodes table ({exc}); every episode "
                                     "it lists is lost from this dataset"))
@@ -162,7 +166,9 @@ def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[s
         json.loads((root / v3_layout.STATS_PATH).read_text())
     except (OSError, ValueError):
         def fix_stats(stage: Path) -> list[str]:
-            per = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in table.to_dict("records")]
+            full = _read_table(root, [], stats=True)
+            rows = full.to_dict("records") if full is not None else []
+            per = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in rows]
             v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(per)))
             return []
         problems.append(Problem("meta/stats.json missing or unreadable",

@@ -16,6 +16,7 @@ hash leaves them out and checks the ones a filter used by value instead.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,6 +168,15 @@ def record_from_meta(meta: EpisodeMeta, episode_index: int = -1, length: int = 0
                      episode_id: str | None = None) -> EpisodeRecord:
     """An EpisodeRecord straight from a bag's metadata (for reports that read bags)."""
     return EpisodeRecord(episode_index, length, [meta.task] if meta.task else [], episode_id, **_from_meta(meta))
+
+
+def columns_for(names: Iterable[str], *fields: str) -> list[str]:
+    """Of the columns `names`, those `table_records` reads for the record fields `fields` (keys of
+    COLUMNS), with a row's identity and the metadata JSON a writer may keep them in: records of the
+    narrower table hold those fields as the whole table's do, for less work per row."""
+    wanted = {"episode_index", "length", "tasks", *ID_COLUMNS, *META_JSON_COLUMNS,
+              *(c for f in fields for c in COLUMNS[f])}
+    return [n for n in names if n in wanted]
 
 
 def episode_records(ds: LeRobotDataset) -> list[EpisodeRecord]:

@@ -68,6 +68,7 @@ SVT_PRESET = "10"
 # source on every second frame, against 1.1-1.2 at preset 8 and with PyAV 18 at 10 (test_video.py).
 # LeRobot's own writer (preset 12) has the same damage there.
 SVT_PRESET_OLD_PYAV = "8"
+X264_THREADS = 2  # h264's slices: fixed, not the machine's CPU count, so any machine writes the same bytes
 
 
 def svt_preset() -> str:
@@ -210,6 +211,22 @@ def arrow_column(values: np.ndarray, dtype: str) -> pa.Array:
 
 # -- video ---------------------------------------------------------------------------------------
 
+def encoder_options(codec: str, g: int = 2, crf: int = 30) -> dict[str, str]:
+    """The encoder's options for `codec`: the same frames give the same bytes in every run, process and
+    machine (test_video.py). SVT-AV1 does at any thread count. x264 does not by default: its MB-tree
+    reads memory it never wrote when a GOP is 2 frames, so the bytes (and at times a frame's pixels)
+    followed whatever the process's heap held (measured: one in five converts of the same bag, and
+    every run under MALLOC_PERTURB_=1); and its slices follow the machine's CPU count. MB-tree has
+    at most one frame to carry a block's cost into at g=2 and costs ~20 % more bytes off; the
+    threads are fixed."""
+    options = {"g": str(g), "crf": str(crf)}
+    if codec == "libsvtav1":
+        options["preset"] = svt_preset()
+    else:
+        options.update({"threads": str(X264_THREADS), "x264-params": "mbtree=0"})
+    return options
+
+
 class VideoEncoder:
     """One mp4 file: yuv420p frames in, libsvtav1 (g=2, crf=30 as LeRobot; preset `svt_preset()`) or h264 out."""
 
@@ -221,10 +238,7 @@ class VideoEncoder:
         self.path = path
         self.container = av.open(str(path), "w")
         name = "libx264" if codec == "h264" else codec
-        options = {"g": str(g), "crf": str(crf)}
-        if codec == "libsvtav1":
-            options["preset"] = svt_preset()
-        stream = self.container.add_stream(name, rate=fps, options=options)
+        stream = self.container.add_stream(name, rate=fps, options=encoder_options(codec, g, crf))
         if not isinstance(stream, VideoStream):
             raise ValueError(f"{name}: not a video codec")
         self.stream = stream

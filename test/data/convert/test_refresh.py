@@ -1,19 +1,25 @@
 """After an append the dataset's sample weights equal a full `curate` over it, value for value, while the
-append reads only the appended episode's frames (however many the dataset holds); the card is marked
-behind, never silently stale, and `card` makes it the full refresh's again."""
+append reads only the appended episode's frames (however many the dataset holds); its stats.json and
+validation record equal a full rebuild while only the appended episodes' stats and verdicts are read;
+the card is marked behind, never silently stale, and `card` makes it the full refresh's again."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.data.convert import converter as conv
-from teleop_flywheel.data.convert.refresh import card_behind
+from teleop_flywheel.data.convert.refresh import card_behind, read_record
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
+from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.reports.card import write_card
+from teleop_flywheel.data.validate.reasons import Reason
+from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 SPEC = dict(width=192, height=144, duration_s=2.5)
@@ -68,6 +74,45 @@ def test_appends_read_only_the_new_episode_and_weigh_as_curate(bags: list[Path],
     assert rule["intervention_weight"] == report.rule.intervention_weight
     ages = table.column("age_days").to_pylist()
     assert ages[0] > ages[-1] == 0.0  # recency applied across the appends: the first is minutes older
+
+
+def test_appends_merge_stats_and_verdicts_equal_to_a_full_rebuild(bags: list[Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = tmp_path / "ds"
+    conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    real = v3_layout.stats_from_episode_row
+    calls: list[int] = []
+    rows_read: list[int] = []
+    monkeypatch.setattr(v3_layout, "stats_from_episode_row", lambda *a: calls.append(1) or real(*a))  # counted
+    for bag in bags[1:4]:
+        calls.clear()
+        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+        rows_read.append(len(calls))
+    monkeypatch.undo()
+    assert rows_read == [1, 1, 1]  # the appended episode's stats only, not every row's
+
+    info = json.loads((ds / v3_layout.INFO_PATH).read_text())
+    rows = pq.read_table(ds / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
+    full = v3_layout.aggregate_stats([real(r, list(info["features"])) for r in rows])
+    merged = json.loads((ds / v3_layout.STATS_PATH).read_text())
+    assert sorted(merged) == sorted(full)
+    for feature, stats in full.items():
+        assert sorted(merged[feature]) == sorted(stats), feature
+        for name, value in stats.items():
+            got = np.asarray(merged[feature][name])
+            if name in ("count", "min", "max"):
+                assert np.array_equal(got, value), (feature, name)
+            else:  # sums in another order: equal to rounding
+                assert np.allclose(got, value, rtol=1e-12, atol=1e-15), (feature, name)
+
+    batch = tmp_path / "batch" / "ds"  # the same four episodes in one convert
+    conv.convert(bags[:4], batch, codec="h264", workers=1, progress=False)
+    record, whole = (json.loads((d / "meta/validation.json").read_text()) for d in (ds, batch))
+    assert record == whole
+    reports = [EpisodeReport(e["path"], e["name"], e["episode_id"], [Reason(x["code"], "") for x in e["reasons"]],
+                             error=e.get("error"), warnings=[Reason(x["code"], "") for x in e["warnings"]])
+               for e in read_record(ds)]
+    assert record["summary"] == summary(reports) and record["summary"]["warned"] == 4
 
 
 def test_the_card_is_marked_behind_and_card_regenerates_the_full_one(bags: list[Path], tmp_path: Path) -> None:
