@@ -44,7 +44,6 @@ def start_sim(role: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], st
 def role_listener() -> None:
     """Count the samples of every stream; print the counts on each line read from stdin."""
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
     from teleop_flywheel.ros.nodes.common import STREAM_QOS
@@ -60,11 +59,19 @@ def role_listener() -> None:
 
     for topic in STREAMS.values():
         node.create_subscription(JointState, topic, counter(topic), STREAM_QOS, raw=True)
+    _answer_each_line(node, counts)
+
+
+def _answer_each_line(node: Any, said: dict[str, Any]) -> None:
+    """Spin `node` in a thread; print `said` as JSON for each line read from stdin, until it ends."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     threading.Thread(target=executor.spin, daemon=True).start()
     for _line in sys.stdin:
-        print(json.dumps(counts), flush=True)
+        print(json.dumps(said), flush=True)
     executor.shutdown()
     rclpy.shutdown()
 
@@ -77,7 +84,6 @@ def role_teleop() -> None:
     `feedback_contact_ready`): the measured leader did judge its follower."""
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import JointState
 
     from teleop_flywheel.core.calibration import ArmPair, load_calibration, sim_calibration_file
@@ -107,13 +113,7 @@ def role_teleop() -> None:
     node.create_subscription(DiagnosticArray, DIAGNOSTICS, on_diagnostics, 10)
     node.create_timer(0.02, lambda: authority.publish(joint_state(
         AUTHORITY_FIELDS, [1.0, float(mode_code("teleop")), 0.0, 0.0], now_ns())))
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    for _line in sys.stdin:
-        print(json.dumps(said), flush=True)
-    executor.shutdown()
-    rclpy.shutdown()
+    _answer_each_line(node, said)
 
 
 def role_floor(port: str, topic: str, write: bool, rate_hz: float, priority: int, profile_out: str) -> None:
