@@ -56,8 +56,9 @@ Method (all on the episode's own header stamps):
    within a few per cent from −90 to 0 ms. So the standard error is at least the profile's own width
    (`_profile_stderr`): the farthest searched lag whose squared error exceeds the least by at most
    χ²₁(0.95) residual variances — the variance inflated by 1 + 2 Σ ρ_k for residuals correlated in
-   time — is 1.96 standard errors away (that episode: ± 13.1 ms, "cannot tell"; on the rig's policy
-   and reaching motion the profile is narrower than the sandwich and changes nothing). No
+   time — is 1.96 standard errors away (that episode: ± 13.1 ms, "cannot tell"; on a reaching
+   operator's motion it changes nothing, on the policy's it widens a few seeds' intervals to 12–15 ms,
+   one of which missed the truth by 18.8 ms at ± 7.4). No
    estimate — the standard error set to the search span — when there are too few frames, no cell
    follows the arm, the joints explain less than 85 % of the image motion (right fits explain
    92–98 % on the rig's motion; a false peak 100 ms from the truth won at 74 %), the best fit is
