@@ -130,6 +130,10 @@ class SessionSpec:
     # the demo's motion (`_rig_motion`: the scripted policy, the simulated leader's human in
     # takeovers, the speed limit, the simulated servos with gravity).
     motion: str = "smooth"
+    # Who holds the leader in the "rig" motion: "sinusoid" (the simulated leader's own human,
+    # `sim.servo.default_human`: every joint a slow sinusoid, never still) or "reach" (`_reaches`: a hand
+    # at work — point-to-point moves with pauses, the gripper closing and opening on an object).
+    rig_human: str = "sinusoid"
     # header stamp, publish and receive times of every camera message shifted together (a camera whose
     # frames are stamped when the driver got them, not when exposed: the pipeline latency looks normal)
     camera_clock_skew_ms: float = 0.0
@@ -237,6 +241,11 @@ def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.
     return out
 
 
+# The scripted human's workspace (radians): poses within center ± amp per joint, the gripper's open..closed.
+REACH_AMP = np.array([0.6, 0.4, 0.5, 0.4, 0.8, 0.5])
+REACH_CENTER = np.array([0.0, -0.3, 0.4, 0.2, 0.0, 0.6])
+
+
 # The demo's scripted policy file (`ros/commands/demo.py`: home, grasp, place, place held; every second
 # move heads 0.35 rad wrong) and the speed limit every follower command passes (`max_speed_rad_s`).
 RIG_WAYPOINTS = ([0.0, -0.3, 0.4, 0.2, 0.0, 0.1], [0.5, 0.1, 0.1, -0.2, 0.6, 0.8],
@@ -249,7 +258,8 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
     the demo's waypoints, every second one wrong), blended with the simulated leader's human
-    (`sim.servo.default_human`, at a random time into its session) where α > 0 — and the task
+    (`sim.servo.default_human`, at a random time into its session; or, with `rig_human="reach"`, a
+    hand at work: `_reaches` with grasps) where α > 0 — and the task
     spec's `clock_probe` at the reset, when it has one (the policy plays it; in a teleop session it
     is added to the leader's command) — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
@@ -266,8 +276,13 @@ def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.ran
     probe_joint = JOINT_NAMES.index(probe.joint) if probe is not None else 0
     policy_run = ScriptedPolicy("scripted-v0", [list(w) for w in RIG_WAYPOINTS], 2.0, 2, 0.35, probe)
     start = np.array(RIG_WAYPOINTS[0]) + rng.normal(0, 0.03, 6)
-    human_t0 = rng.uniform(0, 60)
-    human = np.array([[(raw - mid) * RAD_PER_STEP for raw in default_human(human_t0 + x)] for x in t])
+    if spec.rig_human == "reach":
+        human = _reaches(t, REACH_CENTER, REACH_AMP, rng, grasps=True)
+    elif spec.rig_human == "sinusoid":
+        human_t0 = rng.uniform(0, 60)
+        human = np.array([[(raw - mid) * RAD_PER_STEP for raw in default_human(human_t0 + x)] for x in t])
+    else:
+        raise ValueError(f"rig_human must be 'sinusoid' or 'reach', got {spec.rig_human!r}")
     guard = CommandGuard(JOINT_NAMES, JointLimits({}), max_speed=RIG_MAX_SPEED)
     servos = [Servo(sid, 0) for sid in SERVO_IDS]
     for servo, q in zip(servos, start, strict=True):
@@ -338,8 +353,7 @@ def _motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.
     """The scripted human (with its dead air and fast shakes), the policy, their blend and the
     follower's lag behind it: human, policy, command, follower (radians)."""
     phase = rng.uniform(0, 2 * math.pi, 6)
-    amp = np.array([0.6, 0.4, 0.5, 0.4, 0.8, 0.5])
-    center = np.array([0.0, -0.3, 0.4, 0.2, 0.0, 0.6])
+    amp, center = REACH_AMP, REACH_CENTER
     human_t = t.copy()
     if spec.dead_air is not None:  # the human's hand is off the leader: it holds still
         a, length = spec.dead_air

@@ -49,7 +49,16 @@ Method (all on the episode's own header stamps):
    were no better: a 4 s episode then fell on +50 ms in 4 of 12. To the scaled
    sandwich is added in quadrature `MODEL_ERROR_MS`, the estimator's own error on clean episodes of the rig's
    motion that no residual shows (the gains' shape; measured by `bench/camera_lag.py`, where the
-   95 % interval lag ± 1.96 · stderr holds the true lag in the share the benchmark reports). No
+   95 % interval lag ± 1.96 · stderr holds the true lag in the share the benchmark reports). The
+   sandwich sees only the curvature of the minimum it stands in; where the squared error is nearly
+   flat across tens of ms with shallow local minima (the sinusoidal teleop operator) that curvature
+   is sharp and the error small: a clean episode said −29.4 ± 7.0 ms and was rejected, its profile
+   within a few per cent from −90 to 0 ms. So the standard error is at least the profile's own width
+   (`_profile_stderr`): the farthest searched lag whose squared error exceeds the least by at most
+   χ²₁(0.95) residual variances — the variance inflated by 1 + 2 Σ ρ_k for residuals correlated in
+   time — is 1.96 standard errors away (that episode: ± 13.1 ms, "cannot tell"; on a reaching
+   operator's motion it changes nothing, on the policy's it widens a few seeds' intervals to 12–15 ms,
+   one of which missed the truth by 18.8 ms at ± 7.4). No
    estimate — the standard error set to the search span — when there are too few frames, no cell
    follows the arm, the joints explain less than 85 % of the image motion (right fits explain
    92–98 % on the rig's motion; a false peak 100 ms from the truth won at 74 %), the best fit is
@@ -302,6 +311,28 @@ def _profiles(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.ndarr
     return np.array(whole), list(np.array(parts).T)
 
 
+def _profile_stderr(design: _Design, y: np.ndarray, tau: float, lags: np.ndarray, sse: np.ndarray) -> float:
+    """The lag's standard error from the width of its profile (s; module doc, 5.): every searched lag whose
+    squared error exceeds the least by no more than χ²₁(0.95) residual variances, the variance inflated
+    for residuals correlated in time (1 + 2 Σ ρ_k over the positive autocorrelations within `BLOCK_S`),
+    is a lag the episode cannot tell from the best fit; the farthest of them is 1.96 standard errors away."""
+    a = design.at(tau)
+    r = y - a @ _solve(a, y)
+    rc = r - r.mean()
+    power = float(rc @ rc)
+    if power <= 0 or len(y) <= a.shape[1]:
+        return 0.0
+    inflation = 1.0
+    for k in range(1, min(len(rc) - 1, int(BLOCK_S / max(float(np.median(np.diff(design.tp))), 1e-3))) + 1):
+        rho = float(rc[:-k] @ rc[k:]) / power
+        if rho <= 0:
+            break
+        inflation += 2 * rho
+    variance = float(r @ r) / (len(y) - a.shape[1])
+    near = lags[sse - sse.min() <= Z95**2 * variance * inflation]
+    return float(np.abs(near - tau).max()) / Z95 if len(near) else 0.0
+
+
 def _blocks(tp: np.ndarray) -> np.ndarray:
     return np.floor((tp - tp[0]) / BLOCK_S).astype(int)
 
@@ -370,7 +401,8 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
     total = float(((m - m.mean()) ** 2).sum())
     r2 = 1.0 - _sse(design, m, lag) / total if total > 0 else 0.0
     events = motion_events(np.asarray(joint_stamps_ns), q)
-    stderr = float(np.hypot(_stderr(design, m, lag), MODEL_ERROR_MS / 1000))
+    stderr = max(float(np.hypot(_stderr(design, m, lag), MODEL_ERROR_MS / 1000)),
+                 _profile_stderr(design, m, lag, coarse, -score))
     jump = max((abs(_peak(coarse, s) - lag) for s in left_out), default=0.0)
     note = ""
     if abs(lag) > span - 2 * COARSE_STEP_S:

@@ -239,3 +239,24 @@ def test_the_task_specs_clock_probe_is_a_corner_the_camera_check_counts(tmp_path
     assert np.abs(probe[:, [0, 1, 2, 4, 5]]).max() < 1e-9  # and nothing else
     if kind == "policy":  # the teleop operator's catch-up at the start already has corners there
         assert counts[1] > counts[0], counts  # its corners lie within 300 ms: they count as one event or two
+
+
+@pytest.mark.parametrize("seed", (0, 1))
+def test_a_reaching_teleop_operator_is_timed_at_the_demos_camera(tmp_path: Path, seed: int) -> None:
+    """Teleoperation by a hand at work (`rig_human="reach"`: point-to-point moves with pauses, the gripper
+    closing and opening, through the speed guard and the simulated servos) at the demo's 320×240: every
+    start and stop is a corner, so a clean camera passes and ±35 ms is rejected on its own — where the
+    simulator's sinusoidal operator mostly cannot tell (bench/camera_lag.py, the `teleop` motion)."""
+    for skew in (0.0, 35.0, -35.0):
+        spec = SessionSpec(duration_s=8.0, motion="rig", seed=seed, camera_clock_skew_ms=skew, cameras=("front",),
+                           session_kind="teleop", rig_human="reach")
+        r = val.validate_bag((str(write_session(tmp_path / f"reach{seed}{skew:+.0f}", spec).bag), CFG))
+        est = r.camera_lag["front"]
+        assert not est["note"] and est["events"] >= 4, est
+        assert abs(est["lag_ms"] - skew) <= 1.96 * est["stderr_ms"], est
+        assert r.codes == ([CLOCK_OFFSET] if skew else []), r.line()
+
+
+def test_the_rig_motion_names_its_operator(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="rig_human"):
+        write_session(tmp_path / "wave", SessionSpec(duration_s=1.0, motion="rig", rig_human="wave"))
