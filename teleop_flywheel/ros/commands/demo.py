@@ -37,11 +37,9 @@ import random
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.core.errors import PartialFailure, UsageError
@@ -52,6 +50,8 @@ from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.recording.mcap.metadata import read_metadata_yaml
 from teleop_flywheel.recording.recorder import verdict
 from teleop_flywheel.recording.recorder.spec_checks import outcome_disagrees
+from teleop_flywheel.ros.commands.demo_plan import TASK_SPEC, EpisodePlan, injected, plan
+from teleop_flywheel.ros.commands.demo_summary import summarise
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
 from teleop_flywheel.ros.session.launch.graph import SIM_DIR, CameraSpec, SessionConfig, build_graph, with_parameters
 
@@ -62,7 +62,6 @@ READY_S = 60.0  # bound on the recorder's services and streams coming up (a load
 VERDICT_WAIT_S = 120.0  # after the last stop, for the verdicts still being computed
 INGEST_WAIT_S = 300.0  # then for ingest (nice 10: slow on a loaded machine) to take every judged episode
 REPO_ID = "local/teleop_flywheel_demo"
-TASK_SPEC = "task_demo.yaml"  # shipped in config/
 # The scripted policy's waypoints (radians): home, a grasp (every second move is offset by FAIL_OFFSET: the
 # wrong grasp the operator takes over from), the place. The fourth is the place minus the offset, so its
 # "wrong" move lands on the place: the arm holds the place pose until the take ends.
@@ -72,36 +71,6 @@ PLACE = [-0.4, 0.2, -0.2, 0.3, -0.5, 0.2]
 WRONG_PLACE = [0.5, 0.2, -0.2, 0.3, 0.4, 0.2]  # the brick on the wrong square: outside the spec's success region
 FAIL_OFFSET = 0.35
 LEADER_WORLD = "leader_world.json"  # in the sim dir: the leader simulator's world file (the finger's squeeze)
-
-
-@dataclass(frozen=True)
-class EpisodePlan:
-    index: int
-    outcome: str  # success | failure | "" (nobody sets it: injected failure)
-    label: str | None  # trigger label the operator gives; None = forgets (injected failure)
-    camera_stall: bool = False
-    misses: bool = False  # the policy puts the brick on the wrong square: the final pose misses the spec
-    feedback: bool = False  # the operator's turn in teleop mode, the leader rendering the grasp (no takeover)
-
-
-def plan(episodes: int) -> list[EpisodePlan]:
-    """Mostly clean episodes; one each of the seeds' camera stall, unlabelled takeover, unset outcome;
-    the careless operator of the unlabelled takeover also marks a missed place a success (the
-    seeds' "marked success, the mug is on its side"), and the failure is a missed place rightly flagged.
-    The first is the one with force feedback: the operator's turn is teleoperation (the leader renders
-    only while the human drives in teleop mode, docs/teleop.md), a mode switch and back, not a takeover."""
-    plans = []
-    for i in range(episodes):
-        kind = i % 6
-        plans.append(EpisodePlan(
-            i,
-            outcome="" if kind == 3 else ("failure" if kind == 4 else "success"),
-            label=None if kind == 2 or i == 0 else ("about_to_collide" if kind == 5 else "wrong_grasp"),
-            camera_stall=kind == 1,
-            misses=kind in (2, 4),
-            feedback=i == 0,
-        ))
-    return plans
 
 
 def policy_yaml(place: list[float], probe: ClockProbe | None = None) -> str:
@@ -114,37 +83,6 @@ def policy_yaml(place: list[float], probe: ClockProbe | None = None) -> str:
         text += (f"clock_probe: {{joint: {probe.joint}, amplitude_rad: {probe.amplitude_rad!r}, "
                  f"duration_s: {probe.duration_s!r}}}\n")
     return text
-
-
-def injected(p: EpisodePlan) -> list[tuple[str, str, str]]:
-    """What the demo injected into an episode: (code the validator must give, text the reason's
-    detail must contain, what was injected)."""
-    out = [("FRAME_GAP", "/cameras/", "camera stall")] if p.camera_stall else []
-    if p.label is None and not p.feedback:  # a teleop take has no takeover to label
-        out.append(("UNLABELLED_INTERVENTION", "", "takeover left unlabelled"))
-    if not p.outcome:
-        out.append(("OUTCOME_UNSET", "", "outcome not set"))
-    if p.misses and p.outcome == "success":
-        out.append(("OUTCOME_MISMATCH", "", "success marked on a missed place"))
-    return out
-
-
-def classify(plans: list[EpisodePlan], names: dict[int, str], reports: dict[str, list[dict[str, Any]]]
-             ) -> tuple[list[str], list[str], list[str]]:
-    """(caught, missed, unexpected): each injected failure the validator reported, each it did not,
-    and each reason nobody injected — one line each, `episode CODE …`."""
-    caught: list[str] = []
-    missed: list[str] = []
-    unexpected: list[str] = []
-    for p in plans:
-        name = names.get(p.index, f"episode {p.index}")
-        reasons = list(reports.get(name, []))
-        for code, needle, what in injected(p):
-            hit = [r for r in reasons if r["code"] == code and needle in r.get("detail", "")]
-            (caught if hit else missed).append(f"{name} {code} ({what})")
-            reasons = [r for r in reasons if r not in hit]
-        unexpected += [f"{name} {r['code']}({r.get('detail', '')})" for r in reasons]
-    return caught, missed, unexpected
 
 
 class VerdictLog:
@@ -527,112 +465,3 @@ def batch_steps(out: Path, bags: Path, codec: str) -> tuple[Path, list[str]]:
     if moved.returncode == 0 and moved.stdout.strip():
         report.write_text(moved.stdout)
     return report, failed
-
-
-def summarise(out: Path, bags: Path, report: Path, plans: list[EpisodePlan], verdicts: VerdictLog,
-              ingested: IngestLog, domain: str) -> list[str]:
-    """Print where everything is with the key numbers, the failures injected on purpose apart from the
-    ones nobody injected; returns the checks that failed (ingest disagreeing with the batch convert)."""
-    dataset, quarantine = out / "dataset", out / "quarantine"
-    batch = json.loads(report.read_text())
-    summary = batch["summary"]
-    reports = {e["name"]: e["reasons"] for e in batch["episodes"] if e.get("error") is None}
-    caught, missed, unexpected = classify(plans, verdicts.names, reports)
-    agree = sum(1 for n, d in verdicts.docs.items() if n in reports
-                and set(d.get("codes") or []) == {r["code"] for r in reports[n]})
-    times = sorted(verdicts.seconds.values())
-    agrees, ingest_line = ingested.agreement(dataset)
-    print("\n=== demo summary ===")
-    print(f"bags:        {bags}  (rejected ones moved to {quarantine}/<reason>/ with a JSON record)")
-    if (dataset / "meta" / "info.json").exists():
-        print(f"dataset:     {dataset}  (LeRobot v3.0; data card {dataset / 'README.md'})")
-    else:
-        print("dataset:     none written: no episode passed validation")
-    written = [p for p in (report, out / "audit.html", out / "curation.png") if p.exists()]
-    print(f"reports:     {', '.join(map(str, written))}  (every file the demo writes: README.md)")
-    rate = 100 * summary["rejection_rate"]
-    reasons = ", ".join(f"{c} {n}" for c, n in summary["reasons"].items()) or "none"
-    print(f"rejected:    {summary['rejected']}/{summary['episodes']} episodes ({rate:.0f} %): {reasons}")
-    print(f"verdicts:    {len(verdicts.docs)}/{len(plans)} episodes judged at stop"
-          + (f" (stop -> verdict median {times[len(times) // 2]:.1f} s, max {times[-1]:.1f} s)" if times else "")
-          + f"; the same as the batch validation for {agree}/{len(reports)}")
-    print(f"ingest:      {ingest_line}")
-    print(f"injected:    {len(caught) + len(missed)} failures injected on purpose, {len(caught)} caught"
-          + (": " + "; ".join(caught) if caught else ""))
-    if missed:
-        print(f"NOT CAUGHT:  {'; '.join(missed)} — injected on purpose and not rejected: the validator missed it")
-    print(f"unexpected:  {len(unexpected)} failure(s) nobody injected"
-          + (": " + "; ".join(unexpected) + " (on a loaded machine the OS can stall a node's process for a moment)"
-             if unexpected else ""))
-    print(f"ROS graph:   domain {domain}, discovery {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}")
-    takeovers = [p for p in plans if not p.feedback]
-    print(f"interventions: {len(takeovers)} takeovers in {len(plans)} episodes (1 per episode but the feedback "
-          f"take's teleop turn), {sum(p.label is None for p in takeovers)} left unlabelled on purpose")
-    for line in feedback_lines(dataset, batch["episodes"], plans, verdicts.names):
-        print(line)
-    flagged = [f"episode {i} (flagged {c['outcome']}: {c['detail']})" for i, c in sorted(verdicts.checks.items())
-               if c["disagrees"]]
-    print(f"task spec:   config/{TASK_SPEC} (id {load_task_spec(config_path(TASK_SPEC)).id}): "
-          f"{len(verdicts.checks)}/{len(plans)} final poses "
-          f"judged at stop, {sum(p.misses for p in plans)} placed on the wrong square on purpose; "
-          f"{len(flagged)} flag(s) the predicate disagrees with, caught at the rig"
-          + (": " + "; ".join(flagged) if flagged else ""))
-    return [] if agrees else ["ingest (its dataset disagrees with the batch convert)"]
-
-
-def feedback_lines(dataset: Path, reports: list[dict[str, Any]], plans: list[EpisodePlan],
-                   names: dict[int, str]) -> list[str]:
-    """What the leader rendered in the feedback take and how hard the operator pressed there against
-    the dataset's other episodes: its `complementary_info.feedback` and the converter's mashing
-    measures (`data/reports/mashing.py`, the episodes table's columns)."""
-    from teleop_flywheel.data.errors import DatasetError
-    from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
-    from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, LEADER_STATE
-    from teleop_flywheel.data.reports.audit import EFFORT
-    from teleop_flywheel.data.reports.mashing import GRIPPER_CONTACT_LOAD
-
-    take = next((p for p in plans if p.feedback), None)
-    if take is None or take.index not in names:
-        return []
-    name = names[take.index]
-    try:
-        ds = LeRobotDataset.open(dataset)
-    except DatasetError:
-        return [f"feedback:    episode {take.index} {name} recorded with feedback; no dataset to measure it in"]
-    ids = {e["name"]: e.get("episode_id") for e in reports}
-    table = ds.episodes.set_index("episode_id", drop=False)
-    if ids.get(name) not in table.index or not all(ds.has_column(c) for c in (FEEDBACK, LEADER_STATE, EFFORT)):
-        return [f"feedback:    episode {take.index} {name} recorded with feedback, not in the dataset (rejected: "
-                "see above): nothing to measure"]
-    index, feedback = ds.column("episode_index"), ds.column(FEEDBACK)
-    # Per joint: goal offsets, then the torque ceilings; NaN (nothing heard yet) rendered nothing.
-    ceilings = np.nan_to_num(feedback[:, feedback.shape[1] // 2:])
-    demo = {ids.get(n): i for i, n in names.items()}
-    # How far the trigger ran past the follower's jaws while they held the object (load at a grasp's):
-    # the operator's squeeze beyond what the follower could do, in the gripper's 0-100 of its range.
-    held = np.abs(ds.column(EFFORT)[:, ds.joint_names(EFFORT).index("gripper.effort")]) >= GRIPPER_CONTACT_LOAD
-    past = (ds.column("observation.state")[:, ds.joint_names("observation.state").index("gripper.pos")]
-            - ds.column(LEADER_STATE)[:, ds.joint_names(LEADER_STATE).index("gripper.pos")])
-
-    def pressed(row: Any) -> str:
-        mine = index == int(row["episode_index"])
-        rows = ceilings[mine]
-        squeezed = past[mine & held]
-        beyond = (f"trigger past the holding jaws: mean {np.nanmean(squeezed):.1f} %, max {np.nanmax(squeezed):.0f} % "
-                  "of the gripper's range" if squeezed.size else "the jaws never held")
-        felt = rows[(rows > 0).any(axis=1)]
-        return (f"rendered {len(felt) / ds.fps:.1f} s (ceiling up to {float(felt.max(initial=0.0)):.2f}); pressed "
-                f"at the grip "
-                f"limit {float(row['grip_limit_s']):.1f} s, excess load {float(row['excess_load_s']):.2f} load·s "
-                f"(peak {float(row['excess_load_peak']):.2f}); {beyond}")
-
-    mine = table.loc[ids[name]]
-    others = table[table["episode_id"] != ids[name]]
-    lines = [f"feedback:    episode {take.index} {name}, the operator's turn teleoperated with the leader's "
-             f"`gripper` feedback: {pressed(mine)}"]
-    if others.empty:
-        lines.append("             no other episode in the dataset to compare (the default 6 episodes have some)")
-    for _i, row in others.iterrows():
-        lines.append(f"             against episode {demo.get(row['episode_id'], '?')}, a pedal takeover (policy mode: "
-                     f"nothing rendered): {pressed(row)}")
-    return lines

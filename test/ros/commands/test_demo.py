@@ -206,7 +206,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
 
 
 def test_the_summary_tells_injected_failures_from_unexpected_and_missed_ones() -> None:
-    from teleop_flywheel.ros.commands.demo import classify, plan
+    from teleop_flywheel.ros.commands.demo_plan import classify, plan
 
     plans = plan(4)  # clean, camera stall, unlabelled takeover (and a missed place flagged success), outcome unset
     names = {i: f"ep{i}" for i in range(4)}
