@@ -66,7 +66,7 @@ setup(
     ],
     extras_require={
         "standalone": ROS_WHEELS,
-        "dev": ["pytest", "pytest-timeout", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
+        "dev": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis", "feetech-servo-sdk", "websockets", "mypy", "ruff",
                 "import-linter", "h5py",
                 "playwright",  # the review page's tests drive Debian's chromium with it (test/data/review/)
                 "grafanalib",  # config/grafana/dashboard.json is generated with it (fleet/dashboard.py)
