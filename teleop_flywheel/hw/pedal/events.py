@@ -88,40 +88,54 @@ class KeyMap:
 
 @dataclass
 class PedalState:
-    """Debounced state: a level change shorter than `debounce_ms` is contact bounce, ignored."""
+    """Debounced state: a level change shorter than `debounce_ms` is contact bounce, ignored.
+
+    Actions leave in the order the operator made them. A trigger label pressed while the takeover
+    level is still settling (a label stamped right after stepping on the pedal) waits for that level:
+    sent at once, it would reach the teleop node before the takeover it labels, which then has no
+    intervention to put it on, or puts it on the previous one."""
 
     keymap: KeyMap
     down: bool = False
     _pending: tuple[bool, int] | None = None
+    _held: list[tuple[str, bool | str, int]] = field(default_factory=list)
 
     def feed(self, ev: InputEvent) -> list[tuple[str, bool | str, int]]:
         """Actions from one event: ("takeover", down, stamp) or ("label", name, stamp)."""
         if ev.type != EV_KEY or ev.value == 2:
             return []
         if ev.code in self.keymap.labels and ev.value == 1:
-            return [("label", self.keymap.labels[ev.code], ev.stamp_ns)]
+            label: tuple[str, bool | str, int] = ("label", self.keymap.labels[ev.code], ev.stamp_ns)
+            if self._pending is not None:
+                self._held.append(label)
+                return []
+            return [label]
         if ev.code != self.keymap.takeover:
             return []
         self._pending = (ev.value == 1, ev.stamp_ns)
         return []
 
     def settle(self, now_ns: int) -> list[tuple[str, bool | str, int]]:
-        """Commit a pending level once it has held for the debounce window."""
+        """Commit a pending level once it has held for the debounce window, then the labels pressed
+        while it settled."""
         if self._pending is None:
             return []
         level, stamp = self._pending
         if now_ns - stamp < self.keymap.debounce_ms * 1e6:
             return []
         self._pending = None
+        held, self._held = self._held, []
         if level == self.down:
-            return []
+            return held
         self.down = level
-        return [("takeover", level, stamp)]
+        return [("takeover", level, stamp), *held]
 
     def forget(self) -> None:
         """The device is gone: nobody released the pedal, but whatever comes back starts up (and a
-        level still settling is dropped). The node says "lost", not "released" (ros/nodes/pedal.py)."""
+        level still settling is dropped, with the labels that waited for it). The node says "lost",
+        not "released" (ros/nodes/pedal.py)."""
         self._pending = None
+        self._held = []
         self.down = False
 
 

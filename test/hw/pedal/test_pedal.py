@@ -56,6 +56,28 @@ def test_debounce_ignores_bounce_and_keeps_event_time() -> None:
     assert st.feed(InputEvent(t + 301 * MS, EV_KEY, 30, 2)) == []  # autorepeat is not a press
 
 
+def test_a_label_pressed_while_the_takeover_settles_follows_it() -> None:
+    """Pedal down, the label key 10 ms later: the label waits for the takeover it labels and keeps
+    its own stamp. Sent at once, it reached the teleop node before the takeover (the unattended
+    walk, starved past its 0.3 s between the two, recorded its takeover unlabelled)."""
+    st = PedalState(KeyMap(takeover=30, labels={48: "too_slow"}, debounce_ms=30))
+    t = 1_000 * MS
+    assert st.feed(InputEvent(t, EV_KEY, 30, 1)) == []
+    assert st.feed(InputEvent(t + 10 * MS, EV_KEY, 48, 1)) == []
+    assert st.settle(t + 20 * MS) == []
+    assert st.settle(t + 31 * MS) == [("takeover", True, t), ("label", "too_slow", t + 10 * MS)]
+    # A label during a bounce that settles back where it was is still the operator's press.
+    st.feed(InputEvent(t + 100 * MS, EV_KEY, 30, 0))
+    st.feed(InputEvent(t + 102 * MS, EV_KEY, 48, 1))
+    st.feed(InputEvent(t + 104 * MS, EV_KEY, 30, 1))
+    assert st.settle(t + 140 * MS) == [("label", "too_slow", t + 102 * MS)]
+    # A device lost while a level settles drops the labels that waited for it with it.
+    st.feed(InputEvent(t + 200 * MS, EV_KEY, 30, 0))
+    st.feed(InputEvent(t + 201 * MS, EV_KEY, 48, 1))
+    st.forget()
+    assert st.settle(t + 300 * MS) == []
+
+
 def test_keymap_rejects_unknown_labels(tmp_path: Path) -> None:
     bad = tmp_path / "pedal.yaml"
     bad.write_text("takeover: 30\nlabels:\n  48: bored\n")
