@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -336,6 +337,35 @@ def test_lerobot_loads_every_frame(dataset: tuple[Path, conv.ConvertResult]) -> 
     for i in range(len(ds)):
         item = ds[i]
         assert item["observation.images.wrist"].shape[0] == 3
+
+
+def test_lerobot_loads_the_frame_captured_at_every_frame_of_an_h264_dataset(bags: dict[str, Path],
+                                                                          tmp_path: Path) -> None:
+    """h264 runs with MB-tree off and two threads (byte-identical encodes): LeRobot's own loader,
+    seeking by timestamp, returns for every frame the image the camera captured for it (the
+    timecode drawn in its pixels), across two episodes in one file."""
+    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset",
+                                          reason="LeRobot not installed (too heavy for CI)")
+    root = tmp_path / "h264"
+    conv.convert([bags["clean"], bags["labelled"]], root, workers=1, progress=False, codec="h264")
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["features"]["observation.images.wrist"]["info"]["video.codec"] == "h264"
+    ds = lerobot_dataset.LeRobotDataset("local/h264", root=root, video_backend="pyav")
+    eps = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet").to_pandas()
+    assert len(ds) == info["total_frames"] == int(eps.length.sum())
+    for _, ep in eps.iterrows():
+        bag = open_bag(bags[ep["source_bag"]])
+        fs, cm = bag.joint_state(FOLLOWER_STATE), bag.joint_state(FOLLOWER_COMMAND)
+        im = bag.images(camera_image("wrist"))
+        t0 = max(fs.stamps_ns[0], cm.stamps_ns[0], im.stamps_ns[0])
+        t = t0 + np.round(np.arange(ep.length) * 1e9 / 30).astype(np.int64)
+        expected = _zoh(im.stamps_ns, np.array([timecode.decode(cv2.imdecode(np.frombuffer(d, np.uint8), 1))
+                                                for d in im.data]), t)
+        got = []
+        for i in range(int(ep.dataset_from_index), int(ep.dataset_to_index)):
+            rgb = (ds[i]["observation.images.wrist"].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+            got.append(timecode.decode(rgb[..., ::-1]))
+        np.testing.assert_array_equal(np.array(got), expected)
 
 
 def test_convert_cli_summary(bags: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
