@@ -162,8 +162,9 @@ class ArmDriverParams(NodeParams):
                                               "wrist, docs/teleop.md)", range=(0, 300))
     follower_calibration_file: str = spec("", "leader with feedback: the follower's calibration, to map its gripper "
                                           "into the leader's (empty: by angle)")
-    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread where permitted "
-                                "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
+    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread (of every thread when "
+                                "the node has its own process), where permitted (ros2_control's thread_priority); "
+                                "0 = the normal policy", range=(0, 99))
     lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
 
 

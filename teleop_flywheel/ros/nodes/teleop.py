@@ -149,8 +149,9 @@ class TeleopParams(NodeParams):
                                    range=(200.0, 10_000.0))
     label_window_ms: float = spec(10_000.0, "a trigger label still counts this long after its takeover ended (ms)",
                                   range=(0.0, 600_000.0), read_only=False)
-    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the thread that ticks, where permitted "
-                                "(ros2_control's thread_priority); 0 = the normal policy", range=(0, 99))
+    thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the thread that ticks (of every thread when the "
+                                "node has its own process), where permitted (ros2_control's thread_priority); 0 = "
+                                "the normal policy", range=(0, 99))
     lock_memory: bool = spec(True, "lock the process's memory (mlockall) where permitted (ros2_control's lock_memory)")
     clock_probe: str = spec("", "the task spec's clock_probe as JSON ({joint, amplitude_rad, duration_s}; the session "
                             "passes its spec's): in teleop mode added to the follower's command 0.5 s after each "

@@ -4,6 +4,7 @@ context, nothing on stderr but log lines) and a bad parameter is one line and a 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -111,6 +112,38 @@ def test_camera_process_waits_for_its_camera_and_reopens_it_after_an_unplug(list
     assert "opened, frames" in err and "reconnected, frames again" in err
 
 
+def realtime_permitted() -> bool:
+    return subprocess.run(["chrt", "-f", "1", "true"], capture_output=True).returncode == 0
+
+
+def assert_every_thread_real_time(pid: int) -> None:
+    """A node with a real-time loop, alone in its process, runs every thread of it at SCHED_FIFO 50
+    where permitted (a normal-policy thread holding the GIL would hold the loop off), and none where
+    not."""
+    policies = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            policies[tid] = (os.sched_getscheduler(int(tid)) & ~os.SCHED_RESET_ON_FORK,
+                             os.sched_getparam(int(tid)).sched_priority)
+    if realtime_permitted():
+        assert set(policies.values()) == {(os.SCHED_FIFO, 50)}, policies
+    else:
+        assert {policy for policy, _ in policies.values()} == {os.SCHED_OTHER}, policies
+
+
+def test_the_teleop_process_runs_every_thread_real_time(listener: Node) -> None:
+    ticks: list[JointState] = []
+    listener.create_subscription(JointState, "/teleop/authority", ticks.append, STREAM_QOS)
+    proc = start(node_cmd("teleop", mode="policy"))
+    try:
+        wait_for(lambda: len(ticks) >= 20, 60, "ticks of the teleop loop", proc)
+        assert_every_thread_real_time(proc.pid)
+        stop_cleanly(proc, signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_arm_driver_process_stops_cleanly(listener: Node, tmp_path: Path, sig: int) -> None:
     states: list[JointState] = []
@@ -120,6 +153,7 @@ def test_arm_driver_process_stops_cleanly(listener: Node, tmp_path: Path, sig: i
                               calibration_file=sim_calibration_file("follower")))
         try:
             wait_for(lambda: len(states) >= 50, 60, "joint states from the bus loop", proc)
+            assert_every_thread_real_time(proc.pid)
             stop_cleanly(proc, sig)
             # the driver released torque on exit (torque_on_exit false): it ran its close() on the bus
             assert all(s.get("Torque_Enable") == 0 for s in arm.servos.values())
