@@ -55,7 +55,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.callback_groups import CallbackGroup
@@ -236,7 +236,7 @@ class ArmDriverNode(Node):
         self.arm = ArmDriver(FeetechBus(p.port, p.baudrate), calibration, guard, config, log=self._log,
                              on_change=self._publish_diagnostics)
         self.create_subscription(JointState, arm_command(p.role), self._on_command, CONTROL_QOS)
-        self._taken: list[tuple[Subscription[Any], Callable[[Any, MessageInfo], None]]] = []
+        self._taken: list[Subscription[Any]] = []  # each handler takes (message, MessageInfo)
         if p.feedback != "off":
             follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
             self._pair = ArmPair(calibration if follower else None, follower)
@@ -246,14 +246,13 @@ class ArmDriverNode(Node):
             self._authority_ns = 0
             self.arm.gate(self._rig["authority"], 0)
             taken = BusThreadTakes()
-            inputs: list[tuple[Any, str, Callable[[Any, MessageInfo], None], Any]] = [
-                (JointState, arm_state("follower"), self._on_follower, STREAM_QOS),
-                (JointState, AUTHORITY, self._on_authority, CONTROL_QOS),
-                (DiagnosticStatus, TELEOP_FAULT, self._on_teleop_fault, LATCHED_QOS),
-                (Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS)]
-            for msg_type, topic, handler, qos in inputs:
-                sub = self.create_subscription(msg_type, topic, handler, qos, callback_group=taken)
-                self._taken.append((sub, handler))
+            self._taken = [
+                self.create_subscription(JointState, arm_state("follower"), self._on_follower, STREAM_QOS,
+                                         callback_group=taken),
+                self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS, callback_group=taken),
+                self.create_subscription(DiagnosticStatus, TELEOP_FAULT, self._on_teleop_fault, LATCHED_QOS,
+                                         callback_group=taken),
+                self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS, callback_group=taken)]
         self.create_service(Trigger, f"~/{ESTOP}", self._srv_estop)
         self.create_service(Trigger, f"~/{RESET}", self._srv_reset)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -274,7 +273,8 @@ class ArmDriverNode(Node):
 
     def _take_inputs(self) -> None:
         """Bus thread, right before a tick: every message that arrived since the last, in order."""
-        for sub, handler in self._taken:
+        for sub in self._taken:
+            handler = cast(Callable[[Any, MessageInfo], None], sub.callback)
             with sub.handle:
                 while (taken := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
                     handler(*taken)
