@@ -179,7 +179,8 @@ class ArmDriverParams(NodeParams):
                                         "resists (half of it for a joint standing still: blocked)",
                                         range=(0.05, 1.0))
     feedback_contact_gain: float = spec(1.0, "leader, contact: the joint's torque ceiling (fraction of its maximum "
-                                        "torque) per unit of excess load beyond that threshold",
+                                        "torque) per unit of excess load above where it lets go (half that "
+                                        "threshold)",
                                         range=(0.0, 10.0))
     feedback_contact_torque_limit: int = spec(150, "leader, contact: the highest Torque_Limit a body joint resists "
                                               "with (0.1 %; 150 = ~0.19 N·m at shoulder_lift, ~0.08 N·m at the "
