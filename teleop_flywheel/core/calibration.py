@@ -56,6 +56,12 @@ def _numeric(x: ArrayLike) -> Any:
     return x if isinstance(x, (int, float)) else np.asarray(x, dtype=float)
 
 
+def _clip(x: Any, lo: float, hi: float) -> Any:
+    """`x` (a `_numeric`) within [lo, hi]: one number without numpy (~10x cheaper on a scalar: a
+    leader feeling its follower maps every sample's gripper)."""
+    return min(max(x, lo), hi) if isinstance(x, (int, float)) else np.clip(x, lo, hi)
+
+
 @dataclass(frozen=True)
 class JointCalibration:
     """One servo's calibration, in raw steps (LeRobot's `MotorCalibration` fields)."""
@@ -89,19 +95,19 @@ class JointCalibration:
 
     # raw <-> LeRobot units ------------------------------------------------------------
     def raw_to_lerobot(self, raw: ArrayLike) -> Any:
-        raw = np.asarray(raw, dtype=float)
+        steps = _numeric(raw)
         if self.name != GRIPPER:
-            return (raw - self.mid) * DEG_PER_STEP
-        bounded = np.clip(raw, self.range_min, self.range_max)
+            return (steps - self.mid) * DEG_PER_STEP
+        bounded = _clip(steps, self.range_min, self.range_max)
         norm = (bounded - self.range_min) / (self.range_max - self.range_min) * 100.0
         return 100.0 - norm if self.drive_mode else norm
 
     def lerobot_to_raw_float(self, value: ArrayLike) -> Any:
-        value = np.asarray(value, dtype=float)
+        units = _numeric(value)
         if self.name != GRIPPER:
-            return value / DEG_PER_STEP + self.mid
-        value = 100.0 - value if self.drive_mode else value
-        return np.clip(value, 0.0, 100.0) / 100.0 * (self.range_max - self.range_min) + self.range_min
+            return units / DEG_PER_STEP + self.mid
+        units = 100.0 - units if self.drive_mode else units
+        return _clip(units, 0.0, 100.0) / 100.0 * (self.range_max - self.range_min) + self.range_min
 
     # radians <-> LeRobot units --------------------------------------------------------
     def rad_to_lerobot(self, rad: ArrayLike) -> Any:

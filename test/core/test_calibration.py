@@ -61,6 +61,19 @@ def test_round_trips() -> None:
     assert cal["shoulder_pan"].rad_to_raw(10.0) == 3000
 
 
+def test_one_number_maps_as_an_array_of_them_does() -> None:
+    """A leader feeling its follower maps one gripper angle per sample without numpy: the same
+    values as the array path, clamps and drive modes included."""
+    for dm in (0, 1):
+        grip = parse_calibration(_doc(gripper__drive_mode=dm, gripper__range_min=2000, gripper__range_max=3000))
+        grip_joint = grip["gripper"]
+        raws = [1500.0, 2000.0, 2250.5, 2999.0, 3500.0]
+        values = [-10.0, 0.0, 37.5, 100.0, 120.0]
+        assert [grip_joint.raw_to_lerobot(r) for r in raws] == pytest.approx(list(grip_joint.raw_to_lerobot(raws)))
+        assert ([grip_joint.lerobot_to_raw_float(v) for v in values]
+                == pytest.approx(list(grip_joint.lerobot_to_raw_float(values))))
+
+
 def test_shipped_files_load_and_lerobot_json_accepted(tmp_path: Path) -> None:
     for role in ("leader", "follower"):
         assert load_calibration(sim_calibration_file(role)).arm_id == f"{role}_sim"

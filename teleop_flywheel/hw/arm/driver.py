@@ -599,12 +599,14 @@ class ArmDriver:
         return False
 
     # -- the bus loop -----------------------------------------------------------------------
-    def run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:
+    def run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None],
+            before_tick: Callable[[], None] | None = None) -> None:
         """Tick at `rate_hz` until `stop` is set, reconnecting with backoff; `on_reading` gets every
-        sample (called on this thread, right after the tick)."""
+        sample (called on this thread, right after the tick); `before_tick` is called on this thread
+        right before every tick (a leader's node takes what it feels there: felt at that tick)."""
         self._running = True
         try:
-            self._run(rate_hz, stop, on_reading)
+            self._run(rate_hz, stop, on_reading, before_tick or (lambda: None))
         except Exception as exc:  # noqa: BLE001 - any death of the bus thread is a fault, said and reported
             with self._lock:
                 self.state.fatal = f"the bus loop died ({type(exc).__name__}: {exc})"
@@ -615,7 +617,8 @@ class ArmDriver:
             self._running = False
             self._settle_estops(False, f"{self.port}: the bus loop stopped ({self.state.fatal or 'shut down'})")
 
-    def _run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None]) -> None:
+    def _run(self, rate_hz: float, stop: threading.Event, on_reading: Callable[[Reading], None],
+             before_tick: Callable[[], None]) -> None:
         period_ns = int(NS_PER_S / rate_hz)
         backoff = Backoff()
         next_tick = now_ns()
@@ -628,6 +631,7 @@ class ArmDriver:
                 backoff.reset()
                 next_tick = now_ns()
             try:
+                before_tick()
                 try:
                     on_reading(self.tick())
                 except BusTimeout:

@@ -110,7 +110,7 @@ class ExpectedLoad:
 class ContactGains:
     """`load`: the excess over the expected load (fraction of max torque) at which a joint renders
     (what free motion's misses stay below); `gain`: Torque_Limit as a fraction of max torque per unit
-    of excess beyond it; `ceiling`: the highest Torque_Limit (0.1 %)."""
+    of excess above where a rendering joint lets go; `ceiling`: the highest Torque_Limit (0.1 %)."""
 
     load: float = 0.15
     gain: float = 1.0
@@ -120,19 +120,25 @@ class ContactGains:
 class Contact:
     """`contact` feedback on the leader's body joints: a joint whose follower load departs from what
     free motion and gravity produce (`ExpectedLoad`) by more than `gains.load` is torqued toward
-    where the follower is (the wall is where the follower stopped), its ceiling growing with the
-    excess up to `gains.ceiling` — only while the hand is beyond the follower in the direction the
-    follower pushes (never a pull toward the obstacle). A joint keeps rendering down to
-    `keep` times its threshold (a load that dips for a tick does not buzz). A follower joint standing
-    still for `STALL_SAMPLES` while the hand is beyond it is blocked, not a miss of the fit in free
-    motion: its thresholds are `STALLED` times a moving one's, so it is felt ~0.08 of load sooner
-    (each tick it is not, the follower's load climbs on); its ceiling grows at the same gain (a
-    steeper one, delayed by the follower's round trip, makes a soft hand oscillate). The fit learns
-    from every free reading for `WARMUP` samples (the session's first seconds: the arm moved
-    freely), then only from readings it already explains to within half of `gains.load`, and never
-    while it renders: a contact is not learned as normal. Either way only from a follower within
-    `FREE_TRACK` of the leader (one catching up after a soft start presses, it does not move
-    freely)."""
+    where the follower is (the wall is where the follower stopped), its ceiling `gains.gain` times the
+    excess above `keep` times its threshold, up to `gains.ceiling` — only while the hand is beyond
+    the follower in the direction the follower pushes (never a pull toward the obstacle). A joint
+    keeps rendering down to `keep` times its threshold (a load that dips for a tick does not buzz),
+    where its ceiling has come down to nothing: a release never drops a force off the hand. The
+    threshold decides that the follower meets something, it is not a dead band of what the hand
+    feels: grown from the threshold, a blocked joint's first 0.075 of excess would go unfelt while
+    the follower's load climbs on at ~2.3/s (the push felt ~20 ms later, bench/feedback.py). Nor
+    is the whole excess rendered at once: a step of 0.075 on contact makes a hand 40x softer than
+    the default chatter on and off, and free motion's rare misses past the threshold drag the
+    hand (+18 % in the bench). A follower joint standing still for `STALL_SAMPLES` while the hand is
+    beyond it is blocked, not a miss of the fit in free motion: its thresholds are `STALLED` times a
+    moving one's, so it is felt ~0.08 of load sooner (each tick it is not, the follower's load
+    climbs on); its ceiling grows at the same gain (a steeper one, delayed by the follower's round
+    trip, makes a soft hand oscillate). The fit learns from every free reading for `WARMUP` samples
+    (the session's first seconds: the arm moved freely), then only from readings it already explains
+    to within half of `gains.load`, and never while it renders: a contact is not learned as normal.
+    Either way only from a follower within `FREE_TRACK` of the leader (one catching up after a soft
+    start presses, it does not move freely)."""
 
     def __init__(self, gains: ContactGains, joints: Sequence[int], keep: float) -> None:
         self.gains = gains
@@ -166,7 +172,7 @@ class Contact:
             onset = g.load * (STALLED if self._still[j] >= STALL_SAMPLES else 1.0)
             if abs(residual) < onset * (self.keep if j in rendering else 1.0) or offset * residual >= 0:
                 continue
-            ceiling = round(1000.0 * g.gain * (abs(residual) - onset))
+            ceiling = round(1000.0 * g.gain * (abs(residual) - onset * self.keep))
             out[j] = (felt.positions[j], min(g.ceiling, max(MIN_CEILING, ceiling)))
         return out
 

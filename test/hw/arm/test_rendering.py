@@ -77,27 +77,31 @@ def pushed(excess: float, beyond: float, speed: float = 0.0) -> tuple[Felt, list
 
 
 def test_a_joint_resists_an_excess_load_with_a_ceiling_growing_up_to_the_limit() -> None:
-    contact = learned(ContactGains(load=0.15, gain=1.0, ceiling=150))
+    """The ceiling is the gain times the excess above where the joint would let go (half the
+    threshold): the threshold says the follower meets something, it is not taken off what the
+    hand feels of it; capped, and never below MIN_CEILING."""
+    contact = learned(ContactGains(load=0.15, gain=0.4, ceiling=150))
     felt, leader = pushed(0.25, 0.05)
-    assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 100)}, "the wall where the follower is"
+    assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 70)}, "0.4 x (0.25 - 0.075)"
     felt, leader = pushed(-0.6, 0.05)
     assert contact.render(felt, leader, set()) == {LIFT: (felt.positions[LIFT], 150)}, "either way; capped"
+    weak = learned(ContactGains(load=0.15, gain=0.05, ceiling=150))
     felt, leader = pushed(0.16, 0.05)
-    assert contact.render(felt, leader, set())[LIFT][1] == MIN_CEILING
+    assert weak.render(felt, leader, set())[LIFT][1] == MIN_CEILING
 
 
 def test_a_stalled_follower_is_felt_at_half_the_load_a_moving_one_needs() -> None:
     """A follower joint standing still while the hand is beyond it is blocked: its load, rising
-    toward the threshold free motion needs, renders from half of it, the ceiling growing from
-    there at the same gain, and is kept down to half of that; a moving one with the same load does
-    not render."""
+    toward the threshold free motion needs, renders from half of it, the ceiling the same gain
+    times the excess above where it lets go, and is kept down to half of that; a moving one with
+    the same load does not render."""
     contact = learned(ContactGains(load=0.15, gain=1.0, ceiling=150))
     stamp = 10**12
     for k in range(STALL_SAMPLES):
-        felt, leader = pushed(0.11, 0.05)
+        felt, leader = pushed(0.1175, 0.05)
         got = contact.render(replace(felt, stamp_ns=stamp + k), leader, set())
         assert (LIFT in got) is (k == STALL_SAMPLES - 1), f"sample {k}: renders once still for {STALL_SAMPLES}"
-    assert got[LIFT][1] == 35, "1000 x gain x (0.11 - 0.075)"
+    assert got[LIFT][1] == 80, "1000 x gain x (0.1175 - 0.0375): all above where it lets go"
     felt, leader = pushed(0.05, 0.05)
     assert LIFT in contact.render(replace(felt, stamp_ns=stamp + STALL_SAMPLES), leader, {LIFT}), "kept to 0.0375"
     moving = learned()

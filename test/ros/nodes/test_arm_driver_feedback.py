@@ -3,6 +3,7 @@ hand, the real teleop node (whose authority the feedback answers to), and the fo
 states and the pedal node's messages published by a real rclpy node."""
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState, Joy
@@ -183,3 +185,51 @@ def test_a_leader_without_feedback_says_so_every_tick(tmp_path: Path) -> None:
         probe = graph.add(FeedbackProbe(graph.context))
         wait_for(lambda: len(probe.feedback) > 20, 30, "leader feedback with feedback off")
         assert all(list(m.position) == [0.0] * 6 and list(m.effort) == [0.0] * 6 for _t, m in list(probe.feedback))
+
+
+def test_what_a_leader_feels_never_wakes_its_executor(tmp_path: Path) -> None:
+    """The follower's 200 Hz states (and the authority, the pedal) are taken by the bus thread right
+    before each tick, never delivered by the executor: each delivery cost the leader ~0.6 ms of
+    CPU (bench/rig_cpu.py --part feedback). While a grasp streams in and is felt, the leader node's
+    own executor runs its 1 Hz diagnostics and nothing else."""
+    graph = Graph()
+    try:
+        with SimulatedArm("leader", link=tmp_path / "leader", hand=Hand()) as arm:
+            arm.set_human(lambda t: SQUEEZED)
+            overrides = [Parameter("port", value=str(arm.link)), Parameter("role", value="leader"),
+                         Parameter("calibration_file", value=str(sim_calibration_file("leader"))),
+                         Parameter("simulated", value=True), Parameter("feedback", value="gripper")]
+            leader = ArmDriverNode("leader_driver", context=graph.context, parameter_overrides=overrides)
+            graph.nodes.append(leader)  # closed with the graph, spun below by an executor of its own
+            executor = SingleThreadedExecutor(context=graph.context)
+            executor.add_node(leader)
+            teleop(graph)
+            follower = Follower(graph)
+            stop = threading.Event()
+            sent = [0]
+
+            def stream() -> None:  # the follower's driver: a grasp, every 5 ms
+                while not stop.wait(0.005):
+                    follower.grasping()
+                    sent[0] += 1
+
+            streamer = threading.Thread(target=stream, daemon=True)
+            streamer.start()
+            try:
+                wait_for(lambda: (executor.spin_once(timeout_sec=0.01), arm.servos[6].torque_on)[1], 30,
+                         "the grasp felt")
+                woke, start, felt = 0, time.monotonic(), []
+                while time.monotonic() - start < 1.0:
+                    executor.spin_once(timeout_sec=2.0)  # returns once it ran something
+                    woke += 1
+                    felt.append(arm.servos[6].torque_on)
+            finally:
+                stop.set()
+                streamer.join()
+                executor.remove_node(leader)
+                executor.shutdown()
+            assert sent[0] > 100, "the follower streamed"
+            assert all(felt), "the grasp stayed felt"
+            assert woke <= 3, f"the executor ran {woke} callbacks in a second"
+    finally:
+        graph.close()

@@ -90,7 +90,9 @@ class Hand:
     with `stiffness` (Present_Load units, 0.1 % of the servo's maximum torque, per step of the
     shaft behind that pose) up to `limit` (same units); against SHAFT_DRAG a limp shaft lags the
     hand by stiffness / drag (7.5 ms). A finger on the trigger presses far harder
-    than a 5 V STS3215 can push back, so the default limit is twice the servo's maximum torque."""
+    than a 5 V STS3215 can push back, so the default limit is twice the servo's maximum torque.
+    The default stiffness is not measured on hands: on the trigger it is ≈ 7 N·m/rad, ≈ 8 kN/m at
+    a fingertip 3 cm from the axis (docs/teleop.md, "The simulator's hand")."""
 
     stiffness: float = 20.0
     limit: float = 2000.0
