@@ -352,7 +352,7 @@ def _motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.
     if spec.motion == "rig":
         return _rig_motion(t, alpha, spec, rng)
     if spec.motion == "reach":
-        human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
+        human = _reaches(human_t, REACH_CENTER, REACH_AMP, rng, grasps=spec.grip_object is not None)
     elif spec.motion == "smooth":
         human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
     else:
