@@ -132,9 +132,10 @@ class SessionSpec:
     # the demo's motion (`_rig_motion`: the scripted policy, the simulated leader's human in
     # takeovers, the speed limit, the simulated servos with gravity).
     motion: str = "smooth"
-    # Who holds the leader in the "rig" motion: "sinusoid" (the simulated leader's own human,
-    # `sim.servo.default_human`: every joint a slow sinusoid, never still) or "reach" (`_reaches`: a hand
-    # at work — point-to-point moves with pauses, the gripper closing and opening on an object).
+    # Who holds the leader in the "rig" motion: "sinusoid" (the simulator's sweeping human,
+    # `sim.servo.default_human`: every joint a slow sinusoid, never still — the hard case the benchmark
+    # keeps) or "reach" (`_reaches`: a hand at work — point-to-point moves with pauses, the gripper
+    # closing and opening on an object, as the simulated leader's own operator moves, `sim-bus`).
     rig_human: str = "sinusoid"
     # header stamp, publish and receive times of every camera message shifted together (a camera whose
     # frames are stamped when the driver got them, not when exposed: the pipeline latency looks normal)
@@ -246,9 +247,9 @@ RIG_SUBSTEPS = 5
 def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.Generator
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
-    the demo's waypoints, every second one wrong), blended with the simulated leader's human
+    the demo's waypoints, every second one wrong), blended with the simulator's sweeping human
     (`sim.servo.default_human`, at a random time into its session; or, with `rig_human="reach"`, a
-    hand at work: `_reaches` with grasps) where α > 0 — and the task
+    hand at work as the demo's leader moves: `_reaches` with grasps) where α > 0 — and the task
     spec's `clock_probe` at the reset, when it has one (the policy plays it; in a teleop session it
     is added to the leader's command) — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
