@@ -1,7 +1,8 @@
 """Camera-lag-from-content benchmark on the motion the rig really produces.
 
 Episodes: `testing/synthetic_session` with `motion="rig"` — the demo's own scripted policy (2 s
-minimum-jerk moves through its waypoints, every second one wrong), the simulated leader's human in
+minimum-jerk moves through its waypoints, every second one wrong), the simulator's sweeping human
+(`rig_human="sinusoid"`, `sim_servo.default_human`: the hard case; the demo's leader now reaches) in
 a takeover at 2.4–4.4 s, the arm driver's `CommandGuard` (2 rad/s) and the simulated STS3215s (top
 speed, acceleration, position loop, gravity sag) moving the follower; one 30 fps camera drawing
 the follower at each exposure (`--camera`, 640×480 by default: the camera node's own default; the

@@ -35,7 +35,9 @@ def ros_env() -> dict[str, str]:
 
 
 def start_sim(role: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", role],
+    # The leader's scripted human sweeps, never still (the motion rig_cpu.py's figures were measured on).
+    proc = subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", role,
+                             "--human-motion", "sinusoid"],
                             stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ from teleop_flywheel.core.topics import AUTHORITY_FIELDS
 from teleop_flywheel.hw.arm.config import ArmConfig
 from teleop_flywheel.hw.camera import timecode
 from teleop_flywheel.hw.camera.synthetic import _background, draw_arm
+from teleop_flywheel.hw.feetech.sim.servo import REACH_AMP, REACH_CENTER, Reaching
 from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr, joint_state_cdr, string_cdr
 from teleop_flywheel.recording.mcap.scan import record_spans
 from teleop_flywheel.recording.mcap.writer import BagWriter
@@ -130,9 +132,10 @@ class SessionSpec:
     # the demo's motion (`_rig_motion`: the scripted policy, the simulated leader's human in
     # takeovers, the speed limit, the simulated servos with gravity).
     motion: str = "smooth"
-    # Who holds the leader in the "rig" motion: "sinusoid" (the simulated leader's own human,
-    # `sim.servo.default_human`: every joint a slow sinusoid, never still) or "reach" (`_reaches`: a hand
-    # at work — point-to-point moves with pauses, the gripper closing and opening on an object).
+    # Who holds the leader in the "rig" motion: "sinusoid" (the simulator's sweeping human,
+    # `sim.servo.default_human`: every joint a slow sinusoid, never still — the hard case the benchmark
+    # keeps) or "reach" (`_reaches`: a hand at work — point-to-point moves with pauses, the gripper
+    # closing and opening on an object, as the simulated leader's own operator moves, `sim-bus`).
     rig_human: str = "sinusoid"
     # header stamp, publish and receive times of every camera message shifted together (a camera whose
     # frames are stamped when the driver got them, not when exposed: the pipeline latency looks normal)
@@ -219,31 +222,18 @@ def _alpha(t: np.ndarray, spec: SessionSpec) -> np.ndarray:
     return a
 
 
-def _reaches(t: np.ndarray, center: np.ndarray, amp: np.ndarray, rng: np.random.Generator,
+def _reaches(t: np.ndarray, center: Sequence[float], amp: Sequence[float], rng: np.random.Generator,
              grasps: bool = False) -> np.ndarray:
-    """Point-to-point moves (minimum jerk, 0.5–1.0 s) between random poses, with 0.1–0.4 s pauses:
-    every joint starts and stops together, as a hand reaching, grasping and placing moves the arm.
-    `grasps`: the gripper closes fully and opens fully on alternate pairs of moves (pick, carry, place)."""
+    """The hand at work (`sim.servo.Reaching`: minimum-jerk moves with pauses, grasps) at every `t`."""
     out = np.empty((len(t), 6))
-    pose = center.copy()
-    t0 = 0.0
-    moves = 0
-    while t0 <= t[-1]:
-        move, pause = rng.uniform(0.5, 1.0), rng.uniform(0.1, 0.4)
-        goal = center + amp * rng.uniform(-1, 1, 6)
-        if grasps:
-            goal[5] = center[5] + amp[5] * (-1.0 if moves % 4 in (1, 2) else 1.0)
-        moves += 1
-        u = np.clip((t - t0) / move, 0, 1)[:, None]
-        inside = (t >= t0) & (t < t0 + move + pause)
-        out[inside] = (pose + (goal - pose) * (10 * u**3 - 15 * u**4 + 6 * u**5))[inside]
-        pose, t0 = goal, t0 + move + pause
+    moves = Reaching(center, amp, lambda lo, hi: float(rng.uniform(lo, hi)), grasps).until(float(t[-1]))
+    for i, m in enumerate(moves):
+        u = np.clip((t - m.start) / m.seconds, 0, 1)[:, None]
+        end = moves[i + 1].start if i + 1 < len(moves) else math.inf
+        inside = (t >= m.start) & (t < end)
+        source, goal = np.array(m.source), np.array(m.goal)
+        out[inside] = (source + (goal - source) * (10 * u**3 - 15 * u**4 + 6 * u**5))[inside]
     return out
-
-
-# The scripted human's workspace (radians): poses within center ± amp per joint, the gripper's open..closed.
-REACH_AMP = np.array([0.6, 0.4, 0.5, 0.4, 0.8, 0.5])
-REACH_CENTER = np.array([0.0, -0.3, 0.4, 0.2, 0.0, 0.6])
 
 
 # The demo's scripted policy file (`ros/commands/demo.py`: home, grasp, place, place held; every second
@@ -257,9 +247,9 @@ RIG_SUBSTEPS = 5
 def _rig_motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.Generator
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The demo's motion without its processes: the scripted policy (2 s minimum-jerk moves through
-    the demo's waypoints, every second one wrong), blended with the simulated leader's human
+    the demo's waypoints, every second one wrong), blended with the simulator's sweeping human
     (`sim.servo.default_human`, at a random time into its session; or, with `rig_human="reach"`, a
-    hand at work: `_reaches` with grasps) where α > 0 — and the task
+    hand at work as the demo's leader moves: `_reaches` with grasps) where α > 0 — and the task
     spec's `clock_probe` at the reset, when it has one (the policy plays it; in a teleop session it
     is added to the leader's command) — rate-limited by the
     arm driver's `CommandGuard` (2 rad/s), and the follower as the simulated STS3215s move it (top
@@ -353,7 +343,7 @@ def _motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.
     """The scripted human (with its dead air and fast shakes), the policy, their blend and the
     follower's lag behind it: human, policy, command, follower (radians)."""
     phase = rng.uniform(0, 2 * math.pi, 6)
-    amp, center = REACH_AMP, REACH_CENTER
+    amp, center = np.array(REACH_AMP), np.array(REACH_CENTER)
     human_t = t.copy()
     if spec.dead_air is not None:  # the human's hand is off the leader: it holds still
         a, length = spec.dead_air
@@ -363,7 +353,7 @@ def _motion(t: np.ndarray, alpha: np.ndarray, spec: SessionSpec, rng: np.random.
     if spec.motion == "rig":
         return _rig_motion(t, alpha, spec, rng)
     if spec.motion == "reach":
-        human = _reaches(human_t, center, amp, rng, grasps=spec.grip_object is not None)
+        human = _reaches(human_t, REACH_CENTER, REACH_AMP, rng, grasps=spec.grip_object is not None)
     elif spec.motion == "smooth":
         human = center + amp * np.sin(0.5 * human_t[:, None] * (1 + np.arange(6) * 0.15) + phase)
     else:

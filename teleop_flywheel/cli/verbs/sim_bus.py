@@ -18,7 +18,7 @@ from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
 from teleop_flywheel.core.signals import SignalStop
 from teleop_flywheel.core.so101 import BAUD_RATE
 from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
-from teleop_flywheel.hw.feetech.sim.arm import FAULT_FORMS, Faults, SimulatedArm, parse_fault
+from teleop_flywheel.hw.feetech.sim.arm import FAULT_FORMS, HUMAN_MOTIONS, Faults, SimulatedArm, parse_fault
 from teleop_flywheel.hw.feetech.sim.servo import YIELDING_FINGER
 
 
@@ -40,7 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--uncalibrated", action="store_true",
                         help="boot as delivered: homing offsets 0, limits 0..4095 (for calibrate)")
     parser.add_argument("--human", action="store_true",
-                        help="the scripted human moves this arm while its torque is off (default: leader only)")
+                        help="the scripted human moves this arm while its torque is off, sweeping every joint "
+                             "through most of its travel as calibrate asks (default: a leader only, moved as at "
+                             "work: see --human-motion)")
+    parser.add_argument("--human-motion", choices=HUMAN_MOTIONS, default=None,
+                        help="how the scripted human moves: reach (an operator at work: moves of 0.5-1 s with "
+                             "pauses, the gripper closing and opening; a leader's default) or sinusoid (every joint "
+                             "slowly through most of its travel, never still: calibrate's sweep, the default with "
+                             "--human, and the hard case for timing a camera from its images)")
     parser.add_argument("--hand", action="store_true",
                         help="leader: the scripted human's finger holds the trigger as the modelled hand, so force "
                              "feedback reaches it; it yields to a rendered grasp (0.1 of the servo's maximum torque, "
@@ -78,7 +85,7 @@ def _serve(args: argparse.Namespace, faults: Faults, stop: threading.Event) -> i
                        calibration=calibration, human=True if args.human else None, factory_new=args.factory_new,
                        uncalibrated=args.uncalibrated, grip_object=args.grip_object,
                        finger=YIELDING_FINGER if args.hand else None,
-                       adapter_name=args.adapter, world=args.world)
+                       adapter_name=args.adapter, world=args.world, human_motion=args.human_motion)
     # Before the serving threads start: they inherit it.
     request_realtime(args.priority, whole_process=True,
                      say=lambda message: print(f"sim-bus: {message}", file=sys.stderr, flush=True))

@@ -5,7 +5,10 @@ arm (`teleop-flywheel sim-bus`), and how the tests drive the real serial code pa
 answers every instruction byte-exactly as the servos do (the vendor SDK talks to it). Each servo
 is as unkind as an STS3215 (servo.py: top speed, acceleration, gravity on shoulder and elbow,
 load, heat, overload/overcurrent/overheat protection that cuts its own torque, multi-turn
-readings); a scripted "human" moves a leader arm while its torque is off — or, given `hand=Hand(…)`,
+readings); a scripted "human" moves a leader arm while its torque is off (as an operator at work:
+moves of 0.5–1 s with pauses, the gripper closing and opening, `servo.Reaching`; or, `human_motion=
+"sinusoid"` and for an arm given `human=True` to calibrate, every joint slowly through most of its
+travel) — or, given `hand=Hand(…)`,
 holds it as an operator's hand does, an impedance on every shaft that feels what a torqued servo
 renders (`hand_forces()`: the force feedback that reaches the hand) — or, given `finger=Hand(…)`,
 holds only the trigger so (`YIELDING_FINGER`: one that a rendered grasp stops); replies take the wire
@@ -68,6 +71,7 @@ from teleop_flywheel.hw.feetech.sim.servo import (
     Servo,
     default_human,
     gravity_load,
+    reaching_human,
 )
 
 
@@ -95,6 +99,7 @@ class Faults:
     duplicate: list[int] = field(default_factory=list)  # ids a second servo answers to as well (replies collide)
 
 
+HUMAN_MOTIONS = ("reach", "sinusoid")  # the scripted human's ways of moving an arm (SimulatedArm's human_motion)
 NOMINAL_V = {"leader": 5.0, "follower": 12.0}  # each arm's supply (SO-101: 5 V leader, 12 V follower)
 
 
@@ -185,9 +190,16 @@ class SimulatedArm:
         finger: Hand | None = None,
         adapter_name: str = "pty",
         world: str | os.PathLike[str] | None = None,
+        human_motion: str | None = None,
     ) -> None:
         if role not in ("leader", "follower"):
             raise ValueError(f"role must be leader or follower, got {role!r}")
+        # How the scripted human moves: "reach" (at work: moves with pauses and grasps), or "sinusoid"
+        # (sweeping every joint through most of its travel, as `calibrate` asks). A human asked to move
+        # an arm (`human=True`) is calibrating it; a leader's own human teleoperates.
+        motion = human_motion or ("sinusoid" if human else "reach")
+        if motion not in HUMAN_MOTIONS:
+            raise ValueError(f"human_motion must be one of {', '.join(HUMAN_MOTIONS)}, got {motion!r}")
         self.role = role
         self.baudrate = baudrate
         self.wire_time = wire_time
@@ -236,7 +248,8 @@ class SimulatedArm:
         self.duplicates = {sid: self._twin(self.servos[sid]) for sid in self.faults.duplicate if sid in self.servos}
         self.adapter: Adapter = adapter(adapter_name)
         self._delivery: Delivery | None = None
-        self._human: HumanMotion = default_human
+        self.human_motion = motion
+        self._human: HumanMotion = default_human if motion == "sinusoid" else reaching_human(seed)
         self.seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()

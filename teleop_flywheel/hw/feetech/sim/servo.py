@@ -35,6 +35,7 @@ punishes lets the driver's tests pass for the wrong reasons:
 """
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -114,7 +115,9 @@ HumanMotion = Callable[[float], Sequence[float]]
 
 
 def default_human(t: float) -> list[float]:
-    """Smooth, unhurried motion across most of every joint's range; the gripper opens and closes."""
+    """Smooth, unhurried motion across most of every joint's range; the gripper opens and closes: a
+    human sweeping every joint through its travel, as `calibrate` asks. Never still and never sharp,
+    it is the hard case for timing a camera from its images (docs/validate.md)."""
     out = []
     for i, sid in enumerate(SERVO_IDS):
         lo, hi = JOINT_RANGES[sid]
@@ -122,6 +125,79 @@ def default_human(t: float) -> list[float]:
         freq = 0.07 + 0.025 * i
         out.append(mid + amp * math.sin(2 * math.pi * freq * t + 0.9 * i))
     return out
+
+
+# A hand at work's workspace (radians from each joint's calibrated middle): poses within center ± amp,
+# the gripper between center − amp (closed on the object) and center + amp (open).
+REACH_CENTER = (0.0, -0.3, 0.4, 0.2, 0.0, 0.6)
+REACH_AMP = (0.6, 0.4, 0.5, 0.4, 0.8, 0.5)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One reach: from `start` (s) for `seconds`, `source` to `goal` (radians), then still until the next."""
+
+    start: float
+    seconds: float
+    source: tuple[float, ...]
+    goal: tuple[float, ...]
+
+    def at(self, t: float) -> list[float]:
+        """The pose at `t` (minimum jerk: at rest at both ends)."""
+        u = min(max((t - self.start) / self.seconds, 0.0), 1.0)
+        s = 10 * u**3 - 15 * u**4 + 6 * u**5
+        return [a + (b - a) * s for a, b in zip(self.source, self.goal, strict=True)]
+
+
+class Reaching:
+    """A hand at work, as the seeds' pick-and-place operators move: point-to-point moves (minimum jerk,
+    0.5–1.0 s) between random poses within `center ± amp`, each followed by a 0.1–0.4 s pause, so every
+    joint starts and stops together; with `grasps` the gripper closes fully and opens fully on alternate
+    pairs of moves (pick, carry, place). Its starts, stops and grasps are what time a camera from its
+    images. The plan grows as time runs; `uniform(lo, hi)` draws every random number, in a fixed order
+    (a move's length, its pause, then one draw per joint for its goal)."""
+
+    def __init__(self, center: Sequence[float], amp: Sequence[float], uniform: Callable[[float, float], float],
+                 grasps: bool = True) -> None:
+        self.center, self.amp = tuple(center), tuple(amp)
+        self.uniform, self.grasps = uniform, grasps
+        self.moves: list[Move] = []
+        self._starts: list[float] = []  # each move's start, for the search
+        self._ends = 0.0  # where the plan ends: the last move's start + length + pause
+
+    def until(self, t: float) -> list[Move]:
+        """Every move that starts at or before `t` (planned as needed)."""
+        while self._ends <= t:
+            seconds, pause = self.uniform(0.5, 1.0), self.uniform(0.1, 0.4)
+            goal = [c + a * self.uniform(-1.0, 1.0) for c, a in zip(self.center, self.amp, strict=True)]
+            if self.grasps:
+                goal[5] = self.center[5] + self.amp[5] * (-1.0 if len(self.moves) % 4 in (1, 2) else 1.0)
+            source = self.moves[-1].goal if self.moves else self.center
+            self.moves.append(Move(self._ends, seconds, source, tuple(goal)))
+            self._starts.append(self._ends)
+            self._ends += seconds + pause
+        return self.moves
+
+    def at(self, t: float) -> list[float]:
+        """The hand's pose (radians) at `t` seconds."""
+        moves = self.until(t)
+        return moves[max(bisect.bisect_right(self._starts, t) - 1, 0)].at(t)
+
+
+def reaching_human(seed: int) -> HumanMotion:
+    """The operator at work on a leader (`Reaching` with grasps, radians about each joint's middle as the
+    simulator's calibration has it), within each joint's travel. The simulator's trigger travels
+    ±1 rad about its middle, shut at the low end: the hand closes it to −0.8 and opens it to +0.8."""
+    hand = Reaching((*REACH_CENTER[:5], 0.0), (*REACH_AMP[:5], 0.8), random.Random(seed).uniform)
+
+    def motion(t: float) -> list[float]:
+        out = []
+        for sid, q in zip(SERVO_IDS, hand.at(t), strict=True):
+            lo, hi = JOINT_RANGES[sid]
+            out.append(min(max((lo + hi) / 2 + q * STEPS_PER_RAD, lo), hi))
+        return out
+
+    return motion
 
 
 def gravity_load(servo_id: int, position: float) -> float:
