@@ -189,3 +189,32 @@ def test_how_hard_the_operator_pressed_is_an_axis(tmp_path: Path, capsys: pytest
     old = tmp_path / "old"
     write(old, SyntheticSpec(episodes=3, seed=2))
     assert "pressed hard: not measured" in format_text(curate(LeRobotDataset.open(old)))
+
+
+def test_graded_success_from_the_columns_is_the_records_own() -> None:
+    """`table_successes` (no record per row) gives what a record per row gives, for every way a table
+    holds outcome and attempts: the columns, a column left empty (the metadata JSON then decides), a
+    failure whatever its attempts, an outcome that is neither, no attempts column at all."""
+    import pandas as pd  # noqa: PLC0415
+
+    from teleop_flywheel.core.episode import EpisodeMeta  # noqa: PLC0415
+    from teleop_flywheel.data.curation.curate import successes, table_successes  # noqa: PLC0415
+    from teleop_flywheel.data.lerobot.episode_table import table_records  # noqa: PLC0415
+
+    def meta(outcome: str, attempts: int) -> str:
+        return json.dumps(EpisodeMeta(episode_name="e", task="t", outcome=outcome, attempts=attempts).to_strings())
+
+    rows = [("success", 1.0, meta("failure", 5)), ("success", 3.0, None), ("failure", 2.0, None),
+            ("failure", None, meta("success", 1)), ("success", None, meta("success", 4)), ("success", None, None),
+            ("success", 0.0, None), (None, 2.0, meta("success", 2)), ("", 1.0, None), ("unknown", 1.0, None),
+            ("success", 2.0, meta("success", 7))]
+    df = pd.DataFrame({"episode_index": range(len(rows)), "length": [30] * len(rows),
+                       "outcome": [r[0] for r in rows], "attempts": [r[1] for r in rows],
+                       "episode_meta": [r[2] for r in rows]})
+    tasks = [["t"]] * len(rows)
+    want = successes(table_records(df, tasks, 30.0))
+    np.testing.assert_array_equal(table_successes(df, tasks, 30.0), want)
+    assert np.isnan(want).sum() == 5 and want[4] == 0.25  # the cases differ: the test can tell them apart
+    no_attempts = df.drop(columns=["attempts"])
+    np.testing.assert_array_equal(table_successes(no_attempts, tasks, 30.0),
+                                  successes(table_records(no_attempts, tasks, 30.0)))
