@@ -54,7 +54,7 @@ from teleop_flywheel.data.convert.frames import (
     features_for,
     prepare_episode,
 )
-from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
+from teleop_flywheel.data.convert.refresh import read_doc, recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import with_scores
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
@@ -210,7 +210,10 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         check_append([out, *siblings], fps, codec)
         optional, correction = feature_expectations(out)
         known = set().union(existing_ids(out), *(existing_ids(s) for s in siblings))
-        recorded = frozenset().union(*(recorded_ids(r) for r in [out, *siblings]))
+        # Each record read once: for the ids it holds now, and to merge this run's verdicts into after the
+        # append (which leaves it as it is: hard-linked into the new version).
+        records = {r: _record(r) for r in [out, *siblings]}
+        recorded = frozenset().union(*(recorded_ids(r, doc) for r, doc in records.items()))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()
@@ -248,14 +251,23 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             result.outcomes = {p.bag: "converted" if p.status == "ok" else p.status for p in prepared}
             result.reused_frames = {p.bag: p.reused_frames for p in prepared if p.reused_frames}
             if refresh_after:
-                _refresh(out, result, prepared, roots)
+                _refresh(out, result, prepared, roots, records)
             return result
         finally:
             with contextlib.suppress(OSError):  # e.g. still no space: the next run finishes it
                 commit.recover_all(out)  # a staging directory not published: removed
 
 
-def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path]) -> None:
+def _record(root: Path) -> dict[str, Any] | None:
+    """The validation record of `root` (None: unreadable; `refresh` then says so)."""
+    try:
+        return read_doc(root)
+    except DatasetError:
+        return None
+
+
+def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path],
+             records: dict[Path, dict[str, Any] | None]) -> None:
     """Each dataset appended to (now, or by the append a crash left and this run finished) gets its
     verdicts recorded, its card and weights written again, and so does one whose record, card or
     weights are behind its episodes; the verdicts of episodes not converted go to the main dataset's
@@ -273,6 +285,6 @@ def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: 
         if read_info(root) is None:
             continue
         try:
-            result.refreshed += refresh(root, by_root.get(root, []))
+            result.refreshed += refresh(root, by_root.get(root, []), record=records.get(root))
         except (DatasetError, OSError, ValueError) as exc:
             result.refreshed.append(f"{display(root)}: not refreshed: {exc}")
