@@ -23,10 +23,18 @@ import multiprocessing
 import multiprocessing.context
 import os
 import select
+import sys
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+# Imported here, not in the child: the forkserver preloads this module, so a child starts with them.
+import av
+import numpy as np
+from av.video.stream import VideoStream
+
+from teleop_flywheel.core.priority import keep_scheduling
 from teleop_flywheel.data.errors import EncoderStalled
 
 ENCODE_STALL_S = 60.0  # seconds without progress: a flush of SVT-AV1's lookahead takes seconds at most
@@ -41,8 +49,26 @@ def context() -> multiprocessing.context.ForkServerContext | multiprocessing.con
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx: multiprocessing.context.ForkServerContext = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["__main__", __name__])
+    ctx.set_forkserver_preload([__name__])
     return ctx
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """While a child is started: multiprocessing runs the parent's main script again in every child
+    it starts from a script (`python script.py`: not `-m`, whose main it skips), to find functions
+    defined there — the child's whole start-up when that script imports much (a bench: ~1 s a
+    child, measured). The encoder needs nothing from it, so the child is not told where it is."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) if getattr(main, "__spec__", None) is None else None
+    if main is None or path is None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 class EncoderProcess:
@@ -59,7 +85,8 @@ class EncoderProcess:
         replies_r, replies_w = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_serve, name=f"encode {path.name}", daemon=True,
                                  args=(frames_r, replies_w, str(path), width, height, fps, codec_name, options))
-        self._proc.start()
+        with _main_not_rerun():
+            self._proc.start()
         frames_r.close()
         replies_w.close()
         self._frames: Connection | None = frames_w
@@ -144,11 +171,6 @@ class EncoderProcess:
 def _serve(frames: Connection, replies: Connection, path: str, width: int, height: int, fps: int,
            codec_name: str, options: dict[str, str]) -> None:
     """In the child: open the encoder, encode every whole frame the pipe brings, flush at its end."""
-    import av  # noqa: PLC0415 - in the child only (preloaded in the forkserver)
-    import numpy as np  # noqa: PLC0415
-    from av.video.stream import VideoStream  # noqa: PLC0415
-
-    from teleop_flywheel.core.priority import keep_scheduling  # noqa: PLC0415
 
     def say(text: str) -> None:
         os.write(replies.fileno(), text.replace("\n", " ").encode() + b"\n")
