@@ -218,3 +218,22 @@ def test_graded_success_from_the_columns_is_the_records_own() -> None:
     no_attempts = df.drop(columns=["attempts"])
     np.testing.assert_array_equal(table_successes(no_attempts, tasks, 30.0),
                                   successes(table_records(no_attempts, tasks, 30.0)))
+
+
+def test_farthest_point_order_is_the_plain_greedy_on_many_ties() -> None:
+    """Past the point where picked points are dropped from the work (a few hundred points on a coarse
+    grid: many equal distances), the order and gaps are the plain greedy's, lowest index on ties."""
+    pts = np.random.default_rng(5).integers(0, 6, size=(400, 3)).astype(float)
+    order, gaps = farthest_point_order(pts)
+    to_mean = np.linalg.norm(pts - pts.mean(0), axis=1)
+    want, want_gaps = [int(np.argmax(to_mean))], [float(to_mean.max())]
+    nearest = np.linalg.norm(pts - pts[want[0]], axis=1)
+    nearest[want[0]] = -1.0
+    for _ in range(len(pts) - 1):
+        pick = int(np.argmax(nearest))
+        want.append(pick)
+        want_gaps.append(float(nearest[pick]))
+        nearest = np.minimum(nearest, np.linalg.norm(pts - pts[pick], axis=1))
+        nearest[want] = -1.0
+    assert order.tolist() == want
+    np.testing.assert_array_equal(gaps, want_gaps)
