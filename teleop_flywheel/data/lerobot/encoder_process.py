@@ -21,6 +21,7 @@ import errno
 import fcntl
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.forkserver
 import os
 import select
 import sys
@@ -28,6 +29,7 @@ import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 # Imported here, not in the child: the forkserver preloads this module, so a child starts with them.
 import av
@@ -51,6 +53,22 @@ def context() -> multiprocessing.context.ForkServerContext | multiprocessing.con
     ctx: multiprocessing.context.ForkServerContext = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     return ctx
+
+
+def _own_forkserver_after_fork() -> None:
+    """In a process forked from one that started the forkserver (a test forking a convert; a worker
+    pool's fork): that server is not this process's child, and CPython 3.11 fails every start
+    through it (`ChildProcessError`, waiting for a pid that is not ours). This process forgets it and
+    starts its own when it first needs one."""
+    server: Any = multiprocessing.forkserver._forkserver  # its state is private: no public reset in 3.11
+    if getattr(server, "_forkserver_pid", None) is None:
+        return
+    with contextlib.suppress(OSError, TypeError):
+        os.close(server._forkserver_alive_fd)  # our copy: the process that started it keeps its own
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+
+
+os.register_at_fork(after_in_child=_own_forkserver_after_fork)
 
 
 @contextlib.contextmanager

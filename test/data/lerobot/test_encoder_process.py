@@ -161,3 +161,20 @@ def test_an_encoder_that_dies_is_an_error_naming_its_file(tmp_path: Path) -> Non
             enc.add_i420(np.zeros((72, 64), np.uint8))
         enc.close()
     assert time.monotonic() - t0 < 10 and not path.exists()
+
+
+def _encode_one(path: str) -> None:
+    enc = VideoEncoder(Path(path), 64, 48, 30, "h264", stall_s=30.0)
+    enc.add_i420(np.zeros((72, 64), np.uint8))
+    enc.close()
+
+
+def test_an_encoder_in_a_forked_process_starts_its_own_server(tmp_path: Path) -> None:
+    """A process forked from one whose forkserver runs (the test process's: conftest) can encode: the
+    server is not its child, and multiprocessing fails every start through it (ChildProcessError)."""
+    import multiprocessing  # noqa: PLC0415
+
+    proc = multiprocessing.get_context("fork").Process(target=_encode_one, args=(str(tmp_path / "f.mp4"),))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0 and (tmp_path / "f.mp4").stat().st_size > 0
