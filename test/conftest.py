@@ -16,6 +16,7 @@ import pytest
 from support.procs import children, cmdline
 
 import teleop_flywheel  # noqa: F401 - before any test module imports numpy: its BLAS thread setting
+from teleop_flywheel.data.lerobot.encoder_process import context
 
 # Set before anything imports rclpy. A run's domain is fixed once so that child processes
 # (simulators, recorders under test) started by a test join the same graph.
@@ -33,6 +34,7 @@ def multiprocessing_helpers() -> None:
     """Start the interpreter's forkserver and resource tracker before any test: they serve every
     process pool in this run and live as long as pytest does, so the first test that happens to
     use a pool must not be blamed for leaving them behind."""
+    context()  # the forkserver with PyAV imported: every encode's child process starts in milliseconds
     multiprocessing.forkserver.ensure_running()
 
 

@@ -76,6 +76,15 @@ class AppendRefused(UsageError):
     """This run cannot append to this dataset (fps or codec differ): nothing was done."""
 
 
+class EncoderStalled(FlywheelError, RuntimeError):
+    """A video encoder made no progress for its stall time (`lerobot/encoder_process.py`): killed, its
+    file removed; the command stops (exit 1), publishing nothing it had not published before."""
+
+    exit_code = EXIT_PARTIAL
+    fix = ("run it again (a stalled encoder is the library's fault, e.g. an SVT-AV1 deadlock, and rarely repeats); "
+           "--encode-timeout S sets how long an encode may make no progress")
+
+
 class MissingCalibrationError(FlywheelError, ValueError):
     """An episode recorded no calibration for a role and none was supplied with --calibration."""
 

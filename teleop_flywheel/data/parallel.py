@@ -8,7 +8,6 @@ so a report never depends on which executor produced it. Ray is imported only wh
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.data.errors import ParallelJobError
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S, context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -46,6 +46,20 @@ def _workers(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def _seconds(text: str) -> float:
+    s = float(text)
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {text}")
+    return s
+
+
+def add_encode_timeout_to(parser: argparse.ArgumentParser) -> None:
+    """`--encode-timeout S`, the same on every command that encodes video (`lerobot/encoder_process.py`)."""
+    parser.add_argument("--encode-timeout", type=_seconds, default=ENCODE_STALL_S, metavar="S",
+                        help="a video encode that makes no progress this long is killed and the command stops, "
+                             f"naming the bag and camera; the dataset is left unchanged (default {ENCODE_STALL_S:g})")
 
 
 def add_arguments_to(parser: argparse.ArgumentParser, workers: int | None = None) -> None:
@@ -99,15 +113,9 @@ def _inline(fn: Callable[[T], R], jobs: Sequence[T], tick: Callable[[int], Any])
         yield result
 
 
-def _pool_context() -> multiprocessing.context.BaseContext:
-    """forkserver where available: forking a process that runs threads (DDS, tqdm) is unsafe."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
 def _pool_map(fn: Callable[[T], R], jobs: Sequence[T], n: int, tick: Callable[[int], Any]) -> list[R]:
     results: list[Any] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
+    with ProcessPoolExecutor(max_workers=n, mp_context=context()) as pool:
         futures: dict[Future[R], int] = {pool.submit(fn, item): i for i, item in enumerate(jobs)}
         pending = set(futures)
         try:

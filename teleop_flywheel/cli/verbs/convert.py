@@ -21,7 +21,7 @@ from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import read_info
-from teleop_flywheel.data.parallel import add_arguments_to
+from teleop_flywheel.data.parallel import add_arguments_to, add_encode_timeout_to
 from teleop_flywheel.data.provenance.reviews import LOG_FILE, decisions, review_folders
 from teleop_flywheel.data.validate.reasons import Supplied
 from teleop_flywheel.data.validate.validator import add_supplied_arguments, display, load_inputs
@@ -55,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for that role (repeatable; a recorded calibration is never replaced)")
     add_supplied_arguments(parser)
     add_arguments_to(parser)
+    add_encode_timeout_to(parser)
 
 
 def _published(out: Path) -> str | None:
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         res = convert(paths, out, args.fps, args.codec, args.task, args.include_failed, args.robot_type,
                       args.workers, args.executor, cfg, repo_id=args.repo_id, calibrations=calibrations,
                       supplied=supplied, trim_dead_air=args.trim_dead_air, reviews=decisions(folders),
-                      admit_reviewed=args.admit_reviewed)
+                      admit_reviewed=args.admit_reviewed, encode_stall_s=args.encode_timeout)
     except CommitError as exc:  # it ran and failed midway: the message says what state the dataset is in
         exc.exit_code = EXIT_PARTIAL
         raise

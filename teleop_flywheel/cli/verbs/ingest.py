@@ -12,7 +12,7 @@ from teleop_flywheel.data.convert.append_rules import check_append
 from teleop_flywheel.data.convert.ingest_loop import GRACE_S, IngestConfig, ingest_once, segments_root
 from teleop_flywheel.data.convert.preencode import PreEncoding
 from teleop_flywheel.data.lerobot import v3_layout
-from teleop_flywheel.data.parallel import add_arguments_to
+from teleop_flywheel.data.parallel import add_arguments_to, add_encode_timeout_to
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import display
 
@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "person overruled, reject a warning a person confirmed; the review goes into the "
                              "dataset's record")
     add_arguments_to(parser, workers=1)  # one worker: low impact beside a recording rig
+    add_encode_timeout_to(parser)
     parser.add_argument("--no-pre-encode", action="store_true",
                         help="do not encode camera video while episodes are recorded (all of it then waits for the "
                              "keep)")
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     page = None if args.no_audit else (args.audit or dataset.with_name(dataset.name + "_audit.html"))
     cfg = IngestConfig(watch, dataset, moved_to, args.grace, args.codec, args.fps, ValidateConfig.load(args.config),
                        args.trim_dead_air, args.without_verdict, args.workers, args.executor, page, args.repo_id,
-                       admit_reviewed=args.admit_reviewed)
+                       admit_reviewed=args.admit_reviewed, encode_stall_s=args.encode_timeout)
     check_append([dataset], args.fps, args.codec)  # a dataset this run cannot append to: refused now, not later
     lower_priority(args.nice)
     print(f"ingest: watching {', '.join(display(w) for w in watch)} -> {display(dataset)} (quarantine "
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Between looks the pre-encoder works for about a poll period, then looks again at once if it is behind.
     pre = None if args.no_pre_encode else PreEncoding(segments_root(dataset), watch, cfg.fps, cfg.codec, log,
-                                                      budget_s=args.poll)
+                                                      budget_s=args.poll, stall_s=cfg.encode_stall_s)
     while True:
         ingest_once(cfg, log, pre)
         if args.once:

@@ -54,14 +54,15 @@ from teleop_flywheel.data.convert.frames import (
     features_for,
     prepare_episode,
 )
-from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
+from teleop_flywheel.data.convert.refresh import read_doc, recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import with_scores
-from teleop_flywheel.data.errors import DatasetError, FeatureSetError, InconsistentDatasetError, ParallelJobError
+from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
 from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
-from teleop_flywheel.data.parallel import parallel_map
+from teleop_flywheel.data.parallel import own_errors, parallel_map
 from teleop_flywheel.data.provenance.reviews import ReviewDecision
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display
@@ -185,7 +186,8 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             repo_id: str | None = None, calibrations: Mapping[str, str | Path] | None = None,
             supplied: Supplied | None = None, trim_dead_air: bool = False, refresh_after: bool = True,
             segments: Mapping[str, Path] | None = None, wait: bool = False,
-            reviews: Mapping[str, ReviewDecision] | None = None, admit_reviewed: bool = False) -> ConvertResult:
+            reviews: Mapping[str, ReviewDecision] | None = None, admit_reviewed: bool = False,
+            encode_stall_s: float = ENCODE_STALL_S) -> ConvertResult:
     """`calibrations`: {role: calibration file} for the episodes that recorded none for that role;
     `supplied`: task/outcome of bags that carry no episode metadata; `trim_dead_air`: cut leading and
     trailing dead air instead of rejecting it; `refresh_after`: update the validation record, data
@@ -193,7 +195,9 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
     folder of its pre-encoded video segments} (`ingest`: `data/convert/segments.py`); `wait`: take the dataset
     after whoever holds it (another convert, a curate, a doctor) instead of refusing it as busy (`ingest`);
     `reviews`: {episode_id: its latest review} (`provenance.reviews.decisions`), recorded with each verdict
-    and, with `admit_reviewed`, acted on: an overruled rejection admitted, a confirmed warning rejected."""
+    and, with `admit_reviewed`, acted on: an overruled rejection admitted, a confirmed warning rejected;
+    `encode_stall_s`: an encode that makes no progress this long is killed and the run stops
+    (`EncoderStalled`, naming the bag and camera; nothing published)."""
     cfg = validate or ValidateConfig.load()
     cfg.fps = fps
     cals = load_supplied(calibrations or {})
@@ -206,21 +210,21 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         check_append([out, *siblings], fps, codec)
         optional, correction = feature_expectations(out)
         known = set().union(existing_ids(out), *(existing_ids(s) for s in siblings))
-        recorded = frozenset().union(*(recorded_ids(r) for r in [out, *siblings]))
+        # Each record read once: for the ids it holds now, and to merge this run's verdicts into after the
+        # append (which leaves it as it is: hard-linked into the new version).
+        records = {r: _record(r) for r in [out, *siblings]}
+        recorded = frozenset().union(*(recorded_ids(r, doc) for r, doc in records.items()))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()
             jobs = [ConvertJob(str(p), fps, codec, str(work), task, include_failed, None, cfg, frozenset(known), cals,
                                supplied, trim_dead_air, optional, correction, recorded,
                                str(segments[str(p)]) if segments and str(p) in segments else None,
-                               dict(reviews or {}), admit_reviewed) for p in paths]
-            try:
+                               dict(reviews or {}), admit_reviewed, encode_stall_s) for p in paths]
+            # A full disk or a stalled encoder: not one bag's fault, the run stops with its line.
+            with own_errors(OSError, EncoderStalled):
                 prepared = parallel_map(prepare_episode, jobs, workers=workers, executor=executor,
                                         desc="convert" if progress else None)
-            except ParallelJobError as exc:
-                if isinstance(exc.__cause__, OSError):
-                    raise exc.__cause__ from None  # the disk is full: not one bag's fault
-                raise
             result = ConvertResult(len(paths), {}, [], {}, [], recovered)
             result.reports = [p.report for p in prepared if p.report is not None]
             groups = _group(prepared, result, optional)
@@ -247,14 +251,23 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
             result.outcomes = {p.bag: "converted" if p.status == "ok" else p.status for p in prepared}
             result.reused_frames = {p.bag: p.reused_frames for p in prepared if p.reused_frames}
             if refresh_after:
-                _refresh(out, result, prepared, roots)
+                _refresh(out, result, prepared, roots, records)
             return result
         finally:
             with contextlib.suppress(OSError):  # e.g. still no space: the next run finishes it
                 commit.recover_all(out)  # a staging directory not published: removed
 
 
-def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path]) -> None:
+def _record(root: Path) -> dict[str, Any] | None:
+    """The validation record of `root` (None: unreadable; `refresh` then says so)."""
+    try:
+        return read_doc(root)
+    except DatasetError:
+        return None
+
+
+def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path],
+             records: dict[Path, dict[str, Any] | None]) -> None:
     """Each dataset appended to (now, or by the append a crash left and this run finished) gets its
     verdicts recorded, its card and weights written again, and so does one whose record, card or
     weights are behind its episodes; the verdicts of episodes not converted go to the main dataset's
@@ -272,6 +285,6 @@ def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: 
         if read_info(root) is None:
             continue
         try:
-            result.refreshed += refresh(root, by_root.get(root, []))
+            result.refreshed += refresh(root, by_root.get(root, []), record=records.get(root))
         except (DatasetError, OSError, ValueError) as exc:
             result.refreshed.append(f"{display(root)}: not refreshed: {exc}")

@@ -46,10 +46,11 @@ from teleop_flywheel.data.convert.calibrations import CALIBRATION_MISSING, episo
 from teleop_flywheel.data.convert.frame_labels import label_columns
 from teleop_flywheel.data.convert.segments import encode_camera
 from teleop_flywheel.data.curation.curate import integrated_squared_jerk
-from teleop_flywheel.data.errors import DecodeError, FeatureSetError, MissingCalibrationError
+from teleop_flywheel.data.errors import DecodeError, EncoderStalled, FeatureSetError, MissingCalibrationError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import EpisodeData
 from teleop_flywheel.data.lerobot.commit import fault
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.lerobot.flywheel_schema import FEEDBACK, FEEDBACK_NAMES, LEADER_STATE
 from teleop_flywheel.data.provenance.reviews import ReviewDecision, apply_decision
@@ -102,6 +103,7 @@ class ConvertJob:
     segments: str | None = None  # this bag's pre-encoded video segments (`data/convert/segments.py`), if any
     reviews: dict[str, ReviewDecision] = field(default_factory=dict)  # episode_id -> its latest review
     admit_reviewed: bool = False  # act on them (`provenance.reviews.apply_decision`), not only record them
+    encode_stall_s: float = ENCODE_STALL_S  # an encode making no progress this long stops the run
 
 
 @dataclass
@@ -157,6 +159,8 @@ def prepare_episode(job: ConvertJob) -> Prepared:
             out.status = "rejected"
             return out
         _fill(bag, ins, job, out)
+    except EncoderStalled:
+        raise  # the encoder library, not this bag: the whole run stops and says so
     except AlignError as exc:
         out.status = "rejected"
         out.reasons.append(Reason(exc.code, str(exc)))
@@ -252,8 +256,12 @@ def _fill(bag: Bag, ins: Inspection, job: ConvertJob, out: Prepared) -> None:
     for cam, im in images.items():
         # The camera name is a checked identifier (reader); the paths built from it are proven inside too.
         path = inside(tmp, f"{cam}.mp4")
-        video = encode_camera(im.data, aligned.indices[f"camera:{cam}"], path, fps, job.codec,
-                              inside(job.segments, cam) if job.segments else None)
+        try:
+            video = encode_camera(im.data, aligned.indices[f"camera:{cam}"], path, fps, job.codec,
+                                  inside(job.segments, cam) if job.segments else None, job.encode_stall_s)
+        except EncoderStalled as exc:
+            raise EncoderStalled(f"{display(bag.name)} (episode {bag.episode_id}) camera {cam}: {exc}; nothing "
+                                 "was converted") from None
         data.videos[cam] = (str(path), video.height, video.width)
         data.stats[f"observation.images.{cam}"] = video.stats
         out.reused_frames += video.reused

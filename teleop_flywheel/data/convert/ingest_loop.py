@@ -68,6 +68,7 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.filelock import locked
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.provenance.reviews import decisions, review_folders
 from teleop_flywheel.data.reports.audit import audit, write_html
 from teleop_flywheel.data.validate.reasons import ValidateConfig
@@ -98,6 +99,7 @@ class IngestConfig:
     audit_html: Path | None = None
     repo_id: str | None = None
     admit_reviewed: bool = False  # act on the watch folders' review logs (`provenance.reviews`), read each pass
+    encode_stall_s: float = ENCODE_STALL_S  # an encode making no progress this long stops the ingest
 
 
 def state_path(dataset: Path) -> Path:
@@ -210,7 +212,8 @@ def _take(cfg: IngestConfig, state: dict[str, Any], bags: list[Path], log: Any, 
     res = convert(bags, cfg.dataset, cfg.fps, cfg.codec, workers=cfg.workers, executor=cfg.executor,
                   validate=cfg.validate, progress=False, trim_dead_air=cfg.trim_dead_air, repo_id=cfg.repo_id,
                   segments=pre.segments(bags) if pre is not None else None, wait=True,
-                  reviews=decisions(review_folders(cfg.watch)), admit_reviewed=cfg.admit_reviewed)
+                  reviews=decisions(review_folders(cfg.watch)), admit_reviewed=cfg.admit_reviewed,
+                  encode_stall_s=cfg.encode_stall_s)
     moved = _quarantine(res, cfg)
     if moved and (cfg.dataset / v3_layout.INFO_PATH).is_file():
         update_record(cfg.dataset, moved)  # where each rejected bag went

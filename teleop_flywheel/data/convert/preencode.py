@@ -43,6 +43,9 @@ from teleop_flywheel.data.convert.segments import (
     frame_digest,
     write_segment,
 )
+from teleop_flywheel.data.errors import EncoderStalled
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
+from teleop_flywheel.data.validate.validator import display
 from teleop_flywheel.recording.mcap.cdr import decode_compressed_images, header_stamp_ns
 from teleop_flywheel.recording.mcap.exceptions import CdrError
 from teleop_flywheel.recording.mcap.reader import (
@@ -75,8 +78,8 @@ class _Camera:
 class BagPreEncoder:
     """The segments of one bag, made as the recorder writes it."""
 
-    def __init__(self, bag: Path, folder: Path, fps: int, codec: str) -> None:
-        self.bag, self.folder, self.fps, self.codec = bag, folder, fps, codec
+    def __init__(self, bag: Path, folder: Path, fps: int, codec: str, stall_s: float = ENCODE_STALL_S) -> None:
+        self.bag, self.folder, self.fps, self.codec, self.stall_s = bag, folder, fps, codec, stall_s
         self.stopped: str | None = None  # why it gave up
         self.told = False  # the log has said why
         self.done = False  # every segment of the closed bag is made
@@ -214,7 +217,11 @@ class BagPreEncoder:
             folder = inside(self.folder, name)
             digests = [frame_digest(cam.jpegs[int(i)]) for i in local]
             if cached_segment(folder, cam.segment, cam.key, digests) is None:  # an earlier run may have made it
-                write_segment(folder, cam.segment, cam.key, cam.jpegs, local, digests)
+                try:
+                    write_segment(folder, cam.segment, cam.key, cam.jpegs, local, digests, self.stall_s)
+                except EncoderStalled as exc:
+                    raise EncoderStalled(f"{display(self.bag.name)} camera {name}, pre-encoding segment "
+                                         f"{cam.segment}: {exc}") from None
             made += b - a
             segments += 1
             self.frames += b - a
@@ -236,11 +243,14 @@ class PreEncoding:
     `root/<bag, relative to root's parent (else absolute), quoted>/<camera>/`: one folder per bag
     however many rigs' folders (`watch`) hold an `episode_<same second>`, and however many ingests
     share the root. A step removes a folder whose bag is gone (discarded, moved) or lies in `watch`
-    and is no longer waiting (taken); the folders of bags another ingest watches are its own."""
+    and is no longer waiting (taken); the folders of bags another ingest watches are its own.
+    An encode that makes no progress for `stall_s` raises `EncoderStalled` (the ingest stops, naming
+    the bag and camera)."""
 
     def __init__(self, root: Path, watch: Path | list[Path], fps: int, codec: str,
-                 log: Callable[[str], None] = print, budget_s: float | None = None) -> None:
-        self.root, self.fps, self.codec, self.log = root, fps, codec, log
+                 log: Callable[[str], None] = print, budget_s: float | None = None,
+                 stall_s: float = ENCODE_STALL_S) -> None:
+        self.root, self.fps, self.codec, self.log, self.stall_s = root, fps, codec, log, stall_s
         self.watch = [w.resolve() for w in ([watch] if isinstance(watch, Path) else watch)]
         self.budget_s = budget_s
         self.behind = False
@@ -267,7 +277,8 @@ class PreEncoding:
             for stale in [d for d in self.root.iterdir() if d not in wanted and self._stale(d)]:
                 shutil.rmtree(stale, ignore_errors=True)
         deadline = None if self.budget_s is None else time.monotonic() + self.budget_s
-        active = [self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec))
+        active = [self._bags.setdefault(folder, BagPreEncoder(bag, folder, self.fps, self.codec,
+                                                                         self.stall_s))
                   for folder, bag in wanted.items()]
         made = 0
         while active:

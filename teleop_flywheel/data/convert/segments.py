@@ -32,6 +32,7 @@ import numpy as np
 
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.lerobot import v3_layout
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 
 SEGMENT_FRAMES = 60  # 2 s at 30 fps: what is left to encode when an episode stops, at most
 FORMAT = "teleop_flywheel.segment/1"
@@ -74,15 +75,15 @@ def _stat_image(bgr: np.ndarray) -> np.ndarray:
 
 
 def encode_frames(images: list[bytes], indices: np.ndarray, path: Path, key: VideoKey, what: str,
-                  sample: frozenset[int] = frozenset()) -> dict[int, np.ndarray]:
+                  sample: frozenset[int] = frozenset(), stall_s: float = ENCODE_STALL_S) -> dict[int, np.ndarray]:
     """Encode frame k = the JPEG `images[indices[k]]` into the mp4 `path`, decoding each distinct
     image once in a thread beside the encoder; {k: downsampled RGB} of the frames in `sample`
-    (LeRobot's image stats)."""
+    (LeRobot's image stats). `stall_s`: the encoder's watchdog (`lerobot/encoder_process.py`)."""
     size = (key.height, key.width)
     kept: dict[int, np.ndarray] = {}
-    enc = v3_layout.VideoEncoder(path, key.width, key.height, key.fps, key.codec)
     distinct = np.concatenate(([True], indices[1:] != indices[:-1]))
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=2) as pool, \
+            v3_layout.VideoEncoder(path, key.width, key.height, key.fps, key.codec, stall_s=stall_s) as enc:
         decoded = pool.map(lambda i: decode_bgr(images[i], f"{what}: image {i}", size),
                            (int(i) for i in indices[distinct]))
         yuv: np.ndarray = np.empty(0, np.uint8)  # set at k = 0: distinct[0] is True
@@ -94,7 +95,6 @@ def encode_frames(images: list[bytes], indices: np.ndarray, path: Path, key: Vid
             enc.add_i420(yuv)
             if k in sample:
                 kept[k] = _stat_image(bgr)
-    enc.close()
     return kept
 
 
@@ -103,14 +103,14 @@ def _record_path(folder: Path, index: int) -> Path:
 
 
 def write_segment(folder: Path, index: int, key: VideoKey, images: list[bytes], indices: np.ndarray,
-                  digests: list[str]) -> Path:
+                  digests: list[str], stall_s: float = ENCODE_STALL_S) -> Path:
     """Encode segment `index` (frame k = `images[indices[k]]`, whose `frame_digest`s are `digests`)
     into `folder` and record what it holds."""
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".segment-", suffix=".mp4", dir=folder)
     os.close(fd)
     try:
-        encode_frames(images, indices, Path(tmp), key, f"{folder.name} segment {index}")
+        encode_frames(images, indices, Path(tmp), key, f"{folder.name} segment {index}", stall_s=stall_s)
         mp4 = folder / f"{index:06d}.mp4"
         os.replace(tmp, mp4)
     except BaseException:
@@ -158,9 +158,10 @@ def _plan(images: list[bytes], indices: np.ndarray, folder: Path | None, key: Vi
 
 
 def encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int, codec: str,
-                  segments: Path | None = None) -> CameraVideo:
+                  segments: Path | None = None, stall_s: float = ENCODE_STALL_S) -> CameraVideo:
     """The episode video of one camera (frame k = `images[indices[k]]`) at `path`, with the image
-    stats of LeRobot's sampled frames; pre-encoded segments in `segments` used where they match."""
+    stats of LeRobot's sampled frames; pre-encoded segments in `segments` used where they match;
+    `stall_s`: the encoder's watchdog."""
     what = path.stem
     first = decode_bgr(images[int(indices[0])], f"{what}: image {int(indices[0])}")
     key = VideoKey(fps, codec, first.shape[1], first.shape[0])
@@ -181,7 +182,7 @@ def encode_camera(images: list[bytes], indices: np.ndarray, path: Path, fps: int
             continue
         part = path if (a, b) == (0, len(indices)) else path.with_name(f"{path.stem}.{a:06d}{path.suffix}")
         stat_images.update(
-            {a + k: im for k, im in encode_frames(images, indices[a:b], part, key, what, sample).items()}
+            {a + k: im for k, im in encode_frames(images, indices[a:b], part, key, what, sample, stall_s).items()}
         )
         parts.append(part)
         made.append(part)

@@ -37,20 +37,31 @@ def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[
     nearest[first] = -1.0
     # Each pick's distances column by column into reused buffers: the sum of squares in the order
     # `np.linalg.norm` adds them (the same values), ~5x faster at 10,000 points than a norm over rows.
+    # Only the points not picked yet are worked on: whenever half the arrays are picked points (-1),
+    # they are dropped, keeping the rest in index order (so argmax's first maximum is still the
+    # lowest index): half the work, the same order and gaps.
     cols = np.ascontiguousarray(pts.T)
-    dist, term = np.empty(n), np.empty(n)
+    index = np.arange(n)
+    left = n - 1
+    dist_buf, term_buf = np.empty(n), np.empty(n)
     for k in range(1, n):
-        pick = int(np.argmax(nearest))
-        order[k], gaps[k] = pick, nearest[pick]
-        np.subtract(cols[0], cols[0, pick], out=dist)
+        if 2 * left < len(index) and left >= 64:
+            keep = nearest >= 0.0
+            index, cols, nearest = index[keep], np.ascontiguousarray(cols[:, keep]), nearest[keep]
+        dist, term = dist_buf[:len(index)], term_buf[:len(index)]
+        at = int(np.argmax(nearest))
+        pick = int(index[at])
+        order[k], gaps[k] = pick, nearest[at]
+        np.subtract(cols[0], cols[0, at], out=dist)
         np.multiply(dist, dist, out=dist)
         for col in cols[1:]:
-            np.subtract(col, col[pick], out=term)
+            np.subtract(col, col[at], out=term)
             np.multiply(term, term, out=term)
             np.add(dist, term, out=dist)
         np.sqrt(dist, out=dist)
         np.minimum(nearest, dist, out=nearest)
-        nearest[pick] = -1.0  # the points picked before stay -1: the minimum keeps it
+        nearest[at] = -1.0  # the points picked before stay -1: the minimum keeps it
+        left -= 1
     return order, gaps
 
 

@@ -67,6 +67,7 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
+    COLUMNS,
     START_STATE,
     TRACKING_OUTRUN,
     EpisodeRecord,
@@ -166,10 +167,33 @@ class Scores:
         return out
 
 
-def dataset_scores(recs: list[EpisodeRecord], lengths: np.ndarray, jerk: np.ndarray, starts: np.ndarray,
-                   lo: np.ndarray, hi: np.ndarray) -> Scores:
-    tasks = [r.task for r in recs]
-    success = np.array([np.nan if (g := graded_success(r)) is None else g for r in recs], dtype=np.float64)
+def successes(recs: list[EpisodeRecord]) -> np.ndarray:
+    """`graded_success` of each record (NaN: unknown)."""
+    return np.array([np.nan if (g := graded_success(r)) is None else g for r in recs], dtype=np.float64)
+
+
+def table_successes(df: pd.DataFrame, tasks: list[list[str]], fps: float) -> np.ndarray:
+    """`successes(table_records(df, tasks, fps))` without a record per row: from the outcome and
+    attempts columns, which a record takes over its metadata JSON; the rows that need that JSON (an
+    empty attempts column, or no outcome or attempts column at all) through their records."""
+    pick = {key: next((c for c in COLUMNS[key] if c in df.columns), None) for key in ("outcome", "attempts")}
+    if pick["outcome"] is None or pick["attempts"] is None:
+        return successes(table_records(df, tasks, fps))
+    outcome = df[pick["outcome"]].to_numpy(dtype=object)
+    attempts = pd.to_numeric(df[pick["attempts"]], errors="coerce").to_numpy(dtype=np.float64)
+    out = np.full(len(df), np.nan)
+    out[outcome == "failure"] = 0.0
+    won = (outcome == "success") & (attempts >= 1)
+    out[won] = 1.0 / np.floor(attempts[won])
+    lacking = np.flatnonzero(np.isnan(attempts) & (outcome == "success"))
+    if len(lacking):
+        out[lacking] = successes(table_records(df.iloc[lacking], [tasks[i] for i in lacking], fps))
+    return out
+
+
+def dataset_scores(success: np.ndarray, tasks: list[str], lengths: np.ndarray, jerk: np.ndarray,
+                   starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Scores:
+    """`success`: each episode's graded success (NaN: unknown); `tasks`: its task text."""
     order, gaps = farthest_point_order(starts / box_width(lo, hi))
     gain = np.empty(len(order))
     gain[order] = gaps
@@ -248,7 +272,7 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
     fence = tukey_high(log_jerk)
     lo, hi = _box(ds, data, box)
     starts = data.start_states
-    scored = dataset_scores(recs, lengths, jerk, starts, lo, hi)
+    scored = dataset_scores(successes(recs), [r.task for r in recs], lengths, jerk, starts, lo, hi)
     ratios, order = scored.duration_ratio, scored.coverage_order
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
@@ -360,7 +384,8 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     lo = np.nanmin(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/min"]]), axis=0)
     hi = np.nanmax(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/max"]]), axis=0)
     tasks = [[str(t) for t in v] if v is not None else [] for v in df["tasks"]]
-    scored = dataset_scores(table_records(df, tasks, fps), df["length"].to_numpy(), jerk, start_arr, lo, hi)
+    scored = dataset_scores(table_successes(df, tasks, fps), [t[0] if t else "" for t in tasks],
+                            df["length"].to_numpy(), jerk, start_arr, lo, hi)
     return _set_columns(table, scored.columns(start_arr))
 
 

@@ -63,11 +63,11 @@ def existing_ids(root: Path) -> set[str]:
     path = _episodes_path(root)
     if not path.exists():
         return set()
-    table = pq.read_table(path)
+    names = pq.read_schema(path).names
+    table = pq.read_table(path, columns=[c for c in ("episode_id", "episode_id_v1") if c in names])
     out: set[str] = set()
-    for col in ("episode_id", "episode_id_v1"):
-        if col in table.column_names:
-            out |= {x for x in table.column(col).to_pylist() if x}
+    for col in table.column_names:  # the id columns only: the stats and verdicts are most of the table
+        out |= {x for x in table.column(col).to_pylist() if x}
     return out
 
 

@@ -33,10 +33,9 @@ from typing import Any
 import av
 import numpy as np
 import pyarrow as pa
-from av.video.stream import VideoStream
 
 from teleop_flywheel.core.files import replace_atomic
-from teleop_flywheel.core.priority import keep_scheduling
+from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S, EncoderProcess
 
 CODEBASE_VERSION = "v3.0"
 DEFAULT_CHUNK_SIZE = 1000
@@ -228,35 +227,40 @@ def encoder_options(codec: str, g: int = 2, crf: int = 30) -> dict[str, str]:
 
 
 class VideoEncoder:
-    """One mp4 file: yuv420p frames in, libsvtav1 (g=2, crf=30 as LeRobot; preset `svt_preset()`) or h264 out."""
+    """One mp4 file: yuv420p frames in, libsvtav1 (g=2, crf=30 as LeRobot; preset `svt_preset()`) or h264 out.
+    The encoder runs in a child process, watched: `EncoderStalled` once it makes no progress for
+    `stall_s` seconds (`encoder_process.py`)."""
 
     def __init__(self, path: Path, width: int, height: int, fps: int, codec: str = "libsvtav1",
-                 g: int = 2, crf: int = 30) -> None:
+                 g: int = 2, crf: int = 30, stall_s: float = ENCODE_STALL_S) -> None:
         if codec not in CODECS:
             raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.container = av.open(str(path), "w")
-        name = "libx264" if codec == "h264" else codec
-        stream = self.container.add_stream(name, rate=fps, options=encoder_options(codec, g, crf))
-        if not isinstance(stream, VideoStream):
-            raise ValueError(f"{name}: not a video codec")
-        self.stream = stream
-        self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = "yuv420p"
-        with keep_scheduling():  # SVT-AV1 makes a root process real-time when it opens (core/priority.py)
-            self.stream.codec_context.open()
+        self._child = EncoderProcess(path, width, height, fps, "libx264" if codec == "h264" else codec,
+                                     encoder_options(codec, g, crf), stall_s)
         self.frames = 0
 
     def add_i420(self, yuv: np.ndarray) -> None:
         """One frame already in I420 layout ((h*3/2) x w uint8, e.g. cv2.COLOR_BGR2YUV_I420)."""
-        frame = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
-        self.container.mux(self.stream.encode(frame))
+        self._child.send(np.ascontiguousarray(yuv, dtype=np.uint8).data)
         self.frames += 1
 
     def close(self) -> None:
-        self.container.mux(self.stream.encode(None))
-        self.container.close()
+        self._child.finish()
+
+    def abort(self) -> None:
+        """Stop without finishing the file (an error while frames were made): the child killed, the file removed."""
+        self._child.abort()
+
+    def __enter__(self) -> VideoEncoder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def concat_videos(parts: list[Path], out: Path) -> None:

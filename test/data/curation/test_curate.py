@@ -189,3 +189,51 @@ def test_how_hard_the_operator_pressed_is_an_axis(tmp_path: Path, capsys: pytest
     old = tmp_path / "old"
     write(old, SyntheticSpec(episodes=3, seed=2))
     assert "pressed hard: not measured" in format_text(curate(LeRobotDataset.open(old)))
+
+
+def test_graded_success_from_the_columns_is_the_records_own() -> None:
+    """`table_successes` (no record per row) gives what a record per row gives, for every way a table
+    holds outcome and attempts: the columns, a column left empty (the metadata JSON then decides), a
+    failure whatever its attempts, an outcome that is neither, no attempts column at all."""
+    import pandas as pd  # noqa: PLC0415
+
+    from teleop_flywheel.core.episode import EpisodeMeta  # noqa: PLC0415
+    from teleop_flywheel.data.curation.curate import successes, table_successes  # noqa: PLC0415
+    from teleop_flywheel.data.lerobot.episode_table import table_records  # noqa: PLC0415
+
+    def meta(outcome: str, attempts: int) -> str:
+        return json.dumps(EpisodeMeta(episode_name="e", task="t", outcome=outcome, attempts=attempts).to_strings())
+
+    rows = [("success", 1.0, meta("failure", 5)), ("success", 3.0, None), ("failure", 2.0, None),
+            ("failure", None, meta("success", 1)), ("success", None, meta("success", 4)), ("success", None, None),
+            ("success", 0.0, None), (None, 2.0, meta("success", 2)), ("", 1.0, None), ("unknown", 1.0, None),
+            ("success", 2.0, meta("success", 7))]
+    df = pd.DataFrame({"episode_index": range(len(rows)), "length": [30] * len(rows),
+                       "outcome": [r[0] for r in rows], "attempts": [r[1] for r in rows],
+                       "episode_meta": [r[2] for r in rows]})
+    tasks = [["t"]] * len(rows)
+    want = successes(table_records(df, tasks, 30.0))
+    np.testing.assert_array_equal(table_successes(df, tasks, 30.0), want)
+    assert np.isnan(want).sum() == 5 and want[4] == 0.25  # the cases differ: the test can tell them apart
+    no_attempts = df.drop(columns=["attempts"])
+    np.testing.assert_array_equal(table_successes(no_attempts, tasks, 30.0),
+                                  successes(table_records(no_attempts, tasks, 30.0)))
+
+
+def test_farthest_point_order_is_the_plain_greedy_on_many_ties() -> None:
+    """Past the point where picked points are dropped from the work (a few hundred points on a coarse
+    grid: many equal distances), the order and gaps are the plain greedy's, lowest index on ties."""
+    pts = np.random.default_rng(5).integers(0, 6, size=(400, 3)).astype(float)
+    order, gaps = farthest_point_order(pts)
+    to_mean = np.linalg.norm(pts - pts.mean(0), axis=1)
+    want, want_gaps = [int(np.argmax(to_mean))], [float(to_mean.max())]
+    nearest = np.linalg.norm(pts - pts[want[0]], axis=1)
+    nearest[want[0]] = -1.0
+    for _ in range(len(pts) - 1):
+        pick = int(np.argmax(nearest))
+        want.append(pick)
+        want_gaps.append(float(nearest[pick]))
+        nearest = np.minimum(nearest, np.linalg.norm(pts - pts[pick], axis=1))
+        nearest[want] = -1.0
+    assert order.tolist() == want
+    np.testing.assert_array_equal(gaps, want_gaps)
