@@ -263,11 +263,11 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     probe.drive(lambda: bool(probe.commands), "policy driving")
     probe.inputs["policy"] = 1.0
     probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
-    t_silent = now_ns()
-    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics),
+    t_silent, seen = now_ns(), len(probe.diagnostics)
+    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics[seen:]),
                 "the policy-stale diagnostic", silent=("policy",))
     # The first word of it is the hold itself, sent the tick it began (not "held since…" a second later).
-    first = next((level, m) for level, m in probe.diagnostics if "policy stale" in m)
+    first = next((level, m) for level, m in probe.diagnostics[seen:] if "policy stale" in m)
     assert first == (DiagnosticStatus.WARN, "holding: policy stale"), first
     time.sleep(0.5)
     held = [v for t, v in probe.commands_since(t_silent + 150_000_000)]
@@ -277,9 +277,9 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     # Human authority, then the leader goes silent: hold again, reported as leader stale.
     probe.inputs.update(policy=0.3, leader=0.3)
     probe.drive(lambda: probe.alpha == pytest.approx(1.0), "takeover", DOWN)
-    probe.drive(lambda: any("leader stale" in m for _l, m in probe.diagnostics), "the leader-stale diagnostic",
-                DOWN, silent=("leader",))
-    t_check = now_ns()
+    t_silent = now_ns()
+    _wait_hold(probe, "leader stale", DOWN, silent=("leader",))
+    t_check = max(now_ns(), t_silent + 2 * STALE_NS)  # stale whatever the node said before the silence
     probe.drive(lambda: now_ns() - t_check > 400_000_000, "a while silent", DOWN, silent=("leader",))
     after = [v for t, v in probe.commands_since(t_check)]
     assert after and max(after) - min(after) < 1e-9
@@ -292,9 +292,9 @@ def test_a_policy_publishing_nan_goes_stale_and_holds(teleop_factory) -> None:
     probe.inputs["policy"] = 1.0
     probe.drive(lambda: probe.commands[-1][1] > 0.1, "the move toward 1.0 under way")
     probe.inputs["policy"] = math.nan
-    probe.drive(lambda: any("policy stale" in m for _l, m in probe.diagnostics), "the policy-stale hold",
-                timeout=15.0)
-    t_check = now_ns()
+    t_nan = now_ns()
+    _wait_hold(probe, "policy stale", timeout=15.0)
+    t_check = max(now_ns(), t_nan + 2 * STALE_NS)  # stale whatever the node said before the NaN
     probe.drive(lambda: now_ns() - t_check > 300_000_000, "a while of NaN")
     after = _published_since(probe, t_check)
     assert after and max(after) - min(after) < 1e-9 and max(after) < 0.5, "held, not finishing the move"
@@ -421,6 +421,20 @@ def test_a_pedal_in_teleop_mode_marks_a_labelled_correction_and_never_changes_au
     during = [a for t, a in probe.authority if t >= t_down]
     assert during and all(a[0] == 1.0 and a[1] == 0.0 and a[2] == 0.0 for a in during), "authority never changed"
     assert all(v == pytest.approx(0.2, abs=1e-6) for t, v in probe.commands_since(t_down))
+
+
+STALE_NS = 100_000_000  # the stale_ms these tests give the node
+
+
+def _wait_hold(probe: Probe, reason: str, buttons: list[int] | None = None, silent: tuple[str, ...] = (),
+               timeout: float = 60.0) -> None:
+    """Until the node says a hold for `reason` has begun, counting only what it says from now on.
+    Its 1 Hz status also reports a hold that already ended ("held since the last status: policy
+    stale (3 ticks)"): a test loop starved for 100 ms before the silence makes one, and a check over
+    everything it ever said took that for the hold and looked while the move still went on."""
+    seen = len(probe.diagnostics)
+    probe.drive(lambda: any(m == f"holding: {reason}" for _l, m in probe.diagnostics[seen:]),
+                f"the {reason} hold", buttons, silent, timeout)
 
 
 def _published_since(probe: Probe, t_ns: int) -> list[float]:
