@@ -53,6 +53,7 @@ STATUS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1, reliability=Re
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 CODECS = ("libsvtav1", "h264")  # data/lerobot/v3_layout.py CODECS (not imported: this node starts light)
 GRACE_S = 30.0  # data/convert/ingest_loop.py GRACE_S
+ENCODE_STALL_S = 60.0  # data/lerobot/encoder_process.py ENCODE_STALL_S
 LAST = 10  # bags a status lists
 STOP_WAIT_S = 3.0  # after SIGTERM, before SIGKILL
 
@@ -78,6 +79,9 @@ class IngestParams(NodeParams):
     audit: bool = spec(True, "rewrite the audit page <dataset>_audit.html after every append")
     pre_encode: bool = spec(True, "encode camera video while episodes are recorded, so a kept episode converts "
                             "in seconds (false: all of it after the keep)")
+    encode_timeout_s: float = spec(ENCODE_STALL_S, "a video encode that makes no progress this long is killed and "
+                                   "the ingest process stops with one line naming the bag and camera (a node's "
+                                   "failure); the dataset is left unchanged (s)", range=(0.1, 86_400.0))
     nice: int = spec(10, "niceness of the ingest process (with SCHED_BATCH and its autogroup niced; 0: none of "
                      "them)", range=(0, 19))
 
@@ -93,7 +97,8 @@ def ingest_command(p: IngestParams, watch: Path, dataset: Path, python: str = sy
     cmd = [python, "-m", "teleop_flywheel.ros.session.launch.detach", "--nice", str(p.nice), python, "-m",
            "teleop_flywheel.cli", "ingest",
            str(watch), "--dataset", str(dataset), "--grace", f"{p.grace_s:g}", "--poll", f"{p.poll_s:g}",
-           "--codec", p.codec, "--fps", str(p.fps), "--workers", "1", "--nice", str(p.nice)]
+           "--codec", p.codec, "--fps", str(p.fps), "--workers", "1", "--nice", str(p.nice),
+           "--encode-timeout", f"{p.encode_timeout_s:g}"]
     cmd += ["--quarantine", str(watch / SESSION_QUARANTINE)] if p.quarantine else ["--no-quarantine"]
     cmd += [] if p.audit else ["--no-audit"]
     cmd += ["--config", p.validate_config] if p.validate_config else []
