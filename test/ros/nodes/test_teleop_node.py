@@ -337,8 +337,8 @@ def test_mode_switch_during_a_takeover_ends_the_intervention(teleop_factory) -> 
     assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=False)).success
     interventions = lambda: [e for e in probe.events if e["kind"] == "intervention"]  # noqa: E731
     probe.drive(lambda: interventions()[-1]["end_ns"] is not None, "the intervention's end", DOWN)
-    t_up = time.monotonic()  # the pedal comes up in teleop mode: it ends the correction it held there
-    probe.drive(lambda: probe.authority[-1][1][1] == 0.0 and time.monotonic() - t_up > 0.3,
+    t_up = now_ns()  # the pedal comes up in teleop mode: it ends the correction it held there
+    probe.drive(lambda: probe.caught_up(t_up + 300_000_000) and probe.authority[-1][1][1] == 0.0,
                 "teleop mode on /teleop/authority", UP)
     assert probe.authority[-1][1][2] == 0.0 and probe.alpha == pytest.approx(1.0)
     assert probe.call(SetBool, "/teleop/set_policy_mode", SetBool.Request(data=True)).success
