@@ -273,7 +273,7 @@ def test_stale_inputs_hold_at_once_and_are_reported(teleop_factory) -> None:
     # The first word of it is the hold itself, sent the tick it began (not "held since…" a second later).
     first = next((level, m) for level, m in probe.diagnostics[seen:] if "policy stale" in m)
     assert first == (DiagnosticStatus.WARN, "holding: policy stale"), first
-    time.sleep(0.5)
+    probe.drive(lambda: probe.caught_up(t_silent + 650_000_000), "a while silent", silent=("policy",))
     held = [v for t, v in probe.commands_since(t_silent + 150_000_000)]
     assert held and max(held) - min(held) < 1e-9, "the hold must not finish the move"
     assert max(v for _t, v in probe.commands) < 0.5, "the follower kept moving toward the stale target"
