@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from support.terminal import read_until
+from support.terminal import read_for, read_until
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
 from teleop_flywheel.data.validate.reasons import ValidateConfig
@@ -266,20 +266,21 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
             read_until(fd, "TRIAL RUNNING")
 
         trial(1)
-        time.sleep(1.0)
+        read_for(fd, 1.0)
         os.write(fd, b"x")  # discard: the same trial comes up again, nothing left on disk
         read_until(fd, "trial discarded")
         trial(1)
-        time.sleep(1.0)
+        read_for(fd, 1.0)
         os.write(fd, b"y")
         trial(2)
-        time.sleep(1.0)
+        read_for(fd, 1.0)
         os.write(fd, b"n")
         read_until(fd, r"failure: why\? 1=missed_grasp")
-        time.sleep(5.0)  # past the time limit while choosing: the operator's label stands, no timeout
+        # Past the time limit while choosing (the walker drawing all along): the operator's label stands, no timeout.
+        assert "time limit 5 s reached" not in read_for(fd, 5.0)
         os.write(fd, b"1")
         trial(3)
-        time.sleep(1.0)
+        read_for(fd, 1.0)
         os.write(fd, b" ")  # the operator takes over where the protocol forbids it
         read_until(fd, r"failure \(intervened\)")
         os.write(fd, b" ")  # hands back (between trials: the terminal pedal works there too)
