@@ -15,6 +15,8 @@ from support.procs import wait_for
 
 from hw.arm.test_arm import make_driver
 from hw.arm.test_arm_faults import keep_commanding, peak_speed, running
+from teleop_flywheel.core.clock import now_ns
+from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import Reading, settings
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm
 
@@ -125,11 +127,20 @@ def test_a_rebooted_servo_is_named_and_reset_rewrites_its_ram(tmp_path: Path) ->
 def test_a_rebooted_joint_that_falls_is_caught_at_once_not_at_the_next_slow_read(tmp_path: Path) -> None:
     """elbow_flex browns out and falls under gravity: carrying no load while it leaves its goal, it
     makes the driver read torque and the RAM marker at once. Before: only the slow read saw it
-    (here every 5 s; 1 s by default), the joint falling meanwhile."""
+    (here every 5 s; 1 s by default), the joint falling meanwhile.
+
+    The arm powers up limp and elbow_flex falls until friction holds it (60° below level), so the
+    driver finds it wherever it had fallen by its connect: on a loaded machine at rest, where a
+    reboot lets nothing fall. It is held level first, where gravity pulls hardest."""
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
         driver = make_driver(arm, "follower", slow_period_s=5.0)
-        with running(driver):
-            time.sleep(0.2)  # past the first slow read
+        with running(driver) as readings:
+            level = driver.guard.sent
+            assert level is not None
+            level[2] = 0.0  # elbow_flex level: the middle of its travel
+            driver.command(JOINT_NAMES, level, now_ns())
+            wait_for(lambda: abs(readings[-1].positions[2]) < 0.05 and abs(readings[-1].velocities[2]) < 0.05, 10,
+                     "elbow_flex held level")
             t0 = arm._elapsed()
             arm.faults.reboot[3] = t0
             wait_for(lambda: bool(driver.state.faults), 2, "the reboot noticed")

@@ -74,6 +74,10 @@ def _list_parameters(session: Session, names: list[str]) -> tuple[dict[str, set[
         session.remove_node(node)
 
 
+RECORDED = ("/leader/joint_states", "/follower/joint_states", "/policy/joint_command",
+            "/cameras/front/image/compressed")
+
+
 def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Path) -> None:
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
     from teleop_flywheel.ros.session.clients import RecorderStatus
@@ -114,7 +118,9 @@ def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Pat
         assert client.ready(30)
         status.wait_all_topics(30)
         client.call("start")
-        time.sleep(3.0)
+        # Until the recorder has taken more than 10 messages of each stream checked below.
+        status.wait(lambda s: s["state"] == "recording" and all(
+            s["topics"].get(t, {}).get("count", 0) > 10 for t in RECORDED), 30, "10 messages of each stream")
         before = status.last_saved()
         client.call("stop")
         saved = Path(status.saved_after(before))
@@ -129,8 +135,7 @@ def test_sim_session_runs_each_node_in_its_own_process_and_records(tmp_path: Pat
     episode = open_bag(saved).episode
     assert episode is not None and set(episode.calibration) == {"leader", "follower"}  # keyed by role
     counts = {t.name: t.count for t in bag_info(saved).topics}
-    for topic in ("/leader/joint_states", "/follower/joint_states", "/policy/joint_command",
-                  "/cameras/front/image/compressed"):
+    for topic in RECORDED:
         assert counts.get(topic, 0) > 10, f"{topic}: {counts.get(topic)} messages"
 
 
