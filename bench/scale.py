@@ -56,6 +56,7 @@ from result_file import RESULTS, load_average, write_result
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
@@ -241,7 +242,8 @@ def grow(src: Path, out: Path, n: int) -> None:
     """A dataset of `n` episodes at `out`, grown from the converted dataset `src` at the table level:
     its K episodes repeated in turn, each copy with its own episode index and id, frame indices,
     place in the one data file and the one video file (the layout one convert of `n` bags writes),
-    its own verdict in the validation record; stats.json aggregated over every row; `src`'s card.
+    its own verdict in the validation record; the curation scores computed over the n episodes (as a
+    convert of them writes them); stats.json aggregated over every row; `src`'s card.
     Sample weights as a refresh writes them.
     What an append's cost depends on — rows, verdicts, frames, the box of start states — is there
     at `n`; only the content repeats."""
@@ -283,8 +285,8 @@ def grow(src: Path, out: Path, n: int) -> None:
         for rel in (v3_layout.TASKS_PATH, "README.md"):
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(base / rel, stage / rel)
-        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)),
-                           (v3_layout.EPISODES_PATH, pa.Table.from_pylist(grown))):
+        scored = with_scores(pa.Table.from_pylist(grown), out, fps)  # every score over the n, as a convert writes them
+        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)), (v3_layout.EPISODES_PATH, scored)):
             path = stage / rel.format(chunk_index=0, file_index=0)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, path)
@@ -293,7 +295,7 @@ def grow(src: Path, out: Path, n: int) -> None:
             v3_layout.remux([(base / rel, None)] * -(-n // k), stage / rel)  # whole copies; the last beyond n unused
         stats = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in grown]
         v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(stats)))
-        info.update(total_episodes=n, total_frames=cursor, splits={"train": f"0:{n}"})
+        info.update(total_episodes=n, total_frames=cursor, splits={"train": f"0:{n}"}, **{COVERAGE_KEY: COVERAGE_RULE})
         v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
     update_record(out, record)
     update_weights(LeRobotDataset.open(out))

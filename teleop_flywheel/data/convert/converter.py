@@ -55,7 +55,7 @@ from teleop_flywheel.data.convert.frames import (
     prepare_episode,
 )
 from teleop_flywheel.data.convert.refresh import read_doc, recorded_ids, refresh, stale
-from teleop_flywheel.data.curation.curate import with_scores
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
@@ -79,7 +79,7 @@ def schema_root(out: Path, schema: Schema) -> Path:
 def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None,
            correction: bool) -> list[str]:
     """Stage one schema group; dataset-level info keys: trigger labels, joint limits, our layout's
-    version (`flywheel_schema`), repo_id.
+    version (`flywheel_schema`), the rule of the stored coverage gains (`curate.COVERAGE_KEY`), repo_id.
     Returns the new files (`commit.publish` refuses any that exist)."""
     info = read_info(root) or {}
     if info:
@@ -92,7 +92,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     for e in eps:
         limits = union_limits(limits, e.joint_limits)
     keys: dict[str, Any] = {"trigger_labels": {str(i + 1): name for i, name in enumerate(TRIGGER_LABELS)},
-                            "joint_limits": limits, SCHEMA_KEY: SCHEMA_VERSION}
+                            "joint_limits": limits, SCHEMA_KEY: SCHEMA_VERSION, COVERAGE_KEY: COVERAGE_RULE}
     if repo_id:
         keys["repo_id"] = repo_id
     data = [e.data for e in eps if e.data is not None]
