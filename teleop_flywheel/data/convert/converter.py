@@ -59,7 +59,7 @@ from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, wi
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
-from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.lerobot.consistency import SEAL_PATH, problems, write_seal
 from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import own_errors, parallel_map
@@ -100,6 +100,8 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     features = features_for(shapes, set(OPTIONAL_FEATURES).intersection(data[0].columns), correction=correction)
     _, new = write_episodes(root, stage, data, fps, robot_type, features, keys,
                             amend=lambda table: with_scores(table, root, fps))
+    write_seal(root, stage)
+    commit.fault(f"stage {SEAL_PATH}")
     return new
 
 
@@ -136,7 +138,7 @@ def _siblings(out: Path) -> list[Path]:
 
 def _refuse_inconsistent(roots: list[Path]) -> None:
     for root in roots:
-        found = problems(root)
+        found = problems(root, trust_seal=True)
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             raise InconsistentDatasetError(f"{root}: dataset is inconsistent: {found[0].detail}{more}; "
