@@ -54,7 +54,7 @@ from teleop_flywheel.data.convert.frames import (
     features_for,
     prepare_episode,
 )
-from teleop_flywheel.data.convert.refresh import read_doc, recorded_ids, refresh, stale
+from teleop_flywheel.data.convert.refresh import Record, recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
@@ -260,16 +260,16 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 commit.recover_all(out)  # a staging directory not published: removed
 
 
-def _record(root: Path) -> dict[str, Any] | None:
+def _record(root: Path) -> Record | None:
     """The validation record of `root` (None: unreadable; `refresh` then says so)."""
     try:
-        return read_doc(root)
+        return Record.read(root)
     except DatasetError:
         return None
 
 
 def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path],
-             records: dict[Path, dict[str, Any] | None]) -> None:
+             records: dict[Path, Record | None]) -> None:
     """Each dataset appended to (now, or by the append a crash left and this run finished) gets its
     verdicts recorded, its card and weights written again, and so does one whose record, card or
     weights are behind its episodes; the verdicts of episodes not converted go to the main dataset's
