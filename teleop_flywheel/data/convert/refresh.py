@@ -49,7 +49,7 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.episode_table import columns_for, table_records
+from teleop_flywheel.data.lerobot.episode_table import columns_for, table_ids, table_records, table_times
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import CODES, Reason
@@ -332,20 +332,29 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     flagged = ds.has_column("intervention")  # else the metadata's takeovers say which episodes had one
     fields = ("recorded_wall_ns",) if flagged else ("recorded_wall_ns", "interventions", "triggers")
     table = ds.episodes[columns_for(ds.episodes.columns, *fields)]
-    recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
     frames = 0
-    if flagged:
+    if flagged:  # what a weight needs per row as columns: no record per row (`table_times`)
+        order = np.argsort(table["episode_index"].to_numpy(), kind="stable")
+        table = table.iloc[order]
+        tasks = ds.episode_tasks()
+        index = [int(e) for e in table["episode_index"]]
+        ids = table_ids(table)
+        times = table_times(table, [tasks[i] for i in order], ds.fps)
         known = _known_flags(ds.root)
-        todo = [r.episode_index for r in recs if (r.episode_index, r.episode_id) not in known]
+        todo = [e for e, i in zip(index, ids, strict=True) if (e, i) not in known]
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
-        has_int = np.array([read[r.episode_index] if r.episode_index in read else known[(r.episode_index, r.episode_id)]
-                            for r in recs], dtype=bool)
+        has_int = np.array([read[e] if e in read else known[(e, i)] for e, i in zip(index, ids, strict=True)],
+                           dtype=bool)
     else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
+        recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
+        index, ids, times = [r.episode_index for r in recs], [r.episode_id for r in recs], \
+            [r.recorded_wall_ns for r in recs]
         has_int = np.array([bool(r.num_interventions) for r in recs], dtype=bool)
-    weights, ages = sample_weights(has_int, [r.recorded_wall_ns for r in recs], rule)
-    rows = [Weighed(r.episode_index, r.episode_id, float(w), bool(h), float(a))
-            for r, w, h, a in zip(recs, weights, has_int, ages, strict=True)]
+    weights, ages = sample_weights(has_int, times, rule)
+    rows = [Weighed(e, i, float(w), bool(h), float(a))
+            for e, i, w, h, a in zip(index, ids, weights, has_int, ages, strict=True)]
     return write_weights(ds, rows, rule), frames
+
 
 
 def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), card: bool = False,

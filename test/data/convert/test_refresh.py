@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.convert import refresh
 from teleop_flywheel.data.convert.refresh import card_behind, read_record, update_record
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
@@ -63,7 +64,11 @@ def test_appends_read_only_the_new_episode_and_weigh_as_curate(bags: list[Path],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     ds = tmp_path / "ds"
     conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    records: list[int] = []
+    real_records = refresh.table_records
+    monkeypatch.setattr(refresh, "table_records", lambda t, *a: records.append(len(t)) or real_records(t, *a))
     reads = [_append_reads(b, ds, monkeypatch) for b in bags[1:]]
+    assert records == []  # the weights from the columns they need, no record per episode
     # the frames read do not grow with the episodes already there: each append reads its own episode once
     assert [r for r, _ in reads] == [n for _, n in reads], reads
     table, rule = read_weight_table(ds)
