@@ -510,3 +510,38 @@ def test_full_disk_clean_error_earlier_bag_intact(tmp_path: Path) -> None:
             assert reader.message_count == report.messages
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_scan_nobody_asked_messages_of_counts_each_chunk_in_place(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`recover` (no message consumer) reads a chunk's message fields in place, no Message per message,
+    and finds what a scan handing out every message finds; the bag it writes is byte for byte the one
+    recovered with a Message per message, and Foxglove's reader reads it whole."""
+    import shutil  # noqa: PLC0415
+
+    from teleop_flywheel.recording.mcap import scan as scan_module  # noqa: PLC0415
+
+    bag, sent = write_bag(tmp_path / "ep", n=200, episode=meta(), close=False, chunk_size=16 * 1024)
+    bag.flush()
+    bag.abort()
+    path = tmp_path / "ep" / "ep_0.mcap"
+    with open(path, "r+b") as f:  # killed mid-chunk
+        f.truncate(path.stat().st_size - 3000)
+    shutil.copytree(tmp_path / "ep", tmp_path / "ref" / "ep")  # the same name: the same metadata
+    handed = scan(path, lambda m: None)
+    built: list[int] = []
+    real_message, real_chunk = scan_module.message_record, scan_module.chunk_records
+    monkeypatch.setattr(scan_module, "message_record", lambda *a: built.append(1) or real_message(*a))
+    counted = scan(path)
+    assert built == [] and counted.message_count == handed.message_count > 500
+    for name in ("counts", "start_log_ns", "end_log_ns", "last_stamp_ns", "channels", "schemas", "metadata",
+                 "good_bytes", "bad_chunks", "problems"):
+        assert getattr(counted, name) == getattr(handed, name), name
+    report = recover(tmp_path / "ep")
+    assert built == [] and report.messages == handed.message_count
+    monkeypatch.setattr(scan_module, "chunk_records", lambda content, messages=True: real_chunk(content))
+    recover(tmp_path / "ref" / "ep")  # a Message per message, as before
+    assert path.read_bytes() == (tmp_path / "ref" / "ep" / "ep_0.mcap").read_bytes()
+    topics = decode_bag(path)
+    assert sum(e["count"] for e in topics.values()) == handed.message_count
+    assert all(e["errors"] == [] for e in topics.values())
