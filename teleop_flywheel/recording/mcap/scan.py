@@ -116,7 +116,12 @@ def decompress(compression: str, data: bytes, size: int) -> bytes:
         raise Malformed(f"chunk declares {size} uncompressed bytes")
     if compression == "":
         out = data
-    elif compression == "zstd":
+    elif compression == "zstd" and zstandard.frame_content_size(data) == size:  # its header says it: one call
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        out = frame.decompress(data)
+        if frame.unused_data:
+            raise Malformed(f"{len(frame.unused_data)} bytes after the chunk's zstd frame")
+    elif compression == "zstd":  # no size in its header (or another): read in blocks up to the bound
         reader = zstandard.ZstdDecompressor().stream_reader(data)
         parts, total = [], 0
         while total <= size:

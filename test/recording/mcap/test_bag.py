@@ -545,3 +545,29 @@ def test_a_scan_nobody_asked_messages_of_counts_each_chunk_in_place(tmp_path: Pa
     topics = decode_bag(path)
     assert sum(e["count"] for e in topics.values()) == handed.message_count
     assert all(e["errors"] == [] for e in topics.values())
+
+
+
+def test_a_chunk_decompresses_to_its_declared_size_or_is_malformed() -> None:
+    """zstd with the size in its frame header (one call) and without it (blocks up to the bound) give
+    the same bytes; another size in the header, or bytes beyond the declared size, are Malformed, and
+    so is anything after the frame (the block reader fails on it, the one call says so)."""
+    import zstandard  # noqa: PLC0415
+
+    from teleop_flywheel.recording.mcap.scan import Malformed  # noqa: PLC0415
+
+    raw = bytes(range(256)) * 4000
+    sized = zstandard.ZstdCompressor().compress(raw)
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
+    assert zstandard.frame_content_size(sized) == len(raw) and zstandard.frame_content_size(unsized) == -1
+    for data in (sized, unsized):
+        assert decompress("zstd", data, len(raw)) == raw
+    with pytest.raises(Malformed, match="after the chunk's zstd frame"):
+        decompress("zstd", sized + b"tail", len(raw))
+    with pytest.raises(zstandard.ZstdError):
+        decompress("zstd", unsized + b"tail", len(raw))
+    for data in (sized, unsized):
+        with pytest.raises(Malformed, match="declares"):
+            decompress("zstd", data, len(raw) - 1)
+    with pytest.raises(zstandard.ZstdError):
+        decompress("zstd", sized[:20] + bytes(len(sized) - 20), len(raw))
