@@ -215,7 +215,7 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         # Each record read once: for the ids it holds now, and to merge this run's verdicts into after the
         # append (which leaves it as it is: hard-linked into the new version).
         records = {r: _record(r) for r in [out, *siblings]}
-        recorded = frozenset().union(*(recorded_ids(r, doc) for r, doc in records.items()))
+        recorded = frozenset().union(*(recorded_ids(r, rec) for r, rec in records.items()))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()

@@ -123,7 +123,7 @@ class Record:
     @classmethod
     def read(cls, root: Path) -> Record:
         """The record at `root` (empty when it has none). Written by `update_record`, it is taken line by
-        line and only each line's first fields are read (a parse of every verdict is 0.3 s at 10,000);
+        line and only each line's first fields are read (parsing every verdict took 0.14-1.1 s at 10,000);
         another layout is parsed whole."""
         path = root / RECORD_PATH
         if not path.is_file():
