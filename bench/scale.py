@@ -23,8 +23,9 @@ its cost at 100 (`vs_100`).
   convert of one more bag (`append_s`), less the same bag's convert into an empty dataset
   (`over_empty_s`: what the N already there cost the append; the encode is the same in both).
 - `append` (`--append-sizes`): the same append of one more episode into datasets of N grown at the
-  table level (`grow`) from `--append-base` converted bags, median of `--append-repeat` appends: N
-  = 10,000 without converting 10,000 bags (about an hour here).
+  table level (`grow`) from `--append-base` converted bags, median of `--append-repeat` appends taken
+  round-robin over the sizes, wall and CPU time: N = 10,000 without converting 10,000 bags (about an
+  hour here).
 
 Usage: `python bench/scale.py [--only lineage dataset review bags] [--sizes ...] [--episode-sizes ...]
 [--review-sizes ...] [--bag-sizes ...] [--append-sizes ...] [--out bench/results/scale.json] [--update]
@@ -56,7 +57,9 @@ from result_file import RESULTS, load_average, write_result
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
+from teleop_flywheel.data.lerobot.consistency import write_seal
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
@@ -241,7 +244,9 @@ def grow(src: Path, out: Path, n: int) -> None:
     """A dataset of `n` episodes at `out`, grown from the converted dataset `src` at the table level:
     its K episodes repeated in turn, each copy with its own episode index and id, frame indices,
     place in the one data file and the one video file (the layout one convert of `n` bags writes),
-    its own verdict in the validation record; stats.json aggregated over every row; `src`'s card.
+    its own verdict in the validation record; the curation scores computed over the n episodes (as a
+    convert of them writes them); stats.json aggregated over every row; `src`'s card; the version sealed
+    as a convert seals it (`consistency.write_seal`).
     Sample weights as a refresh writes them.
     What an append's cost depends on — rows, verdicts, frames, the box of start states — is there
     at `n`; only the content repeats."""
@@ -283,8 +288,8 @@ def grow(src: Path, out: Path, n: int) -> None:
         for rel in (v3_layout.TASKS_PATH, "README.md"):
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(base / rel, stage / rel)
-        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)),
-                           (v3_layout.EPISODES_PATH, pa.Table.from_pylist(grown))):
+        scored = with_scores(pa.Table.from_pylist(grown), out, fps)  # every score over the n, as a convert writes them
+        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)), (v3_layout.EPISODES_PATH, scored)):
             path = stage / rel.format(chunk_index=0, file_index=0)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, path)
@@ -293,43 +298,56 @@ def grow(src: Path, out: Path, n: int) -> None:
             v3_layout.remux([(base / rel, None)] * -(-n // k), stage / rel)  # whole copies; the last beyond n unused
         stats = [v3_layout.stats_from_episode_row(r, list(info["features"])) for r in grown]
         v3_layout.write_json(stage / v3_layout.STATS_PATH, v3_layout.stats_to_json(v3_layout.aggregate_stats(stats)))
-        info.update(total_episodes=n, total_frames=cursor, splits={"train": f"0:{n}"})
+        info.update(total_episodes=n, total_frames=cursor, splits={"train": f"0:{n}"}, **{COVERAGE_KEY: COVERAGE_RULE})
         v3_layout.write_json(stage / v3_layout.INFO_PATH, info)
+        write_seal(out, stage)  # as a convert's commit seals its version
     update_record(out, record)
     update_weights(LeRobotDataset.open(out))
 
 
+def _cpu() -> float:
+    """CPU seconds of this process: the append's own work, which a shared, loaded machine inflates much
+    less than wall time (the encode runs in the encoder's process, forked by its server: not counted)."""
+    return time.process_time()
+
+
 def measure_append(tmp: Path, sizes: list[int], base: int, repeat: int) -> list[dict[str, Any]]:
     """`ingest`'s append of one more episode into a dataset of N grown from `base` converted bags (`grow`):
-    the median of `repeat` appends, each into its own copy of the grown dataset (hard links)."""
+    the median of `repeat` appends, each into its own copy of the grown dataset (hard links); wall time
+    and CPU time (`_cpu`). Every dataset is grown first, then the repeats are taken round-robin over
+    the sizes and the append into an empty dataset, so a shared machine's load drifting during the run
+    weighs on every size alike."""
     src = tmp / "src" / "dataset"
     convert(_bags(tmp / "bags", base), src, codec="h264", workers=1, progress=False)
     extra = _bags(tmp / "extra", 1, first=10**6)
-    empty = []
-    for r in range(repeat):
-        t0 = time.perf_counter()
-        convert(extra, tmp / f"empty{r}" / "dataset", codec="h264", workers=1, progress=False)
-        empty.append(time.perf_counter() - t0)
-    points = []
+    built = {}
     for n in sizes:
-        grown = tmp / f"grown{n}" / "dataset"
         t0 = time.perf_counter()
-        grow(src, grown, n)
-        built = time.perf_counter() - t0
-        times = []
-        for r in range(repeat):
+        grow(src, tmp / f"grown{n}" / "dataset", n)
+        built[n] = time.perf_counter() - t0
+    wall: dict[int, list[float]] = {n: [] for n in [0, *sizes]}
+    cpu: dict[int, list[float]] = {n: [] for n in [0, *sizes]}
+    for r in range(repeat):
+        for n in [0, *sizes]:  # 0: into an empty dataset
             copy = tmp / f"grown{n}.{r}"
-            shutil.copytree(grown.parent, copy, symlinks=True, copy_function=os.link)
-            t0 = time.perf_counter()
+            if n:
+                shutil.copytree(tmp / f"grown{n}", copy, symlinks=True, copy_function=os.link)
+            t0, c0 = time.perf_counter(), _cpu()
             res = convert(extra, copy / "dataset", codec="h264", workers=1, progress=False)
-            times.append(time.perf_counter() - t0)
+            wall[n].append(time.perf_counter() - t0)
+            cpu[n].append(_cpu() - c0)
             assert sum(len(v) for v in res.converted.values()) == 1, res.errors
             assert len(LeRobotDataset.open(copy / "dataset").episodes) == n + 1
             shutil.rmtree(copy)
-        append, alone = statistics.median(times), statistics.median(empty)
-        points.append({"episodes": n, "grow_s": round(built, 1), "grown_append_s": round(append, 3),
-                       "append_into_empty_s": round(alone, 3), "over_empty_s": round(append - alone, 3)})
-        shutil.rmtree(grown.parent)
+    alone, alone_cpu = statistics.median(wall[0]), statistics.median(cpu[0])
+    points = []
+    for n in sizes:
+        append, append_cpu = statistics.median(wall[n]), statistics.median(cpu[n])
+        points.append({"episodes": n, "grow_s": round(built[n], 1), "grown_append_s": round(append, 3),
+                       "grown_append_cpu_s": round(append_cpu, 3), "append_into_empty_s": round(alone, 3),
+                       "append_into_empty_cpu_s": round(alone_cpu, 3), "over_empty_s": round(append - alone, 3),
+                       "over_empty_cpu_s": round(append_cpu - alone_cpu, 3)})
+        shutil.rmtree(tmp / f"grown{n}")
     return points
 
 
@@ -424,7 +442,8 @@ def main() -> None:
         "bags": lambda tmp: _family(measure_bags(tmp, args.bag_sizes),
                                     ["validate_ms_per_episode", "convert_ms_per_episode", "append_s"], "episodes"),
         "append": lambda tmp: _family(measure_append(tmp, args.append_sizes, args.append_base, args.append_repeat),
-                                      ["grown_append_s"], "episodes", base_bags=args.append_base,
+                                      ["grown_append_s", "grown_append_cpu_s"], "episodes",
+                                      base_bags=args.append_base,
                                       repeat=args.append_repeat),
     }
     for name in args.only:  # each family's result written as soon as it is measured

@@ -54,12 +54,12 @@ from teleop_flywheel.data.convert.frames import (
     features_for,
     prepare_episode,
 )
-from teleop_flywheel.data.convert.refresh import read_doc, recorded_ids, refresh, stale
-from teleop_flywheel.data.curation.curate import with_scores
+from teleop_flywheel.data.convert.refresh import Record, recorded_ids, refresh, stale
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
-from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.lerobot.consistency import SEAL_PATH, problems, write_seal
 from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import own_errors, parallel_map
@@ -79,7 +79,7 @@ def schema_root(out: Path, schema: Schema) -> Path:
 def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: str, repo_id: str | None,
            correction: bool) -> list[str]:
     """Stage one schema group; dataset-level info keys: trigger labels, joint limits, our layout's
-    version (`flywheel_schema`), repo_id.
+    version (`flywheel_schema`), the rule of the stored coverage gains (`curate.COVERAGE_KEY`), repo_id.
     Returns the new files (`commit.publish` refuses any that exist)."""
     info = read_info(root) or {}
     if info:
@@ -92,7 +92,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     for e in eps:
         limits = union_limits(limits, e.joint_limits)
     keys: dict[str, Any] = {"trigger_labels": {str(i + 1): name for i, name in enumerate(TRIGGER_LABELS)},
-                            "joint_limits": limits, SCHEMA_KEY: SCHEMA_VERSION}
+                            "joint_limits": limits, SCHEMA_KEY: SCHEMA_VERSION, COVERAGE_KEY: COVERAGE_RULE}
     if repo_id:
         keys["repo_id"] = repo_id
     data = [e.data for e in eps if e.data is not None]
@@ -100,6 +100,8 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     features = features_for(shapes, set(OPTIONAL_FEATURES).intersection(data[0].columns), correction=correction)
     _, new = write_episodes(root, stage, data, fps, robot_type, features, keys,
                             amend=lambda table: with_scores(table, root, fps))
+    write_seal(root, stage)
+    commit.fault(f"stage {SEAL_PATH}")
     return new
 
 
@@ -136,7 +138,7 @@ def _siblings(out: Path) -> list[Path]:
 
 def _refuse_inconsistent(roots: list[Path]) -> None:
     for root in roots:
-        found = problems(root)
+        found = problems(root, trust_seal=True)
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             raise InconsistentDatasetError(f"{root}: dataset is inconsistent: {found[0].detail}{more}; "
@@ -213,7 +215,7 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
         # Each record read once: for the ids it holds now, and to merge this run's verdicts into after the
         # append (which leaves it as it is: hard-linked into the new version).
         records = {r: _record(r) for r in [out, *siblings]}
-        recorded = frozenset().union(*(recorded_ids(r, doc) for r, doc in records.items()))
+        recorded = frozenset().union(*(recorded_ids(r, rec) for r, rec in records.items()))
         work = commit.new_stage(out) / ".work"
         try:
             work.mkdir()
@@ -258,16 +260,16 @@ def convert(paths: list[Path], out: Path, fps: int = 30, codec: str = "libsvtav1
                 commit.recover_all(out)  # a staging directory not published: removed
 
 
-def _record(root: Path) -> dict[str, Any] | None:
+def _record(root: Path) -> Record | None:
     """The validation record of `root` (None: unreadable; `refresh` then says so)."""
     try:
-        return read_doc(root)
+        return Record.read(root)
     except DatasetError:
         return None
 
 
 def _refresh(out: Path, result: ConvertResult, prepared: list[Prepared], roots: dict[Schema, Path],
-             records: dict[Path, dict[str, Any] | None]) -> None:
+             records: dict[Path, Record | None]) -> None:
     """Each dataset appended to (now, or by the append a crash left and this run finished) gets its
     verdicts recorded, its card and weights written again, and so does one whose record, card or
     weights are behind its episodes; the verdicts of episodes not converted go to the main dataset's

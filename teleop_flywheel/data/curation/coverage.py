@@ -1,7 +1,10 @@
-"""Coverage of start states: greedy farthest-point order, a Halton candidate set, target start poses.
+"""Coverage of start states: each one's distance to its nearest other, greedy farthest-point order, a
+Halton candidate set, target start poses.
 
-Used by `curate` (each episode's coverage contribution, where to send operators next, the coverage a
-drop plan loses) and by `stats` (deterministic k-means seeding).
+Used by `curate` (each episode's coverage contribution: `nearest_other`, kept as the episodes table's
+`coverage_gain` and brought up to date by an append with `nearest_other_added`; the farthest-point
+order; where to send operators next; the coverage a drop plan loses) and by `stats` (deterministic
+k-means seeding).
 
 The covering radius of a set of start states is the largest distance from any of `CANDIDATES` Halton
 points filling the (box-normalised) joint-range box to its nearest start state: the radius of the
@@ -63,6 +66,50 @@ def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[
         nearest[at] = -1.0  # the points picked before stay -1: the minimum keeps it
         left -= 1
     return order, gaps
+
+
+def _distances(cols: np.ndarray, point: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Distances from `point` to every column of `cols` (one row per coordinate) into `out`: the sum
+    of squared differences coordinate by coordinate in order, then the root. Every distance in this
+    module's nearest-other functions is computed this way, so a pair gives the same bits whichever
+    side asks ((a - b)^2 equals (b - a)^2 exactly)."""
+    term = np.empty_like(out)
+    np.subtract(cols[0], point[0], out=out)
+    np.multiply(out, out, out=out)
+    for j in range(1, len(cols)):
+        np.subtract(cols[j], point[j], out=term)
+        np.multiply(term, term, out=term)
+        np.add(out, term, out=out)
+    return np.sqrt(out, out=out)
+
+
+def nearest_other(points: np.ndarray) -> np.ndarray:
+    """Each point's distance to its nearest other point (NaN for a lone point; 0 for a duplicate).
+
+    Adding a point changes only the values it is nearer to than their nearest was, so an append
+    brings these up to date in one pass over the points (`nearest_other_added`), equal bit for bit
+    to computing them again."""
+    pts = np.asarray(points, dtype=np.float64)
+    return nearest_other_added(pts, np.zeros(0))
+
+
+def nearest_other_added(points: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """`nearest_other(points)`, given `known` = `nearest_other` of the first `len(known)` points: each
+    later point is added in turn (its distance to every point before it: the nearest of them is its
+    value, and each of them keeps the smaller of its value and that distance). A minimum does not
+    depend on the order its terms come in and each distance has the same bits from either side, so
+    the result equals `nearest_other` of all the points exactly; one pass per added point."""
+    pts = np.asarray(points, dtype=np.float64)
+    n, k0 = len(pts), len(known)
+    out = np.full(n, np.nan)
+    out[:k0] = known
+    cols = np.ascontiguousarray(pts.T)
+    buf = np.empty(n)
+    for k in range(max(k0, 1), n):
+        d = _distances(cols[:, :k], pts[k], buf[:k])
+        out[k] = d.min()
+        np.fmin(out[:k], d, out=out[:k])  # fmin: a lone point's NaN gives way to its first neighbour
+    return out
 
 
 def halton(n: int, dims: int, skip: int = 20) -> np.ndarray:

@@ -6,8 +6,14 @@ The seed's curation rule: look at the joint distribution of four scores, never o
 2. smoothness — integrated squared jerk of the action, Σ_t Σ_j (Δ³a/Δt³)² Δt in dataset units²/s⁵,
    high values (Tukey fence on log10) flagged as an operator fighting the rig;
 3. duration relative to the task median — both tails flagged (default: more than 1.5× off);
-4. coverage contribution — greedy farthest-point order over start states (normalised by the
-   joint-range box): the k-th pick's contribution is its distance to the k-1 already picked.
+4. coverage contribution — each episode's start state's distance to the nearest other episode's
+   (normalised by the joint-range box widened to whole `COVERAGE_GRID` units): 0 for a start
+   another episode already has, large for one alone in its region. An append changes only the
+   values of the episodes the new start is nearer to, so the converter brings the column up to
+   date in one pass (`coverage.nearest_other_added`), equal to computing it again; the box's grid
+   keeps it still while episodes reach a little farther than the ones before. `curate` also lists
+   the greedy farthest-point order over the same start states (each pick the farthest from those
+   before it: the order to look at them in).
 
 "Where to send operators next" runs the same farthest-point selection over candidate start poses
 spread through the joint-range box (a Halton sequence), against the start states already recorded
@@ -55,6 +61,8 @@ from teleop_flywheel.data.curation.coverage import (
     covering_radius,
     farthest_point_order,
     nearest_distance,
+    nearest_other,
+    nearest_other_added,
     target_start_poses,
 )
 from teleop_flywheel.data.curation.weights import (
@@ -65,6 +73,7 @@ from teleop_flywheel.data.curation.weights import (
 )
 from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.append import read_info
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import (
     COLUMNS,
@@ -155,7 +164,6 @@ class Scores:
     jerk: np.ndarray
     jerk_z: np.ndarray
     duration_ratio: np.ndarray
-    coverage_order: np.ndarray  # positions, in farthest-point order
     coverage_gain: np.ndarray
 
     def columns(self, starts: np.ndarray) -> dict[str, list[Any]]:
@@ -191,14 +199,33 @@ def table_successes(df: pd.DataFrame, tasks: list[list[str]], fps: float) -> np.
     return out
 
 
+COVERAGE_GRID = 5.0  # dataset units (degrees; the gripper's 0-100)
+# info.json: the rule the episodes table's coverage_gain was written with, so an append knows it can
+# bring the column up to date instead of computing it again (a dataset without it: computed again)
+COVERAGE_KEY = "teleop_flywheel_coverage"
+COVERAGE_RULE = f"nearest_other/grid{COVERAGE_GRID:g}"
+
+
+def coverage_width(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The side per joint the start states are divided by for `coverage_gain`: the joint-range box
+    widened outward to whole multiples of `COVERAGE_GRID` (at least one). The box only weighs the
+    joints against each other; on the grid it moves when the states cross a grid line, not with
+    every episode that reaches a little farther (each move makes every value change)."""
+    lo_g = np.floor(np.asarray(lo, dtype=np.float64) / COVERAGE_GRID) * COVERAGE_GRID
+    hi_g = np.ceil(np.asarray(hi, dtype=np.float64) / COVERAGE_GRID) * COVERAGE_GRID
+    return np.maximum(hi_g - lo_g, COVERAGE_GRID)
+
+
 def dataset_scores(success: np.ndarray, tasks: list[str], lengths: np.ndarray, jerk: np.ndarray,
-                   starts: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Scores:
-    """`success`: each episode's graded success (NaN: unknown); `tasks`: its task text."""
-    order, gaps = farthest_point_order(starts / box_width(lo, hi))
-    gain = np.empty(len(order))
-    gain[order] = gaps
+                   starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, known_gain: np.ndarray | None = None
+                   ) -> Scores:
+    """`success`: each episode's graded success (NaN: unknown); `tasks`: its task text. `known_gain`:
+    the coverage gains of the first episodes as they were before the others were added under the
+    same `coverage_width` (an append), brought up to date rather than computed again."""
+    points = starts / coverage_width(lo, hi)
+    gain = nearest_other(points) if known_gain is None else nearest_other_added(points, known_gain)
     return Scores(success, np.asarray(jerk, dtype=np.float64), jerk_z_scores(jerk, tasks),
-                  duration_ratios(np.asarray(lengths, dtype=np.float64), tasks), order, gain)
+                  duration_ratios(np.asarray(lengths, dtype=np.float64), tasks), gain)
 
 
 # --------------------------------------------------------------------------- weights
@@ -217,8 +244,8 @@ class EpisodeScore:
     jerky: bool
     duration_ratio: float
     duration_flag: str  # "", "fast" or "slow"
-    coverage_rank: int
-    coverage_gap: float
+    coverage_rank: int  # place in the farthest-point order
+    coverage_gap: float | None  # coverage_gain: distance to the nearest other start (None: the only episode)
     has_intervention: bool
     age_days: float
     weight: float
@@ -273,7 +300,8 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
     lo, hi = _box(ds, data, box)
     starts = data.start_states
     scored = dataset_scores(successes(recs), [r.task for r in recs], lengths, jerk, starts, lo, hi)
-    ratios, order = scored.duration_ratio, scored.coverage_order
+    ratios = scored.duration_ratio
+    order, _ = farthest_point_order(starts / coverage_width(lo, hi))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
 
@@ -306,8 +334,8 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
             rec.episode_index, rec.episode_id, rec.task, int(lengths[i]), rec.outcome, rec.attempts,
             graded_success(rec), None if np.isnan(jerk[i]) else float(jerk[i]),
             None if np.isnan(scored.jerk_z[i]) else float(scored.jerk_z[i]), bool(log_jerk[i] > fence),
-            float(ratios[i]), flag, int(rank[i]), float(scored.coverage_gain[i]), bool(has_int[i]), float(ages[i]),
-            float(weights[i]), *outruns[i], mashing[i] if mashing else None,
+            float(ratios[i]), flag, int(rank[i]), finite_or_none(scored.coverage_gain[i]), bool(has_int[i]),
+            float(ages[i]), float(weights[i]), *outruns[i], mashing[i] if mashing else None,
             bool(mashing and (excess[i] > (mash_fence or 0.0) or mashing[i].protection_near))))
     if all(s.success is None for s in scores):
         notes.append("no outcome/attempts metadata: graded success unknown for every episode")
@@ -364,7 +392,8 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     rows it writes); rows of a dataset converted before the scores existed get theirs from the data
     at `root`, which the append has not touched yet. The box is the visited range of every episode
     (its `stats/observation.state/min|max`). Only the columns the scores read are converted: the table's
-    other columns (the per-episode stats, the verdicts) are most of it and grow with every append."""
+    other columns (the per-episode stats, the verdicts) are most of it and grow with every append.
+    `coverage_gain` is brought up to date from the rows `root` holds (`_known_gains`) when it can be."""
     score_inputs = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
     df = table.select([*columns_for(table.column_names, "outcome", "attempts"),
                        *(c for c in table.column_names if c in score_inputs)]).to_pandas()
@@ -381,12 +410,35 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
             k = where[int(df["episode_index"].iloc[i])]
             jerk[i], starts[i] = old_jerk[k], data.start_states[k]
     start_arr = np.array([np.asarray(v, dtype=np.float64) for v in starts])
-    lo = np.nanmin(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/min"]]), axis=0)
-    hi = np.nanmax(np.stack([np.asarray(v, dtype=np.float64) for v in df[f"stats/{STATE}/max"]]), axis=0)
+    lows, highs = (_stacked(table, f"stats/{STATE}/{stat}") for stat in ("min", "max"))
+    lo, hi = np.nanmin(lows, axis=0), np.nanmax(highs, axis=0)
     tasks = [[str(t) for t in v] if v is not None else [] for v in df["tasks"]]
+    known = None if lacking else _known_gains(table, root, lows, highs)
     scored = dataset_scores(table_successes(df, tasks, fps), [t[0] if t else "" for t in tasks],
-                            df["length"].to_numpy(), jerk, start_arr, lo, hi)
+                            df["length"].to_numpy(), jerk, start_arr, lo, hi, known)
     return _set_columns(table, scored.columns(start_arr))
+
+
+def _stacked(table: pa.Table, name: str) -> np.ndarray:
+    """A list column of equal-length float lists as one (rows, length) array."""
+    column = table.column(name).combine_chunks()
+    return np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float64).reshape(len(column), -1)
+
+
+def _known_gains(table: pa.Table, root: Path, lows: np.ndarray, highs: np.ndarray) -> np.ndarray | None:
+    """The `coverage_gain` of the rows the dataset at `root` holds (the first rows of `table`, an
+    append's), when they can be brought up to date: written under this rule (info.json `COVERAGE_KEY`)
+    and the same `coverage_width` as the whole table's. None: compute every value again."""
+    info = read_info(root) or {}
+    n = int(info.get("total_episodes", 0))
+    if info.get(COVERAGE_KEY) != COVERAGE_RULE or not 0 < n <= len(table) or "coverage_gain" not in \
+            table.column_names or table.column("episode_index").slice(0, n).to_pylist() != list(range(n)):
+        return None
+    before = coverage_width(np.nanmin(lows[:n], axis=0), np.nanmax(highs[:n], axis=0))
+    if not np.array_equal(before, coverage_width(np.nanmin(lows, axis=0), np.nanmax(highs, axis=0))):
+        return None
+    gains = table.column("coverage_gain").slice(0, n).to_numpy(zero_copy_only=False)
+    return np.asarray(gains, dtype=np.float64)  # null (a lone episode's) -> NaN
 
 
 def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
@@ -478,7 +530,7 @@ def drop_plan(ds: LeRobotDataset, filters: list[str]) -> DropPlan:
     before = covering_radius(starts, lo / box_width(lo, hi))
     after = covering_radius(starts[keep], lo / box_width(lo, hi)) if keep.any() else None
     hole = float(nearest_distance(starts[~keep], starts[keep]).max()) if keep.any() and not keep.all() else None
-    gains = np.array([s.coverage_gap for s in report.episodes])
+    gains = np.array([s.coverage_gap or 0.0 for s in report.episodes])
     lengths = np.array([s.length for s in report.episodes])
     return DropPlan(str(ds.root), list(filters), len(keep), int(lengths.sum()), dropped, int(lengths[~keep].sum()),
                     before, after, float(gains.sum()), float(gains[~keep].sum()), CANDIDATES, hole)
@@ -514,9 +566,10 @@ def format_text(r: CurationReport) -> str:
         if s.outcome == "success" and s.attempts:
             succ = f"{succ}/{s.attempts}x"
         jerk = "-" if s.jerk is None else f"{s.jerk:.3g}"
+        cov = "-" if s.coverage_gap is None else f"{s.coverage_gap:.3f}"
         lines.append(f"{s.episode_index:>4} {(s.episode_id or '-')[:10]:<10} {s.task[:16]:<16} {s.length:>5} "
                      f"{succ:>9} {jerk:>10} {'!' if s.jerky else ' '} {s.duration_ratio:>5.2f} "
-                     f"{s.duration_flag:<4} {s.coverage_rank:>4} {s.coverage_gap:>6.3f} "
+                     f"{s.duration_flag:<4} {s.coverage_rank:>4} {cov:>6} "
                      f"{'yes' if s.has_intervention else '':>3} {s.weight:>8.5f} "
                      f"{'-' if s.outrun is None else f'{100 * s.outrun:.1f}%':>7} " + _mash_cells(s))
     flagged_j = [s.episode_index for s in r.episodes if s.jerky]

@@ -20,6 +20,19 @@ explains them and, with `--repair`, applies the repairs that lose nothing, each 
   episodes named are lost; re-convert their bags into a new dataset.
 
 Checks read footers and headers only (parquet metadata, mp4 stream headers), never the data.
+
+The seal: a convert checks the dataset before every append, and the full check reads the episodes
+table and a header of every data and video file: O(episodes), and O(appends) files opened. So each
+convert's commit records, in the version it publishes, the size, mtime and inode of every file the
+check reads (`meta/.consistency_seal`, `write_seal`: hard links keep all three, so the files the
+commit carries over keep theirs). The version it seals is consistent by construction: the append
+was checked before it, and writes only consistent new files. Before the next append, when every
+such file is there with the same size, mtime and inode and no other is (`sealed`: one stat per
+file), nothing the check reads changed since that commit and the check is not run again; anything
+else (a file truncated, replaced, edited, copied in or removed; a dataset copied elsewhere; a commit
+that is not a convert's, which carries the old seal over while it replaces files) runs the whole
+check. `teleop-flywheel doctor` always runs the whole check. What neither catches is the same as
+before: bytes changed inside a file without its size or mtime changing (the check reads headers only).
 """
 from __future__ import annotations
 
@@ -39,6 +52,8 @@ from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 
 ORPHANS_SUFFIX = ".orphans"
+SEAL_PATH = "meta/.consistency_seal"  # no .json: our record of the version's files, not dataset content
+SEAL_FORMAT = "teleop_flywheel.consistency_seal/1"
 LEGACY_JOURNAL = ".convert-journal.json"  # beside a dataset of the commit format before versions
 
 
@@ -203,11 +218,43 @@ def _layout(root: Path) -> list[Problem]:
     return out
 
 
-def problems(root: Path) -> list[Problem]:
-    """Every inconsistency of the dataset at `root` (and leftovers beside it), repairable or not."""
+def _checked(root: Path) -> dict[str, list[int]]:
+    """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`."""
+    out = {}
+    for pattern in ("data/*/*.parquet", "videos/*/*/*.mp4", "meta/episodes/*/*.parquet", v3_layout.INFO_PATH,
+                    v3_layout.TASKS_PATH, v3_layout.STATS_PATH):
+        for path in root.glob(pattern):
+            st = path.stat()
+            out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    return out
+
+
+def write_seal(root: Path, stage: Path) -> None:
+    """Seal the version a convert stages in `stage` on top of the dataset at `root`, checked before
+    (module docstring): every file the check reads, as the staged version will hold it (staged, or
+    the current version's, which the commit hard-links)."""
+    files = _checked(root) if os.path.lexists(root) else {}
+    files.update(_checked(stage))
+    v3_layout.write_json(stage / SEAL_PATH, {"format": SEAL_FORMAT, "files": files})
+
+
+def sealed(root: Path) -> bool:
+    """Every file the check reads is as the last convert's commit sealed it, and no other is there."""
+    try:
+        doc = json.loads((root / SEAL_PATH).read_text())
+        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def problems(root: Path, trust_seal: bool = False) -> list[Problem]:
+    """Every inconsistency of the dataset at `root` (and leftovers beside it), repairable or not.
+    `trust_seal` (a convert before its append): none when the dataset is as its last convert sealed it."""
     out = _layout(root)
     if out or not root.exists():
         return out  # the rest is checked once the layout is right
+    if trust_seal and sealed(root):
+        return out
     if not (root / v3_layout.INFO_PATH).is_file():
         stray = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()
                        and p.relative_to(root).parts[0] in ("data", "videos", "meta"))

@@ -218,6 +218,28 @@ def table_records(table: pd.DataFrame, episode_tasks: list[list[str]], fps: floa
     return out
 
 
+def table_ids(table: pd.DataFrame) -> list[str | None]:
+    """`episode_id` of each row's record (`table_records`), without a record per row."""
+    id_col = next((c for c in ID_COLUMNS if c in table.columns), None)
+    return [_clean(x) for x in table[id_col].tolist()] if id_col else [None] * len(table)
+
+
+def table_times(table: pd.DataFrame, episode_tasks: list[list[str]], fps: float) -> list[int | None]:
+    """`recorded_wall_ns` of each row's record (`table_records`) without a record per row: the column's
+    value where it holds one (a record takes it over its metadata JSON); the rows where it is empty, or
+    every row of a table without the column, through their records."""
+    col = next((c for c in COLUMNS["recorded_wall_ns"] if c in table.columns), None)
+    if col is None:
+        return [r.recorded_wall_ns for r in table_records(table, episode_tasks, fps)]
+    out: list[int | None] = [None if (v := _clean(x)) is None else int(v) for x in table[col].tolist()]
+    lacking = [i for i, v in enumerate(out) if v is None]
+    if lacking and any(c in table.columns for c in META_JSON_COLUMNS):
+        recs = table_records(table.iloc[lacking], [episode_tasks[i] for i in lacking], fps)
+        for i, rec in zip(lacking, recs, strict=True):
+            out[i] = rec.recorded_wall_ns
+    return out
+
+
 def _curation(rec: EpisodeRecord, row: dict[str, Any], cols: set[str]) -> None:
     """The warning codes, the spec columns and the scores, where the table has them."""
     for key in SCORE_COLUMNS:

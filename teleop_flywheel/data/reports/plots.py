@@ -253,7 +253,7 @@ def write_curation_plots(r: Any, out: Path) -> list[Path]:
         "graded success": [np.nan if s.success is None else s.success for s in r.episodes],
         "log10 jerk": [np.nan if s.jerk is None else np.log10(s.jerk + 1.0) for s in r.episodes],
         "duration / task median": [s.duration_ratio for s in r.episodes],
-        "coverage gap": [s.coverage_gap for s in r.episodes],
+        "coverage gap": [np.nan if s.coverage_gap is None else s.coverage_gap for s in r.episodes],
     }
     if any(s.mashing is not None for s in r.episodes):  # how hard the operator pressed (reports/mashing.py)
         axes["excess load·s"] = [np.nan if s.mashing is None else s.mashing.excess_integral for s in r.episodes]

@@ -69,7 +69,7 @@ from teleop_flywheel.recording.mcap.metadata import (
     ros_distro,
     write_metadata_yaml,
 )
-from teleop_flywheel.recording.mcap.scan import MAGIC, ScanResult, decompress, open_regular, scan
+from teleop_flywheel.recording.mcap.scan import MAGIC, ChunkMessages, ScanResult, decompress, open_regular, scan
 from teleop_flywheel.recording.mcap.upgrade import outdated, refusal
 from teleop_flywheel.recording.mcap.writer import LIBRARY, PROFILE, ROSBAG2_RECORD, START_RECORD, BagWriter
 
@@ -137,6 +137,9 @@ class _Layout:
             for rec in held:
                 if isinstance(rec, Message):
                     counts[rec.channel_id] = counts.get(rec.channel_id, 0) + 1
+                elif isinstance(rec, ChunkMessages):
+                    for cid, n in rec.counts.items():
+                        counts[cid] = counts.get(cid, 0) + n
             (clen,) = struct.unpack_from("<I", content, 28)
             self.records.append(_Chunk(pos, span[1], content[:40 + clen], counts))
         elif opcode == Opcode.MESSAGE:

@@ -24,7 +24,9 @@ did (no ROS import).
   `problems`.
 
 Definitions, metadata records, per-channel counts and time spans are collected; messages are
-handed to `on_message` (and not kept) so memory stays small for a multi-GB bag. `on_record` is
+handed to `on_message` (and not kept) so memory stays small for a multi-GB bag. Without an
+`on_message`, a chunk's messages are only counted (`ChunkMessages`: the fields read in place, no
+`Message` and no copy of its data per message; `recover`, `upgrade`). `on_record` is
 handed every top-level record the scan keeps (offset, opcode, bytes, what it holds): a skipped
 chunk, and a data record after the end of the data section, are not handed on, so a copy made from
 these records holds exactly what the scan counted (`recover` copies chunks verbatim this way).
@@ -114,7 +116,12 @@ def decompress(compression: str, data: bytes, size: int) -> bytes:
         raise Malformed(f"chunk declares {size} uncompressed bytes")
     if compression == "":
         out = data
-    elif compression == "zstd":
+    elif compression == "zstd" and zstandard.frame_content_size(data) == size:  # its header says it: one call
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        out = frame.decompress(data)
+        if frame.unused_data:
+            raise Malformed(f"{len(frame.unused_data)} bytes after the chunk's zstd frame")
+    elif compression == "zstd":  # no size in its header (or another): read in blocks up to the bound
         reader = zstandard.ZstdDecompressor().stream_reader(data)
         parts, total = [], 0
         while total <= size:
@@ -133,8 +140,24 @@ def decompress(compression: str, data: bytes, size: int) -> bytes:
     return out
 
 
-def chunk_records(content: bytes) -> list[Any]:
-    """Schemas, channels and messages of one chunk; Malformed for any inconsistency."""
+@dataclass
+class ChunkMessages:
+    """The messages of one chunk summarised: what a scan nobody asked for messages of keeps (recover,
+    upgrade, the metadata of a bag) instead of a `Message` with a copy of its data per message."""
+
+    counts: dict[int, int]  # per channel
+    start_log_ns: int
+    end_log_ns: int
+    last_stamp_ns: int  # largest publish_time
+
+
+_PREFIX = struct.Struct("<BQ")
+_MESSAGE_HEAD = struct.Struct("<HIQQ")
+
+
+def chunk_records(content: bytes, messages: bool = True) -> list[Any]:
+    """Schemas, channels and messages of one chunk (without `messages`: its messages as one
+    `ChunkMessages`, after its schemas and channels); Malformed for any inconsistency."""
     if len(content) < 40:
         raise Malformed(f"chunk record of {len(content)} bytes")
     _start, _end, size, crc, clen = struct.unpack_from("<QQQII", content, 0)
@@ -151,14 +174,28 @@ def chunk_records(content: bytes) -> list[Any]:
         raise Malformed("chunk of zeros")
     out: list[Any] = []
     pos = 0
-    while pos < len(data):
-        if pos + 9 > len(data):
+    counts: dict[int, int] = {}
+    first, last, stamp = 1 << 64, -1, -1
+    prefix, head, size = _PREFIX.unpack_from, _MESSAGE_HEAD.unpack_from, len(data)
+    while pos < size:
+        if pos + 9 > size:
             raise Malformed("chunk ends inside a record header")
-        opcode, length = struct.unpack_from("<BQ", data, pos)
+        opcode, length = prefix(data, pos)
         body = pos + 9
-        if body + length > len(data):
+        if body + length > size:
             raise Malformed(f"chunk record at {pos} runs past the chunk")
-        if opcode == Opcode.MESSAGE:
+        if opcode == Opcode.MESSAGE and not messages:  # the fields a summary needs, nothing copied
+            if length < 22:
+                raise Malformed(f"message record of {length} bytes (< 22)")
+            channel_id, _sequence, log_time, publish_time = head(data, body)
+            counts[channel_id] = counts.get(channel_id, 0) + 1
+            if log_time < first:
+                first = log_time
+            if log_time > last:
+                last = log_time
+            if publish_time > stamp:
+                stamp = publish_time
+        elif opcode == Opcode.MESSAGE:
             out.append(message_record(data, body, length))
         elif opcode == Opcode.SCHEMA:
             out.append(parse_record(Schema, data[body:body + length]))
@@ -167,6 +204,8 @@ def chunk_records(content: bytes) -> list[Any]:
         else:
             raise Malformed(f"record with opcode 0x{opcode:02x} inside a chunk")
         pos = body + length
+    if counts:
+        out.append(ChunkMessages(counts, first, last, stamp))
     return out
 
 
@@ -218,6 +257,14 @@ class ScanResult:
     def orphans(self) -> list[int]:
         """Channel ids that have messages but no surviving channel record."""
         return sorted(set(self.counts) - set(self.channels))
+
+    def _add_chunk(self, c: ChunkMessages) -> None:
+        for cid, n in c.counts.items():
+            self.counts[cid] = self.counts.get(cid, 0) + n
+        self.start_log_ns = c.start_log_ns if self.start_log_ns is None else min(self.start_log_ns, c.start_log_ns)
+        self.end_log_ns = c.end_log_ns if self.end_log_ns is None else max(self.end_log_ns, c.end_log_ns)
+        self.last_stamp_ns = c.last_stamp_ns if self.last_stamp_ns is None else max(self.last_stamp_ns,
+                                                                                     c.last_stamp_ns)
 
     def _add_message(self, m: Message) -> None:
         self.counts[m.channel_id] = self.counts.get(m.channel_id, 0) + 1
@@ -340,7 +387,7 @@ class _Scanner:
                 r.problems.append(f"chunk at byte {pos} is a byte-identical copy of an earlier chunk (skipped)")
                 return []
             try:
-                held = chunk_records(content)
+                held = chunk_records(content, messages=self.on_message is not None)
             except (Malformed, struct.error, UnicodeDecodeError, McapError, zstandard.ZstdError, RuntimeError,
                     MemoryError):
                 r.bad_chunks += 1
@@ -457,6 +504,8 @@ class FollowMcap:
                 r._add_message(rec)
                 if self._on_message is not None:
                     self._on_message(rec)
+            elif isinstance(rec, ChunkMessages):
+                r._add_chunk(rec)
             elif isinstance(rec, Channel):
                 r.channels.setdefault(rec.id, rec)
             elif isinstance(rec, Schema):

@@ -13,6 +13,7 @@ import pytest
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
+from teleop_flywheel.data.curation import curate as curate_module
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
@@ -92,3 +93,37 @@ def test_spec_columns_come_from_the_metadata(bags: list[Path]) -> None:
     cols = episode_columns(bag, ep, ins, None, (0.0, 0.0))
     assert cols["task_spec_id"] == "spec-1234"
     assert json.loads(cols["outcome_check"]) == {"passed": False, "detail": "gripper open"}
+
+
+def test_an_append_brings_coverage_up_to_date_as_a_convert_of_every_bag_computes_it(
+        bags: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An append inside the dataset's box (on its 5-unit grid) takes the gains the dataset holds and adds
+    the new start to them (no computation over every pair of starts) and writes the column a convert of
+    all the bags at once writes, value for value; one that widens the box computes them again."""
+    more = bags + [write_session(tmp_path / f"ep{i}", SessionSpec(seed=60 + i, duration_s=d, **SPEC)).bag
+                   for i, d in ((3, 2.5), (4, 3.0))]  # seed 64's states lie in the box of seeds 60-63
+    whole = tmp_path / "whole"
+    conv.convert(more, whole, codec="h264", workers=1, progress=False)
+    calls: list[int] = []
+    real = curate_module.nearest_other
+
+    def counted(points: np.ndarray) -> np.ndarray:
+        calls.append(len(points))
+        return real(points)
+
+    monkeypatch.setattr(curate_module, "nearest_other", counted)
+    ds = tmp_path / "ds"
+    conv.convert(more[:4], ds, codec="h264", workers=1, progress=False)
+    assert calls == [4]
+    conv.convert(more[4:], ds, codec="h264", workers=1, progress=False)
+    assert calls == [4]  # brought up to date, not computed again
+    want = read_episodes(whole).set_index("episode_index")["coverage_gain"]
+    got = read_episodes(ds).set_index("episode_index")["coverage_gain"]
+    assert got.tolist() == want.tolist() and got.notna().all() and (got > 0).all()
+    _assert_scores_are_curates(ds)
+    calls.clear()
+    widened = tmp_path / "widened"
+    conv.convert(more[:2], widened, codec="h264", workers=1, progress=False)
+    conv.convert(more[2:3], widened, codec="h264", workers=1, progress=False)  # seed 62 widens the box
+    assert calls == [2, 3]
+    _assert_scores_are_curates(widened)

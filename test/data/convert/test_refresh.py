@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from teleop_flywheel.data.convert import converter as conv
-from teleop_flywheel.data.convert.refresh import card_behind, read_record
+from teleop_flywheel.data.convert import refresh
+from teleop_flywheel.data.convert.refresh import card_behind, read_record, update_record
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
 from teleop_flywheel.data.lerobot import v3_layout
@@ -63,7 +64,11 @@ def test_appends_read_only_the_new_episode_and_weigh_as_curate(bags: list[Path],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     ds = tmp_path / "ds"
     conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    records: list[int] = []
+    real_records = refresh.table_records
+    monkeypatch.setattr(refresh, "table_records", lambda t, *a: records.append(len(t)) or real_records(t, *a))
     reads = [_append_reads(b, ds, monkeypatch) for b in bags[1:]]
+    assert records == []  # the weights from the columns they need, no record per episode
     # the frames read do not grow with the episodes already there: each append reads its own episode once
     assert [r for r, _ in reads] == [n for _, n in reads], reads
     table, rule = read_weight_table(ds)
@@ -109,6 +114,7 @@ def test_appends_merge_stats_and_verdicts_equal_to_a_full_rebuild(bags: list[Pat
     conv.convert(bags[:4], batch, codec="h264", workers=1, progress=False)
     record, whole = (json.loads((d / "meta/validation.json").read_text()) for d in (ds, batch))
     assert record == whole
+    assert (ds / "meta/validation.json").read_bytes() == (batch / "meta/validation.json").read_bytes()
     reports = [EpisodeReport(e["path"], e["name"], e["episode_id"], [Reason(x["code"], "") for x in e["reasons"]],
                              error=e.get("error"), warnings=[Reason(x["code"], "") for x in e["warnings"]])
                for e in read_record(ds)]
@@ -131,3 +137,37 @@ def test_the_card_is_marked_behind_and_card_regenerates_the_full_one(bags: list[
     fresh = tmp_path / "batch" / "ds"  # the same four episodes in one convert: one full refresh
     conv.convert(bags[:4], fresh, codec="h264", workers=1, progress=False)
     assert regenerated == (fresh / "README.md").read_text()  # byte for byte
+
+
+def test_a_verdict_merged_into_the_record_is_all_that_is_parsed_or_encoded(bags: list[Path], tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Merging verdicts parses and encodes only them (and the summary), whatever the record holds: the
+    verdicts kept are written as the lines they were; the record is byte for byte the one written from
+    every verdict at once. One replaced verdict (same episode id) counts out of the summary."""
+    ds = tmp_path / "ds"
+    conv.convert(bags[:3], ds, codec="h264", workers=1, progress=False)
+    extra = [EpisodeReport(f"bags/x{i}", f"x{i}", f"{i:064x}", [Reason("FRAME_GAP", "")]) for i in range(40)]
+    update_record(ds, extra)  # rejected bags' verdicts: a record larger than the lines merged into it
+    kept = read_record(ds)[:3]
+    size = (ds / "meta/validation.json").stat().st_size
+    new = EpisodeReport("bags/new", "new", "f" * 64, [Reason("FRAME_GAP", "a gap")])
+    again = EpisodeReport(kept[1]["path"], kept[1]["name"], kept[1]["episode_id"], [Reason("DEAD_AIR", "")])
+    parsed: list[int] = []
+    encoded: list[int] = []
+    loads, dumps = json.loads, json.dumps
+    with monkeypatch.context() as m:
+        m.setattr(json, "loads", lambda text, *a, **k: parsed.append(len(text)) or loads(text, *a, **k))
+        m.setattr(json, "dumps", lambda obj, *a, **k: encoded.append(1) or dumps(obj, *a, **k))
+        update_record(ds, [new, again])
+    line = max(len(dumps(e)) for e in kept)
+    assert sum(parsed) < 2 * line < size / 2 and len(encoded) == 3  # the replaced verdict; the two, the summary
+    whole = tmp_path / "whole"
+    update_record(whole, [kept[0], again.to_dict(), kept[2], *extra, new])
+    assert (ds / "meta/validation.json").read_bytes() == (whole / "meta/validation.json").read_bytes()
+    doc = json.loads((ds / "meta/validation.json").read_text())
+    assert doc["summary"]["rejected"] == 42 and doc["summary"]["reasons"] == {"FRAME_GAP": 41, "DEAD_AIR": 1}
+    pretty = tmp_path / "pretty"  # a record in another layout (edited by hand): parsed whole, written in ours
+    (pretty / "meta").mkdir(parents=True)
+    (pretty / "meta/validation.json").write_text(json.dumps(doc, indent=2))
+    update_record(pretty, [])
+    assert (pretty / "meta/validation.json").read_bytes() == (whole / "meta/validation.json").read_bytes()

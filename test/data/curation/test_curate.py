@@ -10,7 +10,13 @@ import pytest
 from support.mashing_data import pressed
 
 from teleop_flywheel.cli import main as cli_main
-from teleop_flywheel.data.curation.coverage import farthest_point_order, halton, target_start_poses
+from teleop_flywheel.data.curation.coverage import (
+    farthest_point_order,
+    halton,
+    nearest_other,
+    nearest_other_added,
+    target_start_poses,
+)
 from teleop_flywheel.data.curation.curate import curate, duration_ratios, format_text
 from teleop_flywheel.data.curation.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
@@ -237,3 +243,21 @@ def test_farthest_point_order_is_the_plain_greedy_on_many_ties() -> None:
         nearest[want] = -1.0
     assert order.tolist() == want
     np.testing.assert_array_equal(gaps, want_gaps)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nearest_other_brought_up_to_date_equals_it_computed_again(seed: int) -> None:
+    """An append's coverage gains (the ones before, then each new start added in turn) are the gains
+    computed from scratch, bit for bit: random starts, some on a coarse grid (duplicates and ties),
+    a prefix of every length class (none, one lone start, most, all but one)."""
+    rng = np.random.default_rng(seed)
+    pts = np.concatenate([rng.normal(size=(150, 6)) * [30, 20, 25, 20, 40, 15],
+                          rng.integers(0, 2, size=(50, 6)).astype(float)])[rng.permutation(200)]
+    whole = nearest_other(pts)
+    brute = np.linalg.norm(pts[:, None] - pts[None], axis=2) + np.diag(np.full(len(pts), np.inf))
+    np.testing.assert_allclose(whole, brute.min(1), rtol=1e-12, atol=0)
+    assert (whole == 0).sum() >= 2  # the duplicates are there
+    for m in (0, 1, 2, 120, 199, 200):
+        known = nearest_other(pts[:m])
+        np.testing.assert_array_equal(nearest_other_added(pts, known), whole)
+    assert np.isnan(nearest_other(pts[:1])).all() and len(nearest_other(pts[:0])) == 0

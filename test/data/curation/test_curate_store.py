@@ -67,6 +67,12 @@ def test_stored_scores_equal_a_hand_computation(stored: Path) -> None:
         np.testing.assert_array_equal(np.asarray(eps.loc[e, "start_state"]),
                                       np.asarray(first.loc[e, "observation.state"], dtype=np.float64))
         assert eps.loc[e, "coverage_gain"] == report[e].coverage_gap  # what curate prints, stored
+    # coverage_gain by hand: each start's distance to the nearest other, the visited box widened to 5-unit lines
+    state = stack(frames["observation.state"]).astype(np.float64)
+    lo, hi = np.floor(state.min(0) / 5) * 5, np.ceil(state.max(0) / 5) * 5
+    starts = stack(first.sort_index()["observation.state"]).astype(np.float64) / np.maximum(hi - lo, 5)
+    apart = np.linalg.norm(starts[:, None] - starts[None], axis=2) + np.diag(np.full(len(starts), np.inf))
+    np.testing.assert_allclose(eps.sort_index()["coverage_gain"].to_numpy(dtype=float), apart.min(1), rtol=1e-12)
     recs = {r.episode_index: r for r in episode_records(LeRobotDataset.open(stored))}
     assert recs[3].jerk_z == pytest.approx(hand[3]["jerk_z"], rel=1e-9)  # the reader's typed fields
 

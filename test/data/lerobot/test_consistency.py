@@ -1,11 +1,16 @@
-"""A dataset's consistency check reads what it checks; its repairs still rebuild what they need from
-the whole episodes table."""
+"""A dataset's consistency check reads what it checks, and before an append only what changed since
+the last convert's commit sealed it; its repairs still rebuild what they need from the whole episodes table."""
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from teleop_flywheel.data.convert import converter as conv
-from teleop_flywheel.data.lerobot import v3_layout
+from teleop_flywheel.data.errors import InconsistentDatasetError
+from teleop_flywheel.data.lerobot import consistency, v3_layout
 from teleop_flywheel.data.lerobot.consistency import problems, repair
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -21,3 +26,66 @@ def test_a_lost_stats_json_is_rebuilt_from_every_episode_row(tmp_path: Path) -> 
     done, left = repair(ds)
     assert len(done) == 1 and left == []
     assert (ds / v3_layout.STATS_PATH).read_text() == before
+
+
+def _bags(root: Path, n: int) -> list[Path]:
+    return [write_session(root / f"ep{i}", SessionSpec(seed=90 + i, session_time_s=60.0 * i, width=192, height=144,
+                                                       duration_s=2.5)).bag for i in range(n)]
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files whose header the check reads from now on."""
+    read: list[str] = []
+    for name in ("_parquet_rows", "_video_frames"):
+        real = getattr(consistency, name)
+
+        def counted(path: Path, real: Callable[[Path], int] = real) -> int:
+            read.append(path.name)
+            return real(path)
+
+        monkeypatch.setattr(consistency, name, counted)
+    return read
+
+
+def test_an_append_checks_nothing_again_that_the_last_convert_sealed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before an append reads no header and no episodes table of a dataset as its last convert
+    left it; `doctor` (the whole check) still reads them all."""
+    bags = _bags(tmp_path, 3)
+    ds = tmp_path / "ds"
+    conv.convert(bags[:2], ds, codec="h264", workers=1, progress=False)
+    read = _counting(monkeypatch)
+    tables: list[Path] = []
+    real_table = consistency._read_table
+    monkeypatch.setattr(consistency, "_read_table",
+                        lambda root, *a, **k: tables.append(root) or real_table(root, *a, **k))
+    res = conv.convert(bags[2:], ds, codec="h264", workers=1, progress=False)
+    assert sum(len(v) for v in res.converted.values()) == 1
+    assert read == [] and tables == []
+    assert problems(ds) == [] and sorted(set(read)) == ["file-000.mp4", "file-000.parquet", "file-001.mp4",
+                                                         "file-001.parquet"]
+
+
+def test_a_damaged_file_an_append_did_not_write_is_still_caught(tmp_path: Path) -> None:
+    """A data file of an earlier append cut short: the next convert refuses the dataset and doctor names
+    the file. An mp4 header overwritten in place with its size and mtime kept (what the seal cannot see):
+    doctor, which reads every header, names it."""
+    bags = _bags(tmp_path, 3)
+    ds = tmp_path / "ds"
+    conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    conv.convert(bags[1:2], ds, codec="h264", workers=1, progress=False)
+    assert consistency.sealed(ds)
+    video = next((ds / "videos").rglob("file-000.mp4"))
+    st = video.stat()
+    with open(video, "r+b") as f:  # in place: every version holding the file (hard links) sees it
+        f.write(b"\0" * 4096)
+    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert consistency.sealed(ds)
+    assert any("file-000.mp4: unreadable" in p.detail for p in problems(ds))
+    data = ds / "data/chunk-000/file-000.parquet"
+    with open(data, "r+b") as f:
+        f.truncate(data.stat().st_size - 100)
+    assert not consistency.sealed(ds)
+    with pytest.raises(InconsistentDatasetError, match="file-000"):
+        conv.convert(bags[2:], ds, codec="h264", workers=1, progress=False)
+    assert any("file-000.parquet: unreadable" in p.detail for p in problems(ds))

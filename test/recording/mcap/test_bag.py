@@ -510,3 +510,64 @@ def test_full_disk_clean_error_earlier_bag_intact(tmp_path: Path) -> None:
             assert reader.message_count == report.messages
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_scan_nobody_asked_messages_of_counts_each_chunk_in_place(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`recover` (no message consumer) reads a chunk's message fields in place, no Message per message,
+    and finds what a scan handing out every message finds; the bag it writes is byte for byte the one
+    recovered with a Message per message, and Foxglove's reader reads it whole."""
+    import shutil  # noqa: PLC0415
+
+    from teleop_flywheel.recording.mcap import scan as scan_module  # noqa: PLC0415
+
+    bag, sent = write_bag(tmp_path / "ep", n=200, episode=meta(), close=False, chunk_size=16 * 1024)
+    bag.flush()
+    bag.abort()
+    path = tmp_path / "ep" / "ep_0.mcap"
+    with open(path, "r+b") as f:  # killed mid-chunk
+        f.truncate(path.stat().st_size - 3000)
+    shutil.copytree(tmp_path / "ep", tmp_path / "ref" / "ep")  # the same name: the same metadata
+    handed = scan(path, lambda m: None)
+    built: list[int] = []
+    real_message, real_chunk = scan_module.message_record, scan_module.chunk_records
+    monkeypatch.setattr(scan_module, "message_record", lambda *a: built.append(1) or real_message(*a))
+    counted = scan(path)
+    assert built == [] and counted.message_count == handed.message_count > 500
+    for name in ("counts", "start_log_ns", "end_log_ns", "last_stamp_ns", "channels", "schemas", "metadata",
+                 "good_bytes", "bad_chunks", "problems"):
+        assert getattr(counted, name) == getattr(handed, name), name
+    report = recover(tmp_path / "ep")
+    assert built == [] and report.messages == handed.message_count
+    monkeypatch.setattr(scan_module, "chunk_records", lambda content, messages=True: real_chunk(content))
+    recover(tmp_path / "ref" / "ep")  # a Message per message, as before
+    assert path.read_bytes() == (tmp_path / "ref" / "ep" / "ep_0.mcap").read_bytes()
+    topics = decode_bag(path)
+    assert sum(e["count"] for e in topics.values()) == handed.message_count
+    assert all(e["errors"] == [] for e in topics.values())
+
+
+
+def test_a_chunk_decompresses_to_its_declared_size_or_is_malformed() -> None:
+    """zstd with the size in its frame header (one call) and without it (blocks up to the bound) give
+    the same bytes; another size in the header, or bytes beyond the declared size, are Malformed, and
+    so is anything after the frame (the block reader fails on it, the one call says so)."""
+    import zstandard  # noqa: PLC0415
+
+    from teleop_flywheel.recording.mcap.scan import Malformed  # noqa: PLC0415
+
+    raw = bytes(range(256)) * 4000
+    sized = zstandard.ZstdCompressor().compress(raw)
+    unsized = zstandard.ZstdCompressor(write_content_size=False).compress(raw)
+    assert zstandard.frame_content_size(sized) == len(raw) and zstandard.frame_content_size(unsized) == -1
+    for data in (sized, unsized):
+        assert decompress("zstd", data, len(raw)) == raw
+    with pytest.raises(Malformed, match="after the chunk's zstd frame"):
+        decompress("zstd", sized + b"tail", len(raw))
+    with pytest.raises(zstandard.ZstdError):
+        decompress("zstd", unsized + b"tail", len(raw))
+    for data in (sized, unsized):
+        with pytest.raises(Malformed, match="declares"):
+            decompress("zstd", data, len(raw) - 1)
+    with pytest.raises(zstandard.ZstdError):
+        decompress("zstd", sized[:20] + bytes(len(sized) - 20), len(raw))
