@@ -20,10 +20,12 @@ Method (all on the episode's own header stamps):
    above the chance bound, which counts frames as if each carried its share). Summed with the cells
    of the arm, its one spike was most of the image motion the joints could not explain: two clean
    takes of a demo run at 320×240 could not tell (the joints explained 80 % and 85 %), a bench
-   episode said +105.8 ms at 78 %. So a cell must also spread its change over at least
-   `MIN_CHANGE_FRAMES` frames (the participation ratio (Σy²)²/Σy⁴ of its centred energy: 1.01–1.02
-   for 9 of the 11 clock cells kept in the screened episodes, ≥ 1.5 for the arm's cells but a few it
-   barely enters, whose energy varies at most a sixth as much as the clock's).
+   episode said +105.8 ms at 78 %. So a cell must also spread its change over more than one frame:
+   its participation ratio (Σy²)²/Σy⁴ (y its centred energy) at least `MIN_CHANGE_FRAMES` — 1.01–1.02
+   for 9 of the 11 clock cells kept in the screened episodes, 1.2 and more for the arm's cells but two
+   whose energy hardly varies (sd < 0.01 against the clock's 1.1–6.2). At 1.5 a cell the arm enters
+   once (1.21) went too: a sinusoidal teleop episode moved 1.3 → 7.5 ms, and a
+   25 ms session pool of that operator no longer crossed its bound.
    Weighing the cells instead (by their R², R²/(1 − R²), a matched filter, a cross-validated R²) or
    asking each cell's fit to survive leaving out its largest change moved more clean estimates than
    it mended: the plain sum of every cell that follows the arm is what times it. Their summed energy
@@ -119,9 +121,9 @@ MODEL_ERROR_MS = 7.0
 EVENT_ACCEL = 1.0  # rad/s², all joints summed: a corner of the motion (start, stop, end of acceleration, reversal)
 EVENT_DT_S, EVENT_GAP_S = 0.1, 0.3
 MIN_EVENTS = 2
-# A cell whose change is spread over fewer frames than this is one event, and one frame lines up with the
-# arm's motion at one of the searched lags by chance: a clock's digits rolling over (module doc, 3.).
-MIN_CHANGE_FRAMES = 1.5
+# A cell whose change is spread over fewer frames than this is one frame's: a clock's digits rolling over,
+# which lines up with the arm's motion at one of the searched lags by chance (module doc, 3.).
+MIN_CHANGE_FRAMES = 1.1
 PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on another peak (module doc, 6.)
 Z95 = 1.96
 Z_BEYOND = 1.645  # standard errors a lag must exceed its bound by: beyond it with 95 % confidence (one-sided)
