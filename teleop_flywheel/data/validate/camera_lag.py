@@ -13,10 +13,24 @@ Method (all on the episode's own header stamps):
 2. **Joint speed** for a candidate lag τ: `|q_j(t_i+1 − τ) − q_j(t_i − τ)|` per joint j, the
    follower's positions linearly interpolated (its samples come at 100–500 Hz, so τ is continuous).
 3. The cells that follow the arm are kept (regressed on the six joint speeds, R² above chance at
-   some τ): a burned-in clock, a flickering light or a static background follows no joint and is
-   weighed out. Their summed energy is regressed on the six joint speeds for τ over ±`search_ms`
-   (5 ms steps, then 1 ms, then a parabola through the best fit): the lag is the τ of the least
-   squared error.
+   some τ): a flickering light or a static background follows no joint and is weighed out. A clock
+   in the picture (the synthetic camera's timecode strip, a real camera's on-screen time) can slip
+   through: where its digits roll over, one frame of its cell changes by far more than any other, and
+   that one frame lines up with a fast move at one of the 81 searched lags by chance (R² 0.15–0.25,
+   above the chance bound, which counts frames as if each carried its share). Summed with the cells
+   of the arm, its one spike was most of the image motion the joints could not explain: two clean
+   takes of a demo run at 320×240 could not tell (the joints explained 80 % and 85 %), a bench
+   episode said +105.8 ms at 78 %. So a cell must also spread its change over more than one frame:
+   its participation ratio (Σy²)²/Σy⁴ (y its centred energy) at least `MIN_CHANGE_FRAMES` — 1.01–1.02
+   for 9 of the 11 clock cells kept in the screened episodes, 1.2 and more for the arm's cells but two
+   whose energy hardly varies (sd < 0.01 against the clock's 1.1–6.2). At 1.5 a cell the arm enters
+   once (1.21) went too: a sinusoidal teleop episode moved 1.3 → 7.5 ms, and a
+   25 ms session pool of that operator no longer crossed its bound.
+   Weighing the cells instead (by their R², R²/(1 − R²), a matched filter, a cross-validated R²) or
+   asking each cell's fit to survive leaving out its largest change moved more clean estimates than
+   it mended: the plain sum of every cell that follows the arm is what times it. Their summed energy
+   is regressed on the six joint speeds for τ over ±`search_ms` (5 ms steps, then 1 ms, then a
+   parabola through the best fit): the lag is the τ of the least squared error.
 4. **The timing is in the corners.** A speed-limited move is a trapezoid or a minimum-jerk bell:
    smooth in speed, sharp in time only where it starts, stops, ends its acceleration, reverses, or
    where the gripper opens or closes. How much the image changes per radian varies along a move
@@ -107,6 +121,9 @@ MODEL_ERROR_MS = 7.0
 EVENT_ACCEL = 1.0  # rad/s², all joints summed: a corner of the motion (start, stop, end of acceleration, reversal)
 EVENT_DT_S, EVENT_GAP_S = 0.1, 0.3
 MIN_EVENTS = 2
+# A cell whose change is spread over fewer frames than this is one frame's: a clock's digits rolling over,
+# which lines up with the arm's motion at one of the searched lags by chance (module doc, 3.).
+MIN_CHANGE_FRAMES = 1.1
 PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on another peak (module doc, 6.)
 Z95 = 1.96
 Z_BEYOND = 1.645  # standard errors a lag must exceed its bound by: beyond it with 95 % confidence (one-sided)
@@ -333,6 +350,14 @@ def _profile_stderr(design: _Design, y: np.ndarray, tau: float, lags: np.ndarray
     return float(np.abs(near - tau).max()) / Z95 if len(near) else 0.0
 
 
+def _frames_of_change(e: np.ndarray) -> np.ndarray:
+    """Per cell, over how many frames its change is spread: the participation ratio (Σ y²)² / Σ y⁴ of
+    its centred energy y (one frame carrying all of it: 1; spread evenly over k frames: k)."""
+    y = e - e.mean(axis=0)
+    power = (y * y).sum(axis=0)
+    return power**2 / np.maximum((y**4).sum(axis=0), np.finfo(float).tiny)
+
+
 def _blocks(tp: np.ndarray) -> np.ndarray:
     return np.floor((tp - tp[0]) / BLOCK_S).astype(int)
 
@@ -387,7 +412,7 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
     by_cell = _Fit(e)
     fits = np.array([by_cell.r2(x) for x in speeds])  # (lags, cells)
     chance = max(0.1, 4.0 * (q.shape[1] + 1) / len(e))
-    cells = fits.max(axis=0) > chance
+    cells = (fits.max(axis=0) > chance) & (_frames_of_change(e) >= MIN_CHANGE_FRAMES)
     if not cells.any():
         return LagEstimate(None, None, float(fits.max()), n, 0,
                            "no image motion follows the arm (too little motion to tell)")
