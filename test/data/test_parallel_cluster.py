@@ -27,6 +27,7 @@ from types import ModuleType
 import pytest
 from support.paths import ROOT
 
+from teleop_flywheel.data.lerobot import consistency
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 pytest.importorskip("ray", reason="Ray not installed (pip install 'teleop_flywheel[ray]')")
@@ -104,9 +105,13 @@ def _namespace() -> list[str]:
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    """{relative path: bytes} of every file under the dataset (through its version link)."""
+    """{relative path: bytes} of every file under the dataset (through its version link), but the
+    consistency seal: it records this machine's inodes and mtimes of the files, so no two converts
+    share it. Each dataset's own seal must hold for its files."""
     base = root.resolve()
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
+    assert consistency.sealed(base), f"{base}: its seal does not match its files"
+    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
+            if p.is_file() and p.relative_to(base).as_posix() != consistency.SEAL_PATH}
 
 
 def _same_dataset(a: Path, b: Path) -> None:
