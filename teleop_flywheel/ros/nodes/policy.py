@@ -226,20 +226,23 @@ class PolicyNode(Node):
             self.get_logger().warning(f"no image yet on {', '.join(missing)}; not commanding",
                                       throttle_duration_sec=5.0)
             return
+        # Published under the lock a swap takes: once a swap returns, no command of the policy it
+        # replaced is still to be sent (an evaluation walk starts recording the next checkpoint's
+        # trial right after its swap from the start-pose move).
         with self._lock:
             if policy is not self.policy:  # swapped meanwhile: its next tick acts
                 return
             command = policy.act(self._state, t, images)
-        done = now_ns()
-        if command is None:
-            return
-        late = done - t > self.period_ns
-        self.late_actions += late
-        self._acted_ns = done
-        self._pub.publish(joint_state(JOINT_NAMES, command, done if late else t, frame_id=policy.checkpoint_id))
-        self._inference_pub.publish(joint_state(
-            INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], done,
-            frame_id=policy.checkpoint_id))
+            done = now_ns()
+            if command is None:
+                return
+            late = done - t > self.period_ns
+            self.late_actions += late
+            self._acted_ns = done
+            self._pub.publish(joint_state(JOINT_NAMES, command, done if late else t, frame_id=policy.checkpoint_id))
+            self._inference_pub.publish(joint_state(
+                INFERENCE_FIELDS, [(done - t) / 1e6, self.period_ns / 1e6, float(late)], done,
+                frame_id=policy.checkpoint_id))
 
     def restart(self) -> str:
         """Start the policy's episode over from the current state (between episodes)."""

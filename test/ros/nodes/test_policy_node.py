@@ -188,3 +188,71 @@ def test_a_swapped_in_policy_commands_nothing_until_its_episode_is_reset() -> No
         for n in (node, probe):
             n.destroy_node()
         rclpy.shutdown()
+
+
+class Gate(Policy):
+    """Commands 0.5 on every joint; its third action waits for `release`, signalling `entered`."""
+
+    checkpoint_id = "gate"
+    cameras: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.k = 0
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def reset(self, state: Sequence[float] | None, t_ns: int) -> None:
+        self.k = 0
+
+    def act(self, state: Sequence[float] | None, t_ns: int, images: Images = NO_IMAGES) -> list[float] | None:
+        self.k += 1
+        if self.k == 3:
+            self.entered.set()
+            self.release.wait(10.0)
+        return [0.5] * 6
+
+
+def test_once_a_swap_returns_the_policy_it_replaced_sends_nothing_more() -> None:
+    """An evaluation walk swaps from the start-pose move (`sim-reset`) to a checkpoint and starts
+    recording at once: a command of the move still on its way then lands in the trial's bag. A swap
+    asked for while an action is computed waits for that action's command to go out. The command
+    publisher is watched as it is called: when the action's command is about to go out it waits (up
+    to 1 s) for the swap to return, which the swap can do only if the command is not yet sent under
+    the lock it takes."""
+    rclpy.init()
+    node = PolicyNode(parameter_overrides=[Parameter("simulated", value=True), Parameter("rate_hz", value=50.0)])
+    gate = node.policy = Gate()
+    said: list[str] = []  # in order: "gate" for each gate command published, "swapped" when the swap returned
+    swapped = threading.Event()
+    send = node._pub.publish
+
+    def watched(msg: JointState) -> None:
+        if msg.header.frame_id == "gate" and gate.release.is_set():
+            swapped.wait(1.0)
+        said.append(msg.header.frame_id)
+        send(msg)
+
+    node._pub.publish = watched  # type: ignore[method-assign]
+    ex = SingleThreadedExecutor()
+    ex.add_node(node)
+    threading.Thread(target=ex.spin, daemon=True).start()
+
+    def swap() -> None:
+        assert node.set_parameters_atomically([Parameter("checkpoint_id", value="next")]).successful
+        said.append("swapped")
+        swapped.set()
+
+    try:
+        assert gate.entered.wait(10.0), "the gate policy never acted a third time"
+        swapper = threading.Thread(target=swap)
+        swapper.start()
+        time.sleep(0.05)  # the swap has loaded its policy and waits for the action to end
+        gate.release.set()
+        swapper.join(10.0)
+        assert not swapper.is_alive()
+        time.sleep(0.1)
+    finally:
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.shutdown()
+    assert said.count("swapped") == 1 and said.count("gate") >= 3, said
+    assert "gate" not in said[said.index("swapped"):], said
