@@ -15,13 +15,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from support.tmpfs import mount_tmpfs, unmount
 from support.zygote import Child, Zygote
 
 from teleop_flywheel.cli import main as cli_main
@@ -167,14 +167,6 @@ def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], zygo
     assert problems(ds2) == [] and cli_main(["doctor", str(ds2)]) == 0
 
 
-def _mount_tmpfs(path: Path, size_kb: int) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(path)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
 def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     base_kb = sum(p.stat().st_size for p in setup["base"].rglob("*") if p.is_file()) // 1024
@@ -182,7 +174,7 @@ def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path
     outcomes = []
     for extra_kb in (8, 40, 120, 400):
         disk = tmp_path / f"disk{extra_kb}"
-        _mount_tmpfs(disk, base_kb + 64 + extra_kb)
+        mount_tmpfs(disk, f"{base_kb + 64 + extra_kb}k")
         try:
             ds = disk / "ds"
             copy_dataset(setup["base"], ds)
@@ -198,7 +190,7 @@ def test_full_disk_leaves_the_dataset_as_it_was(setup: dict[str, Path], tmp_path
             assert err.count("disk full") == 1 and "Traceback" not in err
             assert tree(ds) == before and problems(ds) == []
         finally:
-            subprocess.run(["umount", str(disk)], check=True)
+            unmount(disk)
     assert "full" in outcomes
 
 

@@ -28,6 +28,7 @@ from mcap_ros2.decoder import DecoderFactory
 from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 from support.foxglove_npm import decode_bag
+from support.tmpfs import mount_tmpfs, unmount
 
 from teleop_flywheel import cli
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta, Intervention
@@ -473,18 +474,9 @@ def test_kill_9_loses_at_most_one_second(tmp_path: Path) -> None:
         assert [reader.deserialize(raw, c.msgtype).data for c, _t, raw in reader.messages()][-1] == "hello"
 
 
-def _mount_tmpfs(path: Path, size: str) -> None:
-    path.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        path.rmdir()
-        pytest.skip(f"cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN): {res.stderr.strip()}")
-
-
 def test_full_disk_clean_error_earlier_bag_intact(tmp_path: Path) -> None:
     disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "2m")
+    mount_tmpfs(disk, "2m")
     try:
         _, sent = write_bag(disk / "first", n=20, episode=meta("first"))
         first_before = {p.name: p.read_bytes() for p in (disk / "first").iterdir()}
@@ -509,7 +501,7 @@ def test_full_disk_clean_error_earlier_bag_intact(tmp_path: Path) -> None:
         with AnyReader([tmp_path / "second_fixed"]) as reader:
             assert reader.message_count == report.messages
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        unmount(disk)
 
 
 def test_a_scan_nobody_asked_messages_of_counts_each_chunk_in_place(tmp_path: Path,

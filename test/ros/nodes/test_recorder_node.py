@@ -29,6 +29,7 @@ from sensor_msgs.msg import CompressedImage, JointState, Joy
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 from support.procs import wait_for
+from support.tmpfs import mount_tmpfs, unmount
 
 from teleop_flywheel.core.clock import ClockMapping, now_ns, to_ros_ns
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
@@ -467,10 +468,7 @@ def test_kill_9_recorder_then_recover_loses_at_most_one_second(graph: Graph, tmp
 
 def test_full_disk_stops_episode_with_path_and_keeps_earlier_bag(graph: Graph, tmp_path: Path) -> None:
     disk = tmp_path / "disk"
-    disk.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root/CAP_SYS_ADMIN): {res.stderr.strip()}")
+    mount_tmpfs(disk, "2m")
     try:
         pubs = graph.add(Node("publishers", context=graph.context))
         img = pubs.create_publisher(CompressedImage, "/cameras/noise/image/compressed", STREAM_QOS)
@@ -501,7 +499,7 @@ def test_full_disk_stops_episode_with_path_and_keeps_earlier_bag(graph: Graph, t
             assert reader.message_count == 5
         assert not graph.call("/recorder/stop").success  # the episode was already stopped by the error
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        unmount(disk)
 
 
 def _set_remote(graph: Graph, **values: Any) -> list[Any]:
