@@ -55,25 +55,19 @@ def farthest_point_order(points: np.ndarray, first: int | None = None) -> tuple[
         at = int(np.argmax(nearest))
         pick = int(index[at])
         order[k], gaps[k] = pick, nearest[at]
-        np.subtract(cols[0], cols[0, at], out=dist)
-        np.multiply(dist, dist, out=dist)
-        for col in cols[1:]:
-            np.subtract(col, col[at], out=term)
-            np.multiply(term, term, out=term)
-            np.add(dist, term, out=dist)
-        np.sqrt(dist, out=dist)
+        _distances(cols, cols[:, at], dist, term)
         np.minimum(nearest, dist, out=nearest)
         nearest[at] = -1.0  # the points picked before stay -1: the minimum keeps it
         left -= 1
     return order, gaps
 
 
-def _distances(cols: np.ndarray, point: np.ndarray, out: np.ndarray) -> np.ndarray:
+def _distances(cols: np.ndarray, point: np.ndarray, out: np.ndarray, term: np.ndarray | None = None) -> np.ndarray:
     """Distances from `point` to every column of `cols` (one row per coordinate) into `out`: the sum
     of squared differences coordinate by coordinate in order, then the root. Every distance in this
     module's nearest-other functions is computed this way, so a pair gives the same bits whichever
     side asks ((a - b)^2 equals (b - a)^2 exactly)."""
-    term = np.empty_like(out)
+    term = np.empty_like(out) if term is None else term
     np.subtract(cols[0], point[0], out=out)
     np.multiply(out, out, out=out)
     for j in range(1, len(cols)):
