@@ -25,6 +25,9 @@ EXPORT_RECORD = "teleop_flywheel.export"
 # order first seen. A camera process restarted publishes under a new GID: for a camera driver that is not
 # ours (ours says its instance in every frame, `frame_meta`) this is the validator's camera instance.
 CAMERA_PUBLISHERS = "camera_publishers"
+# EpisodeMeta.extra key: topic -> how many messages stamped before the episode's start arrived during it
+# (not recorded: they belong to no episode). Absent when none did.
+BEFORE_START = "before_start"
 SCHEMA_VERSION = 1
 OUTCOMES = ("success", "failure", "unset")
 CALIBRATION_ROLES = ("leader", "follower")

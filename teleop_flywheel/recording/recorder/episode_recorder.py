@@ -8,7 +8,10 @@ DDS and serves parameters, services and status over it:
   sequence numbers, `log_time` = the DDS reception stamp, `publish_time` = the DDS source
   timestamp (both wall clock, as rosbag2 records them; the data engine reads time from the header
   stamps in the bytes, ROS time), intervention events and policy checkpoints picked up on the way;
-  nothing is written between episodes;
+  nothing is written between episodes, and a message stamped before the episode's start is not
+  written into it either, however late it arrives (a starved camera delivering frames captured
+  seconds earlier; the counts per stream are the metadata's `before_start`; the latched fault
+  states have no header: the one in force opens each episode);
 - `start(fields)` opens `<output_dir>/<episode_prefix>_<YYYYmmdd_HHMMSS>[_n]` (never an existing
   one) with the episode metadata known at start: operator fields, calibration documents, the first
   (monotonic, wall) clock sample, `stamp_clock: ros`, the rig's namespace, PTP/chrony offset
@@ -64,6 +67,7 @@ import yaml
 from teleop_flywheel import __version__
 from teleop_flywheel.core.clock import NS_PER_S, ClockMapping, clock_steps, now_ns, sample_mapping
 from teleop_flywheel.core.episode import (
+    BEFORE_START,
     CALIBRATION_ROLES,
     CAMERA_PUBLISHERS,
     STAMP_CLOCK_ROS,
@@ -166,6 +170,7 @@ class TopicEntry:
     latest: tuple[bytes, int, int] | None = None  # a state topic's latest (data, source stamp, sequence number)
     latencies_ns: deque[int] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))  # receive − stamp
     publishers: list[str] = field(default_factory=list)  # a camera's publisher GIDs (hex) this episode, as first seen
+    before_start: int = 0  # messages stamped before this episode's start, not written into it
 
 
 def read_calibrations(files: Sequence[str]) -> dict[str, Any]:
@@ -220,6 +225,7 @@ class EpisodeRecorder:
         self.last_discarded: Path | None = None
         self._checkpoints: set[str] = set()
         self._status_window = now_ns()
+        self._start_ns = 0  # the episode's start, ROS time: earlier stamps belong to no episode
         self._stop_ns = 0  # a stop's ROS time, while it settles
         self._awaited: set[str] = set()  # live streams that have not yet reached it
         self._ended: set[str] = set()  # those that have: nothing more of theirs is written
@@ -276,6 +282,14 @@ class EpisodeRecorder:
                 return
             if entry.name in self._ended:
                 return
+            if entry.has_header:
+                try:
+                    early = header_stamp_ns(data) < self._start_ns
+                except CdrError:
+                    early = False  # undecodable: recorded, for the validator to reject
+                if early:
+                    entry.before_start += 1
+                    return
             if entry.name in self._awaited:
                 try:
                     reached = header_stamp_ns(data) >= self._stop_ns
@@ -337,8 +351,9 @@ class EpisodeRecorder:
             self._log("warning", str(exc))
             return None
 
-    def start(self, fields: EpisodeFields) -> str:
-        """Open a new bag; returns its path. RecordingError with the reason."""
+    def start(self, fields: EpisodeFields, ros_ns: int | None = None) -> str:
+        """Open a new bag; returns its path. RecordingError with the reason. `ros_ns`: the start in
+        ROS time when the graph runs on simulated time (header stamps are on it); else the wall clock's."""
         with self._lock:
             if self._bag is not None:
                 raise RecordingError(f"already recording {self._bag.path}")
@@ -374,7 +389,7 @@ class EpisodeRecorder:
                 raise RecordingError(f"no free episode name under {path.parent}")
             try:
                 for entry in self.topics.values():
-                    entry.count = entry.drops = entry.window_count = 0
+                    entry.count = entry.drops = entry.window_count = entry.before_start = 0
                     entry.publishers = []
                     bag.add_topic(entry.name, entry.type, qos=entry.offered)
                     if entry.latest is not None:  # the state in force as the episode begins
@@ -388,6 +403,7 @@ class EpisodeRecorder:
             self._checkpoints = set()
             self._follower_final.clear()
             self._bag, self._meta, self.error = bag, meta, ""
+            self._start_ns = first.wall_ns if ros_ns is None else ros_ns
             self.last_ptp_offset_ns = meta.ptp_offset_ns
         self._log("info", f"episode started: {path}")
         return str(path)
@@ -447,6 +463,9 @@ class EpisodeRecorder:
             meta.extra["machine_check"] = fields.machine_check
         meta.outcome_check = outcome_check(self.config.task_spec, list(self._follower_final), fields.outcome_answer)
         meta.drops = {t.name: t.drops for t in self.topics.values()}
+        early = {t.name: t.before_start for t in self.topics.values() if t.before_start}
+        if early:
+            meta.extra[BEFORE_START] = early
         publishers = {t.camera: list(t.publishers) for t in self.topics.values() if t.camera and t.publishers}
         if publishers:
             meta.extra[CAMERA_PUBLISHERS] = publishers

@@ -55,6 +55,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import SetParametersResult
 from rcl_interfaces.srv import SetParameters
+from rclpy.clock import ROSClock
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -344,7 +345,10 @@ class RecorderNode(Node):
 
     # -- episode lifecycle --------------------------------------------------------------------
     def start_episode(self) -> str:
-        return self.episodes.start(self.params.values.fields(self.labels))
+        clock = self.get_clock()  # on simulated time, header stamps are on it, not on the wall clock
+        return self.episodes.start(self.params.values.fields(self.labels),
+                                   clock.now().nanoseconds
+                                   if isinstance(clock, ROSClock) and clock.ros_time_is_active else None)
 
     def stop_episode(self) -> str:
         """Take what has arrived, then close the bag with the final metadata and hand it to the

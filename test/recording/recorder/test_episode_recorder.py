@@ -312,12 +312,47 @@ def test_each_episode_records_its_cameras_publisher_gids(tmp_path: Path) -> None
         rec.start(EpisodeFields())
         for pub in publishers:
             info = pub.info()
-            rec.write(cam, compressed_image_cdr(info["received_timestamp"] - 8_000_000, b"\xff\xd8"), info)
+            rec.write(cam, compressed_image_cdr(info["received_timestamp"], b"\xff\xd8"), info)
         paths.append(Path(rec.stop(EpisodeFields(outcome="success")).split()[1].rstrip(":")))
     metas = [open_bag(p).episode for p in paths]
     assert metas[0] is not None and metas[1] is not None
     assert metas[0].extra[CAMERA_PUBLISHERS] == {"front": ["07" * 16, "09" * 16]}
     assert metas[1].extra[CAMERA_PUBLISHERS] == {"front": ["09" * 16]}
+
+
+def test_a_message_stamped_before_the_start_belongs_to_no_episode(tmp_path: Path) -> None:
+    """A starved camera delivers frames captured seconds before the start after it: they are not written
+    (nor is a state stream's late sample), only counted in the metadata; a stream without a header
+    keeps its DDS times."""
+    from teleop_flywheel.core.episode import BEFORE_START
+    from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr
+
+    camera_topic = "/cameras/front/image/compressed"
+    rec = EpisodeRecorder(RecorderConfig(tmp_path / "bags", cameras=("front",),
+                                         topics=(camera_topic, FOLLOWER_STATE, INTERVENTION)))
+    cam = rec.add_topic(camera_topic, "sensor_msgs/msg/CompressedImage", [Qos()])
+    js, iv = rec.add_topic(FOLLOWER_STATE, JS, [Qos()]), rec.add_topic(INTERVENTION, STRING, [LATCHED])
+    camera, arm, teleop = Publisher(1), Publisher(2), Publisher(3)
+    before = time.time_ns()
+    path = Path(rec.start(EpisodeFields()))
+    for early_ns in (2_400_000_000, 2_367_000_000, 1):  # captured before the start, delivered after it
+        rec.write(cam, compressed_image_cdr(before - early_ns, b"\xff\xd8"), camera.info())
+    rec.write(js, joint_state_cdr(before - 3_000_000_000, list(JOINT_NAMES), [0.0] * 6), arm.info())
+    stamps = []
+    for _ in range(3):
+        stamps.append(time.time_ns())
+        rec.write(cam, compressed_image_cdr(stamps[-1], b"\xff\xd8"), camera.info())
+        rec.write(js, joint_state_cdr(stamps[-1], list(JOINT_NAMES), [0.0] * 6), arm.info())
+    rec.write(iv, string_cdr("{}"), teleop.info())
+    assert rec.status()["topics"][camera_topic]["count"] == 3
+    rec.stop(EpisodeFields())
+    got, records = read_back(path)
+    meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
+    assert [header_stamp_ns(m.data) for m, _d in got[camera_topic]] == stamps
+    assert [header_stamp_ns(m.data) for m, _d in got[IN_BAG[FOLLOWER_STATE]]] == stamps
+    assert min(stamps) >= meta.started_ros_ns
+    assert len(got[IN_BAG[INTERVENTION]]) == 1
+    assert meta.extra[BEFORE_START] == {camera_topic: 3, IN_BAG[FOLLOWER_STATE]: 1}
 
 
 def test_a_stop_awaits_only_the_live_streams_until_they_reach_it(tmp_path: Path) -> None:
