@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,14 +31,7 @@ import cv2
 import numpy as np
 from result_file import write_result
 
-from teleop_flywheel.hw.feetech import codec as p
-from teleop_flywheel.hw.feetech.bus import FeetechBus
-from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
-
-IDS = range(1, 7)
-REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, IDS)), 1_000_000)
-STATUS_WIRE_NS = p.wire_time_ns(6 + 6, 1_000_000)
-HELD_UP_NS = 500_000
+from teleop_flywheel.testing.latching_arm import STATUS_WIRE_NS, read_run
 
 
 def run(seconds: float, latency_ms: float) -> dict:
@@ -102,35 +94,12 @@ def stats(v: list[float]) -> dict[str, float]:
 
 
 def bus_adapter(adapter: str, reads: int) -> dict:
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "teleop_flywheel.testing.latching_arm", adapter],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = sim.stdout.readline().strip()  # type: ignore[union-attr]
-        readings = []
-        with FeetechBus(port, timeout_s=0.05) as bus:
-            for _ in range(reads):
-                start = time.monotonic_ns()
-                readings.append((start, bus.sync_read(56, 6, IDS), time.monotonic_ns()))
-        sim.stdin.write("\n")  # type: ignore[union-attr]
-        sim.stdin.flush()  # type: ignore[union-attr]
-        latches = [round(t * 1e9) for t in json.loads(sim.stdout.readline())]  # type: ignore[union-attr]
-    finally:
-        sim.terminate()
-        sim.wait(10)
-    frame_ns = round(ADAPTERS[adapter].usb_frame_s * 1e9)
-    ours, by_arrival, held_up = [], [], 0
-    for start, reading, end in readings:
-        latched = [t for t in latches if start <= t <= end][-1]  # a retried read: the last request
-        if latched - (reading.sent_ns + REQUEST_WIRE_NS) > frame_ns + HELD_UP_NS:
-            held_up += 1
-            continue
-        ours.append((reading.stamp_ns - latched) / 1e6)
-        by_arrival.append((reading.received_ns - STATUS_WIRE_NS - latched) / 1e6)
-    latency = bus.stats.latency()
+    arm = read_run(adapter, reads)
+    on_time = arm.served_on_time()
+    ours = [(r.stamp - r.latched) / 1e6 for r in on_time]
+    by_arrival = [(r.received - STATUS_WIRE_NS - r.latched) / 1e6 for r in on_time]
+    held_up = len(arm.reads) - len(on_time)
+    latency = arm.stats.latency()
     return {"reads": reads, "held_up_reads_left_out": held_up,
             "stamp_error": {**stats([abs(e) for e in ours]), "signed_median_ms": round(float(np.median(ours)), 3)},
             "arrival_stamp_baseline": {**stats([abs(e) for e in by_arrival]),

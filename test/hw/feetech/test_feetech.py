@@ -7,7 +7,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from teleop_flywheel.hw.feetech import codec as p
 from teleop_flywheel.hw.feetech.bus import BusStats, FeetechBus
 from teleop_flywheel.hw.feetech.control_table import register
 from teleop_flywheel.hw.feetech.sim import Faults, SimulatedArm, parse_fault
-from teleop_flywheel.hw.feetech.sim.adapter import ADAPTERS
+from teleop_flywheel.testing.latching_arm import REQUEST_WIRE_NS, STATUS_WIRE_NS, LatchedRun, read_run
 
 scs = pytest.importorskip("scservo_sdk")
 
@@ -225,67 +224,11 @@ def test_a_world_file_sets_encoder_noise_while_the_arm_runs(tmp_path: Path) -> N
 # -- stamps and latency behind each USB-serial adapter -------------------------------------
 
 STAMP_READS = 250
-REQUEST_WIRE_NS = p.wire_time_ns(len(p.sync_read(56, 6, range(1, 7))), 1_000_000)
-STATUS_WIRE_NS = p.wire_time_ns(6 + 6, 1_000_000)  # one 6-byte status packet at 1 Mbaud
-# A request the simulator heard more than half a frame later than its adapter lets a request wait
-# was held up by the host: beyond the half frame a stamp's estimate allows (bus.py).
-HELD_UP_NS = 500_000
-
-
-@dataclass(frozen=True)
-class _Read:
-    """One sync read (monotonic ns): the call's start and end, the bus's stamp, when it wrote the
-    request and got the last status, and when the simulated servos latched the sample."""
-
-    start: int
-    end: int
-    stamp: int
-    sent: int
-    received: int
-    latched: int
-
-
-@dataclass(frozen=True)
-class _Run:
-    adapter: str
-    reads: list[_Read]
-    stats: BusStats
-
-    def served_on_time(self) -> list[_Read]:
-        """Reads whose request the simulated servos heard in time. On real hardware a request
-        written is on the wire within a USB frame; a pty is read by a kernel worker that a loaded
-        host can hold up for milliseconds, and a read the simulator heard that late measures the
-        host, not the bus."""
-        frame_ns = round(ADAPTERS[self.adapter].usb_frame_s * 1e9)
-        return [r for r in self.reads if r.latched - (r.sent + REQUEST_WIRE_NS) <= frame_ns + HELD_UP_NS]
 
 
 @pytest.fixture(scope="module", params=["pty", "ftdi1", "ch343", "ftdi16"])
-def adapter_run(request: pytest.FixtureRequest) -> _Run:
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "teleop_flywheel.testing.latching_arm", request.param],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = sim.stdout.readline().strip()  # type: ignore[union-attr]
-        readings = []
-        # A 16 ms latency timer leaves a 20 ms timeout little room on a loaded machine.
-        with FeetechBus(port, timeout_s=0.05) as bus:
-            for _ in range(STAMP_READS):
-                start = time.monotonic_ns()
-                readings.append((start, bus.sync_read(56, 6, range(1, 7)), time.monotonic_ns()))
-        sim.stdin.write("\n")  # type: ignore[union-attr]
-        sim.stdin.flush()  # type: ignore[union-attr]
-        latches = [round(t * 1e9) for t in json.loads(sim.stdout.readline())]  # type: ignore[union-attr]
-    finally:
-        sim.terminate()
-        sim.wait(10)
-    # A retried read latched more than once within its call: the reply taken answers the last.
-    reads = [_Read(start, end, r.stamp_ns, r.sent_ns, r.received_ns, [t for t in latches if start <= t <= end][-1])
-             for start, r, end in readings]
-    return _Run(request.param, reads, bus.stats)
+def adapter_run(request: pytest.FixtureRequest) -> LatchedRun:
+    return read_run(request.param, STAMP_READS)
 
 
 def _abs_ms(errors_ns: list[int]) -> tuple[float, float]:
@@ -294,7 +237,7 @@ def _abs_ms(errors_ns: list[int]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
-def test_stamps_are_the_latch_instant_within_a_millisecond_behind_every_adapter(adapter_run: _Run) -> None:
+def test_stamps_are_the_latch_instant_within_a_millisecond_behind_every_adapter(adapter_run: LatchedRun) -> None:
     reads = adapter_run.served_on_time()
     assert len(reads) >= 0.8 * STAMP_READS, f"the host held the simulator up for {STAMP_READS - len(reads)} reads"
     median, p99 = _abs_ms([r.stamp - r.latched for r in reads])
@@ -302,7 +245,7 @@ def test_stamps_are_the_latch_instant_within_a_millisecond_behind_every_adapter(
 
 
 @pytest.mark.parametrize("adapter_run", ["ftdi16"], indirect=True)
-def test_stamps_by_arrival_would_be_late_behind_a_16ms_latency_timer(adapter_run: _Run) -> None:
+def test_stamps_by_arrival_would_be_late_behind_a_16ms_latency_timer(adapter_run: LatchedRun) -> None:
     """Why the bus stamps from the request: a stamp from the reply's arrival (last byte in, minus
     one status's wire time) is milliseconds behind the latch behind an FTDI adapter at its default."""
     errors = [r.received - STATUS_WIRE_NS - r.latched for r in adapter_run.served_on_time()]
@@ -310,7 +253,7 @@ def test_stamps_by_arrival_would_be_late_behind_a_16ms_latency_timer(adapter_run
     assert median > 5.0 and min(errors) > 0, f"arrival-based stamps were {median:.3f} ms late (median)"
 
 
-def test_latency_summary_is_the_round_trips_the_reads_took(adapter_run: _Run) -> None:
+def test_latency_summary_is_the_round_trips_the_reads_took(adapter_run: LatchedRun) -> None:
     latency = adapter_run.stats.latency()
     assert latency is not None and latency.count == STAMP_READS
     assert sorted(r.received - r.sent for r in adapter_run.reads)[-1] / 1e6 == latency.max_ms
