@@ -8,10 +8,11 @@ DDS and serves parameters, services and status over it:
   sequence numbers, `log_time` = the DDS reception stamp, `publish_time` = the DDS source
   timestamp (both wall clock, as rosbag2 records them; the data engine reads time from the header
   stamps in the bytes, ROS time), intervention events and policy checkpoints picked up on the way;
-  nothing is written between episodes, and a message stamped before the episode's start is not
-  written into it either, however late it arrives (a starved camera delivering frames captured
-  seconds earlier; the counts per stream are the metadata's `before_start`; the latched fault
-  states have no header: the one in force opens each episode);
+  nothing is written between episodes, and a message stamped up to `BEFORE_START_NS` before the
+  episode's start is not written into it either, however late it arrives (a starved camera
+  delivering frames captured seconds earlier; the counts per stream are the metadata's
+  `before_start`; an older stamp is another clock's or none, and is recorded for the validator to
+  judge; the latched fault states have no header: the one in force opens each episode);
 - `start(fields)` opens `<output_dir>/<episode_prefix>_<YYYYmmdd_HHMMSS>[_n]` (never an existing
   one) with the episode metadata known at start: operator fields, calibration documents, the first
   (monotonic, wall) clock sample, `stamp_clock: ros`, the rig's namespace, PTP/chrony offset
@@ -102,6 +103,10 @@ from teleop_flywheel.recording.recorder import clock_probe, verdict
 from teleop_flywheel.recording.recorder.spec_checks import live_checks, outcome_check, outcome_disagrees
 
 LATENCY_WINDOW = 64  # a camera's last receive-minus-stamp latencies kept for the status
+# A message stamped at most this long before an episode's start is a late delivery from the time before
+# it (a starved camera's frames have come 2.4 s late): not the episode's. A stamp older still is on
+# another clock, or none (0): recorded, for the validator to judge the stream's stamps.
+BEFORE_START_NS = 10_000_000_000
 
 SAFE_NAME = r"[A-Za-z0-9_.-]+"
 OUTCOMES = ("", "success", "failure")  # "" = unset (stored as "unset")
@@ -284,7 +289,7 @@ class EpisodeRecorder:
                 return
             if entry.has_header:
                 try:
-                    early = header_stamp_ns(data) < self._start_ns
+                    early = self._start_ns - BEFORE_START_NS <= header_stamp_ns(data) < self._start_ns
                 except CdrError:
                     early = False  # undecodable: recorded, for the validator to reject
                 if early:

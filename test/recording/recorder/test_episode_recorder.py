@@ -177,35 +177,57 @@ def test_a_stream_without_a_header_keeps_the_dds_times(tmp_path: Path) -> None:
     assert EpisodeMeta.from_strings(records[METADATA_RECORD]).interventions == []
 
 
+class SteppedClock:
+    """The recorder's clock, advanced only by the test: whether a sample is due depends on the time the
+    test says has passed, not on how long a loaded machine took between two calls."""
+
+    def __init__(self) -> None:
+        self.mono_ns, self.wall_offset_ns = now_ns(), time.time_ns() - now_ns()
+
+    def advance(self, ns: int) -> None:
+        self.mono_ns += ns
+
+    def now(self) -> int:
+        return self.mono_ns
+
+    def sample(self, samples: int = 16) -> ClockMapping:
+        return ClockMapping(self.mono_ns, self.mono_ns + self.wall_offset_ns, 100)
+
+
 def test_clock_samples_through_the_episode_and_a_step_is_said_at_once(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """(monotonic, wall) pairs at start, about once a second (the node's timer calls `sample_clock`
     more often; it samples when the last is a period old) and at stop. A system-clock step between
     two samples is logged the moment it is seen (the host clock is never stepped here: the sample
     after it is made up)."""
+    clock = SteppedClock()
+    monkeypatch.setattr(episode_recorder, "now_ns", clock.now)
+    monkeypatch.setattr(episode_recorder, "sample_mapping", clock.sample)
+    monkeypatch.setattr(episode_recorder, "CLOCK_SAMPLE_PERIOD_NS", 50_000_000)
     logged: list[tuple[str, str]] = []
     rec = EpisodeRecorder(RecorderConfig(tmp_path / "bags", topics=(FOLLOWER_STATE,)),
                           log=lambda level, text: logged.append((level, text)))
     js = rec.add_topic(FOLLOWER_STATE, JS, [Qos()])
     path = Path(rec.start(EpisodeFields()))
-    monkeypatch.setattr(episode_recorder, "CLOCK_SAMPLE_PERIOD_NS", 50_000_000)
+    clock.advance(49_000_000)
     rec.sample_clock()  # too soon after the start sample: nothing
     for _ in range(3):
-        time.sleep(0.06)
-        rec.write(js, joint_state_cdr(to_ros_ns(now_ns()), list(JOINT_NAMES), [0.0] * 6), Publisher(1).info())
+        clock.advance(11_000_000)
+        rec.write(js, joint_state_cdr(time.time_ns(), list(JOINT_NAMES), [0.0] * 6), Publisher(1).info())
         rec.sample_clock()
-        rec.sample_clock()
-    real = episode_recorder.sample_mapping
+        clock.advance(49_000_000)
+        rec.sample_clock()  # a period since the start or the last sample: one more each time
 
     def stepped(samples: int = 16) -> ClockMapping:
-        m = real(samples)
+        m = clock.sample(samples)
         return ClockMapping(m.mono_ns, m.wall_ns + 2_000_000_000, m.uncertainty_ns)  # the wall clock jumped 2 s
 
-    time.sleep(0.06)
+    clock.advance(60_000_000)
     monkeypatch.setattr(episode_recorder, "sample_mapping", stepped)
     rec.sample_clock()
-    monkeypatch.setattr(episode_recorder, "sample_mapping", real)
+    monkeypatch.setattr(episode_recorder, "sample_mapping", clock.sample)
     assert [lvl for lvl, text in logged if "stepped +2000.0 ms" in text] == ["warning"]
+    clock.advance(10_000_000)
     rec.stop(EpisodeFields())
     meta = EpisodeMeta.from_strings(read_back(path)[1][METADATA_RECORD])
     samples = [ClockMapping.from_dict(d) for d in meta.clock_samples]
@@ -322,8 +344,8 @@ def test_each_episode_records_its_cameras_publisher_gids(tmp_path: Path) -> None
 
 def test_a_message_stamped_before_the_start_belongs_to_no_episode(tmp_path: Path) -> None:
     """A starved camera delivers frames captured seconds before the start after it: they are not written
-    (nor is a state stream's late sample), only counted in the metadata; a stream without a header
-    keeps its DDS times."""
+    (nor is a state stream's late sample), only counted in the metadata. A stamp older than any late
+    delivery (another clock's) or none at all (0) is recorded, for the validator to judge."""
     from teleop_flywheel.core.episode import BEFORE_START
     from teleop_flywheel.recording.mcap.cdr import compressed_image_cdr
 
@@ -338,19 +360,22 @@ def test_a_message_stamped_before_the_start_belongs_to_no_episode(tmp_path: Path
     for early_ns in (2_400_000_000, 2_367_000_000, 1):  # captured before the start, delivered after it
         rec.write(cam, compressed_image_cdr(before - early_ns, b"\xff\xd8"), camera.info())
     rec.write(js, joint_state_cdr(before - 3_000_000_000, list(JOINT_NAMES), [0.0] * 6), arm.info())
-    stamps = []
+    stamps = [0, before - 60_000_000_000]
+    for stamp in stamps:
+        rec.write(cam, compressed_image_cdr(stamp, b"\xff\xd8"), camera.info())
+        rec.write(js, joint_state_cdr(stamp, list(JOINT_NAMES), [0.0] * 6), arm.info())
     for _ in range(3):
         stamps.append(time.time_ns())
         rec.write(cam, compressed_image_cdr(stamps[-1], b"\xff\xd8"), camera.info())
         rec.write(js, joint_state_cdr(stamps[-1], list(JOINT_NAMES), [0.0] * 6), arm.info())
     rec.write(iv, string_cdr("{}"), teleop.info())
-    assert rec.status()["topics"][camera_topic]["count"] == 3
+    assert rec.status()["topics"][camera_topic]["count"] == 5
     rec.stop(EpisodeFields())
     got, records = read_back(path)
     meta = EpisodeMeta.from_strings(records[METADATA_RECORD])
     assert [header_stamp_ns(m.data) for m, _d in got[camera_topic]] == stamps
     assert [header_stamp_ns(m.data) for m, _d in got[IN_BAG[FOLLOWER_STATE]]] == stamps
-    assert min(stamps) >= meta.started_ros_ns
+    assert min(stamps[2:]) >= meta.started_ros_ns
     assert len(got[IN_BAG[INTERVENTION]]) == 1
     assert meta.extra[BEFORE_START] == {camera_topic: 3, IN_BAG[FOLLOWER_STATE]: 1}
 
