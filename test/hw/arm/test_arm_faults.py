@@ -159,7 +159,13 @@ def test_a_joint_that_protected_itself_holds_the_arm_until_the_operator_resets(t
             wait_for(lambda: not driver.state.faults and arm.servos[6].torque_on, 10, "re-enabled")
             keep_commanding(driver, lambda: moved, 1.5)
             assert arm.servos[1].get("Goal_Position") != held[1], "commands are taken again"
-            assert arm.servos[6].faults == 0 and driver.health().level == "OK", driver.health().message
+            assert arm.servos[6].faults == 0
+            health = driver.health()
+            assert (health.values["servo_fault"], health.values["torque"], health.values["torque_off"],
+                    health.values["holding"]) == ("", True, "", ""), health.message
+            # A simulator starved of CPU on a loaded host can time a read out: a bus error, reported until
+            # acknowledged, that neither the fault nor the reset made.
+            assert health.level == "OK" or health.message.startswith("bus errors"), health.message
 
 
 def test_a_silent_servo_is_named_and_the_other_five_are_still_read(tmp_path: Path) -> None:
