@@ -125,6 +125,9 @@ MIN_EVENTS = 2
 # which lines up with the arm's motion at one of the searched lags by chance (module doc, 3.).
 MIN_CHANGE_FRAMES = 1.1
 PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on another peak (module doc, 6.)
+# shoulder_lift, elbow_flex and wrist_flex (`so101.JOINT_NAMES` order) turn about parallel axes: the links after
+# them sweep the image by their combined turn (module doc, 7.).
+PARALLEL_PAIRS = ((1, 2), (2, 3), (1, 3))
 Z95 = 1.96
 Z_BEYOND = 1.645  # standard errors a lag must exceed its bound by: beyond it with 95 % confidence (one-sided)
 
@@ -213,9 +216,13 @@ class _Joints:
         w = np.clip((t - self.jt[i]) / self.dt[i], 0.0, 1.0)
         return self.q[i] + w[:, None] * self.dq[i]
 
+    def moved(self, tp: np.ndarray, tc: np.ndarray, tau: float) -> np.ndarray:
+        """q(t_c − τ) − q(t_p − τ) per joint: how far, and which way, each joint moved between the two exposures."""
+        return self.at(tc - tau) - self.at(tp - tau)
+
     def speeds(self, tp: np.ndarray, tc: np.ndarray, tau: float) -> np.ndarray:
         """|q(t_c − τ) − q(t_p − τ)| per joint: how far each joint moved between the two exposures."""
-        return np.abs(self.at(tc - tau) - self.at(tp - tau))
+        return np.abs(self.moved(tp, tc, tau))
 
 
 class _Fit:
@@ -245,10 +252,12 @@ def _peak(lags: np.ndarray, score: np.ndarray) -> float:
 
 class _Design:
     """The regressors of the image motion at a lag τ: each joint's speed times 1, u and u² (u the
-    time into its window, −1…1), its cube root, and a constant, per window (module doc, 4.)."""
+    time into its window, −1…1), its cube root, and a constant, per window (module doc, 4.); with
+    `pairs`, also the joint pairs about parallel axes moving together, |Δq_a ± Δq_b| (module doc, 7.)."""
 
-    def __init__(self, joints: _Joints, tp: np.ndarray, tc: np.ndarray) -> None:
+    def __init__(self, joints: _Joints, tp: np.ndarray, tc: np.ndarray, pairs: bool = False) -> None:
         self.joints, self.tp, self.tc = joints, tp, tc
+        self.pairs = [p for p in PARALLEL_PAIRS if pairs and max(p) < joints.q.shape[1]]
         span = float(tp[-1] - tp[0]) or 1.0
         windows = max(1, int(np.ceil(span / WINDOW_S)))
         self.window = np.minimum(((tp - tp[0]) / span * windows).astype(int), windows - 1)
@@ -259,12 +268,15 @@ class _Design:
         self.windows = windows
 
     def at(self, tau: float) -> np.ndarray:
-        x = self.joints.speeds(self.tp, self.tc, tau)
+        moved = self.joints.moved(self.tp, self.tc, tau)
+        x = np.abs(moved)
+        together = np.column_stack([np.abs(moved[:, a] + sign * moved[:, b])
+                                    for a, b in self.pairs for sign in (1, -1)] or [np.zeros((len(x), 0))])
         cols = []
         for w in range(self.windows):
             inside = (self.window == w).astype(float)[:, None]
             u = self.u[:, None] * inside
-            cols += [x * inside, x * u, x * u * u, np.cbrt(x * SATURATION_RAD) * inside, inside]
+            cols += [x * inside, x * u, x * u * u, np.cbrt(x * SATURATION_RAD) * inside, together * inside, inside]
         return np.column_stack(cols)
 
 
@@ -326,6 +338,30 @@ def _profiles(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.ndarr
         whole.append(-float(squared[:, 0].sum()))
         parts.append(-np.where(out.T, 0.0, squared[:, 1:]).sum(axis=0))
     return np.array(whole), list(np.array(parts).T)
+
+
+@dataclass(frozen=True)
+class _Profile:
+    """One design's fit over the searched lags: the best lag, −(squared error) per lag, the same with each
+    one-second block left out, and the squared error of each block predicted by the fit without it."""
+
+    design: _Design
+    lag: float
+    score: np.ndarray
+    left_out: list[np.ndarray]
+    held_out: float
+
+
+def _fit_profile(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.ndarray) -> _Profile:
+    score, left_out = _profiles(design, y, blocks, lags)
+    rough = _peak(lags, score)
+    fine = np.arange(rough - COARSE_STEP_S, rough + COARSE_STEP_S + FINE_STEP_S / 2, FINE_STEP_S)
+    lag = _peak(fine, np.array([-_sse(design, y, tau) for tau in fine]))
+    out = np.stack([blocks == b for b in np.unique(blocks)])
+    a = design.at(lag)
+    coef = _solve_many(a, y, out)[1:]
+    held_out = sum(float(((y[o] - a[o] @ c) ** 2).sum()) for o, c in zip(out, coef, strict=True))
+    return _Profile(design, lag, score, left_out, held_out)
 
 
 def _profile_stderr(design: _Design, y: np.ndarray, tau: float, lags: np.ndarray, sse: np.ndarray) -> float:
@@ -417,12 +453,12 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
         return LagEstimate(None, None, float(fits.max()), n, 0,
                            "no image motion follows the arm (too little motion to tell)")
     m = e[:, cells].sum(axis=1)
-    design = _Design(joints, tp, tc)
     blocks = _blocks(tp)
-    score, left_out = _profiles(design, m, blocks, coarse)
-    rough = _peak(coarse, score)
-    fine = np.arange(rough - COARSE_STEP_S, rough + COARSE_STEP_S + FINE_STEP_S / 2, FINE_STEP_S)
-    lag = _peak(fine, np.array([-_sse(design, m, tau) for tau in fine]))
+    # the parallel joints' pairs only where they predict seconds they were not fitted on (module doc, 7.)
+    with_pairs = (False, True) if any(max(p) < q.shape[1] for p in PARALLEL_PAIRS) else (False,)
+    fit = min((_fit_profile(_Design(joints, tp, tc, pairs), m, blocks, coarse) for pairs in with_pairs),
+              key=lambda f: f.held_out)
+    design, lag, score, left_out = fit.design, fit.lag, fit.score, fit.left_out
     total = float(((m - m.mean()) ** 2).sum())
     r2 = 1.0 - _sse(design, m, lag) / total if total > 0 else 0.0
     events = motion_events(np.asarray(joint_stamps_ns), q)
