@@ -150,6 +150,22 @@ def test_a_25ms_lag_no_episode_can_prove_is_rejected_by_its_pool() -> None:
     assert not apply_lag_pools(clean, CFG)[0].rejected and not any(r.reasons for r in clean)
 
 
+def test_a_pool_is_the_middle_of_its_middle_two_estimates() -> None:
+    """The ten estimates of the bench's 25 ms late 320x240 camera (policy motion, seeds 0-9). Their
+    weights differ by 2 % at most; the pool took the estimate where the weight first passed half,
+    +19.5 ms, the lower of the middle two (+19.5, +23.1), and was not beyond 15 ms (it needs 15 + 1.645
+    x 2.9): no episode of that camera was rejected. Read between the middle two it is +21.0."""
+    ests = [(23.11, 7.13), (18.62, 7.13), (26.71, 7.49), (19.49, 7.38), (30.85, 7.06), (18.91, 7.23),
+            (23.83, 7.06), (29.03, 7.59), (17.79, 7.04), (18.15, 7.05)]
+    lag, stderr = pool(ests) or (0.0, 0.0)
+    assert 19.49 < lag < 23.11 and abs(lag - 21.0) < 0.1, lag
+    reports = [_report(i, x, se) for i, (x, se) in enumerate(ests)]
+    assert not any(r.reasons for r in reports)
+    assert apply_lag_pools(reports, CFG)[0].rejected and all(r.codes == [CLOCK_OFFSET] for r in reports)
+    assert (pool([(1.0, 2.0), (3.0, 2.0)]) or (0.0, 0.0))[0] == 2.0  # equal weights: the usual median
+    assert (pool([(1.0, 2.0), (2.0, 2.0), (30.0, 2.0)]) or (0.0, 0.0))[0] == 2.0
+
+
 def test_a_pool_rejects_only_when_most_of_its_estimates_agree() -> None:
     # two sharp estimates beyond the bound carry the weighted median, five vaguer ones say 0 ms: the
     # pooled +40 ms lies outside those five's intervals, so two episodes do not speak for the camera
