@@ -144,6 +144,7 @@ PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on
 # shoulder_lift, elbow_flex and wrist_flex (`so101.JOINT_NAMES` order) turn about parallel axes: the links after
 # them sweep the image by their combined turn (module doc, 7.).
 PARALLEL_PAIRS = ((1, 2), (2, 3), (1, 3))
+DEFAULT_MAX_STDERR_MS = 12.0  # `camera_lag_max_stderr_ms`'s default (config/validate.yaml)
 Z95 = 1.96
 Z_BEYOND = 1.645  # standard errors a lag must exceed its bound by: beyond it with 95 % confidence (one-sided)
 
@@ -440,9 +441,11 @@ def motion_events(joint_stamps_ns: np.ndarray, joint_positions: np.ndarray) -> i
 
 
 def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_ns: np.ndarray,
-                 joint_positions: np.ndarray, search_ms: float = 200.0) -> LagEstimate:
+                 joint_positions: np.ndarray, search_ms: float = 200.0,
+                 max_stderr_ms: float = DEFAULT_MAX_STDERR_MS) -> LagEstimate:
     """The camera's lag behind the joints (module docstring). `energy[i]` belongs to the image pair
-    (i, i+1); joint positions are the follower's, in any unit, sorted by stamp."""
+    (i, i+1); joint positions are the follower's, in any unit, sorted by stamp. An estimate whose standard
+    error is over `max_stderr_ms` cannot tell (the validator's `camera_lag_max_stderr_ms`)."""
     stamps = np.asarray(image_stamps_ns, np.int64)
     e = np.asarray(energy, np.float64)
     q = np.nan_to_num(np.asarray(joint_positions, np.float64))
@@ -470,17 +473,30 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
                            "no image motion follows the arm (too little motion to tell)")
     m = e[:, cells].sum(axis=1)
     blocks = _blocks(tp)
-    # the parallel joints' pairs only where they predict seconds they were not fitted on (module doc, 7.)
-    with_pairs = (False, True) if any(max(p) < q.shape[1] for p in PARALLEL_PAIRS) else (False,)
-    fit = min((_fit_profile(_Design(joints, tp, tc, pairs), m, blocks, coarse) for pairs in with_pairs),
-              key=lambda f: f.held_out)
-    design, lag, score, left_out = fit.design, fit.lag, fit.score, fit.left_out
+    events = motion_events(np.asarray(joint_stamps_ns), q)
+    plain = _fit_profile(_Design(joints, tp, tc), m, blocks, coarse)
+    est = _judge(plain, m, blocks, coarse, events, n, int(cells.sum()), search_ms)
+    if est.confident(max_stderr_ms) or not any(max(p) < q.shape[1] for p in PARALLEL_PAIRS):
+        return est
+    # the parallel joints turning together (module doc, 7.): only where the plain fit cannot tell, only if
+    # they predict the seconds left out of their fit better, and only for an answer
+    paired = _fit_profile(_Design(joints, tp, tc, pairs=True), m, blocks, coarse)
+    if paired.held_out >= plain.held_out:
+        return est
+    alt = _judge(paired, m, blocks, coarse, events, n, int(cells.sum()), search_ms)
+    return alt if alt.confident(max_stderr_ms) else est
+
+
+def _judge(fit: _Profile, m: np.ndarray, blocks: np.ndarray, coarse: np.ndarray, events: int, n: int, cells: int,
+           search_ms: float) -> LagEstimate:
+    """One design's estimate: its lag, standard error and R², and the note that says why it cannot tell."""
+    span = search_ms / 1000.0
+    design, lag = fit.design, fit.lag
     total = float(((m - m.mean()) ** 2).sum())
     r2 = 1.0 - _sse(design, m, lag) / total if total > 0 else 0.0
-    events = motion_events(np.asarray(joint_stamps_ns), q)
     stderr = max(float(np.hypot(_stderr(design, m, lag), MODEL_ERROR_MS / 1000)),
-                 _profile_stderr(design, m, lag, coarse, -score))
-    jump = max((abs(_peak(coarse, s) - lag) for s in left_out), default=0.0)
+                 _profile_stderr(design, m, lag, coarse, -fit.score))
+    jump = max((abs(_peak(coarse, s) - lag) for s in fit.left_out), default=0.0)
     note = ""
     if abs(lag) > span - 2 * COARSE_STEP_S:
         note = f"best fit at the edge of the ±{search_ms:g} ms search"
@@ -497,5 +513,5 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
                 f"(> {PEAK_JUMP_MS:g} ms): another lag fits as well, the motion does not pin it")
     if note or not np.isfinite(stderr):
         stderr = max(stderr if np.isfinite(stderr) else span, span)
-    return LagEstimate(round(lag * 1000, 2), round(min(stderr, span) * 1000, 2), round(r2, 4), n, int(cells.sum()),
+    return LagEstimate(round(lag * 1000, 2), round(min(stderr, span) * 1000, 2), round(r2, 4), n, cells,
                        note, events, round(jump * 1000, 2))
