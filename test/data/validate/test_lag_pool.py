@@ -118,9 +118,9 @@ def test_joints_turning_about_parallel_axes_together_are_timed(tmp_path: Path) -
     """Seed 13 of the bench's policy motion at 640×480: shoulder_lift, elbow_flex and wrist_flex turn
     about parallel axes, so the links after them sweep the image by their combined turn. Fitted as six
     separate joints its squared error had two minima of the same depth (−20 and 0 ms, 0.1 % apart): clean
-    it said −18.8 ± 12.1 ms and 35 ms early −53.8 ± 12.1 ms, both over the 12 ms cap, cannot tell. With
-    the pairs |Δq_a ± Δq_b|, admitted because they predict the seconds left out of their fit better, the
-    minimum at the truth wins."""
+    it said −18.8 ± 12.1 ms and 35 ms early −53.8 ± 12.1 ms, both over the 12 ms cap, cannot tell. That
+    fit, which cannot tell, now tries the pairs |Δq_a ± Δq_b|; they predict the seconds left out of
+    their fit better, and with them the minimum at the truth wins."""
     for skew in (0.0, -35.0):
         bag = _rig(tmp_path, f"pairs{skew:+.0f}", 13, skew, 3, "cam-x", seconds=8.0, size=(640, 480))
         r = val.validate_bag((str(bag), CFG))
