@@ -73,7 +73,7 @@ def camera_lags(images: dict[str, ImageStream], energies: dict[str, np.ndarray],
     warnings: list[Reason] = []
     for cam, energy in sorted(energies.items()):
         est = estimate_lag(images[cam].stamps_ns, energy, follower.stamps_ns, follower.values,
-                           cfg.camera_lag_search_ms)
+                           cfg.camera_lag_search_ms, cfg.camera_lag_max_stderr_ms)
         lags[cam] = est
         numbers = {"camera": cam, **est.to_dict(), "bound_ms": cfg.camera_lag_max_ms}
         if not est.confident(cfg.camera_lag_max_stderr_ms):

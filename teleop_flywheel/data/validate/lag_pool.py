@@ -16,7 +16,7 @@ frames carry, else its camera's last publisher GID. Ids are data, kept only when
 
 **The pool** (`pools`): per rig, camera and run of consecutive episodes (by start time) of one
 instance (episodes without an id: per session, `session_drift.session_of`: rig and UTC day), the
-inverse-variance weighted median of the episodes' estimates whose standard error is within
+inverse-variance weighted median (between the middle two) of the episodes' estimates whose standard error is within
 `camera_lag_max_stderr_ms` (a content estimate is sometimes 20 ms off on a false peak:
 `bench/camera_lag.py` measures how often). Its standard error is 1.2533/√Σw, scaled up by the robust
 scatter ratio when the estimates scatter more than their errors say (a camera whose lag wanders is
@@ -53,6 +53,8 @@ estimates from −175 to +152 ms at ± 6 ms, scatter about 3): "cannot tell", ne
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 from collections import Counter, defaultdict
@@ -145,23 +147,28 @@ class LagPool:
 
 def pool(estimates: list[tuple[float, float]]) -> tuple[float, float] | None:
     """The pooled lag of (lag, stderr) pairs and its standard error: the inverse-variance weighted
-    median (one episode whose estimate fell on a false peak moves it little: a restart's five episodes
-    at +24, +7, +23, +29 pool to +23, where their mean said +21 and the scatter widened it to nothing),
-    its error 1.2533 / √Σw (the median's, for normal errors), widened by the robust scatter ratio
-    1.4826 · median |(lag − pooled) / stderr| when the estimates scatter more than their errors say."""
+    median, read between the two estimates around half the weight (one episode whose estimate fell on
+    a false peak moves it little: a restart's episodes at +24, +7, +23, +29 pool to +23.5, where their
+    mean said +21 and the scatter widened it to nothing), its error 1.2533 / √Σw (the median's, for
+    normal errors), widened by the robust scatter ratio 1.4826 · median |(lag − pooled) / stderr| when
+    the estimates scatter more than their errors say."""
     if not estimates:
         return None
     ranked = sorted(estimates)
     w = [1.0 / max(se, 1e-3) ** 2 for _, se in ranked]
-    total, cum, median = sum(w), 0.0, ranked[-1][0]
-    for i, wi in enumerate(w):
-        cum += wi
-        if math.isclose(cum, total / 2) and i + 1 < len(ranked):  # between two: their middle
-            median = (ranked[i][0] + ranked[i + 1][0]) / 2
-            break
-        if cum > total / 2:
-            median = ranked[i][0]
-            break
+    total = sum(w)
+    # each estimate stands at the middle of its weight on the cumulative scale, and the median is read off
+    # between the two around half (an even count of equal weights: the middle of the middle two). Taking
+    # the estimate where the weight first passes half picked one of the middle two by a weight 2 % larger:
+    # a 25 ms camera's ten 320x240 estimates pooled at +19.5 ms, not beyond 15 ms, their middle +21.0.
+    mids = list(itertools.accumulate(w, initial=0.0))
+    at = [(lo + hi) / 2 / total for lo, hi in itertools.pairwise(mids)]
+    k = bisect.bisect_left(at, 0.5)
+    if k == 0 or k == len(at):
+        median = ranked[min(k, len(at) - 1)][0]
+    else:
+        share = (0.5 - at[k - 1]) / (at[k] - at[k - 1])
+        median = ranked[k - 1][0] + share * (ranked[k][0] - ranked[k - 1][0])
     stderr = MEDIAN_EFFICIENCY / math.sqrt(total)
     if len(estimates) > 1:
         stderr *= max(1.0, scatter_ratio(estimates, median))
