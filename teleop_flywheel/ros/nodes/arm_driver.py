@@ -245,6 +245,7 @@ class ArmDriverNode(Node):
         self.create_subscription(JointState, arm_command(p.role), self._on_command, CONTROL_QOS)
         self._taken: list[Subscription[Any]] = []  # each handler takes (message, MessageInfo)
         self._follower_cdr = JointStateReader()  # the follower's samples are taken raw (`_on_follower`)
+        self._authority_cdr = JointStateReader()  # and so is the teleop node's authority
         self._follower_order: tuple[tuple[str, ...], list[int] | None] = ((), None)
         if p.feedback != "off":
             follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
@@ -258,7 +259,8 @@ class ArmDriverNode(Node):
             self._taken = [
                 self.create_subscription(JointState, arm_state("follower"), self._on_follower, STREAM_QOS,
                                          callback_group=taken, raw=True),
-                self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS, callback_group=taken),
+                self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS, callback_group=taken,
+                                         raw=True),
                 self.create_subscription(DiagnosticStatus, TELEOP_FAULT, self._on_teleop_fault, LATCHED_QOS,
                                          callback_group=taken),
                 self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS, callback_group=taken)]
@@ -372,8 +374,13 @@ class ArmDriverNode(Node):
         self.arm.feel(self._pair.to_leader([position[k] for k in order]), [effort[k] for k in order],
                       [velocity[k] for k in order], arrived_ns(info))
 
-    def _on_authority(self, msg: JointState, info: MessageInfo) -> None:
-        values = dict(zip(msg.name, msg.position, strict=False))
+    def _on_authority(self, data: bytes, info: MessageInfo) -> None:
+        """The teleop node's every tick (its authority, taken raw as the follower's states are)."""
+        try:
+            names, position, _velocity, _effort = self._authority_cdr.read(data)
+        except CdrError:
+            return
+        values = dict(zip(names, position, strict=False))
         alpha, mode = values.get(AUTHORITY_FIELDS[0]), values.get(AUTHORITY_FIELDS[1])
         if alpha is None or mode is None:
             return
