@@ -119,7 +119,8 @@ def test_decoders_refuse_bad_bytes() -> None:
         decode_joint_states([good, other])
 
 
-def _arm(names: list[str], position: list[float], velocity: list[float], effort: list[float], frame: str = "") -> object:
+def _arm(names: list[str], position: list[float], velocity: list[float], effort: list[float],
+         frame: str = "") -> object:
     return T["sensor_msgs/msg/JointState"](
         header=T["std_msgs/msg/Header"](stamp=_stamp(len(position) * 10**9 + 17), frame_id=frame), name=names,
         position=np.array(position), velocity=np.array(velocity), effort=np.array(effort))
