@@ -21,7 +21,11 @@ Scenarios, each with feedback `off`, `gripper` and `contact`:
 - `grasp`: the follower's jaws close on an object (`grip_object`), the operator squeezing the
   trigger toward fully shut; with the follower's own force limit (`grip_force_limit` 0.2, the
   default) and without it (0: the servo's own Max_Torque_Limit 0.5 and overload trip are all);
-- `push`: the follower's shoulder_pan blocked, the operator pushing 0.3 rad past it.
+- `push`: the follower's shoulder_pan blocked, the operator pushing 0.3 rad past it; with the
+  follower's collision hold (the default: a latched fault ~0.4 s in without feedback, the press
+  ended by a safety stop, not by the operator) and without it (`settings.COLLISION` off for the
+  pan: only the servo's own overload trip, ~2 s at full load, ends a press) — the fair comparison
+  of how long the operator presses, as the grasp without the force limit is for the grasp.
 
 Each scenario and mode runs `REPEATS` times, the modes of one repeat back to back (they share the
 machine's load); each figure is the median, each ratio the medians' and every repeat's. Measured:
@@ -76,7 +80,7 @@ from teleop_flywheel.core.calibration import (
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits
+from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits, settings
 from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S
 from teleop_flywheel.hw.arm.rendering import Rendered
 from teleop_flywheel.hw.feetech.bus import FeetechBus
@@ -275,12 +279,28 @@ def pressing(readings: list[Reading], joint: int) -> dict[str, float]:
     return {"peak_load": round(max(loads, default=0.0), 3), "time_above_limit_s": round(above / NS_PER_S, 3)}
 
 
-def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIMIT) -> dict[str, Any]:
+@contextmanager
+def collision_hold(on: bool) -> Iterator[None]:
+    """The follower's collision hold on shoulder_pan as configured (`on`), or off for the run: a
+    follower whose own protection is only the servo's overload trip (both drivers run in this
+    process, and only a follower checks for collisions)."""
+    kept = settings.COLLISION["shoulder_pan"]
+    if not on:
+        del settings.COLLISION["shoulder_pan"]
+    try:
+        yield
+    finally:
+        settings.COLLISION["shoulder_pan"] = kept
+
+
+def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIMIT,
+             hold: bool = True) -> dict[str, Any]:
     """One `grasp` or `push` run: free motion, then the operator's push; what the follower pressed."""
     grasp = kind == "grasp"
     joint = GRIPPER if grasp else PAN
     target = 2000.0 if grasp else POSE[PAN] + 0.3 * STEPS_PER_RAD  # the trigger shut; 0.3 rad past the pan
-    with rig(tmp, mode, grip_object=OBJECT if grasp else None, grip_force_limit=grip_force_limit) as run:
+    with (collision_hold(hold),
+          rig(tmp, mode, grip_object=OBJECT if grasp else None, grip_force_limit=grip_force_limit) as run):
         warm_up(run)
         settle(run, 1.0)
         start = now_ns()
@@ -455,28 +475,30 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(out: Path) -> dict[str, Any]:
     began = time.monotonic()
-    kinds = {"grasp": ("grasp", LOAD_LIMIT), "grasp_without_follower_force_limit": ("grasp", 0.0),
-             "push": ("push", LOAD_LIMIT)}
+    kinds = {"grasp": ("grasp", LOAD_LIMIT, True), "grasp_without_follower_force_limit": ("grasp", 0.0, True),
+             "push": ("push", LOAD_LIMIT, True), "push_without_follower_collision_hold": ("push", LOAD_LIMIT, False)}
     with tempfile.TemporaryDirectory(prefix="bench_feedback_") as name:
         tmp = Path(name)
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {k: {m: [] for m in MODES} for k in kinds}
         for _repeat in range(REPEATS):
-            for key, (kind, limit) in kinds.items():
+            for key, (kind, limit, hold) in kinds.items():
                 for mode in MODES:
-                    runs[key][mode].append(scenario(tmp, kind, mode, grip_force_limit=limit))
+                    runs[key][mode].append(scenario(tmp, kind, mode, grip_force_limit=limit, hold=hold))
         drags = {mode: round(drag(tmp, mode), 4) for mode in MODES}
         stiffness = (0.5, 2.0, 20.0)  # Present_Load units per step: a hand ~40x softer than the default to it
         stable = {mode: [stability(tmp, mode, k) for k in stiffness] for mode in ("off", "contact")}
     grasp = {m: summarise(r) for m, r in runs["grasp"].items()}
     grasp_unlimited = {m: summarise(r) for m, r in runs["grasp_without_follower_force_limit"].items()}
     push = {m: summarise(r) for m, r in runs["push"].items()}
+    push_unheld = {m: summarise(r) for m, r in runs["push_without_follower_collision_hold"].items()}
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return round(a / b, 3) if a is not None and b else None
 
     def ratios_of(key: str, mode: str, figure: str) -> dict[str, Any]:
         """The ratio of the medians, and each repeat's (its modes ran back to back)."""
-        medians = {"grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited, "push": push}[key]
+        medians = {"grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited, "push": push,
+                   "push_without_follower_collision_hold": push_unheld}[key]
         each = [ratio(a[figure], b[figure]) for a, b in zip(runs[key][mode], runs[key]["off"], strict=True)]
         return {"median": ratio(medians[mode][figure], medians["off"][figure]), "repeats": each}
 
@@ -486,6 +508,8 @@ def run(out: Path) -> dict[str, Any]:
         "grasp_unlimited_gripper_vs_off": {f: ratios_of("grasp_without_follower_force_limit", "gripper", f)
                                            for f in figures},
         "push_contact_vs_off": {f: ratios_of("push", "contact", f) for f in figures},
+        "push_unheld_contact_vs_off": {f: ratios_of("push_without_follower_collision_hold", "contact", f)
+                                       for f in figures},
         "drag_gripper_vs_off": ratio(drags["gripper"], drags["off"]),
         "drag_contact_vs_off": ratio(drags["contact"], drags["off"]),
     }
@@ -495,12 +519,14 @@ def run(out: Path) -> dict[str, Any]:
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
         "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
-        "push": push, "drag_rms": drags, "stability": stable, "ratios": ratios,
+        "push": push, "push_without_follower_collision_hold": push_unheld, "drag_rms": drags, "stability": stable,
+        "ratios": ratios,
         "latency_ticks": latencies,
         "latency_ticks_median": float(np.median(latencies)) if latencies else None,
         "load_average": load_average(), "seconds": round(time.monotonic() - began, 1),
     }
     unlimited, pushed = ratios["grasp_unlimited_gripper_vs_off"], ratios["push_contact_vs_off"]
+    unheld = ratios["push_unheld_contact_vs_off"]
 
     def halved(figure: dict[str, Any]) -> bool:
         return figure["median"] is not None and figure["median"] <= 0.5
@@ -513,6 +539,12 @@ def run(out: Path) -> dict[str, Any]:
         "push_pressing_time_halved": halved(pushed["time_above_limit_s"]),
         "push_peak_load_halved": halved(pushed["peak_load"]),
         "push_mean_load_halved": halved(pushed["mean_load"]),
+        "push_excess_load_halved": halved(pushed["excess_load_s"]),
+        # The push against a follower whose collision hold does not end the press without feedback.
+        "push_unheld_pressing_time_halved": halved(unheld["time_above_limit_s"]),
+        "push_unheld_excess_load_halved": halved(unheld["excess_load_s"]),
+        "push_contact_without_fault": not (push["contact"]["follower_faults"]
+                                           or push_unheld["contact"]["follower_faults"]),
         "drag_within_10_percent": all(r is not None and abs(r - 1.0) <= 0.1 for r in (ratios["drag_gripper_vs_off"],
                                                                                      ratios["drag_contact_vs_off"])),
         # No sustained oscillation: what the leader's pushed joint does above 2 Hz stays within one encoder step.

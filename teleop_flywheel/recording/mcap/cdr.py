@@ -9,7 +9,8 @@ the byte after that header. Three users, one implementation:
   `cdr_string`, `starts_with_header`; `SequenceTracker` counts drops from sequence gaps;
 - the reader (`recording.reader`): `CdrReader` and the message decoders, `decode_joint_states`
   vectorised (messages of one layout are joined into one (N, L) byte array and viewed as
-  float64 columns — no per-message Python for thousands of messages);
+  float64 columns — no per-message Python for thousands of messages); `JointStateReader` the
+  same one message at a time (a leader's driver feeling its follower's stream, taken raw);
 - synthetic sessions (`testing.synthetic_session`): `CdrWriter` and the encoders
   `joint_state_cdr`, `compressed_image_cdr`, `string_cdr` (little endian, as ROS 2 writes).
 
@@ -22,6 +23,7 @@ import re
 import struct
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -290,6 +292,36 @@ def joint_state_layout(data: Buffer) -> tuple[int, str, list[str], list[tuple[in
             raise CdrError(f"JointState {field_name} has {len(arr)} values for {len(names)} names")
         spans.append((off, len(arr)))
     return stamp, frame, names, spans
+
+
+class JointStateReader:
+    """One topic's JointState messages one at a time, as they arrive (a leader feeling its
+    follower's 200 Hz stream): `read` gives (names, position, velocity, effort). A publisher sends
+    the same layout (byte order, frame_id, names, array lengths) every time, so it is parsed once
+    (`joint_state_layout`, which checks it) and a message whose length and every byte outside the
+    stamp and the arrays' values agree with it is read with one struct call per array; any other
+    is parsed in full and becomes the layout. CdrError for a malformed message."""
+
+    def __init__(self) -> None:
+        self._length = -1
+        self._gaps: list[tuple[int, int, bytes]] = []  # the bytes around the values: encapsulation, names, counts
+        self._names: tuple[str, ...] = ()
+        self._arrays: list[tuple[struct.Struct, int]] = []  # per array: its values' format and offset
+
+    def read(self, data: bytes) -> tuple[tuple[str, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+        if len(data) != self._length or any(data[a:b] != kept for a, b, kept in self._gaps):
+            self._parse(data)
+        position, velocity, effort = (fmt.unpack_from(data, off) for fmt, off in self._arrays)
+        return self._names, position, velocity, effort
+
+    def _parse(self, data: bytes) -> None:
+        _stamp, _frame, names, spans = joint_state_layout(data)
+        e = _endian(data)
+        edges = [(0, 4), (12, spans[0][0])] + [(a + 8 * n, b) for (a, n), (b, _m) in pairwise(spans)]
+        self._gaps = [(a, b, bytes(data[a:b])) for a, b in edges]
+        self._names = tuple(names)
+        self._arrays = [(struct.Struct(f"{e}{n}d"), off) for off, n in spans]
+        self._length = len(data)
 
 
 def decode_joint_states(messages: list[bytes], where: str = "JointState") -> JointStates:

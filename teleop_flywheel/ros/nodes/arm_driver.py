@@ -89,6 +89,8 @@ from teleop_flywheel.hw.arm import ROLES, ArmConfig, ArmDriver, Reading, effecti
 from teleop_flywheel.hw.arm.config import EXIT_ACTIONS, FEEDBACK_MODES
 from teleop_flywheel.hw.arm.settings import DEFAULT_ACCELERATION
 from teleop_flywheel.hw.feetech.bus import FeetechBus
+from teleop_flywheel.recording.mcap.cdr import JointStateReader
+from teleop_flywheel.recording.mcap.exceptions import CdrError
 from teleop_flywheel.ros.errors import ParameterError
 from teleop_flywheel.ros.nodes.common import (
     CONTROL_QOS,
@@ -105,6 +107,9 @@ from teleop_flywheel.ros.params import NodeParameters, NodeParams, spec
 
 ESTOP_ACK_S = 0.5  # how long ~/estop waits for the servos to read back the hold before it answers failure
 _LIMIT = (-6.3, 6.3)  # any joint limit (rad) is within one turn either way: the defaults leave the calibrated range
+
+
+Handler = Callable[[Any, MessageInfo], None]  # a taken subscription's: (message or its bytes, its info)
 
 
 class BusThreadTakes(CallbackGroup):
@@ -239,6 +244,9 @@ class ArmDriverNode(Node):
                              on_change=self._publish_diagnostics)
         self.create_subscription(JointState, arm_command(p.role), self._on_command, CONTROL_QOS)
         self._taken: list[Subscription[Any]] = []  # each handler takes (message, MessageInfo)
+        self._follower_cdr = JointStateReader()  # the follower's samples are taken raw (`_on_follower`)
+        self._authority_cdr = JointStateReader()  # and so is the teleop node's authority
+        self._follower_order: tuple[tuple[str, ...], list[int] | None] = ((), None)
         if p.feedback != "off":
             follower = load_calibration(p.follower_calibration_file) if p.follower_calibration_file else None
             self._pair = ArmPair(calibration if follower else None, follower)
@@ -250,8 +258,9 @@ class ArmDriverNode(Node):
             taken = BusThreadTakes()
             self._taken = [
                 self.create_subscription(JointState, arm_state("follower"), self._on_follower, STREAM_QOS,
-                                         callback_group=taken),
-                self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS, callback_group=taken),
+                                         callback_group=taken, raw=True),
+                self.create_subscription(JointState, AUTHORITY, self._on_authority, CONTROL_QOS, callback_group=taken,
+                                         raw=True),
                 self.create_subscription(DiagnosticStatus, TELEOP_FAULT, self._on_teleop_fault, LATCHED_QOS,
                                          callback_group=taken),
                 self.create_subscription(Joy, PEDAL_JOY, self._on_pedal, STREAM_QOS, callback_group=taken)]
@@ -276,7 +285,7 @@ class ArmDriverNode(Node):
     def _take_inputs(self) -> None:
         """Bus thread, right before a tick: every message that arrived since the last, in order."""
         for sub in self._taken:
-            handler = cast(Callable[[Any, MessageInfo], None], sub.callback)
+            handler = cast(Handler, sub.callback)
             with sub.handle:
                 while (taken := sub.handle.take_message(sub.msg_type, sub.raw)) is not None:
                     handler(*taken)
@@ -345,20 +354,33 @@ class ArmDriverNode(Node):
             return
         self.arm.command(msg.name, msg.position, now_ns())
 
-    def _on_follower(self, msg: JointState, info: MessageInfo) -> None:
+    def _on_follower(self, data: bytes, info: MessageInfo) -> None:
         """The follower, felt by this leader; its staleness counts from arrival (this host's
         monotonic clock), so a follower whose samples stop is let go of. A sample without every
-        joint's position, velocity and load is not felt (a silent servo: the follower holds)."""
-        names = list(msg.name)
-        n = len(names)
-        if (len(msg.position), len(msg.velocity), len(msg.effort)) != (n, n, n) or set(JOINT_NAMES) - set(names):
+        joint's position, velocity and load is not felt (a silent servo: the follower holds), nor
+        is one that does not decode. Taken as CDR bytes and read by `JointStateReader`: rclpy's
+        JointState, built and checked field by field per sample, cost the leader more than the
+        rest of feeling it (bench/rig_cpu.py --part feedback)."""
+        try:
+            names, position, velocity, effort = self._follower_cdr.read(data)
+        except CdrError:
             return
-        order = [names.index(name) for name in JOINT_NAMES]
-        self.arm.feel(self._pair.to_leader([msg.position[k] for k in order]), [msg.effort[k] for k in order],
-                      [msg.velocity[k] for k in order], arrived_ns(info))
+        if names is not self._follower_order[0]:  # a new layout (the reader keeps one while it lasts)
+            whole = not set(JOINT_NAMES) - set(names)
+            self._follower_order = (names, [names.index(name) for name in JOINT_NAMES] if whole else None)
+        order = self._follower_order[1]
+        if order is None or not len(position) == len(velocity) == len(effort) == len(names):
+            return
+        self.arm.feel(self._pair.to_leader([position[k] for k in order]), [effort[k] for k in order],
+                      [velocity[k] for k in order], arrived_ns(info))
 
-    def _on_authority(self, msg: JointState, info: MessageInfo) -> None:
-        values = dict(zip(msg.name, msg.position, strict=False))
+    def _on_authority(self, data: bytes, info: MessageInfo) -> None:
+        """The teleop node's every tick (its authority, taken raw as the follower's states are)."""
+        try:
+            names, position, _velocity, _effort = self._authority_cdr.read(data)
+        except CdrError:
+            return
+        values = dict(zip(names, position, strict=False))
         alpha, mode = values.get(AUTHORITY_FIELDS[0]), values.get(AUTHORITY_FIELDS[1])
         if alpha is None or mode is None:
             return

@@ -6,6 +6,7 @@ import pytest
 from rosbags.typesys import Stores, get_typestore
 
 from teleop_flywheel.recording.mcap.cdr import (
+    JointStateReader,
     SequenceTracker,
     cdr_string,
     compressed_image_cdr,
@@ -116,3 +117,43 @@ def test_decoders_refuse_bad_bytes() -> None:
     other = joint_state_cdr(6, ["b"], [1.0])
     with pytest.raises(CdrError, match="joint names"):
         decode_joint_states([good, other])
+
+
+def _arm(names: list[str], position: list[float], velocity: list[float], effort: list[float],
+         frame: str = "") -> object:
+    return T["sensor_msgs/msg/JointState"](
+        header=T["std_msgs/msg/Header"](stamp=_stamp(len(position) * 10**9 + 17), frame_id=frame), name=names,
+        position=np.array(position), velocity=np.array(velocity), effort=np.array(effort))
+
+
+@pytest.mark.parametrize("little", [True, False])
+def test_a_joint_state_read_one_at_a_time_is_what_rosbags_wrote(little: bool) -> None:
+    """A stream of one layout, then each thing that changes a layout without changing the length
+    (names reordered, a frame_id of as many bytes, the values moved from velocity to effort), and
+    a shorter one: each read as written, never through the layout before it."""
+    six = [f"j{i}" for i in range(6)]
+    stream = [_arm(six, [0.1 * i + k for i in range(6)], [-0.2 * i for i in range(6)], [0.03 * k] * 6)
+              for k in range(3)]
+    stream += [_arm(six[::-1], [1.0] * 6, [2.0] * 6, [3.0] * 6),
+               _arm(six[::-1], [1.0] * 6, [2.0] * 6, [3.0] * 6, frame="ab"),
+               _arm(six[::-1], [1.0] * 6, [2.0] * 6, [3.0] * 6, frame="cd"),
+               _arm(["a", "b"], [1.0, 2.0], [3.0, 4.0], []),
+               _arm(["a", "b"], [1.0, 2.0], [], [3.0, 4.0]),
+               _arm(["a"], [5.0], [], [])]
+    reader = JointStateReader()
+    for msg in stream:
+        data = bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/JointState", little_endian=little))
+        names, position, velocity, effort = reader.read(data)
+        assert list(names) == list(msg.name)  # type: ignore[attr-defined]
+        for got, sent in ((position, msg.position), (velocity, msg.velocity), (effort, msg.effort)):  # type: ignore[attr-defined]
+            assert list(got) == sent.tolist()
+
+
+def test_a_joint_state_read_one_at_a_time_refuses_bad_bytes() -> None:
+    reader = JointStateReader()
+    good = joint_state_cdr(5, ["a", "b"], [1.0, 2.0], velocity=[3.0, 4.0], effort=[5.0, 6.0])
+    assert reader.read(good)[3] == (5.0, 6.0)
+    with pytest.raises(CdrError):
+        reader.read(good[:-8])  # the same layout cut short: parsed in full, and refused
+    with pytest.raises(CdrError, match="2 values for 3 names"):
+        reader.read(joint_state_cdr(5, ["a", "b", "c"], [1.0, 2.0]))
