@@ -116,6 +116,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from teleop_flywheel.data.validate.reasons import ValidateConfig
+
 GRID = 8
 MIN_FRAMES = 30
 COARSE_STEP_S = 0.005
@@ -143,7 +145,6 @@ PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on
 # shoulder_lift, elbow_flex and wrist_flex (`so101.JOINT_NAMES` order) turn about parallel axes: the links after
 # them sweep the image by their combined turn (module doc, 7.).
 PARALLEL_PAIRS = ((1, 2), (2, 3), (1, 3))
-DEFAULT_MAX_STDERR_MS = 12.0  # `camera_lag_max_stderr_ms`'s default (config/validate.yaml)
 Z95 = 1.96
 Z_BEYOND = 1.645  # standard errors a lag must exceed its bound by: beyond it with 95 % confidence (one-sided)
 
@@ -440,8 +441,8 @@ def motion_events(joint_stamps_ns: np.ndarray, joint_positions: np.ndarray) -> i
 
 
 def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_ns: np.ndarray,
-                 joint_positions: np.ndarray, search_ms: float = 200.0,
-                 max_stderr_ms: float = DEFAULT_MAX_STDERR_MS) -> LagEstimate:
+                 joint_positions: np.ndarray, search_ms: float = ValidateConfig.camera_lag_search_ms,
+                 max_stderr_ms: float = ValidateConfig.camera_lag_max_stderr_ms) -> LagEstimate:
     """The camera's lag behind the joints (module docstring). `energy[i]` belongs to the image pair
     (i, i+1); joint positions are the follower's, in any unit, sorted by stamp. An estimate whose standard
     error is over `max_stderr_ms` cannot tell (the validator's `camera_lag_max_stderr_ms`)."""
