@@ -194,7 +194,10 @@ def change_points(estimates: list[tuple[float, float] | None]) -> list[int]:
     means differ most in standard errors (every episode counts where the split falls: the medians
     would jump by whole episodes); it stands when the sides' pools (`pool`: robust to one false peak)
     still differ by more than CHANGE_Z standard errors, with at least CHANGE_MIN_SIDE estimates on
-    each side."""
+    each side. Episodes without an estimate between the last one before the change and the first
+    after it are a run of their own: nothing says on which side of the restart they were recorded,
+    and either pool would judge them by a lag that may not be theirs (at 320x240, two clean episodes
+    that could not tell, just before a 30 ms restart, were rejected with the late run)."""
 
     def split(lo: int, hi: int) -> list[int]:
         best, where = 0.0, -1
@@ -213,7 +216,8 @@ def change_points(estimates: list[tuple[float, float] | None]) -> list[int]:
         right = pool([e for e in estimates[where:hi] if e is not None])
         if left is None or right is None or abs(left[0] - right[0]) / math.hypot(left[1], right[1]) <= CHANGE_Z:
             return []
-        return split(lo, where) + [where] + split(where, hi)
+        after = next(k for k in range(where, hi) if estimates[k] is not None)
+        return split(lo, where) + [where] + ([after] if after > where else []) + split(after, hi)
 
     return [0] + split(0, len(estimates))
 
