@@ -49,7 +49,15 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.episode_table import columns_for, table_ids, table_records, table_times
+from teleop_flywheel.data.lerobot.episode_table import (
+    COLUMNS,
+    ID_COLUMNS,
+    META_JSON_COLUMNS,
+    columns_for,
+    table_ids,
+    table_records,
+    table_times,
+)
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import CODES, Reason
@@ -321,8 +329,15 @@ def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool
         values = to_numpy(part.column(column), column).astype(bool)
         if values.ndim > 1:
             values = np.asarray(values.any(axis=1))
-        flags.update({e: bool(values[ep == e].any()) for e in eps})
+        flagged = set(np.unique(ep[values]).tolist())  # one pass over the frames, not one per episode
+        flags.update({e: e in flagged for e in eps})
     return flags, frames
+
+
+# What `update_weights` reads of the episodes table (`table_times`, `table_ids`, `_read_flags`, the fallback's
+# records): `LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)` is enough for it
+WEIGHT_COLUMNS = [*ID_COLUMNS, *META_JSON_COLUMNS, *(c for f in ("recorded_wall_ns", "interventions", "triggers")
+                                                     for c in COLUMNS[f]), "data/chunk_index", "data/file_index"]
 
 
 def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
@@ -363,7 +378,7 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), 
     has none, else marked behind); what was done, one line each. `record`: the record as read already."""
     done = [f"validation record {update_record(root, reports, record)}"]
     fault(f"refresh {RECORD_PATH}")
-    ds = LeRobotDataset.open(root)
+    ds = LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)
     path, frames = update_weights(ds)
     fault(f"refresh {WEIGHTS_PATH}")
     done.append(f"sample weights {path} ({frames} frames read)")
