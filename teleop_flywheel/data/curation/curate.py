@@ -46,6 +46,7 @@ command what the robot then tracks with lag.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,12 +168,15 @@ class Scores:
     duration_ratio: np.ndarray
     coverage_gain: np.ndarray
 
-    def columns(self, starts: np.ndarray) -> dict[str, list[Any]]:
-        """As episodes-table columns (None for unknown)."""
-        out: dict[str, list[Any]] = {}
+    def columns(self, starts: np.ndarray) -> dict[str, pa.Array]:
+        """As episodes-table columns (null for unknown), built from the arrays (no Python value per row)."""
+        out: dict[str, pa.Array] = {}
         for name in ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain"):
-            out[name] = [None if not np.isfinite(v) else float(v) for v in getattr(self, name)]
-        out[START_STATE] = [[float(x) for x in row] for row in starts]
+            values = np.asarray(getattr(self, name), dtype=np.float64)
+            out[name] = pa.array(values, pa.float64(), mask=~np.isfinite(values))
+        flat = np.asarray(starts, dtype=np.float64).reshape(len(starts), -1)
+        offsets = pa.array(np.arange(len(flat) + 1, dtype=np.int32) * flat.shape[1])
+        out[START_STATE] = pa.ListArray.from_arrays(offsets, pa.array(flat.ravel(), pa.float64()))
         return out
 
 
@@ -483,10 +487,10 @@ def _known_gains(table: pa.Table, root: Path, lows: np.ndarray, highs: np.ndarra
     return np.asarray(gains, dtype=np.float64)  # null (a lone episode's) -> NaN
 
 
-def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
+def _set_columns(table: pa.Table, columns: Mapping[str, list[Any] | pa.Array]) -> pa.Table:
     for name, values in columns.items():
         kind = pa.list_(pa.float64()) if name == START_STATE else pa.float64()
-        array = pa.array(values, type=kind)
+        array = values if isinstance(values, pa.Array) else pa.array(values, type=kind)
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, array) if i >= 0 else table.append_column(name, array)
     return table
