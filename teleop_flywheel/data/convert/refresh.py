@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.files import replace_atomic
@@ -296,15 +297,19 @@ class Weighed:
     age_days: float
 
 
-def _known_flags(root: Path) -> dict[tuple[int, str | None], bool]:
-    """{(episode_index, episode_id): has_intervention} of the weights file (none if absent or unreadable)."""
+def _known_flags(root: Path, index: list[int], ids: list[str | None]) -> np.ndarray:
+    """`has_intervention` of the weights file for the first episodes of (`index`, `ids`), as far as the file
+    holds the same episodes in the same order (an append's: all but the new ones); none if it is absent,
+    unreadable or holds others. Compared as columns: no Python object per row of the file."""
     try:
         table, _ = read_weight_table(root)
-        rows = zip(table.column("episode_index").to_pylist(), table.column("episode_id").to_pylist(),
-                   table.column("has_intervention").to_pylist(), strict=True)
-        return {(int(e), i): bool(h) for e, i, h in rows}
-    except (DatasetError, OSError, ValueError, KeyError):
-        return {}
+        n = table.num_rows
+        if n > len(index) or not np.array_equal(table.column("episode_index").to_numpy(), index[:n]) or \
+                table.column("episode_id").to_pylist() != ids[:n]:
+            return np.zeros(0, dtype=bool)
+        return np.asarray(table.column("has_intervention").to_numpy(zero_copy_only=False), dtype=bool)
+    except (DatasetError, OSError, ValueError, KeyError, pa.ArrowInvalid):
+        return np.zeros(0, dtype=bool)
 
 
 def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool], int]:
@@ -355,11 +360,10 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
         index = [int(e) for e in table["episode_index"]]
         ids = table_ids(table)
         times = table_times(table, [tasks[i] for i in order], ds.fps)
-        known = _known_flags(ds.root)
-        todo = [e for e, i in zip(index, ids, strict=True) if (e, i) not in known]
+        known = _known_flags(ds.root, index, ids)
+        todo = index[len(known):]
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
-        has_int = np.array([read[e] if e in read else known[(e, i)] for e, i in zip(index, ids, strict=True)],
-                           dtype=bool)
+        has_int = np.concatenate([known, np.array([read[e] for e in todo], dtype=bool)])
     else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
         recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
         index, ids, times = [r.episode_index for r in recs], [r.episode_id for r in recs], \
