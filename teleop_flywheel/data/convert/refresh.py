@@ -339,10 +339,12 @@ def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool
     return flags, frames
 
 
-# What `update_weights` reads of the episodes table (`table_times`, `table_ids`, `_read_flags`, the fallback's
-# records): `LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)` is enough for it
-WEIGHT_COLUMNS = [*ID_COLUMNS, *META_JSON_COLUMNS, *(c for f in ("recorded_wall_ns", "interventions", "triggers")
-                                                     for c in COLUMNS[f]), "data/chunk_index", "data/file_index"]
+# What `update_weights` reads of the episodes table (`table_times`, `table_ids`, `_read_flags`): with the
+# data's intervention column, `LeRobotDataset.open(root, episode_columns=FLAGGED_COLUMNS)` is enough for it
+# (ours: read from the scores file's copies, no episodes file opened); else the metadata's takeovers too
+FLAGGED_COLUMNS = [*ID_COLUMNS, *META_JSON_COLUMNS, *COLUMNS["recorded_wall_ns"], "data/chunk_index",
+                   "data/file_index"]
+WEIGHT_COLUMNS = [*FLAGGED_COLUMNS, *COLUMNS["interventions"], *COLUMNS["triggers"]]
 
 
 def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
@@ -382,7 +384,9 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), 
     has none, else marked behind); what was done, one line each. `record`: the record as read already."""
     done = [f"validation record {update_record(root, reports, record)}"]
     fault(f"refresh {RECORD_PATH}")
-    ds = LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)
+    ds = LeRobotDataset.open(root, episode_columns=FLAGGED_COLUMNS)
+    if not ds.has_column("intervention"):  # the weights read the metadata's takeovers instead
+        ds = LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)
     path, frames = update_weights(ds)
     fault(f"refresh {WEIGHTS_PATH}")
     done.append(f"sample weights {path} ({frames} frames read)")

@@ -425,36 +425,40 @@ def with_scores(table: pa.Table, root: Path, fps: float, success: np.ndarray | N
     return _set_columns(table, scored.columns(start_arr))
 
 
-# The scores file's columns that the scores are computed from (`v3_layout.SCORES_PATH`), and the
-# episodes-table column each is a copy of: with them an append scores every episode from that file alone
-SCORE_INPUTS = {f"{SCORE_INPUT}tasks": "tasks", f"{SCORE_INPUT}length": "length",
-                f"{SCORE_INPUT}{STATE}/min": f"stats/{STATE}/min", f"{SCORE_INPUT}{STATE}/max": f"stats/{STATE}/max"}
+# The episodes-table columns the scores file holds a copy of, as `input/<column>` (`dataset.SCORE_INPUT`):
+# what the scores are computed from, so an append scores every episode from that file alone; and, where
+# the rows have them, what an append reads of every episode besides (the ids for the duplicates, the
+# times and data files for the sample weights: `dataset.LeRobotDataset.open(episode_columns=...)` reads
+# them there), so it opens no episodes file but the last
+SCORED_FROM = ("tasks", "length", f"stats/{STATE}/min", f"stats/{STATE}/max")
+CARRIED = (*ID_COLUMNS, *COLUMNS["recorded_wall_ns"], "data/chunk_index", "data/file_index")
 
 
 def score_file(scored: pa.Table) -> pa.Table:
-    """The scores file's table of an episodes table whose rows hold their scores (`with_scores`'), with
-    a copy of its id columns (`append.existing_ids` reads them there)."""
-    ids = [c for c in ID_COLUMNS if c in scored.column_names]
-    names = ["episode_index", *SCORE_INPUTS.values(), *ids, *CURATION_COLUMNS]
-    return scored.select(names).rename_columns(["episode_index", *SCORE_INPUTS, *(SCORE_INPUT + c for c in ids),
-                                                *CURATION_COLUMNS])
+    """The scores file's table of an episodes table whose rows hold their scores (`with_scores`')."""
+    copies = [*SCORED_FROM, *(c for c in CARRIED if c in scored.column_names)]
+    return scored.select(["episode_index", *copies, *CURATION_COLUMNS]).rename_columns(
+        ["episode_index", *(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS])
 
 
 def score_table(added: pa.Table, root: Path, fps: float) -> pa.Table:
     """The scores file after an append of the episodes-table rows `added` (`append.write_episodes`'
     `scores`): `with_scores` over the rows the dataset's scores file holds (their inputs and scores, a
     few floats an episode: the episodes files are not read) and the added ones. A dataset without one
-    (new, or converted before it: its rows hold the scores) is scored from every row of its table."""
+    (new, or converted before it: its rows hold the scores), or whose file copies other columns than
+    the added rows have, is scored from every row of its table."""
     old = read_scores(root)
-    if old is None or not {*SCORE_INPUTS, *CURATION_COLUMNS} <= set(old.column_names):
+    carried = [c for c in CARRIED if c in added.column_names]
+    copies = [*SCORED_FROM, *carried]
+    have = set(old.column_names) if old is not None else set()
+    if old is None or not {*(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS} <= have or \
+            any(SCORE_INPUT + c in have for c in CARRIED if c not in carried):
         whole = read_episode_table(root)
         table = added if whole is None else pa.concat_tables([whole, added], promote_options="permissive")
         return score_file(with_scores(table, root, fps))
-    ids = [c for c in ID_COLUMNS if SCORE_INPUT + c in old.column_names]
-    prior = old.select(["episode_index", *SCORE_INPUTS, *(SCORE_INPUT + c for c in ids), *CURATION_COLUMNS]
-                       ).rename_columns(["episode_index", *SCORE_INPUTS.values(), *ids, *CURATION_COLUMNS])
-    wanted = ["episode_index", *SCORE_INPUTS.values(), *ids, "jerk", START_STATE,
-              *columns_for(added.column_names, "outcome", "attempts")]
+    prior = old.select(["episode_index", *(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS]).rename_columns(
+        ["episode_index", *copies, *CURATION_COLUMNS])
+    wanted = ["episode_index", *copies, "jerk", START_STATE, *columns_for(added.column_names, "outcome", "attempts")]
     new = added.select([c for c in dict.fromkeys(wanted) if c in added.column_names])
     df = new.to_pandas()
     gained = table_successes(df, [[str(t) for t in v] if v is not None else [] for v in df["tasks"]], fps)

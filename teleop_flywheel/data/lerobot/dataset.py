@@ -230,12 +230,15 @@ def _read_episodes(root: Path, with_stats: bool, only: list[str] | None = None) 
     files = sorted((root / EPISODES_DIR).rglob("*.parquet"))
     if not files:
         raise DatasetError(f"{root / EPISODES_DIR}: no episodes parquet files")
+    copied = _from_scores(root, files[-1], only) if only is not None else None
+    if copied is not None:
+        return copied
     frames = []
     for path in files:
         try:
             schema = pq.read_schema(path)
             cols = [c for c in schema.names if (with_stats or not c.startswith("stats/")) and
-                    (only is None or c in only or c in ("episode_index", "length", "tasks"))]
+                    (only is None or c in only or c in _ALWAYS)]
             frames.append(pq.read_table(path, columns=cols).to_pandas())
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
@@ -248,6 +251,29 @@ def _read_episodes(root: Path, with_stats: bool, only: list[str] | None = None) 
         dup = episodes.loc[episodes["episode_index"].duplicated(), "episode_index"].tolist()
         raise DatasetError(f"{root / EPISODES_DIR}: episode_index listed twice: {dup[:10]}")
     return episodes.sort_values("episode_index", kind="stable").reset_index(drop=True)
+
+
+def _from_scores(root: Path, last: Path, only: list[str]) -> pd.DataFrame | None:
+    """The columns `only` (and `_ALWAYS`) of the episodes table from the copies the scores file holds, when
+    it holds one of each such column the rows have (ours share one schema: the last file's footer says);
+    None otherwise. Opens two files, however many episodes files there are."""
+    try:
+        scores = read_scores(root)
+        names = set(pq.read_schema(last).names)
+    except (DatasetError, pa.ArrowInvalid, OSError):
+        return None
+    if scores is None:
+        return None
+    wanted = [c for c in dict.fromkeys([*_ALWAYS, *only]) if c in names and c != "episode_index"]
+    if not all(SCORE_INPUT + c in scores.column_names for c in wanted):
+        return None
+    table = scores.select(["episode_index", *(SCORE_INPUT + c for c in wanted)]).rename_columns(
+        ["episode_index", *wanted]).to_pandas()
+    join_scores(table, root, only)
+    return table.sort_values("episode_index", kind="stable").reset_index(drop=True)
+
+
+_ALWAYS = ("episode_index", "length", "tasks")  # read whatever columns are asked for
 
 
 def join_scores(episodes: pd.DataFrame, root: Path, only: list[str] | None = None) -> None:

@@ -177,9 +177,11 @@ def test_a_verdict_merged_into_the_record_is_all_that_is_parsed_or_encoded(bags:
 
 
 def _scores(ds: Path) -> pa.Table:
+    """The scores file but its copy of where each episode's data is (an append writes a data file of its
+    own, a convert of every bag one for all)."""
     table = read_scores(ds)
     assert table is not None
-    return table
+    return table.drop_columns(["input/data/chunk_index", "input/data/file_index"])
 
 
 def test_an_append_writes_the_last_episodes_file_only_and_scores_equal_a_full_rebuild(
@@ -191,13 +193,22 @@ def test_an_append_writes_the_last_episodes_file_only_and_scores_equal_a_full_re
     ds = tmp_path / "ds"
     conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
     full: dict[str, int] = {}  # a full file's inode when first seen full
+    opened: list[str] = []
     for bag in bags[1:5]:
-        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+        opened.clear()
+        with monkeypatch.context() as m:  # every episodes file the append opens (the real pyarrow calls)
+            for name in ("read_table", "read_schema", "read_metadata"):
+                real = getattr(pq, name)
+                m.setattr(pq, name, lambda src, *a, _real=real, **k: opened.append(str(src)) or _real(src, *a, **k))
+            conv.convert([bag], ds, codec="h264", workers=1, progress=False)
         for f in episode_files(ds):
             if pq.read_metadata(f).num_rows == 2:
                 assert full.setdefault(f.name, f.stat().st_ino) == f.stat().st_ino, f"{f.name} written again"
     files = episode_files(ds)
     assert [pq.read_metadata(f).num_rows for f in files] == [2, 2, 1]
+    # the last append opened the last file before it (full: its schema) and, after its commit, the one it
+    # wrote (its schema), no other: the ids, the scores and the weights' times come from the scores file
+    assert {Path(p).name for p in opened if "/meta/episodes/" in p} == {"file-001.parquet", "file-002.parquet"}
     assert sorted(full) == ["file-000.parquet", "file-001.parquet"]
     schemas = [pq.read_schema(f) for f in files]
     assert all(s.equals(schemas[0]) for s in schemas)  # LeRobot reads them as one table
