@@ -358,10 +358,14 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     if flagged:  # what a weight needs per row as columns: no record per row (`table_times`)
         order = np.argsort(table["episode_index"].to_numpy(), kind="stable")
         table = table.iloc[order]
-        tasks = ds.episode_tasks()
         index = [int(e) for e in table["episode_index"]]
         ids = table_ids(table)
-        times = table_times(table, [tasks[i] for i in order], ds.fps)
+
+        def tasks() -> list[list[str]]:  # only for rows without a time in the column: rare, a list per row
+            every = ds.episode_tasks()
+            return [every[i] for i in order]
+
+        times = table_times(table, tasks, ds.fps)
         known = _known_flags(ds.root, index, ids)
         todo = index[len(known):]
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
