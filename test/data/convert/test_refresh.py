@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.convert import refresh
 from teleop_flywheel.data.convert.refresh import card_behind, read_record, update_record
@@ -19,6 +20,7 @@ from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.append import episode_files, existing_ids, read_episode_table
+from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, read_scores
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
 from teleop_flywheel.data.reports.card import write_card
@@ -225,11 +227,29 @@ def test_an_append_writes_the_last_episodes_file_only_and_scores_equal_a_full_re
     assert existing_ids(ds) == existing_ids(batch) and len(existing_ids(ds)) == 10  # v2 and v1 ids
     again = conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
     assert again.duplicates and not again.converted  # the ids of every file are known
+    manifest = tmp_path / "m.json"
+    assert problems(ds) == []  # doctor's full check over the three files (the synthetic data's frame contract
+    # is another matter, which doctor also reports)
+    for argv in (["audit", str(ds)], ["stats", str(ds)], ["card", str(ds)],
+                 ["curate", str(ds), "--no-weights"],
+                 ["manifest", "create", str(ds), "--out", str(manifest), "--filter", "jerk_z < 5"],
+                 ["manifest", "verify", str(ds), str(manifest)]):
+        assert cli_main(argv) == 0, argv  # the verbs read the three files and the scores file
+    assert len(json.loads(manifest.read_text())["episodes"]) == 5
 
+
+def test_lerobot_reads_the_episodes_files_of_appends(bags: list[Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot's own loader reads a dataset whose episodes table is in several files (one schema)."""
     lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset",
                                           reason="LeRobot not installed (too heavy for CI)")
+    monkeypatch.setattr(v3_layout, "EPISODES_PER_FILE", 2)
+    ds = tmp_path / "ds"
+    for bag in bags[:3]:
+        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+    assert len(episode_files(ds)) == 2
     loaded = lerobot_dataset.LeRobotDataset("local/ds", root=ds, video_backend="pyav")
-    assert len(loaded) == int(mine["length"].sum()) and loaded.meta.total_episodes == 5
+    assert len(loaded) == int(LeRobotDataset.open(ds).episodes["length"].sum()) and loaded.meta.total_episodes == 3
     assert loaded[len(loaded) - 1]["observation.images.wrist"].shape[0] == 3
 
 
