@@ -18,6 +18,7 @@ when it is opened (`files`), whatever commits follow; `root` stays the path give
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,15 +280,24 @@ _ALWAYS = ("episode_index", "length", "tasks")  # read whatever columns are aske
 def join_scores(episodes: pd.DataFrame, root: Path, only: list[str] | None = None) -> None:
     """Add to the episodes table (in place) the scores file's columns its rows do not hold (`only`: of
     those, the ones named), by episode; nothing when the dataset has no scores file."""
+    for name, column in score_columns(root, episodes["episode_index"].to_numpy(), episodes.columns, only).items():
+        episodes[name] = column.to_pandas().to_numpy()
+
+
+def score_columns(root: Path, episode_index: np.ndarray, have: Iterable[str], only: list[str] | None = None
+                  ) -> dict[str, pa.ChunkedArray]:
+    """The scores file's columns that are not in `have` (nor `SCORE_INPUT` copies; `only`: of those the ones
+    named), one row per entry of `episode_index` (null where the file has none): what a reader of the rows
+    adds to them ({} without a scores file)."""
     scores = read_scores(root)
     if scores is None:
-        return
-    add = [c for c in scores.column_names if c not in episodes.columns and not c.startswith(SCORE_INPUT)
+        return {}
+    held = set(have)
+    add = [c for c in scores.column_names if c not in held and not c.startswith(SCORE_INPUT)
            and (only is None or c in only)]
-    side = scores.select(["episode_index", *add]).to_pandas().set_index("episode_index")
-    joined = side.reindex(episodes["episode_index"].to_numpy())
-    for c in add:
-        episodes[c] = joined[c].to_numpy()
+    pos = pd.Index(scores.column("episode_index").to_numpy()).get_indexer(np.asarray(episode_index))
+    take = pa.array(pos, pa.int64(), mask=pos < 0)
+    return {c: scores.column(c).take(take) for c in add}
 
 
 def read_scores(root: Path) -> pa.Table | None:
