@@ -59,10 +59,12 @@ from result_file import RESULTS, load_average, write_result
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
-from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, score_file, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
+from teleop_flywheel.data.lerobot.append import place_rows
 from teleop_flywheel.data.lerobot.consistency import write_seal
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, read_scores
+from teleop_flywheel.data.lerobot.episode_table import START_STATE
 from teleop_flywheel.data.provenance.lineage import Registry, register_checkpoint
 from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
 from teleop_flywheel.data.provenance.manifest import create, verify
@@ -256,6 +258,9 @@ def grow(src: Path, out: Path, n: int) -> None:
     at `n`; only the content repeats."""
     base = commit.snapshot(src)
     rows = pq.read_table(base / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)).to_pylist()
+    own = {r["episode_index"]: r for r in read_scores(base).to_pylist()}  # each row's jerk and start state
+    rows = [{**r, "jerk": own[r["episode_index"]]["jerk"], START_STATE: own[r["episode_index"]][START_STATE]}
+            for r in rows]
     data = pq.read_table(base / v3_layout.DATA_PATH.format(chunk_index=0, file_index=0))
     info = json.loads((base / v3_layout.INFO_PATH).read_text())
     fps, k = int(info["fps"]), len(rows)
@@ -293,10 +298,12 @@ def grow(src: Path, out: Path, n: int) -> None:
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(base / rel, stage / rel)
         scored = with_scores(pa.Table.from_pylist(grown), out, fps)  # every score over the n, as a convert writes them
-        for rel, table in ((v3_layout.DATA_PATH, pa.concat_tables(tables)), (v3_layout.EPISODES_PATH, scored)):
-            path = stage / rel.format(chunk_index=0, file_index=0)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, path)
+        path = stage / v3_layout.DATA_PATH.format(chunk_index=0, file_index=0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.concat_tables(tables), path)
+        side = score_file(scored)  # the scores file and the episodes files as a convert lays them out
+        pq.write_table(side, stage / v3_layout.SCORES_PATH)
+        place_rows(out, stage, scored, int(info["chunks_size"]), side.column_names[1:], rewrite=False)
         for cam in cams:
             rel = v3_layout.VIDEO_PATH.format(video_key=cam, chunk_index=0, file_index=0)
             v3_layout.remux([(base / rel, None)] * -(-n // k), stage / rel)  # whole copies; the last beyond n unused

@@ -14,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from teleop_flywheel.data.lerobot.dataset import join_scores
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, renames_since
 from teleop_flywheel.data.migrate import rename_features
 
@@ -28,8 +29,12 @@ def read_frames(root: Path) -> pd.DataFrame:
 
 
 def read_episodes(root: Path) -> pd.DataFrame:
+    """Every row of the episodes files, with the curation columns of the scores file where it has one
+    (`dataset.read_scores`), by episode_index."""
     files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
-    return pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
+    table = pd.concat([pd.read_parquet(p) for p in files], ignore_index=True)
+    join_scores(table, root)
+    return table
 
 
 def stack(column: pd.Series) -> np.ndarray:

@@ -10,8 +10,9 @@ version, unchanged files hard-linked, published by one rename of the dataset's p
 with another camera set (schema drift) go to a dataset of their own schema beside it,
 `<DATASET>__<cameras>`, and are reported — never dropped.
 
-The episodes table gets every episode's curation scores in the same commit (`curation/curate.py`
-`with_scores`: they are relative to the dataset, so each append recomputes them for all).
+Every episode's curation scores go to the dataset's scores file in the same commit (`curation/curate.py`
+`score_table`: they are relative to the dataset, so each append recomputes them for all, from that file
+and the new rows; the episodes files before the last are not rewritten).
 
 Atomic: a crash (kill -9, full disk) at any step leaves the dataset as it was or with the whole
 append, and a reader sees one or the other, never a mix; a run first removes what an interrupted
@@ -55,7 +56,7 @@ from teleop_flywheel.data.convert.frames import (
     prepare_episode,
 )
 from teleop_flywheel.data.convert.refresh import Record, recorded_ids, refresh, stale
-from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, with_scores
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, score_table
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
@@ -99,7 +100,7 @@ def _write(root: Path, stage: Path, eps: list[Prepared], fps: int, robot_type: s
     shapes = {cam: (h, w) for cam, (_, h, w) in data[0].videos.items()}
     features = features_for(shapes, set(OPTIONAL_FEATURES).intersection(data[0].columns), correction=correction)
     _, new = write_episodes(root, stage, data, fps, robot_type, features, keys,
-                            amend=lambda table: with_scores(table, root, fps))
+                            scores=lambda added: score_table(added, root, fps))
     write_seal(root, stage)
     commit.fault(f"stage {SEAL_PATH}")
     return new

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from teleop_flywheel.core.files import replace_atomic
@@ -49,7 +50,15 @@ from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.commit import fault
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, to_numpy
-from teleop_flywheel.data.lerobot.episode_table import columns_for, table_ids, table_records, table_times
+from teleop_flywheel.data.lerobot.episode_table import (
+    COLUMNS,
+    ID_COLUMNS,
+    META_JSON_COLUMNS,
+    columns_for,
+    table_ids,
+    table_records,
+    table_times,
+)
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
 from teleop_flywheel.data.validate.reasons import CODES, Reason
@@ -288,15 +297,19 @@ class Weighed:
     age_days: float
 
 
-def _known_flags(root: Path) -> dict[tuple[int, str | None], bool]:
-    """{(episode_index, episode_id): has_intervention} of the weights file (none if absent or unreadable)."""
+def _known_flags(root: Path, index: list[int], ids: list[str | None]) -> np.ndarray:
+    """`has_intervention` of the weights file for the first episodes of (`index`, `ids`), as far as the file
+    holds the same episodes in the same order (an append's: all but the new ones); none if it is absent,
+    unreadable or holds others. Compared as columns: no Python object per row of the file."""
     try:
         table, _ = read_weight_table(root)
-        rows = zip(table.column("episode_index").to_pylist(), table.column("episode_id").to_pylist(),
-                   table.column("has_intervention").to_pylist(), strict=True)
-        return {(int(e), i): bool(h) for e, i, h in rows}
-    except (DatasetError, OSError, ValueError, KeyError):
-        return {}
+        n = table.num_rows
+        if n > len(index) or not np.array_equal(table.column("episode_index").to_numpy(), index[:n]) or \
+                table.column("episode_id").to_pylist() != ids[:n]:
+            return np.zeros(0, dtype=bool)
+        return np.asarray(table.column("has_intervention").to_numpy(zero_copy_only=False), dtype=bool)
+    except (DatasetError, OSError, ValueError, KeyError, pa.ArrowInvalid):
+        return np.zeros(0, dtype=bool)
 
 
 def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool], int]:
@@ -321,8 +334,17 @@ def _read_flags(ds: LeRobotDataset, episodes: list[int]) -> tuple[dict[int, bool
         values = to_numpy(part.column(column), column).astype(bool)
         if values.ndim > 1:
             values = np.asarray(values.any(axis=1))
-        flags.update({e: bool(values[ep == e].any()) for e in eps})
+        flagged = set(np.unique(ep[values]).tolist())  # one pass over the frames, not one per episode
+        flags.update({e: e in flagged for e in eps})
     return flags, frames
+
+
+# What `update_weights` reads of the episodes table (`table_times`, `table_ids`, `_read_flags`): with the
+# data's intervention column, `LeRobotDataset.open(root, episode_columns=FLAGGED_COLUMNS)` is enough for it
+# (ours: read from the scores file's copies, no episodes file opened); else the metadata's takeovers too
+FLAGGED_COLUMNS = [*ID_COLUMNS, *META_JSON_COLUMNS, *COLUMNS["recorded_wall_ns"], "data/chunk_index",
+                   "data/file_index"]
+WEIGHT_COLUMNS = [*FLAGGED_COLUMNS, *COLUMNS["interventions"], *COLUMNS["triggers"]]
 
 
 def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
@@ -336,15 +358,18 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     if flagged:  # what a weight needs per row as columns: no record per row (`table_times`)
         order = np.argsort(table["episode_index"].to_numpy(), kind="stable")
         table = table.iloc[order]
-        tasks = ds.episode_tasks()
         index = [int(e) for e in table["episode_index"]]
         ids = table_ids(table)
-        times = table_times(table, [tasks[i] for i in order], ds.fps)
-        known = _known_flags(ds.root)
-        todo = [e for e, i in zip(index, ids, strict=True) if (e, i) not in known]
+
+        def tasks() -> list[list[str]]:  # only for rows without a time in the column: rare, a list per row
+            every = ds.episode_tasks()
+            return [every[i] for i in order]
+
+        times = table_times(table, tasks, ds.fps)
+        known = _known_flags(ds.root, index, ids)
+        todo = index[len(known):]
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
-        has_int = np.array([read[e] if e in read else known[(e, i)] for e, i in zip(index, ids, strict=True)],
-                           dtype=bool)
+        has_int = np.concatenate([known, np.array([read[e] for e in todo], dtype=bool)])
     else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
         recs = sorted(table_records(table, ds.episode_tasks(), ds.fps), key=lambda r: r.episode_index)
         index, ids, times = [r.episode_index for r in recs], [r.episode_id for r in recs], \
@@ -363,7 +388,9 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), 
     has none, else marked behind); what was done, one line each. `record`: the record as read already."""
     done = [f"validation record {update_record(root, reports, record)}"]
     fault(f"refresh {RECORD_PATH}")
-    ds = LeRobotDataset.open(root)
+    ds = LeRobotDataset.open(root, episode_columns=FLAGGED_COLUMNS)
+    if not ds.has_column("intervention"):  # the weights read the metadata's takeovers instead
+        ds = LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)
     path, frames = update_weights(ds)
     fault(f"refresh {WEIGHTS_PATH}")
     done.append(f"sample weights {path} ({frames} frames read)")

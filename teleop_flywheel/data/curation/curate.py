@@ -46,6 +46,7 @@ command what the robot then tracks with lag.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,12 @@ from teleop_flywheel.data.curation.weights import (
     sample_weights,
 )
 from teleop_flywheel.data.errors import DatasetError
-from teleop_flywheel.data.lerobot import commit
-from teleop_flywheel.data.lerobot.append import read_info
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot import commit, v3_layout
+from teleop_flywheel.data.lerobot.append import ID_COLUMNS, episode_files, read_episode_table, read_info
+from teleop_flywheel.data.lerobot.dataset import SCORE_INPUT, LeRobotDataset, read_scores
 from teleop_flywheel.data.lerobot.episode_table import (
     COLUMNS,
+    CURATION_COLUMNS,
     START_STATE,
     TRACKING_OUTRUN,
     EpisodeRecord,
@@ -166,12 +168,15 @@ class Scores:
     duration_ratio: np.ndarray
     coverage_gain: np.ndarray
 
-    def columns(self, starts: np.ndarray) -> dict[str, list[Any]]:
-        """As episodes-table columns (None for unknown)."""
-        out: dict[str, list[Any]] = {}
+    def columns(self, starts: np.ndarray) -> dict[str, pa.Array]:
+        """As episodes-table columns (null for unknown), built from the arrays (no Python value per row)."""
+        out: dict[str, pa.Array] = {}
         for name in ("graded_success", "jerk", "jerk_z", "duration_ratio", "coverage_gain"):
-            out[name] = [None if not np.isfinite(v) else float(v) for v in getattr(self, name)]
-        out[START_STATE] = [[float(x) for x in row] for row in starts]
+            values = np.asarray(getattr(self, name), dtype=np.float64)
+            out[name] = pa.array(values, pa.float64(), mask=~np.isfinite(values))
+        flat = np.asarray(starts, dtype=np.float64).reshape(len(starts), -1)
+        offsets = pa.array(np.arange(len(flat) + 1, dtype=np.int32) * flat.shape[1])
+        out[START_STATE] = pa.ListArray.from_arrays(offsets, pa.array(flat.ravel(), pa.float64()))
         return out
 
 
@@ -386,14 +391,15 @@ def _box(ds: LeRobotDataset, data: Any, box: str) -> tuple[np.ndarray, np.ndarra
 STATE = "observation.state"
 
 
-def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
-    """The episodes table of an append with every episode's scores (re)computed, for the commit that
-    writes it. New rows bring their `jerk` and `start_state` (the converter computed them from the
-    rows it writes); rows of a dataset converted before the scores existed get theirs from the data
-    at `root`, which the append has not touched yet. The box is the visited range of every episode
-    (its `stats/observation.state/min|max`). Only the columns the scores read are converted: the table's
-    other columns (the per-episode stats, the verdicts) are most of it and grow with every append.
-    `coverage_gain` is brought up to date from the rows `root` holds (`_known_gains`) when it can be."""
+def with_scores(table: pa.Table, root: Path, fps: float, success: np.ndarray | None = None) -> pa.Table:
+    """The episodes table of an append with every episode's scores (re)computed. New rows bring their
+    `jerk` and `start_state` (the converter computed them from the rows it writes); rows of a dataset
+    converted before the scores existed get theirs from the data at `root`, which the append has not
+    touched yet. The box is the visited range of every episode (its `stats/observation.state/min|max`).
+    Only the columns the scores read are converted: the table's other columns (the per-episode stats, the
+    verdicts) are most of it and grow with every append. `coverage_gain` is brought up to date from the
+    rows `root` holds (`_known_gains`) when it can be. `success`: each row's graded success, when known
+    already (else from the outcome and attempts columns)."""
     score_inputs = {"jerk", START_STATE, f"stats/{STATE}/min", f"stats/{STATE}/max"}
     df = table.select([*columns_for(table.column_names, "outcome", "attempts"),
                        *(c for c in table.column_names if c in score_inputs)]).to_pandas()
@@ -414,9 +420,53 @@ def with_scores(table: pa.Table, root: Path, fps: float) -> pa.Table:
     lo, hi = np.nanmin(lows, axis=0), np.nanmax(highs, axis=0)
     tasks = [[str(t) for t in v] if v is not None else [] for v in df["tasks"]]
     known = None if lacking else _known_gains(table, root, lows, highs)
-    scored = dataset_scores(table_successes(df, tasks, fps), [t[0] if t else "" for t in tasks],
-                            df["length"].to_numpy(), jerk, start_arr, lo, hi, known)
+    scored = dataset_scores(table_successes(df, tasks, fps) if success is None else success,
+                            [t[0] if t else "" for t in tasks], df["length"].to_numpy(), jerk, start_arr, lo, hi, known)
     return _set_columns(table, scored.columns(start_arr))
+
+
+# The episodes-table columns the scores file holds a copy of, as `input/<column>` (`dataset.SCORE_INPUT`):
+# what the scores are computed from, so an append scores every episode from that file alone; and, where
+# the rows have them, what an append reads of every episode besides (the ids for the duplicates, the
+# times and data files for the sample weights: `dataset.LeRobotDataset.open(episode_columns=...)` reads
+# them there), so it opens no episodes file but the last
+SCORED_FROM = ("tasks", "length", f"stats/{STATE}/min", f"stats/{STATE}/max")
+CARRIED = (*ID_COLUMNS, *COLUMNS["recorded_wall_ns"], "data/chunk_index", "data/file_index")
+
+
+def score_file(scored: pa.Table) -> pa.Table:
+    """The scores file's table of an episodes table whose rows hold their scores (`with_scores`')."""
+    copies = [*SCORED_FROM, *(c for c in CARRIED if c in scored.column_names)]
+    return scored.select(["episode_index", *copies, *CURATION_COLUMNS]).rename_columns(
+        ["episode_index", *(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS])
+
+
+def score_table(added: pa.Table, root: Path, fps: float) -> pa.Table:
+    """The scores file after an append of the episodes-table rows `added` (`append.write_episodes`'
+    `scores`): `with_scores` over the rows the dataset's scores file holds (their inputs and scores, a
+    few floats an episode: the episodes files are not read) and the added ones. A dataset without one
+    (new, or converted before it: its rows hold the scores), or whose file copies other columns than
+    the added rows have, is scored from every row of its table."""
+    old = read_scores(root)
+    carried = [c for c in CARRIED if c in added.column_names]
+    copies = [*SCORED_FROM, *carried]
+    have = set(old.column_names) if old is not None else set()
+    if old is None or not {*(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS} <= have or \
+            any(SCORE_INPUT + c in have for c in CARRIED if c not in carried):
+        whole = read_episode_table(root)
+        table = added if whole is None else pa.concat_tables([whole, added], promote_options="permissive")
+        return score_file(with_scores(table, root, fps))
+    prior = old.select(["episode_index", *(SCORE_INPUT + c for c in copies), *CURATION_COLUMNS]).rename_columns(
+        ["episode_index", *copies, *CURATION_COLUMNS])
+    wanted = ["episode_index", *copies, "jerk", START_STATE, *columns_for(added.column_names, "outcome", "attempts")]
+    new = added.select([c for c in dict.fromkeys(wanted) if c in added.column_names])
+    df = new.to_pandas()
+    gained = table_successes(df, [[str(t) for t in v] if v is not None else [] for v in df["tasks"]], fps)
+    success = np.concatenate([prior.column("graded_success").to_numpy(zero_copy_only=False).astype(np.float64),
+                              gained])
+    table = pa.concat_tables([prior, new.select([c for c in new.column_names if c in prior.column_names])],
+                             promote_options="permissive")
+    return score_file(with_scores(table, root, fps, success))
 
 
 def _stacked(table: pa.Table, name: str) -> np.ndarray:
@@ -441,18 +491,19 @@ def _known_gains(table: pa.Table, root: Path, lows: np.ndarray, highs: np.ndarra
     return np.asarray(gains, dtype=np.float64)  # null (a lone episode's) -> NaN
 
 
-def _set_columns(table: pa.Table, columns: dict[str, list[Any]]) -> pa.Table:
+def _set_columns(table: pa.Table, columns: Mapping[str, list[Any] | pa.Array]) -> pa.Table:
     for name, values in columns.items():
         kind = pa.list_(pa.float64()) if name == START_STATE else pa.float64()
-        array = pa.array(values, type=kind)
+        array = values if isinstance(values, pa.Array) else pa.array(values, type=kind)
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, array) if i >= 0 else table.append_column(name, array)
     return table
 
 
 def store(root: Path) -> list[str]:
-    """Write the scores of `curate` into the dataset's episodes table(s), atomically (the commit of
-    `data/lerobot/commit.py`, under the dataset's lock); the files replaced."""
+    """Write the scores of `curate` into the dataset's scores file (a dataset with one: ours) or else its
+    episodes table(s), atomically (the commit of `data/lerobot/commit.py`, under the dataset's lock); the
+    files replaced."""
     root = Path(os.path.abspath(root))
     with commit.locked_dataset(root):
         commit.recover(root)  # what an interrupted commit left
@@ -460,19 +511,19 @@ def store(root: Path) -> list[str]:
         report = curate(ds)
         by_episode = {s.episode_index: k for k, s in enumerate(report.episodes)}
         starts = report.start_states
-        files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+        side = read_scores(ds.files)
+        tables = {v3_layout.SCORES_PATH: side} if side is not None else \
+            {str(p.relative_to(ds.files)): pq.read_table(p) for p in episode_files(ds.files)}
         stage = commit.new_stage(root)
         replaced = []
         try:
-            for path in files:
-                table = pq.read_table(path)
+            for rel, table in tables.items():
                 rows = [by_episode[int(e)] for e in table.column("episode_index").to_pylist()]
                 eps = [report.episodes[k] for k in rows]
                 cols: dict[str, list[Any]] = {"graded_success": [s.success for s in eps], "jerk": [s.jerk for s in eps],
                         "jerk_z": [s.jerk_z for s in eps], "duration_ratio": [s.duration_ratio for s in eps],
                         "coverage_gain": [s.coverage_gap for s in eps],
                         START_STATE: [[float(x) for x in starts[k]] for k in rows]}
-                rel = str(path.relative_to(root))
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 pq.write_table(_set_columns(table, cols), stage / rel)
                 replaced.append(rel)

@@ -3,7 +3,8 @@
 The reports (audit, curate, manifest, card, stats) must work on anyone's dataset, not only ours,
 and must stay fast at a million frames, so this reader touches only what LeRobot 0.4.x writes and
 only the columns asked for: `meta/info.json` (fps, features, data_path), `meta/episodes/*/*.parquet`
-(one row per episode; the flattened `stats/...` columns are skipped unless asked for),
+(one row per episode; the flattened `stats/...` columns are skipped unless asked for; ours keep the
+curation columns in `meta/episode_scores.parquet` beside them, joined in: `read_scores`),
 `meta/tasks.parquet`, and the `data/*/*.parquet` files read with pyarrow column projection.
 Video is never opened. Vector features come back as (frames, dims) numpy arrays whatever their
 Arrow list flavour (`fixed_size_list` from `datasets>=4`, `list` from older writers). A feature our
@@ -17,6 +18,7 @@ when it is opened (`files`), whatever commits follow; `root` stays the path give
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,8 @@ from teleop_flywheel.data.lerobot.flywheel_schema import resolve
 
 INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
+SCORES_PATH = "meta/episode_scores.parquet"  # v3_layout.SCORES_PATH
+SCORE_INPUT = "input/"  # the scores file's columns that are what the scores are computed from, not scores
 TASKS_PATH = "meta/tasks.parquet"
 DATA_DIR = "data"
 SUPPORTED_VERSIONS = ("v3.0",)
@@ -83,8 +87,11 @@ class LeRobotDataset:
     _cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, root: str | Path, episode_stats: bool = False, files: Path | None = None) -> LeRobotDataset:
-        """`files`: the version of `root` to read (one `commit.pinned` holds); default the current one."""
+    def open(cls, root: str | Path, episode_stats: bool = False, files: Path | None = None,
+             episode_columns: list[str] | None = None) -> LeRobotDataset:
+        """`files`: the version of `root` to read (one `commit.pinned` holds); default the current one.
+        `episode_columns`: the only columns of the episodes table read, with `episode_index`, `length` and
+        `tasks` (the verdicts and metadata are most of a row: an append's refresh reads a few columns)."""
         root = Path(root)
         files = snapshot(root) if files is None else files
         info_path = files / INFO_PATH
@@ -110,7 +117,8 @@ class LeRobotDataset:
                           _feature_names(spec.get("names")))
             for name, spec in info["features"].items()
         }
-        return cls(root, info, features, _read_episodes(files, episode_stats), _read_tasks(files), files)
+        return cls(root, info, features, _read_episodes(files, episode_stats, episode_columns), _read_tasks(files),
+                   files)
 
     # ------------------------------------------------------------------ metadata
     @property
@@ -219,15 +227,19 @@ def to_numpy(column: pa.ChunkedArray, name: str = "") -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _read_episodes(root: Path, with_stats: bool) -> pd.DataFrame:
+def _read_episodes(root: Path, with_stats: bool, only: list[str] | None = None) -> pd.DataFrame:
     files = sorted((root / EPISODES_DIR).rglob("*.parquet"))
     if not files:
         raise DatasetError(f"{root / EPISODES_DIR}: no episodes parquet files")
+    copied = _from_scores(root, files[-1], only) if only is not None else None
+    if copied is not None:
+        return copied
     frames = []
     for path in files:
         try:
             schema = pq.read_schema(path)
-            cols = [c for c in schema.names if with_stats or not c.startswith("stats/")]
+            cols = [c for c in schema.names if (with_stats or not c.startswith("stats/")) and
+                    (only is None or c in only or c in _ALWAYS)]
             frames.append(pq.read_table(path, columns=cols).to_pandas())
         except (pa.ArrowInvalid, OSError) as exc:
             raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
@@ -235,10 +247,73 @@ def _read_episodes(root: Path, with_stats: bool) -> pd.DataFrame:
     for key in ("episode_index", "length"):
         if key not in episodes.columns:
             raise DatasetError(f"{root / EPISODES_DIR}: episodes table has no {key!r} column")
+    join_scores(episodes, root, only)
     if episodes["episode_index"].duplicated().any():
         dup = episodes.loc[episodes["episode_index"].duplicated(), "episode_index"].tolist()
         raise DatasetError(f"{root / EPISODES_DIR}: episode_index listed twice: {dup[:10]}")
     return episodes.sort_values("episode_index", kind="stable").reset_index(drop=True)
+
+
+def _from_scores(root: Path, last: Path, only: list[str]) -> pd.DataFrame | None:
+    """The columns `only` (and `_ALWAYS`) of the episodes table from the copies the scores file holds, when
+    it holds one of each such column the rows have (ours share one schema: the last file's footer says);
+    None otherwise. Opens two files, however many episodes files there are."""
+    try:
+        scores = read_scores(root)
+        names = set(pq.read_schema(last).names)
+    except (DatasetError, pa.ArrowInvalid, OSError):
+        return None
+    if scores is None:
+        return None
+    wanted = [c for c in dict.fromkeys([*_ALWAYS, *only]) if c in names and c != "episode_index"]
+    if not all(SCORE_INPUT + c in scores.column_names for c in wanted):
+        return None
+    table = scores.select(["episode_index", *(SCORE_INPUT + c for c in wanted)]).rename_columns(
+        ["episode_index", *wanted]).to_pandas()
+    join_scores(table, root, only)
+    return table.sort_values("episode_index", kind="stable").reset_index(drop=True)
+
+
+_ALWAYS = ("episode_index", "length", "tasks")  # read whatever columns are asked for
+
+
+def join_scores(episodes: pd.DataFrame, root: Path, only: list[str] | None = None) -> None:
+    """Add to the episodes table (in place) the scores file's columns its rows do not hold (`only`: of
+    those, the ones named), by episode; nothing when the dataset has no scores file."""
+    for name, column in score_columns(root, episodes["episode_index"].to_numpy(), episodes.columns, only).items():
+        episodes[name] = column.to_pandas().to_numpy()
+
+
+def score_columns(root: Path, episode_index: np.ndarray, have: Iterable[str], only: list[str] | None = None
+                  ) -> dict[str, pa.ChunkedArray]:
+    """The scores file's columns that are not in `have` (nor `SCORE_INPUT` copies; `only`: of those the ones
+    named), one row per entry of `episode_index` (null where the file has none): what a reader of the rows
+    adds to them ({} without a scores file)."""
+    scores = read_scores(root)
+    if scores is None:
+        return {}
+    held = set(have)
+    add = [c for c in scores.column_names if c not in held and not c.startswith(SCORE_INPUT)
+           and (only is None or c in only)]
+    pos = pd.Index(scores.column("episode_index").to_numpy()).get_indexer(np.asarray(episode_index))
+    take = pa.array(pos, pa.int64(), mask=pos < 0)
+    return {c: scores.column(c).take(take) for c in add}
+
+
+def read_scores(root: Path) -> pa.Table | None:
+    """The scores file of a dataset of ours (`SCORES_PATH`: one row per episode, `episode_index` and the
+    curation columns, and what they are computed from under `SCORE_INPUT`), None when it has none (a
+    dataset of anyone else's, or of ours converted before it: the curation columns are in its rows)."""
+    path = root / SCORES_PATH
+    if not path.is_file():
+        return None
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+    if "episode_index" not in table.column_names:
+        raise DatasetError(f"{path}: no episode_index column")
+    return table
 
 
 def _read_tasks(root: Path) -> dict[int, str]:

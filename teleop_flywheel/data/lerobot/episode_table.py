@@ -16,7 +16,7 @@ hash leaves them out and checks the ones a filter used by value instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,17 +224,23 @@ def table_ids(table: pd.DataFrame) -> list[str | None]:
     return [_clean(x) for x in table[id_col].tolist()] if id_col else [None] * len(table)
 
 
-def table_times(table: pd.DataFrame, episode_tasks: list[list[str]], fps: float) -> list[int | None]:
+def table_times(table: pd.DataFrame, episode_tasks: list[list[str]] | Callable[[], list[list[str]]], fps: float
+                ) -> list[int | None]:
     """`recorded_wall_ns` of each row's record (`table_records`) without a record per row: the column's
     value where it holds one (a record takes it over its metadata JSON); the rows where it is empty, or
-    every row of a table without the column, through their records."""
+    every row of a table without the column, through their records. `episode_tasks`: each row's task
+    texts, or what gives them (called only when some row needs its record: a list per row costs)."""
+    def tasks() -> list[list[str]]:
+        return episode_tasks() if callable(episode_tasks) else episode_tasks
+
     col = next((c for c in COLUMNS["recorded_wall_ns"] if c in table.columns), None)
     if col is None:
-        return [r.recorded_wall_ns for r in table_records(table, episode_tasks, fps)]
+        return [r.recorded_wall_ns for r in table_records(table, tasks(), fps)]
     out: list[int | None] = [None if (v := _clean(x)) is None else int(v) for x in table[col].tolist()]
     lacking = [i for i, v in enumerate(out) if v is None]
     if lacking and any(c in table.columns for c in META_JSON_COLUMNS):
-        recs = table_records(table.iloc[lacking], [episode_tasks[i] for i in lacking], fps)
+        every = tasks()
+        recs = table_records(table.iloc[lacking], [every[i] for i in lacking], fps)
         for i, rec in zip(lacking, recs, strict=True):
             out[i] = rec.recorded_wall_ns
     return out

@@ -5,11 +5,14 @@ Files (root = the dataset):
     meta/info.json                       codebase_version "v3.0", fps, features, totals, paths, splits
     meta/stats.json                      {feature: {min,max,mean,std,count,q01,q10,q50,q90,q99}}
     meta/tasks.parquet                   index "task", column task_index
-    meta/episodes/chunk-000/file-000.parquet   one row per episode: episode_index, tasks, length,
+    meta/episodes/chunk-XXX/file-XXX.parquet   one row per episode: episode_index, tasks, length,
                                          data/chunk_index, data/file_index, dataset_from_index,
                                          dataset_to_index, videos/<key>/{chunk_index,file_index,
                                          from_timestamp,to_timestamp}, meta/episodes/{chunk_index,
-                                         file_index}, stats/<feature>/<stat> (+ our episode columns)
+                                         file_index}, stats/<feature>/<stat> (+ our episode columns);
+                                         ours: `EPISODES_PER_FILE` rows a file, one schema for all
+    meta/episode_scores.parquet          ours, LeRobot ignores it: the curation columns of every
+                                         episode (`SCORES_PATH`, data/curation/curate.py)
     data/chunk-XXX/file-XXX.parquet      index, episode_index, frame_index, timestamp (float32,
                                          = frame_index/fps), task_index + the features
     videos/<key>/chunk-XXX/file-XXX.mp4  many episodes back to back (episode e occupies
@@ -46,6 +49,13 @@ STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
 SAMPLE_WEIGHTS_PATH = "meta/sample_weights.parquet"  # ours (data/curation/weights.py); LeRobot ignores it
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+# An append rewrites the last episodes file only, so its cost is bounded by this, not by the dataset
+# (LeRobot reads every meta/episodes file as one table: each of ours has the same schema)
+EPISODES_PER_FILE = 1000
+# ours: the curation columns (jerk_z, duration_ratio, coverage_gain: relative to the whole dataset, so
+# an append changes them for old rows) and what they are computed from, one row per episode; rewritten
+# whole by each append (a few floats a row), where the episodes files are not; LeRobot ignores it
+SCORES_PATH = "meta/episode_scores.parquet"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 STAT_NAMES = ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")

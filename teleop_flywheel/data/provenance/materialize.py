@@ -51,7 +51,7 @@ from teleop_flywheel.core.files import inside
 from teleop_flywheel.core.progress import progress
 from teleop_flywheel.data.errors import DatasetError, ManifestMismatch
 from teleop_flywheel.data.lerobot import commit, v3_layout
-from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset, episode_spans, to_numpy
+from teleop_flywheel.data.lerobot.dataset import EPISODES_DIR, LeRobotDataset, episode_spans, score_columns, to_numpy
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION, pending_renames, renamed_column
 from teleop_flywheel.data.provenance.manifest import identities, load_manifest, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256, video_file, video_keys
@@ -130,8 +130,13 @@ class Materialized:
 
 
 def _episodes_table(ds: LeRobotDataset) -> pa.Table:
+    """Every row of the episodes files, with the columns our scores file holds beside them (the curation
+    scores: `dataset.score_columns`), which the materialized dataset's rows carry as they are."""
     files = sorted((ds.files / EPISODES_DIR).rglob("*.parquet"))
-    return pa.concat_tables([pq.read_table(p) for p in files], promote_options="permissive")
+    table = pa.concat_tables([pq.read_table(p) for p in files], promote_options="permissive")
+    for name, column in score_columns(ds.files, table.column("episode_index").to_numpy(), table.column_names).items():
+        table = table.append_column(name, column)
+    return table
 
 
 def _lookup(order: list[int]) -> np.ndarray:

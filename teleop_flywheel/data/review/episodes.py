@@ -24,7 +24,7 @@ import numpy as np
 from teleop_flywheel.core.names import text_problem
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.data.errors import DatasetError
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.dataset import SCORES_PATH, LeRobotDataset
 from teleop_flywheel.data.lerobot.episode_table import episode_records
 from teleop_flywheel.data.validate.decode import decode_streams
 from teleop_flywheel.data.validate.reasons import CODES
@@ -220,7 +220,7 @@ class ScoreCache:
     @staticmethod
     def _signature(ds: Path) -> tuple[tuple[str, int, int], ...]:
         sig = []
-        for p in sorted((ds / "meta" / "episodes").rglob("*.parquet")):
+        for p in [*sorted((ds / "meta" / "episodes").rglob("*.parquet")), ds / SCORES_PATH]:  # the scores too
             with contextlib.suppress(OSError):
                 st = p.stat()
                 sig.append((str(p), st.st_mtime_ns, st.st_size))

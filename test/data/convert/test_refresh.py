@@ -8,16 +8,21 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.convert import refresh
 from teleop_flywheel.data.convert.refresh import card_behind, read_record, update_record
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
 from teleop_flywheel.data.lerobot import v3_layout
-from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
+from teleop_flywheel.data.lerobot.append import episode_files, existing_ids, read_episode_table
+from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, read_scores
+from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
 from teleop_flywheel.data.reports.card import write_card
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary
@@ -171,3 +176,104 @@ def test_a_verdict_merged_into_the_record_is_all_that_is_parsed_or_encoded(bags:
     (pretty / "meta/validation.json").write_text(json.dumps(doc, indent=2))
     update_record(pretty, [])
     assert (pretty / "meta/validation.json").read_bytes() == (whole / "meta/validation.json").read_bytes()
+
+
+def _scores(ds: Path) -> pa.Table:
+    """The scores file but its copy of where each episode's data is (an append writes a data file of its
+    own, a convert of every bag one for all)."""
+    table = read_scores(ds)
+    assert table is not None
+    return table.drop_columns(["input/data/chunk_index", "input/data/file_index"])
+
+
+def test_an_append_writes_the_last_episodes_file_only_and_scores_equal_a_full_rebuild(
+        bags: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episodes appended one at a time: the full episodes files are never written again (the same inode
+    in every later version), new files start at EPISODES_PER_FILE rows in one schema, the rows hold no
+    curation column, and the scores file equals a convert of the same bags at once, value for value."""
+    monkeypatch.setattr(v3_layout, "EPISODES_PER_FILE", 2)
+    ds = tmp_path / "ds"
+    conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    full: dict[str, int] = {}  # a full file's inode when first seen full
+    opened: list[str] = []
+    for bag in bags[1:5]:
+        opened.clear()
+        with monkeypatch.context() as m:  # every episodes file the append opens (the real pyarrow calls)
+            for name in ("read_table", "read_schema", "read_metadata"):
+                real = getattr(pq, name)
+                m.setattr(pq, name, lambda src, *a, _real=real, **k: opened.append(str(src)) or _real(src, *a, **k))
+            conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+        for f in episode_files(ds):
+            if pq.read_metadata(f).num_rows == 2:
+                assert full.setdefault(f.name, f.stat().st_ino) == f.stat().st_ino, f"{f.name} written again"
+    files = episode_files(ds)
+    assert [pq.read_metadata(f).num_rows for f in files] == [2, 2, 1]
+    # the last append opened the last file before it (full: its schema) and, after its commit, the one it
+    # wrote (its schema), no other: the ids, the scores and the weights' times come from the scores file
+    assert {Path(p).name for p in opened if "/meta/episodes/" in p} == {"file-001.parquet", "file-002.parquet"}
+    assert sorted(full) == ["file-000.parquet", "file-001.parquet"]
+    schemas = [pq.read_schema(f) for f in files]
+    assert all(s.equals(schemas[0]) for s in schemas)  # LeRobot reads them as one table
+    assert not set(CURATION_COLUMNS) & set(schemas[0].names)
+    eps = pq.read_table(files[2]).to_pylist()
+    assert [(r["meta/episodes/chunk_index"], r["meta/episodes/file_index"]) for r in eps] == [(0, 2)]
+
+    batch = tmp_path / "batch" / "ds"
+    conv.convert(bags[:5], batch, codec="h264", workers=1, progress=False)
+    assert _scores(ds).equals(_scores(batch))
+    mine, whole = (LeRobotDataset.open(d).episodes for d in (ds, batch))
+    for col in ("jerk_z", "duration_ratio", "coverage_gain", "graded_success", "jerk"):
+        assert np.array_equal(mine[col].to_numpy(float), whole[col].to_numpy(float), equal_nan=True), col
+    assert existing_ids(ds) == existing_ids(batch) and len(existing_ids(ds)) == 10  # v2 and v1 ids
+    again = conv.convert(bags[:1], ds, codec="h264", workers=1, progress=False)
+    assert again.duplicates and not again.converted  # the ids of every file are known
+    manifest = tmp_path / "m.json"
+    assert problems(ds) == []  # doctor's full check over the three files (the synthetic data's frame contract
+    # is another matter, which doctor also reports)
+    for argv in (["audit", str(ds)], ["stats", str(ds)], ["card", str(ds)],
+                 ["curate", str(ds), "--no-weights"],
+                 ["manifest", "create", str(ds), "--out", str(manifest), "--filter", "jerk_z < 5"],
+                 ["manifest", "verify", str(ds), str(manifest)]):
+        assert cli_main(argv) == 0, argv  # the verbs read the three files and the scores file
+    assert len(json.loads(manifest.read_text())["episodes"]) == 5
+
+
+def test_lerobot_reads_the_episodes_files_of_appends(bags: list[Path], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot's own loader reads a dataset whose episodes table is in several files (one schema)."""
+    lerobot_dataset = pytest.importorskip("lerobot.datasets.lerobot_dataset",
+                                          reason="LeRobot not installed (too heavy for CI)")
+    monkeypatch.setattr(v3_layout, "EPISODES_PER_FILE", 2)
+    ds = tmp_path / "ds"
+    for bag in bags[:3]:
+        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+    assert len(episode_files(ds)) == 2
+    loaded = lerobot_dataset.LeRobotDataset("local/ds", root=ds, video_backend="pyav")
+    assert len(loaded) == int(LeRobotDataset.open(ds).episodes["length"].sum()) and loaded.meta.total_episodes == 3
+    assert loaded[len(loaded) - 1]["observation.images.wrist"].shape[0] == 3
+
+
+def test_a_dataset_whose_rows_hold_the_scores_is_appended_to(bags: list[Path], tmp_path: Path) -> None:
+    """A dataset converted before the scores file (the curation columns in its one episodes file) is read
+    as before and appended to: its rows move their scores to the scores file, equal to a full rebuild's."""
+    ds = tmp_path / "ds"
+    conv.convert(bags[:2], ds, codec="h264", workers=1, progress=False)
+    version = ds.resolve()
+    rows = read_episode_table(ds)
+    assert rows is not None
+    side = _scores(ds).to_pandas().set_index("episode_index")
+    for col in CURATION_COLUMNS:
+        values = side[col].reindex(rows.column("episode_index").to_numpy()).tolist()
+        rows = rows.append_column(col, pa.array(values, pa.list_(pa.float64()) if col == "start_state" else None))
+    path = version / v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    path.unlink()  # one version: no other holds these files
+    pq.write_table(rows, path)
+    (version / v3_layout.SCORES_PATH).unlink()
+    old = LeRobotDataset.open(ds).episodes
+    assert np.isfinite(old["jerk_z"].to_numpy(float)).all()  # read from the rows
+
+    conv.convert(bags[2:3], ds, codec="h264", workers=1, progress=False)
+    assert not set(CURATION_COLUMNS) & set(pq.read_schema(episode_files(ds)[0]).names)
+    batch = tmp_path / "batch" / "ds"
+    conv.convert(bags[:3], batch, codec="h264", workers=1, progress=False)
+    assert _scores(ds).equals(_scores(batch))
