@@ -59,7 +59,8 @@ from result_file import RESULTS, load_average, write_result
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
 from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
-from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, score_file, with_scores
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
+from teleop_flywheel.data.curation.stored_scores import score_file, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import place_rows
 from teleop_flywheel.data.lerobot.consistency import write_seal

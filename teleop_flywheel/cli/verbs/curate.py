@@ -14,9 +14,9 @@ from teleop_flywheel.data.curation.curate import (
     drop_plan,
     format_drop_plan,
     format_text,
-    store,
     write_plot,
 )
+from teleop_flywheel.data.curation.stored_scores import store
 from teleop_flywheel.data.curation.weights import (
     HALF_LIFE_DAYS,
     INTERVENTION_WEIGHT,

@@ -56,7 +56,8 @@ from teleop_flywheel.data.convert.frames import (
     prepare_episode,
 )
 from teleop_flywheel.data.convert.refresh import Record, recorded_ids, refresh, stale
-from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE, score_table
+from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
+from teleop_flywheel.data.curation.stored_scores import score_table
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.append import Schema, existing_ids, read_info, schema_of, write_episodes
