@@ -157,6 +157,9 @@ def spin_node(factory: Callable[[], Node], args: Sequence[str] | None = None, na
     returns 1. Stopping is bounded (`shutdown_bound_s`): past it, every thread's stack and exit 1;
     the middleware's teardown after a clean stop is bounded apart (`TEARDOWN_BOUND_S`).
     """
+    # A crash in native code (Fast DDS, rclpy, a driver's library) prints every thread's Python stack
+    # before the process dies of its signal: the supervisor relays it, so a SIGSEGV says where it was.
+    faulthandler.enable()
     argv = list(sys.argv if args is None else args)
     try:
         rclpy.init(args=argv, signal_handler_options=SignalHandlerOptions.NO)

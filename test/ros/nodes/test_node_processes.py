@@ -76,6 +76,23 @@ def test_camera_process_stops_cleanly(listener: Node, sig: int) -> None:
             proc.kill()
 
 
+def test_a_node_that_crashes_says_where(listener: Node) -> None:
+    """A node process killed by SIGSEGV (seen once in CI: an arm driver at start, with nothing on its
+    stderr) prints every thread's Python stack on its way out, and still dies of the signal."""
+    frames: list[CompressedImage] = []
+    listener.create_subscription(CompressedImage, "/cameras/crash/image/compressed", frames.append, IMAGE_QOS)
+    proc = start(node_cmd("camera", name="crash", source="synthetic", width=320, height=240, fps=60))
+    try:
+        wait_for(lambda: len(frames) >= 3, 60, "camera frames", proc)
+        proc.send_signal(signal.SIGSEGV)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGSEGV, (proc.returncode, err)
+    assert "Fatal Python error: Segmentation fault" in err and "spin_node" in err, err
+
+
 def test_camera_process_waits_for_its_camera_and_reopens_it_after_an_unplug(listener: Node, tmp_path: Path) -> None:
     """The camera node does not die when its camera is missing or goes away: /diagnostics says
     ERROR naming it while it lasts, and frames flow again once it is back (the synthetic camera's
