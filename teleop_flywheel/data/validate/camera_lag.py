@@ -476,7 +476,9 @@ def estimate_lag(image_stamps_ns: np.ndarray, energy: np.ndarray, joint_stamps_n
     events = motion_events(np.asarray(joint_stamps_ns), q)
     plain = _fit_profile(_Design(joints, tp, tc), m, blocks, coarse)
     est = _judge(plain, m, blocks, coarse, events, n, int(cells.sum()), search_ms)
-    if est.confident(max_stderr_ms) or not any(max(p) < q.shape[1] for p in PARALLEL_PAIRS):
+    # the pairs cannot change a verdict about the motion's corners or the episode's length
+    if est.confident(max_stderr_ms) or events < MIN_EVENTS or len(np.unique(blocks)) < MIN_BLOCKS or \
+            not any(max(p) < q.shape[1] for p in PARALLEL_PAIRS):
         return est
     # the parallel joints turning together (module doc, 7.): only where the plain fit cannot tell, only if
     # they predict the seconds left out of their fit better, and only for an answer
