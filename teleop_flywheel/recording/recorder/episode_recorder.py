@@ -266,15 +266,18 @@ class EpisodeRecorder:
         lost = entry.tracker.add(bytes(gid.get("data", b"")), info.get("publication_sequence_number"))
         recv = int(info.get("received_timestamp") or time.time_ns())
         sent = int(info.get("source_timestamp") or recv)
+        stamp: int | None = None  # the header stamp, read once; None: no header, or undecodable
+        if entry.has_header:
+            with contextlib.suppress(CdrError):
+                stamp = header_stamp_ns(data)
         if entry.name == self._intervention_topic:
             try:
                 self._on_intervention(cdr_string(data, 4))
             except (CdrError, ValueError) as exc:
                 self._log("warning", f"{entry.name}: undecodable bytes ({exc}); recorded anyway")
-        elif entry.camera is not None and entry.has_header:
+        elif entry.camera is not None and stamp is not None:
             # receive − capture stamp (both wall clock / ROS time): the status's per-camera latency
-            with contextlib.suppress(CdrError):
-                entry.latencies_ns.append(recv - header_stamp_ns(data))
+            entry.latencies_ns.append(recv - stamp)
         entry.last_recv_ns = recv
         follower = entry.name == self._follower_topic
         if follower:
@@ -287,22 +290,13 @@ class EpisodeRecorder:
                 return
             if entry.name in self._ended:
                 return
-            if entry.has_header:
-                try:
-                    early = self._start_ns - BEFORE_START_NS <= header_stamp_ns(data) < self._start_ns
-                except CdrError:
-                    early = False  # undecodable: recorded, for the validator to reject
-                if early:
-                    entry.before_start += 1
-                    return
-            if entry.name in self._awaited:
-                try:
-                    reached = header_stamp_ns(data) >= self._stop_ns
-                except CdrError:
-                    reached = True  # undecodable: nothing to wait for
-                if reached:
-                    self._awaited.discard(entry.name)
-                    self._ended.add(entry.name)
+            # undecodable: recorded, for the validator to reject, and nothing to wait for at a stop
+            if stamp is not None and self._start_ns - BEFORE_START_NS <= stamp < self._start_ns:
+                entry.before_start += 1
+                return
+            if entry.name in self._awaited and (stamp is None or stamp >= self._stop_ns):
+                self._awaited.discard(entry.name)
+                self._ended.add(entry.name)
             if entry.name == self._policy_topic and entry.has_header:
                 with contextlib.suppress(CdrError):  # already warned about this message above if it was malformed
                     self._checkpoints.add(header_frame_id(data))
