@@ -63,14 +63,16 @@ WARMUP = 400  # samples every free reading is learned from (2 s at 200 Hz) befor
 # A follower this far from the leader (rad) is not moving freely: catching up after a soft start, or
 # held off by something. Free motion at the 2 rad/s speed limit lags by less than 0.1 rad.
 FREE_TRACK = 0.15
-# Samples in a row (0.4 s at 200 Hz) a follower joint must have stayed within `FREE_TRACK`, with no
-# gap of `FEEDBACK_STALE_S` in its news (the command watchdog's: the follower held meanwhile), before
-# its load is learned as free motion's or a moving one is judged by it. A follower catching up (a
-# soft start, a hand that moved on while its commands or its news paused) accelerates, brakes and
-# overshoots for ~0.3 s: loads up to 0.8 (~0.012 per rad/s² of acceleration) that a fit of pose and
-# speed does not explain. Learned, they bent the fit for all the rest; judged, they were rendered as
-# contacts (free-motion drag in bench/feedback.py). A joint standing still on something
-# (`STALL_SAMPLES`) is judged at once.
+# Samples in a row (0.4 s at 200 Hz) a follower joint must first have stayed within `FREE_TRACK`
+# before any of its load is learned as free motion's, and samples since its news last paused past
+# `FEEDBACK_STALE_S` (the command watchdog's: the follower held meanwhile) before a moving one is
+# judged. A follower catching up (its soft start, a hand that moved on while its commands or its
+# news paused) accelerates, brakes and overshoots for ~0.3 s: loads up to 0.8 (~0.012 per rad/s² of
+# acceleration) that a fit of pose and speed does not explain. Learned, the soft start's arrival bent
+# the fit for all the rest; judged, a catch-up was rendered as a contact (free-motion drag in
+# bench/feedback.py). Later excursions and pauses do not hold the learning back (a starved loop has
+# them often, and after the warm-up only readings the fit explains are learned); a joint standing
+# still on something (`STALL_SAMPLES`) is judged at once.
 SETTLE_SAMPLES = 80
 MIN_CEILING = 10  # Torque_Limit (0.1 %) a rendered contact starts at: below it the hand feels nothing
 # A follower joint that stood still (within Present_Velocity's one step/s) for this many of its
@@ -157,6 +159,8 @@ class Contact:
         self._learned_ns: int | None = None  # the sample last learned from: each is learned once, ticks see it again
         self._still = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row standing still
         self._tracking = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row within FREE_TRACK
+        self._since_gap = 0  # the follower's samples since its news last paused past FEEDBACK_STALE_S
+        self._arrived: set[int] = set()  # joints whose follower has once tracked for SETTLE_SAMPLES
 
     @property
     def ready(self) -> bool:
@@ -169,6 +173,8 @@ class Contact:
         g = self.gains
         gap = self._learned_ns is not None and felt.stamp_ns - self._learned_ns > FEEDBACK_STALE_S * NS_PER_S
         new, self._learned_ns = felt.stamp_ns != self._learned_ns, felt.stamp_ns
+        if new:
+            self._since_gap = 0 if gap else self._since_gap + 1
         for j, model in self.models.items():
             phi = features(felt.positions, felt.velocities, j)
             residual = felt.efforts[j] - model.predict(phi)
@@ -176,9 +182,12 @@ class Contact:
             offset = felt.positions[j] - leader[j]
             if new:
                 self._still[j] = self._still[j] + 1 if abs(felt.velocities[j]) <= RAD_PER_STEP else 0
-                self._tracking[j] = self._tracking[j] + 1 if abs(offset) < FREE_TRACK and not gap else 0
-            settled = self._tracking[j] > SETTLE_SAMPLES
-            free = settled and (not warm or (abs(residual) < g.load / 2 and j not in rendering))
+                self._tracking[j] = self._tracking[j] + 1 if abs(offset) < FREE_TRACK else 0
+                if self._tracking[j] > SETTLE_SAMPLES:
+                    self._arrived.add(j)
+            free = (j in self._arrived and abs(offset) < FREE_TRACK
+                    and (not warm or (abs(residual) < g.load / 2 and j not in rendering)))
+            settled = self._tracking[j] > SETTLE_SAMPLES and self._since_gap > SETTLE_SAMPLES
             if free and new:
                 model.learn(phi, felt.efforts[j])
             if not warm:
