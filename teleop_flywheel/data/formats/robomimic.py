@@ -68,7 +68,7 @@ from teleop_flywheel.data.formats.common.staged_output import refuse_existing, s
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.v3_layout import STATS_PATH
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
-from teleop_flywheel.data.reports.card import RECORD_PATH, passed_episode_ids
+from teleop_flywheel.data.reports.card import passed_episode_ids
 
 FORMAT = "hdf5-robomimic"
 DEMO = "demo_{index}"
@@ -197,7 +197,7 @@ def export(src: Source, out: Path, show_progress: bool = True, registry: Path | 
     ds = src.ds
     state, action = (so101_joints(ds, f, "a robomimic file") for f in (STATE, ACTION))  # before anything is read
     plan = _Plan(state, action, sorted(video_keys(ds)), *action_range(ds))
-    validated = passed_episode_ids(ds.root / RECORD_PATH) if (ds.root / RECORD_PATH).is_file() else None
+    validated = passed_episode_ids(ds.root)
     splits = _split_ranges(ds)
     keys = [*OUTCOME_MASKS, "intervention", "no_intervention", *(["validated"] if validated is not None else []),
             *splits]
