@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +39,8 @@ from teleop_flywheel.data.curation.weights import (
     WEIGHTS_PATH,
     WeightRule,
     read_weight_table,
-    read_weights,
     sample_weights,
-    write_weights,
+    write_weight_columns,
 )
 from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
@@ -81,10 +79,10 @@ def stale(root: Path) -> bool:
         return False
     try:
         total = int(json.loads(info_path.read_text())["total_episodes"])
-        weights, _ = read_weights(root)
-    except (DatasetError, OSError, ValueError, KeyError):
+        weights, _ = read_weight_table(root)
+    except (DatasetError, OSError, ValueError, KeyError, pa.ArrowInvalid):
         return True
-    return len(weights) != total or not has_record(root) or not (root / "README.md").is_file()
+    return weights.num_rows != total or not has_record(root) or not (root / "README.md").is_file()
 
 
 def update_record(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]], record: Record | None = None
@@ -123,36 +121,27 @@ def mark_card_behind(root: Path, total: int) -> bool:
     return True
 
 
-def _rule(root: Path) -> WeightRule:
-    """The rule the weights file was last written with (defaults for none, or an unreadable one)."""
+def _old_weights(root: Path) -> tuple[pa.Table | None, WeightRule]:
+    """The weights file's table and the rule it was last written with (None and the defaults for none, or
+    an unreadable one: written again with the defaults). Read once, as columns: no object per episode."""
     rule = WeightRule()
-    if (root / WEIGHTS_PATH).is_file():
-        try:
-            _, old = read_weights(root)
-            rule = WeightRule(float(old.get("intervention_weight", rule.intervention_weight)),
-                              float(old.get("half_life_days", rule.half_life_days)))
-        except (DatasetError, OSError, ValueError):
-            pass  # unreadable: written again with the defaults
-    return rule
-
-
-@dataclass
-class Weighed:
-    """One row of the weights file (`weights.WeightedEpisode`)."""
-
-    episode_index: int
-    episode_id: str | None
-    weight: float
-    has_intervention: bool
-    age_days: float
-
-
-def _known_flags(root: Path, index: list[int], ids: list[str | None]) -> np.ndarray:
-    """`has_intervention` of the weights file for the first episodes of (`index`, `ids`), as far as the file
-    holds the same episodes in the same order (an append's: all but the new ones); none if it is absent,
-    unreadable or holds others. Compared as columns: no Python object per row of the file."""
+    if not (root / WEIGHTS_PATH).is_file():
+        return None, rule
     try:
-        table, _ = read_weight_table(root)
+        table, old = read_weight_table(root)
+        return table, WeightRule(float(old.get("intervention_weight", rule.intervention_weight)),
+                                 float(old.get("half_life_days", rule.half_life_days)))
+    except (DatasetError, OSError, ValueError, pa.ArrowInvalid):
+        return None, rule
+
+
+def _known_flags(table: pa.Table | None, index: np.ndarray, ids: list[str | None]) -> np.ndarray:
+    """`has_intervention` of the weights file's `table` for the first episodes of (`index`, `ids`), as far as
+    the file holds the same episodes in the same order (an append's: all but the new ones); none if it is
+    absent, unreadable or holds others. Compared as columns: no Python object per row of the file."""
+    if table is None:
+        return np.zeros(0, dtype=bool)
+    try:
         n = table.num_rows
         if n > len(index) or not np.array_equal(table.column("episode_index").to_numpy(), index[:n]) or \
                 table.column("episode_id").to_pylist() != ids[:n]:
@@ -200,7 +189,7 @@ WEIGHT_COLUMNS = [*FLAGGED_COLUMNS, *COLUMNS["interventions"], *COLUMNS["trigger
 def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     """Write the sample weights of every episode (`curate`'s, value for value), reading the frames only of
     the episodes the weights file does not hold yet; (its path, frames read)."""
-    rule = _rule(ds.root)
+    old, rule = _old_weights(ds.root)
     flagged = ds.has_column("intervention")  # else the metadata's takeovers say which episodes had one
     fields = ("recorded_wall_ns",) if flagged else ("recorded_wall_ns", "interventions", "triggers")
     table = ds.episodes[columns_for(ds.episodes.columns, *fields)]
@@ -208,7 +197,7 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     if flagged:  # what a weight needs per row as columns: no record per row (`table_times`)
         order = np.argsort(table["episode_index"].to_numpy(), kind="stable")
         table = table.iloc[order]
-        index = [int(e) for e in table["episode_index"]]
+        index = table["episode_index"].to_numpy(np.int64)
         ids = table_ids(table)
 
         def tasks() -> list[list[str]]:  # only for rows without a time in the column: rare, a list per row
@@ -216,8 +205,8 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
             return [every[i] for i in order]
 
         times = table_times(table, tasks, ds.fps)
-        known = _known_flags(ds.root, index, ids)
-        todo = index[len(known):]
+        known = _known_flags(old, index, ids)
+        todo = index[len(known):].tolist()
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
         has_int = np.concatenate([known, np.array([read[e] for e in todo], dtype=bool)])
     else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
@@ -226,9 +215,7 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
             [r.recorded_wall_ns for r in recs]
         has_int = np.array([bool(r.num_interventions) for r in recs], dtype=bool)
     weights, ages = sample_weights(has_int, times, rule)
-    rows = [Weighed(e, i, float(w), bool(h), float(a))
-            for e, i, w, h, a in zip(index, ids, weights, has_int, ages, strict=True)]
-    return write_weights(ds, rows, rule), frames
+    return write_weight_columns(ds.root / WEIGHTS_PATH, index, ids, weights, has_int, ages, rule), frames
 
 
 
