@@ -27,7 +27,7 @@ What this writes, per episode in the dataset's (or the manifest's) order as `dem
 
 `mask/`: `success` and `failure` (the episode's outcome), `intervention` (a human took over in at
 least one frame) and `no_intervention`, `validated` (the validator passed it, by content id, from the
-dataset's meta/validation.json; absent without one), and one per split of info.json `splits`
+dataset's validation record, meta/validation/; absent without one), and one per split of info.json `splits`
 (`train`, ...). The root attributes record the file's origin: `format`, `episode_ids` (JSON, in demo
 order), `source_dataset`, `teleop_flywheel_version` and from a manifest `manifest`,
 `manifest_fingerprint` and `manifest_sha256`.

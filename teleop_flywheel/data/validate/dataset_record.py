@@ -38,11 +38,11 @@ from typing import Any
 from teleop_flywheel.core.files import replace_atomic
 from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.validate.reasons import CODES, Reason
-from teleop_flywheel.data.validate.validator import RECORD_PATH, EpisodeReport, summary
+from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 
 RECORD_DIR = "meta/validation"
 INDEX_PATH = f"{RECORD_DIR}/record.json"
-LEGACY_PATH = RECORD_PATH  # one file, written whole: datasets converted before the pieces
+LEGACY_PATH = "meta/validation.json"  # one file, written whole: datasets converted before the pieces
 FORMAT = "teleop_flywheel.validation/2"
 PIECE_LINES = 256  # the open verdicts an append rewrites, at most: about as many as a dataset of 100 holds
 _PIECE = re.compile(r"verdicts-\d{6}-[0-9a-f]{16}\.jsonl")
