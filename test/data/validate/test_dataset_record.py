@@ -69,6 +69,7 @@ def test_a_write_killed_at_any_step_leaves_the_old_record_or_the_new(tmp_path: P
         assert (record.verdicts(), record.summary) in states, step  # the old record or the new, whole
         update_record(ds, merge)  # the next write: what the kill left is gone
         assert _files(ds) == _files(ref), step
+        assert set(_files(ds)) == {"record.json", *(p.file for p in Record.read(ds).pieces)}, step
         step += 1
     assert _files(ds) == _files(ref)
     assert step == 4  # the rewritten piece, the closed piece and the index: each killed after its write
