@@ -58,7 +58,7 @@ from result_file import RESULTS, load_average, write_result
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
+from teleop_flywheel.data.convert.refresh import update_record, update_weights
 from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
 from teleop_flywheel.data.curation.stored_scores import score_file, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
@@ -71,6 +71,7 @@ from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
 from teleop_flywheel.data.provenance.manifest import create, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.data.review.server import ReviewSite
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import validate_paths
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
@@ -265,7 +266,7 @@ def grow(src: Path, out: Path, n: int) -> None:
     data = pq.read_table(base / v3_layout.DATA_PATH.format(chunk_index=0, file_index=0))
     info = json.loads((base / v3_layout.INFO_PATH).read_text())
     fps, k = int(info["fps"]), len(rows)
-    verdicts = {e["episode_id"]: e for e in read_record(base)}
+    verdicts = {e["episode_id"]: e for e in read_verdicts(base)}
     cams = [f for f, v in info["features"].items() if v["dtype"] == "video"]
     grown, tables, record = [], [], []
     cursor, t = 0, {cam: 0.0 for cam in cams}
