@@ -306,11 +306,42 @@ def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: se
     vdir, entry = share
     store = vdir / SHARED / entry / rel
     _link_tree(path, store, set())
+    for f in os.scandir(store):  # read-only: nothing edits a shared file in place by accident (`seal_key`)
+        os.chmod(f.path, 0o444)
     fsync_tree(store, files=False)
     fsync_dir(store.parent)
     fault(f"shared {rel}")
     os.symlink(_shared_target(rel, entry), dst / rel)
     return True
+
+
+def shared_chunks(root: Path, stage: Path) -> dict[str, str]:
+    """{chunk directory: the symlink it will be} of the version `publish` will make of `stage` on top
+    of `root`: those carried already and those it will move into the store (`_carry`'s rule, the
+    commit dropping nothing), so a commit's own record (`consistency.write_seal`) can name them."""
+    base = current(root) if os.path.lexists(root) else None
+    if base is None:
+        return {}
+    entry = f"v{max(_versions(root), default=-1) + 1:06d}"
+    videos = base / "videos"
+    out = {}
+    for parent in [base / "data", base / "meta" / "episodes",
+                   *(videos.iterdir() if videos.is_dir() and not videos.is_symlink() else [])]:
+        rel_dir = parent.relative_to(base).as_posix()
+        if not parent.is_dir() or parent.is_symlink():
+            continue
+        names = os.listdir(parent)
+        staged = os.listdir(stage / rel_dir) if (stage / rel_dir).is_dir() else []
+        chunks = sorted(d for d in {*names, *staged} if _shares(rel_dir, d))
+        for name in chunks:
+            rel = f"{rel_dir}/{name}"
+            if name not in names or os.path.lexists(stage / rel):
+                continue
+            if (parent / name).is_symlink():
+                out[rel] = os.readlink(parent / name)
+            elif name != chunks[-1]:
+                out[rel] = _shared_target(rel, entry)
+    return out
 
 
 def _shared_in_use(root: Path) -> set[str]:

@@ -36,6 +36,7 @@ before: bytes changed inside a file without its size or mtime changing (the chec
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -48,6 +49,7 @@ import av
 import pandas as pd
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 
@@ -218,22 +220,42 @@ def _layout(root: Path) -> list[Problem]:
     return out
 
 
-def _checked(root: Path) -> dict[str, list[int]]:
-    """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`."""
-    out = {}
+def _shared_key(chunk: Path, target: str) -> list[Any]:
+    """A chunk directory carried by a symlink (`commit.shared_chunks`): its target and the digest of
+    its file names; its files are read-only and never written (the store's), so one listing stands
+    for a stat of each."""
+    names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
+    return [target, hashlib.sha256("\n".join(names).encode()).hexdigest()]
+
+
+def _checked(root: Path, shared: dict[str, str] | None = None) -> dict[str, list[Any]]:
+    """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`; a
+    chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`}."""
+    out: dict[str, list[Any]] = {}
+    shared = dict(shared or {})
+    for pattern in ("data/*", "videos/*/*", "meta/episodes/*"):
+        for chunk in root.glob(pattern):
+            rel = chunk.relative_to(root).as_posix()
+            if chunk.is_symlink():
+                shared[rel] = os.readlink(chunk)
+            if rel in shared and chunk.is_dir():
+                out[rel + "/"] = _shared_key(chunk, shared[rel])
     for pattern in ("data/*/*.parquet", "videos/*/*/*.mp4", "meta/episodes/*/*.parquet", v3_layout.INFO_PATH,
                     v3_layout.TASKS_PATH, v3_layout.STATS_PATH):
         for path in root.glob(pattern):
+            rel = path.relative_to(root).as_posix()
+            if pattern.count("/") > 1 and rel.rsplit("/", 1)[0] in shared:
+                continue
             st = path.stat()
-            out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns, st.st_ino]
+            out[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return out
 
 
 def write_seal(root: Path, stage: Path) -> None:
     """Seal the version a convert stages in `stage` on top of the dataset at `root`, checked before
     (module docstring): every file the check reads, as the staged version will hold it (staged, or
-    the current version's, which the commit hard-links)."""
-    files = _checked(root) if os.path.lexists(root) else {}
+    the current version's, which the commit hard-links, or a chunk directory it carries whole)."""
+    files = _checked(root, commit.shared_chunks(root, stage)) if os.path.lexists(root) else {}
     files.update(_checked(stage))
     v3_layout.write_json(stage / SEAL_PATH, {"format": SEAL_FORMAT, "files": files})
 
