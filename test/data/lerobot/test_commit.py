@@ -463,3 +463,35 @@ def test_a_foreign_chunk_symlink_is_refused(tmp_path: Path) -> None:
     os.symlink(elsewhere, v0 / "data/chunk-000")
     with pytest.raises(CommitError, match="not to a chunk directory versions share"):
         _commit(ds, {"meta/info.json": "1"})
+
+
+@pytest.mark.timeout(300)
+@LEROBOT
+def test_lerobot_reads_a_dataset_whose_closed_chunks_are_shared(bags: list[Path], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot's own loader, given a version whose closed data and video chunks are symlinks to the
+    shared store, returns item for item what it returns for the same episodes laid out without
+    sharing (one chunk): frames decoded from the shared mp4s, rows from the shared parquets."""
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset as Loader
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    plain, shared = tmp_path / "plain", tmp_path / "shared"
+    for bag in bags[:3]:
+        conv.convert([bag], plain, codec="h264", workers=1, progress=False)
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    for bag in bags[:3]:
+        conv.convert([bag], shared, codec="h264", workers=1, progress=False)
+    key = next(p.name for p in (shared / "videos").iterdir())
+    assert all((shared / sub).is_symlink() for sub in ("data/chunk-000", "data/chunk-001", f"videos/{key}/chunk-001"))
+    with commit.pinned(plain) as a, commit.pinned(shared) as b:
+        ours, theirs = Loader("local/plain", root=a, video_backend="pyav"), Loader("local/shared", root=b,
+                                                                                   video_backend="pyav")
+        assert len(ours) == len(theirs) and ours.num_episodes == theirs.num_episodes == 3
+        starts = [int(i) for i in theirs.meta.episodes["dataset_from_index"]]
+        for i in sorted({*starts, *(s + 7 for s in starts), len(theirs) - 1}):
+            x, y = ours[i], theirs[i]
+            assert x.keys() == y.keys() and key in x  # a frame decoded from the mp4s
+            for name, value in x.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(value, y[name]), (i, name)
