@@ -256,10 +256,18 @@ def _link_tree(src: Path, dst: Path, skip: set[str], share: tuple[Path, str] | N
 
 
 def _shares(rel_dir: str, name: str) -> bool:
-    """`rel_dir/name` is a chunk directory of a kind versions share whole (`data/`, `videos/<key>/`,
-    `meta/episodes/`)."""
-    return bool(_CHUNK.match(name)) and (rel_dir in ("data", "meta/episodes")
-                                         or (rel_dir.startswith("videos/") and rel_dir.count("/") == 1))
+    """`rel_dir/name` is a chunk directory of a kind versions share whole: `data/`, `videos/<key>/`
+    (the episodes table's files, 1,000 rows each, fill a chunk at a million episodes: not shared, and
+    its readers glob it recursively, which does not follow a symlink)."""
+    video = rel_dir.startswith("videos/") and rel_dir.count("/") == 1
+    return bool(_CHUNK.match(name)) and (rel_dir == "data" or video)
+
+
+def _chunk_parents(version: Path) -> list[Path]:
+    """The directories of a version whose chunk directories versions share (`_shares`)."""
+    videos = version / "videos"
+    parents = [version / "data", *(videos.iterdir() if videos.is_dir() and not videos.is_symlink() else [])]
+    return [p for p in parents if p.is_dir() and not p.is_symlink()]
 
 
 def _shared_target(rel: str, entry: str) -> str:
@@ -306,8 +314,6 @@ def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: se
     vdir, entry = share
     store = vdir / SHARED / entry / rel
     _link_tree(path, store, set())
-    for f in os.scandir(store):  # read-only: nothing edits a shared file in place by accident (`seal_key`)
-        os.chmod(f.path, 0o444)
     fsync_tree(store, files=False)
     fsync_dir(store.parent)
     fault(f"shared {rel}")
@@ -323,13 +329,9 @@ def shared_chunks(root: Path, stage: Path) -> dict[str, str]:
     if base is None:
         return {}
     entry = f"v{max(_versions(root), default=-1) + 1:06d}"
-    videos = base / "videos"
     out = {}
-    for parent in [base / "data", base / "meta" / "episodes",
-                   *(videos.iterdir() if videos.is_dir() and not videos.is_symlink() else [])]:
+    for parent in _chunk_parents(base):
         rel_dir = parent.relative_to(base).as_posix()
-        if not parent.is_dir() or parent.is_symlink():
-            continue
         names = os.listdir(parent)
         staged = os.listdir(stage / rel_dir) if (stage / rel_dir).is_dir() else []
         chunks = sorted(d for d in {*names, *staged} if _shares(rel_dir, d))
@@ -344,6 +346,16 @@ def shared_chunks(root: Path, stage: Path) -> dict[str, str]:
     return out
 
 
+def shared_links(version: Path) -> list[str]:
+    """The chunk directories of a version that are symlinks to the shared store (relative paths)."""
+    out = []
+    for parent in _chunk_parents(version):
+        rel_dir = parent.relative_to(version).as_posix()
+        out += [f"{rel_dir}/{d.name}" for d in sorted(os.scandir(parent), key=lambda d: d.name)
+                if d.is_symlink() and _shares(rel_dir, d.name)]
+    return out
+
+
 def _shared_in_use(root: Path) -> set[str]:
     """The store entries (`vNNNNNN`) a published version of `root` links a chunk directory to."""
     cur = current(root) if os.path.lexists(root) else None
@@ -352,18 +364,11 @@ def _shared_in_use(root: Path) -> set[str]:
     for k, version in _versions(root).items():
         if newest is None or k > newest:
             continue  # never published: `recover` removes it
-        videos = version / "videos"
-        parents = [version / "data", version / "meta" / "episodes",
-                   *(videos.iterdir() if videos.is_dir() and not videos.is_symlink() else [])]
-        for parent in parents:
-            if not parent.is_dir() or parent.is_symlink():
-                continue
-            for d in os.scandir(parent):
-                if d.is_symlink():
-                    try:
-                        out.add(_shared_entry(Path(d.path), f"{parent.relative_to(version).as_posix()}/{d.name}"))
-                    except CommitError:
-                        continue  # not ours: no entry of the store is read through it
+        for rel in shared_links(version):
+            try:
+                out.add(_shared_entry(version / rel, rel))
+            except CommitError:
+                continue  # not ours: no entry of the store is read through it
     return out
 
 

@@ -222,8 +222,8 @@ def _layout(root: Path) -> list[Problem]:
 
 def _shared_key(chunk: Path, target: str) -> list[Any]:
     """A chunk directory carried by a symlink (`commit.shared_chunks`): its target and the digest of
-    its file names; its files are read-only and never written (the store's), so one listing stands
-    for a stat of each."""
+    its file names (one listing, not a stat of each file: nothing writes a file of the store; a file
+    added, removed or renamed there is seen, bytes edited in place only by `doctor`'s whole check)."""
     names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
     return [target, hashlib.sha256("\n".join(names).encode()).hexdigest()]
 
@@ -233,7 +233,7 @@ def _checked(root: Path, shared: dict[str, str] | None = None) -> dict[str, list
     chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`}."""
     out: dict[str, list[Any]] = {}
     shared = dict(shared or {})
-    for pattern in ("data/*", "videos/*/*", "meta/episodes/*"):
+    for pattern in ("data/*", "videos/*/*"):
         for chunk in root.glob(pattern):
             rel = chunk.relative_to(root).as_posix()
             if chunk.is_symlink():
