@@ -232,22 +232,20 @@ def _checked(root: Path, shared: dict[str, str] | None = None) -> dict[str, list
     """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`; a
     chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`}."""
     out: dict[str, list[Any]] = {}
-    shared = dict(shared or {})
-    for pattern in ("data/*", "videos/*/*"):
+    shared = shared or {}
+    files: list[Path] = []
+    for pattern, names in (("data/*", "*.parquet"), ("videos/*/*", "*.mp4"), ("meta/episodes/*", "*.parquet")):
         for chunk in root.glob(pattern):
             rel = chunk.relative_to(root).as_posix()
-            if chunk.is_symlink():
-                shared[rel] = os.readlink(chunk)
-            if rel in shared and chunk.is_dir():
-                out[rel + "/"] = _shared_key(chunk, shared[rel])
-    for pattern in ("data/*/*.parquet", "videos/*/*/*.mp4", "meta/episodes/*/*.parquet", v3_layout.INFO_PATH,
-                    v3_layout.TASKS_PATH, v3_layout.STATS_PATH):
-        for path in root.glob(pattern):
-            rel = path.relative_to(root).as_posix()
-            if pattern.count("/") > 1 and rel.rsplit("/", 1)[0] in shared:
-                continue
+            target = os.readlink(chunk) if chunk.is_symlink() else shared.get(rel)
+            if target is not None and chunk.is_dir():
+                out[rel + "/"] = _shared_key(chunk, target)  # its files not listed one by one
+            else:
+                files += chunk.glob(names)
+    for path in [*files, *(root / rel for rel in (v3_layout.INFO_PATH, v3_layout.TASKS_PATH, v3_layout.STATS_PATH))]:
+        if path.is_file():
             st = path.stat()
-            out[rel] = [st.st_size, st.st_mtime_ns, st.st_ino]
+            out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return out
 
 
