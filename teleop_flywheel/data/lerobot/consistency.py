@@ -220,26 +220,37 @@ def _layout(root: Path) -> list[Problem]:
     return out
 
 
-def _shared_key(chunk: Path, target: str) -> list[Any]:
-    """A chunk directory carried by a symlink (`commit.shared_chunks`): its target and the digest of
-    its file names (one listing, not a stat of each file: nothing writes a file of the store; a file
-    added, removed or renamed there is seen, bytes edited in place only by `doctor`'s whole check)."""
-    names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
-    return [target, hashlib.sha256("\n".join(names).encode()).hexdigest()]
+NAMES = "names"  # a shared chunk's seal entry made from its file names (`_shared_key`)
 
 
-def _checked(root: Path, shared: dict[str, str] | None = None) -> dict[str, list[Any]]:
+def _shared_key(chunk: Path, target: str, by_names: bool) -> list[Any]:
+    """A chunk directory carried by a symlink (`commit.shared_chunks`): its target, and the mtime and
+    inode of the store's directory it names (one stat: a file added, removed or renamed there changes
+    its mtime), or, for a chunk the sealed commit moves into the store (that directory does not exist
+    yet), the digest of its file names (one listing, once). Not a stat of each file: nothing writes a
+    file of the store; bytes edited in place there are seen by `doctor`'s whole check only."""
+    if by_names:
+        names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
+        return [target, NAMES, hashlib.sha256("\n".join(names).encode()).hexdigest()]
+    st = chunk.stat()
+    return [target, st.st_mtime_ns, st.st_ino]
+
+
+def _checked(root: Path, shared: dict[str, str] | None = None, named: set[str] | None = None
+             ) -> dict[str, list[Any]]:
     """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`; a
-    chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`}."""
+    chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`},
+    by its names when it is not a symlink yet or is `named`."""
     out: dict[str, list[Any]] = {}
     shared = shared or {}
+    named = named or set()
     files: list[Path] = []
     for pattern, names in (("data/*", "*.parquet"), ("videos/*/*", "*.mp4"), ("meta/episodes/*", "*.parquet")):
         for chunk in root.glob(pattern):
             rel = chunk.relative_to(root).as_posix()
             target = os.readlink(chunk) if chunk.is_symlink() else shared.get(rel)
             if target is not None and chunk.is_dir():
-                out[rel + "/"] = _shared_key(chunk, target)  # its files not listed one by one
+                out[rel + "/"] = _shared_key(chunk, target, not chunk.is_symlink() or rel in named)
             else:
                 files += chunk.glob(names)
     for path in [*files, *(root / rel for rel in (v3_layout.INFO_PATH, v3_layout.TASKS_PATH, v3_layout.STATS_PATH))]:
@@ -262,8 +273,9 @@ def sealed(root: Path) -> bool:
     """Every file the check reads is as the last convert's commit sealed it, and no other is there."""
     try:
         doc = json.loads((root / SEAL_PATH).read_text())
-        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root))
-    except (OSError, ValueError, AttributeError):
+        named = {rel.removesuffix("/") for rel, key in doc["files"].items() if rel.endswith("/") and key[1] == NAMES}
+        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root, named=named))
+    except (OSError, ValueError, AttributeError, KeyError, IndexError, TypeError):  # not a seal of ours
         return False
 
 

@@ -108,9 +108,17 @@ def test_the_seal_lists_a_shared_chunk_not_its_files(tmp_path: Path, monkeypatch
     read = _counting(monkeypatch)
     conv.convert(bags[2:3], ds, codec="h264", workers=1, progress=False)
     assert read == [] and consistency.sealed(ds)
-    shared = ds / "data/chunk-001/file-000.parquet"
-    assert (ds / "data/chunk-001").is_symlink()
+    files = json.loads((ds / consistency.SEAL_PATH).read_text())["files"]
+    # chunk-000 shared before: one stat of its store directory; chunk-001 shared by this commit: its names
+    assert files["data/chunk-000/"][1] != consistency.NAMES and files["data/chunk-001/"][1] == consistency.NAMES
+    copied_in = ds / "data/chunk-001/file-001.parquet"
+    copied_in.write_bytes(b"")
+    assert not consistency.sealed(ds)  # a name more
+    copied_in.unlink()
+    assert consistency.sealed(ds)
+    shared = ds / "data/chunk-000/file-000.parquet"
+    assert (ds / "data/chunk-000").is_symlink()
     shared.unlink()
     assert not consistency.sealed(ds)
-    with pytest.raises(InconsistentDatasetError, match="chunk-001/file-000"):
+    with pytest.raises(InconsistentDatasetError, match="chunk-000/file-000"):
         conv.convert(bags[3:], ds, codec="h264", workers=1, progress=False)
