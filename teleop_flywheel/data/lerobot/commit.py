@@ -307,8 +307,8 @@ def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: se
     """Carry the directory `parent/name` of the current version into the new one `dst` whole, as one
     symlink, when it is a chunk directory (`_shares`) nothing is staged in or dropped from: shared
     already (a symlink: the same one again), or closed (a later chunk beside it: appends write only
-    in the last one, here or staged) and, with `share`, copied into the store first (hard links, once: every later
-    version carries it by its symlink). Whether it was; otherwise its files are linked one by one
+    in the last one, here or staged) and, with `share`, copied into the store first (hard links,
+    once: every later version carries it by its symlink). Whether it was; otherwise its files are linked one by one
     (a symlinked one: from the store, into a directory of its own)."""
     rel = name if rel_dir == "." else f"{rel_dir}/{name}"
     path = parent / name
@@ -329,9 +329,7 @@ def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: se
         return False
     vdir, entry = share
     store = vdir / SHARED / entry / rel
-    _link_tree(path, store, set())
-    fsync_tree(store, files=False)
-    fsync_dir(store.parent)
+    _link_tree(path, store, set())  # its names reach the disk with the entry's (`publish`)
     fault(f"shared {rel}")
     os.symlink(_shared_target(rel, entry), dst / rel)
     return True
@@ -522,7 +520,8 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
         shutil.rmtree(entry, ignore_errors=True)  # a killed commit's, never published: no version links it
         _link_tree(base, stage, set(drop), (versions_path(root), entry.name))
         fsync_tree(stage, files=False)  # the linked files are on disk already: their new names are not
-        if entry.is_dir():
+        if entry.is_dir():  # the store's new directories: on disk before a version links them
+            fsync_tree(entry, files=False)
             fsync_dir(entry.parent)
     fault("staged")
     if base is None:  # a new dataset: the pointer first (no dataset until it resolves), then its version
