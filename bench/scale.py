@@ -526,7 +526,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(size)
-        ax.set_ylabel("ms (per episode or entry; s for append)")
+        ax.set_ylabel("ms (per episode or entry; s for append, files)")
         ax.set_title(name)
         ax.legend(fontsize=6)
     fig.tight_layout()
