@@ -275,7 +275,7 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-SCALE_FAMILIES = ("lineage", "dataset", "review", "bags", "append")  # bench/scale.py's FAMILIES
+SCALE_FAMILIES = ("lineage", "dataset", "review", "bags", "append", "files")  # bench/scale.py's FAMILIES
 
 
 def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
