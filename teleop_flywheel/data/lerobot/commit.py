@@ -65,7 +65,7 @@ was (the old version); after it, the new version is whole. What a crash leaves b
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
 directory, a new dataset's dangling pointer, the lease file of a version that is gone) or in it (a
 `replace_atomic` temp file `.<name>.XXXXXXXX.tmp` of a derived file replaced in place, such as
-`meta/validation.json`: never hard-linked into a next version) is never read by anyone;
+`meta/validation/record.json`: never hard-linked into a next version) is never read by anyone;
 `recover` removes it (every writer runs it first under the lock; `teleop-flywheel
 doctor` reports it and `--repair` removes it). No journal, nothing to roll forward.
 
@@ -370,6 +370,19 @@ def shared_links(version: Path) -> list[str]:
     return out
 
 
+def upload_note(root: Path) -> str | None:
+    """What a copy or an upload of `root` must do when its current version carries closed chunks by
+    symlink (None: it carries none): said by `card` and `doctor`, the verbs run before an upload."""
+    version = current(root)
+    links = shared_links(version) if version is not None else []
+    if not links:
+        return None
+    return (f"{len(links)} closed chunk directories ({links[0]}, ...) are symlinks into "
+            f"{versions_path(root).name}/{SHARED}/: huggingface-cli upload and LeRobot's push_to_hub skip "
+            f"directory symlinks and would upload the dataset without them; upload a copy that follows them "
+            f"(cp -rL {root} COPY)")
+
+
 def _shared_in_use(root: Path) -> set[str]:
     """The store entries (`vNNNNNN`) a published version of `root` links a chunk directory to."""
     cur = current(root) if os.path.lexists(root) else None
@@ -627,7 +640,7 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
 
 
 def _stray_temps(folder: Path) -> list[tuple[Path, str]]:
-    """Temp files of `replace_atomic` a kill left in the dataset's current files (`meta/validation.json`,
+    """Temp files of `replace_atomic` a kill left in the dataset's current files (`meta/validation/record.json`,
     the card, the weights are replaced in place): no reader reads them, no commit carries them on."""
     if not folder.is_dir():
         return []

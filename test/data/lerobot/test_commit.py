@@ -465,6 +465,32 @@ def test_a_foreign_chunk_symlink_is_refused(tmp_path: Path) -> None:
         _commit(ds, {"meta/info.json": "1"})
 
 
+def test_card_and_doctor_say_an_upload_must_follow_the_shared_chunks(bags: list[Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """huggingface-cli upload and LeRobot's push_to_hub list a folder with a recursive glob that skips
+    directory symlinks: a dataset whose closed chunks are shared would reach the hub without them,
+    silently. The verbs run before an upload say so, naming the copy to make; a dataset without shared
+    chunks gets no such line."""
+    plain, shared = tmp_path / "plain", tmp_path / "shared"
+    conv.convert(bags[:2], plain, codec="h264", workers=1, progress=False)
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    for bag in bags[:2]:
+        conv.convert([bag], shared, codec="h264", workers=1, progress=False)
+    skipped = {p.relative_to(shared.resolve()).as_posix() for p in shared.resolve().glob("**/*") if p.is_file()}
+    assert not any(p.startswith("data/chunk-000/") for p in skipped)  # what such an upload would leave out
+    for root, says in ((plain, False), (shared, True)):
+        capsys.readouterr()
+        assert cli_main(["card", str(root), "--force"]) == 0
+        card = capsys.readouterr().out
+        assert cli_main(["doctor", str(root)]) == 0
+        doctor = capsys.readouterr().out
+        for out in (card, doctor):
+            assert ("cp -rL" in out and "push_to_hub" in out and "data/chunk-000" in out) is says, out
+    assert cli_main(["doctor", str(shared), "--json"]) == 0
+    assert "cp -rL" in json.loads(capsys.readouterr().out)["upload_note"]
+
+
 @pytest.mark.timeout(300)
 @LEROBOT
 def test_lerobot_reads_a_dataset_whose_closed_chunks_are_shared(bags: list[Path], tmp_path: Path,
