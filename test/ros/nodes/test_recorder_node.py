@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -612,7 +613,11 @@ def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_
     report = val.validate_bag((str(only_bag(out)), val.ValidateConfig.load()))
     faults_found = [r for r in report.reasons if r.code == "SERVO_FAULT"]
     if hot_c:
-        assert faults_found and "elbow_flex (servo 3): temperature 66 °C" in faults_found[0].detail, report.reasons
+        # The hot servo cools from its start (0.24 °C/s at 66 °C in the simulator): a driver that first reads
+        # it over 2 s later, on a loaded machine, latches 65 °C — still at the stop threshold (65 °C).
+        assert faults_found, report.reasons
+        latched = re.search(r"elbow_flex \(servo 3\): temperature (\d+) °C", faults_found[0].detail)
+        assert latched and 65 <= int(latched.group(1)) <= hot_c, faults_found[0].detail
     else:
         assert not faults_found, report.reasons
 
