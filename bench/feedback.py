@@ -41,16 +41,26 @@ rendering tick, the hand first feeling `FEEL`, the operator stopping, the peak, 
 load climbs. Also:
 
 - `drag`: the hand force needed to follow a reference motion (every joint, the follower free), RMS
-  over the joints and the run, per mode; the ratio to `off` (goal: within 10 %);
+  over the joints and the run, per mode, `DRAG_SEEDS` runs each starting elsewhere along the motion
+  (the modes of a seed back to back); the ratio of the medians to `off` and each seed's (goal:
+  within 10 %);
 - `stability`: the push with a hand that does not react (its intended pose held 0.1 rad past the
   blocked one) over a range of hand stiffness; the leader's pushed joint's velocity (its own
   readings) RMS above 2 Hz, against the same run without feedback, and how often the rendering
   switched on;
 - `latency`: from the follower reading that first shows the grasp to the leader tick whose write
-  rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two), each grasp run with feedback; the
-  two drivers' threads share the machine, so a loaded machine adds its scheduling delay.
+  rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two), each grasp run with feedback, and
+  its two parts: to the read of that tick (its phase, and a loaded machine's scheduling delay of
+  the drivers' threads) and the tick itself (the read, then the writes and read-backs that switch
+  a rendering on). Also the grasp's peak with the follower's own force limit (the soft hold, on by
+  default) against without it, per mode.
 
-Usage: `python bench/feedback.py [--out bench/results/feedback.json]`
+Every thread of the bench runs at SCHED_FIFO 50 where permitted (`--priority`; 0: the normal
+policy), as the rig's arm drivers and `sim-bus` run. Beside two CPU-burning processes, grasps with
+`gripper`: the latency 8.6 and 22.7 ticks at the normal policy (the rendering tick's serial bus
+round trips waiting for a core), 0.75, 0.95 and 2.9 at SCHED_FIFO 50.
+
+Usage: `python bench/feedback.py [--out bench/results/feedback.json] [--priority 50]`
 """
 from __future__ import annotations
 
@@ -78,6 +88,7 @@ from teleop_flywheel.core.calibration import (
     sim_calibration_file,
 )
 from teleop_flywheel.core.clock import NS_PER_S, now_ns
+from teleop_flywheel.core.priority import RT_PRIORITY, request_realtime
 from teleop_flywheel.core.safety import CommandGuard
 from teleop_flywheel.core.so101 import JOINT_NAMES
 from teleop_flywheel.hw.arm import ArmConfig, ArmDriver, Reading, effective_limits, settings
@@ -101,12 +112,14 @@ OBJECT = 2300.0  # follower gripper shaft steps where its jaws meet the object
 POSE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 3000.0]  # leader shaft steps: the operator's start (trigger open)
 CONTACT_LOAD = 0.05  # a joint standing still with this load is on something (the contact's start)
 REPEATS = 3  # each scenario and mode, interleaved (the modes of one repeat share the machine's load)
+DRAG_SEEDS = 5  # drag runs per mode, each starting elsewhere along the free motion
 GRASP_FEEDBACK_LOAD = 0.1  # `feedback_grasp_load`'s default: a follower reading this loaded and stalled is a grasp
 
 
-def free(t: float) -> list[float]:
-    """Free motion about the start pose: every body joint ±0.18 rad at ~0.3 Hz, the trigger still."""
-    return [p + (120.0 * math.sin(2.0 * t + i) if i != GRIPPER else 0.0) for i, p in enumerate(POSE)]
+def free(t: float, phase: float = 0.0) -> list[float]:
+    """Free motion about the start pose: every body joint ±0.18 rad at ~0.3 Hz (`phase` rad along
+    it), the trigger still."""
+    return [p + (120.0 * math.sin(2.0 * t + i + phase) if i != GRIPPER else 0.0) for i, p in enumerate(POSE)]
 
 
 @dataclass
@@ -118,6 +131,7 @@ class Operator:
     joint: int = PAN
     target: float = 0.0
     react: bool = True
+    phase: float = 0.0  # where along the free motion it starts (rad): a seed of the drag runs
     push_at: float | None = None  # simulator time the push starts (None: free motion)
     intended: float = 0.0  # the pushed joint's intended pose now (shaft steps)
     stopped: bool = False
@@ -128,7 +142,7 @@ class Operator:
     def __call__(self, t: float) -> list[float]:
         """Called by the simulator's physics (its lock held: the hand's force is read directly)."""
         if self.push_at is None or t < self.push_at:
-            pose = free(t) if self.push_at is None else list(POSE)
+            pose = free(t, self.phase) if self.push_at is None else list(POSE)
             self.intended = pose[self.joint]
             return pose
         direction = math.copysign(1.0, self.target - POSE[self.joint])
@@ -323,7 +337,9 @@ def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIM
         out["first_contact"] = first_contact(followers, leaders, hand, joint, math.copysign(1.0, target - POSE[joint]),
                                              run.operator.stopped_ns)
         if grasp:
-            out["latency_ticks"] = latency(followers, leaders)
+            parts = latency(followers, leaders)
+            out["latency_ticks"] = parts and parts["ticks"]
+            out["latency_parts"] = parts
         return out
 
 
@@ -393,24 +409,40 @@ def sustained(readings: list[Reading], joint: int, faulted: bool) -> dict[str, A
             "contact_s": round(float(np.sum(dt)), 2)}
 
 
-def latency(followers: list[Reading], leaders: list[tuple[Reading, Rendered | None]]) -> float | None:
-    """From the first follower reading that shows the grasp (load at `feedback_grasp_load`, jaws
-    stalled and not gaining speed: `grasp.stopped`) to the first leader tick whose write rendered
-    it, in bus ticks; None if never rendered."""
-    first = next((r.stamp_ns for r, before in zip(followers[1:], followers, strict=False)
-                  if abs(r.efforts[GRIPPER]) >= GRASP_FEEDBACK_LOAD and abs(r.velocities[GRIPPER]) < STALLED_RAD_S
-                  and abs(r.velocities[GRIPPER]) <= abs(before.velocities[GRIPPER]) + RAD_PER_STEP), None)
-    shown = next((d.stamp_ns for _r, d in leaders if d is not None and d.ceilings[GRIPPER] > 0
-                  and first is not None and d.stamp_ns >= first), None)
-    if first is None or shown is None:
+def latency(followers: list[Reading], leaders: list[tuple[Reading, Rendered | None]]) -> dict[str, float] | None:
+    """From the follower reading that began the grasp the leader rendered (load at
+    `feedback_grasp_load`, jaws stalled and not gaining speed: `grasp.stopped`, in every reading
+    from it to the rendering tick) to the first leader tick whose write rendered it, in bus ticks
+    (`ticks`), in two parts: to that tick's read (`wait`: the tick's phase and the threads'
+    scheduling) and from its read to its last write (`tick`: the read, the ceiling written and read
+    back, the goal, the torque switched on and read back); None if never rendered. Not the first
+    such reading of the run: jaws setting off from rest show one for a sample (loaded, not yet
+    moving), which a leader ticking between two follower samples never sees, and which made a
+    grasp rendered seconds later read as hundreds of ticks late."""
+    shown = next(((r.stamp_ns, d.stamp_ns) for r, d in leaders if d is not None and d.ceilings[GRIPPER] > 0),
+                 None)
+    if shown is None:
         return None
-    return round((shown - first) / (NS_PER_S / RATE_HZ), 2)
+    first = None
+    for r, before in reversed(list(zip(followers[1:], followers, strict=False))):
+        if r.stamp_ns > shown[1]:
+            continue
+        if not (abs(r.efforts[GRIPPER]) >= GRASP_FEEDBACK_LOAD and abs(r.velocities[GRIPPER]) < STALLED_RAD_S
+                and abs(r.velocities[GRIPPER]) <= abs(before.velocities[GRIPPER]) + RAD_PER_STEP):
+            break
+        first = r.stamp_ns
+    if first is None:
+        return None
+    tick = NS_PER_S / RATE_HZ
+    return {"ticks": round((shown[1] - first) / tick, 2), "wait": round((shown[0] - first) / tick, 2),
+            "tick": round((shown[1] - shown[0]) / tick, 2)}
 
 
-def drag(tmp: Path, mode: str, seconds: float = 4.0) -> float:
+def drag(tmp: Path, mode: str, phase: float, seconds: float = 4.0) -> float:
     """RMS hand force (fraction of max torque) over every joint while the hand moves the leader in
-    free motion, the follower free, after the warm-up."""
+    free motion (starting `phase` rad along it), the follower free, after the warm-up."""
     with rig(tmp, mode) as run:
+        run.operator.phase = phase
         warm_up(run)
         start = time.monotonic()
         time.sleep(seconds)
@@ -459,9 +491,8 @@ def median(values: list[Any]) -> float | None:
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The repeats of one scenario and mode: the median of every figure (and of the first
     contact's), every fault seen, and the runs themselves."""
-    out: dict[str, Any] = {key: median([r[key] for r in runs]) for key in runs[0]
-                           if isinstance(runs[0][key], (int, float)) and not isinstance(runs[0][key], bool)
-                           or runs[0][key] is None}
+    out: dict[str, Any] = {key: median([r[key] for r in runs]) for key in runs[0] if key != "latency_parts" and (
+        isinstance(runs[0][key], (int, float)) and not isinstance(runs[0][key], bool) or runs[0][key] is None)}
     out["operator_stopped"] = [r["operator_stopped"] for r in runs]
     out["follower_faults"] = sorted({r["follower_faults"] for r in runs if r["follower_faults"]})
     events = ("rendered", "felt", "operator_stopped", "peak")
@@ -473,8 +504,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(out: Path) -> dict[str, Any]:
+def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
     began = time.monotonic()
+    # As the rig runs its arms: every thread (the drivers' bus loops, the simulated servos) at
+    # SCHED_FIFO `priority` where permitted, as an `arm_driver` node in its own process and
+    # `sim-bus` do (0: the normal policy).
+    realtime = request_realtime(priority, whole_process=True)
     kinds = {"grasp": ("grasp", LOAD_LIMIT, True), "grasp_without_follower_force_limit": ("grasp", 0.0, True),
              "push": ("push", LOAD_LIMIT, True), "push_without_follower_collision_hold": ("push", LOAD_LIMIT, False)}
     with tempfile.TemporaryDirectory(prefix="bench_feedback_") as name:
@@ -484,7 +519,12 @@ def run(out: Path) -> dict[str, Any]:
             for key, (kind, limit, hold) in kinds.items():
                 for mode in MODES:
                     runs[key][mode].append(scenario(tmp, kind, mode, grip_force_limit=limit, hold=hold))
-        drags = {mode: round(drag(tmp, mode), 4) for mode in MODES}
+        # Each seed a start along the free motion, the modes of one seed back to back (paired).
+        drag_runs = {mode: [] for mode in MODES}
+        for seed in range(DRAG_SEEDS):
+            for mode in MODES:
+                drag_runs[mode].append(round(drag(tmp, mode, 2.0 * math.pi * seed / DRAG_SEEDS), 4))
+        drags = {mode: median(v) for mode, v in drag_runs.items()}
         stiffness = (0.5, 2.0, 20.0)  # Present_Load units per step: a hand ~40x softer than the default to it
         stable = {mode: [stability(tmp, mode, k) for k in stiffness] for mode in ("off", "contact")}
     grasp = {m: summarise(r) for m, r in runs["grasp"].items()}
@@ -512,10 +552,17 @@ def run(out: Path) -> dict[str, Any]:
                                        for f in figures},
         "drag_gripper_vs_off": ratio(drags["gripper"], drags["off"]),
         "drag_contact_vs_off": ratio(drags["contact"], drags["off"]),
+        # Each seed's ratio (its modes ran back to back): the spread.
+        "drag_gripper_vs_off_seeds": [ratio(a, b) for a, b in zip(drag_runs["gripper"], drag_runs["off"], strict=True)],
+        "drag_contact_vs_off_seeds": [ratio(a, b) for a, b in zip(drag_runs["contact"], drag_runs["off"], strict=True)],
+        # The follower's own soft hold (its grip force limit, on by default) against none, per mode:
+        # what bounds the grasp's peak, which peaks before an operator can react to what is felt.
+        "grasp_peak_with_vs_without_follower_force_limit": {
+            m: ratio(grasp[m]["peak_load"], grasp_unlimited[m]["peak_load"]) for m in MODES},
     }
-    latencies = sorted(r["latency_ticks"] for key in ("grasp", "grasp_without_follower_force_limit")
-                       for mode in ("gripper", "contact") for r in runs[key][mode]
-                       if r.get("latency_ticks") is not None)
+    rendered = [r["latency_parts"] for key in ("grasp", "grasp_without_follower_force_limit")
+                for mode in ("gripper", "contact") for r in runs[key][mode] if r.get("latency_parts")]
+    latencies = sorted(p["ticks"] for p in rendered)
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
         "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
@@ -523,7 +570,10 @@ def run(out: Path) -> dict[str, Any]:
         "ratios": ratios,
         "latency_ticks": latencies,
         "latency_ticks_median": float(np.median(latencies)) if latencies else None,
+        "latency_parts_median": {part: median([p[part] for p in rendered]) for part in ("wait", "tick")},
+        "latency_parts_max": {part: max((p[part] for p in rendered), default=None) for part in ("wait", "tick")},
         "load_average": load_average(), "seconds": round(time.monotonic() - began, 1),
+        "realtime": {"requested": realtime.requested, "priority": realtime.priority, "refused": realtime.refused},
     }
     unlimited, pushed = ratios["grasp_unlimited_gripper_vs_off"], ratios["push_contact_vs_off"]
     unheld = ratios["push_unheld_contact_vs_off"]
@@ -558,7 +608,11 @@ def run(out: Path) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=RESULTS / "feedback.json")
-    run(parser.parse_args().out)
+    parser.add_argument("--priority", type=int, default=RT_PRIORITY,
+                        help=f"SCHED_FIFO priority of the bench's threads, where permitted (default {RT_PRIORITY}, "
+                             "as the arm drivers run; 0: the normal policy)")
+    args = parser.parse_args()
+    run(args.out, args.priority)
     return 0
 
 

@@ -31,6 +31,13 @@ its cost at 100 (`vs_100`).
   table level (`grow`) from `--append-base` converted bags, median of `--append-repeat` appends taken
   round-robin over the sizes, wall and CPU time: N = 10,000 without converting 10,000 bags (about an
   hour here).
+- `files` (`--files-sizes`): the files of N one-at-a-time ingests (per ingest one data parquet and
+  one mp4 per camera, `--cameras`; 1,000 files a chunk; the episodes files, 1,000 rows each; the
+  eight other metadata files), counted by kind, and the commit of one more ingest (its new data file
+  and mp4s, its replaced metadata files staged; `commit.publish`), CPU and wall, median of
+  `--files-repeat`: with closed chunks carried whole (`shared`) and with every file linked
+  (`linked`: sharing turned off, the commit as it was before it), and the seal's walk
+  (`consistency._checked`, run before and after each convert's append) of each layout.
 
 Usage: `python bench/scale.py [--only lineage dataset review bags] [--sizes ...] [--episode-sizes ...]
 [--review-sizes ...] [--bag-sizes ...] [--append-sizes ...] [--out bench/results/scale.json] [--update]
@@ -62,7 +69,7 @@ from result_file import RESULTS, load_average, write_result
 
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert.converter import convert
-from teleop_flywheel.data.convert.refresh import read_record, update_record, update_weights
+from teleop_flywheel.data.convert.refresh import update_record, update_weights
 from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
 from teleop_flywheel.data.curation.stored_scores import score_file, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
@@ -75,12 +82,13 @@ from teleop_flywheel.data.provenance.manifest import FORMAT as MANIFEST_FORMAT
 from teleop_flywheel.data.provenance.manifest import create, verify
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.data.review.server import ReviewSite
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 from teleop_flywheel.data.validate.validator import validate_paths
 from teleop_flywheel.testing.synthetic_dataset import SyntheticSpec, write
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
-FAMILIES = ("lineage", "dataset", "review", "bags", "append")
+FAMILIES = ("lineage", "dataset", "review", "bags", "append", "files")
 SIZES = [10, 100, 1000, 10000]
 
 
@@ -281,7 +289,7 @@ def grow(src: Path, out: Path, n: int) -> None:
     data = pq.read_table(base / v3_layout.DATA_PATH.format(chunk_index=0, file_index=0))
     info = json.loads((base / v3_layout.INFO_PATH).read_text())
     fps, k = int(info["fps"]), len(rows)
-    verdicts = {e["episode_id"]: e for e in read_record(base)}
+    verdicts = {e["episode_id"]: e for e in read_verdicts(base)}
     cams = [f for f, v in info["features"].items() if v["dtype"] == "video"]
     grown, tables, record = [], [], []
     cursor, t = 0, {cam: 0.0 for cam in cams}
@@ -379,6 +387,116 @@ def measure_append(tmp: Path, sizes: list[int], base: int, repeat: int) -> list[
     return points
 
 
+KINDS = ("data", "videos", "meta/episodes", "meta (other)")
+# the costs fitted: the commit as it is; `linked_*` (every file linked, as before closed chunks were shared) are
+# the comparison in the points
+FILES_FITTED = ["shared_commit_cpu_s", "shared_commit_s", "shared_seal_cpu_s"]
+
+
+def _ingested_files(root: Path, n: int, cameras: int) -> None:
+    """The files N one-at-a-time ingests leave, by the writer's rule (`append.write_episodes`), as
+    tiny files: a commit's cost is per file, not per byte."""
+    chunks = v3_layout.DEFAULT_CHUNK_SIZE
+    for i in range(n):
+        ci, fi = v3_layout.chunk_file(i, chunks)
+        rels = [v3_layout.DATA_PATH.format(chunk_index=ci, file_index=fi)] + [
+            v3_layout.VIDEO_PATH.format(video_key=f"observation.images.cam{c}", chunk_index=ci, file_index=fi)
+            for c in range(cameras)]
+        for rel in rels:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(b"x")
+    for k in range(-(-n // v3_layout.EPISODES_PER_FILE)):
+        rel = v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=k)
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    for rel in (v3_layout.INFO_PATH, v3_layout.STATS_PATH, v3_layout.TASKS_PATH, v3_layout.SCORES_PATH,
+                v3_layout.SAMPLE_WEIGHTS_PATH, "meta/validation.json", "meta/.consistency_seal", "README.md"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+
+
+def _count(version: Path) -> dict[str, int]:
+    """Files of a version by kind (through the chunk symlinks, as a reader sees them)."""
+    out = dict.fromkeys(KINDS, 0)
+    for path in version.glob("**/*"):
+        if path.is_dir():
+            continue
+        rel = path.relative_to(version).as_posix()
+        kind = next((k for k in KINDS[:3] if rel.startswith(k + "/")), KINDS[3])
+        out[kind] += 1
+    return out
+
+
+def _one_ingest(root: Path, n: int, cameras: int) -> None:
+    """Commit what the ingest of episode n stages: its data file and mp4s, the metadata it replaces."""
+    stage = commit.new_stage(root)
+    ci, fi = v3_layout.chunk_file(n, v3_layout.DEFAULT_CHUNK_SIZE)
+    new = [v3_layout.DATA_PATH.format(chunk_index=ci, file_index=fi)] + [
+        v3_layout.VIDEO_PATH.format(video_key=f"observation.images.cam{c}", chunk_index=ci, file_index=fi)
+        for c in range(cameras)]
+    last = v3_layout.EPISODES_PATH.format(chunk_index=0, file_index=n // v3_layout.EPISODES_PER_FILE)
+    for rel in [*new, last, v3_layout.INFO_PATH, v3_layout.STATS_PATH, v3_layout.TASKS_PATH, v3_layout.SCORES_PATH,
+                "meta/.consistency_seal"]:
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        (stage / rel).write_bytes(b"y")
+    commit.publish(root, new)
+
+
+def measure_files(tmp: Path, sizes: list[int], cameras: int, repeat: int) -> list[dict[str, Any]]:
+    """`files` (module docstring): per N, the files by kind and one more ingest's commit, shared and linked."""
+    from teleop_flywheel.data.lerobot import consistency  # noqa: PLC0415 - the seal's file walk
+
+    points = []
+    real_shares = commit._shares
+    for n in sizes:
+        built = {}
+        for mode in ("linked", "shared"):
+            root = tmp / f"files{n}{mode}" / "dataset"
+            with commit.new_dataset(root) as stage:
+                _ingested_files(stage, n, cameras)
+            built[mode] = root
+        counted = _count(commit.snapshot(built["shared"]))
+        times: dict[str, list[tuple[float, float]]] = {"linked": [], "shared": []}
+        links: dict[str, int] = {}
+        seal: dict[str, list[float]] = {"linked": [], "shared": []}
+        for r in range(repeat + 1):  # the first commit with sharing links the closed chunks once: not timed
+            for mode in ("linked", "shared"):
+                commit._shares = real_shares if mode == "shared" else (lambda rel_dir, name: False)
+                made = [0]
+                real_link = os.link
+
+                def counting(a: Any, b: Any, _real: Any = real_link, _made: list[int] = made) -> None:
+                    _made[0] += 1
+                    _real(a, b)
+
+                os.link = counting  # type: ignore[assignment]
+                try:
+                    t0, c0 = time.perf_counter(), _cpu()
+                    _one_ingest(built[mode], n + r, cameras)
+                    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+                finally:
+                    os.link = real_link
+                    commit._shares = real_shares
+                if r:
+                    times[mode].append((cpu, wall))
+                    links[mode] = made[0]
+            for mode in ("linked", "shared"):  # linked: every chunk a directory, each file stat'ed as before
+                c0 = _cpu()
+                consistency._checked(built[mode])
+                seal[mode].append(_cpu() - c0)
+        point: dict[str, Any] = {"episodes": n, "files": sum(counted.values()),
+                                 "files_by_kind": counted, "cameras": cameras}
+        for mode in ("linked", "shared"):
+            point[f"{mode}_links"] = links[mode]
+            point[f"{mode}_commit_cpu_s"] = round(statistics.median(c for c, _ in times[mode]), 4)
+            point[f"{mode}_commit_s"] = round(statistics.median(w for _, w in times[mode]), 4)
+            point[f"{mode}_seal_cpu_s"] = round(statistics.median(seal[mode]), 4)
+        points.append(point)
+        shutil.rmtree(tmp / f"files{n}linked")
+        shutil.rmtree(tmp / f"files{n}shared")
+    return points
+
+
 def growth(points: list[dict[str, Any]], key: str, size: str = "checkpoints") -> dict[str, float]:
     """Slope of log(cost) on log(N) and its standard error."""
     xs = [math.log(p[size]) for p in points]
@@ -425,7 +543,7 @@ def plot(result: dict[str, Any], out: Path) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(size)
-        ax.set_ylabel("ms (per episode or entry; s for append)")
+        ax.set_ylabel("ms (per episode or entry; s for append, files)")
         ax.set_title(name)
         ax.legend(fontsize=6)
     fig.tight_layout()
@@ -448,6 +566,9 @@ def main() -> None:
     parser.add_argument("--append-sizes", type=int, nargs="+", default=SIZES)
     parser.add_argument("--append-base", type=int, default=10, help="bags the grown datasets repeat")
     parser.add_argument("--append-repeat", type=int, default=3)
+    parser.add_argument("--files-sizes", type=int, nargs="+", default=SIZES)
+    parser.add_argument("--cameras", type=int, default=1)
+    parser.add_argument("--files-repeat", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / "scale.json")
     parser.add_argument("--update", action="store_true", help="keep the families of --out not run now")
     parser.add_argument("--plot", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images"
@@ -474,6 +595,9 @@ def main() -> None:
                                       ["grown_append_s", "grown_append_cpu_s"], "episodes",
                                       base_bags=args.append_base,
                                       repeat=args.append_repeat),
+        "files": lambda tmp: _family(measure_files(tmp, args.files_sizes, args.cameras, args.files_repeat),
+                                     FILES_FITTED, "episodes",
+                                     cameras=args.cameras, repeat=args.files_repeat),
     }
     for name in args.only:  # each family's result written as soon as it is measured
         with tempfile.TemporaryDirectory() as tmp:

@@ -37,6 +37,7 @@ What older manifests and datasets were is known here only:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -231,8 +232,11 @@ def _upgraded_copy(root: Path, dest: Path, renames: dict[str, str]) -> int:
         raise FileExistsRefused(f"{dest}: already exists; refusing to overwrite it (choose another --output)")
     source = commit.snapshot(root)
     with commit.new_dataset(dest) as stage:
-        shutil.copytree(source, stage, symlinks=True, dirs_exist_ok=True,
-                        copy_function=lambda s, d: _copy_file(source / "videos", s, d))
+        copy = functools.partial(_copy_file, source / "videos")
+        shutil.copytree(source, stage, symlinks=True, dirs_exist_ok=True, copy_function=copy)
+        for rel in commit.shared_links(source):  # a chunk directory versions share: its files, in the copy's own
+            (stage / rel).unlink()
+            shutil.copytree(source / rel, stage / rel, copy_function=copy)
         return rename_features(stage, renames, {SCHEMA_KEY: SCHEMA_VERSION}) if renames else 0
 
 

@@ -275,7 +275,7 @@ def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-SCALE_FAMILIES = ("lineage", "dataset", "review", "bags", "append")  # bench/scale.py's FAMILIES
+SCALE_FAMILIES = ("lineage", "dataset", "review", "bags", "append", "files")  # bench/scale.py's FAMILIES
 
 
 def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -528,22 +528,29 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['grasp_without_follower_force_limit']['gripper']['peak_load']:.2f} either way "
         f"({_met(d['met']['grasp_peak_load_halved'])}: the servo's cap, reached "
         f"{d['grasp_without_follower_force_limit']['gripper']['first_contact']['peak']['ms']:.0f} ms after contact, "
-        "within the operator's reaction); push into a blocked joint, peak load "
+        "within the operator's reaction; with the follower's own force limit, the default soft hold, the "
+        f"follower is above the limit {1000 * d['grasp']['gripper']['time_above_limit_s']:.0f} ms per grasp); "
+        "push into a blocked joint, peak load "
         f"{_fb(d, 'push', 'contact', 'peak_load')} "
         f"({_met(d['met']['push_peak_load_halved'])}), mean load over the contact "
         f"{_fb(d, 'push', 'contact', 'mean_load')} ({_met(d['met']['push_mean_load_halved'])}), time above the "
         f"limit {_fb(d, 'push', 'contact', 'time_above_limit_s', ' s')} "
         f"({_met(d['met']['push_pressing_time_halved'])}: without feedback the collision hold ends it with a fault), "
+        f"load above the limit integrated {_fb(d, 'push', 'contact', 'excess_load_s', ' load·s')} "
+        f"({_met(d['met']['push_excess_load_halved'])}), "
         "against a follower without the collision hold (only the servo's overload trip ends a press) "
         f"{_fb(d, 'push_without_follower_collision_hold', 'contact', 'time_above_limit_s', ' s')} "
         f"({_met(d['met']['push_unheld_pressing_time_halved'])}), load above the limit integrated "
         f"{_fb(d, 'push_without_follower_collision_hold', 'contact', 'excess_load_s', ' load·s')} "
         f"({_met(d['met']['push_unheld_excess_load_halved'])}), the mash "
         f"{_fb(d, 'push', 'contact', 'mash_rad', ' rad')}; drag {d['ratios']['drag_gripper_vs_off']:.2f}× / "
-        f"{d['ratios']['drag_contact_vs_off']:.2f}× ({_met(d['met']['drag_within_10_percent'])}); "
+        f"{d['ratios']['drag_contact_vs_off']:.2f}× (five starts each: "
+        f"{min(d['ratios']['drag_contact_vs_off_seeds']):.2f}–{max(d['ratios']['drag_contact_vs_off_seeds']):.2f}× "
+        f"`contact`; {_met(d['met']['drag_within_10_percent'])}); "
         f"{'stable' if d['met']['stable'] else 'oscillates'} ({_met(d['met']['stable'])}); latency median "
         f"{d['latency_ticks_median']:.1f}, max {max(d['latency_ticks']):.1f} ticks "
-        f"({_met(d['met']['latency_two_ticks'])}; load {d['load_average'][0]:.1f})"
+        f"({_met(d['met']['latency_two_ticks'])}; threads at SCHED_FIFO {d['realtime']['priority']}, "
+        f"load {d['load_average'][0]:.1f})"
     ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "

@@ -197,7 +197,7 @@ def test_run_with_missing_ports_retries_after_one_line_and_no_cameras_is_valid(t
     cmd = [sys.executable, "-m", "teleop_flywheel.cli", "run", "teleop", "--seconds", "3",
            "--arg", "leader_port=/dev/no_such_leader", "--arg", "follower_port=/dev/no_such_follower",
            "--arg", f"leader_calibration={real}", "--arg", f"follower_calibration={real}",
-           "--arg", "cameras=", "--arg", f"output_dir={tmp_path / 'bags'}"]
+           "--arg", "cameras=", "--arg", "metrics=off", "--arg", f"output_dir={tmp_path / 'bags'}"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.core.episode import METADATA_RECORD, EpisodeMeta
 from teleop_flywheel.data import migrate as migrate_module
 from teleop_flywheel.data.convert.converter import convert
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.recording.mcap import msgdefs
 from teleop_flywheel.recording.mcap.exceptions import OutdatedBagError
@@ -152,3 +154,21 @@ def test_a_dataset_of_layout_1_is_upgraded_into_a_copy(tmp_path: Path, capsys: p
             migrate_module.migrate(old, tmp_path / "half")
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".lock") == \
         ["ep0", "ep1", "now", "now.versions", "old", "old.migrated", "old.migrated.versions"]  # no half*
+
+
+def test_a_copy_holds_the_files_of_chunks_versions_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset whose closed chunks are symlinks to its shared store (`commit.py`) is copied with those
+    chunks' files, not the links (relative to the original's store: dangling in the copy)."""
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    ds = tmp_path / "ds"
+    for i in range(3):
+        res = convert([write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=2.5, seed=50 + i)).bag], ds, workers=1,
+                      progress=False, codec="h264")
+        assert sum(len(v) for v in res.converted.values()) == 1, res
+    assert commit.shared_links(commit.snapshot(ds))
+    migrate_module._upgraded_copy(ds, tmp_path / "copy", {})
+    copy = commit.snapshot(tmp_path / "copy")
+    through = {os.path.relpath(os.path.join(d, n), ds): hashlib.sha256(Path(d, n).read_bytes()).hexdigest()
+               for d, _dirs, names in os.walk(ds, followlinks=True) for n in names}  # the links followed
+    assert commit.shared_links(copy) == [] and _hashes(copy) == through
+    assert len(LeRobotDataset.open(tmp_path / "copy").episodes) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from teleop_flywheel.data.lerobot.commit import upload_note
 from teleop_flywheel.data.reports.card import LICENSE, write_card
 
 
@@ -28,4 +29,6 @@ def run(args: argparse.Namespace) -> int:
     out = write_card(args.dataset, args.validation, args.force, args.license, args.tag,  # DatasetError: exit 2
                      args.manifest, args.out)
     print(f"wrote {out}")
+    if args.manifest is None and (note := upload_note(args.dataset)):
+        print(f"note: {note}")
     return 0

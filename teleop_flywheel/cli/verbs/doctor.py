@@ -79,6 +79,7 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
         raise UsageError("not a LeRobot dataset (no meta/info.json)", where=display(root),
                          fix="give a dataset's root folder, the one `teleop-flywheel convert --dataset` wrote")
     version = _version(root)
+    note = commit.upload_note(root) if version is not None else None
     # The contract needs only the state and action columns: a dataset whose videos are gone (a copy
     # without its large files, a download cut short) is still checked.
     contract = _contract(root)
@@ -86,7 +87,8 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
     if args.json:
         print(json.dumps({"dataset": display(root), "version": version, "repaired": done,
                           "problems": [p.to_dict() for p in found],
-                          "consistent": not found, "frame_contract": None if contract is None else contract.to_dict(),
+                          "consistent": not found, "upload_note": note,
+                          "frame_contract": None if contract is None else contract.to_dict(),
                           **({"ports": [a.to_dict() for a in ports]} if ports else {})},
                          indent=2))
     else:
@@ -102,6 +104,8 @@ def _dataset(args: argparse.Namespace, ports: list[Adapter]) -> int:
             if broken:
                 print("problem: the frame contract is broken (above)\n    not repairable here: re-convert the bags, "
                       "or fix the writer that stored the actions")
+        if note:
+            print(f"note: {display(root)}: {note}")
         print(f"{display(root)}" + (f" ({version})" if version else "") + ": "
               + ("consistent" if not found else f"{len(found)} problem(s)"
                                      + (f", {sum(1 for p in found if p.repair)} repairable with --repair"

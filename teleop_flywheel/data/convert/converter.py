@@ -55,7 +55,7 @@ from teleop_flywheel.data.convert.frames import (
     features_for,
     prepare_episode,
 )
-from teleop_flywheel.data.convert.refresh import Record, recorded_ids, refresh, stale
+from teleop_flywheel.data.convert.refresh import recorded_ids, refresh, stale
 from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
 from teleop_flywheel.data.curation.stored_scores import score_table
 from teleop_flywheel.data.errors import DatasetError, EncoderStalled, FeatureSetError, InconsistentDatasetError
@@ -66,6 +66,7 @@ from teleop_flywheel.data.lerobot.encoder_process import ENCODE_STALL_S
 from teleop_flywheel.data.lerobot.flywheel_schema import SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.parallel import own_errors, parallel_map
 from teleop_flywheel.data.provenance.reviews import ReviewDecision
+from teleop_flywheel.data.validate.dataset_record import Record
 from teleop_flywheel.data.validate.reasons import Supplied, ValidateConfig
 from teleop_flywheel.data.validate.validator import EpisodeReport, display
 

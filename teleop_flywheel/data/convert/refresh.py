@@ -1,10 +1,10 @@
 """After every append (convert, ingest): the dataset's own validation record, its data card and its
 sample weights are current — never stale from the append before.
 
-- `meta/validation.json`: every verdict the converter reached on a bag meant for this dataset
-  (`validate --json`'s shape: `{"episodes": [...], "summary": {...}}`; one entry per episode id,
-  the latest verdict wins; rejected bags stay in it, with where they were quarantined to), so the
-  card tells the rejection story of the whole dataset, not of the last batch;
+- `meta/validation/`: every verdict the converter reached on a bag meant for this dataset (one per
+  episode id, the latest verdict wins; rejected bags stay in it, with where they were quarantined to),
+  so the card tells the rejection story of the whole dataset, not of the last batch; kept in pieces an
+  append adds to (`data/validate/dataset_record.py`: its one reader and writer);
 - `meta/sample_weights.parquet`: `data/curation/weights.py`'s rule with the parameters the file was last
   written with (defaults for a new one). Normalised weights and ages depend on the whole dataset, so
   every episode is weighed again — but from what it costs to know per episode: whether it holds an
@@ -26,10 +26,7 @@ from the episodes table, and LeRobot reads none of them.
 from __future__ import annotations
 
 import json
-import re
-from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +39,8 @@ from teleop_flywheel.data.curation.weights import (
     WEIGHTS_PATH,
     WeightRule,
     read_weight_table,
-    read_weights,
     sample_weights,
-    write_weights,
+    write_weight_columns,
 )
 from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import v3_layout
@@ -60,31 +56,9 @@ from teleop_flywheel.data.lerobot.episode_table import (
     table_times,
 )
 from teleop_flywheel.data.lerobot.flywheel_schema import resolve
-from teleop_flywheel.data.reports.card import MARKER, RECORD_PATH, write_card
-from teleop_flywheel.data.validate.reasons import CODES, Reason
-from teleop_flywheel.data.validate.validator import EpisodeReport, summary
-
-FORMAT = "teleop_flywheel.validation/1"
-
-
-def _key(entry: dict[str, Any]) -> str:
-    return str(entry.get("episode_id") or entry.get("name") or entry.get("path"))
-
-
-def read_doc(root: Path) -> dict[str, Any]:
-    """The dataset's validation record as it is on disk ({} when it has none)."""
-    path = root / RECORD_PATH
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: unreadable validation record: {exc}") from None
-    return doc if isinstance(doc, dict) else {}
-
-
-def read_record(root: Path) -> list[dict[str, Any]]:
-    return [e for e in read_doc(root).get("episodes", []) if isinstance(e, dict)]
+from teleop_flywheel.data.reports.card import MARKER, write_card
+from teleop_flywheel.data.validate.dataset_record import RECORD_DIR, Record, has_record, write_record
+from teleop_flywheel.data.validate.validator import EpisodeReport
 
 
 def recorded_ids(root: Path, record: Record | None = None) -> set[str]:
@@ -105,143 +79,17 @@ def stale(root: Path) -> bool:
         return False
     try:
         total = int(json.loads(info_path.read_text())["total_episodes"])
-        weights, _ = read_weights(root)
-    except (DatasetError, OSError, ValueError, KeyError):
+        weights, _ = read_weight_table(root)
+    except (DatasetError, OSError, ValueError, KeyError, pa.ArrowInvalid):
         return True
-    return len(weights) != total or not (root / RECORD_PATH).is_file() or not (root / "README.md").is_file()
-
-
-_HEAD = f'{{"format": {json.dumps(FORMAT)}, "episodes": [\n'
-_TAIL = '\n],\n"summary": '
-# The start of a verdict's line as `update_record` writes it (EpisodeReport.to_dict's first fields: a JSON
-# string cannot hold an unescaped quote, so this reads the three values exactly)
-_STRING = r'"(?:[^"\\\n]|\\.)*"'
-_LINE = re.compile(rf'\n\{{"path": ({_STRING}|null), "name": ({_STRING}|null), "episode_id": ({_STRING}|null)[,}}]')
-
-
-@dataclass
-class Record:
-    """The dataset's validation record as its verdicts' lines (compact JSON, one per verdict, as on
-    disk), each verdict's key (`_key`) and episode id, and its summary (None: missing or malformed)."""
-
-    lines: list[str]
-    keys: list[str]
-    ids: list[str | None]
-    summary: dict[str, Any] | None
-
-    @classmethod
-    def read(cls, root: Path) -> Record:
-        """The record at `root` (empty when it has none). Written by `update_record`, it is taken line by
-        line and only each line's first fields are read (parsing every verdict took 0.14-1.1 s at 10,000);
-        another layout is parsed whole."""
-        path = root / RECORD_PATH
-        if not path.is_file():
-            return cls([], [], [], None)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise DatasetError(f"{path}: unreadable validation record: {exc}") from None
-        return cls._from_lines(text) or cls._parsed(path, text)
-
-    @classmethod
-    def _from_lines(cls, text: str) -> Record | None:
-        end = text.rfind(_TAIL)
-        if not text.startswith(_HEAD) or end < len(_HEAD) - 1:
-            return None
-        body = text[len(_HEAD):end]
-        lines = [line.removesuffix(",") for line in body.split("\n")] if body else []
-        # one match per line start (none crosses a line; a literal start is searched fast): each line its own
-        starts = _LINE.findall(text, len(_HEAD) - 1, end + 1)
-        if len(starts) != len(lines) or not all(line.endswith("}") for line in lines):
-            return None
-        ids = [_string(episode_id) for _, _, episode_id in starts]
-        keys = [i or _string(name) or str(_string(path)) for i, (path, name, _) in zip(ids, starts, strict=True)]
-        try:
-            summary = json.loads(text[end + len(_TAIL):].rstrip().removesuffix("}"))
-        except ValueError:
-            return None
-        return cls(lines, keys, ids, summary if isinstance(summary, dict) else None)
-
-    @classmethod
-    def _parsed(cls, path: Path, text: str) -> Record:
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise DatasetError(f"{path}: unreadable validation record: {exc}") from None
-        doc = doc if isinstance(doc, dict) else {}
-        entries = [e for e in doc.get("episodes", []) if isinstance(e, dict)]
-        summary = doc.get("summary")
-        return cls([json.dumps(e) for e in entries], [_key(e) for e in entries],
-                   [str(e["episode_id"]) if e.get("episode_id") else None for e in entries],
-                   summary if isinstance(summary, dict) else None)
-
-
-def _string(token: str) -> str | None:
-    """A JSON string or null matched by `_LINE`: decoded only when it holds an escape."""
-    if token == "null":
-        return None
-    return token[1:-1] if "\\" not in token else str(json.loads(token))
+    return weights.num_rows != total or not has_record(root) or not (root / "README.md").is_file()
 
 
 def update_record(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]], record: Record | None = None
                   ) -> Path:
-    """Merge verdicts (reports or their dicts) into the dataset's record. The summary's counts are sums
-    over the verdicts, so the record's own summary is brought up to date by the verdicts replaced and
-    added (recounted from every verdict when it has none or a malformed one): equal to `summary` of
-    the merged record. One verdict per line, compact: the lines of the verdicts kept are written as
-    they were read (`Record`: the JSON of a verdict read back and written again is the same text), so
-    only the verdicts added or replaced are encoded. `record`: the record as the caller read it already
-    (a convert, before its append)."""
-    rec = Record.read(root) if record is None else record
-    entries = dict(zip(rec.keys, rec.lines, strict=True))  # a key twice: its first place, its last verdict
-    base = rec.summary
-    if not isinstance(base, dict) or not all(isinstance(base.get(k), int) for k in _COUNTS) or \
-            not all(isinstance(base.get(k), dict) for k in _TALLIES):
-        base = _summary([json.loads(line) for line in entries.values()])
-    added, removed = [], []
-    for r in reports:
-        d = r.to_dict() if isinstance(r, EpisodeReport) else dict(r)
-        if _key(d) in entries:
-            removed.append(json.loads(entries[_key(d)]))
-        entries[_key(d)] = json.dumps(d)
-        added.append(d)
-    totals = _combined(base, _summary(removed), _summary(added))
-    lines = ",\n".join(entries.values())
-    text = f'{_HEAD}{lines}{_TAIL}{json.dumps(totals, indent=1)}}}\n'
-    path = root / RECORD_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replace_atomic(path, text, written=lambda: fault(f"temp {RECORD_PATH}"))
-    return path
-
-
-_COUNTS = ("episodes", "passed", "rejected", "warned", "errors")  # `validator.summary`'s counts and tallies
-_TALLIES = ("reasons", "warnings")
-
-
-def _combined(base: dict[str, Any], minus: dict[str, Any], plus: dict[str, Any]) -> dict[str, Any]:
-    """`base` less the verdicts of `minus` plus those of `plus`, in `validator.summary`'s shape and order."""
-    out = summary([])
-    for k in _COUNTS:
-        out[k] = int(base[k]) - minus[k] + plus[k]
-    out["rejection_rate"] = out["rejected"] / out["episodes"] if out["episodes"] else 0.0
-    for k in _TALLIES:
-        tally = Counter({c: int(n) for c, n in base[k].items()})
-        tally.subtract(minus[k])
-        tally.update(plus[k])
-        order = list(CODES) if k == "reasons" else sorted(tally)
-        out[k] = {c: tally[c] for c in order if tally[c] > 0}
-    return out
-
-
-def _summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    reports = []
-    for e in entries:
-        r = EpisodeReport(str(e.get("path", "")), str(e.get("name", "")), e.get("episode_id"),
-                          [Reason(x["code"], x.get("detail", "")) for x in e.get("reasons", [])],
-                          error=e.get("error"), warnings=[Reason(x["code"], x.get("detail", ""))
-                                                          for x in e.get("warnings", [])])
-        reports.append(r)
-    return summary(reports)
+    """Merge verdicts into the dataset's validation record (`dataset_record.write_record`; each file it
+    writes a write step of the kill tests). `record`: the record as the caller read it already."""
+    return write_record(root, reports, record, step=fault)
 
 
 BEHIND_BEGIN = "<!-- card behind the dataset: begin (removed when the card is regenerated) -->"
@@ -266,43 +114,34 @@ def mark_card_behind(root: Path, total: int) -> bool:
         text = head.rstrip("\n") + "\n" + rest.split(BEHIND_END, 1)[1].lstrip("\n")
     notice = (f"> **This card is behind its dataset**: episodes were appended after it was written; the dataset "
               f"now holds {total} episodes. The counts, rejections, coverage and pressing below describe the "
-              f"dataset before them. The validation record (`{RECORD_PATH}`) and the sample weights "
+              f"dataset before them. The validation record (`{RECORD_DIR}/`) and the sample weights "
               f"(`{WEIGHTS_PATH}`) are current. Regenerate it: `teleop-flywheel card {root.name}`.")
     text = text.replace(MARKER, f"{MARKER}\n{BEHIND_BEGIN}\n{notice}\n{BEHIND_END}\n", 1)
     replace_atomic(path, text, written=lambda: fault("temp README.md"))
     return True
 
 
-def _rule(root: Path) -> WeightRule:
-    """The rule the weights file was last written with (defaults for none, or an unreadable one)."""
+def _old_weights(root: Path) -> tuple[pa.Table | None, WeightRule]:
+    """The weights file's table and the rule it was last written with (None and the defaults for none, or
+    an unreadable one: written again with the defaults). Read once, as columns: no object per episode."""
     rule = WeightRule()
-    if (root / WEIGHTS_PATH).is_file():
-        try:
-            _, old = read_weights(root)
-            rule = WeightRule(float(old.get("intervention_weight", rule.intervention_weight)),
-                              float(old.get("half_life_days", rule.half_life_days)))
-        except (DatasetError, OSError, ValueError):
-            pass  # unreadable: written again with the defaults
-    return rule
-
-
-@dataclass
-class Weighed:
-    """One row of the weights file (`weights.WeightedEpisode`)."""
-
-    episode_index: int
-    episode_id: str | None
-    weight: float
-    has_intervention: bool
-    age_days: float
-
-
-def _known_flags(root: Path, index: list[int], ids: list[str | None]) -> np.ndarray:
-    """`has_intervention` of the weights file for the first episodes of (`index`, `ids`), as far as the file
-    holds the same episodes in the same order (an append's: all but the new ones); none if it is absent,
-    unreadable or holds others. Compared as columns: no Python object per row of the file."""
+    if not (root / WEIGHTS_PATH).is_file():
+        return None, rule
     try:
-        table, _ = read_weight_table(root)
+        table, old = read_weight_table(root)
+        return table, WeightRule(float(old.get("intervention_weight", rule.intervention_weight)),
+                                 float(old.get("half_life_days", rule.half_life_days)))
+    except (DatasetError, OSError, ValueError, pa.ArrowInvalid):
+        return None, rule
+
+
+def _known_flags(table: pa.Table | None, index: np.ndarray, ids: list[str | None]) -> np.ndarray:
+    """`has_intervention` of the weights file's `table` for the first episodes of (`index`, `ids`), as far as
+    the file holds the same episodes in the same order (an append's: all but the new ones); none if it is
+    absent, unreadable or holds others. Compared as columns: no Python object per row of the file."""
+    if table is None:
+        return np.zeros(0, dtype=bool)
+    try:
         n = table.num_rows
         if n > len(index) or not np.array_equal(table.column("episode_index").to_numpy(), index[:n]) or \
                 table.column("episode_id").to_pylist() != ids[:n]:
@@ -350,7 +189,7 @@ WEIGHT_COLUMNS = [*FLAGGED_COLUMNS, *COLUMNS["interventions"], *COLUMNS["trigger
 def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     """Write the sample weights of every episode (`curate`'s, value for value), reading the frames only of
     the episodes the weights file does not hold yet; (its path, frames read)."""
-    rule = _rule(ds.root)
+    old, rule = _old_weights(ds.root)
     flagged = ds.has_column("intervention")  # else the metadata's takeovers say which episodes had one
     fields = ("recorded_wall_ns",) if flagged else ("recorded_wall_ns", "interventions", "triggers")
     table = ds.episodes[columns_for(ds.episodes.columns, *fields)]
@@ -358,7 +197,7 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
     if flagged:  # what a weight needs per row as columns: no record per row (`table_times`)
         order = np.argsort(table["episode_index"].to_numpy(), kind="stable")
         table = table.iloc[order]
-        index = [int(e) for e in table["episode_index"]]
+        index = table["episode_index"].to_numpy(np.int64)
         ids = table_ids(table)
 
         def tasks() -> list[list[str]]:  # only for rows without a time in the column: rare, a list per row
@@ -366,8 +205,8 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
             return [every[i] for i in order]
 
         times = table_times(table, tasks, ds.fps)
-        known = _known_flags(ds.root, index, ids)
-        todo = index[len(known):]
+        known = _known_flags(old, index, ids)
+        todo = index[len(known):].tolist()
         read, frames = _read_flags(ds, todo) if todo else ({}, 0)
         has_int = np.concatenate([known, np.array([read[e] for e in todo], dtype=bool)])
     else:  # `weights.episode_has_intervention`'s fallback: the episode metadata
@@ -376,9 +215,7 @@ def update_weights(ds: LeRobotDataset) -> tuple[Path, int]:
             [r.recorded_wall_ns for r in recs]
         has_int = np.array([bool(r.num_interventions) for r in recs], dtype=bool)
     weights, ages = sample_weights(has_int, times, rule)
-    rows = [Weighed(e, i, float(w), bool(h), float(a))
-            for e, i, w, h, a in zip(index, ids, weights, has_int, ages, strict=True)]
-    return write_weights(ds, rows, rule), frames
+    return write_weight_columns(ds.root / WEIGHTS_PATH, index, ids, weights, has_int, ages, rule), frames
 
 
 
@@ -387,7 +224,7 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), 
     """Update the record with `reports`, the weights, and the card (whole with `card` or when the dataset
     has none, else marked behind); what was done, one line each. `record`: the record as read already."""
     done = [f"validation record {update_record(root, reports, record)}"]
-    fault(f"refresh {RECORD_PATH}")
+    fault(f"refresh {RECORD_DIR}")
     ds = LeRobotDataset.open(root, episode_columns=FLAGGED_COLUMNS)
     if not ds.has_column("intervention"):  # the weights read the metadata's takeovers instead
         ds = LeRobotDataset.open(root, episode_columns=WEIGHT_COLUMNS)
@@ -399,7 +236,7 @@ def refresh(root: Path, reports: Iterable[EpisodeReport | dict[str, Any]] = (), 
         if not card and readme.is_file() and mark_card_behind(root, len(ds.episodes)):
             done.append(f"data card {readme} marked behind the dataset (regenerate: teleop-flywheel card)")
         else:
-            done.append(f"data card {write_card(root, root / RECORD_PATH)}")
+            done.append(f"data card {write_card(root)}")
         fault("refresh README.md")
     except DatasetError as exc:
         done.append(f"data card not written: {exc}")

@@ -83,9 +83,10 @@ from teleop_flywheel.data.lerobot.episode_table import (
 from teleop_flywheel.data.provenance.filter_expr import Filter, episode_values
 from teleop_flywheel.data.provenance.reviews import ReviewTally, tally_lines
 from teleop_flywheel.data.reports.audit import available_ranges, load
-from teleop_flywheel.data.reports.card import RECORD_PATH, read_validation
+from teleop_flywheel.data.reports.card import record_validation
 from teleop_flywheel.data.reports.mashing import EpisodeMashing, dataset_mashing, thresholds_line
 from teleop_flywheel.data.reports.plots import write_curation_plots
+from teleop_flywheel.data.validate.dataset_record import has_record
 from teleop_flywheel.data.validate.episode_columns import finite_or_none
 from teleop_flywheel.data.validate.reasons import ValidateConfig
 
@@ -347,10 +348,10 @@ def curate(ds: LeRobotDataset, rule: WeightRule = WeightRule(), targets: int = T
 def _record_reviews(ds: LeRobotDataset) -> ReviewTally | None:
     """The review tally of the verdicts convert recorded for this dataset (an unreadable record: a note
     elsewhere, not a failed curation)."""
-    if not (ds.root / RECORD_PATH).is_file():
+    if not has_record(ds.root):
         return None
     try:
-        return read_validation(ds.root / RECORD_PATH).reviews
+        return record_validation(ds.root).reviews
     except DatasetError:
         return None
 

@@ -27,7 +27,7 @@ What this writes, per episode in the dataset's (or the manifest's) order as `dem
 
 `mask/`: `success` and `failure` (the episode's outcome), `intervention` (a human took over in at
 least one frame) and `no_intervention`, `validated` (the validator passed it, by content id, from the
-dataset's meta/validation.json; absent without one), and one per split of info.json `splits`
+dataset's validation record, meta/validation/; absent without one), and one per split of info.json `splits`
 (`train`, ...). The root attributes record the file's origin: `format`, `episode_ids` (JSON, in demo
 order), `source_dataset`, `teleop_flywheel_version` and from a manifest `manifest`,
 `manifest_fingerprint` and `manifest_sha256`.
@@ -68,7 +68,7 @@ from teleop_flywheel.data.formats.common.staged_output import refuse_existing, s
 from teleop_flywheel.data.lerobot.dataset import ACTION, STATE, LeRobotDataset
 from teleop_flywheel.data.lerobot.v3_layout import STATS_PATH
 from teleop_flywheel.data.provenance.manifest_hash import row_fields, video_keys
-from teleop_flywheel.data.reports.card import RECORD_PATH, passed_episode_ids
+from teleop_flywheel.data.reports.card import passed_episode_ids
 
 FORMAT = "hdf5-robomimic"
 DEMO = "demo_{index}"
@@ -197,7 +197,7 @@ def export(src: Source, out: Path, show_progress: bool = True, registry: Path | 
     ds = src.ds
     state, action = (so101_joints(ds, f, "a robomimic file") for f in (STATE, ACTION))  # before anything is read
     plan = _Plan(state, action, sorted(video_keys(ds)), *action_range(ds))
-    validated = passed_episode_ids(ds.root / RECORD_PATH) if (ds.root / RECORD_PATH).is_file() else None
+    validated = passed_episode_ids(ds.root)
     splits = _split_ranges(ds)
     keys = [*OUTCOME_MASKS, "intervention", "no_intervention", *(["validated"] if validated is not None else []),
             *splits]

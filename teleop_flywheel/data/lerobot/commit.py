@@ -19,9 +19,25 @@ A commit (under the dataset's lock, `locked_dataset`):
    overwritten); the written files and every directory are fsynced, the staging directory renamed
    to the next version `vNNNNNN`, and the pointer replaced: a symlink made under a temporary name,
    `os.replace`d onto `DATASET` (one rename), the parent directory fsynced. Cost: one hard link per
-   file of the dataset (0.25 s for 2000 files on the 2-core test machine), no copy. A new dataset's
+   file, no copy, but for closed chunks (below). A new dataset's
    first commit makes the pointer first (dangling: still no dataset), then renames the staging
    directory to `v000000`: the dataset appears whole.
+
+Closed chunks: one-at-a-time ingests add a data parquet and an mp4 per camera each (10,000 ingests:
+20,000 files with one camera), and linking every file into every version cost 0.31 s of CPU per
+commit at 20,000. A chunk directory of `data/` or `videos/<key>/` with a later chunk beside it
+(here or staged) is closed: appends write only in the last one. The first commit after it closes
+links its files once into the shared store `DATASET.versions/.shared/vNNNNNN/<chunk path>` (named
+after that commit's version) and gives the new version a relative symlink to it in its place; every
+later version carries the symlink (one `symlink` call). A commit's links are so bounded by the open
+chunk (`chunks_size`, 1,000 files a kind), whatever the dataset holds. Readers follow the symlink:
+LeRobot's `data/*/*.parquet` glob and its video paths, ours the same. A commit that stages or drops a
+file inside a shared chunk gives its version a directory of its own again (linked from the store).
+A chunk symlink to anything but the store is refused. Store entries no published version links
+(their versions collected, or a commit killed between sharing and publishing) are removed by `collect`
+and `recover`. A copy must follow the symlinks (`cp -rL`, `rsync -L`, `aws s3 sync`); a tool that
+skips directory symlinks (Python's recursive glob, so `huggingface-cli upload`) leaves closed chunks
+out: copy with `cp -rL` first (docs/convert.md).
 
 A file is never written in place once it is in a version: versions share files by hard links,
 and replacing one is writing a new file under another version's directory. So a reader that
@@ -49,7 +65,7 @@ was (the old version); after it, the new version is whole. What a crash leaves b
 (the staging directory, a renamed version never published, a temporary pointer, an upgrade's old
 directory, a new dataset's dangling pointer, the lease file of a version that is gone) or in it (a
 `replace_atomic` temp file `.<name>.XXXXXXXX.tmp` of a derived file replaced in place, such as
-`meta/validation.json`: never hard-linked into a next version) is never read by anyone;
+`meta/validation/record.json`: never hard-linked into a next version) is never read by anyone;
 `recover` removes it (every writer runs it first under the lock; `teleop-flywheel
 doctor` reports it and `--repair` removes it). No journal, nothing to roll forward.
 
@@ -96,6 +112,8 @@ FAULT_LOG = "TELEOP_FLYWHEEL_FAULT_LOG"
 KEEP_S = 600.0  # an old version is kept this long after it stopped being current (readers without a lease)
 LEASE_SUFFIX = ".lease"
 _VERSION = re.compile(r"^v(\d{6})$")
+_CHUNK = re.compile(r"^chunk-\d{3,}$")
+SHARED = ".shared"  # closed chunk directories, each linked once and carried by every later version whole
 _WORK = ".work"  # temporary videos of a convert, inside the staging directory: never part of a version
 _steps = [0]
 
@@ -230,14 +248,20 @@ def _versions(root: Path) -> dict[int, Path]:
     return {n: p for p in vdir.iterdir() if (n := _number(p.name)) is not None}
 
 
-def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
+def _link_tree(src: Path, dst: Path, skip: set[str], share: tuple[Path, str] | None = None) -> None:
     """Hard-link every file below `src` into `dst` at its relative path, but those in `skip`, temp
     files of `replace_atomic` (`core.files.is_replace_temp`) and those already in `dst` (staged: they
-    replace it). Plain strings: thousands of files per commit."""
-    for dirpath, _dirs, files in os.walk(src):
+    replace it). Plain strings: thousands of files per commit. With `share` (the versions directory,
+    the new version's name), a chunk directory nothing is staged in or dropped from is carried whole
+    (`_carry`: one symlink to the shared store, not a link per file)."""
+    for dirpath, dirs, files in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
         out_dir = os.path.join(dst, rel_dir)
         os.makedirs(out_dir, exist_ok=True)
+        if any(_shares(rel_dir, d) for d in dirs):
+            chunks = sorted(d for d in {*dirs, *os.listdir(out_dir)} if _shares(rel_dir, d))  # staged ones too
+            dirs[:] = [d for d in dirs if not (_shares(rel_dir, d) and _carry(Path(dirpath), d, rel_dir, chunks[-1],
+                                                                                  dst, skip, share))]
         for name in files:
             if (name if rel_dir == "." else f"{rel_dir}/{name}") in skip or is_replace_temp(name):
                 continue  # dropped, or a temp file a kill left in the version: never carried forward
@@ -245,6 +269,144 @@ def _link_tree(src: Path, dst: Path, skip: set[str]) -> None:
                 os.link(os.path.join(dirpath, name), os.path.join(out_dir, name))
             except FileExistsError:
                 continue  # staged: it replaces this one
+
+
+def _shares(rel_dir: str, name: str) -> bool:
+    """`rel_dir/name` is a chunk directory of a kind versions share whole: `data/`, `videos/<key>/`
+    (the episodes table's files, 1,000 rows each, fill a chunk at a million episodes: not shared, and
+    its readers glob it recursively, which does not follow a symlink)."""
+    video = rel_dir.startswith("videos/") and rel_dir.count("/") == 1
+    return bool(_CHUNK.match(name)) and (rel_dir == "data" or video)
+
+
+def _chunk_parents(version: Path) -> list[Path]:
+    """The directories of a version whose chunk directories versions share (`_shares`)."""
+    videos = version / "videos"
+    parents = [version / "data", *(videos.iterdir() if videos.is_dir() and not videos.is_symlink() else [])]
+    return [p for p in parents if p.is_dir() and not p.is_symlink()]
+
+
+def _shared_target(rel: str, entry: str) -> str:
+    """The symlink at `vNNNNNN/rel` to the shared store's copy of that directory made by version `entry`."""
+    return "../" * (rel.count("/") + 1) + f"{SHARED}/{entry}/{rel}"
+
+
+def _shared_entry(link: Path, rel: str) -> str:
+    """The store entry (`vNNNNNN`) the chunk symlink `link` at `rel` names; a symlink we did not make
+    (any other target) is refused: nothing is read or written through it."""
+    target = os.readlink(link)
+    m = re.fullmatch(re.escape("../" * (rel.count("/") + 1) + SHARED + "/") + r"(v\d{6})/" + re.escape(rel), target)
+    if m is None or not _shares(os.path.dirname(rel), os.path.basename(rel)):
+        raise CommitError(f"{link}: a symlink to {target}, not to a chunk directory versions share "
+                          f"({SHARED}/vNNNNNN/{rel}); replace it by the directory it points to")
+    return m.group(1)
+
+
+def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: set[str],
+           share: tuple[Path, str] | None) -> bool:
+    """Carry the directory `parent/name` of the current version into the new one `dst` whole, as one
+    symlink, when it is a chunk directory (`_shares`) nothing is staged in or dropped from: shared
+    already (a symlink: the same one again), or closed (a later chunk beside it: appends write only
+    in the last one, here or staged) and, with `share`, copied into the store first (hard links,
+    once: every later version carries it by its symlink). Whether it was; otherwise its files are linked one by one
+    (a symlinked one: from the store, into a directory of its own)."""
+    rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+    path = parent / name
+    linked = path.is_symlink()
+    if linked:
+        _shared_entry(path, rel)
+        if not path.is_dir():
+            raise CommitError(f"{path}: links to {os.readlink(path)}, which is gone; its files are lost from this "
+                              "dataset (run `teleop-flywheel doctor`)")
+    touched = os.path.lexists(dst / rel) or any(s.startswith(rel + "/") for s in skip)
+    if linked and touched:
+        _link_tree(path.resolve(), dst / rel, {s.removeprefix(rel + "/") for s in skip})
+        return True
+    if linked:
+        os.symlink(os.readlink(path), dst / rel)
+        return True
+    if touched or share is None or name == last:
+        return False
+    vdir, entry = share
+    store = vdir / SHARED / entry / rel
+    _link_tree(path, store, set())  # its names reach the disk with the entry's (`publish`)
+    fault(f"shared {rel}")
+    os.symlink(_shared_target(rel, entry), dst / rel)
+    return True
+
+
+def shared_chunks(root: Path, stage: Path) -> dict[str, str]:
+    """{chunk directory: the symlink it will be} of the version `publish` will make of `stage` on top
+    of `root`: those carried already and those it will move into the store (`_carry`'s rule, the
+    commit dropping nothing), so a commit's own record (`consistency.write_seal`) can name them."""
+    base = current(root) if os.path.lexists(root) else None
+    if base is None:
+        return {}
+    entry = f"v{max(_versions(root), default=-1) + 1:06d}"
+    out = {}
+    for parent in _chunk_parents(base):
+        rel_dir = parent.relative_to(base).as_posix()
+        names = os.listdir(parent)
+        staged = os.listdir(stage / rel_dir) if (stage / rel_dir).is_dir() else []
+        chunks = sorted(d for d in {*names, *staged} if _shares(rel_dir, d))
+        for name in chunks:
+            rel = f"{rel_dir}/{name}"
+            if name not in names or os.path.lexists(stage / rel):
+                continue
+            if (parent / name).is_symlink():
+                out[rel] = os.readlink(parent / name)
+            elif name != chunks[-1]:
+                out[rel] = _shared_target(rel, entry)
+    return out
+
+
+def shared_links(version: Path) -> list[str]:
+    """The chunk directories of a version that are symlinks to the shared store (relative paths)."""
+    out = []
+    for parent in _chunk_parents(version):
+        rel_dir = parent.relative_to(version).as_posix()
+        out += [f"{rel_dir}/{d.name}" for d in sorted(os.scandir(parent), key=lambda d: d.name)
+                if d.is_symlink() and _shares(rel_dir, d.name)]
+    return out
+
+
+def upload_note(root: Path) -> str | None:
+    """What a copy or an upload of `root` must do when its current version carries closed chunks by
+    symlink (None: it carries none): said by `card` and `doctor`, the verbs run before an upload."""
+    version = current(root)
+    links = shared_links(version) if version is not None else []
+    if not links:
+        return None
+    return (f"{len(links)} closed chunk directories ({links[0]}, ...) are symlinks into "
+            f"{versions_path(root).name}/{SHARED}/: huggingface-cli upload and LeRobot's push_to_hub skip "
+            f"directory symlinks and would upload the dataset without them; upload a copy that follows them "
+            f"(cp -rL {root} COPY)")
+
+
+def _shared_in_use(root: Path) -> set[str]:
+    """The store entries (`vNNNNNN`) a published version of `root` links a chunk directory to."""
+    cur = current(root) if os.path.lexists(root) else None
+    newest = -1 if cur is None else _number(cur.name)
+    out: set[str] = set()
+    for k, version in _versions(root).items():
+        if newest is None or k > newest:
+            continue  # never published: `recover` removes it
+        for rel in shared_links(version):
+            try:
+                out.add(_shared_entry(version / rel, rel))
+            except CommitError:
+                continue  # not ours: no entry of the store is read through it
+    return out
+
+
+def _unshared(root: Path) -> list[Path]:
+    """The store's entries no version links to (a commit killed before its version was published,
+    or the versions that linked it collected)."""
+    store = versions_path(root) / SHARED
+    if not store.is_dir() or store.is_symlink():
+        return []
+    used = _shared_in_use(root)
+    return sorted(p for p in store.iterdir() if p.name not in used)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -365,9 +527,15 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
                               "(run `teleop-flywheel doctor`)")
     shutil.rmtree(stage / _WORK, ignore_errors=True)
     fsync_tree(stage)
+    number = max(_versions(root), default=-1) + 1
     if base is not None:
-        _link_tree(base, stage, set(drop))
+        entry = versions_path(root) / SHARED / f"v{number:06d}"
+        shutil.rmtree(entry, ignore_errors=True)  # a killed commit's, never published: no version links it
+        _link_tree(base, stage, set(drop), (versions_path(root), entry.name))
         fsync_tree(stage, files=False)  # the linked files are on disk already: their new names are not
+        if entry.is_dir():  # the store's new directories: on disk before a version links them
+            fsync_tree(entry, files=False)
+            fsync_dir(entry.parent)
     fault("staged")
     if base is None:  # a new dataset: the pointer first (no dataset until it resolves), then its version
         version = versions_path(root) / "v000000"
@@ -379,7 +547,7 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
         fsync_dir(version.parent)
         fault("published")
         return version
-    version = versions_path(root) / f"v{max(_versions(root)) + 1:06d}"
+    version = versions_path(root) / f"v{number:06d}"
     _make_lease(version)
     os.rename(stage, version)
     fsync_dir(version.parent)
@@ -408,6 +576,9 @@ def collect(root: Path, now: float | None = None, keep_s: float | None = None) -
         successor = min(j for j in have if j > k)
         if now - os.lstat(have[successor]).st_ctime >= keep_s and _remove_unleased(have[k]):
             removed.append(have[k])
+    if removed:
+        for entry in _unshared(root):  # chunk directories only the removed versions linked
+            shutil.rmtree(entry)
     return removed
 
 
@@ -458,6 +629,8 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
             out.append((root, "the pointer of a new dataset's first commit, interrupted before its version was "
                               "in place (no dataset yet)"))
     out += _stray_temps(root if cur is None else cur)
+    out += [(p, "chunk directories of the shared store no version links (a commit interrupted before it was "
+                "published)") for p in _unshared(root)]
     for k, p in sorted(have.items()):
         if k > n:
             out.append((p, "a version made by a commit interrupted before the pointer was moved to it"))
@@ -467,7 +640,7 @@ def _leftovers(root: Path) -> list[tuple[Path, str]]:
 
 
 def _stray_temps(folder: Path) -> list[tuple[Path, str]]:
-    """Temp files of `replace_atomic` a kill left in the dataset's current files (`meta/validation.json`,
+    """Temp files of `replace_atomic` a kill left in the dataset's current files (`meta/validation/record.json`,
     the card, the weights are replaced in place): no reader reads them, no commit carries them on."""
     if not folder.is_dir():
         return []

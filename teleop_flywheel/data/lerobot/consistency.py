@@ -36,6 +36,7 @@ before: bytes changed inside a file without its size or mtime changing (the chec
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -48,6 +49,7 @@ import av
 import pandas as pd
 import pyarrow.parquet as pq
 
+from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
 
@@ -218,12 +220,41 @@ def _layout(root: Path) -> list[Problem]:
     return out
 
 
-def _checked(root: Path) -> dict[str, list[int]]:
-    """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`."""
-    out = {}
-    for pattern in ("data/*/*.parquet", "videos/*/*/*.mp4", "meta/episodes/*/*.parquet", v3_layout.INFO_PATH,
-                    v3_layout.TASKS_PATH, v3_layout.STATS_PATH):
-        for path in root.glob(pattern):
+NAMES = "names"  # a shared chunk's seal entry made from its file names (`_shared_key`)
+
+
+def _shared_key(chunk: Path, target: str, by_names: bool) -> list[Any]:
+    """A chunk directory carried by a symlink (`commit.shared_chunks`): its target, and the mtime and
+    inode of the store's directory it names (one stat: a file added, removed or renamed there changes
+    its mtime), or, for a chunk the sealed commit moves into the store (that directory does not exist
+    yet), the digest of its file names (one listing, once). Not a stat of each file: nothing writes a
+    file of the store; bytes edited in place there are seen by `doctor`'s whole check only."""
+    if by_names:
+        names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
+        return [target, NAMES, hashlib.sha256("\n".join(names).encode()).hexdigest()]
+    st = chunk.stat()
+    return [target, st.st_mtime_ns, st.st_ino]
+
+
+def _checked(root: Path, shared: dict[str, str] | None = None, named: set[str] | None = None
+             ) -> dict[str, list[Any]]:
+    """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`; a
+    chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`},
+    by its names when it is not a symlink yet or is `named`."""
+    out: dict[str, list[Any]] = {}
+    shared = shared or {}
+    named = named or set()
+    files: list[Path] = []
+    for pattern, names in (("data/*", "*.parquet"), ("videos/*/*", "*.mp4"), ("meta/episodes/*", "*.parquet")):
+        for chunk in root.glob(pattern):
+            rel = chunk.relative_to(root).as_posix()
+            target = os.readlink(chunk) if chunk.is_symlink() else shared.get(rel)
+            if target is not None and chunk.is_dir():
+                out[rel + "/"] = _shared_key(chunk, target, not chunk.is_symlink() or rel in named)
+            else:
+                files += chunk.glob(names)
+    for path in [*files, *(root / rel for rel in (v3_layout.INFO_PATH, v3_layout.TASKS_PATH, v3_layout.STATS_PATH))]:
+        if path.is_file():
             st = path.stat()
             out[path.relative_to(root).as_posix()] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return out
@@ -232,8 +263,8 @@ def _checked(root: Path) -> dict[str, list[int]]:
 def write_seal(root: Path, stage: Path) -> None:
     """Seal the version a convert stages in `stage` on top of the dataset at `root`, checked before
     (module docstring): every file the check reads, as the staged version will hold it (staged, or
-    the current version's, which the commit hard-links)."""
-    files = _checked(root) if os.path.lexists(root) else {}
+    the current version's, which the commit hard-links, or a chunk directory it carries whole)."""
+    files = _checked(root, commit.shared_chunks(root, stage)) if os.path.lexists(root) else {}
     files.update(_checked(stage))
     v3_layout.write_json(stage / SEAL_PATH, {"format": SEAL_FORMAT, "files": files})
 
@@ -242,8 +273,9 @@ def sealed(root: Path) -> bool:
     """Every file the check reads is as the last convert's commit sealed it, and no other is there."""
     try:
         doc = json.loads((root / SEAL_PATH).read_text())
-        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root))
-    except (OSError, ValueError, AttributeError):
+        named = {rel.removesuffix("/") for rel, key in doc["files"].items() if rel.endswith("/") and key[1] == NAMES}
+        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root, named=named))
+    except (OSError, ValueError, AttributeError, KeyError, IndexError, TypeError):  # not a seal of ours
         return False
 
 

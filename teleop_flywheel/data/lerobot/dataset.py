@@ -259,17 +259,22 @@ def _from_scores(root: Path, last: Path, only: list[str]) -> pd.DataFrame | None
     it holds one of each such column the rows have (ours share one schema: the last file's footer says);
     None otherwise. Opens two files, however many episodes files there are."""
     try:
-        scores = read_scores(root)
+        held = score_names(root)
         names = set(pq.read_schema(last).names)
     except (DatasetError, pa.ArrowInvalid, OSError):
         return None
-    if scores is None:
+    if held is None:
         return None
     wanted = [c for c in dict.fromkeys([*_ALWAYS, *only]) if c in names and c != "episode_index"]
-    if not all(SCORE_INPUT + c in scores.column_names for c in wanted):
+    if not all(SCORE_INPUT + c in held for c in wanted):
         return None
-    table = scores.select(["episode_index", *(SCORE_INPUT + c for c in wanted)]).rename_columns(
-        ["episode_index", *wanted]).to_pandas()
+    try:
+        scores = read_scores(root, ["episode_index", *(SCORE_INPUT + c for c in wanted)])
+    except DatasetError:
+        return None
+    if scores is None:
+        return None
+    table = scores.rename_columns(["episode_index", *wanted]).to_pandas()
     join_scores(table, root, only)
     return table.sort_values("episode_index", kind="stable").reset_index(drop=True)
 
@@ -289,26 +294,44 @@ def score_columns(root: Path, episode_index: np.ndarray, have: Iterable[str], on
     """The scores file's columns that are not in `have` (nor `SCORE_INPUT` copies; `only`: of those the ones
     named), one row per entry of `episode_index` (null where the file has none): what a reader of the rows
     adds to them ({} without a scores file)."""
-    scores = read_scores(root)
-    if scores is None:
+    names = score_names(root)
+    if names is None:
         return {}
     held = set(have)
-    add = [c for c in scores.column_names if c not in held and not c.startswith(SCORE_INPUT)
+    add = [c for c in names if c not in held and not c.startswith(SCORE_INPUT)
            and (only is None or c in only)]
+    scores = read_scores(root, ["episode_index", *add])  # the columns added only: the copies are most of it
+    if scores is None:
+        return {}
     pos = pd.Index(scores.column("episode_index").to_numpy()).get_indexer(np.asarray(episode_index))
     take = pa.array(pos, pa.int64(), mask=pos < 0)
     return {c: scores.column(c).take(take) for c in add}
 
 
-def read_scores(root: Path) -> pa.Table | None:
-    """The scores file of a dataset of ours (`SCORES_PATH`: one row per episode, `episode_index` and the
-    curation columns, and what they are computed from under `SCORE_INPUT`), None when it has none (a
-    dataset of anyone else's, or of ours converted before it: the curation columns are in its rows)."""
+def score_names(root: Path) -> list[str] | None:
+    """The scores file's column names (its footer only), None when the dataset has none."""
     path = root / SCORES_PATH
     if not path.is_file():
         return None
     try:
-        table = pq.read_table(path)
+        return list(pq.read_schema(path).names)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
+
+
+def read_scores(root: Path, columns: list[str] | None = None) -> pa.Table | None:
+    """The scores file of a dataset of ours (`SCORES_PATH`: one row per episode, `episode_index` and the
+    curation columns, and what they are computed from under `SCORE_INPUT`), None when it has none (a
+    dataset of anyone else's, or of ours converted before it: the curation columns are in its rows).
+    `columns`: only those it holds of them."""
+    path = root / SCORES_PATH
+    if not path.is_file():
+        return None
+    try:
+        if columns is not None:
+            have = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in have]
+        table = pq.read_table(path, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise DatasetError(f"{path}: unreadable parquet: {exc}") from None
     if "episode_index" not in table.column_names:

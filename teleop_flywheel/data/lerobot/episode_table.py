@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from teleop_flywheel.core.episode import EpisodeMeta
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
@@ -117,6 +119,21 @@ def _clean(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def _cleaned(column: pd.Series) -> list[Any]:
+    """`_clean` of every value of a column: of a string or integer column as a column (a dataset of
+    10,000 episodes: 10,000 Python calls saved per column an append reads), else value by value."""
+    try:
+        arr = pa.Array.from_pandas(column)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        arr = None
+    if arr is not None and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        blank = pc.is_in(pc.utf8_trim_whitespace(arr), value_set=pa.array(["", "None", "null"]))
+        return list(pc.if_else(pc.fill_null(blank, True), pa.scalar(None, arr.type), arr).to_pylist())
+    if arr is not None and pa.types.is_integer(arr.type):
+        return list(arr.to_pylist())
+    return [_clean(x) for x in column.tolist()]
 
 
 def _json_list(value: Any) -> list[Any] | None:
@@ -221,7 +238,7 @@ def table_records(table: pd.DataFrame, episode_tasks: list[list[str]], fps: floa
 def table_ids(table: pd.DataFrame) -> list[str | None]:
     """`episode_id` of each row's record (`table_records`), without a record per row."""
     id_col = next((c for c in ID_COLUMNS if c in table.columns), None)
-    return [_clean(x) for x in table[id_col].tolist()] if id_col else [None] * len(table)
+    return _cleaned(table[id_col]) if id_col else [None] * len(table)
 
 
 def table_times(table: pd.DataFrame, episode_tasks: list[list[str]] | Callable[[], list[list[str]]], fps: float
@@ -236,7 +253,7 @@ def table_times(table: pd.DataFrame, episode_tasks: list[list[str]] | Callable[[
     col = next((c for c in COLUMNS["recorded_wall_ns"] if c in table.columns), None)
     if col is None:
         return [r.recorded_wall_ns for r in table_records(table, tasks(), fps)]
-    out: list[int | None] = [None if (v := _clean(x)) is None else int(v) for x in table[col].tolist()]
+    out: list[int | None] = [None if v is None else int(v) for v in _cleaned(table[col])]
     lacking = [i for i, v in enumerate(out) if v is None]
     if lacking and any(c in table.columns for c in META_JSON_COLUMNS):
         every = tasks()

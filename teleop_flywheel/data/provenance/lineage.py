@@ -56,7 +56,7 @@ from teleop_flywheel.data.provenance.manifest import load_manifest
 from teleop_flywheel.data.provenance.manifest_hash import manifest_sha256
 from teleop_flywheel.data.provenance.materialize import PROVENANCE_KEY, provenance
 from teleop_flywheel.data.provenance.reviews import admitted_by_review, admitted_lines
-from teleop_flywheel.data.validate.validator import RECORD_PATH
+from teleop_flywheel.data.validate.dataset_record import RECORD_DIR, has_record
 from teleop_flywheel.recording.mcap.exceptions import BagReadError
 from teleop_flywheel.recording.mcap.reader import read_episode
 
@@ -207,14 +207,14 @@ def which_dataset(reg: Registry, root: Path, as_json: bool) -> str:
     """The manifest a materialized dataset holds, and the checkpoints registered as trained on it."""
     record = provenance(root)
     admitted = admitted_by_review(root)
-    if record is None and (root / RECORD_PATH).is_file():  # made by convert: its reviews are its lineage
+    if record is None and has_record(root):  # made by convert: its reviews are its lineage
         if as_json:
             return json.dumps({"dataset": str(root), "admitted_by_review": admitted}, indent=2)
-        return "\n".join([f"dataset {root}  <-  convert (its verdicts in {RECORD_PATH}); "
+        return "\n".join([f"dataset {root}  <-  convert (its verdicts in {RECORD_DIR}); "
                           f"{len(admitted)} episode(s) admitted by review", *admitted_lines(admitted)])
     if record is None:
         raise LineageError(f"{root}: a dataset, but not one `manifest materialize` or `convert` wrote (no "
-                           f"{PROVENANCE_KEY} in meta/info.json, no {RECORD_PATH}): `lineage which` takes a "
+                           f"{PROVENANCE_KEY} in meta/info.json, no {RECORD_DIR}): `lineage which` takes a "
                            "checkpoint id, a bag or a dataset")
     trained = reg.trained_on(manifest_sha=record["manifest_sha256"])
     if as_json:

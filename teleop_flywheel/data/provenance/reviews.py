@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from teleop_flywheel.core.names import UNSAFE_NAME, check_text
-from teleop_flywheel.data.errors import ReviewError
+from teleop_flywheel.data.errors import DatasetError, ReviewError
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 from teleop_flywheel.data.validate.reasons import Reason
-from teleop_flywheel.data.validate.validator import RECORD_PATH
 
 LOG_FILE = "reviews.jsonl"
 VERDICTS = ("confirm", "overrule", "note")
@@ -205,11 +205,11 @@ def admitted_by_review(root: Path) -> list[dict[str, Any]]:
     """The episodes of dataset `root` that a review admitted: {episode_id, name, overruled codes,
     review}, from its validation record (none when it has no readable record)."""
     try:
-        doc = json.loads((root / RECORD_PATH).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        verdicts = read_verdicts(root)
+    except DatasetError:
         return []
     out = []
-    for e in doc.get("episodes", []) if isinstance(doc, dict) else []:
+    for e in verdicts:
         if isinstance(e, dict) and e.get("overruled") and isinstance(e.get("review"), dict):
             out.append({"episode_id": e.get("episode_id"), "name": e.get("name"),
                         "overruled": sorted({str(r.get("code")) for r in e["overruled"] if isinstance(r, dict)}),

@@ -20,7 +20,9 @@ the leader let them feel) is a section of its own, per operator.
 
 The card opens with the Hugging Face front matter LeRobot's hub cards carry (license, tags with
 `LeRobot`, task_categories `robotics`, the parquet data files), so `huggingface-cli upload` of the
-folder gives a hub page like LeRobot's own; it names the dataset's repo id and how to load it. A
+folder gives a hub page like LeRobot's own (past 1,000 one-at-a-time ingests, of a `cp -rL` copy:
+closed chunks are directory symlinks the upload skips, `commit.upload_note`, which the `card` verb
+prints); it names the dataset's repo id and how to load it. A
 section for the operator's own words sits between two markers and is kept, as written, every time
 the card is regenerated (and its license and tags, unless given again).
 """
@@ -42,8 +44,8 @@ from teleop_flywheel.data.provenance.manifest import identities, load_manifest
 from teleop_flywheel.data.provenance.reviews import ReviewTally, review_tally, tally_lines
 from teleop_flywheel.data.reports.audit import AuditReport, audit, card_lines, load
 from teleop_flywheel.data.reports.mashing import by_operator, dataset_mashing, summarise, thresholds_line
+from teleop_flywheel.data.validate.dataset_record import RECORD_DIR, has_record, read_verdicts
 from teleop_flywheel.data.validate.reasons import OUTCOME_MISMATCH
-from teleop_flywheel.data.validate.validator import RECORD_PATH
 
 MARKER = "<!-- written by teleop-flywheel card; regenerate, do not edit (except the operator's notes below) -->"
 NOTES_BEGIN = "<!-- operator notes: begin (yours to edit; kept when the card is regenerated) -->"
@@ -92,34 +94,47 @@ def _codes(entry: dict[str, Any]) -> list[str]:
 
 
 def read_validation(path: str | Path) -> ValidationSummary:
+    """The counts of a validator JSON report (`validate --json`) at `path`."""
     path = Path(path)
     try:
         report = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read validation report: {exc}") from None
     try:
-        entries = _entries(report)
-        reasons: Counter[str] = Counter()
-        accepted = 0
-        for entry in entries:
-            if _passed(entry):
-                accepted += 1
-            else:
-                reasons.update(_codes(entry) or ["(no code)"])
+        return _validation_summary(path, _entries(report))
     except DatasetError as exc:
         raise DatasetError(f"{path}: {exc}") from None
-    return ValidationSummary(str(path), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()),
+
+
+def record_validation(root: Path) -> ValidationSummary:
+    """The counts of the validation record convert/ingest keep for the dataset at `root`."""
+    try:
+        return _validation_summary(root / RECORD_DIR, read_verdicts(root))
+    except DatasetError as exc:
+        raise DatasetError(f"{root / RECORD_DIR}: {exc}") from None
+
+
+def _validation_summary(source: Path, entries: list[dict[str, Any]]) -> ValidationSummary:
+    reasons: Counter[str] = Counter()
+    accepted = 0
+    for entry in entries:
+        if _passed(entry):
+            accepted += 1
+        else:
+            reasons.update(_codes(entry) or ["(no code)"])
+    return ValidationSummary(str(source), len(entries), accepted, len(entries) - accepted, dict(reasons.most_common()),
                              review_tally(e for e in entries if isinstance(e, dict)))
 
 
-def passed_episode_ids(path: str | Path) -> set[str]:
-    """The episode ids a validator JSON report passed (an entry without an id, a rejected bag, has none)."""
-    path = Path(path)
+def passed_episode_ids(root: Path) -> set[str] | None:
+    """The episode ids the dataset's validation record passed (an entry without an id, a rejected bag,
+    has none); None when it has no record."""
+    if not has_record(root):
+        return None
     try:
-        entries = _entries(json.loads(path.read_text()))
-        return {str(e["episode_id"]) for e in entries if e.get("episode_id") and _passed(e)}
-    except (OSError, json.JSONDecodeError, DatasetError) as exc:
-        raise DatasetError(f"{path}: cannot read validation report: {exc}") from None
+        return {str(e["episode_id"]) for e in read_verdicts(root) if e.get("episode_id") and _passed(e)}
+    except DatasetError as exc:
+        raise DatasetError(f"{root / RECORD_DIR}: cannot read validation record: {exc}") from None
 
 
 @dataclass
@@ -371,9 +386,9 @@ def write_card(root: str | Path, validation: str | Path | None = None, force: bo
         raise error
     meta, notes = previous(old) if ours else ({}, "")
     old_tags = [str(t) for t in meta.get("tags") or [] if isinstance(t, (str, int, float))]
-    if validation is None and (ds.root / RECORD_PATH).is_file():
-        validation = ds.root / RECORD_PATH  # the verdicts convert/ingest recorded for this dataset
-    text = render(ds, audit(ds), read_validation(validation) if validation else None,
+    summary = read_validation(validation) if validation is not None else \
+        record_validation(ds.root) if has_record(ds.root) else None  # the verdicts convert/ingest recorded
+    text = render(ds, audit(ds), summary,
                   license_id or str(meta.get("license") or LICENSE), [*old_tags, *(tags or [])], notes, view)
     replace_atomic(dest, text)
     return dest

@@ -5,5 +5,6 @@
 - `decode`: the one decode path of an episode, shared with `convert`;
 - `timebase`: which clock the stamps are on and whether the system clock stepped;
 - `camera_lag`: a camera's lag behind the joints, measured from the images;
-- `episode_columns`: the validation columns `convert` writes beside LeRobot's own.
+- `episode_columns`: the validation columns `convert` writes beside LeRobot's own;
+- `dataset_record`: a dataset's validation record (its verdicts, in pieces an append adds to).
 """

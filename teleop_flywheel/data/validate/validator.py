@@ -55,12 +55,7 @@ from teleop_flywheel.recording.recorder.verdict import DISCARDED_DIR
 __all__ = ["CODES", "MISSING_STREAM", "FRAME_GAP", "CLOCK_OFFSET", "CLOCK_STEP", "DURATION_OUT_OF_RANGE",
            "OUTCOME_UNSET", "UNLABELLED_INTERVENTION", "DEAD_AIR", "SCHEMA_MISMATCH", "TRUNCATED", "CORRUPT",
            "STAMPED_TYPES", "Reason", "Supplied", "ValidateConfig", "EpisodeReport", "check_bag", "inspect_bag",
-           "validate_bag", "validate_batch", "validate_paths", "find_bags", "quarantine", "summary", "display",
-           "RECORD_PATH"]
-
-
-# Where convert keeps a dataset's verdicts, in `validate --json`'s shape (`data/convert/refresh.py`).
-RECORD_PATH = "meta/validation.json"
+           "validate_bag", "validate_batch", "validate_paths", "find_bags", "quarantine", "summary", "display"]
 
 
 def display(text: str | os.PathLike[str]) -> str:

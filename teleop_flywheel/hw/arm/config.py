@@ -45,7 +45,7 @@ class ArmConfig:
     feedback_grasp_load: float = 0.1  # follower gripper |load| (fraction of max torque) that is a grasp
     feedback_contact_load: float = 0.15  # contact: follower load beyond the expected that renders (fraction)
     feedback_contact_gain: float = 1.0  # contact: ceiling (fraction of max torque) per unit of excess load
-    feedback_contact_torque_limit: int = 150  # contact: the highest Torque_Limit of a body joint (0.1 %)
+    feedback_contact_torque_limit: int = 300  # contact: the highest Torque_Limit of a body joint (0.1 %)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -63,6 +63,17 @@ WARMUP = 400  # samples every free reading is learned from (2 s at 200 Hz) befor
 # A follower this far from the leader (rad) is not moving freely: catching up after a soft start, or
 # held off by something. Free motion at the 2 rad/s speed limit lags by less than 0.1 rad.
 FREE_TRACK = 0.15
+# Samples in a row (0.4 s at 200 Hz) a follower joint must first have stayed within `FREE_TRACK`
+# before any of its load is learned as free motion's, and samples since its news last paused past
+# `FEEDBACK_STALE_S` (the command watchdog's: the follower held meanwhile) before a moving one is
+# judged. A follower catching up (its soft start, a hand that moved on while its commands or its
+# news paused) accelerates, brakes and overshoots for ~0.3 s: loads up to 0.8 (~0.012 per rad/s² of
+# acceleration) that a fit of pose and speed does not explain. Learned, the soft start's arrival bent
+# the fit for all the rest; judged, a catch-up was rendered as a contact (free-motion drag in
+# bench/feedback.py). Later excursions and pauses do not hold the learning back (a starved loop has
+# them often, and after the warm-up only readings the fit explains are learned); a joint standing
+# still on something (`STALL_SAMPLES`) is judged at once.
+SETTLE_SAMPLES = 80
 MIN_CEILING = 10  # Torque_Limit (0.1 %) a rendered contact starts at: below it the hand feels nothing
 # A follower joint that stood still (within Present_Velocity's one step/s) for this many of its
 # samples in a row (15 ms at 200 Hz) while the hand is beyond it is held by something: its contact
@@ -137,8 +148,9 @@ class Contact:
     trip, makes a soft hand oscillate). The fit learns from every free reading for `WARMUP` samples
     (the session's first seconds: the arm moved freely), then only from readings it already explains
     to within half of `gains.load`, and never while it renders: a contact is not learned as normal.
-    Either way only from a follower within `FREE_TRACK` of the leader (one catching up after a soft
-    start presses, it does not move freely)."""
+    Either way only from a follower that has tracked within `FREE_TRACK` of the leader for
+    `SETTLE_SAMPLES` (one catching up presses and overshoots, it does not move freely); nor is a
+    moving joint judged before, only a still one."""
 
     def __init__(self, gains: ContactGains, joints: Sequence[int], keep: float) -> None:
         self.gains = gains
@@ -146,6 +158,9 @@ class Contact:
         self.models = {j: ExpectedLoad() for j in joints}
         self._learned_ns: int | None = None  # the sample last learned from: each is learned once, ticks see it again
         self._still = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row standing still
+        self._tracking = dict.fromkeys(joints, 0)  # per joint, the follower's samples in a row within FREE_TRACK
+        self._since_gap = 0  # the follower's samples since its news last paused past FEEDBACK_STALE_S
+        self._arrived: set[int] = set()  # joints whose follower has once tracked for SETTLE_SAMPLES
 
     @property
     def ready(self) -> bool:
@@ -156,20 +171,31 @@ class Contact:
         """Joint → (leader goal rad, Torque_Limit) for every body joint to torque now."""
         out: dict[int, tuple[float, int]] = {}
         g = self.gains
+        gap = self._learned_ns is not None and felt.stamp_ns - self._learned_ns > FEEDBACK_STALE_S * NS_PER_S
         new, self._learned_ns = felt.stamp_ns != self._learned_ns, felt.stamp_ns
+        if new:
+            self._since_gap = 0 if gap else self._since_gap + 1
         for j, model in self.models.items():
             phi = features(felt.positions, felt.velocities, j)
             residual = felt.efforts[j] - model.predict(phi)
             warm = model.samples >= WARMUP
             offset = felt.positions[j] - leader[j]
-            free = abs(offset) < FREE_TRACK and (not warm or (abs(residual) < g.load / 2 and j not in rendering))
-            if free and new:
-                model.learn(phi, felt.efforts[j])
             if new:
                 self._still[j] = self._still[j] + 1 if abs(felt.velocities[j]) <= RAD_PER_STEP else 0
+                self._tracking[j] = self._tracking[j] + 1 if abs(offset) < FREE_TRACK else 0
+                if self._tracking[j] > SETTLE_SAMPLES:
+                    self._arrived.add(j)
+            free = (j in self._arrived and abs(offset) < FREE_TRACK
+                    and (not warm or (abs(residual) < g.load / 2 and j not in rendering)))
+            settled = self._tracking[j] > SETTLE_SAMPLES and self._since_gap > SETTLE_SAMPLES
+            if free and new:
+                model.learn(phi, felt.efforts[j])
             if not warm:
                 continue
-            onset = g.load * (STALLED if self._still[j] >= STALL_SAMPLES else 1.0)
+            stalled = self._still[j] >= STALL_SAMPLES
+            if not (stalled or settled or j in rendering):
+                continue
+            onset = g.load * (STALLED if stalled else 1.0)
             if abs(residual) < onset * (self.keep if j in rendering else 1.0) or offset * residual >= 0:
                 continue
             ceiling = round(1000.0 * g.gain * (abs(residual) - onset * self.keep))

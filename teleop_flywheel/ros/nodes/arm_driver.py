@@ -187,9 +187,9 @@ class ArmDriverParams(NodeParams):
                                         "torque) per unit of excess load above where it lets go (half that "
                                         "threshold)",
                                         range=(0.0, 10.0))
-    feedback_contact_torque_limit: int = spec(150, "leader, contact: the highest Torque_Limit a body joint resists "
-                                              "with (0.1 %; 150 = ~0.19 N·m at shoulder_lift, ~0.08 N·m at the "
-                                              "wrist, docs/teleop.md)", range=(0, 300))
+    feedback_contact_torque_limit: int = spec(300, "leader, contact: the highest Torque_Limit a body joint resists "
+                                              "with (0.1 %; 300 = ~0.39 N·m at shoulder_lift, ~1.2 N at the "
+                                              "handle, ~0.16 N·m at the wrist, docs/teleop.md)", range=(0, 300))
     follower_calibration_file: str = spec("", "leader with feedback: the follower's calibration, to map its gripper "
                                           "into the leader's (empty: by angle)")
     thread_priority: int = spec(RT_PRIORITY, "SCHED_FIFO priority of the bus loop's thread (of every thread when "

@@ -29,15 +29,17 @@ from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.lerobot import commit
 from teleop_flywheel.data.lerobot.consistency import problems
+from teleop_flywheel.data.validate.dataset_record import INDEX_PATH, RECORD_DIR, read_verdicts
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 SPEC = dict(duration_s=2.5, width=256, height=192)
-DERIVED = ("README.md", "meta/validation.json", "meta/sample_weights.parquet")  # refreshed after an append
+DERIVED = ("README.md", "meta/sample_weights.parquet")  # refreshed after an append, with the validation record
 
 
 def without_derived(c: dict[str, object]) -> dict[str, object]:
     """What a reader gets but what is refreshed after an append, and the temp file of a refresh a kill cut."""
-    return {k: v for k, v in c.items() if k not in DERIVED and not is_replace_temp(Path(k).name)}
+    return {k: v for k, v in c.items() if k not in DERIVED and not k.startswith(f"{RECORD_DIR}/")
+            and not is_replace_temp(Path(k).name)}
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -96,6 +98,7 @@ def _convert_process(zygote: Zygote, bag: Path, out: Path, env_extra: dict[str, 
 def test_kill_9_at_every_write_step(setup: dict[str, Path], zygote: Zygote, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     base_tree, ref_content = tree(setup["base"]), content(setup["ref"])
+    records = [read_verdicts(setup["base"]), read_verdicts(setup["ref"])]
     log = tmp_path / "steps.log"
     copy_dataset(setup["base"], tmp_path / "counted")
     counted = _convert_process(zygote, setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
@@ -120,6 +123,7 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], zygote: Zygote, tmp_
         else:  # killed after it: the whole append (what is derived from it may be behind)
             published_kills += 1
             assert without_derived(content(ds)) == without_derived(ref_content), steps[n - 1]
+            assert read_verdicts(ds) in records, steps[n - 1]  # the record: the old one or the new, whole
         leftover = commit.pending(ds)
         assert cli_main(["doctor", str(ds)]) == (1 if leftover else 0), steps[n - 1]
         assert ("interrupted" in capsys.readouterr().out) == bool(leftover)
@@ -133,7 +137,7 @@ def test_kill_9_at_every_write_step(setup: dict[str, Path], zygote: Zygote, tmp_
 @pytest.mark.timeout(300)
 def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], zygote: Zygote, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 39: a convert killed after `replace_atomic` wrote `meta/.validation.json.XXXX.tmp` and
+    """Issue 39: a convert killed after `replace_atomic` wrote `meta/validation/.record.json.XXXX.tmp` and
     before its rename left it in the published version; the next convert did not remove it, `doctor
     --repair` called the dataset consistent and every later commit hard-linked it forward. Now doctor
     names it, `--repair` removes it, and the next commit neither carries nor keeps it."""
@@ -142,14 +146,14 @@ def test_a_temp_file_a_kill_left_is_never_published(setup: dict[str, Path], zygo
     counted = _convert_process(zygote, setup["b"], tmp_path / "counted", {commit.FAULT_LOG: str(log)})
     assert counted.wait(120) == 0
     steps = log.read_text().splitlines()
-    at = next(int(s.split()[0]) for s in steps if s.endswith("temp meta/validation.json"))
+    at = next(int(s.split()[0]) for s in steps if s.endswith(f"temp {INDEX_PATH}"))
     ds = tmp_path / "ds"
     copy_dataset(setup["base"], ds)
     killed = _convert_process(zygote, setup["b"], ds, {commit.FAULT_AT: str(at)})
     assert killed.wait(120) == -9
     version = commit.current(ds)
     assert version is not None
-    (temp,) = [p for p in (version / "meta").iterdir() if is_replace_temp(p.name)]  # what the kill left
+    (temp,) = [p for p in (version / RECORD_DIR).iterdir() if is_replace_temp(p.name)]  # what the kill left
     ds2 = tmp_path / "ds2"
     copy_dataset(ds, ds2)
     assert cli_main(["doctor", str(ds)]) == 1

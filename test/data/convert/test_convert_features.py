@@ -24,6 +24,7 @@ from teleop_flywheel.data.curation.weights import read_weights
 from teleop_flywheel.data.lerobot import v3_layout
 from teleop_flywheel.data.lerobot.flywheel_schema import LEADER_STATE, SCHEMA_KEY, SCHEMA_VERSION
 from teleop_flywheel.data.reports.card import write_card
+from teleop_flywheel.data.validate.dataset_record import Record
 from teleop_flywheel.recording.mcap.reader import open_bag
 from teleop_flywheel.testing.dataset_files import layout_1_copy, read_frames, stack
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -120,9 +121,9 @@ def test_append_refuses_codec_fps_and_feature_changes_before_encoding(tmp_path: 
     assert res.converted == {} and len(res.refused) == 1 and "feature-set change is a new dataset" in res.refused[0]
     assert "observation.effort" in res.refused[0]
     assert encodes == []  # nothing was encoded for any of them
-    assert {p: p.stat().st_mtime_ns for p in ds.rglob("*") if p.is_file() and p.name != "validation.json"
-            and p.name != "README.md" and p.name != "sample_weights.parquet"} == \
-        {p: t for p, t in before.items() if p.name not in ("validation.json", "README.md", "sample_weights.parquet")}
+    derived = ("record.json", "README.md", "sample_weights.parquet")  # refreshed: the record's index, card, weights
+    assert {p: p.stat().st_mtime_ns for p in ds.rglob("*") if p.is_file() and p.name not in derived} == \
+        {p: t for p, t in before.items() if p.name not in derived}
     parser = argparse.ArgumentParser()
     convert_verb.add_arguments(parser)
     assert convert_verb.run(parser.parse_args([str(no_effort), "--dataset", str(ds), "--workers", "1"])) == 1
@@ -184,9 +185,9 @@ def test_weights_and_validation_record_follow_every_append_and_the_card_says_it_
     write_card(ds)
     card = (ds / "README.md").read_text()
     assert "| 3 | 1 | 2 | 2 |" in card and "OUTCOME_UNSET" in card and "behind its dataset" not in card
-    record = json.loads((ds / "meta/validation.json").read_text())
-    assert record["summary"]["episodes"] == 3 and record["summary"]["rejected"] == 1
-    assert {e["name"] for e in record["episodes"]} == {"a", "bad", "b"}
+    record = Record.read(ds)
+    assert record.summary is not None and record.summary["episodes"] == 3 and record.summary["rejected"] == 1
+    assert {e["name"] for e in record.verdicts()} == {"a", "bad", "b"}
 
 
 def test_trim_dead_air_instead_of_rejecting(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from support.zygote import DATA_STACK, Child, Zygote
 
 from teleop_flywheel.data.convert.ingest_loop import IngestConfig, ingest_once, read_state, ready
 from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 from teleop_flywheel.recording.recorder.verdict import DISCARD, KEEP, mark_decision, verdict_doc, write_verdict
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -60,8 +61,7 @@ def test_ingest_takes_kept_and_graced_bags_once(tmp_path: Path) -> None:
     assert {Path(k).name: v for k, v in out.items()} == {"kept": "converted", "graced": "converted", "bad": "rejected"}
     assert sorted(_episodes(ds)) == ["graced", "kept"]
     assert (tmp_path / "quarantine/OUTCOME_UNSET/bad").is_dir() and not bad.exists()
-    record = json.loads((ds / "meta/validation.json").read_text())
-    where = {e["name"]: e["quarantined_to"] for e in record["episodes"]}
+    where = {e["name"]: e["quarantined_to"] for e in read_verdicts(ds)}
     assert where["bad"] == str(tmp_path / "quarantine/OUTCOME_UNSET/bad") and where["kept"] is None
     assert (ds / "README.md").is_file() and (ds / "meta/sample_weights.parquet").is_file()
     assert (tmp_path / "a.html").is_file() and any("bad: rejected OUTCOME_UNSET ->" in x for x in lines)

@@ -5,6 +5,7 @@ the card is marked behind, never silently stale, and `card` makes it the full re
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.convert import refresh
-from teleop_flywheel.data.convert.refresh import card_behind, read_record, update_record
+from teleop_flywheel.data.convert.refresh import card_behind, update_record
 from teleop_flywheel.data.curation.curate import curate
 from teleop_flywheel.data.curation.weights import read_weight_table, write_weights
 from teleop_flywheel.data.lerobot import v3_layout
@@ -23,7 +24,16 @@ from teleop_flywheel.data.lerobot.append import episode_files, existing_ids, rea
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, read_scores
 from teleop_flywheel.data.lerobot.episode_table import CURATION_COLUMNS
-from teleop_flywheel.data.reports.card import write_card
+from teleop_flywheel.data.reports.card import passed_episode_ids, record_validation, write_card
+from teleop_flywheel.data.validate import dataset_record
+from teleop_flywheel.data.validate.dataset_record import (
+    INDEX_PATH,
+    LEGACY_PATH,
+    RECORD_DIR,
+    Record,
+    has_record,
+    read_verdicts,
+)
 from teleop_flywheel.data.validate.reasons import Reason
 from teleop_flywheel.data.validate.validator import EpisodeReport, summary
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
@@ -117,13 +127,18 @@ def test_appends_merge_stats_and_verdicts_equal_to_a_full_rebuild(bags: list[Pat
 
     batch = tmp_path / "batch" / "ds"  # the same four episodes in one convert
     conv.convert(bags[:4], batch, codec="h264", workers=1, progress=False)
-    record, whole = (json.loads((d / "meta/validation.json").read_text()) for d in (ds, batch))
-    assert record == whole
-    assert (ds / "meta/validation.json").read_bytes() == (batch / "meta/validation.json").read_bytes()
+    record, whole = Record.read(ds), Record.read(batch)
+    assert record.verdicts() == whole.verdicts() and record.summary == whole.summary
+    assert _record_files(ds) == _record_files(batch)  # byte for byte
     reports = [EpisodeReport(e["path"], e["name"], e["episode_id"], [Reason(x["code"], "") for x in e["reasons"]],
                              error=e.get("error"), warnings=[Reason(x["code"], "") for x in e["warnings"]])
-               for e in read_record(ds)]
-    assert record["summary"] == summary(reports) and record["summary"]["warned"] == 4
+               for e in record.verdicts()]
+    assert record.summary == summary(reports) and record.summary["warned"] == 4
+
+
+def _record_files(ds: Path) -> dict[str, bytes]:
+    """The validation record's files (its index and pieces), by name."""
+    return {p.name: p.read_bytes() for p in sorted((ds / RECORD_DIR).iterdir())}
 
 
 def test_the_card_is_marked_behind_and_card_regenerates_the_full_one(bags: list[Path], tmp_path: Path) -> None:
@@ -146,36 +161,74 @@ def test_the_card_is_marked_behind_and_card_regenerates_the_full_one(bags: list[
 
 def test_a_verdict_merged_into_the_record_is_all_that_is_parsed_or_encoded(bags: list[Path], tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Merging verdicts parses and encodes only them (and the summary), whatever the record holds: the
-    verdicts kept are written as the lines they were; the record is byte for byte the one written from
-    every verdict at once. One replaced verdict (same episode id) counts out of the summary."""
+    """Merging verdicts parses and encodes only them (and the index's keys and summary), whatever the
+    record holds, and writes only the index and the piece a verdict is replaced in: the closed pieces keep
+    their inode, the verdicts kept are written as the lines they were; the record is byte for byte the one
+    written from every verdict at once. One replaced verdict (same episode id) counts out of the summary."""
+    monkeypatch.setattr(dataset_record, "PIECE_LINES", 8)
     ds = tmp_path / "ds"
     conv.convert(bags[:3], ds, codec="h264", workers=1, progress=False)
     extra = [EpisodeReport(f"bags/x{i}", f"x{i}", f"{i:064x}", [Reason("FRAME_GAP", "")]) for i in range(40)]
     update_record(ds, extra)  # rejected bags' verdicts: a record larger than the lines merged into it
-    kept = read_record(ds)[:3]
-    size = (ds / "meta/validation.json").stat().st_size
+    kept = read_verdicts(ds)[:3]
+    assert len(Record.read(ds).pieces) == 5
+    inodes = {p.name: p.stat().st_ino for p in (ds / RECORD_DIR).iterdir()}
     new = EpisodeReport("bags/new", "new", "f" * 64, [Reason("FRAME_GAP", "a gap")])
     again = EpisodeReport(kept[1]["path"], kept[1]["name"], kept[1]["episode_id"], [Reason("DEAD_AIR", "")])
-    parsed: list[int] = []
+    parsed: list[str] = []
     encoded: list[int] = []
     loads, dumps = json.loads, json.dumps
     with monkeypatch.context() as m:
-        m.setattr(json, "loads", lambda text, *a, **k: parsed.append(len(text)) or loads(text, *a, **k))
+        m.setattr(json, "loads", lambda text, *a, **k: parsed.append(text) or loads(text, *a, **k))
         m.setattr(json, "dumps", lambda obj, *a, **k: encoded.append(1) or dumps(obj, *a, **k))
         update_record(ds, [new, again])
-    line = max(len(dumps(e)) for e in kept)
-    assert sum(parsed) < 2 * line < size / 2 and len(encoded) == 3  # the replaced verdict; the two, the summary
+    verdicts = [t for t in parsed if t.startswith('{"path"')]
+    assert verdicts == [dumps(kept[1])] and len(encoded) == 4  # the replaced one; the two, the index, the summary
+    now = {p.name: p.stat().st_ino for p in (ds / RECORD_DIR).iterdir()}
+    written = {n for n in now if inodes.get(n) != now[n]}
+    assert written == {INDEX_PATH.rsplit("/", 1)[1], Record.read(ds).pieces[0].file}  # the index, the first piece
     whole = tmp_path / "whole"
     update_record(whole, [kept[0], again.to_dict(), kept[2], *extra, new])
-    assert (ds / "meta/validation.json").read_bytes() == (whole / "meta/validation.json").read_bytes()
-    doc = json.loads((ds / "meta/validation.json").read_text())
-    assert doc["summary"]["rejected"] == 42 and doc["summary"]["reasons"] == {"FRAME_GAP": 41, "DEAD_AIR": 1}
-    pretty = tmp_path / "pretty"  # a record in another layout (edited by hand): parsed whole, written in ours
-    (pretty / "meta").mkdir(parents=True)
-    (pretty / "meta/validation.json").write_text(json.dumps(doc, indent=2))
-    update_record(pretty, [])
-    assert (pretty / "meta/validation.json").read_bytes() == (whole / "meta/validation.json").read_bytes()
+    assert _record_files(ds) == _record_files(whole)
+    record = Record.read(ds)
+    assert record.summary is not None and record.summary["rejected"] == 42
+    assert record.summary["reasons"] == {"FRAME_GAP": 41, "DEAD_AIR": 1}
+    verdicts_now = record.verdicts()
+    for layout in ("pretty", "compact"):  # one file, as datasets converted before the pieces hold it
+        old = tmp_path / layout
+        (old / "meta").mkdir(parents=True)
+        doc = {"format": "teleop_flywheel.validation/1", "episodes": verdicts_now, "summary": record.summary}
+        (old / LEGACY_PATH).write_text(json.dumps(doc, indent=2) if layout == "pretty" else  # edited by hand
+                                       '{"format": "teleop_flywheel.validation/1", "episodes": [\n'
+                                       + ",\n".join(dumps(v) for v in verdicts_now)
+                                       + f'\n],\n"summary": {dumps(record.summary, indent=1)}}}\n')
+        assert Record.read(old).verdicts() == verdicts_now and Record.read(old).summary == record.summary
+        update_record(old, [])  # written in pieces, the one file gone
+        assert _record_files(old) == _record_files(whole) and not (old / LEGACY_PATH).exists()
+
+
+def test_the_first_append_to_a_dataset_with_a_one_file_record_lays_it_out_in_pieces(
+        bags: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset whose record is one `meta/validation.json` (converted before the pieces) is read by every
+    reader of the record (card, curate, robomimic's validated ids, lineage's reviews) and its first append
+    lays the record out in pieces, equal to a convert of the same bags at once."""
+    monkeypatch.setattr(dataset_record, "PIECE_LINES", 2)
+    ds = tmp_path / "ds"
+    conv.convert(bags[:3], ds, codec="h264", workers=1, progress=False)
+    record = Record.read(ds)
+    verdicts = record.verdicts()
+    version = ds.resolve()
+    shutil.rmtree(version / RECORD_DIR)  # one version: no other holds these files
+    (version / LEGACY_PATH).write_text(json.dumps({"format": "teleop_flywheel.validation/1", "episodes": verdicts,
+                                                   "summary": record.summary}))
+    assert has_record(ds) and read_verdicts(ds) == verdicts
+    assert passed_episode_ids(ds) == {v["episode_id"] for v in verdicts}
+    assert record_validation(ds).recorded == 3 and curate(LeRobotDataset.open(ds)).reviews is not None
+    conv.convert(bags[3:4], ds, codec="h264", workers=1, progress=False)
+    assert not (ds / LEGACY_PATH).exists() and len(Record.read(ds).pieces) == 2
+    batch = tmp_path / "batch" / "ds"
+    conv.convert(bags[:4], batch, codec="h264", workers=1, progress=False)
+    assert _record_files(ds) == _record_files(batch)
 
 
 def _scores(ds: Path) -> pa.Table:

@@ -20,6 +20,7 @@ from support import robomimic_data as rd
 from support.cli import run_cli
 
 from teleop_flywheel.cli import main as cli_main
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 
 h5py = pytest.importorskip("h5py", reason="h5py is the hdf5 extra: pip install '.[hdf5]'")
 
@@ -99,7 +100,7 @@ def test_filter_keys_are_the_labels(made: dict[str, Path]) -> None:
     ds = made["ds"]
     table = ad.episodes_table(ds)
     intervened = [e for e in range(4) if ad.column(ds, "intervention", e).any()]
-    verdicts = {v["episode_id"]: v["passed"] for v in json.loads((ds / "meta/validation.json").read_text())["episodes"]}
+    verdicts = {v["episode_id"]: v["passed"] for v in read_verdicts(ds)}
     expected = {
         "success": [e for e in range(4) if table["outcome"].iloc[e] == "success"],
         "failure": [e for e in range(4) if table["outcome"].iloc[e] == "failure"],

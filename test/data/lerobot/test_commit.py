@@ -30,7 +30,7 @@ import pytest
 from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.errors import CommitError
-from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -131,7 +131,12 @@ def _seen(reader: subprocess.Popen[bytes], stop: Path, out: Path) -> tuple[dict[
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["ours", pytest.param("lerobot", marks=LEROBOT)])
-def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize("chunks", [1000, 1], ids=["chunk_of_1000", "chunk_of_1"])
+def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_path: Path, kind: str, chunks: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chunk_of_1`: one file a chunk, so every append closes chunks the commit moves into the shared
+    store (killed there too) and readers read the older ones through its symlinks."""
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", chunks)
     ds = tmp_path / "ds"
     assert conv.convert([bags[0]], ds, codec="h264", workers=1, progress=False).converted
     log = tmp_path / "steps.log"
@@ -155,6 +160,8 @@ def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_p
     finally:
         seen, broken = _seen(reader, stop, out)
     assert problems(ds) == [] and published >= 3
+    if chunks == 1:
+        assert all((ds / "data" / f"chunk-{c:03d}").is_symlink() for c in range(nxt))
     assert sum(seen.values()) >= 5 and {s[0] for s in seen} >= {1, nxt + 1}, seen  # read before and after
     assert broken == {}, (broken, seen)
 
@@ -266,7 +273,7 @@ def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest
 UPGRADER = textwrap.dedent('''
     import sys
     from pathlib import Path
-    from teleop_flywheel.data.lerobot import commit
+    from teleop_flywheel.data.lerobot import commit, v3_layout
     root = Path(sys.argv[1])
     stage = commit.new_stage(root)
     (stage / "data").mkdir()
@@ -388,3 +395,129 @@ def test_a_new_dataset_appears_whole(tmp_path: Path) -> None:
     legacy.mkdir()
     (tmp_path / "legacy.convert-journal.json").write_text("{}")  # an append the journal format left half done
     assert "commit format before versions" in problems(legacy)[0].detail and problems(legacy)[0].layout
+
+
+def test_closed_chunks_are_carried_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit links a closed chunk directory's files once into the shared store; every later version
+    carries it by one symlink, so a commit's links stay bounded by the open chunk however many files
+    the dataset holds. A drop inside a shared chunk gives that version its own directory; the store
+    entries no version links are collected with their versions, or removed by `recover` after a kill."""
+    ds = tmp_path / "ds"
+    _commit(ds, {"meta/info.json": "0", "data/chunk-000/file-000.parquet": "d0"})
+    links: list[str] = []
+    real_link = os.link
+    monkeypatch.setattr(os, "link", lambda a, b: links.append(str(b)) or real_link(a, b))
+    per_commit = []
+    for k in range(1, 12):  # 2 files a chunk: chunk-000 holds file-000, file-001, chunk-001 the next two...
+        rel = f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet"
+        links.clear()
+        _commit(ds, {"meta/info.json": str(k), rel: f"d{k}"}, new=(rel,))
+        per_commit.append(len([t for t in links if "/data/" in t]))  # meta/info.json: staged, not linked
+    version = commit.current(ds)
+    assert version is not None
+    assert {p.name: p.is_symlink() for p in (version / "data").iterdir()} == {
+        **{f"chunk-{c:03d}": True for c in range(5)}, "chunk-005": False}
+    assert max(per_commit) <= 2, per_commit  # the open chunk's file, or a newly closed chunk's two (once)
+    for k in range(12):
+        assert (ds / f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet").read_text() == f"d{k}"
+    assert os.readlink(version / "data/chunk-000") == "../../.shared/v000002/data/chunk-000"
+    assert commit.pending(ds) == []
+    # a drop inside a shared chunk: that version has its own directory, linked from the store
+    v = _commit(ds, {}, drop=("data/chunk-001/file-000.parquet",))
+    assert not (v / "data/chunk-001").is_symlink() and sorted(p.name for p in (v / "data/chunk-001").iterdir()) == \
+        ["file-001.parquet"]
+    assert (v / "data/chunk-000").is_symlink()
+    # killed after a chunk was shared, before its version was published: recover removes the entry
+    stage = commit.new_stage(ds)
+    (stage / "data/chunk-006").mkdir(parents=True)
+    (stage / "data/chunk-006/file-000.parquet").write_text("d12")
+    monkeypatch.setenv(commit.FAULT_AT, "1")
+    monkeypatch.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(KeyboardInterrupt()))
+    commit._steps[0] = 0
+    with pytest.raises(KeyboardInterrupt):
+        commit.publish(ds, ("data/chunk-006/file-000.parquet",))
+    monkeypatch.delenv(commit.FAULT_AT)
+    store = commit.versions_path(ds) / commit.SHARED
+    assert (store / f"v{int(v.name[1:]) + 1:06d}/data/chunk-005").is_dir()
+    assert any("shared chunk directories" in line or "shared store" in line for line in commit.pending(ds))
+    assert commit.recover(ds) is not None and commit.pending(ds) == []
+    assert not (store / f"v{int(v.name[1:]) + 1:06d}").exists()
+    # every version but the current and the previous collected: so is every entry only they linked
+    monkeypatch.setattr(commit, "KEEP_S", 0.0)
+    last = _commit(ds, {"meta/info.json": "x"})
+    used = {os.readlink(p).split("/")[3] for p in (last / "data").iterdir() if p.is_symlink()}
+    assert sorted(p.name for p in store.iterdir()) == sorted(used | {
+        os.readlink(p).split("/")[3] for p in (v / "data").iterdir() if p.is_symlink()})
+    for k in range(12):
+        if k != 2:
+            assert (ds / f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet").read_text() == f"d{k}"
+
+
+def test_a_foreign_chunk_symlink_is_refused(tmp_path: Path) -> None:
+    """A chunk directory symlinked elsewhere (not our store) is never carried or written through."""
+    ds = tmp_path / "ds"
+    v0 = _commit(ds, {"meta/info.json": "0", "data/chunk-001/file-000.parquet": "d"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "file-000.parquet").write_text("x")
+    os.symlink(elsewhere, v0 / "data/chunk-000")
+    with pytest.raises(CommitError, match="not to a chunk directory versions share"):
+        _commit(ds, {"meta/info.json": "1"})
+
+
+def test_card_and_doctor_say_an_upload_must_follow_the_shared_chunks(bags: list[Path], tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """huggingface-cli upload and LeRobot's push_to_hub list a folder with a recursive glob that skips
+    directory symlinks: a dataset whose closed chunks are shared would reach the hub without them,
+    silently. The verbs run before an upload say so, naming the copy to make; a dataset without shared
+    chunks gets no such line."""
+    plain, shared = tmp_path / "plain", tmp_path / "shared"
+    conv.convert(bags[:2], plain, codec="h264", workers=1, progress=False)
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    for bag in bags[:2]:
+        conv.convert([bag], shared, codec="h264", workers=1, progress=False)
+    skipped = {p.relative_to(shared.resolve()).as_posix() for p in shared.resolve().glob("**/*") if p.is_file()}
+    assert not any(p.startswith("data/chunk-000/") for p in skipped)  # what such an upload would leave out
+    for root, says in ((plain, False), (shared, True)):
+        capsys.readouterr()
+        assert cli_main(["card", str(root), "--force"]) == 0
+        card = capsys.readouterr().out
+        assert cli_main(["doctor", str(root)]) == 0
+        doctor = capsys.readouterr().out
+        for out in (card, doctor):
+            assert ("cp -rL" in out and "push_to_hub" in out and "data/chunk-000" in out) is says, out
+    assert cli_main(["doctor", str(shared), "--json"]) == 0
+    assert "cp -rL" in json.loads(capsys.readouterr().out)["upload_note"]
+
+
+@pytest.mark.timeout(300)
+@LEROBOT
+def test_lerobot_reads_a_dataset_whose_closed_chunks_are_shared(bags: list[Path], tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """LeRobot's own loader, given a version whose closed data and video chunks are symlinks to the
+    shared store, returns item for item what it returns for the same episodes laid out without
+    sharing (one chunk): frames decoded from the shared mp4s, rows from the shared parquets."""
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset as Loader
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    plain, shared = tmp_path / "plain", tmp_path / "shared"
+    for bag in bags[:3]:
+        conv.convert([bag], plain, codec="h264", workers=1, progress=False)
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    for bag in bags[:3]:
+        conv.convert([bag], shared, codec="h264", workers=1, progress=False)
+    key = next(p.name for p in (shared / "videos").iterdir())
+    assert all((shared / sub).is_symlink() for sub in ("data/chunk-000", "data/chunk-001", f"videos/{key}/chunk-001"))
+    with commit.pinned(plain) as a, commit.pinned(shared) as b:
+        ours, theirs = Loader("local/plain", root=a, video_backend="pyav"), Loader("local/shared", root=b,
+                                                                                   video_backend="pyav")
+        assert len(ours) == len(theirs) and ours.num_episodes == theirs.num_episodes == 3
+        starts = [int(i) for i in theirs.meta.episodes["dataset_from_index"]]
+        for i in sorted({*starts, *(s + 7 for s in starts), len(theirs) - 1}):
+            x, y = ours[i], theirs[i]
+            assert x.keys() == y.keys() and key in x  # a frame decoded from the mp4s
+            for name, value in x.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(value, y[name]), (i, name)

@@ -2,6 +2,7 @@
 the last convert's commit sealed it; its repairs still rebuild what they need from the whole episodes table."""
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -89,3 +90,35 @@ def test_a_damaged_file_an_append_did_not_write_is_still_caught(tmp_path: Path) 
     with pytest.raises(InconsistentDatasetError, match="file-000"):
         conv.convert(bags[2:], ds, codec="h264", workers=1, progress=False)
     assert any("file-000.parquet: unreadable" in p.detail for p in problems(ds))
+
+
+def test_the_seal_lists_a_shared_chunk_not_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One file a chunk: every append closes a chunk the commit moves into the shared store. The seal
+    names each such chunk by its link and its file names (no stat of each file: O(files) per append
+    before), so the next append still checks nothing again; a file removed from a shared chunk breaks
+    the seal and the convert refuses the dataset."""
+    monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    bags = _bags(tmp_path, 4)
+    ds = tmp_path / "ds"
+    for bag in bags[:2]:
+        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+    assert (ds / "data/chunk-000").is_symlink() and consistency.sealed(ds)
+    doc = json.loads((ds / consistency.SEAL_PATH).read_text())
+    assert "data/chunk-000/" in doc["files"] and "data/chunk-000/file-000.parquet" not in doc["files"]
+    read = _counting(monkeypatch)
+    conv.convert(bags[2:3], ds, codec="h264", workers=1, progress=False)
+    assert read == [] and consistency.sealed(ds)
+    files = json.loads((ds / consistency.SEAL_PATH).read_text())["files"]
+    # chunk-000 shared before: one stat of its store directory; chunk-001 shared by this commit: its names
+    assert files["data/chunk-000/"][1] != consistency.NAMES and files["data/chunk-001/"][1] == consistency.NAMES
+    copied_in = ds / "data/chunk-001/file-001.parquet"
+    copied_in.write_bytes(b"")
+    assert not consistency.sealed(ds)  # a name more
+    copied_in.unlink()
+    assert consistency.sealed(ds)
+    shared = ds / "data/chunk-000/file-000.parquet"
+    assert (ds / "data/chunk-000").is_symlink()
+    shared.unlink()
+    assert not consistency.sealed(ds)
+    with pytest.raises(InconsistentDatasetError, match="chunk-000/file-000"):
+        conv.convert(bags[3:], ds, codec="h264", workers=1, progress=False)

@@ -61,5 +61,7 @@ def test_times_and_ids_from_the_columns_are_the_records_own() -> None:
     want = [r.recorded_wall_ns for r in recs]
     assert table_times(df, tasks, 30.0) == want and table_ids(df) == [r.episode_id for r in recs]
     assert want[0] == rows[0][0] and want[1] == clock["wall_ns"] + 4_000 and want[2] is None  # the cases differ
+    arrow = pa.Table.from_pandas(df).to_pandas(types_mapper=pd.ArrowDtype)  # columns read as arrow arrays
+    assert table_times(arrow, tasks, 30.0) == want and table_ids(arrow) == [r.episode_id for r in recs]
     no_column = df.drop(columns=["recorded_wall_ns"])
     assert table_times(no_column, tasks, 30.0) == [r.recorded_wall_ns for r in table_records(no_column, tasks, 30.0)]

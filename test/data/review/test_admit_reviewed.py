@@ -15,6 +15,7 @@ from teleop_flywheel.data.lerobot.episode_table import episode_records
 from teleop_flywheel.data.provenance.reviews import append_review
 from teleop_flywheel.data.review.episodes import RowCache
 from teleop_flywheel.data.review.server import ReviewSite
+from teleop_flywheel.data.validate.dataset_record import read_verdicts
 
 
 @pytest.fixture()
@@ -32,8 +33,7 @@ def reviewed(session_out: Path, tmp_path: Path) -> Path:
 
 
 def _record(ds: Path) -> dict[str, dict]:
-    doc = json.loads((ds / "meta" / "validation.json").read_text())
-    return {e["name"]: e for e in doc["episodes"]}
+    return {e["name"]: e for e in read_verdicts(ds)}
 
 
 def test_convert_admits_exactly_the_overruled_rejection_and_says_so_everywhere(

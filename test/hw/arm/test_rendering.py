@@ -11,6 +11,7 @@ import pytest
 from teleop_flywheel.hw.arm.rendering import (
     FREE_TRACK,
     MIN_CEILING,
+    SETTLE_SAMPLES,
     STALL_SAMPLES,
     WARMUP,
     Contact,
@@ -21,6 +22,7 @@ from teleop_flywheel.hw.arm.rendering import (
 )
 
 LIFT = 1  # shoulder_lift: gravity and speed both load it
+LEARNED_NS = (SETTLE_SAMPLES + WARMUP) * 5_000_000  # the last sample `learned()` feels: one every 5 ms
 
 
 def free_load(positions: list[float], velocities: list[float]) -> float:
@@ -58,7 +60,7 @@ def learned(gains: ContactGains | None = None) -> Contact:
         felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp)
         assert contact.render(felt, positions, set()) == {}
         assert contact.render(felt, positions, set()) == {}, "a sample seen twice is learned once"
-    assert stamp // 5_000_000 == WARMUP, "ready after WARMUP samples, not WARMUP ticks"
+    assert stamp == LEARNED_NS, "ready after WARMUP samples learned (once settled), not WARMUP ticks"
     return contact
 
 
@@ -131,3 +133,23 @@ def test_a_follower_far_from_the_leader_or_pressing_is_not_learned_as_free() -> 
     felt, leader = pushed(0.4, 0.05)
     learned_contact.render(replace(felt, stamp_ns=-1), leader, set())
     assert learned_contact.models[LIFT].samples == samples, "a contact is not learned as normal"
+
+
+def test_a_follower_catching_up_after_its_news_paused_is_not_judged_until_it_settled() -> None:
+    """Its news paused past the command watchdog (the follower held while the hand moved on), a
+    follower catches up: accelerating, loaded beyond free motion's fit, not meeting anything. A
+    moving joint is judged again once it has tracked `SETTLE_SAMPLES` more; one standing still on
+    something at once."""
+    felt, leader = pushed(0.2, 0.05, speed=0.3)
+    contact = learned()
+    assert LIFT in contact.render(replace(felt, stamp_ns=LEARNED_NS + 5_000_000), leader, set()), "no gap: judged"
+    contact = learned()
+    after = LEARNED_NS + 200_000_000
+    for k in range(SETTLE_SAMPLES + 2):  # the first after the gap, then SETTLE_SAMPLES tracking
+        got = contact.render(replace(felt, stamp_ns=after + k * 5_000_000), leader, set())
+        assert (LIFT in got) is (k == SETTLE_SAMPLES + 1), f"sample {k} after the gap"
+    contact = learned()
+    still, leader = pushed(0.2, 0.05)
+    got = [LIFT in contact.render(replace(still, stamp_ns=after + k * 5_000_000), leader, set())
+           for k in range(STALL_SAMPLES)]
+    assert got == [False] * (STALL_SAMPLES - 1) + [True], "standing still: judged once stalled"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,9 +99,15 @@ def graph() -> Iterator[Graph]:
         g.close()
 
 
+# What these tests check is the recording; the verdict at stop is test_recorder_verdict.py's. With it
+# on, every recorder here started a validator worker (imports, at nice 10) and its close waited up to
+# 5 s for the verdict of the episode just stopped, then for the worker: 3-8 s of teardown per test.
+NO_VERDICT = Parameter("verdict", value=False)
+
+
 def recorder(graph: Graph, out: Path, topics: list[str], **params: Any) -> RecorderNode:
     overrides = [Parameter("output_dir", value=str(out)), Parameter("topics", value=topics),
-                 Parameter("discovery_period_s", value=0.1), Parameter("status_period_s", value=0.2)]
+                 Parameter("discovery_period_s", value=0.1), Parameter("status_period_s", value=0.2), NO_VERDICT]
     assert topics, "name the topics: the default set includes /diagnostics, which every node publishes"
     overrides += [Parameter(k, value=v) for k, v in params.items()]
     return graph.add(RecorderNode(context=graph.context, parameter_overrides=overrides))
@@ -441,7 +448,7 @@ def test_kill_9_recorder_then_recover_loses_at_most_one_second(graph: Graph, tmp
     js = pubs.create_publisher(JointState, "/follower/joint_states", STREAM_QOS)
     proc = subprocess.Popen(_RECORDER_CMD + ["--ros-args", "-p", f"output_dir:={tmp_path}",
                                              "-p", "topics:=[/follower/joint_states]", "-p", "auto_start:=true",
-                                             "-p", "discovery_period_s:=0.1"],
+                                             "-p", "discovery_period_s:=0.1", "-p", "verdict:=false"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
     try:
         wait_for(lambda: js.get_subscription_count() >= 1, timeout=60, what="recorder process subscribed")
@@ -606,7 +613,11 @@ def test_an_episode_with_a_servo_fault_is_marked_and_rejected(graph: Graph, tmp_
     report = val.validate_bag((str(only_bag(out)), val.ValidateConfig.load()))
     faults_found = [r for r in report.reasons if r.code == "SERVO_FAULT"]
     if hot_c:
-        assert faults_found and "elbow_flex (servo 3): temperature 66 °C" in faults_found[0].detail, report.reasons
+        # The hot servo cools from its start (0.24 °C/s at 66 °C in the simulator): a driver that first reads
+        # it over 2 s later, on a loaded machine, latches 65 °C — still at the stop threshold (65 °C).
+        assert faults_found, report.reasons
+        latched = re.search(r"elbow_flex \(servo 3\): temperature (\d+) °C", faults_found[0].detail)
+        assert latched and 65 <= int(latched.group(1)) <= hot_c, faults_found[0].detail
     else:
         assert not faults_found, report.reasons
 
@@ -618,7 +629,7 @@ def test_the_default_topics_record_what_the_leader_rendered(graph: Graph, tmp_pa
     fb = pubs.create_publisher(JointState, "/leader/feedback", STREAM_QOS)
     rec = graph.add(RecorderNode(context=graph.context, parameter_overrides=[
         Parameter("output_dir", value=str(tmp_path)), Parameter("discovery_period_s", value=0.1),
-        Parameter("status_period_s", value=0.2)]))
+        Parameter("status_period_s", value=0.2), NO_VERDICT]))
     wait_for(subscribed(rec, "/leader/feedback"), what="recorder subscription")
     wait_for(lambda: fb.get_subscription_count() >= 1, what="matched")
     assert graph.call("/recorder/start").success

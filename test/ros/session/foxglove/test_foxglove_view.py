@@ -26,7 +26,7 @@ from teleop_flywheel.recording.mcap.cdr import joint_state_layout  # noqa: E402
 from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
 from teleop_flywheel.ros.session.foxglove.layout import layout, topics_of  # noqa: E402
 from teleop_flywheel.ros.session.foxglove.view import LiveView  # noqa: E402
-from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph  # noqa: E402
+from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph, with_parameters  # noqa: E402
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 
 REACH = 0.135 + 0.061 + 0.098
@@ -44,7 +44,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     out = tmp_path_factory.mktemp("view") / "bags"
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
                         output_dir=str(out), task="foxglove layout test", operator="test")
-    with Session(build_graph("sim", cfg)) as session:
+    # No verdict at stop: nothing here reads one, and the session's stop waited for the episode's (up to 5 s).
+    with Session(with_parameters(build_graph("sim", cfg), {"recorder": {"verdict": False}})) as session:
         client = RecorderClient(session.context, "layout_operator")
         status = RecorderStatus(client.node)
         session.add_node(client.node)

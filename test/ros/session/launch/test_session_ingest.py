@@ -84,7 +84,7 @@ def test_a_session_with_ingest_keeps_its_dataset_current_while_it_records(tmp_pa
             assert recording.is_dir() and not (recording / "metadata.yaml").exists()
             assert recording.name not in taken(out)
         # The dataset's record, card and sample weights refreshed, the audit page beside it: all inside output_dir.
-        for part in ("dataset/README.md", "dataset/meta/sample_weights.parquet", "dataset/meta/validation.json",
+        for part in ("dataset/README.md", "dataset/meta/sample_weights.parquet", "dataset/meta/validation/record.json",
                      "dataset_audit.html"):
             assert (out / part).is_file(), part
         before = recorder.last_saved()
