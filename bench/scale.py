@@ -17,6 +17,9 @@ its cost at 100 (`vs_100`).
   validated bag, hard-linked N times with its record) and the review page's episode list
   (`ReviewSite.episodes`): the first scan (every bag's metadata read) and a rescan (nothing
   changed), per episode.
+  Both families build every size first, then take `--dataset-repeat` calls of each cost round-robin
+  over the sizes (`_round_robin`), wall and CPU time (`*_cpu_*`: this process and the children it
+  waited for), the median of each.
 - `bags` (`--bag-sizes`): N distinct recorded episodes (2.5 s, one 192x144 camera at 30 fps, joints
   at 100 Hz: content that validates) and, per bag, `validate` and `convert` (h264, one worker: the
   throughput of one core), then `ingest`'s append of one more episode into that dataset of N: the
@@ -49,6 +52,7 @@ import io
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -92,14 +96,32 @@ def _hex(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def _timed(fn: Callable[[], Any], repeat: int) -> float:
-    """The median wall time of `repeat` calls, in seconds."""
-    times = []
+def _spent(fn: Callable[[], Any]) -> tuple[float, float]:
+    """Wall and CPU seconds of one call; CPU counts this process and any child it waited for (`_cpu`
+    alone would miss work a verb hands to a worker process)."""
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    w0, c0 = time.perf_counter(), cpu()
+    fn()
+    return time.perf_counter() - w0, cpu() - c0
+
+
+def _round_robin(calls: dict[int, dict[str, Callable[[], Any]]], repeat: int) -> dict[int, dict[str, float]]:
+    """Per size and cost: the median wall and CPU ms per episode (`<cost>_ms_per_episode`,
+    `<cost>_cpu_ms_per_episode`) of `repeat` calls, taken round-robin over the sizes so that a shared
+    machine's load drifting during the run falls on every size alike."""
+    spent: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for n, costs in calls.items():
+            for name, fn in costs.items():
+                spent.setdefault((n, name), []).append(_spent(fn))
+    out: dict[int, dict[str, float]] = {n: {} for n in calls}
+    for (n, name), runs in spent.items():
+        out[n][f"{name}_ms_per_episode"] = round(1e3 * statistics.median(w for w, _ in runs) / n, 4)
+        out[n][f"{name}_cpu_ms_per_episode"] = round(1e3 * statistics.median(c for _, c in runs) / n, 4)
+    return out
 
 
 def manifest(seed: int, episodes: int) -> dict[str, Any]:
@@ -169,48 +191,42 @@ def _quiet(argv: list[str]) -> None:
 
 
 def measure_datasets(tmp: Path, sizes: list[int], frames: int, repeat: int) -> list[dict[str, Any]]:
-    points = []
-    for n in sizes:
+    calls: dict[int, dict[str, Callable[[], Any]]] = {}
+    frame_counts = {}
+    for n in sizes:  # every dataset first, then the verbs round-robin over them
         root = write(tmp / f"ds{n}", SyntheticSpec(episodes=n, min_length=frames, max_length=frames, seed=n)).root
         mfile = tmp / f"ds{n}.manifest.json"
         m = create(LeRobotDataset.open(root))
         mfile.write_text(json.dumps(m))
         result = verify(LeRobotDataset.open(root), m)
         assert m["episode_count"] == n and result.matched == n and not (result.added or result.changed)
-        ms = {
-            "create": _timed(lambda root=root: create(LeRobotDataset.open(root)), repeat),
-            "verify": _timed(lambda root=root, m=m: verify(LeRobotDataset.open(root), m), repeat),
-            "episodes": _timed(lambda mfile=mfile: _quiet(["manifest", "episodes", str(mfile)]), repeat),
-            "audit": _timed(lambda root=root: _quiet(["audit", str(root), "--json"]), repeat),
-            "curate": _timed(lambda root=root: _quiet(["curate", str(root), "--json", "--no-weights"]), repeat),
-            "stats": _timed(lambda root=root: _quiet(["stats", str(root), "--json"]), repeat),
-            "card": _timed(lambda root=root: _quiet(["card", str(root), "--force"]), repeat),
+        frame_counts[n] = m["frame_count"]
+        calls[n] = {
+            "create": lambda root=root: create(LeRobotDataset.open(root)),
+            "verify": lambda root=root, m=m: verify(LeRobotDataset.open(root), m),
+            "episodes": lambda mfile=mfile: _quiet(["manifest", "episodes", str(mfile)]),
+            "audit": lambda root=root: _quiet(["audit", str(root), "--json"]),
+            "curate": lambda root=root: _quiet(["curate", str(root), "--json", "--no-weights"]),
+            "stats": lambda root=root: _quiet(["stats", str(root), "--json"]),
+            "card": lambda root=root: _quiet(["card", str(root), "--force"]),
         }
-        points.append({"episodes": n, "frames": m["frame_count"],
-                       **{f"{k}_ms_per_episode": round(1e3 * v / n, 4) for k, v in ms.items()}})
-        shutil.rmtree(tmp / f"ds{n}")
-    return points
+    costs = _round_robin(calls, repeat)
+    return [{"episodes": n, "frames": frame_counts[n], **costs[n]} for n in sizes]
 
 
 def measure_review(tmp: Path, sizes: list[int], repeat: int) -> list[dict[str, Any]]:
     from review import build as review_folder  # noqa: PLC0415 - the review benchmark's folder
 
-    points = []
+    calls: dict[int, dict[str, Callable[[], Any]]] = {}
     for n in sizes:
         root = tmp / f"review{n}"
         review_folder(root, n)
-        first = []
-        for _ in range(repeat):
-            site = ReviewSite(root / "out", "bench")
-            t0 = time.perf_counter()
-            rows = site.episodes()
-            first.append(time.perf_counter() - t0)
-        assert len(rows) == n
-        again = _timed(site.episodes, repeat)
-        points.append({"episodes": n, "first_list_ms_per_episode": round(1e3 * statistics.median(first) / n, 4),
-                       "relist_ms_per_episode": round(1e3 * again / n, 4)})
-        shutil.rmtree(root)
-    return points
+        site = ReviewSite(root / "out", "bench")
+        assert len(site.episodes()) == n
+        calls[n] = {"first_list": lambda root=root: ReviewSite(root / "out", "bench").episodes(),
+                    "relist": site.episodes}
+    costs = _round_robin(calls, repeat)
+    return [{"episodes": n, **costs[n]} for n in sizes]
 
 
 def _bags(folder: Path, n: int, first: int = 0) -> list[Path]:
@@ -570,7 +586,7 @@ def main() -> None:
         "dataset": lambda tmp: _family(measure_datasets(tmp, args.episode_sizes, args.frames, args.dataset_repeat),
                                        None, "episodes", frames_per_episode=args.frames, repeat=args.dataset_repeat),
         "review": lambda tmp: _family(measure_review(tmp, args.review_sizes, args.dataset_repeat),
-                                      ["first_list_ms_per_episode", "relist_ms_per_episode"], "episodes",
+                                      None, "episodes",
                                       repeat=args.dataset_repeat),
         "bags": lambda tmp: _family(measure_bags(tmp, args.bag_sizes),
                                     ["validate_ms_per_episode", "convert_ms_per_episode", "validate_cpu_ms_per_episode",
