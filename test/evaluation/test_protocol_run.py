@@ -5,6 +5,7 @@ reserved failure labels."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pty
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.cli import run_cli
 from support.terminal import read_for, read_until
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
@@ -128,16 +130,20 @@ def test_sim_conditions_parse_and_each_bad_field_is_one_line_naming_it(tmp_path:
                             conditions=[{"name": "c", "sim": {"takeover": takeover}}]), "x.yaml")
 
 
-def test_run_refuses_protocol_on_the_wrong_session(tmp_path: Path) -> None:
+def test_run_refuses_protocol_on_the_wrong_session(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process (each command process would import the stack again): every refusal comes before a
+    # session starts; stdin is no terminal, as for a command whose input is /dev/null.
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
     proto = str(_protocol(tmp_path))
-    teleop = _cli("run", "teleop", "--protocol", proto)
-    assert teleop.returncode == 2 and "kind rollout or sim" in teleop.stderr
-    unattended = _cli("run", "rollout", "--protocol", proto, "--unattended")
-    assert unattended.returncode == 2 and "simulated hardware only" in unattended.stderr
-    no_tty = _cli("run", "sim", "--protocol", proto)
-    assert no_tty.returncode == 2 and "not one" in no_tty.stderr
-    missing = _cli("run", "sim", "--protocol", str(tmp_path / "nope.yaml"), "--unattended")
-    assert missing.returncode == 2 and "cannot read protocol" in missing.stderr and "nope.yaml" in missing.stderr
+    code, _out, err = run_cli(capsys, "run", "teleop", "--protocol", proto)
+    assert code == 2 and "kind rollout or sim" in err
+    code, _out, err = run_cli(capsys, "run", "rollout", "--protocol", proto, "--unattended")
+    assert code == 2 and "simulated hardware only" in err
+    code, _out, err = run_cli(capsys, "run", "sim", "--protocol", proto)
+    assert code == 2 and "not one" in err
+    code, _out, err = run_cli(capsys, "run", "sim", "--protocol", str(tmp_path / "nope.yaml"), "--unattended")
+    assert code == 2 and "cannot read protocol" in err and "nope.yaml" in err
 
 
 def _waypoints(tmp_path: Path, name: str, pose: list[float]) -> str:

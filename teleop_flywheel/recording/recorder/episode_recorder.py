@@ -333,7 +333,9 @@ class EpisodeRecorder:
         out = self.config.output_dir.expanduser()
         base = f"{self.config.episode_prefix}_{time.strftime('%Y%m%d_%H%M%S')}"
         candidate, n = out / base, 1
-        while candidate.exists():
+        # Nor the name of an episode discarded (moved aside) a moment ago: /recorder/status and
+        # verdict.json know an episode by its name.
+        while candidate.exists() or (out / verdict.DISCARDED_DIR / candidate.name).exists():
             n += 1
             candidate = out / f"{base}_{n}"
         return candidate

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.cli import run_cli
 
 from teleop_flywheel.core.calibration import load_calibration, parse_calibration, sim_calibration_file
 from teleop_flywheel.hw.bringup import REPLY_TIMEOUT_S
@@ -354,12 +355,11 @@ def test_sim_bus_command_prints_the_pty_first(tmp_path: Path) -> None:
         assert proc.wait(10) == 0
 
 
-def test_bad_fault_spec_is_rejected() -> None:
+def test_bad_fault_spec_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ValueError, match="bad fault"):
         parse_fault("drop:2", Faults())
-    result = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "sim-bus", "--arm", "leader",
-                             "--fault", "explode"], capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2 and "bad fault" in result.stderr
+    code, _out, err = run_cli(capsys, "sim-bus", "--arm", "leader", "--fault", "explode")
+    assert code == 2 and "bad fault" in err
 
 
 def test_a_reboot_reloads_ram_from_eeprom_and_a_refused_write_is_acknowledged_not_kept() -> None:

@@ -132,7 +132,9 @@ def test_an_episode_end_to_end(tmp_path: Path) -> None:
     assert meta.clock_samples[0] == meta.clock_start and meta.clock_samples[-1] == meta.clock_end
 
 
-def test_outcome_is_never_defaulted_names_never_reused_and_discard_moves_the_bag_aside(tmp_path: Path) -> None:
+def test_outcome_is_never_defaulted_names_never_reused_and_discard_moves_the_bag_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(episode_recorder.time, "strftime", lambda _format: "20260101_000000")  # all in one second
     rec = recorder(tmp_path, episode_prefix="trial", calibration_files=(str(sim_calibration_file("leader")),))
     js, _pol, _iv = add_streams(rec)
     arm = Publisher(1)
@@ -161,6 +163,10 @@ def test_outcome_is_never_defaulted_names_never_reused_and_discard_moves_the_bag
         with pytest.raises(RecordingError, match="not recording"):
             action()
     assert rec.last_saved == str(first)
+    # Nor the name of the episode just discarded: the status's verdicts know an episode by its name.
+    third = Path(rec.start(EpisodeFields()))
+    assert third.name not in (first.name, second.name), third
+    rec.stop(EpisodeFields())
 
 
 def test_a_stream_without_a_header_keeps_the_dds_times(tmp_path: Path) -> None:

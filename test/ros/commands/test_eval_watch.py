@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
+from support.cli import run_cli
 from support.lerobot_act import NEEDS_LEROBOT, save_act
 
 from teleop_flywheel.core.bag_topics import POLICY_COMMAND, POLICY_INFERENCE
@@ -52,22 +54,23 @@ def _protocol(tmp_path: Path) -> Path:
     return path
 
 
-def test_watch_arguments_are_checked_before_anything_runs(tmp_path: Path) -> None:
+def test_watch_arguments_are_checked_before_anything_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # In this process (each command process would import the stack again): nothing here starts a session.
     proto = _protocol(tmp_path)
-    missing = _cli("eval", "watch", str(tmp_path / "nope"), "--protocol", str(proto))
-    assert missing.returncode == 2 and "eval watch: error:" in missing.stderr
-    assert re.search(r"no such folder, \S*/nope", missing.stderr)
+    code, _out, err = run_cli(capsys, "eval", "watch", str(tmp_path / "nope"), "--protocol", str(proto))
+    assert code == 2 and "eval watch: error:" in err
+    assert re.search(r"no such folder, \S*/nope", err)
     unjudged = tmp_path / "unjudged.yaml"
     data = yaml.safe_load(proto.read_text())
     data["success"] = {"criterion": "a person says so"}
     unjudged.write_text(yaml.safe_dump(data))
-    res = _cli("eval", "watch", str(tmp_path), "--protocol", str(unjudged))
-    assert res.returncode == 2 and "success.machine_check is needed" in res.stderr and "unjudged.yaml" in res.stderr
+    code, _out, err = run_cli(capsys, "eval", "watch", str(tmp_path), "--protocol", str(unjudged))
+    assert code == 2 and "success.machine_check is needed" in err and "unjudged.yaml" in err
     empty = tmp_path / "empty"
     empty.mkdir()
-    idle = _cli("eval", "watch", str(empty), "--protocol", str(proto), "--once",
-                "--registry", str(tmp_path / "lineage.json"))
-    assert idle.returncode == 0 and "nothing to evaluate" in idle.stdout
+    code, out, _err = run_cli(capsys, "eval", "watch", str(empty), "--protocol", str(proto), "--once",
+                              "--registry", str(tmp_path / "lineage.json"))
+    assert code == 0 and "nothing to evaluate" in out
 
 
 @NEEDS_LEROBOT

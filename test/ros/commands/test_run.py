@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cli import run_cli
 from support.procs import alive, children, cmdline, process_name, running_with, wait_gone
 
 from teleop_flywheel.ros.session.launch.graph import SIM_DIR, CameraSpec, Graph, SessionConfig, SimArmSpec, build_graph
@@ -284,16 +285,19 @@ def test_run_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "session stopped cleanly" in out
 
 
-def test_run_with_a_bad_task_spec_stops_before_anything_starts(tmp_path: Path) -> None:
-    """One line naming the file and the field, exit 2, no process started (the spec is read once, by `run`)."""
+def test_run_with_a_bad_task_spec_stops_before_anything_starts(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One line naming the file and the field, exit 2, no process started (the spec is read once, by `run`;
+    in this process, whose children are checked after every test)."""
     task = tmp_path / "task.yaml"
     task.write_text("instruction: Put the brick on the square.\nstart_region: {joints: {shoulder_pan: [0.5, -0.5]}}\n")
-    proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "run", "sim", *SIM_ARGS, "--arg",
-                           f"output_dir={tmp_path / 'bags'}", "--arg", f"task:={task}"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert proc.stderr.startswith("teleop-flywheel run: error: field 'start_region.joints.shoulder_pan' is empty: "
+    before = set(children(os.getpid()))
+    code, out, err = run_cli(capsys, "run", "sim", *SIM_ARGS, "--arg", f"output_dir={tmp_path / 'bags'}",
+                             "--arg", f"task:={task}")
+    assert code == 2, err
+    assert set(children(os.getpid())) == before
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("teleop-flywheel run: error: field 'start_region.joints.shoulder_pan' is empty: "
                                   f"low 0.5 > high -0.5, {task} (docs/task_spec.md")
     assert not (tmp_path / "bags").exists()
 

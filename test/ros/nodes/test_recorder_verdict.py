@@ -89,25 +89,37 @@ def test_verdict_at_stop_while_the_next_episode_records_on_time_without_drops(ri
     assert sorted(p.name for p in out.iterdir()) == sorted([first.name, Path(second).name])
 
 
+def _until_recorded(rig: Rig, bag: str) -> None:
+    """Until /recorder/status shows every stream recorded into `bag`: each count past the one in the
+    episode's first status (the counts run over the recorder's life)."""
+    name = Path(bag).name
+    first = wait_for(lambda: next((s for s in rig.statuses if s["episode"] == name), None), 30, f"{name} on the status")
+    wait_for(lambda: rig.statuses[-1]["episode"] == name and all(
+        rig.statuses[-1]["topics"][t]["count"] > first["topics"][t]["count"] for t in [*STREAMS, CAMERA]),
+        30, f"every stream recorded into {name}")
+
+
 def test_keep_and_discard_after_stop_and_while_recording_never_delete(rig: Rig, tmp_path: Path) -> None:
     out = tmp_path / "bags"
     names = []
-    assert rig.call("start")[0]
-    time.sleep(2.5)
+    ok, bag, _ = rig.call("start")
+    assert ok, bag
+    _until_recorded(rig, bag)
     ok, saved, _ = rig.call("stop")
     names.append(Path(saved.split()[1].rstrip(":")).name)
     ok, text, _ = rig.call("keep")
     assert ok and text == f"kept {out / names[0]}"
     ok, text, _ = rig.call("discard")  # kept: refused, says why
     assert not ok and "already kept" in text
-    assert rig.call("start")[0]
-    time.sleep(2.5)
+    ok, bag, _ = rig.call("start")
+    assert ok, bag
+    _until_recorded(rig, bag)
     ok, saved, _ = rig.call("stop")
     names.append(Path(saved.split()[1].rstrip(":")).name)
     ok, text, _ = rig.call("discard")  # the last stopped episode, probably before its verdict
     assert ok and text == f"discarded {names[1]}: moved to {out / 'discarded' / names[1]}"
     ok, second, _ = rig.call("start")
-    time.sleep(1.0)
+    _until_recorded(rig, second)
     ok, text, _ = rig.call("discard")  # while recording: closed and moved the same way
     assert ok and text.startswith(f"discarded {Path(second).name}: moved to")
     names.append(Path(second).name)

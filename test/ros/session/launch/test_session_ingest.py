@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import run_cli
 from support.procs import wait_for
 
 from teleop_flywheel.recording.recorder.output_layout import dataset_in
@@ -162,12 +161,13 @@ def test_inside_the_session_output_is_where_it_may_go(tmp_path: Path) -> None:
         build_graph("sim", SessionConfig(output_dir=str(out), ingest=True, record=False))
 
 
-def test_run_refuses_an_ingest_dataset_outside_the_output_dir(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "run", "record", "--arg", "ingest=true",
-                           "--arg", f"output_dir={tmp_path / 'bags'}", "--arg", f"ingest_dataset={tmp_path / 'ds'}"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "not inside the session's output_dir" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+def test_run_refuses_an_ingest_dataset_outside_the_output_dir(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # In this process: the refusal comes before any session starts.
+    code, out, err = run_cli(capsys, "run", "record", "--arg", "ingest=true",
+                             "--arg", f"output_dir={tmp_path / 'bags'}", "--arg", f"ingest_dataset={tmp_path / 'ds'}")
+    assert code == 2, out + err
+    assert "not inside the session's output_dir" in err and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
