@@ -65,6 +65,7 @@ Usage: `python bench/feedback.py [--out bench/results/feedback.json] [--priority
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import tempfile
 import threading
@@ -114,6 +115,12 @@ CONTACT_LOAD = 0.05  # a joint standing still with this load is on something (th
 REPEATS = 3  # each scenario and mode, interleaved (the modes of one repeat share the machine's load)
 DRAG_SEEDS = 5  # drag runs per mode, each starting elsewhere along the free motion
 GRASP_FEEDBACK_LOAD = 0.1  # `feedback_grasp_load`'s default: a follower reading this loaded and stalled is a grasp
+# A rig keeps every reading and hand sample of its run (objects the cyclic collector tracks), and all
+# its threads share one GIL: a full collection walking them stalls every tick. Measured over a rig
+# of three minutes, each full collection took longer as the records grew, 25 to 240 ms (a leader
+# tick 225 ms). They are moved out of its reach (`gc.freeze`) this often as they accumulate, so a
+# collection walks only what was allocated since, and given back to it when the rig stops.
+FREEZE_RECORDS_S = 0.5
 
 
 def free(t: float, phase: float = 0.0) -> list[float]:
@@ -222,14 +229,20 @@ def rig(tmp: Path, mode: str, hand: Hand | None = None, grip_object: float | Non
                 lead.feel(pair.to_leader(reading.positions), reading.efforts, reading.velocities, now_ns())
 
         stop = threading.Event()
+        gc.collect()
+        gc.freeze()
         threads = [threading.Thread(target=d.run, args=(RATE_HZ, stop, cb), daemon=True)
                    for d, cb in ((lead, on_leader), (follow, on_follower))]
         for thread in threads:
             thread.start()
 
         def sample() -> None:
+            frozen = time.monotonic()
             while not stop.is_set():
                 run.hand.append((time.monotonic(), leader.hand_forces()))
+                if time.monotonic() - frozen >= FREEZE_RECORDS_S:
+                    gc.freeze()
+                    frozen = time.monotonic()
                 time.sleep(0.002)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -241,6 +254,7 @@ def rig(tmp: Path, mode: str, hand: Hand | None = None, grip_object: float | Non
             stop.set()
             for thread in [*threads, sampler]:
                 thread.join(5)
+            gc.unfreeze()
             follow.close("release")
             lead.close()
 
