@@ -52,12 +52,12 @@ load climbs. Also:
   the grasp is rendered, then let open), from the follower reading that first shows the grasp to
   the leader tick whose write rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two): median,
   p95, max, and its two parts: to the read of that tick (its phase, and a loaded machine's
-  scheduling delay of the drivers' threads) and the tick itself (the read, then the writes and
-  read-backs that switch a rendering on). Beside it, what the machine delays any thread at the
-  bench's priority by (`SLEEPER`, a process of its own) and how many other processes' threads
-  are real-time: another simulated rig competes with the bench's at the same priority. Also the
-  grasp's peak with the follower's own force limit (the soft hold, on by default) against without
-  it, per mode.
+  scheduling delay of the drivers' threads) and the tick itself (the read, the ceiling written and
+  read back, the goal and the torque written; the torque's read-back follows the stamp). Beside
+  it, what the machine delays any thread at the bench's priority by (`SLEEPER`, a process of its
+  own) and how many other processes' threads are real-time: another simulated rig competes with
+  the bench's at the same priority. Also the grasp's peak with the follower's own force limit (the
+  soft hold, on by default) against without it, per mode.
 
 Every thread of the bench runs at SCHED_FIFO 50 where permitted (`--priority`; 0: the normal
 policy), as the rig's arm drivers and `sim-bus` run. Beside two CPU-burning processes, grasps with
