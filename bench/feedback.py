@@ -48,24 +48,33 @@ load climbs. Also:
   blocked one) over a range of hand stiffness; the leader's pushed joint's velocity (its own
   readings) RMS above 2 Hz, against the same run without feedback, and how often the rendering
   switched on;
-- `latency`: from the follower reading that first shows the grasp to the leader tick whose write
-  rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two), each grasp run with feedback, and
-  its two parts: to the read of that tick (its phase, and a loaded machine's scheduling delay of
-  the drivers' threads) and the tick itself (the read, then the writes and read-backs that switch
-  a rendering on). Also the grasp's peak with the follower's own force limit (the soft hold, on by
-  default) against without it, per mode.
+- `latency`: over `LATENCY_STEPS` grasps in one rig (`latency_steps`: the trigger squeezed until
+  the grasp is rendered, then let open), from the follower reading that first shows the grasp to
+  the leader tick whose write rendered it (`Rendered.stamp_ns`), in bus ticks (goal: two): median,
+  p95, max, and its two parts: to the read of that tick (its phase, and a loaded machine's
+  scheduling delay of the drivers' threads) and the tick itself (the read, the ceiling written and
+  read back, the goal and the torque written; the torque's read-back follows the stamp). Beside
+  it, what the machine delays any thread at the bench's priority by (`SLEEPER`, a process of its
+  own) and how many other processes' threads are real-time: another simulated rig competes with
+  the bench's at the same priority. Also the grasp's peak with the follower's own force limit (the
+  soft hold, on by default) against without it, per mode.
 
 Every thread of the bench runs at SCHED_FIFO 50 where permitted (`--priority`; 0: the normal
 policy), as the rig's arm drivers and `sim-bus` run. Beside two CPU-burning processes, grasps with
 `gripper`: the latency 8.6 and 22.7 ticks at the normal policy (the rendering tick's serial bus
 round trips waiting for a core), 0.75, 0.95 and 2.9 at SCHED_FIFO 50.
 
-Usage: `python bench/feedback.py [--out bench/results/feedback.json] [--priority 50]`
+Usage: `python bench/feedback.py [--out FILE] [--priority 50] [--steps 50] [--burners 2] [--latency-only]`
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import math
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -114,6 +123,28 @@ CONTACT_LOAD = 0.05  # a joint standing still with this load is on something (th
 REPEATS = 3  # each scenario and mode, interleaved (the modes of one repeat share the machine's load)
 DRAG_SEEDS = 5  # drag runs per mode, each starting elsewhere along the free motion
 GRASP_FEEDBACK_LOAD = 0.1  # `feedback_grasp_load`'s default: a follower reading this loaded and stalled is a grasp
+# A rig keeps every reading and hand sample of its run (objects the cyclic collector tracks), and all
+# its threads share one GIL: a full collection walking them stalls every tick. Measured over a rig
+# of three minutes, each full collection took longer as the records grew, 25 to 240 ms (a leader
+# tick 225 ms). They are moved out of its reach (`gc.freeze`) this often as they accumulate, so a
+# collection walks only what was allocated since, and given back to it when the rig stops.
+FREEZE_RECORDS_S = 0.5
+LATENCY_STEPS = 50  # grasps in one rig for the latency (`latency_steps`)
+# A process at the bench's SCHED_FIFO priority that sleeps 1 ms at a time and says how late it woke:
+# what the machine, not the bench, delays a thread at that priority by (other real-time processes,
+# the hypervisor). It shares no GIL with the bench.
+SLEEPER = """
+import json, os, signal, sys, time
+if int(sys.argv[1]) > 0:
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(sys.argv[1])))
+done, late = [], []
+signal.signal(signal.SIGTERM, lambda *_: done.append(1))
+while not done:
+    t = time.monotonic_ns()
+    time.sleep(0.001)
+    late.append(time.monotonic_ns() - t - 1_000_000)
+print(json.dumps(late))
+"""
 
 
 def free(t: float, phase: float = 0.0) -> list[float]:
@@ -222,14 +253,20 @@ def rig(tmp: Path, mode: str, hand: Hand | None = None, grip_object: float | Non
                 lead.feel(pair.to_leader(reading.positions), reading.efforts, reading.velocities, now_ns())
 
         stop = threading.Event()
+        gc.collect()
+        gc.freeze()
         threads = [threading.Thread(target=d.run, args=(RATE_HZ, stop, cb), daemon=True)
                    for d, cb in ((lead, on_leader), (follow, on_follower))]
         for thread in threads:
             thread.start()
 
         def sample() -> None:
+            frozen = time.monotonic()
             while not stop.is_set():
                 run.hand.append((time.monotonic(), leader.hand_forces()))
+                if time.monotonic() - frozen >= FREEZE_RECORDS_S:
+                    gc.freeze()
+                    frozen = time.monotonic()
                 time.sleep(0.002)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -241,6 +278,7 @@ def rig(tmp: Path, mode: str, hand: Hand | None = None, grip_object: float | Non
             stop.set()
             for thread in [*threads, sampler]:
                 thread.join(5)
+            gc.unfreeze()
             follow.close("release")
             lead.close()
 
@@ -264,6 +302,7 @@ def push(run: Run, joint: int, target: float, react: bool = True) -> None:
     """The operator starts pushing `joint` toward `target` (shaft steps) now."""
     op = run.operator
     op.joint, op.target, op.react, op.intended = joint, target, react, POSE[joint]
+    op._last = None  # noqa: SLF001 - a push after a pause advances from its start, not by the pause
     op.push_at = time.monotonic() - run.leader.started
 
 
@@ -450,6 +489,66 @@ def drag(tmp: Path, mode: str, phase: float, seconds: float = 4.0) -> float:
     return float(np.sqrt(np.mean(forces ** 2)))
 
 
+def rendering_grasp(run: Run) -> bool:
+    """The leader's last ticks render the grasp."""
+    return any(d is not None and d.ceilings[GRIPPER] > 0 for _r, d in run.leader_readings[-3:])
+
+
+def latency_steps(tmp: Path, steps: int) -> list[dict[str, float] | None]:
+    """`steps` grasps in one rig with `gripper` feedback (the follower's force limit on): the
+    operator squeezes the trigger toward shut at `PUSH_RAD_S` without reacting, until the leader
+    renders the grasp, holds 0.3 s, then lets the trigger open until the rendering lets go and 1 s
+    more. Each grasp's `latency` (None: not rendered within 10 s)."""
+    out: list[dict[str, float] | None] = []
+    with rig(tmp, "gripper", grip_object=OBJECT) as run:
+        warm_up(run)
+        settle(run, 1.0)
+        for _ in range(steps):
+            start = now_ns()
+            push(run, GRIPPER, 2000.0, react=False)
+            wait(lambda: rendering_grasp(run), 10)
+            time.sleep(0.3)
+            out.append(latency(*run.since(start)))
+            settle(run, 0.0)
+            wait(lambda: not rendering_grasp(run), 5)
+            time.sleep(1.0)
+    return out
+
+
+@contextmanager
+def machine_stalls(priority: int) -> Iterator[dict[str, Any]]:
+    """What the machine delays a thread at `priority` by meanwhile (`SLEEPER`): its late wake-ups
+    (ms), and the other processes' real-time threads before and after."""
+    out: dict[str, Any] = {"realtime_threads_elsewhere": [realtime_threads_elsewhere()]}
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER, str(priority)], stdout=subprocess.PIPE, text=True)
+    try:
+        yield out
+    finally:
+        sleeper.terminate()
+        late = np.array(json.loads(sleeper.communicate(timeout=30)[0] or "[]"), dtype=float) / 1e6
+        out["realtime_threads_elsewhere"].append(realtime_threads_elsewhere())
+        out |= {"sleeps": len(late), "late_over_2ms": int(np.sum(late > 2.0)),
+                "late_p99_ms": round(float(np.percentile(late, 99)), 2) if len(late) else None,
+                "late_max_ms": round(float(late.max()), 1) if len(late) else None}
+
+
+def realtime_threads_elsewhere() -> int:
+    """Threads of other processes at SCHED_FIFO or SCHED_RR, kernel threads left out (another
+    simulated rig on the machine competes with the bench's at the same priority)."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            if not Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue  # a kernel thread
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                count += os.sched_getscheduler(int(tid)) in (os.SCHED_FIFO, os.SCHED_RR)
+        except OSError:
+            continue
+    return count
+
+
 def stability(tmp: Path, mode: str, stiffness: float) -> dict[str, Any]:
     """A hand of `stiffness` holding its intended pose 0.1 rad past the blocked shoulder_pan: the
     leader's pan velocity RMS above 2 Hz (rad/s) and how often the rendering switched on."""
@@ -504,7 +603,35 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
+def latency_result(tmp: Path, steps: int, priority: int) -> dict[str, Any]:
+    """`latency_steps` summarised: every grasp's ticks (sorted), median, p95, max, how many within
+    two ticks, the parts' medians and maxima, and the machine's own stalls meanwhile."""
+    with machine_stalls(priority) as machine:
+        parts = latency_steps(tmp, steps)
+    rendered = [p for p in parts if p is not None]
+    ticks = sorted(p["ticks"] for p in rendered)
+    return {"steps": steps, "rendered": len(rendered), "ticks": ticks,
+            "median": median(ticks), "p95": round(float(np.percentile(ticks, 95)), 2) if ticks else None,
+            "max": max(ticks, default=None), "within_two_ticks": sum(t <= 2.0 for t in ticks),
+            "parts_median": {part: median([p[part] for p in rendered]) for part in ("wait", "tick")},
+            "parts_max": {part: max((p[part] for p in rendered), default=None) for part in ("wait", "tick")},
+            "machine": machine}
+
+
+@contextmanager
+def burners(n: int) -> Iterator[None]:
+    """`n` CPU-burning processes for the while (the load the timing tests pass beside)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burning: int = 0) -> dict[str, Any]:
+    """Every part; `burning`: how many CPU burners run beside it (said in the result)."""
     began = time.monotonic()
     # As the rig runs its arms: every thread (the drivers' bus loops, the simulated servos) at
     # SCHED_FIFO `priority` where permitted, as an `arm_driver` node in its own process and
@@ -527,6 +654,7 @@ def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
         drags = {mode: median(v) for mode, v in drag_runs.items()}
         stiffness = (0.5, 2.0, 20.0)  # Present_Load units per step: a hand ~40x softer than the default to it
         stable = {mode: [stability(tmp, mode, k) for k in stiffness] for mode in ("off", "contact")}
+        latencies = latency_result(tmp, steps, realtime.priority)
     grasp = {m: summarise(r) for m, r in runs["grasp"].items()}
     grasp_unlimited = {m: summarise(r) for m, r in runs["grasp_without_follower_force_limit"].items()}
     push = {m: summarise(r) for m, r in runs["push"].items()}
@@ -560,19 +688,13 @@ def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
         "grasp_peak_with_vs_without_follower_force_limit": {
             m: ratio(grasp[m]["peak_load"], grasp_unlimited[m]["peak_load"]) for m in MODES},
     }
-    rendered = [r["latency_parts"] for key in ("grasp", "grasp_without_follower_force_limit")
-                for mode in ("gripper", "contact") for r in runs[key][mode] if r.get("latency_parts")]
-    latencies = sorted(p["ticks"] for p in rendered)
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
         "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
         "push": push, "push_without_follower_collision_hold": push_unheld, "drag_rms": drags, "stability": stable,
         "ratios": ratios,
-        "latency_ticks": latencies,
-        "latency_ticks_median": float(np.median(latencies)) if latencies else None,
-        "latency_parts_median": {part: median([p[part] for p in rendered]) for part in ("wait", "tick")},
-        "latency_parts_max": {part: max((p[part] for p in rendered), default=None) for part in ("wait", "tick")},
-        "load_average": load_average(), "seconds": round(time.monotonic() - began, 1),
+        "latency": latencies,
+        "load_average": load_average(), "burners": burning, "seconds": round(time.monotonic() - began, 1),
         "realtime": {"requested": realtime.requested, "priority": realtime.priority, "refused": realtime.refused},
     }
     unlimited, pushed = ratios["grasp_unlimited_gripper_vs_off"], ratios["push_contact_vs_off"]
@@ -599,7 +721,7 @@ def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
                                                                                      ratios["drag_contact_vs_off"])),
         # No sustained oscillation: what the leader's pushed joint does above 2 Hz stays within one encoder step.
         "stable": all(s["position_rms_above_2hz_rad"] < RAD_PER_STEP for s in stable["contact"]),
-        "latency_two_ticks": bool(latencies) and max(latencies) <= 2.0,
+        "latency_two_ticks": latencies["max"] is not None and latencies["max"] <= 2.0,
     }
     write_result(out, result)
     return result
@@ -607,12 +729,32 @@ def run(out: Path, priority: int = RT_PRIORITY) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=RESULTS / "feedback.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the result goes (default bench/results/feedback.json; with --latency-only, "
+                             "stdout alone)")
     parser.add_argument("--priority", type=int, default=RT_PRIORITY,
                         help=f"SCHED_FIFO priority of the bench's threads, where permitted (default {RT_PRIORITY}, "
                              "as the arm drivers run; 0: the normal policy)")
+    parser.add_argument("--steps", type=int, default=LATENCY_STEPS,
+                        help=f"grasps the latency is measured over, in one rig (default {LATENCY_STEPS})")
+    parser.add_argument("--burners", type=int, default=0,
+                        help="CPU-burning processes beside the bench for its whole run (default 0)")
+    parser.add_argument("--latency-only", action="store_true", help="measure the latency alone")
     args = parser.parse_args()
-    run(args.out, args.priority)
+    with burners(args.burners):
+        if not args.latency_only:
+            run(args.out or RESULTS / "feedback.json", args.priority, args.steps, args.burners)
+        else:
+            realtime = request_realtime(args.priority, whole_process=True)
+            with tempfile.TemporaryDirectory(prefix="bench_feedback_") as name:
+                result = {"latency": latency_result(Path(name), args.steps, realtime.priority),
+                          "realtime": {"requested": realtime.requested, "priority": realtime.priority,
+                                       "refused": realtime.refused}, "load_average": load_average(),
+                          "burners": args.burners}
+            if args.out is None:
+                print(json.dumps(result, indent=2))
+            else:
+                write_result(args.out, result)
     return 0
 
 

@@ -547,10 +547,13 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['ratios']['drag_contact_vs_off']:.2f}× (five starts each: "
         f"{min(d['ratios']['drag_contact_vs_off_seeds']):.2f}–{max(d['ratios']['drag_contact_vs_off_seeds']):.2f}× "
         f"`contact`; {_met(d['met']['drag_within_10_percent'])}); "
-        f"{'stable' if d['met']['stable'] else 'oscillates'} ({_met(d['met']['stable'])}); latency median "
-        f"{d['latency_ticks_median']:.1f}, max {max(d['latency_ticks']):.1f} ticks "
+        f"{'stable' if d['met']['stable'] else 'oscillates'} ({_met(d['met']['stable'])}); latency over "
+        f"{d['latency']['rendered']} grasps median {d['latency']['median']:.1f}, p95 {d['latency']['p95']:.1f}, "
+        f"max {d['latency']['max']:.1f} ticks, {d['latency']['within_two_ticks']} within two "
         f"({_met(d['met']['latency_two_ticks'])}; threads at SCHED_FIFO {d['realtime']['priority']}, "
-        f"load {d['load_average'][0]:.1f})"
+        f"{d['burners']} CPU burners beside, load {d['load_average'][0]:.1f}; meanwhile a sleeper at that "
+        f"priority woke > 2 ms late {d['latency']['machine']['late_over_2ms']} times, at most "
+        f"{d['latency']['machine']['late_max_ms']:.0f} ms)"
     ),
     "audit": lambda d: (
         "`audit` (from numeric columns): target 12,000 frames < 1 s, 1,000,000 < 10 s; "

@@ -36,7 +36,8 @@ class Rendered:
     """One leader tick's feedback, joint order: `offsets` the goal minus the present position (rad;
     0.0 where the joint renders no feedback), `ceilings` the live Torque_Limit as a fraction of the
     servo's maximum torque (0.0 where it renders none: also a joint torqued by commands),
-    `stamp_ns` (`now_ns` clock) taken right after the tick's last goal or torque write."""
+    `stamp_ns` (`now_ns` clock) taken right after the tick's last goal or torque write: a torque
+    switched on or off is read back after it, which is not waited for."""
 
     stamp_ns: int
     offsets: tuple[float, ...]
@@ -225,6 +226,7 @@ class Renderer:
         self._gate: tuple[str, int] | None = None
         self.gated = ""  # why the last tick rendered nothing although a follower was felt ("" = it could)
         self.joints: set[int] = set()  # joint indices torqued to render
+        self._written_ns: int | None = None  # this tick's last write, if `render` wrote
         self.ceilings: dict[int, int] = {}  # the Torque_Limit written (and read back) per servo id
         self.contact = (Contact(ContactGains(config.feedback_contact_load, config.feedback_contact_gain,
                                              config.feedback_contact_torque_limit),
@@ -253,6 +255,7 @@ class Renderer:
         """One tick of a leader in the hand (its joints at `positions`; servos in `refused` never
         torqued): torque the joints whose follower meets something, release each the moment it
         does not. The goal written, None if none was."""
+        self._written_ns = None
         with self._lock:
             felt, gate = self._felt, self._gate
         stale = FEEDBACK_STALE_S * NS_PER_S
@@ -269,7 +272,7 @@ class Renderer:
         want = {i: v for i, v in want.items() if ids[i] not in refused}
         stop = sorted(self.joints - set(want))
         if stop:
-            servos.set_torque([ids[i] for i in stop], False)
+            self._written_ns = servos.set_torque([ids[i] for i in stop], False)
             self._note_torque(dict.fromkeys((ids[i] for i in stop), False))
             self.joints -= set(stop)
         if not want:
@@ -293,20 +296,23 @@ class Renderer:
         for i in live:
             goal[i] = want[i][0]
         servos.write_goals(goal, [ids[i] for i in live])
+        self._written_ns = now_ns()
         if start:
-            servos.set_torque([ids[i] for i in start], True)
+            self._written_ns = servos.set_torque([ids[i] for i in start], True)
             self._note_torque(dict.fromkeys((ids[i] for i in start), True))
             self.joints |= set(start)
         return goal
 
     def note(self, goal: Sequence[float] | None, positions: Sequence[float], off: set[int]) -> Rendered:
         """The goal offset and torque ceiling of every joint rendering feedback as this tick left it
-        (`goal` last written, servos in `off` without torque), stamped now: right after its last
-        write. A leader driven by commands (tracking the follower while the policy drives) is torqued
+        (`goal` last written, servos in `off` without torque), stamped at this tick's last write by
+        `render` (a torque switched on or off: when its write went out, not after its read-back),
+        else now. A leader driven by commands (tracking the follower while the policy drives) is torqued
         too, but renders nothing: its joints say 0, so the record (`complementary_info.feedback`, the
         mashing measures' felt share) means what the hand was given."""
         ids = self.servos.ids
         on = [i in self.joints and sid not in off and goal is not None for i, sid in enumerate(ids)]
         offsets = tuple(goal[i] - positions[i] if on[i] and goal is not None else 0.0 for i in range(len(on)))
         ceilings = tuple(self.ceilings.get(sid, 0) / 1000.0 if on[i] else 0.0 for i, sid in enumerate(ids))
-        return Rendered(now_ns(), offsets, ceilings)
+        stamp, self._written_ns = self._written_ns or now_ns(), None
+        return Rendered(stamp, offsets, ceilings)

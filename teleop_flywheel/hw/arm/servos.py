@@ -214,13 +214,16 @@ class ArmServos:
     def registers(self, name: str, ids: Sequence[int] | None = None) -> dict[int, int]:
         return dict(self.bus.sync_read_register(name, list(self.ids if ids is None else ids)).values)
 
-    def set_torque(self, ids: Iterable[int], on: bool) -> None:
+    def set_torque(self, ids: Iterable[int], on: bool) -> int:
         """Torque on or off, checked: one SYNC_WRITE, Torque_Enable read back, a servo that did not
-        take it written again on its own (acknowledged), and named if it still has not."""
+        take it written again on its own (acknowledged), and named if it still has not. When the
+        SYNC_WRITE was handed to the port (`now_ns` clock; now if `ids` is empty): when a servo
+        that took it switched."""
         ids = list(ids)
         if not ids:
-            return
+            return now_ns()
         self.bus.sync_write_register("Torque_Enable", {sid: int(on) for sid in ids})
+        written = now_ns()
         wrong = [sid for sid, v in self.torque_states(ids).items() if v != on]
         for sid in wrong:
             for _attempt in range(2):
@@ -233,6 +236,7 @@ class ArmServos:
         if still:
             names = ", ".join(f"{self.name(sid)} (servo {sid})" for sid in still)
             raise BusError(self.port, f"{names} did not take torque {'on' if on else 'off'}")
+        return written
 
     def torque_states(self, ids: list[int]) -> dict[int, bool | None]:
         """Torque_Enable of each servo (None: it did not answer), by one sync read or, if that

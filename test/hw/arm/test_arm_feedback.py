@@ -197,6 +197,19 @@ def test_a_trigger_that_did_not_take_the_feedback_ceiling_gets_no_torque(tmp_pat
         assert r.hand_on_gripper() < 0.01
 
 
+def test_what_a_tick_rendered_is_stamped_when_the_torque_came_on_not_after_its_read_back(tmp_path: Path) -> None:
+    """`Rendered.stamp_ns` is when the hand was given the force (the tick's last write, the torque
+    switched on), which `/leader/feedback` records and the feedback bench times the latency to; the
+    read-back that checks the servo took it comes after, and a loaded machine can stall it."""
+    with rig(tmp_path, "gripper") as r:
+        r.run(4.0, until=r.gripper_torque)
+        assert r.gripper_torque(), "the grasp is rendered"
+        rendered, read_back = r.lead.rendered, r.leader.latches[-1]  # the tick's last read: Torque_Enable
+        assert rendered is not None and rendered.ceilings[GRIPPER] > 0
+        assert rendered.stamp_ns < read_back * 1e9, (
+            f"stamped {(rendered.stamp_ns - read_back * 1e9) / 1e6:.2f} ms after the torque's read-back was answered")
+
+
 def test_feedback_is_the_leaders_and_a_known_mode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="feedback must be one of"):
         ArmConfig(role="leader", feedback="everything")
