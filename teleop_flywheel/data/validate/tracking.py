@@ -93,12 +93,7 @@ def lag_fit(lead: np.ndarray, follow: np.ndarray, rate_hz: float, search_s: floa
         return None
     core = vl[k_max:n - k_max]
     shifted = np.lib.stride_tricks.sliding_window_view(vf, len(core))  # row k: vf[k : k + len(core)]
-    usable = len(core) // BLOCKS * BLOCKS
-    blocks = np.arange(usable) // (usable // BLOCKS)
-    cross = np.stack([np.bincount(blocks, weights=core[:usable] * row[:usable], minlength=BLOCKS)
-                      for row in shifted])  # (lags, blocks)
-    lead_e = np.bincount(blocks, weights=core[:usable] ** 2, minlength=BLOCKS)
-    follow_e = np.stack([np.bincount(blocks, weights=row[:usable] ** 2, minlength=BLOCKS) for row in shifted])
+    cross, lead_e, follow_e = _block_products(core, vf)
 
     def score(keep: np.ndarray) -> np.ndarray:
         return cross[:, keep].sum(1) / np.maximum(np.sqrt(lead_e[keep].sum() * follow_e[:, keep].sum(1)), 1e-12)
@@ -116,6 +111,21 @@ def lag_fit(lead: np.ndarray, follow: np.ndarray, rate_hz: float, search_s: floa
     stderr = float(np.sqrt((BLOCKS - 1) / BLOCKS * np.sum((j - j.mean()) ** 2)))
     return LagFit((best - k_max) / rate_hz, max(stderr, _delay_stderr(core, shifted[int(round(best))], w)) / rate_hz,
                   float(full.max()))
+
+
+def _block_products(core: np.ndarray, vf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over `BLOCKS` equal stretches b of `core` and each shift k of `vf` (row k: vf[k : k + len(core)]):
+    cross[k, b] = sum of core * shifted row, lead_e[b] = sum of core², follow_e[k, b] = sum of the
+    shifted row². One correlation per block and a running sum of vf², each in one numpy call: a
+    Python pass per shift made the audit's frame contract ~0.1 s per joint of a 1,000-frame episode."""
+    lags = len(vf) - len(core) + 1
+    size = len(core) // BLOCKS
+    starts = np.arange(BLOCKS) * size
+    cross = np.stack([np.correlate(vf[s:s + size + lags - 1], core[s:s + size], "valid") for s in starts], axis=1)
+    lead_e = np.array([float(core[s:s + size] @ core[s:s + size]) for s in starts])
+    running = np.concatenate(([0.0], np.cumsum(vf * vf)))
+    k = np.arange(lags)[:, None]
+    return cross, lead_e, running[k + starts + size] - running[k + starts]
 
 
 def _delay_stderr(lead: np.ndarray, follow: np.ndarray, w: int) -> float:

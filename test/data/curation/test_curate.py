@@ -17,7 +17,13 @@ from teleop_flywheel.data.curation.coverage import (
     nearest_other_added,
     target_start_poses,
 )
-from teleop_flywheel.data.curation.curate import curate, duration_ratios, format_text
+from teleop_flywheel.data.curation.curate import (
+    JERK_BLOCK_ROWS,
+    curate,
+    duration_ratios,
+    format_text,
+    integrated_squared_jerk,
+)
 from teleop_flywheel.data.curation.weights import NS_PER_DAY, WeightRule, frame_weights, read_weights, sample_weights
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset
 from teleop_flywheel.testing.dataset_files import read_episodes, read_frames, rewrite_column, stack
@@ -121,6 +127,23 @@ def test_curate_scores_equal_independent_computation(ds_root: Path) -> None:
     np.testing.assert_allclose([s.weight for s in r.episodes], raw / raw.sum())
     assert sum(s.weight for s in r.episodes) == pytest.approx(1.0)
     assert sorted(r.coverage_order) == list(range(16))
+
+
+def test_squared_jerk_over_row_blocks_is_each_episodes_own() -> None:
+    """Episodes straddling the row blocks the jerk is computed in (rows 3 + k * JERK_BLOCK_ROWS on), the third
+    starting on a block's first row, and episodes too short for a jerk (NaN)."""
+    rng = np.random.default_rng(3)
+    lengths = np.array([JERK_BLOCK_ROWS - 2, 5, 2, 3, JERK_BLOCK_ROWS + 7, 1, 40])
+    stop = np.cumsum(lengths)
+    start = stop - lengths
+    action = rng.normal(0, 3, size=(int(stop[-1]), 6)).astype(np.float32)
+    got = integrated_squared_jerk(action, start, stop, 30.0)
+    for e, (a, b) in enumerate(zip(start, stop, strict=True)):
+        if b - a < 4:
+            assert np.isnan(got[e])
+            continue
+        jerk = np.diff(action[a:b].astype(np.float64), n=3, axis=0) * 30**3
+        assert got[e] == pytest.approx(float((jerk**2).sum() / 30), rel=1e-9)
 
 
 def test_jerky_episode_is_flagged(tmp_path: Path) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from teleop_flywheel.core.so101 import GRIPPER, JOINT_NAMES
 from teleop_flywheel.data.validate import validator as val
 from teleop_flywheel.data.validate.reasons import FOLLOWER_OUTRUN, TRACKING_LAG, ValidateConfig
-from teleop_flywheel.data.validate.tracking import JointTracking, tracking_reasons
+from teleop_flywheel.data.validate.tracking import BLOCKS, JointTracking, _block_products, tracking_reasons
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
 # The demo's follower: an STS3215's top speed, the gripper held on the brick at the driver's grasp load (0.16).
@@ -59,3 +62,23 @@ def test_a_gripper_whose_command_outruns_its_jaws_is_measured_not_rejected() -> 
     assert rejected == []
     rejected, _ = tracking_reasons([*body[:-1], JointTracking(body[-1].joint, 40.0, 5.0, 0.22), gripper], cfg)
     assert [r.code for r in rejected] == [FOLLOWER_OUTRUN] and body[-1].joint in rejected[0].detail
+
+
+@pytest.mark.parametrize("n", [1003, 1600])
+def test_block_products_are_the_sums_they_define(n: int) -> None:
+    """lag_fit's per-shift, per-block sums, against their definition (blocks of len(core) // BLOCKS, the
+    remainder left out; row k of the follower shifted by k)."""
+    rng = np.random.default_rng(n)
+    vf = rng.normal(size=n)
+    core = rng.normal(size=n - 300)
+    cross, lead_e, follow_e = _block_products(core, vf)
+    size = len(core) // BLOCKS
+    for k in (0, 1, 150, 300):
+        row = vf[k:k + len(core)]
+        for b in range(BLOCKS):
+            part = slice(b * size, (b + 1) * size)
+            assert cross[k, b] == pytest.approx(core[part] @ row[part], rel=1e-12, abs=1e-9)
+            assert follow_e[k, b] == pytest.approx(row[part] @ row[part], rel=1e-12)
+    assert lead_e == pytest.approx([core[b * size:(b + 1) * size] @ core[b * size:(b + 1) * size]
+                                    for b in range(BLOCKS)], rel=1e-12)
+    assert cross.shape == follow_e.shape == (301, BLOCKS)
