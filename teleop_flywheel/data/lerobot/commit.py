@@ -100,6 +100,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -109,6 +110,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import is_replace_temp
@@ -518,14 +520,20 @@ def _unshared(root: Path) -> list[Path]:
     return sorted(p for p in store.iterdir() if p.name not in used)
 
 
+@functools.cache
+def _renameat2() -> Any:
+    """libc's renameat2, looked up once (a commit exchanges once per closed chunk); None without it."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).renameat2
+    except AttributeError:
+        return None
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the names `a` and `b` atomically (renameat2 RENAME_EXCHANGE); False where unsupported
     (or where `NO_EXCHANGE` is set: the tests take the path of NFS and CIFS that way)."""
-    if os.environ.get(NO_EXCHANGE):
-        return False
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except AttributeError:
+    fn = _renameat2()
+    if os.environ.get(NO_EXCHANGE) or fn is None:
         return False
     at_fdcwd, rename_exchange = -100, 2
     if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
