@@ -491,8 +491,13 @@ def measure_files(tmp: Path, sizes: list[int], cameras: int, repeat: int) -> lis
                     times[mode].append((cpu, wall))
                     links[mode] = made[0]
             for mode in ("linked", "shared"):  # linked: every chunk a directory, each file stat'ed as before
+                version = commit.snapshot(built[mode])
+                whole = {} if mode == "linked" else {  # what the seal keys by one stat: each closed chunk
+                    f"{parent}/{name}": version / parent / name
+                    for parent in ["data", *(f"videos/{k}" for k in os.listdir(version / "videos"))]
+                    for name in sorted(os.listdir(version / parent))[:-1]}
                 c0 = _cpu()
-                consistency._checked(built[mode])
+                consistency._checked(built[mode], whole)
                 seal[mode].append(_cpu() - c0)
         point: dict[str, Any] = {"episodes": n, "files": sum(counted.values()),
                                  "files_by_kind": counted, "cameras": cameras}

@@ -156,16 +156,21 @@ def test_a_dataset_of_layout_1_is_upgraded_into_a_copy(tmp_path: Path, capsys: p
         ["ep0", "ep1", "now", "now.versions", "old", "old.migrated", "old.migrated.versions"]  # no half*
 
 
-def test_a_copy_holds_the_files_of_chunks_versions_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A dataset whose closed chunks are symlinks to its shared store (`commit.py`) is copied with those
-    chunks' files, not the links (relative to the original's store: dangling in the copy)."""
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
+def test_a_copy_holds_the_files_of_chunks_versions_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         exchange: bool) -> None:
+    """A dataset whose closed chunks are shared (`commit.py`: the current version's own directories,
+    or, without RENAME_EXCHANGE, symlinks to its shared store) is copied with those chunks' files, not
+    the links (relative to the original's store: dangling in the copy)."""
+    if not exchange:
+        monkeypatch.setenv(commit.NO_EXCHANGE, "1")
     monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
     ds = tmp_path / "ds"
     for i in range(3):
         res = convert([write_session(tmp_path / f"ep{i}", SessionSpec(duration_s=2.5, seed=50 + i)).bag], ds, workers=1,
                       progress=False, codec="h264")
         assert sum(len(v) for v in res.converted.values()) == 1, res
-    assert commit.shared_links(commit.snapshot(ds))
+    assert bool(commit.shared_links(commit.snapshot(ds))) is not exchange
     migrate_module._upgraded_copy(ds, tmp_path / "copy", {})
     copy = commit.snapshot(tmp_path / "copy")
     through = {os.path.relpath(os.path.join(d, n), ds): hashlib.sha256(Path(d, n).read_bytes()).hexdigest()

@@ -28,16 +28,28 @@ Closed chunks: one-at-a-time ingests add a data parquet and an mp4 per camera ea
 commit at 20,000. A chunk directory of `data/` or `videos/<key>/` with a later chunk beside it
 (here or staged) is closed: appends write only in the last one. The first commit after it closes
 links its files once into the shared store `DATASET.versions/.shared/vNNNNNN/<chunk path>` (named
-after that commit's version) and gives the new version a relative symlink to it in its place; every
-later version carries the symlink (one `symlink` call). A commit's links are so bounded by the open
-chunk (`chunks_size`, 1,000 files a kind), whatever the dataset holds. Readers follow the symlink:
-LeRobot's `data/*/*.parquet` glob and its video paths, ours the same. A commit that stages or drops a
-file inside a shared chunk gives its version a directory of its own again (linked from the store).
-A chunk symlink to anything but the store is refused. Store entries no published version links
-(their versions collected, or a commit killed between sharing and publishing) are removed by `collect`
-and `recover`. A copy must follow the symlinks (`cp -rL`, `rsync -L`, `aws s3 sync`); a tool that
-skips directory symlinks (Python's recursive glob, so `huggingface-cli upload`) leaves closed chunks
-out: copy with `cp -rL` first (docs/convert.md).
+after that commit's version); from then on the CURRENT version holds the chunk as a real directory
+of the same files (the store entry's twin), and each commit moves that directory into its new
+version with one `renameat2(RENAME_EXCHANGE)` against a relative symlink to the store entry it
+staged in its place (the same text resolves from every version): the version it leaves behind gets
+the symlink, the new one the directory, and no published version lacks the chunk at any moment. A
+commit's links are so bounded by the open chunk (`chunks_size`, 1,000 files a kind), whatever the
+dataset holds. Which entry a directory twins is known without listing it: the previous version's
+symlink at that path names the entry, and the entry records the inode of its twin beside it
+(`<chunk>.twin`, a symlink whose text is the inode: nothing is added inside a chunk directory,
+which readers list); a directory of a version's own (a commit staged or dropped a file in it) has
+another inode and is linked into a new entry once. A chunk symlink to anything but the store is
+refused. Store entries no published version links (their versions collected, or a commit killed
+between sharing and publishing) are removed by `collect` and `recover`; a commit killed after
+taking directories from the current version leaves it symlinks (the same files): `recover` gives
+the directories back first (`_swap_back`). So the current version is symlink-free, and an upload of
+`DATASET` (huggingface_hub's `upload_folder`, so `huggingface-cli upload` and LeRobot's
+`push_to_hub`, list it with Python's recursive glob, which skips directory symlinks) holds every
+file. Where the filesystem has no RENAME_EXCHANGE (NFS, CIFS; `TELEOP_FLYWHEEL_NO_EXCHANGE=1`) every
+later version, the current one too, carries the symlink instead (one `symlink` call): such an upload
+would leave closed chunks out, so `upload_note` says to copy with `cp -rL` first (docs/convert.md).
+A dataset whose current version carries symlinks (an older teleop-flywheel's, or moved from such a
+filesystem) gets directories again at its next commit (one link per file, once).
 
 A file is never written in place once it is in a version: versions share files by hard links,
 and replacing one is writing a new file under another version's directory. So a reader that
@@ -88,6 +100,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import functools
 import os
 import re
 import shutil
@@ -95,7 +108,9 @@ import signal
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from teleop_flywheel.core.errors import UsageError
 from teleop_flywheel.core.files import is_replace_temp
@@ -114,6 +129,7 @@ LEASE_SUFFIX = ".lease"
 _VERSION = re.compile(r"^v(\d{6})$")
 _CHUNK = re.compile(r"^chunk-\d{3,}$")
 SHARED = ".shared"  # closed chunk directories, each linked once and carried by every later version whole
+TWIN = ".twin"  # beside a store entry: the inode of the version directory holding its files (`_record_twin`)
 _WORK = ".work"  # temporary videos of a convert, inside the staging directory: never part of a version
 _steps = [0]
 
@@ -248,12 +264,11 @@ def _versions(root: Path) -> dict[int, Path]:
     return {n: p for p in vdir.iterdir() if (n := _number(p.name)) is not None}
 
 
-def _link_tree(src: Path, dst: Path, skip: set[str], share: tuple[Path, str] | None = None) -> None:
+def _link_tree(src: Path, dst: Path, skip: set[str], share: _Sharing | None = None) -> None:
     """Hard-link every file below `src` into `dst` at its relative path, but those in `skip`, temp
     files of `replace_atomic` (`core.files.is_replace_temp`) and those already in `dst` (staged: they
-    replace it). Plain strings: thousands of files per commit. With `share` (the versions directory,
-    the new version's name), a chunk directory nothing is staged in or dropped from is carried whole
-    (`_carry`: one symlink to the shared store, not a link per file)."""
+    replace it). Plain strings: thousands of files per commit. With `share`, a chunk directory nothing
+    is staged in or dropped from is carried whole (`_carry`: no link per file)."""
     for dirpath, dirs, files in os.walk(src):
         rel_dir = os.path.relpath(dirpath, src)
         out_dir = os.path.join(dst, rel_dir)
@@ -302,14 +317,73 @@ def _shared_entry(link: Path, rel: str) -> str:
     return m.group(1)
 
 
+def _twin_path(vdir: Path, entry: str, rel: str) -> Path:
+    """Beside the store's directory `entry/rel` (never inside it: readers list it), the symlink whose
+    text is the inode of the version directory that holds the same files (its twin)."""
+    return vdir / SHARED / entry / (rel + TWIN)
+
+
+def _record_twin(vdir: Path, entry: str, rel: str, directory: Path) -> None:
+    """`directory` (a real chunk directory of a version) holds exactly the files of the store's `entry/rel`.
+    Not fsynced: a record lost to a crash costs the next commit one more link per file, never a wrong twin."""
+    link = _twin_path(vdir, entry, rel)
+    tmp = link.with_name(link.name + ".tmp")
+    if os.path.lexists(tmp):
+        tmp.unlink()
+    os.symlink(str(os.stat(directory).st_ino), tmp)
+    os.replace(tmp, link)
+
+
+def _twin_entry(vdir: Path, link: Path | None, directory: Path, rel: str) -> str | None:
+    """The store entry whose files the real chunk directory `directory` at `rel` holds, found by the
+    chunk symlink `link` of another version at `rel` (the one a commit exchanged it for): that entry,
+    when it records `directory`'s inode as its twin (two readlinks and a few stats, no file listed); else None."""
+    if link is None or not link.is_symlink():
+        return None
+    try:
+        entry = _shared_entry(link, rel)
+        recorded = os.readlink(_twin_path(vdir, entry, rel))
+    except (CommitError, OSError):
+        return None
+    return entry if recorded == str(os.stat(directory).st_ino) and (vdir / SHARED / entry / rel).is_dir() else None
+
+
+def can_exchange(folder: Path) -> bool:
+    """Whether the filesystem of `folder` (a staging directory) swaps names by RENAME_EXCHANGE (`_exchange`)."""
+    a, b = folder / ".exchange-probe-a", folder / ".exchange-probe-b"
+    for p in (a, b):
+        if os.path.lexists(p):
+            p.unlink()
+        os.symlink(p.name, p)
+    try:
+        return _exchange(a, b)
+    finally:
+        a.unlink()
+        b.unlink()
+
+
+@dataclass
+class _Sharing:
+    """What a commit needs to carry the current version's closed chunks into the next one whole."""
+
+    vdir: Path
+    entry: str  # the store entry this commit fills (named after the version it makes)
+    previous: Path | None  # the version before the current one: its chunk symlinks name the entries of its twins
+    exchange: bool  # the filesystem has RENAME_EXCHANGE: the new version takes the current one's directories
+    swaps: list[str] = field(default_factory=list)  # chunks the stage takes from the current version (`_swap`)
+
+
 def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: set[str],
-           share: tuple[Path, str] | None) -> bool:
-    """Carry the directory `parent/name` of the current version into the new one `dst` whole, as one
-    symlink, when it is a chunk directory (`_shares`) nothing is staged in or dropped from: shared
-    already (a symlink: the same one again), or closed (a later chunk beside it: appends write only
-    in the last one, here or staged) and, with `share`, copied into the store first (hard links,
-    once: every later version carries it by its symlink). Whether it was; otherwise its files are linked one by one
-    (a symlinked one: from the store, into a directory of its own)."""
+           share: _Sharing | None) -> bool:
+    """Carry the directory `parent/name` of the current version into the new one `dst` whole, when it
+    is a chunk directory (`_shares`) nothing is staged in or dropped from, and closed (a later chunk
+    beside it: appends write only in the last one, here or staged) or shared already (a symlink).
+    A closed real directory gets its store entry first: the one whose twin it is (`_twin_entry`), or,
+    with `share`, its files hard-linked into a new one (once); the stage gets a symlink to that entry,
+    which `_swap` then exchanges with the directory itself. A symlink of the current version is the
+    same symlink again where there is no RENAME_EXCHANGE; else its files in a directory of its own
+    (once: a twin from then on). Whether it was carried; otherwise its files are linked one by one (a
+    symlinked one: from the store, into a directory of its own)."""
     rel = name if rel_dir == "." else f"{rel_dir}/{name}"
     path = parent / name
     linked = path.is_symlink()
@@ -322,41 +396,76 @@ def _carry(parent: Path, name: str, rel_dir: str, last: str, dst: Path, skip: se
     if linked and touched:
         _link_tree(path.resolve(), dst / rel, {s.removeprefix(rel + "/") for s in skip})
         return True
+    if linked and share is not None and share.exchange:
+        _link_tree(path.resolve(), dst / rel, set())
+        _record_twin(share.vdir, _shared_entry(path, rel), rel, dst / rel)
+        return True
     if linked:
         os.symlink(os.readlink(path), dst / rel)
         return True
     if touched or share is None or name == last:
         return False
-    vdir, entry = share
-    store = vdir / SHARED / entry / rel
-    _link_tree(path, store, set())  # its names reach the disk with the entry's (`publish`)
-    fault(f"shared {rel}")
+    entry = _twin_entry(share.vdir, share.previous and share.previous / rel, path, rel)
+    if entry is None:
+        entry = share.entry
+        _link_tree(path, share.vdir / SHARED / entry / rel, set())  # its names reach the disk with the entry's
+        _record_twin(share.vdir, entry, rel, path)
+        fault(f"shared {rel}")
     os.symlink(_shared_target(rel, entry), dst / rel)
+    if share.exchange:
+        share.swaps.append(rel)
     return True
 
 
-def shared_chunks(root: Path, stage: Path) -> dict[str, str]:
-    """{chunk directory: the symlink it will be} of the version `publish` will make of `stage` on top
-    of `root`: those carried already and those it will move into the store (`_carry`'s rule, the
-    commit dropping nothing), so a commit's own record (`consistency.write_seal`) can name them."""
+def _swap(a: Path, b: Path, rels: list[str], step: str = "") -> list[str]:
+    """Exchange the chunk `rels` of the versions `a` and `b` (RENAME_EXCHANGE: a symlink to the store
+    and the directory holding the same files trade places, the files never missing from either); the
+    parents made durable; with `step`, each a write step (`fault`). The chunks swapped (all of them,
+    but where the filesystem refuses)."""
+    done = []
+    for rel in rels:
+        if not _exchange(a / rel, b / rel):
+            break
+        done.append(rel)
+        if step:
+            fault(f"{step} {rel}")
+    for rel_dir in sorted({os.path.dirname(rel) for rel in done}):
+        fsync_dir(a / rel_dir)
+        fsync_dir(b / rel_dir)
+    return done
+
+
+def _previous(root: Path, version: Path) -> Path | None:
+    """The version before `version` (kept as long as `version` is current: `collect`), if any."""
+    n = _number(version.name)
+    older = [k for k in _versions(root) if n is not None and k < n]
+    return versions_path(root) / f"v{max(older):06d}" if older else None
+
+
+def carried_chunks(root: Path, stage: Path) -> dict[str, Path | None]:
+    """{chunk directory: the directory it will be, or resolve to, in the version `publish` makes of
+    `stage` on top of `root`, None where that commit makes it}: the chunks it carries whole (`_carry`'s
+    rule, the commit dropping nothing), so a commit's own record (`consistency.write_seal`) keys each
+    by one stat of that directory (a name added, removed or renamed in it changes its mtime)."""
     base = current(root) if os.path.lexists(root) else None
     if base is None:
         return {}
-    entry = f"v{max(_versions(root), default=-1) + 1:06d}"
-    out = {}
+    vdir, previous, exchange = versions_path(root), _previous(root, base), can_exchange(stage)
+    out: dict[str, Path | None] = {}
     for parent in _chunk_parents(base):
         rel_dir = parent.relative_to(base).as_posix()
         names = os.listdir(parent)
         staged = os.listdir(stage / rel_dir) if (stage / rel_dir).is_dir() else []
         chunks = sorted(d for d in {*names, *staged} if _shares(rel_dir, d))
         for name in chunks:
-            rel = f"{rel_dir}/{name}"
+            rel, path = f"{rel_dir}/{name}", parent / name
             if name not in names or os.path.lexists(stage / rel):
                 continue
-            if (parent / name).is_symlink():
-                out[rel] = os.readlink(parent / name)
+            if path.is_symlink():
+                out[rel] = None if exchange else path.resolve()
             elif name != chunks[-1]:
-                out[rel] = _shared_target(rel, entry)
+                entry = _twin_entry(vdir, previous and previous / rel, path, rel)
+                out[rel] = path if exchange else vdir / SHARED / entry / rel if entry else None
     return out
 
 
@@ -372,15 +481,17 @@ def shared_links(version: Path) -> list[str]:
 
 def upload_note(root: Path) -> str | None:
     """What a copy or an upload of `root` must do when its current version carries closed chunks by
-    symlink (None: it carries none): said by `card` and `doctor`, the verbs run before an upload."""
+    symlink (a filesystem without RENAME_EXCHANGE, or not committed since an older teleop-flywheel;
+    None: it carries none): said by `card` and `doctor`, the verbs run before an upload."""
     version = current(root)
     links = shared_links(version) if version is not None else []
     if not links:
         return None
     return (f"{len(links)} closed chunk directories ({links[0]}, ...) are symlinks into "
-            f"{versions_path(root).name}/{SHARED}/: huggingface-cli upload and LeRobot's push_to_hub skip "
-            f"directory symlinks and would upload the dataset without them; upload a copy that follows them "
-            f"(cp -rL {root} COPY)")
+            f"{versions_path(root).name}/{SHARED}/ (this filesystem has no RENAME_EXCHANGE, or the dataset "
+            f"was last committed by an older teleop-flywheel): huggingface-cli upload and LeRobot's push_to_hub "
+            f"skip directory symlinks and would upload the dataset without them; upload a copy that follows "
+            f"them (cp -rL {root} COPY)")
 
 
 def _shared_in_use(root: Path) -> set[str]:
@@ -409,14 +520,20 @@ def _unshared(root: Path) -> list[Path]:
     return sorted(p for p in store.iterdir() if p.name not in used)
 
 
+@functools.cache
+def _renameat2() -> Any:
+    """libc's renameat2, looked up once (a commit exchanges once per closed chunk); None without it."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).renameat2
+    except AttributeError:
+        return None
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the names `a` and `b` atomically (renameat2 RENAME_EXCHANGE); False where unsupported
     (or where `NO_EXCHANGE` is set: the tests take the path of NFS and CIFS that way)."""
-    if os.environ.get(NO_EXCHANGE):
-        return False
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except AttributeError:
+    fn = _renameat2()
+    if os.environ.get(NO_EXCHANGE) or fn is None:
         return False
     at_fdcwd, rename_exchange = -100, 2
     if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
@@ -531,11 +648,13 @@ def publish(root: Path, new: Iterable[str] = (), drop: Iterable[str] = ()) -> Pa
     if base is not None:
         entry = versions_path(root) / SHARED / f"v{number:06d}"
         shutil.rmtree(entry, ignore_errors=True)  # a killed commit's, never published: no version links it
-        _link_tree(base, stage, set(drop), (versions_path(root), entry.name))
+        sharing = _Sharing(versions_path(root), entry.name, _previous(root, base), can_exchange(stage))
+        _link_tree(base, stage, set(drop), sharing)
         fsync_tree(stage, files=False)  # the linked files are on disk already: their new names are not
         if entry.is_dir():  # the store's new directories: on disk before a version links them
             fsync_tree(entry, files=False)
             fsync_dir(entry.parent)
+        _swap(stage, base, sharing.swaps, "exchanged")  # after the walks: a directory taken is not walked
     fault("staged")
     if base is None:  # a new dataset: the pointer first (no dataset until it resolves), then its version
         version = versions_path(root) / "v000000"
@@ -657,10 +776,41 @@ def _stray_leases(vdir: Path, pointed: Path | None) -> list[tuple[Path, str]]:
             and version != pointed]
 
 
+def _swap_back(root: Path) -> str | None:
+    """A commit killed between taking chunk directories of the current version (`_swap`) and
+    publishing left symlinks there (readers read the same files through them): each directory the
+    unpublished stage or version holds whose twin the current version's symlink names (`_twin_entry`)
+    is exchanged back. What was done, or None."""
+    try:
+        cur = current(root)
+    except CommitError:
+        return None  # refused by `_leftovers` and the writers
+    n = _number(cur.name) if cur is not None and cur.is_dir() else None
+    if cur is None or n is None:
+        return None
+    vdir = versions_path(root)
+    back = []
+    for u in [staging_path(root), *(p for k, p in sorted(_versions(root).items()) if k > n)]:
+        if not u.is_dir() or u.is_symlink():
+            continue
+        for parent in _chunk_parents(u):
+            rel_dir = parent.relative_to(u).as_posix()
+            rels = [f"{rel_dir}/{d.name}" for d in os.scandir(parent) if _shares(rel_dir, d.name)
+                    and not d.is_symlink() and d.is_dir()]
+            back += _swap(u, cur, [rel for rel in sorted(rels) if _twin_entry(vdir, cur / rel, u / rel, rel)])
+    if not back:
+        return None
+    return f"{root}: gave {len(back)} chunk directories ({back[0]}, ...) back to the current version from an " \
+           "interrupted commit"
+
+
 def recover(root: Path) -> str | None:
-    """Remove what a crash left beside `root` (the dataset itself is untouched: it is the last
-    published version, or an upgrade interrupted between its renames, completed); what was done, or None."""
+    """Remove what a crash left beside `root` (the dataset is its last published version, with the chunk
+    directories a killed commit took from it given back, or an upgrade interrupted between its
+    renames, completed); what was done, or None."""
     completed = _complete_upgrade(root)
+    swapped = _swap_back(root)
+    completed = "; ".join(m for m in (completed, swapped) if m) or None
     found = _leftovers(root)
     for path, _what in found:
         if path.is_dir() and not path.is_symlink():

@@ -25,7 +25,8 @@ The seal: a convert checks the dataset before every append, and the full check r
 table and a header of every data and video file: O(episodes), and O(appends) files opened. So each
 convert's commit records, in the version it publishes, the size, mtime and inode of every file the
 check reads (`meta/.consistency_seal`, `write_seal`: hard links keep all three, so the files the
-commit carries over keep theirs). The version it seals is consistent by construction: the append
+commit carries over keep theirs; a closed chunk directory, which commits carry whole: the mtime and
+inode of the directory, `_chunk_key`). The version it seals is consistent by construction: the append
 was checked before it, and writes only consistent new files. Before the next append, when every
 such file is there with the same size, mtime and inode and no other is (`sealed`: one stat per
 file), nothing the check reads changed since that commit and the check is not run again; anything
@@ -55,7 +56,7 @@ from teleop_flywheel.data.lerobot import commit, v3_layout
 
 ORPHANS_SUFFIX = ".orphans"
 SEAL_PATH = "meta/.consistency_seal"  # no .json: our record of the version's files, not dataset content
-SEAL_FORMAT = "teleop_flywheel.consistency_seal/1"
+SEAL_FORMAT = "teleop_flywheel.consistency_seal/2"
 LEGACY_JOURNAL = ".convert-journal.json"  # beside a dataset of the commit format before versions
 
 
@@ -220,37 +221,35 @@ def _layout(root: Path) -> list[Problem]:
     return out
 
 
-NAMES = "names"  # a shared chunk's seal entry made from its file names (`_shared_key`)
+NAMES = "names"  # a chunk directory's seal entry made from its file names (`_chunk_key`)
 
 
-def _shared_key(chunk: Path, target: str, by_names: bool) -> list[Any]:
-    """A chunk directory carried by a symlink (`commit.shared_chunks`): its target, and the mtime and
-    inode of the store's directory it names (one stat: a file added, removed or renamed there changes
-    its mtime), or, for a chunk the sealed commit moves into the store (that directory does not exist
-    yet), the digest of its file names (one listing, once). Not a stat of each file: nothing writes a
-    file of the store; bytes edited in place there are seen by `doctor`'s whole check only."""
+def _chunk_key(chunk: Path, by_names: bool) -> list[Any]:
+    """A chunk directory carried whole (`commit.carried_chunks`): the mtime and inode of the directory
+    it is or resolves to (one stat: a file added, removed or renamed there changes its mtime; a
+    rename or RENAME_EXCHANGE of the directory itself changes neither), or, for a directory the sealed
+    commit makes (it does not exist yet), the digest of its file names (one listing, once). Not a stat
+    of each file: nothing writes a file of a closed chunk; bytes edited in place there are seen by
+    `doctor`'s whole check only."""
     if by_names:
         names = sorted(n for n in os.listdir(chunk) if not is_replace_temp(n))
-        return [target, NAMES, hashlib.sha256("\n".join(names).encode()).hexdigest()]
+        return [NAMES, hashlib.sha256("\n".join(names).encode()).hexdigest()]
     st = chunk.stat()
-    return [target, st.st_mtime_ns, st.st_ino]
+    return [st.st_mtime_ns, st.st_ino]
 
 
-def _checked(root: Path, shared: dict[str, str] | None = None, named: set[str] | None = None
-             ) -> dict[str, list[Any]]:
+def _checked(root: Path, whole: dict[str, Path | None] | None = None) -> dict[str, list[Any]]:
     """{file: [size, mtime_ns, inode]} of every file `problems` reads or globs for under `root`; a
-    chunk directory that is (`shared`: will be) a symlink to the shared store: {dir/: `_shared_key`},
-    by its names when it is not a symlink yet or is `named`."""
+    chunk directory in `whole`: {dir/: `_chunk_key`} of the directory given there, by its names where
+    none is given (the chunk as it is in `root`)."""
     out: dict[str, list[Any]] = {}
-    shared = shared or {}
-    named = named or set()
+    whole = whole or {}
     files: list[Path] = []
     for pattern, names in (("data/*", "*.parquet"), ("videos/*/*", "*.mp4"), ("meta/episodes/*", "*.parquet")):
         for chunk in root.glob(pattern):
             rel = chunk.relative_to(root).as_posix()
-            target = os.readlink(chunk) if chunk.is_symlink() else shared.get(rel)
-            if target is not None and chunk.is_dir():
-                out[rel + "/"] = _shared_key(chunk, target, not chunk.is_symlink() or rel in named)
+            if rel in whole and chunk.is_dir():
+                out[rel + "/"] = _chunk_key(whole[rel] or chunk, whole[rel] is None)
             else:
                 files += chunk.glob(names)
     for path in [*files, *(root / rel for rel in (v3_layout.INFO_PATH, v3_layout.TASKS_PATH, v3_layout.STATS_PATH))]:
@@ -264,7 +263,7 @@ def write_seal(root: Path, stage: Path) -> None:
     """Seal the version a convert stages in `stage` on top of the dataset at `root`, checked before
     (module docstring): every file the check reads, as the staged version will hold it (staged, or
     the current version's, which the commit hard-links, or a chunk directory it carries whole)."""
-    files = _checked(root, commit.shared_chunks(root, stage)) if os.path.lexists(root) else {}
+    files = _checked(root, commit.carried_chunks(root, stage)) if os.path.lexists(root) else {}
     files.update(_checked(stage))
     v3_layout.write_json(stage / SEAL_PATH, {"format": SEAL_FORMAT, "files": files})
 
@@ -273,8 +272,9 @@ def sealed(root: Path) -> bool:
     """Every file the check reads is as the last convert's commit sealed it, and no other is there."""
     try:
         doc = json.loads((root / SEAL_PATH).read_text())
-        named = {rel.removesuffix("/") for rel, key in doc["files"].items() if rel.endswith("/") and key[1] == NAMES}
-        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root, named=named))
+        whole = {rel.removesuffix("/"): None if key[0] == NAMES else root / rel
+                 for rel, key in doc["files"].items() if rel.endswith("/")}
+        return bool(doc.get("format") == SEAL_FORMAT and doc.get("files") == _checked(root, whole))
     except (OSError, ValueError, AttributeError, KeyError, IndexError, TypeError):  # not a seal of ours
         return False
 

@@ -20,9 +20,9 @@ the leader let them feel) is a section of its own, per operator.
 
 The card opens with the Hugging Face front matter LeRobot's hub cards carry (license, tags with
 `LeRobot`, task_categories `robotics`, the parquet data files), so `huggingface-cli upload` of the
-folder gives a hub page like LeRobot's own (past 1,000 one-at-a-time ingests, of a `cp -rL` copy:
-closed chunks are directory symlinks the upload skips, `commit.upload_note`, which the `card` verb
-prints); it names the dataset's repo id and how to load it. A
+folder gives a hub page like LeRobot's own (where the filesystem has no RENAME_EXCHANGE, of a
+`cp -rL` copy: closed chunks are then directory symlinks the upload skips, `commit.upload_note`,
+which the `card` verb prints); it names the dataset's repo id and how to load it. A
 section for the operator's own words sits between two markers and is kept, as written, every time
 the card is regenerated (and its license and tags, unless given again).
 """

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +161,9 @@ def test_readers_see_old_or_new_while_appends_are_killed(bags: list[Path], tmp_p
     finally:
         seen, broken = _seen(reader, stop, out)
     assert problems(ds) == [] and published >= 3
-    if chunks == 1:
-        assert all((ds / "data" / f"chunk-{c:03d}").is_symlink() for c in range(nxt))
+    if chunks == 1:  # every commit closed a chunk and took it from the version before (killed there too)
+        assert not any((ds / "data" / f"chunk-{c:03d}").is_symlink() for c in range(nxt + 1))
+        assert commit.upload_note(ds) is None
     assert sum(seen.values()) >= 5 and {s[0] for s in seen} >= {1, nxt + 1}, seen  # read before and after
     assert broken == {}, (broken, seen)
 
@@ -397,60 +399,136 @@ def test_a_new_dataset_appears_whole(tmp_path: Path) -> None:
     assert "commit format before versions" in problems(legacy)[0].detail and problems(legacy)[0].layout
 
 
-def test_closed_chunks_are_carried_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A commit links a closed chunk directory's files once into the shared store; every later version
-    carries it by one symlink, so a commit's links stay bounded by the open chunk however many files
-    the dataset holds. A drop inside a shared chunk gives that version its own directory; the store
-    entries no version links are collected with their versions, or removed by `recover` after a kill."""
+def _uploaded(root: Path) -> set[str]:
+    """The files an upload of `root` sends: huggingface_hub's `upload_folder` (so `huggingface-cli upload`
+    and LeRobot's `push_to_hub`) lists the folder with `Path.glob("**/*")`, which skips directory symlinks."""
+    folder = root.resolve()
+    return {p.relative_to(folder).as_posix() for p in folder.glob("**/*") if p.is_file()}
+
+
+def _killed_at(step: int, work: Callable[[], object]) -> bool:
+    """Run `work` as if killed -9 at its `step`-th write step (`commit.fault`): whether it was."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv(commit.FAULT_AT, str(step))
+        m.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(KeyboardInterrupt()))
+        commit._steps[0] = 0
+        try:
+            work()
+        except KeyboardInterrupt:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
+def test_closed_chunks_are_carried_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool) -> None:
+    """A commit links a closed chunk directory's files once into the shared store; from then on the
+    current version holds it as a directory of its own, which the next commit takes by RENAME_EXCHANGE
+    for a symlink to the store (without RENAME_EXCHANGE: every later version carries that symlink), so a
+    commit's links stay bounded by the open chunk however many files the dataset holds. A drop inside
+    a shared chunk gives that version its own directory; the store entries no version links are
+    collected with their versions, or removed by `recover` after a kill, which also gives the current
+    version back the directories a killed commit took."""
+    if not exchange:
+        monkeypatch.setenv(commit.NO_EXCHANGE, "1")
     ds = tmp_path / "ds"
     _commit(ds, {"meta/info.json": "0", "data/chunk-000/file-000.parquet": "d0"})
     links: list[str] = []
     real_link = os.link
-    monkeypatch.setattr(os, "link", lambda a, b: links.append(str(b)) or real_link(a, b))
     per_commit = []
-    for k in range(1, 12):  # 2 files a chunk: chunk-000 holds file-000, file-001, chunk-001 the next two...
-        rel = f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet"
-        links.clear()
-        _commit(ds, {"meta/info.json": str(k), rel: f"d{k}"}, new=(rel,))
-        per_commit.append(len([t for t in links if "/data/" in t]))  # meta/info.json: staged, not linked
+    with monkeypatch.context() as m:
+        m.setattr(os, "link", lambda a, b: links.append(str(b)) or real_link(a, b))
+        for k in range(1, 12):  # 2 files a chunk: chunk-000 holds file-000, file-001, chunk-001 the next two...
+            rel = f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet"
+            links.clear()
+            _commit(ds, {"meta/info.json": str(k), rel: f"d{k}"}, new=(rel,))
+            per_commit.append(len([t for t in links if "/data/" in t]))  # meta/info.json: staged, not linked
     version = commit.current(ds)
     assert version is not None
+    previous = version.with_name(f"v{int(version.name[1:]) - 1:06d}")
     assert {p.name: p.is_symlink() for p in (version / "data").iterdir()} == {
-        **{f"chunk-{c:03d}": True for c in range(5)}, "chunk-005": False}
+        **{f"chunk-{c:03d}": not exchange for c in range(5)}, "chunk-005": False}
     assert max(per_commit) <= 2, per_commit  # the open chunk's file, or a newly closed chunk's two (once)
-    for k in range(12):
-        assert (ds / f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet").read_text() == f"d{k}"
-    assert os.readlink(version / "data/chunk-000") == "../../.shared/v000002/data/chunk-000"
-    assert commit.pending(ds) == []
+    data = {f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet": f"d{k}" for k in range(12)}
+    assert {rel: (ds / rel).read_text() for rel in data} == data
+    assert (set(data) <= _uploaded(ds)) is exchange
+    assert os.readlink((previous if exchange else version) / "data/chunk-000") == "../../.shared/v000002/data/chunk-000"
+    assert commit.pending(ds) == [] and (commit.upload_note(ds) is None) is exchange
     # a drop inside a shared chunk: that version has its own directory, linked from the store
     v = _commit(ds, {}, drop=("data/chunk-001/file-000.parquet",))
+    del data["data/chunk-001/file-000.parquet"]
     assert not (v / "data/chunk-001").is_symlink() and sorted(p.name for p in (v / "data/chunk-001").iterdir()) == \
         ["file-001.parquet"]
-    assert (v / "data/chunk-000").is_symlink()
-    # killed after a chunk was shared, before its version was published: recover removes the entry
-    stage = commit.new_stage(ds)
-    (stage / "data/chunk-006").mkdir(parents=True)
-    (stage / "data/chunk-006/file-000.parquet").write_text("d12")
-    monkeypatch.setenv(commit.FAULT_AT, "1")
-    monkeypatch.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(KeyboardInterrupt()))
-    commit._steps[0] = 0
-    with pytest.raises(KeyboardInterrupt):
-        commit.publish(ds, ("data/chunk-006/file-000.parquet",))
-    monkeypatch.delenv(commit.FAULT_AT)
+    assert (v / "data/chunk-000").is_symlink() is not exchange
+    # killed at each write step of a commit that closes chunk-005: every step leaves the dataset
+    # whole; recover removes the store entry a kill left unlinked and gives back the directories taken
     store = commit.versions_path(ds) / commit.SHARED
-    assert (store / f"v{int(v.name[1:]) + 1:06d}/data/chunk-005").is_dir()
-    assert any("shared chunk directories" in line or "shared store" in line for line in commit.pending(ds))
-    assert commit.recover(ds) is not None and commit.pending(ds) == []
-    assert not (store / f"v{int(v.name[1:]) + 1:06d}").exists()
+    data["data/chunk-006/file-000.parquet"] = "d12"
+
+    def closing() -> Path:
+        commit.recover(ds)
+        stage = commit.new_stage(ds)
+        (stage / "data/chunk-006").mkdir(parents=True)
+        (stage / "data/chunk-006/file-000.parquet").write_text("d12")
+        return commit.publish(ds, ("data/chunk-006/file-000.parquet",))
+
+    step, published = 0, False
+    while not published:
+        step += 1
+        killed = _killed_at(step, closing)
+        published = commit.current(ds) != v
+        assert killed or published
+        assert {rel: (ds / rel).read_text() for rel in data if published or "chunk-006" not in rel} == \
+            {rel: text for rel, text in data.items() if published or "chunk-006" not in rel}
+        if step == 1:  # killed after chunk-005 was shared, before its version was published
+            assert (store / f"v{int(v.name[1:]) + 1:06d}/data/chunk-005").is_dir()
+            assert any("shared store" in line for line in commit.pending(ds))
+        if not published:
+            assert commit.recover(ds) is not None and commit.pending(ds) == []
+            assert not (store / f"v{int(v.name[1:]) + 1:06d}").exists()
+            assert (set(data) - {"data/chunk-006/file-000.parquet"} <= _uploaded(ds)) is exchange
+    assert step >= (4 if exchange else 3) and commit.current(ds) != v  # shared, exchanged x2, staged...
+    assert (set(data) <= _uploaded(ds)) is exchange
     # every version but the current and the previous collected: so is every entry only they linked
+    v = commit.current(ds)
+    assert v is not None
     monkeypatch.setattr(commit, "KEEP_S", 0.0)
     last = _commit(ds, {"meta/info.json": "x"})
-    used = {os.readlink(p).split("/")[3] for p in (last / "data").iterdir() if p.is_symlink()}
-    assert sorted(p.name for p in store.iterdir()) == sorted(used | {
-        os.readlink(p).split("/")[3] for p in (v / "data").iterdir() if p.is_symlink()})
-    for k in range(12):
-        if k != 2:
-            assert (ds / f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet").read_text() == f"d{k}"
+    used = {os.readlink(p).split("/")[3] for p in [*(last / "data").iterdir(), *(v / "data").iterdir()]
+            if p.is_symlink()}
+    assert sorted(p.name for p in store.iterdir()) == sorted(used)
+    assert {rel: (ds / rel).read_text() for rel in data} == data
+    assert (set(data) <= _uploaded(ds)) is exchange
+
+
+def test_a_dataset_carrying_chunk_symlinks_gets_directories_again(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A current version that carries its closed chunks by symlink (committed where there was no
+    RENAME_EXCHANGE, or by an older teleop-flywheel) gets them as directories at its next commit; a
+    chunk that commit drops a file from gets a directory of its own, which the commit after is not
+    fooled into taking for the store entry's twin: every version keeps reading its own files."""
+    ds = tmp_path / "ds"
+    monkeypatch.setenv(commit.NO_EXCHANGE, "1")
+    _commit(ds, {"meta/info.json": "0", "data/chunk-000/file-000.parquet": "d0"})
+    for k in range(1, 7):
+        rel = f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet"
+        _commit(ds, {rel: f"d{k}"}, new=(rel,))
+    old = commit.current(ds)
+    assert old is not None and commit.shared_links(old) == ["data/chunk-000", "data/chunk-001", "data/chunk-002"]
+    assert commit.upload_note(ds) is not None
+    monkeypatch.delenv(commit.NO_EXCHANGE)
+    mid = _commit(ds, {}, drop=("data/chunk-001/file-000.parquet",))
+    assert commit.shared_links(mid) == [] and commit.upload_note(ds) is None
+    last = _commit(ds, {"data/chunk-003/file-001.parquet": "d7"}, new=("data/chunk-003/file-001.parquet",))
+    assert commit.shared_links(last) == [] and commit.shared_links(mid) == ["data/chunk-000", "data/chunk-001",
+                                                                            "data/chunk-002"]
+    assert os.readlink(mid / "data/chunk-001") != os.readlink(old / "data/chunk-001")  # its own, shared anew
+    assert sorted(os.path.relpath(os.path.join(d, n), old) for d, _dirs, names in os.walk(old, followlinks=True)
+                  for n in names) == [f"data/chunk-{k // 2:03d}/file-{k % 2:03d}.parquet" for k in range(7)] + \
+        ["meta/info.json"]
+    for version in (mid, last):
+        assert sorted(p.name for p in (version / "data/chunk-001").iterdir()) == ["file-001.parquet"]
+        assert (version / "data/chunk-000/file-001.parquet").read_text() == "d1"
+    assert (last / "data/chunk-003/file-001.parquet").read_text() == "d7" and commit.pending(ds) == []
 
 
 def test_a_foreign_chunk_symlink_is_refused(tmp_path: Path) -> None:
@@ -465,30 +543,34 @@ def test_a_foreign_chunk_symlink_is_refused(tmp_path: Path) -> None:
         _commit(ds, {"meta/info.json": "1"})
 
 
-def test_card_and_doctor_say_an_upload_must_follow_the_shared_chunks(bags: list[Path], tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
+def test_an_upload_of_the_dataset_holds_every_closed_chunk(bags: list[Path], tmp_path: Path, exchange: bool,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """huggingface-cli upload and LeRobot's push_to_hub list a folder with a recursive glob that skips
-    directory symlinks: a dataset whose closed chunks are shared would reach the hub without them,
-    silently. The verbs run before an upload say so, naming the copy to make; a dataset without shared
-    chunks gets no such line."""
-    plain, shared = tmp_path / "plain", tmp_path / "shared"
-    conv.convert(bags[:2], plain, codec="h264", workers=1, progress=False)
+    directory symlinks. One-at-a-time ingests into 1-file chunks close a chunk at every commit; the
+    current version holds each as a directory of its own, so such an upload of the dataset finds every
+    data and video file. Where the filesystem has no RENAME_EXCHANGE the current version carries them
+    by symlink, and the verbs run before an upload (card, doctor) say so, naming the copy to make."""
+    if not exchange:
+        monkeypatch.setenv(commit.NO_EXCHANGE, "1")
     monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
-    for bag in bags[:2]:
-        conv.convert([bag], shared, codec="h264", workers=1, progress=False)
-    skipped = {p.relative_to(shared.resolve()).as_posix() for p in shared.resolve().glob("**/*") if p.is_file()}
-    assert not any(p.startswith("data/chunk-000/") for p in skipped)  # what such an upload would leave out
-    for root, says in ((plain, False), (shared, True)):
-        capsys.readouterr()
-        assert cli_main(["card", str(root), "--force"]) == 0
-        card = capsys.readouterr().out
-        assert cli_main(["doctor", str(root)]) == 0
-        doctor = capsys.readouterr().out
-        for out in (card, doctor):
-            assert ("cp -rL" in out and "push_to_hub" in out and "data/chunk-000" in out) is says, out
-    assert cli_main(["doctor", str(shared), "--json"]) == 0
-    assert "cp -rL" in json.loads(capsys.readouterr().out)["upload_note"]
+    ds = tmp_path / "ds"
+    for bag in bags[:5]:
+        conv.convert([bag], ds, codec="h264", workers=1, progress=False)
+    everything = {os.path.relpath(os.path.join(d, n), ds) for d, _dirs, names in os.walk(ds, followlinks=True)
+                  for n in names if os.path.relpath(d, ds).split(os.sep)[0] in ("data", "videos")}
+    assert len([f for f in everything if f.endswith(".parquet")]) == 5 and len(everything) >= 10
+    assert (everything <= _uploaded(ds)) is exchange, sorted(everything - _uploaded(ds))
+    assert cli_main(["card", str(ds), "--force"]) == 0
+    card = capsys.readouterr().out
+    assert cli_main(["doctor", str(ds)]) == 0
+    doctor = capsys.readouterr().out
+    for out in (card, doctor):
+        assert ("cp -rL" in out and "push_to_hub" in out and "data/chunk-000" in out) is not exchange, out
+    assert cli_main(["doctor", str(ds), "--json"]) == 0
+    note = json.loads(capsys.readouterr().out)["upload_note"]
+    assert note is None if exchange else "cp -rL" in note
 
 
 @pytest.mark.timeout(300)
@@ -496,7 +578,8 @@ def test_card_and_doctor_say_an_upload_must_follow_the_shared_chunks(bags: list[
 def test_lerobot_reads_a_dataset_whose_closed_chunks_are_shared(bags: list[Path], tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """LeRobot's own loader, given a version whose closed data and video chunks are symlinks to the
-    shared store, returns item for item what it returns for the same episodes laid out without
+    shared store (every version but the current one; the current one too without RENAME_EXCHANGE,
+    taken here), returns item for item what it returns for the same episodes laid out without
     sharing (one chunk): frames decoded from the shared mp4s, rows from the shared parquets."""
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDataset as Loader
@@ -506,6 +589,7 @@ def test_lerobot_reads_a_dataset_whose_closed_chunks_are_shared(bags: list[Path]
     for bag in bags[:3]:
         conv.convert([bag], plain, codec="h264", workers=1, progress=False)
     monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
+    monkeypatch.setenv(commit.NO_EXCHANGE, "1")
     for bag in bags[:3]:
         conv.convert([bag], shared, codec="h264", workers=1, progress=False)
     key = next(p.name for p in (shared / "videos").iterdir())

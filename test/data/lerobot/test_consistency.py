@@ -11,7 +11,7 @@ import pytest
 
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.errors import InconsistentDatasetError
-from teleop_flywheel.data.lerobot import consistency, v3_layout
+from teleop_flywheel.data.lerobot import commit, consistency, v3_layout
 from teleop_flywheel.data.lerobot.consistency import problems, repair
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -92,33 +92,39 @@ def test_a_damaged_file_an_append_did_not_write_is_still_caught(tmp_path: Path) 
     assert any("file-000.parquet: unreadable" in p.detail for p in problems(ds))
 
 
-def test_the_seal_lists_a_shared_chunk_not_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One file a chunk: every append closes a chunk the commit moves into the shared store. The seal
-    names each such chunk by its link and its file names (no stat of each file: O(files) per append
-    before), so the next append still checks nothing again; a file removed from a shared chunk breaks
-    the seal and the convert refuses the dataset."""
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
+def test_the_seal_lists_a_closed_chunk_not_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     exchange: bool) -> None:
+    """One file a chunk: every append closes a chunk the commit carries whole from then on
+    (`commit.py`): the current version's own directory where the filesystem has RENAME_EXCHANGE, a
+    symlink to the shared store where not. The seal names each such chunk by one stat of its directory
+    or, for a store directory its commit makes, its file names (no stat of each file: O(files) per
+    append before), so the next append still checks nothing again; a file added to or removed from a
+    closed chunk breaks the seal and the convert refuses the dataset."""
+    if not exchange:
+        monkeypatch.setenv(commit.NO_EXCHANGE, "1")
     monkeypatch.setattr(v3_layout, "DEFAULT_CHUNK_SIZE", 1)
     bags = _bags(tmp_path, 4)
     ds = tmp_path / "ds"
     for bag in bags[:2]:
         conv.convert([bag], ds, codec="h264", workers=1, progress=False)
-    assert (ds / "data/chunk-000").is_symlink() and consistency.sealed(ds)
+    assert (ds / "data/chunk-000").is_symlink() is not exchange and consistency.sealed(ds)
     doc = json.loads((ds / consistency.SEAL_PATH).read_text())
     assert "data/chunk-000/" in doc["files"] and "data/chunk-000/file-000.parquet" not in doc["files"]
     read = _counting(monkeypatch)
     conv.convert(bags[2:3], ds, codec="h264", workers=1, progress=False)
     assert read == [] and consistency.sealed(ds)
     files = json.loads((ds / consistency.SEAL_PATH).read_text())["files"]
-    # chunk-000 shared before: one stat of its store directory; chunk-001 shared by this commit: its names
-    assert files["data/chunk-000/"][1] != consistency.NAMES and files["data/chunk-001/"][1] == consistency.NAMES
+    # chunk-000 carried before: one stat; chunk-001 closed by this commit: the stat of the directory the
+    # current version takes with it, or the names of the store directory made for it
+    assert files["data/chunk-000/"][0] != consistency.NAMES
+    assert (files["data/chunk-001/"][0] == consistency.NAMES) is not exchange
     copied_in = ds / "data/chunk-001/file-001.parquet"
     copied_in.write_bytes(b"")
     assert not consistency.sealed(ds)  # a name more
     copied_in.unlink()
-    assert consistency.sealed(ds)
-    shared = ds / "data/chunk-000/file-000.parquet"
-    assert (ds / "data/chunk-000").is_symlink()
-    shared.unlink()
+    assert consistency.sealed(ds) is not exchange  # the same names again; the directory's mtime moved on
+    (ds / "data/chunk-000/file-000.parquet").unlink()
     assert not consistency.sealed(ds)
     with pytest.raises(InconsistentDatasetError, match="chunk-000/file-000"):
         conv.convert(bags[3:], ds, codec="h264", workers=1, progress=False)
