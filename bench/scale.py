@@ -77,6 +77,7 @@ from teleop_flywheel.data.curation.curate import COVERAGE_KEY, COVERAGE_RULE
 from teleop_flywheel.data.curation.stored_scores import score_file, with_scores
 from teleop_flywheel.data.lerobot import commit, v3_layout
 from teleop_flywheel.data.lerobot.append import place_rows
+from teleop_flywheel.data.lerobot.commit import store
 from teleop_flywheel.data.lerobot.consistency import write_seal
 from teleop_flywheel.data.lerobot.dataset import LeRobotDataset, read_scores
 from teleop_flywheel.data.lerobot.episode_table import START_STATE
@@ -457,7 +458,7 @@ def measure_files(tmp: Path, sizes: list[int], cameras: int, repeat: int) -> lis
     from teleop_flywheel.data.lerobot import consistency  # noqa: PLC0415 - the seal's file walk
 
     points = []
-    real_shares = commit._shares
+    real_shares = store._shares
     for n in sizes:
         built = {}
         for mode in ("linked", "shared"):
@@ -471,7 +472,7 @@ def measure_files(tmp: Path, sizes: list[int], cameras: int, repeat: int) -> lis
         seal: dict[str, list[float]] = {"linked": [], "shared": []}
         for r in range(repeat + 1):  # the first commit with sharing links the closed chunks once: not timed
             for mode in ("linked", "shared"):
-                commit._shares = real_shares if mode == "shared" else (lambda rel_dir, name: False)
+                store._shares = real_shares if mode == "shared" else (lambda rel_dir, name: False)
                 made = [0]
                 real_link = os.link
 
@@ -486,7 +487,7 @@ def measure_files(tmp: Path, sizes: list[int], cameras: int, repeat: int) -> lis
                     wall, cpu = time.perf_counter() - t0, _cpu() - c0
                 finally:
                     os.link = real_link
-                    commit._shares = real_shares
+                    store._shares = real_shares
                 if r:
                     times[mode].append((cpu, wall))
                     links[mode] = made[0]

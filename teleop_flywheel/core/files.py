@@ -11,7 +11,7 @@
   target: readers see the old or the new file, never half of one, and no predictable temp name
   exists for anyone to plant. A process killed between the two leaves the temp file
   (`.<name>.XXXXXXXX.tmp`); `is_replace_temp` recognises the name, so a dataset's commit never
-  carries one into a version and `recover`/`doctor` remove it (`data/lerobot/commit.py`).
+  carries one into a version and `recover`/`doctor` remove it (`data/lerobot/commit/`).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ What older manifests and datasets were is known here only:
   the features renamed in the data parquet files, info.json (with `teleop_flywheel_schema`),
   stats.json and the episodes table's stats columns, each where it was; the videos are the same
   files (hard-linked where the filesystem allows: they are never changed once written). Written
-  as every dataset is (`data/lerobot/commit.py`): staged, then published as the copy's first
+  as every dataset is (`data/lerobot/commit/`): staged, then published as the copy's first
   version, so the copy is whole or absent. Manifests frozen from the original verify against the original only.
 """
 from __future__ import annotations

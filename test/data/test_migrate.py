@@ -159,7 +159,7 @@ def test_a_dataset_of_layout_1_is_upgraded_into_a_copy(tmp_path: Path, capsys: p
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "no_exchange"])
 def test_a_copy_holds_the_files_of_chunks_versions_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          exchange: bool) -> None:
-    """A dataset whose closed chunks are shared (`commit.py`: the current version's own directories,
+    """A dataset whose closed chunks are shared (`commit/`: the current version's own directories,
     or, without RENAME_EXCHANGE, symlinks to its shared store) is copied with those chunks' files, not
     the links (relative to the original's store: dangling in the copy)."""
     if not exchange:

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _version(root: Path) -> str | None:
-    """The version the dataset's pointer names (`data/lerobot/commit.py`); None for a plain directory."""
+    """The version the dataset's pointer names (`data/lerobot/commit/`); None for a plain directory."""
     try:
         version = commit.current(root)
     except CommitError:

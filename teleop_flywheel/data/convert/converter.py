@@ -5,7 +5,7 @@ shared checks (only PASSING episodes unless `--include-failed`), align on header
 units through the episode's calibration, encode temporary mp4s. Then in this process: skip episodes
 whose content id (v2, or v1 of datasets converted before) is already in the dataset (idempotent),
 stage the append (one new data parquet, new video files remuxed back to back, the episodes table,
-tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/commit.py`: a new
+tasks, stats and info rewritten: `lerobot/append.py`) and commit it (`lerobot/commit/`: a new
 version, unchanged files hard-linked, published by one rename of the dataset's pointer). Episodes
 with another camera set (schema drift) go to a dataset of their own schema beside it,
 `<DATASET>__<cameras>`, and are reported — never dropped.

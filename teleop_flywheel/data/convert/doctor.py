@@ -1,7 +1,7 @@
 """`teleop-flywheel doctor [DATASET] [--repair] [--port PORT ...] [--json]`: is a dataset consistent, and
 if not, why and what can be repaired; are the arms' USB adapters set up for the loop rate.
 
-It reports (`data/lerobot/consistency.py`): the version layout (`data/lerobot/commit.py`: the
+It reports (`data/lerobot/consistency.py`): the version layout (`data/lerobot/commit/`: the
 pointer `DATASET` and `DATASET.versions/`) and what an interrupted commit left beside it, orphan
 data/video files, info totals or stats that disagree with the episodes table, and what cannot be
 repaired (an unreadable table, a referenced file missing or cut, a pointer that is not the

@@ -22,7 +22,7 @@ older than the grace period.
 Idempotent and resumable: a state file `<DS>.ingest.json` beside the dataset (replaced
 atomically after every batch) lists every bag taken and what became of it, and the converter
 itself skips episodes already in the dataset (content ids), and an append a crash interrupted was
-never published (`data/lerobot/commit.py`). A crash at any point therefore re-does at most the last
+never published (`data/lerobot/commit/`). A crash at any point therefore re-does at most the last
 batch. One ingest pass at a time per dataset (`<DS>.ingest.lock`: a second ingest waits its turn); its
 convert waits for whatever else holds the dataset (`<DS>.lock`: a user's convert, curate or doctor)
 rather than fail — a user's command that finds the dataset held by ingest is refused as busy.

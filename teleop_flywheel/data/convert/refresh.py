@@ -20,7 +20,7 @@ sample weights are current — never stale from the append before.
 
 They are replaced in the dataset's current version, each through a temporary file and `os.replace`
 (a reader sees the old or the new one; the version's other files, and older versions, which share
-files by hard links, are untouched), not by a commit (`data/lerobot/commit.py`): they are derived
+files by hard links, are untouched), not by a commit (`data/lerobot/commit/`): they are derived
 from the episodes table, and LeRobot reads none of them.
 """
 from __future__ import annotations

@@ -171,7 +171,7 @@ def _set_columns(table: pa.Table, columns: Mapping[str, list[Any] | pa.Array]) -
 
 def store(root: Path) -> list[str]:
     """Write the scores of `curate` into the dataset's scores file (a dataset with one: ours) or else its
-    episodes table(s), atomically (the commit of `data/lerobot/commit.py`, under the dataset's lock); the
+    episodes table(s), atomically (the commit of `data/lerobot/commit/`, under the dataset's lock); the
     files replaced."""
     root = Path(os.path.abspath(root))
     with commit.locked_dataset(root):

@@ -102,7 +102,7 @@ def write_weight_columns(path: Path, episode_index: Sequence[int] | np.ndarray, 
     # rewritten whole at every append: its ids and floats are all distinct, so neither dictionaries nor
     # compression make it smaller (0.93 MB at 10,000 episodes either way), and they cost 4.7 -> 1.0 ms of CPU
     pq.write_table(table, buf, use_dictionary=False, compression="none")
-    # replaced, never rewritten in place: a dataset's versions share their files (`data/lerobot/commit.py`)
+    # replaced, never rewritten in place: a dataset's versions share their files (`data/lerobot/commit/`)
     return replace_atomic(path, buf.getvalue().to_pybytes())
 
 

@@ -28,7 +28,7 @@ has them: none for v2.1); info.json the source's with codebase_version "v3.0", t
 file sizes, an integer fps, `fps` on each non-video feature, without total_chunks/total_videos,
 plus `imported_from`. Where LeRobot's converter names the wrong data file for the episode that
 starts a new one (it records the file before it rolls over), this names the file the rows are in.
-Written as every dataset is (`data/lerobot/commit.py`): staged, then published as OUT's first
+Written as every dataset is (`data/lerobot/commit/`): staged, then published as OUT's first
 version, so OUT is whole or absent.
 """
 from __future__ import annotations

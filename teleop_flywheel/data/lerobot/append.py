@@ -10,7 +10,7 @@ the whole dataset (`scores`: `v3_layout.SCORES_PATH`), tasks, `stats.json`
 (the dataset's merged with the new episodes': `_stats`) and `info.json` (totals, splits, video `info` blocks, plus the
 caller's dataset-level keys such as `repo_id` — LeRobot keeps keys it does not know).
 Nothing is written inside the dataset: every file goes to the staging directory at its relative
-path and `commit.publish` (`data/lerobot/commit.py`) makes it the dataset's next version.
+path and `commit.publish` (`data/lerobot/commit/`) makes it the dataset's next version.
 Format details: `data/lerobot/v3_layout.py`.
 """
 from __future__ import annotations

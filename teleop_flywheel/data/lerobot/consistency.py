@@ -2,7 +2,7 @@
 
 `convert` refuses to append to a dataset with any problem here, and `teleop-flywheel doctor`
 explains them and, with `--repair`, applies the repairs that lose nothing, each through a commit
-(`commit.py`: a new version, so a reader never sees a repair half done):
+(`commit/`: a new version, so a reader never sees a repair half done):
 
 - what an interrupted commit left beside the dataset (a staging directory, a version never
   published, a temporary pointer): remove it (`commit.recover`; the dataset is its last published
@@ -198,7 +198,7 @@ def _totals(root: Path, info: dict[str, Any], table: pd.DataFrame, tasks: list[s
 
 
 def _layout(root: Path) -> list[Problem]:
-    """The pointer and versions beside `root` (`commit.py`), and what a crash left there."""
+    """The pointer and versions beside `root` (`commit/`), and what a crash left there."""
     try:
         version = commit.current(root)
         left = commit.pending(root)

@@ -12,7 +12,7 @@ layout renamed is found by any of its names (`flywheel_schema.resolve`: the lead
 `complementary_info.leader_state`, or `observation.leader_state` in datasets converted before), and
 comes back under the name asked for.
 
-A dataset whose path is a pointer to versions (`commit.py`) is read from the version it points to
+A dataset whose path is a pointer to versions (`commit/`) is read from the version it points to
 when it is opened (`files`), whatever commits follow; `root` stays the path given.
 """
 from __future__ import annotations

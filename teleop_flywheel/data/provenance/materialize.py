@@ -22,7 +22,7 @@ info.json is an error, one line per difference, exit 1. A data parquet changed a
 renumbering rewrites the parquet that holds an episode, and the episode's own rows are proven by
 their `data_sha256`.
 
-Atomic as `convert` (`data/lerobot/commit.py`): everything is written into the staging directory
+Atomic as `convert` (`data/lerobot/commit/`): everything is written into the staging directory
 of OUT's first version (under OUT's lock) and published at the end, OUT a pointer to it. An OUT that
 exists is refused before anything is written; a crash leaves no OUT, and what it left beside it is
 removed by the next run (or `teleop-flywheel doctor --repair OUT`).

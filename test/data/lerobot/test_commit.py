@@ -1,4 +1,4 @@
-"""Commits publish versions by one rename of a pointer (`data/lerobot/commit.py`): a reader sees the old
+"""Commits publish versions by one rename of a pointer (`data/lerobot/commit/`): a reader sees the old
 version or the new one, never a mix, even while the writer is killed -9 at every write step.
 
 The readers run in their own processes and loop for the whole test: our `LeRobotDataset.open`, and
@@ -6,7 +6,7 @@ LeRobot's own `LeRobotDataset` (in an environment with LeRobot; skipped with the
 given the version `commit.pinned(DATASET)` leases when it starts. Each read checks that info.json's
 totals equal the episodes and rows it finds. (LeRobot given the pointer path itself opens it file by
 file, so a commit during its start-up can give it one version's metadata and the next one's data:
-seen once in three reads while writing this test; `commit.py` says so.)
+seen once in three reads while writing this test; `commit/` says so.)
 
 Leases: a version a reader has pinned is not collected however old it is; one nobody leases is, and
 so is one whose reader was killed (the kernel drops its lock).
@@ -32,6 +32,7 @@ from teleop_flywheel.cli import main as cli_main
 from teleop_flywheel.data.convert import converter as conv
 from teleop_flywheel.data.errors import CommitError
 from teleop_flywheel.data.lerobot import commit, v3_layout
+from teleop_flywheel.data.lerobot.commit import primitives, versions
 from teleop_flywheel.data.lerobot.consistency import problems
 from teleop_flywheel.testing.synthetic_session import SessionSpec, write_session
 
@@ -82,7 +83,7 @@ def _reader(kind: str, ds: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], Pa
 
 def _converting(bag: Path, ds: Path, env: dict[str, str]) -> None:
     os.environ.update(env)
-    commit._steps[0] = 0  # counted from this process's start, as in a new one
+    primitives._steps[0] = 0  # counted from this process's start, as in a new one
     conv.convert([bag], ds, codec="h264", workers=1, progress=False)
 
 
@@ -256,7 +257,7 @@ def test_a_version_links_what_did_not_change(tmp_path: Path, monkeypatch: pytest
     v2 = _commit(ds, {}, drop=("data/b",))
     assert sorted(_files(v2)) == ["data/a", "meta/info.json"]
     assert _names(ds) == ["v000000", "v000001", "v000002"]  # KEEP_S
-    monkeypatch.setattr(commit, "KEEP_S", 0.0)
+    monkeypatch.setattr(versions, "KEEP_S", 0.0)
     _commit(ds, {"meta/info.json": "3"})
     assert _names(ds) == ["v000002", "v000003"]  # current, previous
     elsewhere = tmp_path / "elsewhere"
@@ -411,7 +412,7 @@ def _killed_at(step: int, work: Callable[[], object]) -> bool:
     with pytest.MonkeyPatch.context() as m:
         m.setenv(commit.FAULT_AT, str(step))
         m.setattr(os, "kill", lambda pid, sig: (_ for _ in ()).throw(KeyboardInterrupt()))
-        commit._steps[0] = 0
+        primitives._steps[0] = 0
         try:
             work()
         except KeyboardInterrupt:
@@ -491,7 +492,7 @@ def test_closed_chunks_are_carried_whole(tmp_path: Path, monkeypatch: pytest.Mon
     # every version but the current and the previous collected: so is every entry only they linked
     v = commit.current(ds)
     assert v is not None
-    monkeypatch.setattr(commit, "KEEP_S", 0.0)
+    monkeypatch.setattr(versions, "KEEP_S", 0.0)
     last = _commit(ds, {"meta/info.json": "x"})
     used = {os.readlink(p).split("/")[3] for p in [*(last / "data").iterdir(), *(v / "data").iterdir()]
             if p.is_symlink()}

@@ -96,7 +96,7 @@ def test_a_damaged_file_an_append_did_not_write_is_still_caught(tmp_path: Path) 
 def test_the_seal_lists_a_closed_chunk_not_its_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      exchange: bool) -> None:
     """One file a chunk: every append closes a chunk the commit carries whole from then on
-    (`commit.py`): the current version's own directory where the filesystem has RENAME_EXCHANGE, a
+    (`commit/`): the current version's own directory where the filesystem has RENAME_EXCHANGE, a
     symlink to the shared store where not. The seal names each such chunk by one stat of its directory
     or, for a store directory its commit makes, its file names (no stat of each file: O(files) per
     append before), so the next append still checks nothing again; a file added to or removed from a

@@ -15,6 +15,7 @@ from teleop_flywheel.core.files import is_replace_temp
 from teleop_flywheel.data.convert.refresh import update_record
 from teleop_flywheel.data.errors import DatasetError
 from teleop_flywheel.data.lerobot import commit
+from teleop_flywheel.data.lerobot.commit import primitives
 from teleop_flywheel.data.validate import dataset_record
 from teleop_flywheel.data.validate.dataset_record import INDEX_PATH, RECORD_DIR, Record
 from teleop_flywheel.data.validate.reasons import Reason
@@ -37,7 +38,7 @@ def _killed_at(root: Path, reports: list[EpisodeReport], step: int) -> int:
     pid = os.fork()
     if pid == 0:  # the child: nothing of pytest's runs here, it leaves by _exit or by the kill
         try:
-            commit._steps[0] = 0
+            primitives._steps[0] = 0
             os.environ[commit.FAULT_AT] = str(step)
             update_record(root, reports)
         finally:
