@@ -50,7 +50,9 @@ class Felt:
     (`ArmPair.to_leader`), `efforts` its load (signed fraction of its maximum torque), `velocities`
     rad/s, `stamp_ns` when it arrived (`now_ns` clock); `jaws_stopped`: its gripper is on something
     (`grasp.stopped`: slow and not gaining speed toward where it presses since the sample before —
-    jaws getting going from rest are slow and loaded too)."""
+    jaws getting going from rest are slow and loaded too —, and if still at that sample, loaded
+    then to half `feedback_grasp_load` too: at rest and told to move, they are loaded a sample
+    before they move)."""
 
     positions: tuple[float, ...]
     efforts: tuple[float, ...]
@@ -242,9 +244,11 @@ class Renderer:
             return math.copysign(v[g], v[g] * e[g])
 
         with self._lock:
-            was = None if self._felt is None else toward(self._felt.velocities, self._felt.efforts)
+            last = self._felt
+            was = None if last is None else toward(last.velocities, last.efforts)
+            loaded = last is not None and abs(last.efforts[g]) >= self.config.feedback_grasp_load * FEEDBACK_KEEP
             self._felt = Felt(tuple(positions), tuple(efforts), tuple(velocities), stamp_ns,
-                              stopped(velocities[g], toward(velocities, efforts), was))
+                              stopped(velocities[g], toward(velocities, efforts), was, loaded))
 
     def gate(self, reason: str, stamp_ns: int) -> None:
         """The rig's say (`ArmDriver.gate`)."""

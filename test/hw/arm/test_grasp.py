@@ -2,7 +2,7 @@
 from rest, jaws stopping on an object, jaws resting on one."""
 from __future__ import annotations
 
-from teleop_flywheel.hw.arm.grasp import Grasp
+from teleop_flywheel.hw.arm.grasp import Grasp, stopped
 
 TICK_S = 0.005
 ACCEL = 15.0  # rad/s²: the driver's default Acceleration (100 steps/s²·100)
@@ -18,6 +18,23 @@ def test_jaws_accelerating_from_rest_under_load_are_not_a_grasp() -> None:
         out = grasp.goal(goal, present, effort=-0.5, velocity=-speed)
         assert out == goal and not grasp.holding, f"tick {k}: taken for a grasp at {speed:.3f} rad/s"
         present -= speed * TICK_S
+
+
+def test_jaws_at_rest_told_to_move_are_not_a_grasp_the_reading_before_they_move() -> None:
+    """Open and unloaded, then the goal jumps: the next reading shows the load (the position loop
+    pushes at once) and no speed yet (the servo's acceleration ramp), the one after the jaws moving.
+    Before, that one loaded reading at rest was a grasp: the follower held its goal back for a tick
+    and a leader rendered the grasp in the trigger for a tick of free motion."""
+    grasp = Grasp(0.2)
+    present, goal = 1.0, 0.4
+    grasp.goal(present, present, effort=0.0, velocity=0.0)
+    out = grasp.goal(goal, present, effort=-0.5, velocity=0.0)
+    assert out == goal and not grasp.holding, "a goal that jumped, taken for a grasp"
+    out = grasp.goal(goal, present, effort=-0.5, velocity=-0.075)
+    assert out == goal and not grasp.holding
+    assert not stopped(0.0, 0.0, 0.0, pressing_before=False)
+    assert stopped(0.0, 0.0, 0.0, pressing_before=True), "still and pressing twice: on something"
+    assert stopped(0.0, 0.0, 0.5, pressing_before=False), "moving, then still: stopped on something at once"
 
 
 def test_jaws_a_hand_closes_in_free_air_are_not_a_grasp() -> None:
