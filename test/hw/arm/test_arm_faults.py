@@ -262,9 +262,10 @@ def test_the_e_stop_holds_until_reset(tmp_path: Path) -> None:
             target[0] += 1.0
             driver.command(JOINT_NAMES, target, now_ns())
             time.sleep(0.1)
-            driver.estop("operator pressed e-stop")
-            wait_for(lambda: bool(driver.state.estop), 5, "e-stop taken")
-            time.sleep(0.05)
+            # The hold is written, and read back, by the bus thread's next tick: waited for, not slept
+            # (a tick late on a loaded machine read the goal before the hold moved it).
+            ok, why = driver.estop("operator pressed e-stop").wait(5.0)
+            assert ok and driver.state.estop, why
             held = arm.servos[1].get("Goal_Position")
             keep_commanding(driver, lambda: target, 0.3)
             assert arm.servos[1].get("Goal_Position") == held, "commands are not taken while e-stopped"
