@@ -25,7 +25,11 @@ Scenarios, each with feedback `off`, `gripper` and `contact`:
   follower's collision hold (the default: a latched fault ~0.4 s in without feedback, the press
   ended by a safety stop, not by the operator) and without it (`settings.COLLISION` off for the
   pan: only the servo's own overload trip, ~2 s at full load, ends a press) — the fair comparison
-  of how long the operator presses, as the grasp without the force limit is for the grasp.
+  of how long the operator presses, as the grasp without the force limit is for the grasp;
+- the grasp without the force limit at slower squeezes (`SQUEEZE_RAD_S`), `off` against `gripper`
+  (`grasp_peak_by_squeeze_speed`): the load at the first contact reading and its climb both grow
+  with the squeeze's speed, and the operator's reaction comes after a fixed time, so whether
+  feedback can halve the peak depends on how fast the trigger is squeezed.
 
 Each scenario and mode runs `REPEATS` times, the modes of one repeat back to back (they share the
 machine's load); each figure is the median, each ratio the medians' and every repeat's. Measured:
@@ -55,16 +59,21 @@ load climbs. Also:
   scheduling delay of the drivers' threads) and the tick itself (the read, the ceiling written and
   read back, the goal and the torque written; the torque's read-back follows the stamp). Beside
   it, what the machine delays any thread at the bench's priority by (`SLEEPER`, a process of its
-  own) and how many other processes' threads are real-time: another simulated rig competes with
-  the bench's at the same priority. Also the grasp's peak with the follower's own force limit (the
-  soft hold, on by default) against without it, per mode.
+  own: a sleep's lateness and a byte's pass through a pty) and how many other processes' threads
+  are real-time: another simulated rig competes with the bench's at the same priority. Each grasp
+  during which the sleeper saw a stall says so, and the maximum is also given without those
+  (`max_without_machine_stalls`). `--tty-workers` (with `--latency-only`, root) runs the kernel's
+  unbound kworkers at SCHED_FIFO for the while: the experiment that shows the tty work's share.
+  Also the grasp's peak with the follower's own force limit (the soft hold, on by default)
+  against without it, per mode.
 
 Every thread of the bench runs at SCHED_FIFO 50 where permitted (`--priority`; 0: the normal
 policy), as the rig's arm drivers and `sim-bus` run. Beside two CPU-burning processes, grasps with
 `gripper`: the latency 8.6 and 22.7 ticks at the normal policy (the rendering tick's serial bus
 round trips waiting for a core), 0.75, 0.95 and 2.9 at SCHED_FIFO 50.
 
-Usage: `python bench/feedback.py [--out FILE] [--priority 50] [--steps 50] [--burners 2] [--latency-only]`
+Usage: `python bench/feedback.py [--out FILE] [--priority 50] [--steps 50] [--burners 2]
+[--latency-only [--tty-workers]]`
 """
 from __future__ import annotations
 
@@ -80,7 +89,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -118,6 +127,10 @@ PUSH_RAD_S = 0.5
 EASE_RAD_S = 0.1
 FREE_S = 3.0
 OBJECT = 2300.0  # follower gripper shaft steps where its jaws meet the object
+GRASP_HELD_S = 2.25  # a grasp run's length after the jaws meet the object (at PUSH_RAD_S the trigger is then shut)
+# Squeeze speeds the grasp's peak is measured at besides PUSH_RAD_S (`grasp_peak_by_squeeze_speed`):
+# the load at the first contact reading, and how fast it climbs, grow with the speed.
+SQUEEZE_RAD_S = (0.1, 0.15, 0.2, 0.3)
 POSE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 3000.0]  # leader shaft steps: the operator's start (trigger open)
 CONTACT_LOAD = 0.05  # a joint standing still with this load is on something (the contact's start)
 REPEATS = 3  # each scenario and mode, interleaved (the modes of one repeat share the machine's load)
@@ -130,21 +143,42 @@ GRASP_FEEDBACK_LOAD = 0.1  # `feedback_grasp_load`'s default: a follower reading
 # collection walks only what was allocated since, and given back to it when the rig stops.
 FREEZE_RECORDS_S = 0.5
 LATENCY_STEPS = 50  # grasps in one rig for the latency (`latency_steps`)
-# A process at the bench's SCHED_FIFO priority that sleeps 1 ms at a time and says how late it woke:
-# what the machine, not the bench, delays a thread at that priority by (other real-time processes,
-# the hypervisor). It shares no GIL with the bench.
+# A process at the bench's SCHED_FIFO priority that says what the machine, not the bench, delays a
+# thread at that priority by (it shares no GIL with the bench): it sleeps 1 ms and says how late it
+# woke (other real-time processes, the hypervisor), then passes one byte through a pty of its own
+# and says how long that took. A pty's bytes, as a USB-serial adapter's, reach the reader through
+# the kernel's tty work (flush_to_ldisc), run by an unbound kworker at the normal policy: a machine
+# busy with normal work delays it however high the reader's priority (measured beside two CPU
+# burners: a pass took up to 86 ms, 111 of 37,341 over 2 ms, while the sleep woke at most 8.6 ms
+# late; with those kworkers at SCHED_FIFO 49, at most 8.6 ms, 4 over 2 ms).
 SLEEPER = """
-import json, os, signal, sys, time
+import json, os, signal, sys, time, tty
 if int(sys.argv[1]) > 0:
     os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(int(sys.argv[1])))
-done, late = [], []
+master, slave = os.openpty()
+tty.setraw(master)
+tty.setraw(slave)
+done, late, passes, stalls = [], [], [], []
 signal.signal(signal.SIGTERM, lambda *_: done.append(1))
 while not done:
     t = time.monotonic_ns()
     time.sleep(0.001)
-    late.append(time.monotonic_ns() - t - 1_000_000)
-print(json.dumps(late))
+    woke = time.monotonic_ns()
+    os.write(master, b"x")
+    os.read(slave, 1)
+    passed = time.monotonic_ns()
+    late.append(woke - t - 1_000_000)
+    passes.append(passed - woke)
+    if late[-1] > int(sys.argv[2]):
+        stalls.append(("sleep", t, woke))
+    if passes[-1] > int(sys.argv[2]):
+        stalls.append(("tty", woke, passed))
+print(json.dumps({"late": late, "passes": passes, "stalls": stalls}))
 """
+# The sleeper waking, or its pty's byte passing, this much later than asked (ms) is a stall of the
+# machine: one during a grasp's latency is said with that grasp, and the maximum is also given over
+# the grasps without one.
+STALL_MS = 2.0
 
 
 def free(t: float, phase: float = 0.0) -> list[float]:
@@ -163,6 +197,7 @@ class Operator:
     target: float = 0.0
     react: bool = True
     phase: float = 0.0  # where along the free motion it starts (rad): a seed of the drag runs
+    speed: float = PUSH_RAD_S  # how fast it pushes (rad/s)
     push_at: float | None = None  # simulator time the push starts (None: free motion)
     intended: float = 0.0  # the pushed joint's intended pose now (shaft steps)
     stopped: bool = False
@@ -186,7 +221,7 @@ class Operator:
         dt = 0.0 if self._last is None else t - self._last
         self._last = t
         if not self.stopped:
-            step = direction * PUSH_RAD_S * STEPS_PER_RAD * dt
+            step = direction * self.speed * STEPS_PER_RAD * dt
             self.intended = min(self.intended + step, self.target) if direction > 0 else max(self.intended + step,
                                                                                                    self.target)
         elif felt:
@@ -298,10 +333,10 @@ def settle(run: Run, seconds: float) -> None:
     time.sleep(seconds)
 
 
-def push(run: Run, joint: int, target: float, react: bool = True) -> None:
-    """The operator starts pushing `joint` toward `target` (shaft steps) now."""
+def push(run: Run, joint: int, target: float, react: bool = True, speed: float = PUSH_RAD_S) -> None:
+    """The operator starts pushing `joint` toward `target` (shaft steps) at `speed` (rad/s) now."""
     op = run.operator
-    op.joint, op.target, op.react, op.intended = joint, target, react, POSE[joint]
+    op.joint, op.target, op.react, op.intended, op.speed = joint, target, react, POSE[joint], speed
     op._last = None  # noqa: SLF001 - a push after a pause advances from its start, not by the pause
     op.push_at = time.monotonic() - run.leader.started
 
@@ -347,8 +382,9 @@ def collision_hold(on: bool) -> Iterator[None]:
 
 
 def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIMIT,
-             hold: bool = True) -> dict[str, Any]:
-    """One `grasp` or `push` run: free motion, then the operator's push; what the follower pressed."""
+             hold: bool = True, speed: float = PUSH_RAD_S) -> dict[str, Any]:
+    """One `grasp` or `push` run: free motion, then the operator's push at `speed`; what the
+    follower pressed. A grasp goes on for `GRASP_HELD_S` after the jaws meet the object."""
     grasp = kind == "grasp"
     joint = GRIPPER if grasp else PAN
     target = 2000.0 if grasp else POSE[PAN] + 0.3 * STEPS_PER_RAD  # the trigger shut; 0.3 rad past the pan
@@ -360,8 +396,13 @@ def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIM
         if not grasp:
             pan = run.follower.servos[PAN + 1]
             pan.blocked_at = pan.position
-        push(run, joint, target)
-        time.sleep(4.5 if grasp else 3.0)  # the target reached at PUSH_RAD_S, then 2 s or more
+        push(run, joint, target, speed=speed)
+        if grasp:
+            jaws = run.follower.servos[GRIPPER + 1]
+            wait(lambda: jaws.position <= OBJECT + 1.0, 60.0)
+            time.sleep(GRASP_HELD_S)
+        else:
+            time.sleep(3.0)  # the pan stopped at once, the target reached at PUSH_RAD_S, then 2.4 s
         followers, leaders = run.since(start)
         stopped_at = followers[-1].positions[joint]  # where the follower's joint stopped (its own reading)
         stopped = ArmPair(calibration("leader"), calibration("follower")).to_leader(followers[-1].positions)[joint]
@@ -378,7 +419,7 @@ def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIM
         if grasp:
             parts = latency(followers, leaders)
             out["latency_ticks"] = parts and parts["ticks"]
-            out["latency_parts"] = parts
+            out["latency_parts"] = parts and {k: parts[k] for k in ("wait", "tick")}
         return out
 
 
@@ -474,7 +515,7 @@ def latency(followers: list[Reading], leaders: list[tuple[Reading, Rendered | No
         return None
     tick = NS_PER_S / RATE_HZ
     return {"ticks": round((shown[1] - first) / tick, 2), "wait": round((shown[0] - first) / tick, 2),
-            "tick": round((shown[1] - shown[0]) / tick, 2)}
+            "tick": round((shown[1] - shown[0]) / tick, 2), "from_ns": first, "to_ns": shown[1]}
 
 
 def drag(tmp: Path, mode: str, phase: float, seconds: float = 4.0) -> float:
@@ -520,16 +561,45 @@ def machine_stalls(priority: int) -> Iterator[dict[str, Any]]:
     """What the machine delays a thread at `priority` by meanwhile (`SLEEPER`): its late wake-ups
     (ms), and the other processes' real-time threads before and after."""
     out: dict[str, Any] = {"realtime_threads_elsewhere": [realtime_threads_elsewhere()]}
-    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER, str(priority)], stdout=subprocess.PIPE, text=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER, str(priority), str(int(STALL_MS * 1e6))],
+                               stdout=subprocess.PIPE, text=True)
     try:
         yield out
     finally:
         sleeper.terminate()
-        late = np.array(json.loads(sleeper.communicate(timeout=30)[0] or "[]"), dtype=float) / 1e6
+        slept = json.loads(sleeper.communicate(timeout=30)[0] or '{"late": [], "passes": [], "stalls": []}')
         out["realtime_threads_elsewhere"].append(realtime_threads_elsewhere())
-        out |= {"sleeps": len(late), "late_over_2ms": int(np.sum(late > 2.0)),
-                "late_p99_ms": round(float(np.percentile(late, 99)), 2) if len(late) else None,
-                "late_max_ms": round(float(late.max()), 1) if len(late) else None}
+        out["sleeps"] = len(slept["late"])
+        out["stalls_ns"] = slept["stalls"]
+        for key, name in (("late", "late"), ("passes", "tty_pass")):
+            ms = np.array(slept[key], dtype=float) / 1e6
+            out |= {f"{name}_over_2ms": int(np.sum(ms > STALL_MS)),
+                    f"{name}_p99_ms": round(float(np.percentile(ms, 99)), 2) if len(ms) else None,
+                    f"{name}_max_ms": round(float(ms.max()), 1) if len(ms) else None}
+
+
+@contextmanager
+def tty_workers_realtime(priority: int) -> Iterator[list[int]]:
+    """The kernel's unbound kworkers (which run a pty's, or a USB-serial adapter's, tty work) at
+    SCHED_FIFO `priority` for the while, where permitted (root); the normal policy again after. An
+    experiment that changes the machine for its duration (`--tty-workers`): it shows what of the
+    latency is that work waiting behind normal-priority load. Workers the kernel starts meanwhile
+    run at the normal policy. Yields the thread ids changed."""
+    changed = []
+    for tid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if (Path(f"/proc/{tid}/comm").read_text().startswith("kworker/u")
+                    and os.sched_getscheduler(int(tid)) == os.SCHED_OTHER):
+                os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+                changed.append(int(tid))
+        except OSError:
+            continue
+    try:
+        yield changed
+    finally:
+        for tid in changed:
+            with suppress(OSError):
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
 
 
 def realtime_threads_elsewhere() -> int:
@@ -609,13 +679,22 @@ def latency_result(tmp: Path, steps: int, priority: int) -> dict[str, Any]:
     with machine_stalls(priority) as machine:
         parts = latency_steps(tmp, steps)
     rendered = [p for p in parts if p is not None]
+    stalls = machine.pop("stalls_ns")
+    for p in rendered:
+        during = [(kind, (end - begin) / 1e6 - (1.0 if kind == "sleep" else 0.0)) for kind, begin, end in stalls
+                  if begin < p["to_ns"] and end > p["from_ns"]]
+        p["machine_stall_ms"] = round(max((ms for _kind, ms in during), default=0.0), 1)
+        p["machine_stall_kinds"] = sorted({kind for kind, _ms in during})
     ticks = sorted(p["ticks"] for p in rendered)
+    ran = [p["ticks"] for p in rendered if not p["machine_stall_ms"]]
     return {"steps": steps, "rendered": len(rendered), "ticks": ticks,
             "median": median(ticks), "p95": round(float(np.percentile(ticks, 95)), 2) if ticks else None,
             "max": max(ticks, default=None), "within_two_ticks": sum(t <= 2.0 for t in ticks),
             "parts_median": {part: median([p[part] for p in rendered]) for part in ("wait", "tick")},
             "parts_max": {part: max((p[part] for p in rendered), default=None) for part in ("wait", "tick")},
-            "machine": machine}
+            "during_machine_stalls": [{"ticks": p["ticks"], "stall_ms": p["machine_stall_ms"],
+                                       "kinds": p["machine_stall_kinds"]} for p in rendered if p["machine_stall_ms"]],
+            "max_without_machine_stalls": max(ran, default=None), "machine": machine}
 
 
 @contextmanager
@@ -646,6 +725,13 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
             for key, (kind, limit, hold) in kinds.items():
                 for mode in MODES:
                     runs[key][mode].append(scenario(tmp, kind, mode, grip_force_limit=limit, hold=hold))
+        # The grasp without the follower's force limit at slower squeezes, `off` against `gripper`,
+        # each speed's modes back to back.
+        squeezes: dict[float, dict[str, list[dict[str, Any]]]] = {v: {"off": [], "gripper": []} for v in SQUEEZE_RAD_S}
+        for _repeat in range(REPEATS):
+            for v, by_mode in squeezes.items():
+                for mode, done in by_mode.items():
+                    done.append(scenario(tmp, "grasp", mode, grip_force_limit=0.0, speed=v))
         # Each seed a start along the free motion, the modes of one seed back to back (paired).
         drag_runs = {mode: [] for mode in MODES}
         for seed in range(DRAG_SEEDS):
@@ -688,11 +774,21 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         "grasp_peak_with_vs_without_follower_force_limit": {
             m: ratio(grasp[m]["peak_load"], grasp_unlimited[m]["peak_load"]) for m in MODES},
     }
+    squeezed = {**{v: {m: summarise(r) for m, r in by_mode.items()} for v, by_mode in squeezes.items()},
+                PUSH_RAD_S: grasp_unlimited}
+    squeezed_runs = {**squeezes, PUSH_RAD_S: runs["grasp_without_follower_force_limit"]}
+    by_speed = [{"rad_s": v, "off": squeezed[v]["off"]["peak_load"], "gripper": squeezed[v]["gripper"]["peak_load"],
+                 "contact_load": squeezed[v]["gripper"]["first_contact"]["contact_load"],
+                 "operator_stopped_ms": squeezed[v]["gripper"]["first_contact"]["operator_stopped"]["ms"],
+                 "ratio": ratio(squeezed[v]["gripper"]["peak_load"], squeezed[v]["off"]["peak_load"]),
+                 "repeats": [ratio(a["peak_load"], b["peak_load"])
+                             for a, b in zip(squeezed_runs[v]["gripper"], squeezed_runs[v]["off"], strict=True)]}
+                for v in sorted(squeezed)]
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
         "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
         "push": push, "push_without_follower_collision_hold": push_unheld, "drag_rms": drags, "stability": stable,
-        "ratios": ratios,
+        "ratios": ratios, "grasp_peak_by_squeeze_speed": by_speed,
         "latency": latencies,
         "load_average": load_average(), "burners": burning, "seconds": round(time.monotonic() - began, 1),
         "realtime": {"requested": realtime.requested, "priority": realtime.priority, "refused": realtime.refused},
@@ -707,6 +803,9 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         # The grasp without the follower's own force limit (with it, the follower never presses much).
         "grasp_pressing_time_halved": halved(unlimited["time_above_limit_s"]),
         "grasp_peak_load_halved": halved(unlimited["peak_load"]),
+        # The fastest squeeze whose peak feedback halves (None: none of them).
+        "grasp_peak_load_halved_up_to_rad_s": max((s["rad_s"] for s in by_speed
+                                                   if s["ratio"] is not None and s["ratio"] <= 0.5), default=None),
         "grasp_mean_load_halved": halved(unlimited["mean_load"]),
         "push_pressing_time_halved": halved(pushed["time_above_limit_s"]),
         "push_peak_load_halved": halved(pushed["peak_load"]),
@@ -722,6 +821,8 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         # No sustained oscillation: what the leader's pushed joint does above 2 Hz stays within one encoder step.
         "stable": all(s["position_rms_above_2hz_rad"] < RAD_PER_STEP for s in stable["contact"]),
         "latency_two_ticks": latencies["max"] is not None and latencies["max"] <= 2.0,
+        "latency_two_ticks_without_machine_stalls": (latencies["max_without_machine_stalls"] is not None
+                                                     and latencies["max_without_machine_stalls"] <= 2.0),
     }
     write_result(out, result)
     return result
@@ -740,8 +841,15 @@ def main() -> int:
     parser.add_argument("--burners", type=int, default=0,
                         help="CPU-burning processes beside the bench for its whole run (default 0)")
     parser.add_argument("--latency-only", action="store_true", help="measure the latency alone")
+    parser.add_argument("--tty-workers", action="store_true",
+                        help="with --latency-only: the kernel's unbound kworkers (the tty work) at SCHED_FIFO "
+                             "one below --priority for the run (root; an experiment: it changes the machine "
+                             "while it runs)")
     args = parser.parse_args()
-    with burners(args.burners):
+    if args.tty_workers and not args.latency_only:
+        parser.error("--tty-workers is an experiment on the latency alone: give --latency-only")
+    workers = tty_workers_realtime(max(1, args.priority - 1)) if args.tty_workers else nullcontext([])
+    with burners(args.burners), workers as raised:
         if not args.latency_only:
             run(args.out or RESULTS / "feedback.json", args.priority, args.steps, args.burners)
         else:
@@ -750,7 +858,7 @@ def main() -> int:
                 result = {"latency": latency_result(Path(name), args.steps, realtime.priority),
                           "realtime": {"requested": realtime.requested, "priority": realtime.priority,
                                        "refused": realtime.refused}, "load_average": load_average(),
-                          "burners": args.burners}
+                          "burners": args.burners, "tty_workers_raised": len(raised)}
             if args.out is None:
                 print(json.dumps(result, indent=2))
             else:
