@@ -273,11 +273,15 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
     proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], conditions=[{"name": "only"}],
                                     trials_per_condition=5, time_limit_s=LIMIT_S, interventions_allowed=False))
     out = tmp_path / "bags"
+    # No camera, no metrics node and no verdict at stop: the walk and its outcomes need none of them, and
+    # the recorder's validator worker judged every trial beside the rig.
+    no_verdict = tmp_path / "no_verdict.yaml"
+    no_verdict.write_text(yaml.safe_dump({"recorder": {"ros__parameters": {"verdict": False}}}))
     pid, fd = pty.fork()
     if pid == 0:
-        # No camera and no metrics node: the walk and its outcomes need neither.
         os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "run", "sim", "--protocol", proto.path,
-                                  "--arg", f"output_dir={out}", "--arg", "cameras=", "--arg", "metrics=off"])
+                                  "--arg", f"output_dir={out}", "--arg", "cameras=", "--arg", "metrics=off",
+                                  "--param-file", str(no_verdict)])
     try:
         def trial(n: int) -> None:
             read_until(fd, rf"{n - 1}/5 trials done.*reset for condition 'only'", 90)
