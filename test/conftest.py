@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.procs import children, cmdline
+from support.realtime import TEST_DIR, realtime
 
 import teleop_flywheel  # noqa: F401 - before any test module imports numpy: its BLAS thread setting
 from teleop_flywheel.data.lerobot.encoder_process import context
@@ -106,20 +107,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 _OWN_BASETEMP = pytest.StashKey[str]()
 
 
-# Tests that run real processes against the wall clock (simulated arms and their buses, ROS sessions,
-# an operator's pty) are marked `realtime`. The README runs the others on two workers, then these one
-# at a time with the machine to themselves: beside a CPU-bound test, the demo saw a 0.64 s stall of
-# the follower's command stream and the unattended walk lost a takeover's label (`-n 2`, CI run of
-# this stop), while the data tests are CPU work that two cores share without harm.
-REALTIME = ("ros/", "hw/", "evaluation/", "policies/", "cli/test_cli_voice.py", "core/test_priority.py",
-            "core/test_signals.py", "data/convert/test_frame_labels_session.py", "data/convert/test_ingest_live.py",
-            "data/reports/test_task_init_lerobot.py", "recording/recorder/test_episode_recorder.py")
-TEST_DIR = Path(__file__).resolve().parent
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of the modules `support.realtime.REALTIME` lists `realtime`."""
     for item in items:
-        if item.path.resolve().relative_to(TEST_DIR).as_posix().startswith(REALTIME):
+        if realtime(item.path):
             item.add_marker(pytest.mark.realtime)
 
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import architecture_doc
+from support import architecture_doc, realtime
 from support.paths import PACKAGE, ROOT
 
 FLOORS = ("core", "hw", "recording", "data", "fleet", "policies", "training", "testing", "evaluation", "ros", "cli")
@@ -186,6 +186,13 @@ def test_tests_mirror_the_package() -> None:
     loose = sorted(p.name for p in tests.glob("*.py") if p.name not in ("conftest.py",) and p.stem not in (
         "test_architecture", "test_style", "test_readme", "test_colcon_build"))
     assert loose == [], f"tests outside a package folder: {loose}"
+
+
+def test_tests_against_the_wall_clock_are_marked_realtime() -> None:
+    """A module that starts a simulated arm, a session, a node spinning or a pty runs one at a time
+    (support/realtime.py): on a worker beside CPU-bound tests its streams stall. Every listed path exists."""
+    assert realtime.unlisted_wall_clock_modules() == {}, "add these to REALTIME in test/support/realtime.py"
+    assert [p for p in realtime.REALTIME if not (realtime.TEST_DIR / p).exists()] == []
 
 
 def test_architecture_page_shows_the_enforced_tree() -> None:

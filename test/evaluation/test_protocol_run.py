@@ -61,6 +61,16 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def _no_verdict(tmp_path: Path, **nodes: dict[str, object]) -> str:
+    """A `--param-file` turning the recorder's verdict at stop off, and setting `nodes`' parameters: the
+    walks' tests read no verdict, and with it on the recorder's validator worker judges every trial
+    beside the rig and the session's stop waits up to 5 s for the last one's."""
+    path = tmp_path / "no_verdict.yaml"
+    sections = {"recorder": {"verdict": False}, **nodes}
+    path.write_text(yaml.safe_dump({node: {"ros__parameters": params} for node, params in sections.items()}))
+    return str(path)
+
+
 def test_checkpoint_specs_machine_check_and_reserved_labels(tmp_path: Path) -> None:
     p = load_protocol(_protocol(tmp_path))
     assert p.checkpoints == ("ckpt-a", "ckpt-b") and p.checkpoint("ckpt-b").sim_failure_scale == 0.0
@@ -180,11 +190,9 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     out = tmp_path / "bags"
     # The camera at 320x240 and no metrics node: what is checked needs neither more pixels nor the
     # exporter, and each costs CPU on a 2-core machine.
-    no_verdict = tmp_path / "no_verdict.yaml"
-    no_verdict.write_text(yaml.safe_dump({"recorder": {"ros__parameters": {"verdict": False}},
-                                          "camera_front": {"ros__parameters": {"width": 320, "height": 240}}}))
+    no_verdict = _no_verdict(tmp_path, camera_front={"width": 320, "height": 240})
     res = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--arg", f"output_dir={out}",
-               "--arg", "metrics=off", "--param-file", str(no_verdict))
+               "--arg", "metrics=off", "--param-file", no_verdict)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "4/4 trials recorded" in res.stdout
     bags = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
@@ -236,7 +244,7 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     for b in lost:
         shutil.rmtree(b)
     again = _cli("run", "sim", "--protocol", proto.path, "--unattended", "--resume", "--arg", f"output_dir={out}",
-                 "--arg", "metrics=off", "--param-file", str(no_verdict))
+                 "--arg", "metrics=off", "--param-file", no_verdict)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming: 2 trial(s)" in again.stdout and "4/4 trials recorded" in again.stdout
     now = sorted(p for p in out.iterdir() if p.is_dir() and p.name != "discarded")
@@ -273,11 +281,13 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
     proto = load_protocol(_protocol(tmp_path, checkpoints=["ckpt-a"], conditions=[{"name": "only"}],
                                     trials_per_condition=5, time_limit_s=LIMIT_S, interventions_allowed=False))
     out = tmp_path / "bags"
+    no_verdict = _no_verdict(tmp_path)
     pid, fd = pty.fork()
     if pid == 0:
         # No camera and no metrics node: the walk and its outcomes need neither.
         os.execv(sys.executable, [sys.executable, "-m", "teleop_flywheel.cli", "run", "sim", "--protocol", proto.path,
-                                  "--arg", f"output_dir={out}", "--arg", "cameras=", "--arg", "metrics=off"])
+                                  "--arg", f"output_dir={out}", "--arg", "cameras=", "--arg", "metrics=off",
+                                  "--param-file", no_verdict])
     try:
         def trial(n: int) -> None:
             read_until(fd, rf"{n - 1}/5 trials done.*reset for condition 'only'", 90)

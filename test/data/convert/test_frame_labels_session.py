@@ -27,7 +27,12 @@ from teleop_flywheel.recording.mcap.reader import open_bag  # noqa: E402
 from teleop_flywheel.ros.nodes.common import STREAM_QOS  # noqa: E402
 from teleop_flywheel.ros.nodes.recorder_client import RecorderClient  # noqa: E402
 from teleop_flywheel.ros.session.clients import PolicyClient, RecorderStatus  # noqa: E402
-from teleop_flywheel.ros.session.launch.graph import CameraSpec, SessionConfig, build_graph  # noqa: E402
+from teleop_flywheel.ros.session.launch.graph import (  # noqa: E402
+    CameraSpec,
+    SessionConfig,
+    build_graph,
+    with_parameters,
+)
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 
 # (takeover at, label at, hand back at, label, teleop-mode correction)
@@ -53,12 +58,13 @@ class _Authority:
 
 
 def _record(out: Path) -> list[Path]:
-    # No metrics node: nothing here reads it, and a process fewer starts on a 2-core machine.
+    # No metrics node and no verdict at stop: nothing here reads them; the recorder's validator worker
+    # judged every episode beside the rig, and its stop waited up to 5 s for the last one's verdict.
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=30.0, width=320,
                                             height=240),), output_dir=str(out), task="labels", operator="test",
                         checkpoint_id="scripted-v0", metrics="off")
     bags = []
-    with Session(build_graph("sim", cfg)) as session:
+    with Session(with_parameters(build_graph("sim", cfg), {"recorder": {"verdict": False}})) as session:
         operator = RecorderClient(session.context, "labels_operator")
         policy, status = PolicyClient(operator.node), RecorderStatus(operator.node)
         mode = operator.node.create_client(SetBool, "/teleop/set_policy_mode")
