@@ -293,6 +293,10 @@ def _scale_fits(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _fb(d: dict[str, Any], scenario: str, mode: str, figure: str, unit: str = "") -> str:
     """`feedback`'s figure without feedback → with `mode`."""
     return f"{d[scenario]['off'][figure]:.2f} → {d[scenario][mode][figure]:.2f}{unit}"
@@ -533,12 +537,15 @@ BENCH_LINES: dict[str, Any] = {
         f"the grip limit {_fb(d, 'grasp_without_follower_force_limit', 'gripper', 'time_above_limit_s', ' s')} "
         f"({_met(d['met']['grasp_pressing_time_halved'])}), mean load over the contact "
         f"{_fb(d, 'grasp_without_follower_force_limit', 'gripper', 'mean_load')} "
-        f"({_met(d['met']['grasp_mean_load_halved'])}), peak "
-        f"{d['grasp_without_follower_force_limit']['gripper']['peak_load']:.2f} either way "
+        f"({_met(d['met']['grasp_mean_load_halved'])}), peak at {d['operator']['push_rad_s']:g} rad/s "
+        f"{_fb(d, 'grasp_without_follower_force_limit', 'gripper', 'peak_load')} "
         f"({_met(d['met']['grasp_peak_load_halved'])}: the servo's cap, reached "
         f"{d['grasp_without_follower_force_limit']['gripper']['first_contact']['peak']['ms']:.0f} ms after contact, "
-        "within the operator's reaction; with the follower's own force limit, the default soft hold, the "
-        f"follower is above the limit {1000 * d['grasp']['gripper']['time_above_limit_s']:.0f} ms per grasp); "
+        "within the operator's reaction), by the squeeze's speed "
+        + ", ".join(f"{s['rad_s']:g} rad/s {s['ratio']:.2f}×" for s in d["grasp_peak_by_squeeze_speed"])
+        + f" (halved up to {d['met']['grasp_peak_load_halved_up_to_rad_s']:g} rad/s); with the follower's own "
+        "force limit, the default soft hold, the follower is above the limit "
+        f"{1000 * d['grasp']['gripper']['time_above_limit_s']:.0f} ms per grasp; "
         "push into a blocked joint, peak load "
         f"{_fb(d, 'push', 'contact', 'peak_load')} "
         f"({_met(d['met']['push_peak_load_halved'])}), mean load over the contact "
@@ -560,8 +567,14 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['latency']['rendered']} grasps median {d['latency']['median']:.1f}, p95 {d['latency']['p95']:.1f}, "
         f"max {d['latency']['max']:.1f} ticks, {d['latency']['within_two_ticks']} within two "
         f"({_met(d['met']['latency_two_ticks'])}; threads at SCHED_FIFO {d['realtime']['priority']}, "
-        f"{d['burners']} CPU burners beside, load {d['load_average'][0]:.1f}; meanwhile a sleeper at that "
-        f"priority woke > 2 ms late {d['latency']['machine']['late_over_2ms']} times, at most "
+        f"{d['burners']} CPU burners beside, load {d['load_average'][0]:.1f}), max "
+        f"{d['latency']['max_without_machine_stalls']:.1f} without the "
+        f"{_count(len(d['latency']['during_machine_stalls']), 'grasp')} during which the machine stalled a probe "
+        "of its own at that priority > 2 ms "
+        f"({_met(d['met']['latency_two_ticks_without_machine_stalls'])}; meanwhile the probe's byte through a pty "
+        f"took > 2 ms {d['latency']['machine']['tty_pass_over_2ms']} times, at most "
+        f"{d['latency']['machine']['tty_pass_max_ms']:.0f} ms: the kernel's tty work at the normal policy; its "
+        f"sleep woke > 2 ms late {d['latency']['machine']['late_over_2ms']} times, at most "
         f"{d['latency']['machine']['late_max_ms']:.0f} ms)"
     ),
     "audit": lambda d: (
