@@ -117,7 +117,7 @@ def test_readme_is_short_its_links_resolve_and_its_picture_exists() -> None:
         "benchmarks",
     ):
         assert f"(docs/{doc}.md" in text, doc
-    from teleop_flywheel.ros.reference import FOLDED_LINES
+    from teleop_flywheel.ros.benchmark_lines import FOLDED_LINES
 
     bench = sorted(p.stem for p in (ROOT / "bench" / "results").glob("*.json") if p.stem not in FOLDED_LINES)
     assert [b for b in bench if f"\n- `{b}` (" in text] == bench  # one line per benchmark (or folded into one)
