@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from teleop_flywheel.hw.arm import ArmConfig, ArmDriver
 from teleop_flywheel.hw.arm.rendering import FEEDBACK_STALE_S
 from teleop_flywheel.hw.errors import BusTimeout, PortUnavailable
 from teleop_flywheel.hw.feetech.sim import Faults, Hand, SimulatedArm
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
 
 pytestmark = pytest.mark.timeout(120)
 GRIPPER = JOINT_NAMES.index("gripper")
@@ -127,6 +129,31 @@ def test_a_trigger_closed_at_a_hands_pace_on_nothing_renders_nothing(tmp_path: P
         assert r.leader.servos[GRIPPER + 1].position < 2100, "the trigger closed"
         assert not any(limited), "the follower's force limit took its own close for a grasp"
         assert not any(torqued), "the trigger pushed back on nothing"
+
+
+def test_a_grasp_held_by_a_soft_hand_is_rendered_steadily_not_buzzed(tmp_path: Path) -> None:
+    """A hand 40x softer than the default holds the trigger 0.1 rad past where it was when the jaws
+    met the object and does not react: the trigger's spring pushes it back, the follower's goal
+    with it, and the load the grasp is judged by with that. The leader's gripper is a soft spring
+    (P_Coefficient 8) so this settles; at the other joints' P 16 the rendering switched on and off
+    at ~11 Hz (23 times in 2 s in bench/feedback.py's `stability_grasp`): a buzz in the hand."""
+    with rig(tmp_path, "gripper", human=OPEN, hand=Hand(stiffness=0.5)) as r:
+        r.run(2.0)  # the follower's soft start to the open pose
+        start = time.monotonic()
+        r.leader.set_human(lambda t: OPEN[:GRIPPER] + [max(SQUEEZE[GRIPPER], OPEN[GRIPPER] - 326.0 * (
+            time.monotonic() - start))])  # squeezed at a hand's 0.5 rad/s
+        r.run(5.0, until=lambda: r.follower.servos[GRIPPER + 1].position <= OBJECT + 1.0)
+        held = r.leader.servos[GRIPPER + 1].position - 0.1 * STEPS_PER_RAD
+        r.leader.set_human(lambda t: SQUEEZE[:GRIPPER] + [held])
+        r.run(4.0, until=r.gripper_torque)
+        r.run(0.5)  # the push to the held pose
+        ticks: list[tuple[float, bool]] = []  # (when, the trigger torqued) after each pass of the loop
+        r.run(1.5, until=lambda: ticks.append((time.monotonic(), r.gripper_torque())) and False)
+        # A pass that came later than the feedback's staleness rightly lets go: the loop was starved.
+        let_go = [b - a for (a, was), (b, now) in pairwise(ticks) if was and not now]
+        assert len(ticks) > 20 and not [gap for gap in let_go if gap < FEEDBACK_STALE_S], (
+            f"the grasp let go {len(let_go)} times in {len(ticks)} passes (after {let_go} s)")
+        assert r.hand_on_gripper() > 0.02, "the spring is felt (nothing, at rest without torque)"
 
 
 def test_the_feedback_lets_go_when_the_hand_opens_and_when_the_follower_goes_quiet(tmp_path: Path) -> None:
