@@ -29,7 +29,12 @@ Scenarios, each with feedback `off`, `gripper` and `contact`:
 - the grasp without the force limit at slower squeezes (`SQUEEZE_RAD_S`), `off` against `gripper`
   (`grasp_peak_by_squeeze_speed`): the load at the first contact reading and its climb both grow
   with the squeeze's speed, and the operator's reaction comes after a fixed time, so whether
-  feedback can halve the peak depends on how fast the trigger is squeezed.
+  feedback can halve the peak depends on how fast the trigger is squeezed;
+- the same grasp at `PUSH_RAD_S` with other hands (`HANDS`, `grasp_peak_by_hand`): a light finger
+  (one that presses with at most 0.1 of the servo's maximum torque, which the leader's 0.15
+  ceiling overpowers) and a soft hand (a tenth of the default stiffness). Before any reaction only
+  the leader's push against the hand itself can stop the trigger: it does so for a hand it
+  overpowers, or yields to, not for the default's firm one.
 
 Each scenario and mode runs `REPEATS` times, the modes of one repeat back to back (they share the
 machine's load); each figure is the median, each ratio the medians' and every repeat's. Measured:
@@ -49,8 +54,9 @@ load climbs. Also:
   (the modes of a seed back to back); the ratio of the medians to `off` and each seed's (goal:
   within 10 %);
 - `stability`: the push with a hand that does not react (its intended pose held 0.1 rad past the
-  blocked one) over a range of hand stiffness; the leader's pushed joint's velocity (its own
-  readings) RMS above 2 Hz, against the same run without feedback, and how often the rendering
+  blocked one) over a range of hand stiffness, and the grasp so (the trigger held 0.1 rad past
+  where it was when the jaws met the object, `stability_grasp`); the leader's joint's velocity (its
+  own readings) RMS above 2 Hz, against the same run without feedback, and how often the rendering
   switched on;
 - `latency`: over `LATENCY_STEPS` grasps in one rig (`latency_steps`: the trigger squeezed until
   the grasp is rendered, then let open), from the follower reading that first shows the grasp to
@@ -114,7 +120,7 @@ from teleop_flywheel.hw.arm.grasp import STALLED_RAD_S
 from teleop_flywheel.hw.arm.rendering import Rendered
 from teleop_flywheel.hw.feetech.bus import FeetechBus
 from teleop_flywheel.hw.feetech.sim import Hand, SimulatedArm
-from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD
+from teleop_flywheel.hw.feetech.sim.servo import STEPS_PER_RAD, YIELDING_FINGER
 
 RATE_HZ = 200.0
 MODES = ("off", "gripper", "contact")
@@ -131,6 +137,9 @@ GRASP_HELD_S = 2.25  # a grasp run's length after the jaws meet the object (at P
 # Squeeze speeds the grasp's peak is measured at besides PUSH_RAD_S (`grasp_peak_by_squeeze_speed`):
 # the load at the first contact reading, and how fast it climbs, grow with the speed.
 SQUEEZE_RAD_S = (0.1, 0.15, 0.2, 0.3)
+# Hands the grasp's peak is measured with besides the default (`grasp_peak_by_hand`), at PUSH_RAD_S:
+# what stops the trigger before the operator's reaction is the leader's push against the hand itself.
+HANDS = {"light_finger": YIELDING_FINGER, "soft_hand": Hand(stiffness=2.0)}
 POSE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 3000.0]  # leader shaft steps: the operator's start (trigger open)
 CONTACT_LOAD = 0.05  # a joint standing still with this load is on something (the contact's start)
 REPEATS = 3  # each scenario and mode, interleaved (the modes of one repeat share the machine's load)
@@ -382,14 +391,15 @@ def collision_hold(on: bool) -> Iterator[None]:
 
 
 def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIMIT,
-             hold: bool = True, speed: float = PUSH_RAD_S) -> dict[str, Any]:
-    """One `grasp` or `push` run: free motion, then the operator's push at `speed`; what the
-    follower pressed. A grasp goes on for `GRASP_HELD_S` after the jaws meet the object."""
+             hold: bool = True, speed: float = PUSH_RAD_S, hand: Hand | None = None) -> dict[str, Any]:
+    """One `grasp` or `push` run: free motion, then the operator's push at `speed` with `hand`
+    (None: the simulator's default); what the follower pressed. A grasp goes on for `GRASP_HELD_S`
+    after the jaws meet the object."""
     grasp = kind == "grasp"
     joint = GRIPPER if grasp else PAN
     target = 2000.0 if grasp else POSE[PAN] + 0.3 * STEPS_PER_RAD  # the trigger shut; 0.3 rad past the pan
     with (collision_hold(hold),
-          rig(tmp, mode, grip_object=OBJECT if grasp else None, grip_force_limit=grip_force_limit) as run):
+          rig(tmp, mode, hand=hand, grip_object=OBJECT if grasp else None, grip_force_limit=grip_force_limit) as run):
         warm_up(run)
         settle(run, 1.0)
         start = now_ns()
@@ -407,15 +417,15 @@ def scenario(tmp: Path, kind: str, mode: str, grip_force_limit: float = LOAD_LIM
         stopped_at = followers[-1].positions[joint]  # where the follower's joint stopped (its own reading)
         stopped = ArmPair(calibration("leader"), calibration("follower")).to_leader(followers[-1].positions)[joint]
         past = (leader_rad(joint, run.operator.intended) - stopped) * math.copysign(1.0, target - POSE[joint])
-        hand = [(t, f) for t, f in list(run.hand) if t * NS_PER_S >= start]
+        forces = [(t, f) for t, f in list(run.hand) if t * NS_PER_S >= start]
         out = pressing(followers, joint) | sustained(followers, joint, run.follow.state.faults.summary() != "") | {
             "mash_rad": round(max(0.0, past), 3),
             "operator_stopped": run.operator.stopped,
             "follower_faults": run.follow.state.faults.summary(),
             "follower_stopped_at_rad": round(stopped_at, 3),
         }
-        out["first_contact"] = first_contact(followers, leaders, hand, joint, math.copysign(1.0, target - POSE[joint]),
-                                             run.operator.stopped_ns)
+        out["first_contact"] = first_contact(followers, leaders, forces, joint,
+                                             math.copysign(1.0, target - POSE[joint]), run.operator.stopped_ns)
         if grasp:
             parts = latency(followers, leaders)
             out["latency_ticks"] = parts and parts["ticks"]
@@ -619,22 +629,33 @@ def realtime_threads_elsewhere() -> int:
     return count
 
 
-def stability(tmp: Path, mode: str, stiffness: float) -> dict[str, Any]:
-    """A hand of `stiffness` holding its intended pose 0.1 rad past the blocked shoulder_pan: the
-    leader's pan velocity RMS above 2 Hz (rad/s) and how often the rendering switched on."""
-    with rig(tmp, mode, hand=Hand(stiffness=stiffness)) as run:
+def stability(tmp: Path, mode: str, stiffness: float, kind: str = "push") -> dict[str, Any]:
+    """A hand of `stiffness` that does not react, its intended pose held 0.1 rad past where the
+    follower stops: for `push`, past the blocked shoulder_pan; for `grasp`, past where the trigger
+    was when the jaws met the object (squeezed at `PUSH_RAD_S`, the follower's force limit on). The
+    leader's joint's velocity RMS above 2 Hz (rad/s, its own readings) and how often the rendering
+    switched on."""
+    grasp = kind == "grasp"
+    joint = GRIPPER if grasp else PAN
+    with rig(tmp, mode, hand=Hand(stiffness=stiffness), grip_object=OBJECT if grasp else None) as run:
         warm_up(run)
         settle(run, 1.0)
-        pan = run.follower.servos[PAN + 1]
-        pan.blocked_at = pan.position
-        push(run, PAN, POSE[PAN] + 0.1 * STEPS_PER_RAD, react=False)
+        if grasp:
+            push(run, GRIPPER, 2000.0, react=False)
+            jaws = run.follower.servos[GRIPPER + 1]
+            wait(lambda: jaws.position <= OBJECT + 1.0, 60.0)
+            run.operator.target = run.leader.servos[GRIPPER + 1].position - 0.1 * STEPS_PER_RAD
+        else:
+            pan = run.follower.servos[PAN + 1]
+            pan.blocked_at = pan.position
+            push(run, PAN, POSE[PAN] + 0.1 * STEPS_PER_RAD, react=False)
         time.sleep(1.0)  # the push reaches its pose (0.2 s) and settles
         start = now_ns()
         time.sleep(2.0)
         _followers, leaders = run.since(start)
-    v = np.array([r.velocities[PAN] for r, _d in leaders])
-    x = np.array([r.positions[PAN] for r, _d in leaders])
-    on = [bool(d is not None and d.ceilings[PAN] > 0) for _r, d in leaders]
+    v = np.array([r.velocities[joint] for r, _d in leaders])
+    x = np.array([r.positions[joint] for r, _d in leaders])
+    on = [bool(d is not None and d.ceilings[joint] > 0) for _r, d in leaders]
     high, peak_hz = above_2hz(v)
     return {"stiffness": stiffness, "velocity_rms_above_2hz_rad_s": round(high, 4),
             "position_rms_above_2hz_rad": round(above_2hz(x)[0], 5), "peak_hz": peak_hz,
@@ -732,6 +753,12 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
             for v, by_mode in squeezes.items():
                 for mode, done in by_mode.items():
                     done.append(scenario(tmp, "grasp", mode, grip_force_limit=0.0, speed=v))
+        # The same at PUSH_RAD_S with other hands, each hand's modes back to back.
+        by_hand: dict[str, dict[str, list[dict[str, Any]]]] = {h: {"off": [], "gripper": []} for h in HANDS}
+        for _repeat in range(REPEATS):
+            for h, by_mode in by_hand.items():
+                for mode, done in by_mode.items():
+                    done.append(scenario(tmp, "grasp", mode, grip_force_limit=0.0, hand=HANDS[h]))
         # Each seed a start along the free motion, the modes of one seed back to back (paired).
         drag_runs = {mode: [] for mode in MODES}
         for seed in range(DRAG_SEEDS):
@@ -740,6 +767,7 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         drags = {mode: median(v) for mode, v in drag_runs.items()}
         stiffness = (0.5, 2.0, 20.0)  # Present_Load units per step: a hand ~40x softer than the default to it
         stable = {mode: [stability(tmp, mode, k) for k in stiffness] for mode in ("off", "contact")}
+        stable_grasp = {mode: [stability(tmp, mode, k, "grasp") for k in stiffness] for mode in ("off", "gripper")}
         latencies = latency_result(tmp, steps, realtime.priority)
     grasp = {m: summarise(r) for m, r in runs["grasp"].items()}
     grasp_unlimited = {m: summarise(r) for m, r in runs["grasp_without_follower_force_limit"].items()}
@@ -784,12 +812,26 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
                  "repeats": [ratio(a["peak_load"], b["peak_load"])
                              for a, b in zip(squeezed_runs[v]["gripper"], squeezed_runs[v]["off"], strict=True)]}
                 for v in sorted(squeezed)]
+    handed = {"firm_hand": grasp_unlimited} | {h: {m: summarise(r) for m, r in by_mode.items()}
+                                               for h, by_mode in by_hand.items()}
+    handed_runs = {"firm_hand": runs["grasp_without_follower_force_limit"]} | by_hand
+    hands = {"firm_hand": Hand()} | HANDS
+    by_hand_rows = [{"hand": h, "stiffness": hands[h].stiffness, "limit": hands[h].limit / 1000.0,
+                     "off": handed[h]["off"]["peak_load"], "gripper": handed[h]["gripper"]["peak_load"],
+                     "felt_ms": handed[h]["gripper"]["first_contact"]["felt"]["ms"],
+                     "peak_ms": handed[h]["gripper"]["first_contact"]["peak"]["ms"],
+                     "ratio": ratio(handed[h]["gripper"]["peak_load"], handed[h]["off"]["peak_load"]),
+                     "time_above_limit_ratio": ratio(handed[h]["gripper"]["time_above_limit_s"],
+                                                     handed[h]["off"]["time_above_limit_s"]),
+                     "repeats": [ratio(a["peak_load"], b["peak_load"])
+                                 for a, b in zip(handed_runs[h]["gripper"], handed_runs[h]["off"], strict=True)]}
+                    for h in handed]
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
         "load_limit": LOAD_LIMIT, "grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited,
         "push": push, "push_without_follower_collision_hold": push_unheld, "drag_rms": drags, "stability": stable,
-        "ratios": ratios, "grasp_peak_by_squeeze_speed": by_speed,
-        "latency": latencies,
+        "stability_grasp": stable_grasp, "ratios": ratios, "grasp_peak_by_squeeze_speed": by_speed,
+        "grasp_peak_by_hand": by_hand_rows, "latency": latencies,
         "load_average": load_average(), "burners": burning, "seconds": round(time.monotonic() - began, 1),
         "realtime": {"requested": realtime.requested, "priority": realtime.priority, "refused": realtime.refused},
     }
@@ -803,6 +845,9 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         # The grasp without the follower's own force limit (with it, the follower never presses much).
         "grasp_pressing_time_halved": halved(unlimited["time_above_limit_s"]),
         "grasp_peak_load_halved": halved(unlimited["peak_load"]),
+        # The hands whose peak feedback halves at PUSH_RAD_S.
+        "grasp_peak_load_halved_with_hands": [r["hand"] for r in by_hand_rows
+                                              if r["ratio"] is not None and r["ratio"] <= 0.5],
         # The fastest squeeze whose peak feedback halves (None: none of them).
         "grasp_peak_load_halved_up_to_rad_s": max((s["rad_s"] for s in by_speed
                                                    if s["ratio"] is not None and s["ratio"] <= 0.5), default=None),
@@ -819,7 +864,8 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
         "drag_within_10_percent": all(r is not None and abs(r - 1.0) <= 0.1 for r in (ratios["drag_gripper_vs_off"],
                                                                                      ratios["drag_contact_vs_off"])),
         # No sustained oscillation: what the leader's pushed joint does above 2 Hz stays within one encoder step.
-        "stable": all(s["position_rms_above_2hz_rad"] < RAD_PER_STEP for s in stable["contact"]),
+        "stable": all(s["position_rms_above_2hz_rad"] < RAD_PER_STEP
+                      for s in [*stable["contact"], *stable_grasp["gripper"]]),
         "latency_two_ticks": latencies["max"] is not None and latencies["max"] <= 2.0,
         "latency_two_ticks_without_machine_stalls": (latencies["max_without_machine_stalls"] is not None
                                                      and latencies["max_without_machine_stalls"] <= 2.0),

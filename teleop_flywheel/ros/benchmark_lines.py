@@ -282,8 +282,11 @@ BENCH_LINES: dict[str, Any] = {
         f"{d['grasp_without_follower_force_limit']['gripper']['first_contact']['peak']['ms']:.0f} ms after contact, "
         "within the operator's reaction), by the squeeze's speed "
         + ", ".join(f"{s['rad_s']:g} rad/s {s['ratio']:.2f}×" for s in d["grasp_peak_by_squeeze_speed"])
-        + f" (halved up to {d['met']['grasp_peak_load_halved_up_to_rad_s']:g} rad/s); with the follower's own "
-        "force limit, the default soft hold, the follower is above the limit "
+        + f" (halved up to {d['met']['grasp_peak_load_halved_up_to_rad_s']:g} rad/s), at "
+        f"{d['operator']['push_rad_s']:g} rad/s by the hand "
+        + ", ".join(f"{h['hand'].replace('_', ' ')} {h['ratio']:.2f}×" for h in d["grasp_peak_by_hand"])
+        + " (before the reaction only the trigger's push against the hand can stop it); with the follower's "
+        "own force limit, the default soft hold, the follower is above the limit "
         f"{1000 * d['grasp']['gripper']['time_above_limit_s']:.0f} ms per grasp; "
         "push into a blocked joint, peak load "
         f"{_fb(d, 'push', 'contact', 'peak_load')} "
