@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import yaml
+from support.imports import loaded_after
 from support.paths import ROOT
 
 from teleop_flywheel.evaluation.errors import EvalError, ProtocolError
@@ -279,10 +277,5 @@ def test_reading_trials_does_not_import_the_data_stack() -> None:
     """An unattended walk reads trials (`read_trial`, `final_follower_pose`) while the rig runs: the
     lineage registry's data stack (pandas, the LeRobot dataset), which only the table needs, cost
     1-4 s of CPU there, taken between a trial's end and its bag's stop."""
-    code = ("import sys\n"
-            "from teleop_flywheel.evaluation.report import final_follower_pose, read_trial\n"
-            "print(sorted(m for m in ('pandas', 'pyarrow', 'teleop_flywheel.data.provenance') if m in sys.modules))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+    assert loaded_after("from teleop_flywheel.evaluation.report import final_follower_pose, read_trial",
+                        "pandas", "pyarrow", "teleop_flywheel.data.provenance") == []
