@@ -5,7 +5,9 @@ bytecodes of `Event.wait()` that hold the event's internal lock. A handler that 
 there waits for a lock its own thread holds, forever: a `sim-bus` whose supervisor had died (its
 SIGTERM from PR_SET_PDEATHSIG landed inside `stop.wait(0.2)`) was still alive a minute later.
 So the handler here only writes a byte to a pipe (a system call, no lock), and a thread of its own
-reads it and sets the event.
+reads it and sets the event. The pipe is also the interpreter's wakeup fd, written by the C-level
+handler the moment the signal arrives: a Python handler runs only once the main thread is back in
+Python, and a main thread waiting in C (a node's executor, up to NODE_POLL_S) ran it only then.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterable
 from types import FrameType, TracebackType
 from typing import Any
 
-_CLOSE = b"\1"
+_CLOSE = b"\xff"  # not a signal number: the wakeup fd carries those
 
 
 class SignalStop:
@@ -29,10 +31,12 @@ class SignalStop:
                  then: Callable[[], None] | None = None) -> None:
         self.stop = stop
         self.signals = tuple(signals)
+        self._stopping = {0, *self.signals}  # any other handled signal's number may reach the wakeup fd too
         self.then = then
         self._read, self._write = os.pipe2(os.O_CLOEXEC)
         os.set_blocking(self._write, False)  # a handler never blocks; one pending byte is enough
         self._previous: dict[int, Any] = {}
+        self._previous_wakeup = -1
         self._relay = threading.Thread(target=self._run, name="signal-stop", daemon=True)
 
     def _handler(self, _signum: int, _frame: FrameType | None) -> None:
@@ -46,14 +50,17 @@ class SignalStop:
             byte = os.read(self._read, 1)
             if not byte or byte == _CLOSE:
                 return
-            self.stop.set()
+            if byte[0] in self._stopping:  # the handler's byte, or the wakeup fd's signal number of ours
+                self.stop.set()
 
     def __enter__(self) -> SignalStop:
         self._relay.start()
         self._previous = {sig: signal.signal(sig, self._handler) for sig in self.signals}
+        self._previous_wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        signal.set_wakeup_fd(self._previous_wakeup)
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         os.set_blocking(self._write, True)

@@ -20,8 +20,6 @@ import numpy as np
 
 from teleop_flywheel.core.bag_topics import AUTHORITY, FOLLOWER_STATE
 from teleop_flywheel.core.so101 import JOINT_NAMES
-from teleop_flywheel.data.errors import LineageError
-from teleop_flywheel.data.provenance.lineage import Registry, source_summary
 from teleop_flywheel.evaluation.errors import EvalError
 from teleop_flywheel.evaluation.protocol import Protocol
 from teleop_flywheel.evaluation.stats import detectable_counts, fisher_exact, holm, wilson
@@ -280,6 +278,12 @@ def _comparisons(ckpts: list[str], conds: list[str], cells: list[Cell]) -> list[
 def _lineage(ckpts: list[str], registry: Path | None) -> dict[str, str]:
     """checkpoint → which manifest trained it; a checkpoint nobody registered (or an unreadable
     registry) says so in the table instead of silently having no line."""
+    # Here, not at the top: the registry's module imports the data stack (pandas, the LeRobot dataset),
+    # 1-4 s of CPU, and an unattended walk reads its trials (`read_trial`, `final_follower_pose`) between
+    # trials, beside the running rig, where only the table at the end needs the registry.
+    from teleop_flywheel.data.errors import LineageError
+    from teleop_flywheel.data.provenance.lineage import Registry, source_summary
+
     try:
         reg = Registry.load(registry)
     except LineageError as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.imports import loaded_after
 from support.paths import ROOT
 
 from teleop_flywheel.evaluation.errors import EvalError, ProtocolError
@@ -270,3 +271,11 @@ def test_the_recorded_final_state_passes_over_a_sample_missing_joints(tmp_path: 
     assert last == pytest.approx(list(whole.position[n - 2, columns]))
     assert follower_poses(bag) == (pytest.approx(list(whole.position[0, columns])),
                                    pytest.approx(list(whole.position[n - 1, columns])))
+
+
+def test_reading_trials_does_not_import_the_data_stack() -> None:
+    """An unattended walk reads trials (`read_trial`, `final_follower_pose`) while the rig runs: the
+    lineage registry's data stack (pandas, the LeRobot dataset), which only the table needs, cost
+    1-4 s of CPU there, taken between a trial's end and its bag's stop."""
+    assert loaded_after("from teleop_flywheel.evaluation.report import final_follower_pose, read_trial",
+                        "pandas", "pyarrow", "teleop_flywheel.data.provenance") == []

@@ -7,13 +7,13 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.imports import loaded_after
 from support.procs import node_cmd
 
 from teleop_flywheel.policies import load_policy
@@ -179,7 +179,6 @@ def test_replay_of_a_dataset_on_a_real_follower_needs_the_followers_calibration(
 def test_plugins_are_imported_only_when_named() -> None:
     """Loading the project and the built-ins (and listing the plugins) imports neither torch nor LeRobot."""
     code = (
-        "import sys\n"
         "import teleop_flywheel.ros.nodes.policy\n"
         "from teleop_flywheel.policies import load_policy\n"
         "p = load_policy('scripted', '', '')\n"
@@ -188,13 +187,8 @@ def test_plugins_are_imported_only_when_named() -> None:
         "    load_policy('gpt', '', '')\n"
         "except ValueError as exc:\n"
         "    assert 'lerobot, replay, scripted' in str(exc), exc  # the plugin is listed, not imported\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lerobot')\n"
-        "             or m == 'teleop_flywheel.policies.lerobot_checkpoint')\n"
-        "print(bad)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert loaded_after(code, "torch", "lerobot", "teleop_flywheel.policies.lerobot_checkpoint") == []
 
 
 def test_policy_node_tags_commands_with_the_checkpoint() -> None:

@@ -23,6 +23,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.context import Context
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.guard_condition import GuardCondition
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -188,7 +189,8 @@ def _spin(factory: Callable[[], Node], name: str, shutdown_bound_s: float, stop:
         # A signal wakes the executor at once; a node's `failure` (a reason it cannot go on) is seen
         # within a poll. A poll costs the process a wait-set build (~0.3 ms of CPU): at 0.1 s that
         # was a tenth of an arm driver's budget beside its 200 Hz bus loop.
-        threading.Thread(target=_wake_on, args=(stop, executor), name="stop-waker", daemon=True).start()
+        threading.Thread(target=_wake_on, args=(stop, node.create_guard_condition(lambda: None)),
+                         name="stop-waker", daemon=True).start()
         try:
             while not stop.is_set() and rclpy.ok() and not getattr(node, "failure", ""):
                 executor.spin_once(timeout_sec=NODE_POLL_S)
@@ -248,10 +250,13 @@ def _realtime_process(node: Node) -> None:
                          say=lambda message: log_at(node, "warning", message))
 
 
-def _wake_on(stop: threading.Event, executor: SingleThreadedExecutor) -> None:
+def _wake_on(stop: threading.Event, wake: GuardCondition) -> None:
+    """Once `stop` is set, trigger `wake`, a guard condition of the spinning node: its (empty) callback
+    is work, so `spin_once` returns. `Executor.wake()` would not do: `spin_once` goes back to waiting
+    until its timeout when woken with nothing to run (an idle node took NODE_POLL_S to see a signal)."""
     stop.wait()
-    with contextlib.suppress(Exception):  # noqa: BLE001 - a signal after the node already stopped: its executor is gone
-        executor.wake()
+    with contextlib.suppress(Exception):  # noqa: BLE001 - a signal after the node already stopped: it is gone
+        wake.trigger()
 
 
 SPIN_POLL_S = 0.05  # a node's spin thread looks at its stop flag this often when nothing arrives

@@ -41,6 +41,7 @@ from teleop_flywheel.core.topics import (
 )
 from teleop_flywheel.evaluation.errors import ProtocolError
 from teleop_flywheel.evaluation.protocol import Condition, Protocol, ProtocolWalker, Slot, TrialRecord
+from teleop_flywheel.evaluation.report import final_follower_pose, read_trial
 from teleop_flywheel.hw.feetech.sim import WORLD_POLL_S
 from teleop_flywheel.hw.pedal.virtual import VirtualPedal
 from teleop_flywheel.ros.errors import InterfaceError
@@ -243,7 +244,6 @@ class TrialDriver:
         slots, per checkpoint × condition in recording order), so an afternoon's walk continues
         where the morning's stopped. Returns how many were taken over."""
         from teleop_flywheel.evaluation.errors import EvalError
-        from teleop_flywheel.evaluation.report import read_trial
         from teleop_flywheel.recording.mcap.exceptions import BagReadError
 
         found = []
@@ -337,8 +337,6 @@ class TrialDriver:
         no follower state to judge (every read lost a servo: the arm, not the checkpoint, failed):
         the bag is moved to discarded/, `disagreement` says why and None is returned — the same
         slot comes up again."""
-        from teleop_flywheel.evaluation.report import final_follower_pose
-
         check = self.protocol.machine_check
         if check is None:
             raise ProtocolError(f"{self.protocol.path}: no success.machine_check to judge the trial")

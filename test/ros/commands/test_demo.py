@@ -20,7 +20,7 @@ def test_short_demo_records_validates_and_converts(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     with HostClockWatch() as clock:  # the host's own clock steps are CLOCK_STEP, rightly
         proc = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "demo", "--out", str(out),
-                               "--episodes", "4", "--seconds", "8"], capture_output=True, text=True, timeout=600)
+                               "--episodes", "4", "--seconds", "7"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # Its own graph: a random ROS domain of its own, localhost discovery, both printed.
     assert re.search(r"ROS graph: +domain \d+, discovery LOCALHOST", proc.stdout), proc.stdout[-2000:]

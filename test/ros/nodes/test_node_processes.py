@@ -264,6 +264,33 @@ def test_a_node_whose_stop_hangs_exits_within_the_shutdown_bound() -> None:
     assert "Timeout (0:00:02)!" in err and "in close" in err  # the stack says where it hung
 
 
+IDLE_NODE = _stopping_node("idle", """
+    def close(self):
+        print("closed", flush=True)
+
+import teleop_flywheel.ros.nodes.common as common
+common.NODE_POLL_S = 600.0  # so that only the signal can end its wait within the test's bound
+""", 60.0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_wakes_a_node_with_nothing_to_do(sig: signal.Signals) -> None:
+    """An idle node (no timer, no message: a pedal waiting for its device, an arm driver whose bus
+    loop has its own thread) stops on the signal itself, not on its next poll for a `failure`
+    (NODE_POLL_S): at the shipped 1 s poll, such nodes added up to a second to every session's stop."""
+    proc = subprocess.Popen([sys.executable, "-c", IDLE_NODE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "spinning\n"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out == "closed\n", err
+
+
 TEARDOWN_HANGS = _stopping_node("closes", """
     def close(self):
         print("closed", flush=True)

@@ -8,7 +8,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,29 +37,58 @@ PAN_HEIGHT, UPPER_ARM = 0.095, 0.116
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A running sim session (cameras as the default camera set: front) that has recorded one
     episode with a takeover, labelled, so every stream the layout reads has data."""
+    from std_msgs.msg import String
+
+    from teleop_flywheel.core.bag_topics import INTERVENTION
     from teleop_flywheel.hw.pedal.virtual import VirtualPedal
+    from teleop_flywheel.ros.nodes.common import LATCHED_QOS
     from teleop_flywheel.ros.nodes.recorder_client import RecorderClient
     from teleop_flywheel.ros.session.clients import RecorderStatus
 
     out = tmp_path_factory.mktemp("view") / "bags"
     cfg = SessionConfig(cameras=(CameraSpec("front", source="synthetic", device="synthetic", fps=15.0),),
                         output_dir=str(out), task="foxglove layout test", operator="test")
+    # The streams of the layout's panels the episode must hold (the intervention events are waited for
+    # by content; the URDF and /tf are served beside the bag).
+    streams = [t for t in topics_of(layout(("front",))) if t not in ("/robot_description", "/tf", INTERVENTION)]
+    events: list[dict[str, Any]] = []
+
+    def count(s: dict[str, Any], topic: str) -> int:
+        return int(s["topics"].get(topic, {}).get("count", 0))  # over the recorder's life
+
     # No verdict at stop: nothing here reads one, and the session's stop waited for the episode's (up to 5 s).
     with Session(with_parameters(build_graph("sim", cfg), {"recorder": {"verdict": False}})) as session:
         client = RecorderClient(session.context, "layout_operator")
         status = RecorderStatus(client.node)
+        client.node.create_subscription(String, INTERVENTION, lambda m: events.append(json.loads(m.data)), LATCHED_QOS)
         session.add_node(client.node)
         assert client.ready(30)
         status.wait_all_topics(60)
         pedal = VirtualPedal(session.graph.pedal_fifo)
+
+        def each_stream_recorded() -> None:
+            """Until every panel's stream has a message in the bag taken after this call."""
+            since = status.wait(lambda s: s["state"] == "recording", 30, "recording")
+            status.wait(lambda s: s["state"] == "recording" and all(count(s, t) > count(since, t) for t in streams),
+                        30, "a message of every layout stream")
+
+        def event_seen(ok: Callable[[dict[str, Any]], bool], what: str) -> None:
+            deadline = time.monotonic() + 30
+            while not any(ok(e) for e in events):
+                assert time.monotonic() < deadline, f"no intervention event {what}"
+                time.sleep(0.02)
+
         try:
+            # Waits for what the layout reads, not fixed times: the policy's streams before the takeover,
+            # the takeover's start on /teleop/intervention before its label, the labelled end after it.
             client.call("start")
-            time.sleep(1.5)
+            each_stream_recorded()
             pedal.takeover(True)
-            time.sleep(1.0)
+            event_seen(lambda e: e["end_ns"] is None, "starting the takeover")
             pedal.label("wrong_grasp")
             pedal.takeover(False)
-            time.sleep(1.5)
+            event_seen(lambda e: e["end_ns"] is not None and e["trigger"] == "wrong_grasp", "ending it, labelled")
+            each_stream_recorded()  # the hand-back's authority included
             client.label(outcome="success")
             before = status.last_saved()
             client.call("stop")
