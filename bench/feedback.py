@@ -694,6 +694,19 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def peak_row(summaries: dict[str, dict[str, Any]], runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A grasp's peak `off` against `gripper` (`summaries` of the `runs` per mode): each median, the
+    ratio of the medians and each repeat's (its modes ran back to back)."""
+    off, on = summaries["off"]["peak_load"], summaries["gripper"]["peak_load"]
+    return {"off": off, "gripper": on, "ratio": ratio(on, off),
+            "repeats": [ratio(a["peak_load"], b["peak_load"])
+                        for a, b in zip(runs["gripper"], runs["off"], strict=True)]}
+
+
 def latency_result(tmp: Path, steps: int, priority: int) -> dict[str, Any]:
     """`latency_steps` summarised: every grasp's ticks (sorted), median, p95, max, how many within
     two ticks, the parts' medians and maxima, and the machine's own stalls meanwhile."""
@@ -774,9 +787,6 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
     push = {m: summarise(r) for m, r in runs["push"].items()}
     push_unheld = {m: summarise(r) for m, r in runs["push_without_follower_collision_hold"].items()}
 
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return round(a / b, 3) if a is not None and b else None
-
     def ratios_of(key: str, mode: str, figure: str) -> dict[str, Any]:
         """The ratio of the medians, and each repeat's (its modes ran back to back)."""
         medians = {"grasp": grasp, "grasp_without_follower_force_limit": grasp_unlimited, "push": push,
@@ -805,26 +815,20 @@ def run(out: Path, priority: int = RT_PRIORITY, steps: int = LATENCY_STEPS, burn
     squeezed = {**{v: {m: summarise(r) for m, r in by_mode.items()} for v, by_mode in squeezes.items()},
                 PUSH_RAD_S: grasp_unlimited}
     squeezed_runs = {**squeezes, PUSH_RAD_S: runs["grasp_without_follower_force_limit"]}
-    by_speed = [{"rad_s": v, "off": squeezed[v]["off"]["peak_load"], "gripper": squeezed[v]["gripper"]["peak_load"],
+    by_speed = [{"rad_s": v, **peak_row(squeezed[v], squeezed_runs[v]),
                  "contact_load": squeezed[v]["gripper"]["first_contact"]["contact_load"],
-                 "operator_stopped_ms": squeezed[v]["gripper"]["first_contact"]["operator_stopped"]["ms"],
-                 "ratio": ratio(squeezed[v]["gripper"]["peak_load"], squeezed[v]["off"]["peak_load"]),
-                 "repeats": [ratio(a["peak_load"], b["peak_load"])
-                             for a, b in zip(squeezed_runs[v]["gripper"], squeezed_runs[v]["off"], strict=True)]}
+                 "operator_stopped_ms": squeezed[v]["gripper"]["first_contact"]["operator_stopped"]["ms"]}
                 for v in sorted(squeezed)]
     handed = {"firm_hand": grasp_unlimited} | {h: {m: summarise(r) for m, r in by_mode.items()}
                                                for h, by_mode in by_hand.items()}
     handed_runs = {"firm_hand": runs["grasp_without_follower_force_limit"]} | by_hand
     hands = {"firm_hand": Hand()} | HANDS
     by_hand_rows = [{"hand": h, "stiffness": hands[h].stiffness, "limit": hands[h].limit / 1000.0,
-                     "off": handed[h]["off"]["peak_load"], "gripper": handed[h]["gripper"]["peak_load"],
+                     **peak_row(handed[h], handed_runs[h]),
                      "felt_ms": handed[h]["gripper"]["first_contact"]["felt"]["ms"],
                      "peak_ms": handed[h]["gripper"]["first_contact"]["peak"]["ms"],
-                     "ratio": ratio(handed[h]["gripper"]["peak_load"], handed[h]["off"]["peak_load"]),
                      "time_above_limit_ratio": ratio(handed[h]["gripper"]["time_above_limit_s"],
-                                                     handed[h]["off"]["time_above_limit_s"]),
-                     "repeats": [ratio(a["peak_load"], b["peak_load"])
-                                 for a, b in zip(handed_runs[h]["gripper"], handed_runs[h]["off"], strict=True)]}
+                                                     handed[h]["off"]["time_above_limit_s"])}
                     for h in handed]
     result: dict[str, Any] = {
         "rate_hz": RATE_HZ, "operator": {"feel": FEEL / 1000.0, "reaction_s": REACTION_S, "push_rad_s": PUSH_RAD_S},
