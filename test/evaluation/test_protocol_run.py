@@ -345,9 +345,10 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
 
 def test_a_checkpoint_that_cannot_load_ends_the_walk_with_a_clear_error(tmp_path: Path) -> None:
     proto = _protocol(tmp_path, checkpoints=[{"id": "ckpt-x", "policy": "nosuch"}])
-    # No camera and no metrics node: the walk ends at the first checkpoint's swap, before either matters.
+    # No camera, no metrics node and no verdict worker: the walk ends at the first checkpoint's swap, before
+    # any of them matters.
     res = _cli("run", "sim", "--protocol", str(proto), "--unattended", "--arg", f"output_dir={tmp_path / 'bags'}",
-               "--arg", "cameras=", "--arg", "metrics=off")
+               "--arg", "cameras=", "--arg", "metrics=off", "--param-file", _no_verdict(tmp_path))
     assert res.returncode == 1, res.stderr[-2000:]
     assert "checkpoint ckpt-x: the policy node cannot run it (cannot load policy 'nosuch'" in res.stderr
     assert "unknown policy 'nosuch'" in res.stderr and "the running policy is unchanged" in res.stderr
