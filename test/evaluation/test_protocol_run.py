@@ -181,7 +181,9 @@ def test_unattended_sim_run_judges_what_each_checkpoint_did_under_its_conditions
     wrong = [v + 0.4 for v in POSE]
     proto = load_protocol(_protocol(
         tmp_path, trials_per_condition=1,
-        time_limit_s=5,  # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back
+        # near: the hand-back at 1.1 s, a blend-out the speed limit may stretch, 0.8 s back (there by ~2 s,
+        # ended by the 1 s hold at ~3 s); ckpt-b's trials, never at the pose, run to the limit.
+        time_limit_s=4,
         checkpoints=[{"id": "ckpt-a", "policy": "scripted", "policy_args": _waypoints(tmp_path, "a", POSE)},
                      {"id": "ckpt-b", "policy": "scripted", "policy_args": _waypoints(tmp_path, "b", wrong)}],
         conditions=[{"name": "near", "sim": {"start_pose": NEAR,
@@ -274,7 +276,7 @@ def _end(pid: int, fd: int) -> int:
                 os.read(fd, 65536)
 
 
-LIMIT_S = 4  # the keys of a trial come 0.5 s into it: 3.5 s of room on a loaded machine
+LIMIT_S = 3  # the keys of a trial come 0.5 s into it: 2.5 s of room on a loaded machine
 
 
 def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path: Path) -> None:
@@ -343,9 +345,10 @@ def test_attended_run_walks_the_operator_through_the_protocol_in_a_pty(tmp_path:
 
 def test_a_checkpoint_that_cannot_load_ends_the_walk_with_a_clear_error(tmp_path: Path) -> None:
     proto = _protocol(tmp_path, checkpoints=[{"id": "ckpt-x", "policy": "nosuch"}])
-    # No camera and no metrics node: the walk ends at the first checkpoint's swap, before either matters.
+    # No camera, no metrics node and no verdict worker: the walk ends at the first checkpoint's swap, before
+    # any of them matters.
     res = _cli("run", "sim", "--protocol", str(proto), "--unattended", "--arg", f"output_dir={tmp_path / 'bags'}",
-               "--arg", "cameras=", "--arg", "metrics=off")
+               "--arg", "cameras=", "--arg", "metrics=off", "--param-file", _no_verdict(tmp_path))
     assert res.returncode == 1, res.stderr[-2000:]
     assert "checkpoint ckpt-x: the policy node cannot run it (cannot load policy 'nosuch'" in res.stderr
     assert "unknown policy 'nosuch'" in res.stderr and "the running policy is unchanged" in res.stderr

@@ -219,6 +219,22 @@ def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, text=True, capture_output=capture, check=False)
 
 
+def together(*steps: tuple[str, ...], data: int | None = None) -> list[subprocess.CompletedProcess[str]]:
+    """Independent commands at once, one process each, then each one's command line and output in
+    order: a batch step is mostly an interpreter starting and importing, which a second core halves.
+    Step number `data` writes a document on stdout: returned, not printed (its stderr is)."""
+    procs = [subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", *args], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE if i == data else subprocess.STDOUT)
+             for i, args in enumerate(steps)]
+    done = []
+    for i, (args, proc) in enumerate(zip(steps, procs, strict=True)):
+        out, err = proc.communicate()
+        print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
+        print(err if i == data else out, end="", flush=True)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
 class ScriptedOperator:
     """The demo's operator at the rig, over the nodes' ROS interfaces: resets the scene for each take
     (the policy it runs, the arm sent home), steps in when the policy goes wrong (pedal down, the
@@ -440,13 +456,11 @@ def batch_steps(out: Path, bags: Path, codec: str) -> tuple[Path, list[str]]:
     command: (validation.json, the steps that failed)."""
     dataset, quarantine = out / "dataset", out / "quarantine"
     report = out / "validation.json"
-    validated = cli("validate", str(bags), "--json", capture=True)
+    validated, _shown = together(("validate", str(bags), "--json"), ("validate", str(bags)), data=0)
     if validated.returncode != 0:
-        print(validated.stderr, end="", file=sys.stderr)
         raise PartialFailure("validation could not read the recorded bags", where=str(bags),
-                             fix="the line above says why")
+                             fix="the output of `validate --json` above says why")
     report.write_text(validated.stdout)
-    cli("validate", str(bags))
     failed = [] if cli("convert", str(bags), "--dataset", str(dataset), "--codec", codec,
                        "--repo-id", REPO_ID).returncode == 0 else ["convert"]
     if (dataset / "meta" / "info.json").exists():
@@ -455,7 +469,7 @@ def batch_steps(out: Path, bags: Path, codec: str) -> tuple[Path, list[str]]:
             ("curate", str(dataset), "--plot", str(out / "curation.png")),
             ("card", str(dataset), "--validation", str(report)),
         ]
-        failed += [s[0] for s in steps if cli(*s).returncode != 0]
+        failed += [s[0] for s, done in zip(steps, together(*steps), strict=True) if done.returncode != 0]
     else:
         print("\ndemo: NO EPISODE PASSED VALIDATION, so no dataset was written. Read the reasons above: on a "
               "loaded machine the simulated arms' streams can stall (FRAME_GAP) — that is the validator working.")

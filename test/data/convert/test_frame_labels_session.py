@@ -35,9 +35,11 @@ from teleop_flywheel.ros.session.launch.graph import (  # noqa: E402
 )
 from teleop_flywheel.ros.session.launch.supervisor import Session  # noqa: E402
 
-# (takeover at, label at, hand back at, label, teleop-mode correction)
-PLAN = [(1.0, 1.5, 2.5, "wrong_grasp", False), (1.0, 3.2, 2.2, "too_slow", False), (1.0, 1.3, 2.0, "other", True)]
-SECONDS = 4.5
+# (takeover at, label at, hand back at, label, teleop-mode correction), seconds into a take of SECONDS: a
+# label half a second in, one a second after the hand-back (1.3 s before the stop), a correction; each
+# with half a second of frames before it.
+PLAN = [(0.5, 1.0, 2.0, "wrong_grasp", False), (0.5, 2.2, 1.2, "too_slow", False), (0.5, 0.8, 1.5, "other", True)]
+SECONDS = 3.5
 
 
 class _Authority:

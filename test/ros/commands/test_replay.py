@@ -4,12 +4,22 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.replay_bags import STEP_NS, T0, N, make_bag
 
 from teleop_flywheel.recording.mcap.player import BagSource
+
+
+def _drain(rclpy: Any, node: Any, done: Callable[[], bool]) -> None:
+    """Take what the player sent before it exited and is still queued: until `done` says all of it
+    came, or a second (then the test's own assertion says what is missing)."""
+    deadline = time.monotonic() + 1.0
+    while not done() and time.monotonic() < deadline:
+        rclpy.spin_once(node, timeout_sec=0.05)
 
 
 def test_ros_republish_reaches_a_subscriber(tmp_path: Path) -> None:
@@ -42,8 +52,7 @@ def test_ros_republish_reaches_a_subscriber(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
             rclpy.spin_once(node, timeout_sec=0.05)
-        for _ in range(20):
-            rclpy.spin_once(node, timeout_sec=0.05)
+        _drain(rclpy, node, lambda: len(received) >= N)
         assert proc.wait(5) == 0
         node.destroy_node()
     finally:
@@ -113,8 +122,7 @@ def test_ros_republish_keeps_recorded_qos_and_waits_for_subscribers(tmp_path: Pa
         while proc.poll() is None and time.monotonic() < deadline:
             rclpy.spin_once(node, timeout_sec=0.05)
             offered = offered or node.get_publishers_info_by_topic("/teleop/intervention")
-        for _ in range(20):
-            rclpy.spin_once(node, timeout_sec=0.05)
+        _drain(rclpy, node, lambda: len(chatter) >= N and len(events) >= 3)
         assert proc.wait(5) == 0
         node.destroy_node()
     finally:
