@@ -203,8 +203,10 @@ def test_a_refused_eeprom_write_is_retried_a_bounded_number_of_times_then_latche
             wait_for(lambda: bool(driver.state.faults), 10, "the latched fault")
             assert said in driver.state.faults.summary()
             assert driver.state.connected and not any(s.torque_on for s in arm.servos.values()), "held as it was"
-            writes = arm.servos[sid].eeprom_writes
-            time.sleep(3.0)
+            writes, ticks = arm.servos[sid].eeprom_writes, driver.state.ticks
+            # The loop goes on: 250 ticks (1.25 s at 200 Hz, a slow read among them; longer when starved),
+            # against the old loop's retries 0.1, 0.2, 0.4 ... s after each failed connect.
+            wait_for(lambda: driver.state.ticks > ticks + 250, 30, "the loop going on after the latch")
             assert arm.servos[sid].eeprom_writes == writes, "no EEPROM write after the latch"
         assert writes <= 2 * settings.EEPROM_ATTEMPTS + 1  # the other registers it needs, then 3 tries
 
