@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -179,8 +180,8 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
 
 def test_mirror_cli_exits_zero() -> None:
     env = dict(os.environ)
-    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "mirror", "--seconds", "4", "--json",
-                          "--report-every", "1",
+    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "mirror", "--seconds", "2.5", "--settle", "0.5",
+                          "--json", "--report-every", "1",
                           # tracking quality is test_mirror_follows_leader's job (load-independent);
                           # here: the command runs, reports and exits 0 even on a starved machine
                           "--max-error-deg", "360"], capture_output=True, text=True, timeout=120, env=env)
@@ -188,7 +189,8 @@ def test_mirror_cli_exits_zero() -> None:
     summary = json.loads(out.stdout[out.stdout.index("{\n"):])
     assert summary["ok"] and summary["tracking"]["samples"] > 50
     assert summary["loop_rate_hz"]["follower"] > 0
-    assert "[  1.0 s] loop:" in out.stdout
+    # A line a second; printed when the spinning loop gets there (on a starved machine "[  1.1 s]").
+    assert re.search(r"^\[  1\.\d s\] loop:", out.stdout, re.MULTILINE), out.stdout
 
 
 def test_limits_clamp_command(graph: Graph, follower_arm: SimulatedArm) -> None:
