@@ -331,7 +331,7 @@ def test_wrist_roll_crossing_the_encoders_seam_does_not_flip(tmp_path: Path) -> 
 
 def test_a_servo_reporting_a_fault_at_connect_is_configured_and_named(tmp_path: Path) -> None:
     with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(error_bits={3: 0x04})) as arm:
-        driver = make_driver(arm, "follower")
+        driver = make_driver(arm, "follower", first_session=True)  # its EEPROM writes answered with the bit
         assert driver.connect()
         try:
             driver.tick()

@@ -26,6 +26,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from support.procs import wait_for
+from support.sim_arms import driven_before
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
@@ -54,7 +55,11 @@ class Graph:
         self.spinner.add(node)
         return node
 
-    def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, **params: object) -> ArmDriverNode:
+    def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, first_session: bool = False,
+               **params: object) -> ArmDriverNode:
+        """A driver node of `arm`, which it has driven before (`driven_before`) unless `first_session`."""
+        if not first_session:
+            driven_before(arm, role)
         overrides = [Parameter("port", value=str(arm.link)), Parameter("role", value=role),
                      Parameter("calibration_file", value=str(sim_calibration_file(role))),
                      Parameter("simulated", value=True)]
@@ -121,7 +126,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         leader_arm.set_human(lambda t: pose)
         graph.driver("leader", leader_arm)
         follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"],
-                                max_speed_rad_s=4.7)
+                                first_session=True, max_speed_rad_s=4.7)
         probe = graph.add(Probe(graph.context, "follower"))
         wait_for(lambda: follower.arm.guard.stats.commands > 200, 60, "follower receiving leader states")
         # calibration was written: homing offsets and limits in the follower's control table
