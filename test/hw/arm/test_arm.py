@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.procs import wait_for
+from support.sim_arms import driven_before
 
 from teleop_flywheel.core.calibration import RAD_PER_STEP, ArmCalibration, load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
@@ -36,7 +37,10 @@ def calibration(role: str) -> ArmCalibration:
 
 def make_driver(arm: SimulatedArm, role: str, max_speed: float | None = 2.0, watchdog_ms: float | None = None,
                 upper: dict[str, float] | None = None, max_relative: float | None = None, log: Log | None = None,
-                **kw: object) -> ArmDriver:
+                first_session: bool = False, **kw: object) -> ArmDriver:
+    """A driver of `arm`, which it has driven before (`driven_before`) unless `first_session`."""
+    if not first_session:
+        driven_before(arm, role)
     cal = calibration(role)
     hi = {n: NO_LIMIT for n in JOINT_NAMES} | (upper or {})
     limits = effective_limits(cal, [-NO_LIMIT] * 6, [hi[n] for n in JOINT_NAMES])
@@ -64,7 +68,7 @@ def tick(driver: ArmDriver, now: int | None = None) -> Reading:
 
 
 def test_connect_configures_the_arm_and_tick_reads_it(follower: SimulatedArm) -> None:
-    driver = make_driver(follower, "follower")
+    driver = make_driver(follower, "follower", first_session=True)
     assert driver.connect()
     try:
         driver.read()  # the torque-on write is in (see tick())
@@ -270,7 +274,7 @@ def test_two_servos_at_one_id_are_named_and_end_the_driver(tmp_path: Path) -> No
     bad-checksum error naming no servo. It names the id and the joint and stops (state.fatal: the
     node ends with that line), for retrying cannot rewire an arm."""
     with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(duplicate=[3])) as arm:
-        driver = make_driver(arm, "follower")
+        driver = make_driver(arm, "follower", first_session=True)  # the twin is a copy of servo 3 as it booted
         assert not driver.connect()
         assert driver.state.fatal.startswith(f"{arm.link}: two servos answer to id 3 (elbow_flex): their replies "
                                              "collide"), driver.state.fatal

@@ -176,7 +176,7 @@ def test_the_grippers_torque_limit_is_live_from_the_first_session(tmp_path: Path
     only the EEPROM limit, so a servo fresh from the box gripped at full torque (1000) all session."""
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
         assert arm.servos[6].get("Torque_Limit") == 1000
-        driver = make_driver(arm, "follower")
+        driver = make_driver(arm, "follower", first_session=True)
         assert driver.connect()
         try:
             driver.read()
@@ -198,13 +198,15 @@ def test_a_refused_eeprom_write_is_retried_a_bounded_number_of_times_then_latche
         tmp_path: Path, sid: int, faults: Faults, said: str) -> None:
     """Before: configure() raised, connect() failed, and the loop rewrote the EEPROM every 2 s for ever."""
     with SimulatedArm("follower", link=tmp_path / "follower", faults=faults) as arm:
-        driver = make_driver(arm, "follower")
+        driver = make_driver(arm, "follower", first_session=True)
         with running(driver):
             wait_for(lambda: bool(driver.state.faults), 10, "the latched fault")
             assert said in driver.state.faults.summary()
             assert driver.state.connected and not any(s.torque_on for s in arm.servos.values()), "held as it was"
-            writes = arm.servos[sid].eeprom_writes
-            time.sleep(3.0)
+            writes, ticks = arm.servos[sid].eeprom_writes, driver.state.ticks
+            # The loop goes on: 250 ticks (1.25 s at 200 Hz, a slow read among them; longer when starved),
+            # against the old loop's retries 0.1, 0.2, 0.4 ... s after each failed connect.
+            wait_for(lambda: driver.state.ticks > ticks + 250, 30, "the loop going on after the latch")
             assert arm.servos[sid].eeprom_writes == writes, "no EEPROM write after the latch"
         assert writes <= 2 * settings.EEPROM_ATTEMPTS + 1  # the other registers it needs, then 3 tries
 
@@ -212,7 +214,7 @@ def test_a_refused_eeprom_write_is_retried_a_bounded_number_of_times_then_latche
 def test_a_value_that_already_matches_is_never_written_to_eeprom(tmp_path: Path) -> None:
     with SimulatedArm("follower", link=tmp_path / "follower") as arm:
         for _session in range(2):
-            driver = make_driver(arm, "follower")
+            driver = make_driver(arm, "follower", first_session=True)
             assert driver.connect()
             driver.close()
             if _session == 0:

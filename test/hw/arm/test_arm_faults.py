@@ -157,7 +157,9 @@ def test_a_joint_that_protected_itself_holds_the_arm_until_the_operator_resets(t
             arm.faults.block.clear()
             driver.reset()
             wait_for(lambda: not driver.state.faults and arm.servos[6].torque_on, 10, "re-enabled")
-            keep_commanding(driver, lambda: moved, 1.5)
+            # Within 1.5 s of the reset: commands taken and the torque read back on (a slow read's news).
+            keep_commanding(driver, lambda: moved, 1.5, until=lambda: arm.servos[1].get("Goal_Position") != held[1]
+                            and driver.health().values["torque"] is True)
             assert arm.servos[1].get("Goal_Position") != held[1], "commands are taken again"
             assert arm.servos[6].faults == 0
             health = driver.health()
@@ -275,7 +277,8 @@ def test_the_e_stop_holds_until_reset(tmp_path: Path) -> None:
             )
             assert all(s.torque_on for s in arm.servos.values())  # holding, not limp
             driver.reset()
-            keep_commanding(driver, lambda: target, 1.5)
+            keep_commanding(driver, lambda: target, 1.5, until=lambda: arm.servos[1].get("Goal_Position") != held
+                            and driver.health().level == "OK")  # within 1.5 s of the reset
             assert arm.servos[1].get("Goal_Position") != held and driver.health().level == "OK", driver.health().message
 
 
@@ -328,7 +331,7 @@ def test_wrist_roll_crossing_the_encoders_seam_does_not_flip(tmp_path: Path) -> 
 
 def test_a_servo_reporting_a_fault_at_connect_is_configured_and_named(tmp_path: Path) -> None:
     with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(error_bits={3: 0x04})) as arm:
-        driver = make_driver(arm, "follower")
+        driver = make_driver(arm, "follower", first_session=True)  # its EEPROM writes answered with the bit
         assert driver.connect()
         try:
             driver.tick()

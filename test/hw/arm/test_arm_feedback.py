@@ -35,6 +35,7 @@ OBJECT = 2300.0  # follower gripper shaft steps where the jaws meet the object
 SQUEEZE = [2050.0, 2050.0, 1975.0, 2025.0, 2050.0, 2050.0]
 OPEN = SQUEEZE[:GRIPPER] + [3000.0]
 FELT = 0.1  # fraction of the leader gripper's maximum torque: a grasp the hand feels
+PERIOD_S = 0.005  # the teleop loop's 200 Hz
 
 
 @dataclass
@@ -46,10 +47,18 @@ class Rig:
     pair: ArmPair
 
     def run(self, seconds: float, feel: bool = True, until: Callable[[], bool] | None = None) -> None:
-        """The teleop loop at ~200 Hz: the leader's pose commands the follower, the follower's
-        gripper is felt back (unless `feel` is False: its news stops)."""
+        """The teleop loop at 200 Hz, paced as `ArmDriver.run` paces it (a pass every `PERIOD_S`,
+        not a pass and then a full period's sleep): the leader's pose commands the follower, the
+        follower's gripper is felt back (unless `feel` is False: its news stops)."""
         end = time.monotonic() + seconds
+        next_pass = time.monotonic()
         while time.monotonic() < end and not (until and until()):
+            late = time.monotonic() - next_pass
+            if late < 0:
+                time.sleep(-late)
+            elif late > PERIOD_S:
+                next_pass = time.monotonic()  # fell behind (a starved machine): resync rather than burst
+            next_pass += PERIOD_S
             if not self.lead.state.connected:  # the leader's port went away: reconnect, as `run()` does
                 self.lead.connect()
                 time.sleep(0.05)
@@ -65,7 +74,6 @@ class Rig:
                 continue
             if feel:
                 self.lead.feel(self.pair.to_leader(got.positions), got.efforts, got.velocities, got.stamp_ns)
-            time.sleep(0.005)
 
     def lead_tick(self) -> Reading:
         """One leader tick; a read lost on a starved machine is counted and tried again, as `run()` does."""

@@ -1,7 +1,7 @@
 """What `/diagnostics` says of the arm's rate after a replug (`hw/arm/health.py`), against the simulator.
 
-The simulated arm is unplugged 3 s into the run and comes back 1.5 s later (sim-bus `unplug:3:1.5`);
-the driver's bus loop reconnects with backoff. Health is polled every 10 ms on the monotonic clock
+The simulated arm is unplugged a second after the driver's first readings and comes back 1.5 s
+later; the driver's bus loop reconnects with backoff. Health is polled every 10 ms on the monotonic clock
 from the moment `state.reconnects` moves.
 """
 from __future__ import annotations
@@ -26,9 +26,12 @@ def test_the_rate_warning_clears_within_a_second_of_a_clean_reconnect(tmp_path: 
     met … set its latency_timer to 1" although readings resumed at once (here, on the old code: 65 Hz
     said 1 s after the reconnect with readings coming at 200 Hz, the advice given for 1.3 ms reads).
     Judged against what the test itself counts: the readings since the reconnect."""
-    with SimulatedArm("follower", link=tmp_path / "follower", faults=Faults(unplug_at=3.0, replug_after=1.5)) as arm:
+    with SimulatedArm("follower", link=tmp_path / "follower") as arm:
         driver = make_driver(arm, "follower")
         with running(driver, RATE_HZ) as readings:
+            # A second of ticks in the window before the gap: timed from the first readings, not from the
+            # simulator's start (a loaded machine may take seconds to connect).
+            arm.faults = Faults(unplug_at=arm._elapsed() + 1.0, replug_after=1.5)
             wait_for(lambda: driver.state.reconnects >= 1, 60, "the reconnect", poll_s=0.002)
             back_ns, n = now_ns(), len(readings)
             seen: list[tuple[float, float, Health]] = []  # (s since the reconnect, readings/s since it, health)
@@ -45,7 +48,9 @@ def test_the_rate_warning_clears_within_a_second_of_a_clean_reconnect(tmp_path: 
     for t, counted, h in late:
         said = float(h.values["rate_hz"])  # type: ignore[arg-type]
         assert said >= 0.85 * counted, (t, said, counted, h.message)  # this connection's rate, not the gap's
-        if counted >= RATE_SHORTFALL * RATE_HZ:  # a clean reconnect: the loop holds its rate
+        # A clean reconnect: the loop holds its rate, even counted a reading short (the count's resolution:
+        # the driver's window and this count start a tick apart, and at 180 Hz counted they straddled 180).
+        if counted - 1 / t >= RATE_SHORTFALL * RATE_HZ:
             assert h.level == "OK", (t, counted, h.message)
 
 

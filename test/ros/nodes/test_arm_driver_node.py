@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 from support.procs import wait_for
+from support.sim_arms import driven_before
 
 from teleop_flywheel.core.calibration import load_calibration, sim_calibration_file
 from teleop_flywheel.core.clock import now_ns
@@ -53,7 +55,11 @@ class Graph:
         self.spinner.add(node)
         return node
 
-    def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, **params: object) -> ArmDriverNode:
+    def driver(self, role: str, arm: SimulatedArm, remap: list[str] | None = None, first_session: bool = False,
+               **params: object) -> ArmDriverNode:
+        """A driver node of `arm`, which it has driven before (`driven_before`) unless `first_session`."""
+        if not first_session:
+            driven_before(arm, role)
         overrides = [Parameter("port", value=str(arm.link)), Parameter("role", value=role),
                      Parameter("calibration_file", value=str(sim_calibration_file(role))),
                      Parameter("simulated", value=True)]
@@ -120,7 +126,7 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
         leader_arm.set_human(lambda t: pose)
         graph.driver("leader", leader_arm)
         follower = graph.driver("follower", follower_arm, remap=["/follower/joint_command:=/leader/joint_states"],
-                                max_speed_rad_s=4.7)
+                                first_session=True, max_speed_rad_s=4.7)
         probe = graph.add(Probe(graph.context, "follower"))
         wait_for(lambda: follower.arm.guard.stats.commands > 200, 60, "follower receiving leader states")
         # calibration was written: homing offsets and limits in the follower's control table
@@ -179,8 +185,8 @@ def test_mirror_follows_leader(graph: Graph, tmp_path: Path, follower_arm: Simul
 
 def test_mirror_cli_exits_zero() -> None:
     env = dict(os.environ)
-    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "mirror", "--seconds", "4", "--json",
-                          "--report-every", "1",
+    out = subprocess.run([sys.executable, "-m", "teleop_flywheel.cli", "mirror", "--seconds", "2.5", "--settle", "0.5",
+                          "--json", "--report-every", "1",
                           # tracking quality is test_mirror_follows_leader's job (load-independent);
                           # here: the command runs, reports and exits 0 even on a starved machine
                           "--max-error-deg", "360"], capture_output=True, text=True, timeout=120, env=env)
@@ -188,7 +194,8 @@ def test_mirror_cli_exits_zero() -> None:
     summary = json.loads(out.stdout[out.stdout.index("{\n"):])
     assert summary["ok"] and summary["tracking"]["samples"] > 50
     assert summary["loop_rate_hz"]["follower"] > 0
-    assert "[  1.0 s] loop:" in out.stdout
+    # A line a second; printed when the spinning loop gets there (on a starved machine "[  1.1 s]").
+    assert re.search(r"^\[  1\.\d s\] loop:", out.stdout, re.MULTILINE), out.stdout
 
 
 def test_limits_clamp_command(graph: Graph, follower_arm: SimulatedArm) -> None:
