@@ -134,7 +134,7 @@ def test_a_publisher_whose_node_is_not_known_yet_is_looked_up_again(context: Con
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """rmw knows an endpoint before its node (its first message once came with the namespace
     `_NODE_NAMESPACE_UNKNOWN_`, 2 runs in 5): remembered as such, that rig's teleop status was never
-    counted and its policy seconds stayed 0 in test_fleet_metrics.py."""
+    counted and its policy seconds stayed 0 in the two-rig Prometheus test (test_namespaces.py)."""
     from rclpy.topic_endpoint_info import TopicEndpointInfo
 
     from teleop_flywheel.ros.nodes import metrics as module
