@@ -213,23 +213,32 @@ class IngestLog:
                        f"{sum(mine.values())} frames against {len(theirs)} and {sum(theirs.values())}")
 
 
-def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "teleop_flywheel.cli", *args]
+def command(args: tuple[str, ...]) -> list[str]:
+    """The command line of `teleop-flywheel *args` in this interpreter."""
+    return [sys.executable, "-m", "teleop_flywheel.cli", *args]
+
+
+def echo(args: tuple[str, ...]) -> None:
+    """Show the user the command a step runs, as they would type it."""
     print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
-    return subprocess.run(cmd, text=True, capture_output=capture, check=False)
+
+
+def cli(*args: str, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    echo(args)
+    return subprocess.run(command(args), text=True, capture_output=capture, check=False)
 
 
 def together(*steps: tuple[str, ...], data: int | None = None) -> list[subprocess.CompletedProcess[str]]:
     """Independent commands at once, one process each, then each one's command line and output in
     order: a batch step is mostly an interpreter starting and importing, which a second core halves.
     Step number `data` writes a document on stdout: returned, not printed (its stderr is)."""
-    procs = [subprocess.Popen([sys.executable, "-m", "teleop_flywheel.cli", *args], text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE if i == data else subprocess.STDOUT)
+    procs = [subprocess.Popen(command(args), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE if i == data else subprocess.STDOUT)
              for i, args in enumerate(steps)]
     done = []
     for i, (args, proc) in enumerate(zip(steps, procs, strict=True)):
         out, err = proc.communicate()
-        print(f"\n$ teleop-flywheel {' '.join(args)}", flush=True)
+        echo(args)
         print(err if i == data else out, end="", flush=True)
         done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     return done
