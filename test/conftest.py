@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.procs import children, cmdline
-from support.realtime import TEST_DIR, realtime
+from support.realtime import TEST_DIR, realtime, whole_machine
 
 import teleop_flywheel  # noqa: F401 - before any test module imports numpy: its BLAS thread setting
 from teleop_flywheel.data.lerobot.encoder_process import context
@@ -108,10 +108,13 @@ _OWN_BASETEMP = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of the modules `support.realtime.REALTIME` lists `realtime`."""
+    """Mark the tests of the modules `support.realtime.REALTIME` lists `realtime`, and of those it
+    lists in `WHOLE_MACHINE` `whole_machine` too."""
     for item in items:
         if realtime(item.path):
             item.add_marker(pytest.mark.realtime)
+        if whole_machine(item.path):
+            item.add_marker(pytest.mark.whole_machine)
 
 
 # A module past this is worth a look (is it still one concept?), never a failure: a concept split

@@ -189,10 +189,14 @@ def test_tests_mirror_the_package() -> None:
 
 
 def test_tests_against_the_wall_clock_are_marked_realtime() -> None:
-    """A module that starts a simulated arm, a session, a node spinning or a pty runs one at a time
-    (support/realtime.py): on a worker beside CPU-bound tests its streams stall. Every listed path exists."""
+    """A module that starts a simulated arm, a session, a node spinning or a pty runs apart from the
+    CPU-bound tests, and one that starts a whole session one at a time (support/realtime.py): beside
+    them its streams stall. Every listed path exists, and a whole-machine one is realtime too."""
     assert realtime.unlisted_wall_clock_modules() == {}, "add these to REALTIME in test/support/realtime.py"
+    assert realtime.unlisted_session_modules() == [], "add these to WHOLE_MACHINE in test/support/realtime.py"
     assert [p for p in realtime.REALTIME if not (realtime.TEST_DIR / p).exists()] == []
+    assert [p for p in realtime.WHOLE_MACHINE if not (realtime.TEST_DIR / p).is_file()
+            or not realtime.realtime(realtime.TEST_DIR / p)] == []
 
 
 def test_architecture_page_shows_the_enforced_tree() -> None:

@@ -35,9 +35,11 @@ def test_ci_runs_exactly_the_readmes_install_and_test_commands() -> None:
     assert (
         setup[1].startswith("ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST ") and "/teleop-flywheel demo --out " in setup[1]
     )
-    # The tests: the CPU-bound ones on two workers, then the wall-clock ones alone (test/conftest.py REALTIME).
+    # The tests: the CPU-bound ones on two workers, then the wall-clock ones on two workers, then those that
+    # run a whole rig alone (test/support/realtime.py REALTIME, WHOLE_MACHINE).
     assert steps.step("test") == test[0] == (
-        '.venv/bin/python -m pytest -q -n 2 -m "not realtime" && .venv/bin/python -m pytest -q -m realtime')
+        '.venv/bin/python -m pytest -q -n 2 -m "not realtime" && .venv/bin/python -m pytest -q -n 2 -m "realtime and '
+        'not whole_machine" && .venv/bin/python -m pytest -q -m whole_machine')
     # .ci/run: the README's steps through the extractor, plus the mypy step, and nothing else that runs.
     script = (ROOT / ".ci" / "run").read_text()
     body = re.search(r"^readme_step\(\) \{.*?^\}", script, re.S | re.M)
