@@ -55,9 +55,14 @@ def keep_commanding(driver: ArmDriver, positions: Callable[[], list[float]], sec
         time.sleep(0.01)
 
 
-def peak_speed(arm: SimulatedArm, sid: int, window_s: float = 0.1) -> float:
+def peak_speed(arm: SimulatedArm, sid: int, window_s: float = 0.25) -> float:
     """Peak joint speed the servo was told to move at (rad/s), from the simulator's own record of its
-    Goal_Position writes, over windows long enough that one step of rounding is not a speed."""
+    Goal_Position writes, over windows long enough that neither one step of rounding nor a write
+    timed late is a speed: the simulator times a write when its thread gets to it, and on a busy
+    two-core machine one timed 20 ms late at the start of a 0.1 s window made a command the driver
+    limits to 2.0 rad/s by its own clock read 2.44 (0.25 s: at most 2.2 with writes up to 25 ms late
+    in a tenth of ticks, modelled). Still short enough that 1 rad at the servo's 4.7 rad/s top speed
+    reads 4."""
     writes = [(t, goal) for t, s, goal in list(arm.goal_writes) if s == sid]
     peak = 0.0
     for i, (t, goal) in enumerate(writes):
