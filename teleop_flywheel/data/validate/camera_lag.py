@@ -141,6 +141,7 @@ MIN_EVENTS = 2
 # A cell whose change is spread over fewer frames than this is one frame's: a clock's digits rolling over,
 # which lines up with the arm's motion at one of the searched lags by chance (module doc, 3.).
 MIN_CHANGE_FRAMES = 1.1
+RCOND = 1e-12  # on the Gram matrix: 1e-6 of the largest singular value of the unit-norm design (`_Stack.fits`)
 PEAK_JUMP_MS = 30.0  # a left-out block moving the best fit this far: it sits on another peak (module doc, 6.)
 # shoulder_lift, elbow_flex and wrist_flex (`so101.JOINT_NAMES` order) turn about parallel axes: the links after
 # them sweep the image by their combined turn (module doc, 7.).
@@ -282,45 +283,126 @@ class _Design:
         mid = np.array([(e[0] + e[-1]) / 2 if len(e) else 0.0 for e in edges])
         half = np.array([max((e[-1] - e[0]) / 2, 1e-3) if len(e) else 1.0 for e in edges])
         self.u = (tp - mid[self.window]) / half[self.window]
-        self.windows = windows
+        self.rows = [np.flatnonzero(self.window == w) for w in range(windows)]
 
-    def at(self, tau: float) -> np.ndarray:
+    def at(self, tau: float) -> _Stack:
         moved = self.joints.moved(self.tp, self.tc, tau)
         x = np.abs(moved)
         together = np.column_stack([np.abs(moved[:, a] + sign * moved[:, b])
                                     for a, b in self.pairs for sign in (1, -1)] or [np.zeros((len(x), 0))])
-        cols = []
-        for w in range(self.windows):
-            inside = (self.window == w).astype(float)[:, None]
-            u = self.u[:, None] * inside
-            cols += [x * inside, x * u, x * u * u, np.cbrt(x * SATURATION_RAD) * inside, together * inside, inside]
-        return np.column_stack(cols)
+        mats = []
+        for rows in self.rows:
+            xw, u = x[rows], self.u[rows, None]
+            mats.append(np.column_stack([xw, xw * u, xw * u * u, np.cbrt(xw * SATURATION_RAD), together[rows],
+                                         np.ones((len(rows), 1))]))
+        return _Stack(self.rows, mats, len(x))
 
 
-def _solve(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return _solve_many(a, y, np.zeros((0, len(y)), bool))[0]
+@dataclass(frozen=True)
+class _Fits:
+    """Least-squares fits of y by a `_Stack`: of all frames, and with each set of frames `out[k]` left
+    out (its gains refitted without it). `sse` is the whole fit's squared error; per left-out set k,
+    `without[k]` the squared error of its fit on the frames it kept and `held_out[k]` on the frames
+    it left out."""
+
+    coef: np.ndarray
+    sse: float
+    without: np.ndarray
+    held_out: np.ndarray
 
 
-def _solve_many(a: np.ndarray, y: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Least-squares coefficients of y by a: of all rows, then with each row set `out[k]` left out;
-    shape (1 + len(out), columns). The normal equations of the unit-norm columns, one Gram matrix
-    downdated per left-out set and all solved in one batched pseudo-inverse: the profile's 17 fits
-    per lag (a 20 s episode) cost one SVD each with `lstsq`, 5 s of a validate's 5.4 s. Directions
-    below 1e-6 of the largest singular value are dropped (the squared condition of the normal
-    equations cannot resolve smaller ones; `lstsq` would keep them to 1e-13)."""
-    norm = np.linalg.norm(a, axis=0)
-    norm[norm == 0] = 1.0
-    a = a / norm
-    gram, rhs = a.T @ a, a.T @ y
-    grams = [gram] + [gram - a[k].T @ a[k] for k in out]
-    rhss = [rhs] + [rhs - a[k].T @ y[k] for k in out]
-    coef = np.linalg.pinv(np.stack(grams), rcond=1e-12, hermitian=True) @ np.stack(rhss)[:, :, None]
-    return coef[:, :, 0] / norm
+@dataclass(frozen=True)
+class _Stack:
+    """The design at one lag, window by window: every regressor is zero outside its window (module
+    doc, 4.), so its least squares are one small problem per window, and so is a left-out second,
+    which only changes the windows it lies in. Solved as one matrix, the columns grow with the
+    episode and so do the left-out seconds, per lag one pseudo-inverse of a (windows · 55)² Gram
+    matrix per second: the cost grows as the fourth power of the length (a 60 s episode's estimate
+    took 8-10 s, now 0.7 s, the same to the last digit it reports). `rows[w]` are the
+    frames of window w, `mats[w]` its regressors there, the same columns in every window; the
+    coefficients run window by window."""
+
+    rows: list[np.ndarray]
+    mats: list[np.ndarray]
+    frames: int
+
+    @property
+    def columns(self) -> int:
+        return sum(m.shape[1] for m in self.mats)
+
+    def predict(self, coef: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.frames)
+        k = 0
+        for rows, a in zip(self.rows, self.mats, strict=True):
+            out[rows] = a @ coef[k:k + a.shape[1]]
+            k += a.shape[1]
+        return out
+
+    def fit(self, y: np.ndarray) -> np.ndarray:
+        return self.fits(y, np.zeros((0, len(y)), bool)).coef
+
+    def fits(self, y: np.ndarray, out: np.ndarray) -> _Fits:
+        """The whole fit and each `out[k]` left out, each as one pseudo-inverse of its whole design
+        would solve it: on unit-norm columns, the normal equations without their directions below
+        `RCOND` of the largest eigenvalue of that fit's Gram matrix — the whole episode's, so every
+        window's, those a set leaves frames out of downdated; `lstsq` would keep directions to 1e-13
+        of the largest singular value, which the squared condition of the normal equations cannot
+        resolve."""
+        window = np.empty(self.frames, int)
+        position = np.empty(self.frames, int)
+        for w, rows in enumerate(self.rows):
+            window[rows], position[rows] = w, np.arange(len(rows))
+        unit, norms, grams, rhss, eigs = [], [], [], [], []
+        for rows, a in zip(self.rows, self.mats, strict=True):
+            norm = np.linalg.norm(a, axis=0)
+            norm[norm == 0] = 1.0
+            an = a / norm
+            unit.append(an)
+            norms.append(norm)
+            grams.append(an.T @ an)
+            rhss.append(an.T @ y[rows])
+            eigs.append(np.linalg.eigh(grams[-1]))
+        largest = np.array([float(np.abs(e[0]).max(initial=0.0)) for e in eigs])
+        full = [_pinv_solve(e, rhs, RCOND * largest.max(initial=0.0)) / n
+                for e, rhs, n in zip(eigs, rhss, norms, strict=True)]
+        sse_w = np.array([float(((y[rows] - a @ c) ** 2).sum()) for rows, a, c in zip(self.rows, self.mats, full,
+                                                                                     strict=True)])
+        sse = float(sse_w.sum())
+        without, held_out = np.zeros(len(out)), np.zeros(len(out))
+        for k, mask in enumerate(out):
+            left = np.flatnonzero(mask)
+            touched = np.unique(window[left])
+            downdated = {}
+            for w in touched:
+                local = position[left[window[left] == w]]
+                a = unit[w][local]
+                downdated[w] = (np.linalg.eigh(grams[w] - a.T @ a), rhss[w] - a.T @ y[self.rows[w][local]], local)
+            others = np.delete(largest, touched)
+            top = max([float(others.max(initial=0.0))] + [float(np.abs(e[0]).max(initial=0.0))
+                                                          for e, _, _ in downdated.values()])
+            kept = sse - float(sse_w[touched].sum())
+            held = 0.0
+            for w, (e, rhs, local) in downdated.items():
+                r = y[self.rows[w]] - self.mats[w] @ (_pinv_solve(e, rhs, RCOND * top) / norms[w])
+                inside = np.zeros(len(r), bool)
+                inside[local] = True
+                kept += float(r[~inside] @ r[~inside])
+                held += float(r[inside] @ r[inside])
+            without[k], held_out[k] = kept, held
+        return _Fits(np.concatenate(full) if full else np.zeros(0), sse, without, held_out)
+
+
+def _pinv_solve(eig: tuple[np.ndarray, np.ndarray], rhs: np.ndarray, cutoff: float) -> np.ndarray:
+    """The pseudo-inverse of a symmetric matrix, given its eigendecomposition, applied to rhs: the
+    directions whose eigenvalue is at most `cutoff` in size dropped."""
+    values, vectors = eig
+    large = np.abs(values) > cutoff
+    return vectors[:, large] @ ((vectors[:, large].T @ rhs) / values[large])
 
 
 def _sse(design: _Design, y: np.ndarray, tau: float) -> float:
     a = design.at(tau)
-    r = y - a @ _solve(a, y)
+    r = y - a.predict(a.fit(y))
     return float(r @ r)
 
 
@@ -328,8 +410,8 @@ def _stderr(design: _Design, y: np.ndarray, tau: float) -> float:
     """The block sandwich of the least-squares lag (s; module doc, 5.): each frame's score is the
     change of its squared residual with τ, the gains held at their fit (the envelope theorem)."""
     h = 0.002
-    coef = _solve(design.at(tau), y)
-    plus, minus = y - design.at(tau + h) @ coef, y - design.at(tau - h) @ coef
+    coef = design.at(tau).fit(y)
+    plus, minus = y - design.at(tau + h).predict(coef), y - design.at(tau - h).predict(coef)
     score = (plus * plus - minus * minus) / (2 * h)
     curvature = (_sse(design, y, tau + h) + _sse(design, y, tau - h) - 2 * _sse(design, y, tau)) / h**2
     if curvature <= 0:
@@ -349,11 +431,9 @@ def _profiles(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.ndarr
     out = np.stack([blocks == b for b in np.unique(blocks)])
     whole, parts = [], []
     for tau in lags:
-        a = design.at(tau)
-        residual = y[:, None] - a @ _solve_many(a, y, out).T  # (frames, 1 + blocks)
-        squared = residual**2
-        whole.append(-float(squared[:, 0].sum()))
-        parts.append(-np.where(out.T, 0.0, squared[:, 1:]).sum(axis=0))
+        fits = design.at(tau).fits(y, out)
+        whole.append(-fits.sse)
+        parts.append(-fits.without)
     return np.array(whole), list(np.array(parts).T)
 
 
@@ -375,9 +455,7 @@ def _fit_profile(design: _Design, y: np.ndarray, blocks: np.ndarray, lags: np.nd
     fine = np.arange(rough - COARSE_STEP_S, rough + COARSE_STEP_S + FINE_STEP_S / 2, FINE_STEP_S)
     lag = _peak(fine, np.array([-_sse(design, y, tau) for tau in fine]))
     out = np.stack([blocks == b for b in np.unique(blocks)])
-    a = design.at(lag)
-    coef = _solve_many(a, y, out)[1:]
-    held_out = sum(float(((y[o] - a[o] @ c) ** 2).sum()) for o, c in zip(out, coef, strict=True))
+    held_out = float(design.at(lag).fits(y, out).held_out.sum())
     return _Profile(design, lag, score, left_out, held_out)
 
 
@@ -387,10 +465,10 @@ def _profile_stderr(design: _Design, y: np.ndarray, tau: float, lags: np.ndarray
     for residuals correlated in time (1 + 2 Σ ρ_k over the positive autocorrelations within `BLOCK_S`),
     is a lag the episode cannot tell from the best fit; the farthest of them is 1.96 standard errors away."""
     a = design.at(tau)
-    r = y - a @ _solve(a, y)
+    r = y - a.predict(a.fit(y))
     rc = r - r.mean()
     power = float(rc @ rc)
-    if power <= 0 or len(y) <= a.shape[1]:
+    if power <= 0 or len(y) <= a.columns:
         return 0.0
     inflation = 1.0
     for k in range(1, min(len(rc) - 1, int(BLOCK_S / max(float(np.median(np.diff(design.tp))), 1e-3))) + 1):
@@ -398,7 +476,7 @@ def _profile_stderr(design: _Design, y: np.ndarray, tau: float, lags: np.ndarray
         if rho <= 0:
             break
         inflation += 2 * rho
-    variance = float(r @ r) / (len(y) - a.shape[1])
+    variance = float(r @ r) / (len(y) - a.columns)
     near = lags[sse - sse.min() <= Z95**2 * variance * inflation]
     return float(np.abs(near - tau).max()) / Z95 if len(near) else 0.0
 
