@@ -8,7 +8,8 @@ at 100 Hz), recorded with the project's BagWriter. Measured in the same run:
   with the same encoder settings (`--codec`: libsvtav1, yuv420p, g=2, crf=30, preset 10, or h264)
   → ratio ours/floor (time);
 - LeRobot 0.4.x's own writer (`LeRobotDataset.create/add_frame/save_episode`) on the same frames,
-  if an interpreter with LeRobot is given (`--lerobot-python`): ratio LeRobot/ours.
+  if an interpreter with LeRobot is given (`--lerobot-python`): ratio LeRobot/ours, reported with no
+  target (SPEC §9: the floor itself is ~2.4x LeRobot's writer with the same codec).
 
 Usage: `python bench/convert.py [--seconds 105] [--codec libsvtav1|h264] [--out bench/results/convert.json]
 [--lerobot-python PY]`
@@ -107,7 +108,7 @@ def main() -> int:
             "pyav_encode_only_s": round(floor_s, 2),
             "pyav_encode_only_fps": round(frames / floor_s, 1),
             "ratio_ours_over_pyav_floor": round(ours_s / floor_s, 3),
-            "target_ratio_max": 1.5,
+            "target_ratio_max": 1.25,  # SPEC §9: within 1.25x of the encode-only floor
             "codec": f"{args.codec} yuv420p {v3_layout.encoder_options(args.codec)}",
             "resolution": "640x480",
             "cpus": os.cpu_count(),
@@ -123,7 +124,7 @@ def main() -> int:
             if proc.returncode == 0:
                 lr = json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
                 result.update(lerobot_writer_s=round(lr, 2), lerobot_writer_fps=round(frames / lr, 1),
-                              ratio_lerobot_over_ours=round(lr / ours_s, 2), target_ratio_lerobot_min=5.0)
+                              ratio_lerobot_over_ours=round(lr / ours_s, 2))
             else:
                 result["lerobot_writer_error"] = proc.stderr.strip()[-800:]
         else:

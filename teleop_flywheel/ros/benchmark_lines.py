@@ -192,12 +192,12 @@ BENCH_LINES: dict[str, Any] = {
                     for m, x in d["summary"]["per_motion"].items())
     ),
     "convert": lambda d: (
-        f"`convert` (bag → LeRobot v3.0, {d['resolution']} @ 30 fps, {d['frames']} frames): target ≥ "
-        f"{d['target_ratio_lerobot_min']:g}× LeRobot 0.4.4's writer, ≤ {d['target_ratio_max']:g}× PyAV encode-only; "
-        f"{d['ours_fps']:g} frames/s, {d['ratio_lerobot_over_ours']:g}× LeRobot "
-        f"({_met(d['ratio_lerobot_over_ours'] >= d['target_ratio_lerobot_min'])}), "
-        f"{d['ratio_ours_over_pyav_floor']:.2f}× encode-only "
-        f"({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])})"
+        f"`convert` (bag → LeRobot v3.0, {d['resolution']} @ 30 fps, {d['frames']} frames): target ≤ "
+        f"{d['target_ratio_max']:g}× PyAV encode-only with the same settings, the ratio to LeRobot 0.4.4's writer "
+        f"reported; {d['ours_fps']:g} frames/s, {d['ratio_ours_over_pyav_floor']:.2f}× encode-only "
+        f"({_met(d['ratio_ours_over_pyav_floor'] <= d['target_ratio_max'])}), "
+        + (f"{d['ratio_lerobot_over_ours']:g}× faster than LeRobot's writer" if "ratio_lerobot_over_ours" in d
+           else "LeRobot's writer not measured")
     ),
     "export": lambda d: (
         f"`export` (dataset → other stacks' formats, {d['frames']} frames {d['resolution']} from "
