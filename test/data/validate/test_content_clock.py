@@ -141,3 +141,51 @@ def test_a_lag_the_profile_does_not_pin_is_not_rejected(tmp_path: Path) -> None:
     assert CLOCK_OFFSET not in r.codes, r.line()
     assert est["stderr_ms"] > 12.0 and not est["note"], est
     assert [w.code for w in r.warnings] == [CAMERA_LAG_UNKNOWN], r.line()
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_the_fit_window_by_window_is_the_whole_designs_least_squares(pairs: bool) -> None:
+    """The lag's fits are solved one window at a time (`_Stack`: each regressor is zero outside its
+    window), each left-out second only where it lies: they must be what one pseudo-inverse of the whole
+    design gives — the whole fit and every second left out — including a window where a joint stands
+    still (its columns zero: directions the cutoff drops) and a one-second block across two windows."""
+    from teleop_flywheel.data.validate.camera_lag import RCOND, _blocks, _Design, _Joints
+
+    rng = np.random.default_rng(7)
+    jt = np.arange(0.0, 34.0, 0.01)
+    q = np.column_stack([np.sin(jt * (0.5 + 0.2 * j) + j) * (0.3 + 0.1 * j) for j in range(6)])
+    q[jt < 12.0, 3] = 0.2  # wrist_flex still through the first window
+    stamps = np.arange(0.02, 33.9, 1 / 30)
+    stamps = stamps[(stamps < 20.0) | (stamps > 20.4)]  # a short gap
+    tp, tc = stamps[:-1], stamps[1:]
+    keep = tc - tp < 0.05
+    tp, tc = tp[keep], tc[keep]
+    design = _Design(_Joints(jt, q), tp, tc, pairs=pairs)
+    assert len(design.rows) == 4
+    stack = design.at(0.012)
+    y = stack.predict(rng.normal(1.0, 0.3, stack.columns)) + rng.normal(0, 0.05, len(tp))
+    blocks = _blocks(tp)
+    out = np.stack([blocks == b for b in np.unique(blocks)])
+    assert any(len({int(design.window[i]) for i in np.flatnonzero(o)}) == 2 for o in out), "a block across windows"
+
+    whole = np.zeros((len(tp), stack.columns))
+    k = 0
+    for rows, a in zip(stack.rows, stack.mats, strict=True):
+        whole[rows, k:k + a.shape[1]] = a
+        k += a.shape[1]
+    norm = np.linalg.norm(whole, axis=0)
+    norm[norm == 0] = 1.0
+    unit = whole / norm
+
+    def solve(mask: np.ndarray) -> np.ndarray:
+        a = unit[~mask]
+        return (np.linalg.pinv(a.T @ a, rcond=RCOND, hermitian=True) @ (a.T @ y[~mask])) / norm
+
+    fits = stack.fits(y, out)
+    coef = solve(np.zeros(len(y), bool))
+    assert np.allclose(fits.coef, coef, rtol=1e-7, atol=1e-9)
+    assert fits.sse == pytest.approx(float(((y - whole @ coef) ** 2).sum()), rel=1e-9)
+    for k, o in enumerate(out):
+        r = y - whole @ solve(o)
+        assert fits.without[k] == pytest.approx(float((r[~o] ** 2).sum()), rel=1e-9)
+        assert fits.held_out[k] == pytest.approx(float((r[o] ** 2).sum()), rel=1e-7, abs=1e-12)
