@@ -53,9 +53,25 @@ def _frames(ds: Path) -> int:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far, its threads included (the SVT encoder's)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds so far of a process and every process below it, threads and
+    reaped children included: ingest encodes in a process of its own (the encoder process, forked
+    from a forkserver that is ingest's child), whose CPU its own counters never hold."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+    below, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, fields in stats.items():
+            if int(fields[1]) == parent and child not in below:
+                below.add(child)
+                frontier.append(child)
+    ticks = sum(sum(map(int, stats[p][11:15])) for p in below)  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _run_variant(source: Path, base: Path, root: Path, pre_encode: bool) -> dict[str, Any]:
