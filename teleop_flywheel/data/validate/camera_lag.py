@@ -284,6 +284,9 @@ class _Design:
         half = np.array([max((e[-1] - e[0]) / 2, 1e-3) if len(e) else 1.0 for e in edges])
         self.u = (tp - mid[self.window]) / half[self.window]
         self.rows = [np.flatnonzero(self.window == w) for w in range(windows)]
+        self.position = np.empty(len(tp), int)  # each frame's index within its window's rows
+        for rows in self.rows:
+            self.position[rows] = np.arange(len(rows))
 
     def at(self, tau: float) -> _Stack:
         moved = self.joints.moved(self.tp, self.tc, tau)
@@ -295,7 +298,7 @@ class _Design:
             xw, u = x[rows], self.u[rows, None]
             mats.append(np.column_stack([xw, xw * u, xw * u * u, np.cbrt(xw * SATURATION_RAD), together[rows],
                                          np.ones((len(rows), 1))]))
-        return _Stack(self.rows, mats, len(x))
+        return _Stack(self.rows, mats, self.window, self.position)
 
 
 @dataclass(frozen=True)
@@ -319,19 +322,21 @@ class _Stack:
     episode and so do the left-out seconds, per lag one pseudo-inverse of a (windows · 55)² Gram
     matrix per second: the cost grows as the fourth power of the length (a 60 s episode's estimate
     took 8-10 s, now 0.7 s, the same to the last digit it reports). `rows[w]` are the
-    frames of window w, `mats[w]` its regressors there, the same columns in every window; the
-    coefficients run window by window."""
+    frames of window w, `mats[w]` its regressors there, the same columns in every window (the
+    coefficients run window by window); `window` and `position` say per frame which window holds it
+    and where in that window's rows."""
 
     rows: list[np.ndarray]
     mats: list[np.ndarray]
-    frames: int
+    window: np.ndarray
+    position: np.ndarray
 
     @property
     def columns(self) -> int:
         return sum(m.shape[1] for m in self.mats)
 
     def predict(self, coef: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.frames)
+        out = np.zeros(len(self.window))
         k = 0
         for rows, a in zip(self.rows, self.mats, strict=True):
             out[rows] = a @ coef[k:k + a.shape[1]]
@@ -348,10 +353,7 @@ class _Stack:
         window's, those a set leaves frames out of downdated; `lstsq` would keep directions to 1e-13
         of the largest singular value, which the squared condition of the normal equations cannot
         resolve."""
-        window = np.empty(self.frames, int)
-        position = np.empty(self.frames, int)
-        for w, rows in enumerate(self.rows):
-            window[rows], position[rows] = w, np.arange(len(rows))
+        window, position = self.window, self.position
         unit, norms, grams, rhss, eigs = [], [], [], [], []
         for rows, a in zip(self.rows, self.mats, strict=True):
             norm = np.linalg.norm(a, axis=0)
